@@ -1,0 +1,34 @@
+# Run `make help` for the targets.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help setup test test-unit test-integration demo lint bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+setup: ## install system packages, kernel headers link, venv and package (idempotent)
+	@bash scripts/setup.sh
+
+test: setup ## set up, then run the whole suite (unit + integration, real eBPF/JVM/sshd/Spark)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: setup ## fast tests without privileges
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup ## real eBPF, JVMs, sshd and Spark
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+demo: setup ## profile a local Spark Structured Streaming YSB pipeline for 60 s and write the report
+	$(VENV)/bin/coordinator demo --duration 60
+
+lint: setup ## ruff and mypy on both packages
+	$(VENV)/bin/ruff check profiler coordinator tests bench
+	$(VENV)/bin/mypy profiler coordinator
+
+bench: setup ## run every benchmark under bench/ (results go to docs/benchmarks.md by hand)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: ## remove build products (keeps the venv)
+	rm -rf build dist *.egg-info runs

@@ -1,0 +1,1 @@
+"""Shipped application profiles (the top-level application_profiles/ folder)."""

@@ -1,0 +1,24 @@
+"""Entry point of the user's side: ``coordinator profile|analyze|compare|report|serve|doctor|demo``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from profiler.cli import build_parser, dispatch
+
+COMMAND_ORDER: tuple[str, ...] = ("profile", "analyze", "compare", "report", "serve", "doctor", "demo")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(
+        "coordinator",
+        COMMAND_ORDER,
+        "coordinator",
+        "Profile every host of a stream-processing cluster and report CPU cycles per streaming task.",
+    )
+    return dispatch(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

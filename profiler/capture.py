@@ -1,0 +1,353 @@
+"""The on-disk capture format: the one contract between the host agent and the coordinator.
+
+docs/capture-format.md describes the same layout for people; this module is its typed reading
+and writing. Everything here is plain JSON/CSV/text so a capture can be re-analysed offline.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import CaptureFormatError
+
+FORMAT_VERSION = 1
+
+META_FILE = "meta.json"
+SCOPE_FILE = "scope.json"
+PROFILE_COPY = "application_profile.txt"
+OVERHEAD_FILE = "overhead.json"
+PIDS_DIR = "pids"
+STACKS_FILE = "stacks.folded"
+COUNTERS_FILE = "counters.json"
+SAMPLER_FILE = "sampler.json"
+NET_FILE = "net.json"
+
+# Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
+RESULT_COLUMNS: tuple[str, ...] = (
+    "host",
+    "pid",
+    "role",
+    "engine",
+    "task",
+    "samples",
+    "share",
+    "share_ci95",
+    "cycles",
+    "cycles_estimated",
+    "cpu_seconds",
+    "instructions",
+    "ipc",
+    "bytes_sent",
+    "bytes_received",
+    "bytes_sent_external",
+    "bytes_received_external",
+)
+ALL_TASKS = "*"
+UNMATCHED = "unmatched"
+
+
+def result_file_name(host: str) -> str:
+    return f"{host}_result.csv"
+
+
+def unmatched_file_name(host: str) -> str:
+    return f"{host}_unmatched.folded"
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process of the scope: what the scope analyzer found and how long it was observed."""
+
+    pid: int
+    role: str  # "workload" or "managing"
+    engine: str  # "spark", "flink", ... or "manual" for --pid
+    kind: str  # the known_spes.txt entry that matched, e.g. "executor"
+    user: str
+    cmdline: str  # summary, at most a few hundred characters
+    first_seen: float  # unix time the process entered the scope
+    last_seen: float  # unix time of the last observation (exit or end of the window)
+    exited: bool = False
+    source: str = "scan"  # "scan", "exec" (found by the exec watcher), "manual"
+    jvm_version: str | None = None
+    preserve_frame_pointer: bool | None = None  # None: not a JVM or unknown
+
+    @property
+    def sampled(self) -> bool:
+        return self.role == "workload"
+
+
+@dataclass(frozen=True)
+class CounterValue:
+    """One perf event of one PID over the window; ``value`` is None when unsupported."""
+
+    value: float | None
+    supported: bool
+    enabled_ns: int = 0
+    running_ns: int = 0
+    note: str = ""  # why unsupported, or "scaled" when multiplexed
+
+    @property
+    def scaled(self) -> bool:
+        return self.supported and 0 < self.running_ns < self.enabled_ns
+
+
+@dataclass(frozen=True)
+class PidCounters:
+    """Counters of one PID. ``cycles`` is measured or estimated; ``cycles_estimated`` says which."""
+
+    pid: int
+    events: Mapping[str, CounterValue]
+    cycles: float | None
+    cycles_estimated: bool
+    nominal_hz: float | None = None
+    cpu_seconds: float | None = None  # task-clock over the window
+
+    def get(self, event: str) -> float | None:
+        counter = self.events.get(event)
+        return counter.value if counter is not None and counter.supported else None
+
+
+@dataclass(frozen=True)
+class SamplerStats:
+    """What the stack sampler saw for one PID, including everything it could not store."""
+
+    pid: int
+    samples: int = 0  # samples taken (stored or not)
+    lost_user_stack: int = 0  # stack id < 0 for the user stack (map full, collision, fault)
+    lost_kernel_stack: int = 0
+    truncated: int = 0  # stacks that hit the depth limit
+    java_unwalkable: int = 0  # samples whose Java part could not be walked (no frame pointers)
+    max_stack_depth: int = 127
+
+
+@dataclass(frozen=True)
+class NetStats:
+    """Bytes and calls of one PID, split by peer class."""
+
+    pid: int
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent_external: int = 0
+    bytes_received_external: int = 0
+    calls_sent: int = 0
+    calls_received: int = 0
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """meta.json of a host capture."""
+
+    host: str  # the label the capture is keyed by (cluster.txt entry, or the hostname)
+    hostname: str
+    kernel: str
+    profiler_version: str
+    frequency: int
+    duration_requested: float
+    start_time: float
+    end_time: float
+    stopped_by: str  # "duration", "signal", "error"
+    cycles_source: str  # "hardware" or "estimated"
+    exec_watch: str  # "tracepoint" or "polling"
+    net: str | None = None  # "tracepoint", "kprobe" or None when off
+    max_stack_depth: int = 127
+    stack_storage_size: int = 16384
+    profile_name: str = ""
+    warnings: tuple[str, ...] = ()
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def duration(self) -> float:
+        return self.end_time - self.start_time
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The profiler's own cost during the window."""
+
+    profiler_cpu_seconds: float = 0.0
+    bpf_run_time_ns: int | None = None  # None when kernel.bpf_stats_enabled could not be used
+    bpf_run_count: int | None = None
+    post_run_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+
+# ---------------------------------------------------------------- writing
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so a reader sees the old or the new content, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _json_dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True) + "\n"
+
+
+def pid_dir(capture_dir: Path, pid: int) -> Path:
+    return capture_dir / PIDS_DIR / str(pid)
+
+
+def write_meta(capture_dir: Path, meta: RunMeta) -> None:
+    atomic_write_text(capture_dir / META_FILE, _json_dump(asdict(meta)))
+
+
+def write_scope(capture_dir: Path, processes: Iterable[ProcessInfo]) -> None:
+    rows = [asdict(p) for p in sorted(processes, key=lambda p: p.pid)]
+    atomic_write_text(capture_dir / SCOPE_FILE, _json_dump(rows))
+
+
+def write_counters(capture_dir: Path, counters: PidCounters) -> None:
+    payload = asdict(counters)
+    payload["events"] = {name: asdict(value) for name, value in counters.events.items()}
+    atomic_write_text(pid_dir(capture_dir, counters.pid) / COUNTERS_FILE, _json_dump(payload))
+
+
+def write_sampler_stats(capture_dir: Path, stats: SamplerStats) -> None:
+    atomic_write_text(pid_dir(capture_dir, stats.pid) / SAMPLER_FILE, _json_dump(asdict(stats)))
+
+
+def write_net(capture_dir: Path, stats: NetStats) -> None:
+    atomic_write_text(pid_dir(capture_dir, stats.pid) / NET_FILE, _json_dump(asdict(stats)))
+
+
+def write_overhead(capture_dir: Path, overhead: Overhead) -> None:
+    atomic_write_text(capture_dir / OVERHEAD_FILE, _json_dump(asdict(overhead)))
+
+
+def format_result_csv(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...] = RESULT_COLUMNS) -> str:
+    """CSV text with a fixed column order; None becomes an empty cell, floats keep 6 significant digits."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(column)) for column in columns])
+    return buffer.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.6g}"
+    return str(value)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CaptureFormatError(f"{path}: missing; is this a capture directory written by `profiler run`?") from None
+    except json.JSONDecodeError as exc:
+        raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-run the capture") from None
+
+
+def _from_dict(cls: type, payload: Mapping[str, Any], path: Path) -> Any:
+    known = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in payload.items() if k in known})
+    except TypeError as exc:
+        raise CaptureFormatError(f"{path}: {exc}; the capture was written by an incompatible version") from None
+
+
+def read_meta(capture_dir: Path) -> RunMeta:
+    path = capture_dir / META_FILE
+    payload = _load_json(path)
+    version = payload.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CaptureFormatError(
+            f"{path}: format_version {version!r}, this version reads {FORMAT_VERSION}; use a matching profiler version"
+        )
+    payload["warnings"] = tuple(payload.get("warnings", ()))
+    meta: RunMeta = _from_dict(RunMeta, payload, path)
+    return meta
+
+
+def read_scope(capture_dir: Path) -> list[ProcessInfo]:
+    path = capture_dir / SCOPE_FILE
+    return [_from_dict(ProcessInfo, row, path) for row in _load_json(path)]
+
+
+def read_counters(capture_dir: Path, pid: int) -> PidCounters | None:
+    path = pid_dir(capture_dir, pid) / COUNTERS_FILE
+    if not path.exists():
+        return None
+    payload = _load_json(path)
+    payload["events"] = {name: _from_dict(CounterValue, value, path) for name, value in payload["events"].items()}
+    counters: PidCounters = _from_dict(PidCounters, payload, path)
+    return counters
+
+
+def read_sampler_stats(capture_dir: Path, pid: int) -> SamplerStats | None:
+    path = pid_dir(capture_dir, pid) / SAMPLER_FILE
+    return _from_dict(SamplerStats, _load_json(path), path) if path.exists() else None
+
+
+def read_net(capture_dir: Path, pid: int) -> NetStats | None:
+    path = pid_dir(capture_dir, pid) / NET_FILE
+    return _from_dict(NetStats, _load_json(path), path) if path.exists() else None
+
+
+def read_overhead(capture_dir: Path) -> Overhead | None:
+    path = capture_dir / OVERHEAD_FILE
+    return _from_dict(Overhead, _load_json(path), path) if path.exists() else None
+
+
+def stacks_path(capture_dir: Path, pid: int) -> Path:
+    return pid_dir(capture_dir, pid) / STACKS_FILE
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Everything one host capture holds except the stacks themselves (read those lazily)."""
+
+    directory: Path
+    meta: RunMeta
+    processes: tuple[ProcessInfo, ...]
+    counters: Mapping[int, PidCounters] = field(default_factory=dict)
+    sampler: Mapping[int, SamplerStats] = field(default_factory=dict)
+    net: Mapping[int, NetStats] = field(default_factory=dict)
+    overhead: Overhead | None = None
+
+
+def read_capture(capture_dir: Path) -> Capture:
+    capture_dir = Path(capture_dir)
+    meta = read_meta(capture_dir)
+    processes = tuple(read_scope(capture_dir))
+    counters: dict[int, PidCounters] = {}
+    sampler: dict[int, SamplerStats] = {}
+    net: dict[int, NetStats] = {}
+    for process in processes:
+        if (c := read_counters(capture_dir, process.pid)) is not None:
+            counters[process.pid] = c
+        if (s := read_sampler_stats(capture_dir, process.pid)) is not None:
+            sampler[process.pid] = s
+        if (n := read_net(capture_dir, process.pid)) is not None:
+            net[process.pid] = n
+    return Capture(capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir))
+
+
+def is_capture_dir(path: Path) -> bool:
+    return (Path(path) / META_FILE).is_file()

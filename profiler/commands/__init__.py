@@ -1,0 +1,1 @@
+"""One module per ``profiler`` subcommand; each exposes ``COMMAND``, a class with prepare_parser/run."""

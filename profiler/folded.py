@@ -1,0 +1,50 @@
+"""Brendan Gregg's folded stack format: ``root;frame;...;leaf count``, one stack per line."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from .errors import CaptureFormatError
+
+
+def parse_line(line: str) -> tuple[str, int] | None:
+    """Split one folded line into (stack, count); None for blank lines. Frames may contain spaces."""
+    line = line.rstrip("\r\n")
+    if not line.strip():
+        return None
+    stack, sep, count = line.rpartition(" ")
+    if not sep or not stack or not count.isdigit():
+        raise ValueError(f"not a folded stack line (expected 'frame;frame count'): {line[:80]!r}")
+    return stack, int(count)
+
+
+def iter_folded(lines: Iterable[str], source: str = "<input>") -> Iterator[tuple[str, int]]:
+    for number, line in enumerate(lines, start=1):
+        try:
+            parsed = parse_line(line)
+        except ValueError as exc:
+            raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+        if parsed is not None:
+            yield parsed
+
+
+def read_folded(path: Path) -> Counter[str]:
+    """All stacks of a folded file, merged (a stack appearing twice has its counts added)."""
+    counts: Counter[str] = Counter()
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for stack, count in iter_folded(handle, str(path)):
+            counts[stack] += count
+    return counts
+
+
+def format_folded(counts: Mapping[str, int]) -> str:
+    """Folded text, most samples first, ties by stack text, so output is deterministic."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return "".join(f"{stack} {count}\n" for stack, count in ordered if count > 0)
+
+
+def sanitize_frame(frame: str) -> str:
+    """Frames must not contain the separators of the format: ';' splits frames, newlines split stacks."""
+    return frame.replace(";", ":").replace("\n", " ").replace("\r", " ")

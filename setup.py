@@ -1,0 +1,52 @@
+"""Task-level CPU profiler for distributed stream processing systems."""
+
+from __future__ import annotations
+
+import re
+from glob import glob
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "profiler" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="spe-taskprof",
+    version=VERSION,
+    description="Task-level CPU profiler for Spark and Flink stream processing clusters (eBPF + PMC)",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=[
+        "profiler",
+        "profiler.commands",
+        "coordinator",
+        "coordinator.commands",
+        "coordinator.templates",
+        "coordinator.application_profiles",
+    ],
+    # templates/ and application_profiles/ live at the top of the tree but ship inside the package,
+    # so an installed wheel renders reports and finds the default profiles without the source tree.
+    package_dir={
+        "coordinator.templates": "templates",
+        "coordinator.application_profiles": "application_profiles",
+    },
+    package_data={
+        "profiler": ["bpf/*.c", "agent/*.c", "agent/*.java", "known_spes.txt", "application_profile.txt"],
+        "coordinator.templates": ["*.html", "*.css", "*.js", "vendor/*", "vendor/**/*"],
+        "coordinator.application_profiles": ["*.txt"],
+    },
+    data_files=[("share/spe-taskprof", ["known_spes.txt", "cluster.txt"] + sorted(glob("application_profiles/*.txt")))],
+    install_requires=["psutil>=5.9"],
+    extras_require={
+        "coordinator": ["paramiko>=3", "jinja2>=3", "pyspark>=4,<5", "pandas>=2", "pyarrow>=14", "rich>=13"],
+        "dev": ["pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel"],
+    },
+    entry_points={
+        "console_scripts": [
+            "profiler=profiler.cli:main",
+            "coordinator=coordinator.cli:main",
+        ]
+    },
+)
