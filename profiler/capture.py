@@ -28,6 +28,7 @@ STACKS_FILE = "stacks.folded"
 COUNTERS_FILE = "counters.json"
 SAMPLER_FILE = "sampler.json"
 NET_FILE = "net.json"
+EVENTS_FILE = "events.json"
 
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
 RESULT_COLUMNS: tuple[str, ...] = (
@@ -141,6 +142,21 @@ class NetStats:
 
 
 @dataclass(frozen=True)
+class EventCount:
+    """Events the engine processed during the window (events.json of a host capture).
+
+    ``count`` is None when no source could tell; ``source`` says where the number came from
+    (e.g. "--events", "spark-rest:http://127.0.0.1:4040", "flink-rest:..."), ``detail`` how.
+    """
+
+    count: int | None
+    source: str
+    detail: str = ""
+    window_start: float | None = None
+    window_end: float | None = None
+
+
+@dataclass(frozen=True)
 class RunMeta:
     """meta.json of a host capture."""
 
@@ -224,6 +240,10 @@ def write_sampler_stats(capture_dir: Path, stats: SamplerStats) -> None:
 
 def write_net(capture_dir: Path, stats: NetStats) -> None:
     atomic_write_text(pid_dir(capture_dir, stats.pid) / NET_FILE, _json_dump(asdict(stats)))
+
+
+def write_events(capture_dir: Path, events: EventCount) -> None:
+    atomic_write_text(capture_dir / EVENTS_FILE, _json_dump(asdict(events)))
 
 
 def write_overhead(capture_dir: Path, overhead: Overhead) -> None:
@@ -310,6 +330,11 @@ def read_net(capture_dir: Path, pid: int) -> NetStats | None:
     return _from_dict(NetStats, _load_json(path), path) if path.exists() else None
 
 
+def read_events(capture_dir: Path) -> EventCount | None:
+    path = capture_dir / EVENTS_FILE
+    return _from_dict(EventCount, _load_json(path), path) if path.exists() else None
+
+
 def read_overhead(capture_dir: Path) -> Overhead | None:
     path = capture_dir / OVERHEAD_FILE
     return _from_dict(Overhead, _load_json(path), path) if path.exists() else None
@@ -330,6 +355,7 @@ class Capture:
     sampler: Mapping[int, SamplerStats] = field(default_factory=dict)
     net: Mapping[int, NetStats] = field(default_factory=dict)
     overhead: Overhead | None = None
+    events: EventCount | None = None
 
 
 def read_capture(capture_dir: Path) -> Capture:
@@ -346,7 +372,9 @@ def read_capture(capture_dir: Path) -> Capture:
             sampler[process.pid] = s
         if (n := read_net(capture_dir, process.pid)) is not None:
             net[process.pid] = n
-    return Capture(capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir))
+    return Capture(
+        capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir), read_events(capture_dir)
+    )
 
 
 def is_capture_dir(path: Path) -> bool:

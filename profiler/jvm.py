@@ -1,0 +1,173 @@
+"""Facts about a running JVM and running ``jcmd`` against it as the JVM's own user.
+
+HotSpot's attach mechanism only answers a caller with the JVM's uid and gid, in the JVM's mount
+namespace (the attach socket lives in the JVM's /tmp), so root must switch to both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+_PFP_ON = "-XX:+PreserveFramePointer"
+_PFP_OFF = "-XX:-PreserveFramePointer"
+
+
+@dataclass(frozen=True)
+class JvmInfo:
+    pid: int
+    java_home: str | None
+    version: str | None  # e.g. "17.0.15"; None when it could not be read
+    preserve_frame_pointer: bool
+
+    @property
+    def major(self) -> int | None:
+        if not self.version:
+            return None
+        head = self.version.split(".")[0]
+        if head == "1" and "." in self.version:  # "1.8.0_392"
+            head = self.version.split(".")[1]
+        return int(head) if head.isdigit() else None
+
+    @property
+    def has_perfmap_command(self) -> bool:
+        """``jcmd PID Compiler.perfmap`` exists from JDK 17 on."""
+        return (self.major or 0) >= 17
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def is_jvm(pid: int) -> bool:
+    exe = _exe(pid)
+    if exe is not None and (exe.endswith("/java") or exe.endswith("/java (deleted)")):
+        return True
+    args = _cmdline(pid)
+    return bool(args) and os.path.basename(args[0]) == "java"
+
+
+def preserve_frame_pointer_from_args(args: list[str]) -> bool:
+    """The last PreserveFramePointer flag wins, as in HotSpot; off by default."""
+    state = False
+    for arg in args:
+        if arg == _PFP_ON:
+            state = True
+        elif arg == _PFP_OFF:
+            state = False
+    return state
+
+
+def _java_home(pid: int) -> str | None:
+    exe = _exe(pid)
+    if exe is None:
+        return None
+    exe = exe.removesuffix(" (deleted)")
+    # <home>/bin/java, or <home>/jre/bin/java on JDK 8
+    home = Path(exe).parent.parent
+    if home.name == "jre" and (home.parent / "release").exists():
+        home = home.parent
+    # The JVM may live in another mount namespace: read through /proc/PID/root.
+    return str(home)
+
+
+def _read_release_version(pid: int, home: str) -> str | None:
+    for base in (Path(f"/proc/{pid}/root{home}"), Path(home)):
+        try:
+            text = (base / "release").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        match = re.search(r'^JAVA_VERSION="([^"]+)"', text, re.MULTILINE)
+        if match:
+            return match.group(1)
+    return None
+
+
+def jvm_info(pid: int) -> JvmInfo | None:
+    """What we can learn about a JVM without attaching to it; None when ``pid`` is not a JVM."""
+    if not is_jvm(pid):
+        return None
+    home = _java_home(pid)
+    version = _read_release_version(pid, home) if home else None
+    # JAVA_TOOL_OPTIONS and JDK_JAVA_OPTIONS also carry flags; they come before the command line.
+    env_flags: list[str] = []
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        for entry in environ:
+            key, _, value = entry.decode("utf-8", "replace").partition("=")
+            if key in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+                env_flags.extend(value.split())
+    except OSError:
+        pass
+    return JvmInfo(pid, home, version, preserve_frame_pointer_from_args(env_flags + _cmdline(pid)))
+
+
+def _owner(pid: int) -> tuple[int, int]:
+    status = os.stat(f"/proc/{pid}")
+    return status.st_uid, status.st_gid
+
+
+def _same_mount_ns(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return True
+
+
+def jcmd_path(pid: int) -> str | None:
+    """The target JVM's own jcmd (matching version), else the first one on PATH."""
+    home = _java_home(pid)
+    if home:
+        candidate = Path(f"/proc/{pid}/root{home}/bin/jcmd")
+        if candidate.exists():
+            # a path inside the JVM's mount namespace; run_jcmd enters that namespace when it differs
+            return str(Path(home) / "bin" / "jcmd")
+    return shutil.which("jcmd")
+
+
+def run_jcmd(pid: int, *command: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run ``jcmd <pid> <command...>`` as the JVM's user, inside its mount namespace when it differs."""
+    jcmd = jcmd_path(pid)
+    if jcmd is None:
+        raise FileNotFoundError("jcmd not found: install a JDK (openjdk-17-jdk-headless) on this host")
+    uid, gid = _owner(pid)
+    argv: list[str] = [jcmd, str(pid), *command]
+    if not _same_mount_ns(pid) and shutil.which("nsenter"):
+        # Inside the container the JVM's pid may differ; jcmd there must see its own pid namespace too.
+        ns_pid = _namespace_pid(pid)
+        argv = ["nsenter", "-t", str(pid), "-m", "-p", "-S", str(uid), "-G", str(gid), jcmd, str(ns_pid), *command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    def demote() -> None:
+        if os.getuid() == 0 and (uid, gid) != (0, 0):
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, preexec_fn=demote)
+
+
+def _namespace_pid(pid: int) -> int:
+    """The pid as seen inside the process's own pid namespace (last NSpid entry)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except OSError:
+        pass
+    return pid
