@@ -11,9 +11,10 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import CaptureFormatError
 

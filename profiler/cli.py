@@ -6,7 +6,8 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from . import __version__
 from .errors import ProfilerError
