@@ -1,0 +1,149 @@
+"""The coordinator run directory ``runs/<run-id>/``: typed ``run.json`` and the per-host capture paths.
+
+docs/capture-format.md ("Coordinator run directory") describes the same layout for people.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from profiler.capture import atomic_write_text
+from profiler.errors import CaptureFormatError
+
+RUN_FORMAT_VERSION = 1
+
+RUN_FILE = "run.json"
+HOSTS_DIR = "hosts"
+PROFILE_COPY = "application_profile.txt"
+CLUSTER_COPY = "cluster.txt"
+
+HOST_OK = "ok"
+HOST_FAILED = "failed"
+HOST_PARTIAL = "partial"  # profiled, but stopped early (Ctrl-C) or results incomplete
+HOST_STATES: tuple[str, ...] = (HOST_OK, HOST_FAILED, HOST_PARTIAL)
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    """What happened on one host of the run; ``host`` is its cluster.txt entry label."""
+
+    host: str
+    address: str  # what was connected to: "user@name:port", or "local"
+    roles: tuple[str, ...] = ()
+    state: str = HOST_FAILED  # "ok", "failed" or "partial"
+    reason: str = ""  # why failed or partial; empty when ok
+    clock_offset: float | None = None  # seconds, host clock minus coordinator clock
+    start_time: float | None = None  # sampling window on the host (host clock, unix seconds)
+    end_time: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == HOST_OK
+
+    @property
+    def has_capture(self) -> bool:
+        return self.state in (HOST_OK, HOST_PARTIAL)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """run.json: the whole coordinator run."""
+
+    run_id: str
+    cluster_file: str
+    profile_name: str
+    duration: float
+    frequency: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    start_time: float | None = None
+    end_time: float | None = None
+    complete: bool = False
+    hosts: tuple[HostOutcome, ...] = ()
+    format_version: int = RUN_FORMAT_VERSION
+
+    def host(self, label: str) -> HostOutcome | None:
+        return next((h for h in self.hosts if h.host == label), None)
+
+    @property
+    def failed_hosts(self) -> tuple[HostOutcome, ...]:
+        return tuple(h for h in self.hosts if h.state != HOST_OK)
+
+    def with_hosts(self, hosts: tuple[HostOutcome, ...]) -> RunInfo:
+        return replace(self, hosts=hosts, complete=bool(hosts) and all(h.ok for h in hosts))
+
+
+def new_run_id(now: float | None = None) -> str:
+    """Sortable, filesystem-safe and unique enough for one user: ``20260122-014700``."""
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
+
+
+def host_capture_dir(run_dir: Path, host: str) -> Path:
+    """Where the capture of ``host`` (its cluster.txt entry label) lives inside a run directory."""
+    if not _SAFE_NAME.match(host) or ".." in host:
+        raise CaptureFormatError(f"{run_dir}: host label {host!r} is not a safe directory name")
+    return Path(run_dir) / HOSTS_DIR / host
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / RUN_FILE).is_file()
+
+
+def run_info_to_dict(info: RunInfo) -> dict[str, Any]:
+    payload = asdict(info)
+    payload["labels"] = dict(info.labels)
+    payload["versions"] = dict(info.versions)
+    payload["hosts"] = [dict(asdict(h), roles=list(h.roles)) for h in info.hosts]
+    return payload
+
+
+def write_run(run_dir: Path, info: RunInfo) -> None:
+    """Write run.json atomically (it is rewritten as hosts finish)."""
+    text = json.dumps(run_info_to_dict(info), indent=1, sort_keys=True) + "\n"
+    atomic_write_text(Path(run_dir) / RUN_FILE, text)
+
+
+def _known(cls: type, payload: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in payload.items() if k in names}
+
+
+def read_run(run_dir: Path) -> RunInfo:
+    path = Path(run_dir) / RUN_FILE
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CaptureFormatError(
+            f"{path}: missing; is this a run directory written by `coordinator profile`?"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-run the profile") from None
+    version = payload.get("format_version")
+    if version != RUN_FORMAT_VERSION:
+        raise CaptureFormatError(
+            f"{path}: format_version {version!r}, this version reads {RUN_FORMAT_VERSION}; "
+            "use a matching coordinator version"
+        )
+    try:
+        hosts = tuple(
+            HostOutcome(**dict(_known(HostOutcome, h), roles=tuple(h.get("roles", ())))) for h in payload["hosts"]
+        )
+        return RunInfo(
+            **dict(
+                _known(RunInfo, payload),
+                labels=dict(payload.get("labels", {})),
+                versions=dict(payload.get("versions", {})),
+                hosts=hosts,
+            )
+        )
+    except (TypeError, KeyError) as exc:
+        raise CaptureFormatError(f"{path}: {exc}; written by an incompatible coordinator version") from None
