@@ -1,0 +1,28 @@
+"""Where the default input files are: beside the package in a source tree or a shipped copy,
+or under the installed data prefix."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_PROFILE = "application_profiles/spark_structured_streaming.txt"
+DEFAULT_KNOWN_SPES = "known_spes.txt"
+
+
+def data_file(relative: str) -> Path:
+    """First existing copy of a top-level data file; the source-tree path when none exists (for errors)."""
+    package_dir = Path(__file__).resolve().parent
+    candidates = [
+        package_dir.parent / relative,  # source tree or a shipped directory with the files beside the package
+        package_dir / Path(relative).name,  # a copy shipped inside the package
+        Path(sys.prefix) / "share" / "spe-taskprof" / Path(relative).name,
+    ]
+    override = os.environ.get("TASKPROF_DATA")
+    if override:
+        candidates.insert(0, Path(override) / relative)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    return candidates[0]

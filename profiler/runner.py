@@ -1,0 +1,628 @@
+"""One host's profiling run: scope, counters, stacks and network over a window, then the capture.
+
+The order matters for overhead and accuracy: every BPF program is compiled and attached before the
+window starts (LLVM costs seconds of CPU), the window only adds PIDs to in-kernel filters, and all
+symbolization and writing happen after it ends. Whatever happens (duration reached, SIGINT/SIGTERM,
+an exception), everything collected so far is written.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import __version__, capture
+from .capture import (
+    EventCount,
+    NetStats,
+    Overhead,
+    PidCounters,
+    ProcessInfo,
+    RunMeta,
+    SamplerStats,
+)
+from .errors import OutputExistsError, PrivilegeError, ProfilerError
+from .folded import format_folded
+
+CAP_PERFMON = 38
+CAP_BPF = 39
+POLL_INTERVAL = 0.25
+STATUS_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    duration: float
+    out: Path
+    profile: Path
+    known_spes: Path
+    pids: tuple[int, ...] = ()
+    frequency: int = 99
+    net: bool = False
+    events: int | None = None
+    host: str = field(default_factory=socket.gethostname)
+    start_at: float | None = None
+    status_file: Path | None = None
+    force: bool = False
+    max_stack_depth: int = 127
+    stack_storage_size: int = 16384
+    exec_watch: bool = True
+
+
+# ------------------------------------------------------------------ component interfaces
+# The real implementations live in scope.py, sampler.py, counters.py, net.py and events.py; the
+# unit tests drive the runner with fakes of these protocols.
+
+
+class ScopeLike(Protocol):
+    exec_watch_mode: str
+
+    def start(self) -> None: ...
+    def poll(self) -> tuple[list[ProcessInfo], list[int]]: ...
+    def processes(self) -> list[ProcessInfo]: ...
+    def finish(self, end_time: float) -> list[ProcessInfo]: ...
+    def close(self) -> None: ...
+
+
+class SamplerLike(Protocol):
+    def start(self) -> None: ...
+    def add_pid(self, pid: int) -> None: ...
+    def prepare_symbols(self, pid: int) -> None: ...
+    def pid_exited(self, pid: int) -> None: ...
+    def stop(self) -> None: ...
+    def collect(self) -> dict[int, tuple[Counter[str], SamplerStats]]: ...
+    def close(self) -> None: ...
+
+
+class CountersLike(Protocol):
+    def add_pid(self, pid: int) -> None: ...
+    def pid_exited(self, pid: int) -> None: ...
+    def read(self, pid: int) -> PidCounters: ...
+    def close(self) -> None: ...
+
+
+class NetLike(Protocol):
+    def start(self) -> str: ...
+    def add_pid(self, pid: int) -> None: ...
+    def stop(self) -> None: ...
+    def collect(self) -> dict[int, NetStats]: ...
+    def close(self) -> None: ...
+
+
+class EventsLike(Protocol):
+    def start(self, processes: Sequence[ProcessInfo]) -> None: ...
+    def add_process(self, process: ProcessInfo) -> None: ...
+    def finish(self, end_time: float) -> EventCount: ...
+
+
+@dataclass
+class Components:
+    scope: ScopeLike
+    sampler: SamplerLike
+    counters: CountersLike
+    net: NetLike | None
+    events: EventsLike
+    cycles_source: Callable[[], str] = lambda: "estimated"
+    prog_ids: Callable[[], list[int]] = lambda: []
+
+
+def real_components(options: RunOptions) -> Components:
+    """Build the real bcc/perf-backed components (imports bcc only here)."""
+    from .counters import CounterGroup
+    from .events import EventCounter
+    from .sampler import StackSampler
+    from .scope import ScopeAnalyzer
+    from .spes import load_known_spes
+
+    kinds = load_known_spes(options.known_spes)
+    sampler = StackSampler(options.frequency, options.max_stack_depth, options.stack_storage_size)
+    net = None
+    if options.net:
+        from .net import NetTracer
+
+        net = NetTracer()
+    counters = CounterGroup()
+
+    def cycles_source() -> str:
+        probe = counters.probe()
+        return "hardware" if probe.get("cycles") == "ok" else "estimated"
+
+    def prog_ids() -> list[int]:
+        ids = list(getattr(sampler, "prog_ids", []) or [])
+        if net is not None:
+            ids += list(getattr(net, "prog_ids", []) or [])
+        return ids
+
+    return Components(
+        scope=ScopeAnalyzer(kinds, manual_pids=options.pids, exec_watch=options.exec_watch),
+        sampler=sampler,
+        counters=counters,
+        net=net,
+        events=EventCounter(manual_count=options.events),
+        cycles_source=cycles_source,
+        prog_ids=prog_ids,
+    )
+
+
+# ------------------------------------------------------------------ checks before any work
+
+
+def effective_capabilities() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def check_privileges() -> None:
+    if os.geteuid() == 0:
+        return
+    caps = effective_capabilities()
+    missing = [name for bit, name in ((CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")) if not caps >> bit & 1]
+    if missing:
+        raise PrivilegeError(
+            f"missing {' and '.join(missing)}: run as root (sudo profiler run ...) "
+            "or grant them (setcap cap_bpf,cap_perfmon+ep on the interpreter)"
+        )
+
+
+def prepare_output(out: Path, force: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise OutputExistsError(
+                f"{out}: output directory exists and is not empty; choose another --out or add --force"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+# ------------------------------------------------------------------ status file
+
+
+class StatusWriter:
+    """The status file the coordinator polls (JSON, rewritten atomically)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.state = "starting"
+        self.started = time.time()
+        self.window_start: float | None = None
+        self.duration = 0.0
+        self.error: str | None = None
+        self.processes = 0
+        self._last = 0.0
+
+    def update(self, state: str | None = None, force: bool = False, error: str | None = None) -> None:
+        if state is not None:
+            self.state = state
+        if error is not None:
+            self.error = error
+        now = time.time()
+        if self.path is None or (not force and state is None and now - self._last < STATUS_INTERVAL):
+            return
+        self._last = now
+        elapsed = now - self.window_start if self.window_start else 0.0
+        payload = {
+            "state": self.state,
+            "pid": os.getpid(),
+            "elapsed": round(elapsed, 3),
+            "remaining": round(max(0.0, self.duration - elapsed), 3) if self.window_start else self.duration,
+            "processes": self.processes,
+            "samples": None,
+            "error": self.error,
+            "time": now,
+        }
+        import json
+
+        capture.atomic_write_text(self.path, json.dumps(payload) + "\n")
+
+
+# ------------------------------------------------------------------ BPF statistics
+
+
+@contextmanager
+def bpf_stats_enabled() -> Iterator[bool]:
+    """Turn on kernel.bpf_stats_enabled for the window (restored after); yields whether it is on."""
+    path = Path("/proc/sys/kernel/bpf_stats_enabled")
+    try:
+        before = path.read_text().strip()
+        if before != "1":
+            path.write_text("1")
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if before != "1":
+            try:
+                path.write_text(before)
+            except OSError:
+                pass
+
+
+def bpf_prog_run_stats(prog_ids: Sequence[int]) -> tuple[int, int] | None:
+    """Sum of run_time_ns and run_cnt of the given programs, from /proc/self/fdinfo of their fds."""
+    wanted = {int(i) for i in prog_ids}
+    if not wanted:
+        return None
+    run_time = run_count = 0
+    seen: set[int] = set()
+    for fd in os.listdir("/proc/self/fdinfo"):
+        try:
+            info = Path(f"/proc/self/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        prog_id = fields.get("prog_id")
+        if prog_id is None or int(prog_id) not in wanted or int(prog_id) in seen:
+            continue
+        seen.add(int(prog_id))
+        run_time += int(fields.get("run_time_ns", "0").strip() or 0)
+        run_count += int(fields.get("run_cnt", "0").strip() or 0)
+    return (run_time, run_count) if seen else None
+
+
+# ------------------------------------------------------------------ the run
+
+
+@dataclass
+class WindowState:
+    """What the window loop accumulated; kept in one place so a failure still writes it."""
+
+    start_time: float = 0.0
+    end_time: float = 0.0
+    stopped_by: str = "duration"
+    warnings: list[str] = field(default_factory=list)
+    exec_watch: str = "polling"
+    net_mode: str | None = None
+    bpf_before: tuple[int, int] | None = None
+    bpf_after: tuple[int, int] | None = None
+    cpu_before: float = 0.0
+    cpu_after: float = 0.0
+    counters: dict[int, PidCounters] = field(default_factory=dict)
+    window_started: bool = False
+
+
+def _own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+class Runner:
+    """Runs one capture. ``components`` is injectable so the loop is unit-testable with fakes."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        components: Components | None = None,
+        clock: Callable[[], float] = time.time,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        self.options = options
+        self._components = components
+        self.clock = clock
+        self.stop_event = stop_event or threading.Event()
+        self.status = StatusWriter(options.status_file)
+        self.status.duration = options.duration
+        self.state = WindowState()
+
+    # signal handling is the command's business; the runner only watches the event
+    def request_stop(self) -> None:
+        self.stop_event.set()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when a stop was requested."""
+        if seconds > 0:
+            self.stop_event.wait(seconds)
+        return self.stop_event.is_set()
+
+    def run(self, profile: Any) -> Path:
+        """Sample over the window and write the capture; ``profile`` is the loaded application profile."""
+        options = self.options
+        out = options.out
+        self.status.update("starting", force=True)
+        components = self._components or real_components(options)
+        state = self.state
+        failure: BaseException | None = None
+        try:
+            self._window(components)
+        except BaseException as exc:  # noqa: BLE001 - re-raised after the partial capture is written
+            failure = exc
+            state.stopped_by = "error" if not isinstance(exc, KeyboardInterrupt) else "signal"
+            for stopper in (components.sampler.stop, getattr(components.net, "stop", None)):
+                try:
+                    if stopper is not None:
+                        stopper()
+                except Exception:  # noqa: BLE001 - the original failure is what matters
+                    pass
+            state.warnings.append(f"run ended early: {exc.__class__.__name__}: {exc}")
+        finally:
+            try:
+                self._write_capture(components, profile)
+            finally:
+                self._close(components)
+        if failure is not None:
+            self.status.update("failed", force=True, error=str(failure))
+            raise failure
+        self.status.update("done", force=True)
+        return out
+
+    def _window(self, components: Components) -> None:
+        options, state = self.options, self.state
+        components.sampler.start()
+        if components.net is not None:
+            state.net_mode = components.net.start()
+        components.scope.start()
+        state.exec_watch = getattr(components.scope, "exec_watch_mode", "polling")
+        if options.start_at is not None:
+            self.status.update("waiting", force=True)
+            if self._wait(options.start_at - self.clock()):
+                state.stopped_by = "signal"
+                state.start_time = state.end_time = self.clock()
+                return
+        with bpf_stats_enabled() as stats_on:
+            state.cpu_before = _own_cpu_seconds()
+            state.start_time = self.clock()
+            state.window_started = True
+            self.status.window_start = state.start_time
+            if stats_on:
+                state.bpf_before = bpf_prog_run_stats(components.prog_ids())
+            initial = components.scope.processes()
+            for process in initial:
+                self._enter(components, process)
+            components.events.start(initial)
+            self.status.processes = len(initial)
+            self.status.update("sampling", force=True)
+            deadline = state.start_time + options.duration
+            while True:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    break
+                if self._wait(min(POLL_INTERVAL, remaining)):
+                    state.stopped_by = "signal"
+                    break
+                new, exited = components.scope.poll()
+                for process in new:
+                    self._enter(components, process)
+                    components.events.add_process(process)
+                for pid in exited:
+                    self._exit(components, pid)
+                self.status.processes += len(new)
+                self.status.update()
+            state.end_time = self.clock()
+            components.sampler.stop()
+            if components.net is not None:
+                components.net.stop()
+            if stats_on:
+                state.bpf_after = bpf_prog_run_stats(components.prog_ids())
+            state.cpu_after = _own_cpu_seconds()
+
+    def _enter(self, components: Components, process: ProcessInfo) -> None:
+        """A process enters the scope: counters for all, stacks for workload."""
+        for action in self._entry_actions(components, process):
+            try:
+                action()
+            except (ProcessLookupError, FileNotFoundError, PermissionError) as exc:
+                # a process that exits while being added is recorded, not an error
+                self.state.warnings.append(f"pid {process.pid}: could not be fully added ({exc})")
+                return
+
+    def _entry_actions(self, components: Components, process: ProcessInfo) -> list[Callable[[], None]]:
+        actions: list[Callable[[], None]] = [lambda: components.counters.add_pid(process.pid)]
+        if process.sampled:
+            actions.append(lambda: components.sampler.add_pid(process.pid))
+            actions.append(lambda: components.sampler.prepare_symbols(process.pid))
+        if components.net is not None:
+            actions.append(lambda: components.net.add_pid(process.pid))  # type: ignore[union-attr]
+        return actions
+
+    def _exit(self, components: Components, pid: int) -> None:
+        components.counters.pid_exited(pid)
+        components.sampler.pid_exited(pid)
+        try:
+            self.state.counters[pid] = components.counters.read(pid)
+        except Exception as exc:  # noqa: BLE001 - keep the run going; the reason is recorded
+            self.state.warnings.append(f"pid {pid}: counters unreadable after exit ({exc})")
+
+    # ------------------------------------------------------------------ after the window
+
+    def _write_capture(self, components: Components, profile: Any) -> None:
+        from .aggregate import aggregate_host
+        from .matcher import Matcher, match_stacks
+
+        options, state = self.options, self.state
+        out = options.out
+        post_start = time.monotonic()
+        self.status.update("writing", force=True)
+        if not state.end_time:
+            state.end_time = self.clock()
+        if not state.start_time:
+            state.start_time = state.end_time
+        try:
+            processes = components.scope.finish(state.end_time)
+        except Exception as exc:  # noqa: BLE001
+            state.warnings.append(f"scope could not be finalised ({exc})")
+            processes = []
+        stacks: dict[int, tuple[Counter[str], SamplerStats]] = {}
+        if state.window_started:
+            try:
+                stacks = components.sampler.collect()
+            except Exception as exc:  # noqa: BLE001
+                state.warnings.append(f"stacks could not be collected ({exc})")
+        counters = dict(state.counters)
+        for process in processes:
+            if process.pid in counters or not state.window_started:
+                continue
+            try:
+                counters[process.pid] = components.counters.read(process.pid)
+            except Exception as exc:  # noqa: BLE001
+                state.warnings.append(f"pid {process.pid}: counters unreadable ({exc})")
+        net: dict[int, NetStats] = {}
+        if components.net is not None and state.window_started:
+            try:
+                net = components.net.collect()
+            except Exception as exc:  # noqa: BLE001
+                state.warnings.append(f"network counts could not be collected ({exc})")
+        events: EventCount | None = None
+        if state.window_started:
+            try:
+                events = components.events.finish(state.end_time)
+            except Exception as exc:  # noqa: BLE001
+                events = EventCount(None, "none", f"event count failed: {exc}")
+
+        state.warnings.extend(self._health_warnings(processes, stacks))
+        capture.write_scope(out, processes)
+        capture.atomic_write_text(out / capture.PROFILE_COPY, Path(options.profile).read_text(encoding="utf-8"))
+        matcher = Matcher(profile)
+        matched = {}
+        for pid, (pid_stacks, stats) in stacks.items():
+            capture.atomic_write_text(capture.stacks_path(out, pid), format_folded(pid_stacks))
+            capture.write_sampler_stats(out, stats)
+            matched[pid] = match_stacks(matcher, pid_stacks)
+        for pid_counters in counters.values():
+            capture.write_counters(out, pid_counters)
+        for pid_net in net.values():
+            capture.write_net(out, pid_net)
+        if events is not None:
+            capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
+        sampled = [p for p in processes if p.pid in matched or not p.sampled]
+        rows = aggregate_host(options.host, sampled, matched, counters, net)
+        capture.atomic_write_text(out / capture.result_file_name(options.host), capture.format_result_csv(rows))
+        unmatched: Counter[str] = Counter()
+        for result in matched.values():
+            unmatched.update(result.unmatched)
+        capture.atomic_write_text(out / capture.unmatched_file_name(options.host), format_folded(unmatched))
+        cycles_source = "estimated"
+        try:
+            cycles_source = components.cycles_source()
+        except Exception:  # noqa: BLE001 - the per-pid flags carry the truth anyway
+            pass
+        meta = RunMeta(
+            host=options.host,
+            hostname=socket.gethostname(),
+            kernel=platform.release(),
+            profiler_version=__version__,
+            frequency=options.frequency,
+            duration_requested=options.duration,
+            start_time=state.start_time,
+            end_time=state.end_time,
+            stopped_by=state.stopped_by,
+            cycles_source=cycles_source,
+            exec_watch=state.exec_watch,
+            net=state.net_mode,
+            max_stack_depth=options.max_stack_depth,
+            stack_storage_size=options.stack_storage_size,
+            profile_name=Path(options.profile).name,
+            warnings=tuple(dict.fromkeys(state.warnings)),
+        )
+        capture.write_meta(out, meta)
+        bpf_time = bpf_count = None
+        if state.bpf_before is not None and state.bpf_after is not None:
+            bpf_time = state.bpf_after[0] - state.bpf_before[0]
+            bpf_count = state.bpf_after[1] - state.bpf_before[1]
+        capture.write_overhead(
+            out,
+            Overhead(
+                profiler_cpu_seconds=round(max(0.0, state.cpu_after - state.cpu_before), 4),
+                bpf_run_time_ns=bpf_time,
+                bpf_run_count=bpf_count,
+                post_run_seconds=round(time.monotonic() - post_start, 3),
+                peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            ),
+        )
+
+    def _health_warnings(
+        self, processes: Sequence[ProcessInfo], stacks: Mapping[int, tuple[Counter[str], SamplerStats]]
+    ) -> list[str]:
+        warnings = []
+        for process in processes:
+            if process.sampled and process.preserve_frame_pointer is False:
+                warnings.append(
+                    f"pid {process.pid} ({process.kind}) runs without -XX:+PreserveFramePointer: Java stacks are "
+                    "broken; add it, e.g. spark.executor.extraJavaOptions=-XX:+PreserveFramePointer"
+                )
+        lost = sum(s.lost_user_stack + s.lost_kernel_stack for _, s in stacks.values())
+        truncated = sum(s.truncated for _, s in stacks.values())
+        total = sum(s.samples for _, s in stacks.values())
+        if lost:
+            warnings.append(
+                f"{lost} of {total} samples lost their stack (map full or collision): raise --stack-storage-size"
+            )
+        if truncated:
+            warnings.append(
+                f"{truncated} of {total} stacks hit the depth limit {self.options.max_stack_depth}: "
+                "raise --max-stack-depth"
+            )
+        if not any(p.sampled for p in processes):
+            warnings.append("no workload process was found: check --known-spes or add --pid")
+        return warnings
+
+    def _close(self, components: Components) -> None:
+        for closer in (components.sampler.close, components.scope.close, components.counters.close):
+            try:
+                closer()
+            except Exception as exc:  # noqa: BLE001 - closing the others matters more
+                self.state.warnings.append(f"close failed: {exc}")
+        if components.net is not None:
+            try:
+                components.net.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+@contextmanager
+def stop_on_signals(runner: Runner) -> Iterator[None]:
+    """SIGINT/SIGTERM end the window early instead of killing the process; restored afterwards."""
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        runner.request_stop()
+
+    # not SIGHUP: a remote profiler must outlive a dropped SSH session (it is started under nohup)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def validate_inputs(options: RunOptions) -> Any:
+    """Every input is checked before any work starts; returns the loaded application profile."""
+    from .appprofile import load_profile
+    from .errors import ConfigError
+    from .spes import load_known_spes
+
+    profile = load_profile(options.profile)
+    load_known_spes(options.known_spes)
+    for pid in options.pids:
+        if not Path(f"/proc/{pid}").exists():
+            raise ConfigError(f"--pid {pid}: no such process; check the pid (ps -p {pid})")
+    return profile
+
+
+def run_capture(options: RunOptions, components: Components | None = None) -> Path:
+    """Checks first (privileges, input files, output dir), then the run."""
+    profile = validate_inputs(options)
+    check_privileges()
+    prepare_output(options.out, options.force)
+    runner = Runner(options, components)
+    with stop_on_signals(runner):
+        return runner.run(profile)
+
+
+__all__ = ["RunOptions", "Runner", "Components", "run_capture", "ProfilerError"]

@@ -1,0 +1,223 @@
+"""The run loop with fake components: what enters and leaves the scope, what is written, and that a
+stop request or a failure still leaves a complete capture."""
+
+from __future__ import annotations
+
+import csv
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from profiler import capture
+from profiler.appprofile import parse_profile
+from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats
+from profiler.runner import Components, Runner, RunOptions
+
+PROFILE_TEXT = "Alpha: burnAlpha\nBeta: burnBeta\nGC: GC Thread\n"
+
+
+def proc(pid: int, role: str = "workload", kind: str = "executor") -> ProcessInfo:
+    return ProcessInfo(pid, role, "spark", kind, "root", f"java {kind}", 0.0, 0.0, preserve_frame_pointer=True)
+
+
+class FakeScope:
+    exec_watch_mode = "tracepoint"
+
+    def __init__(self, initial: list[ProcessInfo], later: list[ProcessInfo], exits: list[int]) -> None:
+        self.initial, self.later, self.exits = initial, later, exits
+        self.polls = 0
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def processes(self) -> list[ProcessInfo]:
+        return list(self.initial)
+
+    def poll(self) -> tuple[list[ProcessInfo], list[int]]:
+        self.polls += 1
+        if self.polls == 2:
+            return list(self.later), []
+        if self.polls == 3:
+            return [], list(self.exits)
+        return [], []
+
+    def finish(self, end_time: float) -> list[ProcessInfo]:
+        return self.initial + self.later
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSampler:
+    def __init__(self, stacks: dict[int, Counter[str]], fail_collect: bool = False) -> None:
+        self.stacks = stacks
+        self.added: list[int] = []
+        self.exited: list[int] = []
+        self.started = self.stopped = self.closed = False
+        self.fail_collect = fail_collect
+
+    def start(self) -> None:
+        self.started = True
+
+    def add_pid(self, pid: int) -> None:
+        self.added.append(pid)
+
+    def prepare_symbols(self, pid: int) -> None:
+        pass
+
+    def pid_exited(self, pid: int) -> None:
+        self.exited.append(pid)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def collect(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
+        if self.fail_collect:
+            raise RuntimeError("symbolizer exploded")
+        return {
+            pid: (counts, SamplerStats(pid, samples=sum(counts.values())))
+            for pid, counts in self.stacks.items()
+            if pid in self.added
+        }
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeCounters:
+    def __init__(self) -> None:
+        self.added: list[int] = []
+        self.closed = False
+
+    def add_pid(self, pid: int) -> None:
+        self.added.append(pid)
+
+    def pid_exited(self, pid: int) -> None:
+        pass
+
+    def read(self, pid: int) -> PidCounters:
+        clock = CounterValue(2e9, True, 10, 10)
+        return PidCounters(pid, {"task-clock": clock}, cycles=1000.0, cycles_estimated=True, cpu_seconds=2.0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeEvents:
+    def start(self, processes: object) -> None:
+        pass
+
+    def add_process(self, process: ProcessInfo) -> None:
+        pass
+
+    def finish(self, end_time: float) -> EventCount:
+        return EventCount(500, "--events")
+
+
+class FakeNet:
+    def start(self) -> str:
+        return "tracepoint"
+
+    def add_pid(self, pid: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def collect(self) -> dict[int, NetStats]:
+        return {101: NetStats(101, bytes_sent=10, bytes_received=20)}
+
+    def close(self) -> None:
+        pass
+
+
+def make(tmp_path: Path, duration: float = 1.2, fail_collect: bool = False, net: bool = False):
+    profile_path = tmp_path / "profile.txt"
+    profile_path.write_text(PROFILE_TEXT)
+    out = tmp_path / "cap"
+    out.mkdir()
+    scope = FakeScope([proc(101), proc(200, "managing", "driver")], [proc(102)], [101])
+    sampler = FakeSampler(
+        {
+            101: Counter({"main;run;burnAlpha": 3, "main;run;burnBeta": 1}),
+            102: Counter({"GC Thread#0;gc": 4, "main;unknownThing": 4}),
+        },
+        fail_collect=fail_collect,
+    )
+    counters = FakeCounters()
+    components = Components(scope, sampler, counters, FakeNet() if net else None, FakeEvents())
+    options = RunOptions(duration=duration, out=out, profile=profile_path, known_spes=profile_path, host="h1", net=net)
+    return Runner(options, components), components, out
+
+
+def read_rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "h1_result.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_full_window_writes_capture_with_mid_run_process(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, net=True)
+    runner.run(parse_profile(PROFILE_TEXT))
+
+    assert components.sampler.added == [101, 102]  # managing 200 is not sampled
+    assert sorted(components.counters.added) == [101, 102, 200]  # every SPE process gets counters
+    assert components.sampler.exited == [101]
+    assert components.sampler.stopped and components.sampler.closed and components.scope.closed
+
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration" and meta.exec_watch == "tracepoint" and meta.net == "tracepoint"
+    assert meta.duration >= 1.2
+    rows = read_rows(out)
+    alpha = next(r for r in rows if r["pid"] == "101" and r["task"] == "Alpha")
+    assert alpha["samples"] == "3" and float(alpha["share"]) == pytest.approx(0.75)
+    assert float(alpha["cycles"]) == pytest.approx(750.0)
+    gc = next(r for r in rows if r["pid"] == "102" and r["task"] == "GC")
+    assert gc["samples"] == "4"
+    assert {r["task"] for r in rows if r["pid"] == "200"} == {"*"}
+    assert (out / "h1_unmatched.folded").read_text() == "main;unknownThing 4\n"
+    assert (out / "pids" / "101" / "stacks.folded").read_text().startswith("main;run;burnAlpha 3\n")
+    assert capture.read_events(out).count == 500
+    assert capture.read_net(out, 101).bytes_received == 20
+    assert (out / "application_profile.txt").read_text() == PROFILE_TEXT
+
+
+def test_stop_request_ends_window_early_and_writes_everything(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=60)
+    threading.Timer(0.6, runner.request_stop).start()
+    runner.run(parse_profile(PROFILE_TEXT))
+
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "signal"
+    assert meta.duration < 5
+    assert read_rows(out)  # partial results present
+    assert components.sampler.closed
+
+
+def test_failure_after_window_still_writes_partial_capture(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=0.3, fail_collect=True)
+    runner.run(parse_profile(PROFILE_TEXT))
+
+    meta = capture.read_meta(out)
+    assert any("symbolizer exploded" in w for w in meta.warnings)
+    # counters and scope still written although the stacks were lost
+    assert capture.read_counters(out, 101) is not None
+    assert {p.pid for p in capture.read_scope(out)} == {101, 102, 200}
+    assert components.sampler.closed and components.counters.closed
+
+
+def test_failure_inside_window_is_reraised_after_writing(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=5)
+
+    def boom() -> tuple[list[ProcessInfo], list[int]]:
+        raise RuntimeError("scope broke")
+
+    components.scope.poll = boom  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="scope broke"):
+        runner.run(parse_profile(PROFILE_TEXT))
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "error"
+    assert (out / "h1_result.csv").exists()
+    assert components.sampler.closed
