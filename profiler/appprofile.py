@@ -1,0 +1,181 @@
+"""Application profiles: the user's streaming tasks and the frame patterns that identify them.
+
+Format (docs/matching.md): one task per line, ``Task: p1, p2`` or a bare line that is both task name
+and pattern; ``#`` comment lines; literal case-sensitive substrings, ``re:`` for regular expressions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .capture import ALL_TASKS, UNMATCHED
+from .errors import config_error
+
+REGEX_PREFIX = "re:"
+# The first colon followed by a space separates name and patterns, so C++ frames such as
+# ``Thread::call_run`` (no space after the colons) stay bare patterns.
+TASK_SEPARATOR = ": "
+RESERVED_TASK_NAMES = (UNMATCHED, ALL_TASKS)
+_ESCAPED_COMMA = "\\,"
+_COMMA_PLACEHOLDER = "\x00"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One pattern of a task: a literal substring, or a regular expression when ``regex``."""
+
+    text: str  # without the "re:" prefix
+    regex: bool
+    line: int
+
+    @property
+    def spelled(self) -> str:
+        """The pattern as written in a profile."""
+        return f"{REGEX_PREFIX}{self.text}" if self.regex else self.text
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    patterns: tuple[Pattern, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class ApplicationProfile:
+    tasks: tuple[Task, ...]
+    source: str  # file path, or "<string>"
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        """Task names in profile order, without ``unmatched``."""
+        return tuple(task.name for task in self.tasks)
+
+    @property
+    def result_task_names(self) -> tuple[str, ...]:
+        """Task names of a match result: profile order, then ``unmatched``."""
+        return (*self.task_names, UNMATCHED)
+
+    def format(self) -> str:
+        """Profile text that parses back to the same tasks and patterns (comments are not kept)."""
+        lines = []
+        for task in self.tasks:
+            spelled = [p.spelled.replace(",", _ESCAPED_COMMA) for p in task.patterns]
+            lines.append(f"{task.name}{TASK_SEPARATOR}{', '.join(spelled)}")
+        return "\n".join(lines) + "\n"
+
+
+def literal_key(text: str) -> str:
+    """Literal patterns treat '/' and '.' as the same character (Java class names are spelled
+    ``a/b/C`` by some symbolizers and ``a.b.C`` by others); this is the normalized form."""
+    return text.replace("/", ".")
+
+
+def _split_patterns(spec: str) -> list[str]:
+    parts = spec.replace(_ESCAPED_COMMA, _COMMA_PLACEHOLDER).split(",")
+    return [part.replace(_COMMA_PLACEHOLDER, ",").strip() for part in parts]
+
+
+def _parse_pattern(raw: str, source: str, number: int, task: str) -> Pattern:
+    if not raw:
+        raise config_error(
+            source, number, f"empty pattern in task {task!r}",
+            "remove the extra comma (write '\\,' for a literal comma)",
+        )
+    if ";" in raw:
+        raise config_error(
+            source, number, f"pattern {raw!r} contains ';', which separates frames and never occurs inside one",
+            "match a single frame per pattern",
+        )
+    if raw.startswith(REGEX_PREFIX):
+        expression = raw[len(REGEX_PREFIX):]
+        if not expression:
+            raise config_error(source, number, f"empty regular expression in task {task!r}", "write re:EXPRESSION")
+        try:
+            compiled = re.compile(expression)
+        except re.error as exc:
+            raise config_error(
+                source, number, f"invalid regular expression {expression!r} ({exc})", "fix the expression after 're:'"
+            ) from None
+        if compiled.search("") is not None:
+            raise config_error(
+                source, number, f"regular expression {expression!r} matches the empty string, so every frame",
+                "make it require at least one character",
+            )
+        return Pattern(expression, True, number)
+    return Pattern(raw, False, number)
+
+
+def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
+    """Parse an application profile; raises ConfigError ``source:line: problem; fix`` on any mistake."""
+    tasks: list[Task] = []
+    task_lines: dict[str, int] = {}
+    # normalized pattern -> (task, line): one pattern belongs to one task only
+    pattern_owner: dict[tuple[bool, str], tuple[str, int]] = {}
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        line = raw_line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, spec = line.partition(TASK_SEPARATOR)
+        if sep:
+            name = name.strip()
+            raw_patterns = _split_patterns(spec)
+            if not spec.strip():
+                raise config_error(source, number, f"task {name!r} has no patterns", f"write '{name}: pattern, ...'")
+        elif line.endswith(":") and not line.endswith("::"):
+            name = line[:-1].strip()
+            raise config_error(
+                source, number, f"task {name!r} has no patterns", f"write '{name}: pattern, ...' or drop the colon"
+            )
+        else:
+            # A bare line is both the task name and its single pattern (reference profile files).
+            name, raw_patterns = line, [line]
+        if not name:
+            raise config_error(source, number, "missing task name before ': '", "write 'Task name: pattern, ...'")
+        if name in RESERVED_TASK_NAMES:
+            raise config_error(source, number, f"task name {name!r} is reserved", "choose another task name")
+        if name in task_lines:
+            raise config_error(
+                source, number, f"task {name!r} is already defined on line {task_lines[name]}",
+                "merge the patterns into one line",
+            )
+        task_lines[name] = number
+        patterns: list[Pattern] = []
+        for raw in raw_patterns:
+            pattern = _parse_pattern(raw, source, number, name)
+            key = (pattern.regex, pattern.text if pattern.regex else literal_key(pattern.text))
+            owner = pattern_owner.get(key)
+            if owner is not None:
+                if owner[0] == name:
+                    continue  # the same pattern twice in one task changes nothing
+                raise config_error(
+                    source, number, f"pattern {raw!r} is already a pattern of task {owner[0]!r} (line {owner[1]})",
+                    "keep each pattern under one task",
+                )
+            pattern_owner[key] = (name, number)
+            patterns.append(pattern)
+        tasks.append(Task(name, tuple(patterns), number))
+    if not tasks:
+        raise config_error(
+            source, 1, "no task defined (the profile is empty or only comments)",
+            "add one line per task, e.g. 'GC: GC Thread, G1'",
+        )
+    return ApplicationProfile(tuple(tasks), source)
+
+
+def load_profile(path: str | Path) -> ApplicationProfile:
+    """Read and parse a profile file; an unreadable file is a ConfigError naming the path."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise config_error(str(path), None, problem, "save it as UTF-8") from None
+    except OSError as exc:
+        raise config_error(
+            str(path), None, f"cannot read the application profile ({exc.strerror or exc})",
+            "check the path and its permissions",
+        ) from None
+    return parse_profile(text, str(path))

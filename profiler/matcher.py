@@ -1,0 +1,335 @@
+"""Algorithm 1 of the paper: map every folded stack onto one task of an application profile.
+
+Leaf-first: the frame nearest the leaf that matches any pattern decides; within that frame the task
+listed earliest in the profile wins. Pure and deterministic; the host agent and the PySpark pipeline
+call the same code. docs/matching.md states every rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .appprofile import ApplicationProfile, Pattern, literal_key
+from .capture import UNMATCHED
+
+FRAME_SEPARATOR = ";"
+
+
+MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
+
+
+def literal_alternation(words: Iterable[str]) -> str | None:
+    """One regex that finds any of ``words`` (literal substrings), factored as a trie; None when
+    the trie nests deeper than MAX_TRIE_NESTING (hostile profiles), see ``literal_searcher``.
+
+    Python's ``re`` tries the branches of a flat alternation one by one at every position; a trie
+    shares prefixes, so each position costs about one branch test. Words that extend another word
+    are dropped because the shorter one already answers "does any word occur?".
+    """
+    unique = sorted(set(words))
+    if not unique:
+        raise ValueError("no words")
+    trie: dict[str, Any] = {}
+    for word in unique:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    if _nesting(trie) > MAX_TRIE_NESTING:
+        return None
+    return _trie_to_regex(trie)
+
+
+def _nesting(trie: dict[str, Any]) -> int:
+    """How many branching nodes lie on the deepest path (iterative: tries can be deep)."""
+    deepest = 0
+    pending = [(trie, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if "" in node:
+            continue
+        depth += len(node) > 1
+        deepest = max(deepest, depth)
+        pending.extend((child, depth) for child in node.values())
+    return deepest
+
+
+def literal_searcher(words: Iterable[str]) -> Callable[[str], bool]:
+    """A predicate: does any of ``words`` occur in the text?"""
+    words = sorted(set(words))
+    expression = literal_alternation(words)
+    if expression is not None:
+        search = re.compile(expression).search
+        return lambda text: search(text) is not None
+    return lambda text: any(word in text for word in words)
+
+
+def _trie_to_regex(node: dict[str, Any]) -> str:
+    if "" in node:  # a word ends here: the search already succeeded
+        return ""
+    branches = []
+    for char in sorted(node):
+        child = node[char]
+        chain = re.escape(char)
+        # Collapse single-child chains into one literal run (keeps recursion shallow).
+        while len(child) == 1 and "" not in child:
+            (next_char, child), = child.items()
+            chain += re.escape(next_char)
+        branches.append(chain + _trie_to_regex(child))
+    if len(branches) == 1:
+        return branches[0]
+    return "(?:" + "|".join(branches) + ")"
+
+
+@dataclass(frozen=True)
+class FrameMatch:
+    """One frame of a stack that matched patterns (``index`` 0 is the root, the thread name)."""
+
+    index: int
+    frame: str
+    tasks: tuple[str, ...]  # profile order
+    patterns: tuple[str, ...]  # as spelled in the profile
+
+
+@dataclass(frozen=True)
+class MatchExplanation:
+    """Why a stack went to its task: the deciding frame and every other frame that matched."""
+
+    task: str
+    frame_index: int | None  # None when unmatched
+    frame: str | None
+    patterns: tuple[str, ...]  # patterns of ``task`` that matched the deciding frame
+    other_tasks: tuple[str, ...]  # tasks matched by other frames, not chosen (profile order)
+    matches: tuple[FrameMatch, ...]  # every frame that matched any task, leaf first
+
+    @property
+    def multi_task(self) -> bool:
+        return bool(self.other_tasks)
+
+    def describe(self) -> str:
+        if self.frame_index is None:
+            return f"{self.task}: no frame matches any pattern"
+        lines = [
+            f"{self.task}: frame {self.frame_index} {self.frame!r} matches {', '.join(self.patterns)}"
+        ]
+        for match in self.matches:
+            if match.index != self.frame_index or len(match.tasks) > 1:
+                lines.append(
+                    f"  frame {match.index} {match.frame!r} also matches task(s) {', '.join(match.tasks)}"
+                    f" via {', '.join(match.patterns)}"
+                )
+        return "\n".join(lines)
+
+
+class _Memo(dict):  # type: ignore[type-arg]
+    """A dict that computes missing values once; lookups stay C-speed (``dict.__getitem__``)."""
+
+    def __init__(self, compute: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._compute = compute
+
+    def __missing__(self, key: Any) -> Any:
+        value = self._compute(key)
+        self[key] = value
+        return value
+
+
+class Matcher:
+    """Compiled application profile. ``match`` maps a folded stack (root first, ';'-separated,
+    without the count) to a task name, or ``unmatched``."""
+
+    def __init__(self, profile: ApplicationProfile) -> None:
+        self.profile = profile
+        self.task_names: tuple[str, ...] = profile.task_names
+        self.result_names: tuple[str, ...] = (*self.task_names, UNMATCHED)
+        self.unmatched_index = len(self.task_names)
+        literal_by_task: list[list[str]] = [[] for _ in self.task_names]
+        regexes: list[tuple[int, re.Pattern[str]]] = []
+        for index, task in enumerate(profile.tasks):
+            for pattern in task.patterns:
+                if pattern.regex:
+                    regexes.append((1 << index, re.compile(pattern.text)))
+                else:
+                    literal_by_task[index].append(literal_key(pattern.text))
+        all_literals = [word for words in literal_by_task for word in words]
+        self._any_literal = literal_searcher(all_literals) if all_literals else None
+        self._task_literals = [
+            (1 << index, literal_searcher(words))
+            for index, words in enumerate(literal_by_task)
+            if words
+        ]
+        self._regexes = [(bit, compiled.search) for bit, compiled in regexes]
+        self._frame_masks = _Memo(self._frame_mask)
+        self._frame_mask_of = self._frame_masks.__getitem__
+        self._decisions = _Memo(self._decide)
+        self._decision_of = self._decisions.__getitem__
+
+    # -- pickling (Spark ships the matcher to executors): rebuild the compiled state from the profile
+    def __getstate__(self) -> dict[str, Any]:
+        return {"profile": self.profile}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["profile"])  # type: ignore[misc]
+
+    def _frame_mask(self, frame: str) -> int:
+        """Bit i set when task i has a pattern matching ``frame``; computed once per distinct frame."""
+        mask = 0
+        if self._any_literal is not None:
+            normalized = literal_key(frame)
+            if self._any_literal(normalized):
+                for bit, search in self._task_literals:
+                    if search(normalized):
+                        mask |= bit
+        for bit, regex_search in self._regexes:
+            if not mask & bit and regex_search(frame) is not None:
+                mask |= bit
+        return mask
+
+    def _decide(self, masks: tuple[int, ...]) -> tuple[int, bool]:
+        """(task index, multi-task?) for the non-zero frame masks of a stack, root first."""
+        if not masks:
+            return self.unmatched_index, False
+        leaf_mask = masks[-1]
+        chosen = (leaf_mask & -leaf_mask).bit_length() - 1  # lowest bit: earliest task in the profile
+        others = 0
+        for mask in masks[:-1]:
+            others |= mask
+        return chosen, bool(others & ~(1 << chosen))
+
+    def classify(self, stack: str) -> tuple[int, bool]:
+        """(index into ``result_names``, whether other frames matched other tasks)."""
+        return self._decision_of(tuple(filter(None, map(self._frame_mask_of, stack.split(FRAME_SEPARATOR)))))
+
+    def match(self, stack: str) -> str:
+        return self.result_names[self.classify(stack)[0]]
+
+    def frame_tasks(self, frame: str) -> tuple[str, ...]:
+        """Every task with a pattern matching this one frame, in profile order."""
+        mask = self._frame_mask_of(frame)
+        return tuple(name for index, name in enumerate(self.task_names) if mask >> index & 1)
+
+    def matching_patterns(self, frame: str) -> list[tuple[str, Pattern]]:
+        """(task, pattern) for every pattern matching ``frame`` (slow; for explanations)."""
+        normalized = literal_key(frame)
+        found = []
+        for task in self.profile.tasks:
+            for pattern in task.patterns:
+                hit = (
+                    re.search(pattern.text, frame) is not None
+                    if pattern.regex
+                    else literal_key(pattern.text) in normalized
+                )
+                if hit:
+                    found.append((task.name, pattern))
+        return found
+
+    def explain(self, stack: str) -> MatchExplanation:
+        frames = stack.split(FRAME_SEPARATOR)
+        matches = []
+        for index in range(len(frames) - 1, -1, -1):
+            hits = self.matching_patterns(frames[index])
+            if hits:
+                tasks = tuple(dict.fromkeys(task for task, _ in hits))
+                matches.append(FrameMatch(index, frames[index], tasks, tuple(p.spelled for _, p in hits)))
+        if not matches:
+            return MatchExplanation(UNMATCHED, None, None, (), (), ())
+        decider = matches[0]
+        task = decider.tasks[0]
+        patterns = tuple(p.spelled for name, p in self.matching_patterns(decider.frame) if name == task)
+        other = {name for match in matches[1:] for name in match.tasks} - {task}
+        other_tasks = tuple(name for name in self.task_names if name in other)
+        return MatchExplanation(task, decider.index, decider.frame, patterns, other_tasks, tuple(matches))
+
+    @property
+    def distinct_frames_seen(self) -> int:
+        return len(self._frame_masks)
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """Samples per task of one set of stacks (one PID, or anything merged)."""
+
+    task_samples: dict[str, int]  # every profile task in profile order, then "unmatched"; zeros included
+    total_samples: int
+    unmatched: Counter[str]  # stack -> samples
+    multi_task_samples: int  # samples whose stack matched patterns of >1 task in different frames
+    task_stacks: dict[str, Counter[str]]  # task -> its stacks (drill-down flamegraphs)
+    task_multi_samples: dict[str, int] = field(default_factory=dict)  # multi-task samples per chosen task
+
+    def share(self, task: str) -> float | None:
+        """Task samples / all samples; None when there are no samples."""
+        if self.total_samples <= 0:
+            return None
+        return self.task_samples[task] / self.total_samples
+
+
+def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
+    """Assign every stack of ``counts`` (folded stack -> samples) to its task; non-positive counts are ignored."""
+    names = matcher.result_names
+    samples = [0] * len(names)
+    multi = [0] * len(names)
+    stacks: list[Counter[str]] = [Counter() for _ in names]
+    classify = matcher.classify
+    for stack, count in counts.items():
+        if count <= 0:
+            continue
+        index, is_multi = classify(stack)
+        samples[index] += count
+        if is_multi:
+            multi[index] += count
+        stacks[index][stack] += count
+    return MatchResult(
+        task_samples=dict(zip(names, samples)),
+        total_samples=sum(samples),
+        unmatched=stacks[matcher.unmatched_index],
+        multi_task_samples=sum(multi),
+        task_stacks=dict(zip(names, stacks)),
+        task_multi_samples=dict(zip(names, multi)),
+    )
+
+
+def merge_results(results: Iterable[MatchResult]) -> MatchResult:
+    """Sum several results of the same profile (e.g. all PIDs of a host); task order of the first."""
+    results = list(results)
+    if not results:
+        raise ValueError("no results to merge")
+    names = list(results[0].task_samples)
+    samples = dict.fromkeys(names, 0)
+    multi = dict.fromkeys(names, 0)
+    stacks: dict[str, Counter[str]] = {name: Counter() for name in names}
+    for result in results:
+        if list(result.task_samples) != names:
+            raise ValueError("results of different application profiles cannot be merged")
+        for name in names:
+            samples[name] += result.task_samples[name]
+            multi[name] += result.task_multi_samples.get(name, 0)
+            stacks[name].update(result.task_stacks.get(name, Counter()))
+    return MatchResult(
+        task_samples=samples,
+        total_samples=sum(samples.values()),
+        unmatched=stacks[UNMATCHED],
+        multi_task_samples=sum(r.multi_task_samples for r in results),
+        task_stacks=stacks,
+        task_multi_samples=multi,
+    )
+
+
+def leaf_frame(stack: str) -> str:
+    return stack.rpartition(FRAME_SEPARATOR)[2]
+
+
+def candidate_patterns(unmatched: Mapping[str, int], top: int = 10) -> list[tuple[str, int]]:
+    """The leaf frames with most self samples among unmatched stacks: what to add to the profile.
+
+    Most samples first, ties by frame text, so the list is deterministic.
+    """
+    self_samples: Counter[str] = Counter()
+    for stack, count in unmatched.items():
+        if count > 0:
+            self_samples[leaf_frame(stack)] += count
+    ordered = sorted(self_samples.items(), key=lambda item: (-item[1], item[0]))
+    return ordered[: max(0, top)]

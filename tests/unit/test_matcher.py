@@ -1,0 +1,192 @@
+"""Every matching rule of Algorithm 1, table-driven, plus match_stacks and candidate patterns."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from collections import Counter
+
+import pytest
+
+from profiler.appprofile import parse_profile
+from profiler.matcher import (
+    Matcher,
+    candidate_patterns,
+    literal_alternation,
+    literal_searcher,
+    match_stacks,
+    merge_results,
+)
+
+PROFILE = """\
+# tasks listed in priority order for frames that match several
+Kafka: org/apache/kafka, KafkaConsumer
+Deserialize: JacksonParser, re:\\bJsonToStructs\\b
+GC: GC Thread, G1ParTask, re:^G1[ ]
+JIT: re:^C[12] CompilerThre
+Wait: pthread_cond_timedwait, futex_wait_[k]
+Thread::call_run
+Net: re:^tcp_\\w+_\\[k\\]$
+"""
+
+
+@pytest.fixture(scope="module")
+def matcher() -> Matcher:
+    return Matcher(parse_profile(PROFILE, "test.txt"))
+
+
+@pytest.mark.parametrize(
+    "rule, stack, task",
+    [
+        # leaf-first: the frame nearest the leaf decides, whatever the root-side frames say
+        ("leaf-first", "Executor task;org.apache.kafka.clients.Fetcher.fetch;JacksonParser.parse", "Deserialize"),
+        ("leaf-first", "Executor task;JacksonParser.parse;org.apache.kafka.clients.Fetcher.fetch", "Kafka"),
+        ("leaf-first, unmatched leaf frames are skipped", "t;KafkaConsumer.poll;a;b;c", "Kafka"),
+        # in-frame priority: several tasks in one frame -> earliest in the profile
+        ("in-frame priority", "t;org.apache.kafka.JacksonParser.x", "Kafka"),
+        ("in-frame priority", "t;x;G1ParTask::work(pthread_cond_timedwait)", "GC"),
+        # thread names take part as the root frame
+        ("thread name", "GC Thread#0;Thread::call_run;WorkerThread::run", "Thread::call_run"),
+        ("thread name", "GC Thread#0;WorkerThread::run", "GC"),
+        ("thread name regex", "C2 CompilerThre;Compile::Optimize", "JIT"),
+        ("thread name regex anchored", "xC2 CompilerThre;Compile::Optimize", "unmatched"),
+        ("regex with space", "G1 Refine#0;x", "GC"),
+        ("regex with space", "G1Refine#0;x", "unmatched"),
+        # dotted and slashed Java class names are the same for literal patterns
+        ("slashed pattern, dotted frame", "t;org.apache.kafka.common.network.Selector.poll", "Kafka"),
+        ("slashed pattern, slashed frame", "t;Lorg/apache/kafka/common/network/Selector;::poll", "Kafka"),
+        ("mixed spelling", "t;org/apache.kafka/common.Selector", "Kafka"),
+        # literal patterns are case-sensitive substrings
+        ("case-sensitive", "t;kafkaconsumer.poll", "unmatched"),
+        ("substring", "t;my.KafkaConsumerWrapper.poll", "Kafka"),
+        ("literal dot is not a wildcard", "t;orgXapacheXkafka", "unmatched"),
+        # regex word boundaries and kernel suffixes are visible to patterns
+        ("regex", "t;o.a.s.sql.catalyst.expressions.JsonToStructs.nullSafeEval", "Deserialize"),
+        ("regex", "t;o.a.s.JsonToStructsX", "unmatched"),
+        ("kernel frame literal with suffix", "t;Unsafe_Park;futex_wait_[k]", "Wait"),
+        ("kernel frame literal without suffix in frame", "t;futex_wait", "unmatched"),
+        ("kernel regex", "t;sendmsg;tcp_sendmsg_[k]", "Net"),
+        ("kernel regex anchored", "t;sendmsg;tcp_sendmsg_[k]x", "unmatched"),
+        ("no frame matches", "Executor task;java.lang.Thread.run;Foo.bar", "unmatched"),
+        ("single frame", "GC Thread#3", "GC"),
+        ("empty stack", "", "unmatched"),
+    ],
+)
+def test_rules(matcher: Matcher, rule: str, stack: str, task: str) -> None:
+    assert matcher.match(stack) == task, rule
+    assert matcher.explain(stack).task == task, rule
+
+
+def test_matching_is_independent_of_memo_state() -> None:
+    stacks = ["t;org.apache.kafka.JacksonParser.x", "GC Thread#0;a", "t;a", "t;JacksonParser.p;a"]
+    first = Matcher(parse_profile(PROFILE))
+    expected = [first.match(s) for s in stacks]
+    second = Matcher(parse_profile(PROFILE))
+    assert [second.match(s) for s in reversed(stacks)][::-1] == expected
+
+
+def test_bare_reference_profile_loads_and_matches() -> None:
+    reference = "KafkaConsumer\nJacksonParser\nThread::call_run\n"
+    matcher = Matcher(parse_profile(reference))
+    assert matcher.task_names == ("KafkaConsumer", "JacksonParser", "Thread::call_run")
+    assert matcher.match("t;a.JacksonParser.parse") == "JacksonParser"
+    assert matcher.match("VM Thread;Thread::call_run;VMThread::loop") == "Thread::call_run"
+
+
+def test_explain_names_the_deciding_frame_and_the_others(matcher: Matcher) -> None:
+    stack = "GC Thread#0;org.apache.kafka.X;JacksonParser.parse;plain"
+    explanation = matcher.explain(stack)
+    assert explanation.task == "Deserialize"
+    assert explanation.frame_index == 2
+    assert explanation.frame == "JacksonParser.parse"
+    assert explanation.patterns == ("JacksonParser",)
+    assert explanation.other_tasks == ("Kafka", "GC")
+    assert [m.index for m in explanation.matches] == [2, 1, 0]
+    assert explanation.multi_task
+    assert "frame 2 'JacksonParser.parse' matches JacksonParser" in explanation.describe()
+    unmatched = matcher.explain("a;b")
+    assert (unmatched.task, unmatched.frame_index, unmatched.matches) == ("unmatched", None, ())
+    assert "no frame matches" in unmatched.describe()
+
+
+def test_match_stacks_counts_multi_task_and_keeps_stacks(matcher: Matcher) -> None:
+    counts = {
+        "Executor task;org.apache.kafka.Fetcher;JacksonParser.parse": 5,  # Deserialize, multi (Kafka)
+        "Executor task;JacksonParser.parse": 3,  # Deserialize
+        "GC Thread#0;G1ParTask::work": 7,  # GC in two frames of one task: not multi
+        "Executor task;Foo.bar": 2,  # unmatched
+        "Executor task;Baz.qux": 4,  # unmatched
+        "Executor task;Unused": 0,  # ignored
+        "t;org.apache.kafka.JacksonParser": 1,  # Kafka, two tasks in one frame: not multi
+    }
+    result = match_stacks(matcher, counts)
+    assert list(result.task_samples) == [*matcher.task_names, "unmatched"]
+    assert result.task_samples == {
+        "Kafka": 1, "Deserialize": 8, "GC": 7, "JIT": 0, "Wait": 0, "Thread::call_run": 0, "Net": 0, "unmatched": 6,
+    }
+    assert result.total_samples == 22
+    assert result.multi_task_samples == 5
+    assert result.task_multi_samples["Deserialize"] == 5
+    assert result.unmatched == Counter({"Executor task;Baz.qux": 4, "Executor task;Foo.bar": 2})
+    assert result.task_stacks["GC"] == Counter({"GC Thread#0;G1ParTask::work": 7})
+    assert result.task_stacks["unmatched"] is result.unmatched
+    assert result.share("GC") == pytest.approx(7 / 22)
+    empty = match_stacks(matcher, {})
+    assert empty.total_samples == 0 and empty.share("GC") is None
+    assert list(empty.task_samples.values()) == [0] * 8
+
+
+def test_merge_results(matcher: Matcher) -> None:
+    a = match_stacks(matcher, {"t;JacksonParser": 2, "t;x": 1})
+    b = match_stacks(matcher, {"t;JacksonParser": 3, "GC Thread#1;y": 4})
+    merged = merge_results([a, b])
+    assert merged.task_samples["Deserialize"] == 5
+    assert merged.task_samples["GC"] == 4
+    assert merged.unmatched == Counter({"t;x": 1})
+    assert merged.total_samples == 10
+    other = match_stacks(Matcher(parse_profile("A: a")), {})
+    with pytest.raises(ValueError):
+        merge_results([a, other])
+
+
+def test_candidate_patterns_are_top_self_frames() -> None:
+    unmatched = {"t;a;leaf1": 3, "t;b;leaf1": 4, "t;leaf2": 5, "u;leaf3": 5, "v;w;leaf4": 1}
+    assert candidate_patterns(unmatched, top=3) == [("leaf1", 7), ("leaf2", 5), ("leaf3", 5)]
+    assert candidate_patterns(unmatched, top=0) == []
+    assert candidate_patterns({}) == []
+
+
+def test_matcher_pickles_for_spark(matcher: Matcher) -> None:
+    stack = "t;org.apache.kafka.JacksonParser.x"
+    clone = pickle.loads(pickle.dumps(matcher))
+    assert clone.match(stack) == matcher.match(stack) == "Kafka"
+    assert clone.task_names == matcher.task_names
+
+
+@pytest.mark.parametrize(
+    "words, text, found",
+    [
+        (["abc", "abd", "xyz"], "..abd..", True),
+        (["abc", "abd", "xyz"], "..ab..", False),
+        (["a.b", "a+b"], "axb", False),
+        (["a.b", "a+b"], "za+b", True),
+        (["ab", "abc"], "ab", True),
+        (["[k]", "$$anon$1"], "Foo$$anon$1.apply", True),
+    ],
+)
+def test_literal_alternation(words: list[str], text: str, found: bool) -> None:
+    expression = literal_alternation(words)
+    assert expression is not None
+    assert (re.search(expression, text) is not None) is found
+    assert literal_searcher(words)(text) is found
+
+
+def test_literal_searcher_survives_deep_tries() -> None:
+    words = ["a" * i + "b" for i in range(1, 1500)]
+    assert literal_alternation(words) is None
+    search = literal_searcher(words)
+    assert search("x" + "a" * 700 + "b")
+    assert not search("a" * 2000)
+    matcher = Matcher(parse_profile("Deep: " + ", ".join(words)))
+    assert matcher.match("t;" + "a" * 3 + "b;c") == "Deep"
+    assert matcher.match("t;c") == "unmatched"
