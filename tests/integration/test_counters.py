@@ -1,0 +1,121 @@
+"""Real perf_event_open counters on a real busy child process (software events count here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from profiler.counters import DEFAULT_EVENTS, CounterGroup
+
+# The child starts its CPU-burning threads only after the parent says "go", i.e. after add_pid:
+# their CPU reaches our counters only through inheritance. hashlib releases the GIL on large
+# buffers, so the threads really run in parallel; one of them starts a nested thread of its own.
+CHILD = r"""
+import hashlib, sys, threading, time
+data = b"x" * (1 << 20)
+def burn(seconds, nested=False):
+    if nested:
+        inner = threading.Thread(target=burn, args=(seconds,))
+        inner.start()
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        hashlib.sha256(data).digest()
+    if nested:
+        inner.join()
+print("ready", flush=True)
+sys.stdin.readline()
+threads = [threading.Thread(target=burn, args=(0.6,)), threading.Thread(target=burn, args=(0.6, True))]
+for t in threads: t.start()
+for t in threads: t.join()
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def test_counters_follow_threads_created_after_add_pid() -> None:
+    group = CounterGroup(DEFAULT_EVENTS)
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        group.add_pid(child.pid)
+        cpu_before = _cpu_seconds(child.pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "done"
+        # GIVEN three threads born after add_pid burned ~1.8 s of CPU and exited
+        cpu_used = _cpu_seconds(child.pid) - cpu_before
+        counters = group.read(child.pid)
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=30)
+    group.close()
+
+    assert cpu_used > 1.2, f"the workload did not burn CPU ({cpu_used:.2f}s)"
+    assert counters.cpu_seconds is not None
+    assert counters.cpu_seconds == pytest.approx(cpu_used, rel=0.10)
+    task_clock = counters.events["task-clock"]
+    assert task_clock.supported and task_clock.running_ns == task_clock.enabled_ns  # software: never multiplexed
+    assert counters.get("context-switches") is not None and counters.get("page-faults") is not None
+
+    probe = group.probe()
+    if probe["cycles"] == "ok":  # a host with a PMU: measured cycles
+        assert counters.cycles_estimated is False and counters.cycles and counters.cycles > 0
+    else:  # this VM: hardware events unsupported, never 0, cycles estimated from task-clock
+        for name in ("cycles", "instructions", "branches", "branch-misses", "cache-misses"):
+            assert counters.events[name].value is None and not counters.events[name].supported
+            assert counters.events[name].note, "an unsupported event must say why"
+        assert counters.cycles_estimated is True and group.nominal_hz
+        assert counters.cycles == pytest.approx(counters.cpu_seconds * group.nominal_hz)
+
+
+def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted() -> None:
+    # The parent burns ~0.3 s itself, then forks a child that burns ~0.6 s: with inherit_thread the
+    # child is not part of the parent's counts (it would be a scope process of its own).
+    code = (
+        "import os, sys, time\n"
+        "sys.stdin.readline()\n"
+        "end = time.thread_time() + 0.3\n"
+        "while time.thread_time() < end: pass\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    end = time.thread_time() + 0.6\n"
+        "    while time.thread_time() < end: pass\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    group = CounterGroup(["task-clock", "page-faults"])
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
+    try:
+        group.add_pid(child.pid)
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        child.stdin.close()
+        # read the parent's own CPU before it is reaped (children's CPU is not in cpu_times user/system)
+        rusage_before = os.times()
+        child.wait(timeout=30)
+        children_cpu = (os.times().children_user + os.times().children_system) - (
+            rusage_before.children_user + rusage_before.children_system
+        )
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    group.pid_exited(child.pid)
+    counters = group.read(child.pid)
+    group.close()
+    assert counters.cpu_seconds is not None
+    # the waited-for process tree used ~0.9 s (parent 0.3 + forked child 0.6); we count the parent only
+    assert children_cpu > 0.8
+    assert 0.25 < counters.cpu_seconds < 0.55, counters.cpu_seconds
