@@ -1,0 +1,187 @@
+"""`coordinator profile`: capture every host of the cluster at once (see ProfileCommand for the help)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+_HELP = """Profile every host of cluster.txt at the same time and bring the results home.
+
+Connects to each host (SSH with key authentication and known_hosts checking; the bare `localhost`
+entry runs locally without SSH), ships the host agent into a private temporary directory, starts
+`profiler run` on all hosts so that sampling begins within a second everywhere, shows one progress
+line per host, fetches every capture into runs/<run-id>/hosts/<host>/, removes everything it put on
+the hosts, then computes summary.csv and the HTML report. Ctrl-C stops every host early and keeps
+what was sampled. A host that cannot be profiled is listed with its reason in run.json; the others
+complete (exit code 9 for such a partial run, 0 when every host succeeded).
+
+cluster.txt, one host per line:  [user@]host[:port] [role...] [identity=KEY] [name=LABEL] [python=PATH]
+
+examples:
+  $ coordinator profile --duration 900
+  localhost: sampling, 12 s, 888 s left, 3 processes
+  ...
+  wrote runs/20260122-101500/summary.csv
+  $ coordinator profile --cluster cluster.txt --duration 300 --label load=50k --label engine=spark
+  $ coordinator profile --duration 60 --accept-new-hosts       # first contact: record host keys
+  $ coordinator profile --duration 60 --out runs/baseline --force --quiet
+  then:
+  $ coordinator analyze runs/baseline --profile my_edited_profile.txt
+  $ xdg-open runs/baseline/report/index.html
+"""
+
+LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0 and less than a week")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 3600")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def frequency(text: str) -> int:
+    value = positive_int(text)
+    if value > 10000:
+        raise argparse.ArgumentTypeError(f"{text!r} Hz is too high; use at most 10000 (99 is the default)")
+    return value
+
+
+def label(text: str) -> tuple[str, str]:
+    """``key=value`` experiment factor; the value is free text on one line."""
+    key, sep, value = text.partition("=")
+    if not sep or not LABEL_KEY.match(key):
+        raise argparse.ArgumentTypeError(f"{text!r}: write key=value, key of letters, digits, '_', '.', '-'")
+    if len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"{text!r}: the value must be one line of at most 200 printable characters")
+    return key, value
+
+
+class ProfileCommand:
+    __doc__ = _HELP
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
+
+        parser.add_argument("--duration", type=positive_float, required=True, help="sampling window in seconds")
+        parser.add_argument("--cluster", type=Path, default=Path("cluster.txt"), help="cluster file (cluster.txt)")
+        parser.add_argument("--out", type=Path, help="run directory (default: runs/<run-id>)")
+        parser.add_argument("--force", action="store_true", help="replace an existing run directory")
+        parser.add_argument("--profile", type=Path, help=f"application profile (default: {DEFAULT_PROFILE})")
+        parser.add_argument("--known-spes", type=Path, help=f"process kinds to find (default: {DEFAULT_KNOWN_SPES})")
+        parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
+        parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
+        parser.add_argument("--events", type=positive_int, help="events the application processed in the window")
+        parser.add_argument(
+            "--label",
+            type=label,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="experiment factor recorded in run.json (repeatable), e.g. load=50k",
+        )
+        parser.add_argument(
+            "--accept-new-hosts", action="store_true", help="record unknown host keys (never changed ones)"
+        )
+        parser.add_argument("--known-hosts", type=Path, help="known_hosts file (default: ~/.ssh/known_hosts)")
+        parser.add_argument(
+            "--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)"
+        )
+        parser.add_argument(
+            "--start-delay",
+            type=non_negative_float,
+            default=None,
+            help="seconds between 'all hosts deployed' and the common start, for BPF compilation (8)",
+        )
+        parser.add_argument(
+            "--pid", type=positive_int, action="append", default=[], help="also sample this PID on every host"
+        )
+        parser.add_argument("--no-analyze", action="store_true", help="only capture; run `coordinator analyze` later")
+        parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines (for scripts)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
+
+        from ..errors import PartialRunError
+        from ..rundir import new_run_id
+        from ..session import load_cluster, profile_cluster
+
+        hosts = load_cluster(args.cluster)
+        out = args.out or Path("runs") / new_run_id()
+        profile = args.profile or data_file(DEFAULT_PROFILE)
+        known_spes = args.known_spes or data_file(DEFAULT_KNOWN_SPES)
+        labels = dict(args.label)
+        outcome = profile_cluster(
+            hosts,
+            duration=args.duration,
+            out_dir=out,
+            profile=profile,
+            known_spes=known_spes,
+            frequency=args.frequency,
+            net=args.net,
+            labels=labels,
+            accept_new_hosts=args.accept_new_hosts,
+            progress=not args.quiet,
+            analyze=not args.no_analyze,
+            events=args.events,
+            force=args.force,
+            pids=args.pid,
+            cluster_file=args.cluster,
+            known_hosts=args.known_hosts,
+            start_delay=args.start_delay,
+            connect_timeout=args.connect_timeout,
+        )
+        run_dir = outcome.run_dir
+        for host in outcome.info.hosts:
+            if host.state != "ok":
+                print(f"coordinator profile: {host.host}: {host.state}: {host.reason}", file=sys.stderr)
+        print(f"wrote {run_dir / 'run.json'}")
+        if outcome.summary_csv is not None:
+            print(f"wrote {outcome.summary_csv}")
+        if outcome.report is not None:
+            print(f"wrote {outcome.report}")
+        if outcome.analysis_error:
+            print(f"coordinator profile: analysis failed: {outcome.analysis_error}", file=sys.stderr)
+        print(f"next: edit a copy of {run_dir / 'application_profile.txt'}, then")
+        print(f"      coordinator analyze {run_dir} --profile EDITED_PROFILE")
+        if outcome.report is not None:
+            print(f"      open {outcome.report}")
+        else:
+            print(f"      coordinator report {run_dir}")
+        if not outcome.complete:
+            failed = [h.host for h in outcome.info.hosts if h.state != "ok"]
+            print(
+                f"coordinator profile: partial run: {len(failed)} of {len(outcome.info.hosts)} host(s) not fully "
+                f"profiled ({', '.join(failed)}); see {run_dir / 'run.json'}",
+                file=sys.stderr,
+            )
+            return PartialRunError.exit_code
+        return 0
+
+
+COMMAND = ProfileCommand

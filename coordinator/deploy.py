@@ -1,0 +1,222 @@
+"""What the coordinator ships to a host and the shell lines it runs there (pure; every value shlex-quoted).
+
+The remote work directory is private (``mktemp -d``, mode 0700) and holds::
+
+    pkg/profiler/…          the host agent package, unpacked from bundle.tar.gz
+    application_profile.txt known_spes.txt
+    out/                    the capture (``profiler run --out``)
+    status.json profiler.pid profiler.log
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import profiler
+
+BUNDLE_NAME = "bundle.tar.gz"
+PKG_DIR = "pkg"
+OUT_DIR = "out"
+STATUS_FILE = "status.json"
+PID_FILE = "profiler.pid"
+LOG_FILE = "profiler.log"
+PROFILE_FILE = "application_profile.txt"
+KNOWN_SPES_FILE = "known_spes.txt"
+TEMP_PREFIX = "taskprof"
+
+# Build products and caches stay home: the host compiles its own bytecode.
+_EXCLUDED_SUFFIXES = (".pyc", ".pyo")
+_EXCLUDED_DIRS = ("__pycache__",)
+
+
+@dataclass(frozen=True)
+class RemoteLayout:
+    """Paths inside one host's private work directory."""
+
+    workdir: str
+
+    def path(self, name: str) -> str:
+        return f"{self.workdir.rstrip('/')}/{name}"
+
+    @property
+    def pkg(self) -> str:
+        return self.path(PKG_DIR)
+
+    @property
+    def out(self) -> str:
+        return self.path(OUT_DIR)
+
+    @property
+    def status(self) -> str:
+        return self.path(STATUS_FILE)
+
+    @property
+    def pid_file(self) -> str:
+        return self.path(PID_FILE)
+
+    @property
+    def log(self) -> str:
+        return self.path(LOG_FILE)
+
+    @property
+    def profile(self) -> str:
+        return self.path(PROFILE_FILE)
+
+    @property
+    def known_spes(self) -> str:
+        return self.path(KNOWN_SPES_FILE)
+
+    @property
+    def bundle(self) -> str:
+        return self.path(BUNDLE_NAME)
+
+
+def package_dir() -> Path:
+    return Path(profiler.__file__).resolve().parent
+
+
+def _keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    parts = Path(info.name).parts
+    if any(part in _EXCLUDED_DIRS for part in parts) or info.name.endswith(_EXCLUDED_SUFFIXES):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+@lru_cache(maxsize=4)
+def build_bundle(source: Path | None = None) -> bytes:
+    """A tar.gz of the ``profiler`` package (Python files, bpf/*.c, agent files), built once per run."""
+    source = source or package_dir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
+        archive.add(str(source), arcname="profiler", filter=_keep)
+    return buffer.getvalue()
+
+
+def python_argv(python: str) -> list[str]:
+    """The host's interpreter as argv words (cluster.txt ``python=``, validated there)."""
+    return shlex.split(python)
+
+
+def quote_all(words: Sequence[str]) -> str:
+    return " ".join(shlex.quote(str(word)) for word in words)
+
+
+def sudo_prefix(needs_sudo: bool) -> str:
+    return "sudo -n " if needs_sudo else ""
+
+
+def make_workdir_command() -> str:
+    # mktemp -d creates the directory with mode 0700; TMPDIR is honoured like ssh sessions expect.
+    return f'umask 077 && mktemp -d "${{TMPDIR:-/tmp}}/{TEMP_PREFIX}.XXXXXXXX"'
+
+
+def unpack_command(layout: RemoteLayout) -> str:
+    return (
+        f"mkdir -p {shlex.quote(layout.pkg)} {shlex.quote(layout.out)} && "
+        f"tar -xzf {shlex.quote(layout.bundle)} -C {shlex.quote(layout.pkg)} && rm -f {shlex.quote(layout.bundle)}"
+    )
+
+
+def profiler_run_args(
+    layout: RemoteLayout,
+    host_label: str,
+    duration: float,
+    frequency: int,
+    start_at: float | None,
+    net: bool = False,
+    events: int | None = None,
+    pids: Sequence[int] = (),
+) -> list[str]:
+    """Arguments of ``profiler run`` for one host (paths inside its work directory)."""
+    args = [
+        "run",
+        "--duration",
+        repr(float(duration)),
+        "--out",
+        layout.out,
+        "--profile",
+        layout.profile,
+        "--known-spes",
+        layout.known_spes,
+        "--frequency",
+        str(int(frequency)),
+        "--host",
+        host_label,
+        "--status-file",
+        layout.status,
+        "--force",
+    ]
+    if start_at is not None:
+        args += ["--start-at", f"{start_at:.3f}"]
+    if net:
+        args.append("--net")
+    if events is not None:
+        args += ["--events", str(int(events))]
+    for pid in pids:
+        args += ["--pid", str(int(pid))]
+    return args
+
+
+def start_command(layout: RemoteLayout, python: str, run_args: Sequence[str], needs_sudo: bool) -> str:
+    """Start the profiler detached from the SSH session (own session, no terminal, output to a log).
+
+    The inner shell records its own pid, then execs the interpreter, so the pid file names the profiler.
+    """
+    inner = (
+        f"cd {shlex.quote(layout.pkg)} && echo $$ > {shlex.quote(layout.pid_file)} && "
+        f"exec {quote_all(python_argv(python))} -m profiler {quote_all(run_args)}"
+    )
+    return (
+        f"setsid nohup {sudo_prefix(needs_sudo)}sh -c {shlex.quote(inner)} "
+        f"> {shlex.quote(layout.log)} 2>&1 < /dev/null &"
+    )
+
+
+def profiler_command(layout: RemoteLayout, python: str, args: Sequence[str], needs_sudo: bool) -> str:
+    """Run a short profiler subcommand (e.g. ``doctor --json``) in the foreground."""
+    return (
+        f"cd {shlex.quote(layout.pkg)} && {sudo_prefix(needs_sudo)}"
+        f"{quote_all(python_argv(python))} -m profiler {quote_all(args)}"
+    )
+
+
+def signal_command(layout: RemoteLayout, signal_name: str, needs_sudo: bool) -> str:
+    """Send a signal to the profiler named in the pid file; exit status 0 only if it was alive."""
+    if signal_name not in ("INT", "TERM", "KILL", "0"):
+        raise ValueError(f"unexpected signal {signal_name!r}")
+    flag = "-0" if signal_name == "0" else f"-{signal_name}"
+    pid_file = shlex.quote(layout.pid_file)
+    return (
+        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && '
+        f'{sudo_prefix(needs_sudo)}kill {flag} "$pid" 2>/dev/null'
+    )
+
+
+def alive_command(layout: RemoteLayout, needs_sudo: bool) -> str:
+    """Exit 0 while the profiler process of this work directory runs (checks its cmdline too)."""
+    pid_file = shlex.quote(layout.pid_file)
+    marker = shlex.quote(layout.status)
+    return (
+        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && [ -r /proc/"$pid"/cmdline ] && '
+        f'tr "\\000" " " < /proc/"$pid"/cmdline | grep -qF -- {marker}'
+    )
+
+
+def fetch_command(layout: RemoteLayout, needs_sudo: bool) -> str:
+    return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} -cf - ."
+
+
+def cleanup_command(layout: RemoteLayout, needs_sudo: bool) -> str:
+    workdir = layout.workdir
+    # Refuse anything that is not one of our mktemp directories, whatever the remote said.
+    if f"/{TEMP_PREFIX}." not in workdir or "'" in workdir or workdir.endswith("/"):
+        raise ValueError(f"refusing to remove {workdir!r}")
+    return f"{sudo_prefix(needs_sudo)}rm -rf -- {shlex.quote(workdir)}"

@@ -1,0 +1,529 @@
+"""Profile every host of a cluster at once: connect, deploy, start together, watch, stop, fetch, clean up.
+
+``profile_cluster`` is the Python API behind ``coordinator profile`` (the demo calls it too). One thread
+per host, so the wall time is the duration plus a small constant whatever the number of hosts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import shutil
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from profiler import __version__, capture
+from profiler.errors import OutputExistsError, ProfilerError
+
+from . import rundir
+from .cluster import HostSpec, load_cluster
+from .errors import HostKeyError, PartialRunError
+from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, TransportLost
+from .progress import ProgressBoard, Renderer, make_renderer
+from .rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
+
+__all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
+
+POLL_INTERVAL = 0.5
+DEFAULT_START_DELAY = 8.0  # seconds after every host is deployed: covers BPF compilation on the hosts
+READY_TIMEOUT = 120.0  # connect + deploy budget per host before the others start without it
+LOG_FILE = "coordinator.log"
+
+TransportFactory = Callable[[HostSpec], HostTransport]
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    run_dir: Path
+    complete: bool
+    exit_code: int  # 0 when complete, PartialRunError.exit_code otherwise
+    info: RunInfo
+    summary_csv: Path | None = None
+    report: Path | None = None
+    analysis_error: str | None = None
+
+
+def make_transport(
+    known_hosts: Path | None = None, accept_new_hosts: bool = False, connect_timeout: float = 10.0
+) -> TransportFactory:
+    """Local subprocess for the bare ``localhost`` entry, SSH for everything else."""
+
+    def factory(spec: HostSpec) -> HostTransport:
+        if spec.is_local:
+            return LocalHost(spec)
+        from .ssh import DEFAULT_KNOWN_HOSTS, SshHost, SshOptions
+
+        return SshHost(
+            spec,
+            SshOptions(
+                known_hosts=known_hosts or DEFAULT_KNOWN_HOSTS,
+                accept_new_hosts=accept_new_hosts,
+                connect_timeout=connect_timeout,
+            ),
+        )
+
+    return factory
+
+
+def prepare_run_dir(out_dir: Path, force: bool) -> None:
+    """Create the run directory; never replace a non-empty one without ``force``, never a non-run one."""
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not force:
+            raise OutputExistsError(f"{out_dir}: exists and is not empty; choose another --out or add --force")
+        if not rundir.is_run_dir(out_dir):
+            raise OutputExistsError(
+                f"{out_dir}: not a run directory (no {rundir.RUN_FILE}); refusing to replace it even with --force"
+            )
+        shutil.rmtree(out_dir)
+    (out_dir / rundir.HOSTS_DIR).mkdir(parents=True, exist_ok=True)
+
+
+class RunLog:
+    """coordinator.log in the run directory: one timestamped line per host event."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, host: str, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}"
+        with self._lock:
+            if not self._handle.closed:
+                self._handle.write(f"{stamp} {host}: {text}\n")
+                self._handle.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._handle.close()
+
+
+class RunControl:
+    """What the main thread tells the workers: when to start sampling, and when to stop early."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.go = threading.Event()
+        self.start_at: float | None = None
+
+    def release(self, start_at: float) -> None:
+        self.start_at = start_at
+        self.go.set()
+
+
+class HostWorker(threading.Thread):
+    """Drives one host through connect → deploy → start → watch → fetch → clean up."""
+
+    def __init__(
+        self,
+        transport: HostTransport,
+        request: RunRequest,
+        run_dir: Path,
+        control: RunControl,
+        board: ProgressBoard,
+        log: RunLog,
+        finish_grace: float,
+    ) -> None:
+        super().__init__(name=f"host-{transport.spec.label}", daemon=True)
+        self.transport = transport
+        self.spec = transport.spec
+        self.request = request
+        self.run_dir = run_dir
+        self.control = control
+        self.board = board
+        self.log = log
+        self.finish_grace = finish_grace
+        self.ready = threading.Event()
+        self.outcome = HostOutcome(
+            host=self.spec.label, address=transport.address, roles=self.spec.roles, state=HOST_FAILED, reason="not run"
+        )
+        self.stop_sent = False
+        self.start_deadline: float | None = None
+
+    # --------------------------------------------------------------- helpers
+
+    def _phase(self, phase: str, message: str = "", **extra: Any) -> None:
+        self.board.update(self.spec.label, phase=phase, message=message, **extra)
+        self.log.write(self.spec.label, phase + (f": {message}" if message else ""))
+
+    def _fail(self, reason: str) -> None:
+        self.outcome = replace(self.outcome, state=HOST_FAILED, reason=reason)
+        self._phase("failed", reason)
+
+    def _reconnect(self, deadline: float) -> bool:
+        """Reconnect until ``deadline`` (coordinator monotonic clock); the remote profiler keeps running."""
+        attempt = 0
+        while time.monotonic() < deadline:
+            attempt += 1
+            self._phase("reconnecting", f"attempt {attempt}")
+            try:
+                self.transport.reconnect()
+                self.log.write(self.spec.label, "reconnected")
+                return True
+            except HostKeyError:
+                raise
+            except ProfilerError as exc:
+                self.log.write(self.spec.label, f"reconnect failed: {exc}")
+            self.control.stop.wait(min(2.0, max(0.0, deadline - time.monotonic())))
+        return False
+
+    def _with_reconnect(self, action: Callable[[], Any], deadline: float) -> Any:
+        while True:
+            try:
+                return action()
+            except TransportLost as exc:
+                self.log.write(self.spec.label, f"connection lost: {exc}")
+                if not self._reconnect(deadline):
+                    raise
+
+    # --------------------------------------------------------------- the run
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except ProfilerError as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must fail one host, not hang the run
+            self.log.write(self.spec.label, traceback.format_exc())
+            self._fail(f"internal error: {exc.__class__.__name__}: {exc}")
+        finally:
+            self.ready.set()
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        try:
+            deadline = time.monotonic() + 60
+            self._with_reconnect(self.transport.cleanup, deadline)
+            self.log.write(self.spec.label, "cleaned up")
+        except Exception as exc:  # noqa: BLE001 - report, never mask the outcome
+            self.log.write(self.spec.label, f"cleanup failed: {exc}")
+            if self.outcome.state != HOST_FAILED:
+                self.outcome = replace(
+                    self.outcome, reason=(self.outcome.reason + "; " if self.outcome.reason else "") + f"cleanup: {exc}"
+                )
+        finally:
+            try:
+                self.transport.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _run(self) -> None:
+        transport = self.transport
+        self._phase("connecting")
+        transport.connect()
+        self._phase("deploying")
+        offset = transport.measure_clock_offset()
+        self.outcome = replace(self.outcome, clock_offset=round(offset, 6))
+        self.log.write(self.spec.label, f"clock offset {offset:+.6f} s")
+        transport.deploy(self.request.profile, self.request.known_spes)
+        self._phase("ready")
+        self.ready.set()
+        while not self.control.go.wait(0.2):
+            if self.control.stop.is_set():
+                break
+        if self.control.stop.is_set():
+            self._fail("interrupted before sampling started")
+            return
+        start_at = self.control.start_at
+        request = replace(self.request, start_at=start_at)
+        self._phase("starting")
+        transport.start_profiler(request)
+        status = self._watch(start_at or time.time())
+        self._collect(status)
+
+    def _watch(self, start_at: float) -> ProfilerStatus | None:
+        """Poll the status file until the profiler finishes; forward a stop; survive connection drops."""
+        transport = self.transport
+        window_end = start_at + self.request.duration
+        stop_deadline = window_end + self.finish_grace  # coordinator wall clock
+        last: ProfilerStatus | None = None
+        polls = 0
+        kill_at: float | None = None
+        while True:
+            now = time.time()
+            reconnect_until = time.monotonic() + max(30.0, stop_deadline + 60 - now)
+            if self.control.stop.is_set() and not self.stop_sent:
+                self.stop_sent = True
+                self._phase("stopping", "asked the profiler to stop (SIGINT)")
+                self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
+            if now > stop_deadline and not self.stop_sent:
+                self.stop_sent = True
+                self._phase("stopping", f"not finished {self.finish_grace:.0f} s after the window; sent SIGINT")
+                self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
+                kill_at = time.time() + 30
+            if kill_at is not None and time.time() > kill_at:
+                self._with_reconnect(lambda: transport.signal_profiler("KILL"), reconnect_until)
+                self.outcome = replace(self.outcome, reason="profiler did not stop; killed")
+                return last
+            try:
+                status = self._with_reconnect(transport.read_status, reconnect_until)
+            except TransportLost as exc:
+                self._fail(f"connection lost and not re-established: {exc}")
+                return None
+            if status is not None:
+                last = status
+                phase = "stopping" if self.stop_sent and not status.finished else status.state
+                self.board.update(
+                    self.spec.label,
+                    phase=phase,
+                    elapsed=status.elapsed,
+                    remaining=status.remaining,
+                    samples=status.samples,
+                    processes=status.processes,
+                    message=status.error or "",
+                )
+                if status.finished:
+                    detail = f": {status.error}" if status.error else ""
+                    self.log.write(self.spec.label, f"profiler {status.state}{detail}")
+                    return status
+            # A profiler that died before writing "done" leaves a stale or no status file: check the process.
+            polls += 1
+            if polls % 6 == 0 or (now > window_end + 2 and polls % 2 == 0):
+                alive = self._with_reconnect(transport.profiler_alive, reconnect_until)
+                if not alive:
+                    final = self._with_reconnect(transport.read_status, reconnect_until)
+                    if final is not None and final.finished:
+                        return final
+                    tail = self._with_reconnect(lambda: transport.log_tail(5), reconnect_until).strip()
+                    self.log.write(self.spec.label, f"profiler exited without finishing; log:\n{tail}")
+                    last_line = _error_line(tail)
+                    self.outcome = replace(self.outcome, reason=f"profiler exited early: {last_line}")
+                    return final or ProfilerStatus("failed", error=last_line)
+            interval = POLL_INTERVAL if last is None or last.state != "sampling" else min(
+                1.0, max(0.2, (last.remaining or 1.0) / 2)
+            )
+            if self.stop_sent:
+                time.sleep(interval)
+            else:
+                self.control.stop.wait(interval)
+
+    def _collect(self, status: ProfilerStatus | None) -> None:
+        self._phase("fetching")
+        dest = rundir.host_capture_dir(self.run_dir, self.spec.label)
+        deadline = time.monotonic() + 120
+        try:
+            self._with_reconnect(lambda: self.transport.fetch_capture(dest), deadline)
+        except TransportLost as exc:
+            self._fail(f"could not fetch the capture: {exc}")
+            return
+        if not capture.is_capture_dir(dest):
+            reason = self.outcome.reason if self.outcome.reason != "not run" else ""
+            error = status.error if status is not None and status.error else reason or "no meta.json written"
+            self._fail(f"profiler failed: {error}")
+            return
+        try:
+            meta = capture.read_meta(dest)
+        except ProfilerError as exc:
+            self._fail(f"unreadable capture: {exc}")
+            return
+        reasons = []
+        if status is None or status.state != "done":
+            reasons.append(f"profiler failed: {status.error if status and status.error else 'see coordinator.log'}")
+        if meta.stopped_by != "duration":
+            reasons.append(
+                "stopped early by Ctrl-C on the coordinator"
+                if self.control.stop.is_set()
+                else f"stopped early ({meta.stopped_by})"
+            )
+        state = HOST_OK if not reasons else HOST_PARTIAL
+        self.outcome = replace(
+            self.outcome,
+            state=state,
+            reason="; ".join(reasons),
+            start_time=meta.start_time,
+            end_time=meta.end_time,
+        )
+        self._phase("done" if state == HOST_OK else "partial", self.outcome.reason)
+
+
+def _error_line(log_tail: str) -> str:
+    """The most telling line of a profiler log: the last error line, else the last line."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "Traceback" in line]
+    return (errors or lines or ["no output"])[-1][:500]
+
+
+def _versions() -> dict[str, str]:
+    versions = {"coordinator": __version__, "python": platform.python_version()}
+    try:
+        import paramiko
+
+        versions["paramiko"] = paramiko.__version__
+    except ImportError:
+        pass
+    return versions
+
+
+def _write_cluster_copy(run_dir: Path, hosts: Sequence[HostSpec], cluster_file: Path | None) -> None:
+    target = run_dir / rundir.CLUSTER_COPY
+    if cluster_file is not None and Path(cluster_file).is_file():
+        shutil.copyfile(cluster_file, target)
+        return
+    lines = []
+    for spec in hosts:
+        address = spec.hostname if not spec.port_given else f"{spec.address.split('@')[-1]}"
+        user = f"{spec.user}@" if spec.user else ""
+        words = [user + address, *spec.roles, *(f"{k}={v}" for k, v in spec.options.items())]
+        lines.append(" ".join(words))
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+class _SigintToStop:
+    """While a run is under way, Ctrl-C (SIGINT) means "stop every host and fetch what it has"."""
+
+    def __init__(self, control: RunControl, renderer: Renderer) -> None:
+        self.control = control
+        self.renderer = renderer
+        self.previous: Any = None
+        self.installed = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if not self.control.stop.is_set():
+            self.control.stop.set()
+            self.renderer.note("coordinator: stopping every host's profiler and fetching partial results…")
+        else:
+            self.renderer.note("coordinator: still stopping; cleaning up the hosts (this takes a few seconds)")
+
+    def __enter__(self) -> _SigintToStop:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+            self.installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def profile_cluster(
+    hosts: Sequence[HostSpec],
+    duration: float,
+    out_dir: Path,
+    profile: Path,
+    known_spes: Path,
+    frequency: int = 99,
+    net: bool = False,
+    labels: Mapping[str, str] = {},  # noqa: B006 - read only
+    accept_new_hosts: bool = False,
+    progress: bool = True,
+    analyze: bool = True,
+    events: int | None = None,
+    *,
+    force: bool = False,
+    pids: Sequence[int] = (),
+    cluster_file: Path | None = None,
+    known_hosts: Path | None = None,
+    start_delay: float | None = None,
+    connect_timeout: float = 10.0,
+    transport_factory: TransportFactory | None = None,
+    stream: IO[str] | None = None,
+) -> ProfileOutcome:
+    """Profile ``hosts`` for ``duration`` seconds into the run directory ``out_dir``.
+
+    Returns the outcome; never raises for host failures (they are in ``info.hosts``). Raises
+    OutputExistsError/ConfigError before anything starts.
+    """
+    if not hosts:
+        raise ProfilerError("no hosts to profile; add lines to cluster.txt")
+    labels_seen = [h.label for h in hosts]
+    if len(set(labels_seen)) != len(labels_seen):
+        raise ProfilerError(f"duplicate host labels {labels_seen}; give each entry a distinct name=")
+    out_dir = Path(out_dir)
+    for path, what in ((profile, "application profile"), (known_spes, "known_spes file")):
+        if not Path(path).is_file():
+            raise ProfilerError(f"{path}: {what} not found; pass an existing file")
+    prepare_run_dir(out_dir, force)
+    shutil.copyfile(profile, out_dir / rundir.PROFILE_COPY)
+    _write_cluster_copy(out_dir, hosts, cluster_file)
+
+    factory = transport_factory or make_transport(known_hosts, accept_new_hosts, connect_timeout)
+    request = RunRequest(
+        duration=float(duration),
+        frequency=int(frequency),
+        profile=Path(profile),
+        known_spes=Path(known_spes),
+        net=net,
+        events=events,
+        pids=tuple(pids),
+    )
+    info = RunInfo(
+        run_id=out_dir.name,
+        cluster_file=str(cluster_file) if cluster_file is not None else "",
+        profile_name=Path(profile).name,
+        duration=float(duration),
+        frequency=int(frequency),
+        labels=dict(labels),
+        versions=_versions(),
+        start_time=time.time(),
+        complete=False,
+        hosts=tuple(HostOutcome(h.label, h.address, h.roles) for h in hosts),
+    )
+    rundir.write_run(out_dir, info)
+
+    board = ProgressBoard([h.label for h in hosts])
+    renderer = make_renderer(progress, stream)
+    log = RunLog(out_dir / LOG_FILE)
+    control = RunControl()
+    finish_grace = max(60.0, 0.25 * duration)
+    workers = [
+        HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace) for spec in hosts
+    ]
+    delay = DEFAULT_START_DELAY if start_delay is None else start_delay
+    renderer.start()
+    try:
+        with _SigintToStop(control, renderer):
+            for worker in workers:
+                worker.start()
+            ready_deadline = time.monotonic() + READY_TIMEOUT
+            while not control.go.is_set():
+                if all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline:
+                    start_at = time.time() + delay
+                    log.write("*", f"all hosts ready; sampling starts at {start_at:.3f} (coordinator clock)")
+                    control.release(start_at)
+                    info = replace(info, start_time=start_at)
+                    break
+                if control.stop.is_set():
+                    control.release(time.time())
+                    break
+                renderer.refresh(board)
+                time.sleep(0.1)
+            while any(w.is_alive() for w in workers):
+                renderer.refresh(board)
+                for worker in workers:
+                    worker.join(0.2 / len(workers))
+    finally:
+        renderer.stop(board)
+        log.close()
+
+    outcomes = tuple(w.outcome for w in workers)
+    info = replace(info, end_time=time.time()).with_hosts(outcomes)
+    rundir.write_run(out_dir, info)
+    exit_code = 0 if info.complete else PartialRunError.exit_code
+    outcome = ProfileOutcome(out_dir, info.complete, exit_code, info)
+    if analyze and any(h.has_capture for h in outcomes):
+        outcome = _analyze(outcome)
+    return outcome
+
+
+def _analyze(outcome: ProfileOutcome) -> ProfileOutcome:
+    """summary.csv through the pipeline, then the HTML report, when those modules exist."""
+    summary: Path | None = None
+    report: Path | None = None
+    try:
+        if importlib.util.find_spec("coordinator.pipeline") is not None:
+            from . import pipeline  # type: ignore[attr-defined]
+
+            result = pipeline.analyze([outcome.run_dir])
+            summary = Path(result.summary_csv)
+        if importlib.util.find_spec("coordinator.report") is not None:
+            from . import report  # type: ignore[attr-defined]
+
+            report = Path(report.render_report(outcome.run_dir))
+    except ProfilerError as exc:
+        return replace(outcome, summary_csv=summary, report=report, analysis_error=str(exc))
+    return replace(outcome, summary_csv=summary, report=report)

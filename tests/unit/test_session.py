@@ -1,0 +1,166 @@
+"""Orchestration of a cluster run over scripted fake hosts: no processes, no network."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator import rundir
+from coordinator.cluster import HostSpec, parse_cluster
+from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
+from coordinator.hosts import FakeHost, FakeScript, ProfilerStatus
+from coordinator.session import profile_cluster
+from profiler.errors import OutputExistsError
+
+
+def _specs(n: int) -> list[HostSpec]:
+    return parse_cluster([f"10.0.0.{i + 1}:22{i:02d} worker" for i in range(n)], "cluster.txt")
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    profile = tmp_path / "profile.txt"
+    profile.write_text("Task A\n  a.b.C.run\n")
+    known = tmp_path / "known_spes.txt"
+    known.write_text("spark executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n")
+    return profile, known
+
+
+def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScript], **kwargs: object):
+    specs = kwargs.pop("specs", None) or _specs(len(scripts))
+    fakes: dict[str, FakeHost] = {}
+
+    def factory(spec: HostSpec) -> FakeHost:
+        fakes[spec.label] = FakeHost(spec, scripts.get(spec.label, FakeScript()))
+        return fakes[spec.label]
+
+    out = kwargs.pop("out", tmp_path / "run")
+    outcome = profile_cluster(
+        specs,
+        duration=kwargs.pop("duration", 0.6),
+        out_dir=out,
+        profile=inputs[0],
+        known_spes=inputs[1],
+        analyze=False,
+        transport_factory=factory,
+        start_delay=kwargs.pop("start_delay", 0.2),
+        stream=io.StringIO(),
+        **kwargs,
+    )
+    return outcome, fakes
+
+
+def test_all_hosts_ok_gives_complete_run_and_exit_0(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(clock_offset=0.25), "10.0.0.2_2201": FakeScript()}
+    outcome, fakes = _run(tmp_path, inputs, scripts)
+    assert outcome.complete and outcome.exit_code == 0
+    info = rundir.read_run(outcome.run_dir)
+    assert info.complete
+    assert [h.state for h in info.hosts] == ["ok", "ok"]
+    assert info.hosts[0].clock_offset == pytest.approx(0.25)
+    assert info.hosts[0].roles == ("worker",)
+    for fake in fakes.values():
+        assert fake.calls[:3] == ["connect", "deploy", "start"]
+        assert fake.cleaned
+    assert (outcome.run_dir / rundir.PROFILE_COPY).read_text() == inputs[0].read_text()
+    assert (outcome.run_dir / rundir.CLUSTER_COPY).is_file()
+    assert rundir.host_capture_dir(outcome.run_dir, "10.0.0.1_2200").joinpath("meta.json").is_file()
+
+
+def test_hosts_start_together_and_run_in_parallel(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    # GIVEN 6 hosts of a 1-second run; WHEN profiled; THEN wall time is about one duration, not six
+    scripts = {spec.label: FakeScript() for spec in _specs(6)}
+    began = time.monotonic()
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=1.0)
+    assert time.monotonic() - began < 4.0
+    starts = {fake._request.start_at for fake in fakes.values()}  # noqa: SLF001 - inspecting the fake
+    assert len(starts) == 1 and None not in starts
+    assert outcome.complete
+
+
+def test_one_host_down_gives_partial_run(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    scripts = {
+        "10.0.0.1_2200": FakeScript(connect_error=HostUnreachable("cluster.txt:1: cannot connect (refused)")),
+        "10.0.0.2_2201": FakeScript(),
+    }
+    outcome, fakes = _run(tmp_path, inputs, scripts)
+    assert not outcome.complete
+    assert outcome.exit_code == PartialRunError.exit_code != 0
+    info = rundir.read_run(outcome.run_dir)
+    down, up = info.hosts
+    assert down.state == "failed" and "refused" in down.reason
+    assert up.state == "ok"
+    assert "start" not in fakes["10.0.0.1_2200"].calls
+
+
+def test_host_key_error_is_reported_per_host(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(connect_error=HostKeyError("unknown host key SHA256:abc"))}
+    outcome, _ = _run(tmp_path, inputs, scripts)
+    assert outcome.info.hosts[0].state == "failed"
+    assert "SHA256:abc" in outcome.info.hosts[0].reason
+
+
+def test_connection_lost_mid_run_reconnects_and_collects(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(lose_connection_at=0.3, reconnect_failures=1)}
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=1.0)
+    assert outcome.complete, outcome.info.hosts
+    assert fakes["10.0.0.1_2200"].calls.count("connect") >= 3
+
+
+def test_profiler_crash_marks_host_failed(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(crash_at=0.1, fetch_error=None), "10.0.0.2_2201": FakeScript()}
+    outcome, _ = _run(tmp_path, inputs, scripts)
+    crashed = outcome.info.hosts[0]
+    assert crashed.state in ("failed", "partial") and "crashed" in crashed.reason
+    assert outcome.exit_code == PartialRunError.exit_code
+
+
+def test_stop_request_stops_every_host_and_keeps_partial_results(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    # GIVEN a 30-second run; WHEN SIGINT arrives after 1 s (we set the run's stop from a timer via signal)
+    import os
+    import signal
+
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    scripts = {spec.label: FakeScript() for spec in _specs(2)}
+    began = time.monotonic()
+    try:
+        outcome, fakes = _run(tmp_path, inputs, scripts, duration=30.0)
+    finally:
+        timer.cancel()
+    # THEN every profiler got SIGINT, results were fetched, and the run is partial
+    assert time.monotonic() - began < 10
+    for fake in fakes.values():
+        assert "signal INT" in fake.calls and "fetch" in fake.calls and fake.cleaned
+    assert [h.state for h in outcome.info.hosts] == ["partial", "partial"]
+    assert all("Ctrl-C" in h.reason for h in outcome.info.hosts)
+    assert outcome.exit_code == PartialRunError.exit_code
+
+
+def test_existing_run_dir_needs_force(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript()}
+    outcome, _ = _run(tmp_path, inputs, scripts)
+    with pytest.raises(OutputExistsError):
+        _run(tmp_path, inputs, scripts, out=outcome.run_dir)
+    again, _ = _run(tmp_path, inputs, scripts, out=outcome.run_dir, force=True)
+    assert again.complete
+
+
+def test_force_never_removes_a_directory_that_is_not_a_run(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("x")
+    with pytest.raises(OutputExistsError):
+        _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, out=precious, force=True)
+    assert (precious / "thesis.tex").exists()
+
+
+def test_status_parsing_tolerates_garbage() -> None:
+    assert ProfilerStatus.from_json("{") is None
+    assert ProfilerStatus.from_json('{"state": "bogus"}') is None
+    status = ProfilerStatus.from_json('{"state": "sampling", "elapsed": 2.5, "samples": true, "pid": 7}')
+    assert status is not None and status.samples is None and status.pid == 7 and status.elapsed == 2.5
