@@ -1,0 +1,839 @@
+"""The HTML report of a run directory (or of one bare host capture): load, build the view, render.
+
+``render_report`` is the one entry point; ``coordinator report``, ``profile`` and ``analyze`` call it.
+Templates and vendored JavaScript ship inside the package (``coordinator.templates``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from profiler.capture import (
+    ALL_TASKS,
+    PROFILE_COPY,
+    UNMATCHED,
+    Capture,
+    CaptureFormatError,
+    is_capture_dir,
+    read_capture,
+    result_file_name,
+    stacks_path,
+)
+from profiler.errors import OutputExistsError
+from profiler.folded import read_folded
+
+from . import flame
+from .rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
+
+REPORT_MARKER = ".spe-taskprof-report"
+REPORT_META = "report.json"
+SUMMARY_FILE = "summary.csv"
+DEFAULT_MAX_STACKS = flame.DEFAULT_MAX_STACKS
+# Files copied beside every report so it works offline (from coordinator.templates).
+STATIC_FILES: tuple[str, ...] = ("report.js", "report.css")
+VENDOR_FILES: tuple[str, ...] = (
+    "d3.min.js",
+    "d3-flamegraph.min.js",
+    "d3-flamegraph.css",
+    "d3.LICENSE",
+    "d3-flamegraph.LICENSE",
+    "VERSIONS",
+)
+
+# Categorical colours for tasks in profile order (Tableau 10, then Tableau 20's light tones).
+TASK_PALETTE: tuple[str, ...] = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+    "#f7b6d2", "#dbdb8d", "#9edae5", "#bcbd22",
+)
+UNMATCHED_COLOR = "#a0a0a0"
+MIXED_COLOR = "#e3e3e3"
+
+# Health thresholds: above these a line turns into a warning.
+UNMATCHED_WARN = 0.20
+LOST_WARN = 0.01
+OVERHEAD_WARN = 0.05  # profiler CPU seconds per second of window, i.e. share of one core
+
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class HostData:
+    """One host of the run: its outcome and, when readable, its capture."""
+
+    name: str
+    state: str  # "ok", "failed", "partial", "missing" (no capture directory), "unreadable"
+    reason: str
+    capture: Capture | None
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything the report shows, read from disk once."""
+
+    directory: Path
+    run_id: str
+    bare_capture: bool
+    info: RunInfo | None
+    hosts: tuple[HostData, ...]
+    rows: tuple[Mapping[str, str], ...]  # summary.csv rows, or the hosts' <host>_result.csv rows
+    rows_source: str  # "summary.csv" or "host results"
+    profile_text: str | None
+    profile_source: str | None
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.info.labels if self.info is not None else {}
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return [dict(row) for row in csv.DictReader(handle)]
+    except csv.Error as exc:
+        raise CaptureFormatError(f"{path}: not valid CSV ({exc}); re-run `coordinator analyze`") from None
+
+
+def _host_state(outcome: HostOutcome | None, capture_dir: Path) -> tuple[str, str, Capture | None]:
+    if not is_capture_dir(capture_dir):
+        if outcome is not None and not outcome.has_capture:
+            return outcome.state, outcome.reason, None
+        return "missing", f"no capture in {capture_dir}", None
+    try:
+        capture = read_capture(capture_dir)
+    except CaptureFormatError as exc:
+        return "unreadable", str(exc), None
+    if outcome is None:
+        return HOST_OK, "", capture
+    return outcome.state, outcome.reason, capture
+
+
+def load_run(path: Path) -> RunData:
+    """Read a run directory (run.json) or a bare host capture (meta.json)."""
+    path = Path(path)
+    if is_run_dir(path):
+        info = read_run(path)
+        hosts: list[HostData] = []
+        for outcome in info.hosts:
+            state, reason, capture = _host_state(outcome, host_capture_dir(path, outcome.host))
+            hosts.append(HostData(outcome.host, state, reason, capture))
+        known = {h.host for h in info.hosts}
+        hosts_root = path / "hosts"
+        if hosts_root.is_dir():  # captures on disk that run.json does not list (copied in by hand)
+            for extra in sorted(p for p in hosts_root.iterdir() if p.is_dir() and p.name not in known):
+                state, reason, capture = _host_state(None, extra)
+                hosts.append(HostData(extra.name, state, reason, capture))
+        run_id, bare = info.run_id, False
+    elif is_capture_dir(path):
+        capture = read_capture(path)
+        info = None
+        hosts = [HostData(capture.meta.host, HOST_OK, "", capture)]
+        run_id = f"{capture.meta.host}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(capture.meta.start_time))}"
+        bare = True
+    else:
+        raise CaptureFormatError(
+            f"{path}: neither a run directory (run.json) nor a host capture (meta.json); "
+            "pass a directory written by `coordinator profile` or `profiler run`"
+        )
+    rows: list[dict[str, str]] = []
+    if (path / SUMMARY_FILE).is_file():
+        rows, source = _read_csv(path / SUMMARY_FILE), SUMMARY_FILE
+    else:
+        source = "host results"
+        for host in hosts:
+            if host.capture is not None:
+                result = host.capture.directory / result_file_name(host.capture.meta.host)
+                if result.is_file():
+                    rows.extend(_read_csv(result))
+    profile_text, profile_source = None, None
+    candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
+    for candidate in candidates:
+        if candidate.is_file():
+            profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
+            break
+    return RunData(path, run_id, bare, info, tuple(hosts), tuple(rows), source, profile_text, profile_source)
+
+
+def load_stacks(capture: Capture) -> dict[int, dict[str, int]]:
+    """Folded stacks of every workload PID of a capture (PIDs without a stacks file are left out)."""
+    stacks: dict[int, dict[str, int]] = {}
+    for process in capture.processes:
+        if not process.sampled:
+            continue
+        path = stacks_path(capture.directory, process.pid)
+        if path.is_file():
+            stacks[process.pid] = dict(read_folded(path))
+    return stacks
+
+
+# ---------------------------------------------------------------- the view (pure)
+
+
+def _num(value: Any) -> float | None:
+    """A CSV cell as a number; empty or unparsable cells are "not measured"."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+@dataclass(frozen=True)
+class TaskLine:
+    task: str
+    color: str
+    samples: float | None
+    share: float | None
+    share_ci95: float | None
+    cycles: float | None
+    cycles_estimated: bool
+    cpu_seconds: float | None
+    events: float | None = None
+    cycles_per_event: float | None = None
+
+
+@dataclass(frozen=True)
+class ProcessLine:
+    host: str
+    pid: int
+    role: str
+    engine: str
+    kind: str
+    cmdline: str
+    samples: float | None
+    cycles: float | None
+    cycles_estimated: bool
+    cpu_seconds: float | None
+    instructions: float | None
+    ipc: float | None
+    preserve_frame_pointer: bool | None
+    jvm_version: str | None
+    exited: bool
+    lost: int
+    truncated: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HealthLine:
+    level: str  # "ok", "warn", "bad", "info"
+    topic: str
+    text: str
+
+
+@dataclass(frozen=True)
+class HostSection:
+    name: str
+    state: str
+    reason: str
+    hostname: str
+    kernel: str
+    window: str
+    cycles_source: str
+    warnings: tuple[str, ...]
+    tasks: tuple[TaskLine, ...]
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """What the templates show: tables as records, the JavaScript payload as one JSON object."""
+
+    title: str
+    run_id: str
+    bare_capture: bool
+    meta: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    health: tuple[HealthLine, ...]
+    cluster_tasks: tuple[TaskLine, ...]
+    cluster_tasks_note: str
+    hosts: tuple[HostSection, ...]
+    processes: tuple[ProcessLine, ...]
+    candidates: tuple[tuple[str, int, float], ...]
+    unmatched_samples: int
+    profile_text: str | None
+    profile_source: str | None
+    payload: dict[str, Any]
+    task_names: tuple[str, ...]
+
+
+def task_colors(task_names: Sequence[str]) -> dict[str, str]:
+    colors = {}
+    for index, name in enumerate(n for n in task_names if n != UNMATCHED):
+        colors[name] = TASK_PALETTE[index % len(TASK_PALETTE)]
+    colors[UNMATCHED] = UNMATCHED_COLOR
+    return colors
+
+
+def _task_order(profile_tasks: Sequence[str], rows: Iterable[Mapping[str, str]]) -> tuple[str, ...]:
+    """Profile order, then tasks only the CSV knows (a profile changed since), ``unmatched`` last."""
+    names = [t for t in profile_tasks if t != UNMATCHED]
+    for row in rows:
+        task = row.get("task", "")
+        if task and task not in (ALL_TASKS, UNMATCHED) and task not in names:
+            names.append(task)
+    return (*names, UNMATCHED)
+
+
+def _line_from_row(row: Mapping[str, str], colors: Mapping[str, str]) -> TaskLine:
+    task = row.get("task", "")
+    return TaskLine(
+        task=task,
+        color=colors.get(task, MIXED_COLOR),
+        samples=_num(row.get("samples")),
+        share=_num(row.get("share")),
+        share_ci95=_num(row.get("share_ci95")),
+        cycles=_num(row.get("cycles")),
+        cycles_estimated=row.get("cycles_estimated") in ("1", "true", "True"),
+        cpu_seconds=_num(row.get("cpu_seconds")),
+        events=_num(row.get("events")),
+        cycles_per_event=_num(row.get("cycles_per_event")),
+    )
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def aggregate_task_lines(
+    rows: Sequence[Mapping[str, str]], task_names: Sequence[str], colors: Mapping[str, str]
+) -> tuple[TaskLine, ...]:
+    """Task totals over PID rows (``*`` rows skipped). Share is by cycles when every PID has them,
+    otherwise by samples; the interval is the samples' Wilson interval (one host's or a bare capture's
+    view; summary.csv carries the pipeline's own cluster figures)."""
+    from profiler.stats import share_ci95
+
+    task_rows = [r for r in rows if r.get("task") not in (ALL_TASKS, None) and r.get("pid") != ALL_TASKS]
+    lines = []
+    total_samples = _sum(_num(r.get("samples")) for r in task_rows) or 0.0
+    all_cycles_known = bool(task_rows) and all(_num(r.get("cycles")) is not None for r in task_rows)
+    total_cycles = _sum(_num(r.get("cycles")) for r in task_rows) if all_cycles_known else None
+    for task in task_names:
+        mine = [r for r in task_rows if r.get("task") == task]
+        samples = _sum(_num(r.get("samples")) for r in mine)
+        cycles = _sum(_num(r.get("cycles")) for r in mine) if mine else None
+        if total_cycles:
+            share: float | None = (cycles or 0.0) / total_cycles
+        else:
+            share = (samples or 0.0) / total_samples if total_samples else None
+        ci = share_ci95(int(samples or 0), int(total_samples)) if total_samples else None
+        lines.append(
+            TaskLine(
+                task=task,
+                color=colors.get(task, MIXED_COLOR),
+                samples=samples,
+                share=share,
+                share_ci95=ci,
+                cycles=cycles,
+                cycles_estimated=any(r.get("cycles_estimated") in ("1", "true", "True") for r in mine),
+                cpu_seconds=_sum(_num(r.get("cpu_seconds")) for r in mine),
+            )
+        )
+    return tuple(lines)
+
+
+def _ordered_lines(lines: Iterable[TaskLine], task_names: Sequence[str]) -> tuple[TaskLine, ...]:
+    rank = {name: index for index, name in enumerate(task_names)}
+    return tuple(sorted(lines, key=lambda line: rank.get(line.task, len(rank))))
+
+
+def _fmt_time(unix: float | None) -> str:
+    if unix is None:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(unix))
+
+
+def _window(capture: Capture | None) -> str:
+    if capture is None:
+        return "—"
+    meta = capture.meta
+    return f"{_fmt_time(meta.start_time)}, {meta.duration:.1f} s ({meta.stopped_by})"
+
+
+def _health(
+    run: RunData,
+    processes: Sequence[ProcessLine],
+    unmatched_share: float | None,
+    graphs_dropped: int,
+    max_stacks: int,
+) -> tuple[HealthLine, ...]:
+    lines: list[HealthLine] = []
+    captures = [h.capture for h in run.hosts if h.capture is not None]
+    # Hosts missing or failed.
+    bad_hosts = [h for h in run.hosts if h.state != HOST_OK or h.capture is None]
+    if bad_hosts:
+        for host in bad_hosts:
+            reason = f": {host.reason}" if host.reason else ""
+            lines.append(HealthLine("bad", "hosts", f"{host.name}: {host.state}{reason}"))
+    else:
+        lines.append(HealthLine("ok", "hosts", f"all {len(run.hosts)} host(s) profiled"))
+    # Cycles measured or estimated.
+    sources = sorted({c.meta.cycles_source for c in captures})
+    estimated_pids = [p for p in processes if p.cycles_estimated]
+    if "estimated" in sources or estimated_pids:
+        lines.append(HealthLine(
+            "warn", "cycles",
+            f"cycles estimated (task-clock × nominal frequency) for {len(estimated_pids)} PID(s): no hardware "
+            "cycles counter; shares are exact, absolute cycles and IPC are approximate",
+        ))
+    elif captures:
+        lines.append(HealthLine("ok", "cycles", "cycles measured with the hardware counter on every host"))
+    # Frame pointers.
+    no_fp = [p for p in processes if p.role == "workload" and p.preserve_frame_pointer is False]
+    unknown_fp = [p for p in processes if p.role == "workload" and p.jvm_version and p.preserve_frame_pointer is None]
+    if no_fp:
+        pids = ", ".join(f"{p.host}:{p.pid}" for p in no_fp)
+        lines.append(HealthLine(
+            "bad", "frame pointers",
+            f"JVMs without -XX:+PreserveFramePointer: {pids}; their Java stacks are cut short, "
+            "restart them with the flag",
+        ))
+    elif unknown_fp:
+        lines.append(HealthLine("warn", "frame pointers", f"PreserveFramePointer unknown for {len(unknown_fp)} JVM(s)"))
+    elif any(p.role == "workload" for p in processes):
+        lines.append(HealthLine("ok", "frame pointers", "every sampled JVM runs with PreserveFramePointer"))
+    # Lost and truncated stacks.
+    samples = sum(s.samples for c in captures for s in c.sampler.values())
+    lost = sum(s.lost_user_stack + s.lost_kernel_stack for c in captures for s in c.sampler.values())
+    truncated = sum(s.truncated for c in captures for s in c.sampler.values())
+    unwalkable = sum(s.java_unwalkable for c in captures for s in c.sampler.values())
+    if samples:
+        for count, what, fix in (
+            (lost, "stacks lost (stack map full or collision)", "raise --stack-storage-size"),
+            (truncated, "stacks truncated at the depth limit", "raise the stack depth limit"),
+            (unwalkable, "samples with unwalkable Java frames", "use -XX:+PreserveFramePointer"),
+        ):
+            share = count / samples
+            level = "warn" if share > LOST_WARN else "ok"
+            text = f"{count} of {samples} samples ({share:.1%}) {what}"
+            lines.append(HealthLine(level, "stacks", text + (f"; {fix}" if level != "ok" else "")))
+    # Unmatched share.
+    if unmatched_share is not None:
+        level = "warn" if unmatched_share > UNMATCHED_WARN else "ok"
+        text = f"{unmatched_share:.1%} of the samples matched no task"
+        if level == "warn":
+            text += "; add the candidate patterns below to the application profile"
+        lines.append(HealthLine(level, "unmatched", text))
+    # The profiler's own overhead.
+    for capture in captures:
+        overhead = capture.overhead
+        if overhead is None:
+            continue
+        duration = max(capture.meta.duration, 1e-9)
+        per_core = overhead.profiler_cpu_seconds / duration
+        bpf = (
+            f", BPF programs {overhead.bpf_run_time_ns / 1e9:.3f} s in {overhead.bpf_run_count} runs"
+            if overhead.bpf_run_time_ns is not None
+            else ""
+        )
+        lines.append(HealthLine(
+            "warn" if per_core > OVERHEAD_WARN else "ok",
+            "overhead",
+            f"{capture.meta.host}: profiler used {overhead.profiler_cpu_seconds:.2f} CPU s "
+            f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s, "
+            f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB",
+        ))
+    for capture in captures:
+        for warning in capture.meta.warnings:
+            lines.append(HealthLine("warn", f"{capture.meta.host}", warning))
+    if graphs_dropped:
+        lines.append(HealthLine(
+            "info", "flamegraphs",
+            f"{graphs_dropped} flamegraph(s) drop their smallest stacks beyond {max_stacks} distinct stacks "
+            "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
+        ))
+    return tuple(lines)
+
+
+def build_view(
+    run: RunData,
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
+    max_stacks: int = DEFAULT_MAX_STACKS,
+    candidate_count: int = 15,
+) -> ReportView:
+    """Pure: run data and stacks (host → pid → folded counts) in, everything the page shows out."""
+    from profiler.appprofile import parse_profile
+    from profiler.matcher import Matcher, candidate_patterns
+
+    profile = parse_profile(run.profile_text, run.profile_source or "<profile>") if run.profile_text else None
+    profile_tasks = profile.task_names if profile is not None else ()
+    task_names = _task_order(profile_tasks, run.rows)
+    colors = task_colors(task_names)
+    if profile is not None:
+        classifier = flame.leaf_first_classifier(Matcher(profile).frame_tasks)
+    else:
+        classifier = flame.leaf_first_classifier(lambda frame: ())
+    classifications = flame.StackClassifications(classifier, task_names)
+    frames = flame.FrameTable()
+    graphs: list[flame.FlameGraph] = []
+    captures = {h.name: h.capture for h in run.hosts if h.capture is not None}
+    processes_by_host = {name: {p.pid: p for p in c.processes} for name, c in captures.items()}
+
+    def graph(counts: Mapping[str, int], key: str, title: str, kind: str, root: str) -> None:
+        graphs.append(flame.build_flamegraph(
+            counts, classifications, frames, key=key, title=title, kind=kind, root_name=root, max_stacks=max_stacks
+        ))
+
+    all_counts: dict[str, int] = {}
+    for host_name in sorted(stacks):
+        per_pid = stacks[host_name]
+        merged = flame.merge_counts(per_pid[pid] for pid in sorted(per_pid))
+        if not merged:
+            continue
+        graph(merged, f"host:{host_name}", f"host {host_name}: all workload PIDs", "host", f"host {host_name}")
+        for pid in sorted(per_pid):
+            if not per_pid[pid]:
+                continue
+            process = processes_by_host.get(host_name, {}).get(pid)
+            what = f" ({process.engine} {process.kind})" if process is not None else ""
+            graph(per_pid[pid], f"pid:{host_name}:{pid}", f"{host_name} PID {pid}{what}", "pid", f"PID {pid}")
+        for stack, count in merged.items():
+            all_counts[stack] = all_counts.get(stack, 0) + count
+    task_samples: dict[str, int] = {}
+    for task in task_names:
+        counts = flame.stacks_of_task(all_counts, classifications, task)
+        task_samples[task] = sum(counts.values())
+        title = "unmatched stacks (no task pattern matched)" if task == UNMATCHED else f"task {task}: drill-down"
+        graph(counts, f"task:{task}", title, "unmatched" if task == UNMATCHED else "task", task)
+    unmatched_counts = flame.stacks_of_task(all_counts, classifications, UNMATCHED)
+    unmatched_total = sum(unmatched_counts.values())
+    candidates = tuple(
+        (frame, samples, samples / unmatched_total if unmatched_total else 0.0)
+        for frame, samples in candidate_patterns(unmatched_counts, candidate_count)
+    )
+
+    # Tables.
+    cluster_rows = [r for r in run.rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
+    if cluster_rows:
+        cluster = _ordered_lines(
+            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
+        )
+        note = "from summary.csv (coordinator analyze)"
+    else:
+        cluster = aggregate_task_lines(run.rows, task_names, colors)
+        note = f"summed over the PID rows of the {run.rows_source}; share by cycles, interval from samples"
+    host_sections = []
+    for host in run.hosts:
+        host_rows = [r for r in run.rows if r.get("host") == host.name]
+        level_rows = [r for r in host_rows if r.get("pid") == ALL_TASKS and r.get("task") != ALL_TASKS]
+        lines = (
+            _ordered_lines((_line_from_row(r, colors) for r in level_rows), task_names)
+            if level_rows
+            else aggregate_task_lines(host_rows, task_names, colors)
+        )
+        capture = host.capture
+        host_sections.append(HostSection(
+            name=host.name,
+            state=host.state,
+            reason=host.reason,
+            hostname=capture.meta.hostname if capture else "—",
+            kernel=capture.meta.kernel if capture else "—",
+            window=_window(capture),
+            cycles_source=capture.meta.cycles_source if capture else "—",
+            warnings=capture.meta.warnings if capture else (),
+            tasks=lines if host_rows else (),
+        ))
+    processes = _process_lines(run)
+
+    # Stacked bars: task cycles (or samples where cycles are unknown) per workload PID.
+    bars = []
+    unit = "cycles"
+    pid_task_rows = [r for r in run.rows if r.get("pid") not in (ALL_TASKS, None) and r.get("task") != ALL_TASKS]
+    if pid_task_rows and any(_num(r.get("cycles")) is None for r in pid_task_rows):
+        unit = "samples"
+    seen: dict[tuple[str, str], dict[str, float]] = {}
+    for row in pid_task_rows:
+        key = (row.get("host", ""), row.get("pid", ""))
+        value = _num(row.get(unit)) or 0.0
+        seen.setdefault(key, {})[row.get("task", "")] = value
+    for (host_name, pid), values in sorted(seen.items(), key=lambda item: (item[0][0], _num(item[0][1]) or 0)):
+        process = processes_by_host.get(host_name, {}).get(int(pid)) if pid.isdigit() else None
+        kind = f" {process.kind}" if process is not None and process.kind else ""
+        bars.append({"label": f"{host_name} · {pid}{kind}", "host": host_name, "pid": pid, "values": values})
+
+    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
+    unmatched_share = unmatched_line.share if unmatched_line is not None else None
+    if unmatched_share is None and sum(task_samples.values()):
+        unmatched_share = task_samples.get(UNMATCHED, 0) / sum(task_samples.values())
+    dropped_graphs = sum(1 for g in graphs if g.dropped_stacks)
+    health = _health(run, processes, unmatched_share, dropped_graphs, max_stacks)
+
+    default_key = next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None)
+    payload: dict[str, Any] = {
+        "runId": run.run_id,
+        "frames": frames.names,
+        "tasks": [{"name": name, "color": colors[name]} for name in task_names],
+        "mixedColor": MIXED_COLOR,
+        "graphs": [g.to_json() for g in graphs],
+        "defaultGraph": default_key,
+        "maxStacks": max_stacks,
+        "chart": {"unit": unit, "bars": bars},
+    }
+    meta = _meta_lines(run)
+    title = f"Task-level CPU profile {run.run_id}"
+    return ReportView(
+        title=title,
+        run_id=run.run_id,
+        bare_capture=run.bare_capture,
+        meta=meta,
+        labels=tuple(sorted(run.labels.items())),
+        health=health,
+        cluster_tasks=cluster,
+        cluster_tasks_note=note,
+        hosts=tuple(host_sections),
+        processes=processes,
+        candidates=candidates,
+        unmatched_samples=unmatched_total,
+        profile_text=run.profile_text,
+        profile_source=run.profile_source,
+        payload=payload,
+        task_names=task_names,
+    )
+
+
+def _meta_lines(run: RunData) -> tuple[tuple[str, str], ...]:
+    captures = [h.capture for h in run.hosts if h.capture is not None]
+    lines: list[tuple[str, str]] = [("run", run.run_id)]
+    if run.info is not None:
+        info = run.info
+        lines += [
+            ("started", _fmt_time(info.start_time)),
+            ("ended", _fmt_time(info.end_time)),
+            ("duration", f"{info.duration:g} s requested"),
+            ("frequency", f"{info.frequency} Hz"),
+            ("cluster file", info.cluster_file),
+            ("profile", info.profile_name),
+            ("complete", "yes" if info.complete else "no"),
+        ]
+        lines += [(f"version {name}", value) for name, value in sorted(info.versions.items())]
+    elif captures:
+        meta = captures[0].meta
+        lines += [
+            ("started", _fmt_time(meta.start_time)),
+            ("window", f"{meta.duration:.1f} s ({meta.stopped_by})"),
+            ("frequency", f"{meta.frequency} Hz"),
+            ("profile", meta.profile_name),
+            ("profiler", meta.profiler_version),
+            ("kind", "bare host capture (`profiler run`)"),
+        ]
+    lines.append(("hosts", str(len(run.hosts))))
+    lines.append(("tables from", run.rows_source))
+    return tuple(lines)
+
+
+def _process_lines(run: RunData) -> tuple[ProcessLine, ...]:
+    totals = {
+        (r.get("host", ""), r.get("pid", "")): r
+        for r in run.rows
+        if r.get("task") == ALL_TASKS and r.get("pid") != ALL_TASKS
+    }
+    lines = []
+    for host in run.hosts:
+        capture = host.capture
+        if capture is None:
+            continue
+        for process in sorted(capture.processes, key=lambda p: (p.role != "workload", p.pid)):
+            row = totals.get((host.name, str(process.pid)), {})
+            counters = capture.counters.get(process.pid)
+            sampler = capture.sampler.get(process.pid)
+            cycles = _num(row.get("cycles"))
+            if cycles is None and counters is not None:
+                cycles = counters.cycles
+            estimated = row.get("cycles_estimated") in ("1", "true", "True") or (
+                not row and counters is not None and counters.cycles_estimated
+            )
+            cpu = _num(row.get("cpu_seconds"))
+            if cpu is None and counters is not None:
+                cpu = counters.cpu_seconds
+            warnings = []
+            if process.role == "workload" and process.preserve_frame_pointer is False:
+                warnings.append("no PreserveFramePointer")
+            if process.exited:
+                warnings.append("exited during the window")
+            if counters is not None and counters.cycles is None:
+                warnings.append("no cycles counter")
+            if process.role == "workload" and sampler is None:
+                warnings.append("no sampler stats")
+            lines.append(ProcessLine(
+                host=host.name,
+                pid=process.pid,
+                role=process.role,
+                engine=process.engine,
+                kind=process.kind,
+                cmdline=process.cmdline,
+                samples=_num(row.get("samples")) if row else (float(sampler.samples) if sampler else None),
+                cycles=cycles,
+                cycles_estimated=estimated,
+                cpu_seconds=cpu,
+                instructions=_num(row.get("instructions")),
+                ipc=_num(row.get("ipc")),
+                preserve_frame_pointer=process.preserve_frame_pointer,
+                jvm_version=process.jvm_version,
+                exited=process.exited,
+                lost=(sampler.lost_user_stack + sampler.lost_kernel_stack) if sampler else 0,
+                truncated=sampler.truncated if sampler else 0,
+                warnings=tuple(warnings),
+            ))
+    return tuple(lines)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def format_si(value: float | None, unit: str = "") -> str:
+    """1234567 → "1.23 M"; None → "—" (not measured, never 0)."""
+    if value is None:
+        return "—"
+    magnitude = abs(value)
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}".rstrip()
+    if float(value).is_integer():
+        return f"{int(value)} {unit}".rstrip()
+    return f"{value:.3g} {unit}".rstrip()
+
+
+def format_share(share: float | None, ci: float | None = None) -> str:
+    if share is None:
+        return "—"
+    text = f"{share * 100:.1f} %"
+    if ci is not None and ci > 0:
+        text = f"{share * 100:.1f} ± {ci * 100:.1f} %"
+    return text
+
+
+def format_number(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"
+
+
+def format_bytes(size: int) -> str:
+    for factor, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} B"
+
+
+def template_environment() -> Any:
+    """jinja2 over the templates shipped in the package; autoescaping on for every template."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("coordinator.templates", "."),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["si"] = format_si
+    env.filters["share"] = format_share
+    env.filters["number"] = format_number
+    env.filters["bytes"] = format_bytes
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
+    return env
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("coordinator.templates").joinpath(name).read_bytes()
+
+
+def _copy_assets(target: Path) -> None:
+    for name in STATIC_FILES:
+        (target / name).write_bytes(_asset(name))
+    (target / "vendor").mkdir()
+    for name in VENDOR_FILES:
+        (target / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
+
+
+def render_html(view: ReportView) -> str:
+    """The report page; the payload is serialised once, its size shown on the page."""
+    env = template_environment()
+    payload_json = json.dumps(view.payload, separators=(",", ":"))
+    return str(env.get_template("report.html").render(
+        view=view, payload=view.payload, payload_bytes=len(payload_json.encode("utf-8"))
+    ))
+
+
+def report_summary(view: ReportView, run: RunData) -> dict[str, Any]:
+    """report.json beside the page: what the runs index of ``--publish`` lists."""
+    start = run.info.start_time if run.info is not None else None
+    if start is None:
+        start = next((h.capture.meta.start_time for h in run.hosts if h.capture is not None), None)
+    top = sorted(
+        (line for line in view.cluster_tasks if line.share is not None and line.task != UNMATCHED),
+        key=lambda line: -(line.share or 0.0),
+    )[:3]
+    return {
+        "run_id": view.run_id,
+        "start_time": start,
+        "labels": dict(view.labels),
+        "hosts": [{"name": h.name, "state": h.state} for h in view.hosts],
+        "top_tasks": [{"task": line.task, "share": line.share} for line in top],
+        "unmatched_share": next((line.share for line in view.cluster_tasks if line.task == UNMATCHED), None),
+        "health_problems": sum(1 for line in view.health if line.level in ("warn", "bad")),
+        "rendered_at": time.time(),
+    }
+
+
+def replace_dir(staging: Path, target: Path) -> None:
+    """Move a complete directory into place. A reader sees the old or the new tree, never half of
+    one (between the two renames the path is briefly absent)."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def render_report(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    max_stacks: int = DEFAULT_MAX_STACKS,
+    *,
+    force: bool = False,
+) -> Path:
+    """Render the report of a run directory or host capture; returns the path of its index.html.
+
+    ``out_dir`` defaults to ``run_dir/report``. A previous report there is replaced atomically; any
+    other existing directory needs ``force``.
+    """
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "report"
+    if out_dir.exists() and not (out_dir / REPORT_MARKER).exists() and not force:
+        raise OutputExistsError(f"{out_dir}: exists and is not a report; choose another --out or pass --force")
+    run = load_run(run_dir)
+    stacks = {h.name: load_stacks(h.capture) for h in run.hosts if h.capture is not None}
+    view = build_view(run, stacks, max_stacks=max_stacks)
+    html = render_html(view)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    try:
+        _copy_assets(staging)
+        (staging / "index.html").write_text(html, encoding="utf-8")
+        (staging / REPORT_META).write_text(json.dumps(report_summary(view, run), indent=1) + "\n", encoding="utf-8")
+        (staging / REPORT_MARKER).write_text("written by coordinator report\n", encoding="utf-8")
+        os.chmod(staging, 0o755)
+        replace_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir / "index.html"

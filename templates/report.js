@@ -1,0 +1,287 @@
+/* Task-level CPU profile report: flamegraphs coloured by task, stacked chart, drill-down.
+ * Data comes only from the JSON island #report-data (written with |tojson); every name from it is
+ * put into the page with textContent or d3's .text(), never as markup. */
+(function () {
+  'use strict';
+
+  var data = JSON.parse(document.getElementById('report-data').textContent);
+  var frames = data.frames;
+  var tasks = data.tasks;
+  var MIXED = -1;
+  var graphsByKey = {};
+  data.graphs.forEach(function (g) { graphsByKey[g.key] = g; });
+  var taskIndex = {};
+  tasks.forEach(function (t, i) { taskIndex[t.name] = i; });
+
+  var state = { key: null, chart: null, root: null, term: '' };
+  window.spReport = state; // for tests and for the curious: the current graph and chart
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function fmtInt(n) { return Math.round(n).toLocaleString('en-US'); }
+  function fmtPct(x) { return (100 * x).toFixed(1) + ' %'; }
+  function fmtSi(v) {
+    var a = Math.abs(v);
+    var units = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
+    for (var i = 0; i < units.length; i++) {
+      if (a >= units[i][0]) return (v / units[i][0]).toPrecision(3) + ' ' + units[i][1];
+    }
+    return String(Math.round(v * 100) / 100);
+  }
+
+  // ------------------------------------------------------------ colours
+
+  function hashName(name) {
+    var h = 0;
+    for (var i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0;
+    return (h >>> 0) / 4294967295;
+  }
+
+  function taskColor(t, name) {
+    if (t === MIXED || t === undefined || !tasks[t]) return data.mixedColor;
+    // Neighbouring frames of one task get slightly different shades so their edges stay visible.
+    var base = d3.hsl(tasks[t].color);
+    base.l = Math.max(0.25, Math.min(0.85, base.l + (hashName(name) - 0.5) * 0.16));
+    return base.formatHex();
+  }
+
+  // ------------------------------------------------------------ flamegraph
+
+  // Compact [frame, value, task, children, breakdown?, decides?] → d3-flame-graph's {name, value, children}.
+  function expand(node) {
+    var out = { name: frames[node[0]], value: node[1], task: node[2], children: [] };
+    if (node.length > 4 && node[4]) out.breakdown = node[4];
+    if (node.length > 5 && node[5]) out.decides = node[5];
+    var kids = node[3];
+    for (var i = 0; i < kids.length; i++) out.children.push(expand(kids[i]));
+    return out;
+  }
+
+  function describeTasks(map) {
+    var parts = [];
+    Object.keys(map).forEach(function (k) {
+      var idx = Number(k);
+      parts.push([idx === MIXED ? 'not drawn' : tasks[idx].name, map[k]]);
+    });
+    parts.sort(function (a, b) { return b[1] - a[1]; });
+    return parts;
+  }
+
+  function frameText(d) {
+    var graph = graphsByKey[state.key];
+    var total = graph ? graph.samples : 0;
+    var node = d.data;
+    var text = node.name + ' — ' + fmtInt(node.value) + ' samples';
+    if (total) text += ' (' + fmtPct(node.value / total) + ' of this graph)';
+    if (node.task === MIXED && node.breakdown) {
+      text += ' — shared by: ' + describeTasks(node.breakdown).map(function (p) {
+        return p[0] + ' ' + fmtPct(p[1] / node.value);
+      }).join(', ');
+    } else if (tasks[node.task]) {
+      text += ' — task ' + tasks[node.task].name;
+    }
+    if (node.decides) {
+      text += ' — deciding frame for ' + describeTasks(node.decides).map(function (p) {
+        return p[0] + ' (' + fmtInt(p[1]) + ')';
+      }).join(', ');
+    }
+    return text;
+  }
+
+  function searchMatch(d, term) {
+    if (!term) return false;
+    var name = d.data.name;
+    return typeof name === 'string' && name.toLowerCase().indexOf(term.toLowerCase()) !== -1;
+  }
+
+  function renderGraph(key) {
+    var graph = graphsByKey[key];
+    var container = document.getElementById('flame');
+    if (state.chart) state.chart.destroy();
+    container.textContent = '';
+    state.key = key;
+    state.chart = null;
+    var select = document.getElementById('graph-select');
+    if (select.value !== key) select.value = key;
+    var info = document.getElementById('graph-info');
+    if (!graph) { info.textContent = 'no samples in this report'; return; }
+    var infoText = graph.title + ': ' + fmtInt(graph.samples) + ' samples in ' + fmtInt(graph.stacks) + ' distinct stacks';
+    if (graph.droppedStacks) {
+      infoText += '; the ' + fmtInt(graph.droppedStacks) + ' smallest stacks (' + fmtInt(graph.droppedSamples) +
+        ' samples) are drawn as one frame: raise --max-stacks (now ' + data.maxStacks + ') to see them';
+    }
+    info.textContent = infoText;
+    if (!graph.samples) { container.appendChild(el('p', 'empty', 'no samples')); return; }
+    var width = Math.max(600, container.clientWidth || 1100);
+    var chart = flamegraph()
+      .width(width)
+      .cellHeight(18)
+      .minFrameSize(1)
+      .transitionDuration(250)
+      .sort(false)
+      .title('')
+      .setSearchMatch(searchMatch)
+      .setColorMapper(function (d) {
+        return d.highlight ? '#e600e6' : taskColor(d.data.task, d.data.name);
+      })
+      .setLabelHandler(frameText)
+      .setDetailsHandler(function (text) {
+        var details = document.getElementById('flame-details');
+        details.textContent = text || 'Hover a frame for its samples and task; click to zoom.';
+      })
+      .setSearchHandler(function (results, sum, total) {
+        var out = document.getElementById('search-info');
+        if (!state.term) { out.textContent = ''; return; }
+        out.textContent = results.length + ' frames match "' + state.term + '": ' + fmtInt(sum) + ' of ' +
+          fmtInt(total) + ' samples (' + (total ? fmtPct(sum / total) : '0 %') + ')';
+      });
+    state.root = expand(graph.tree);
+    d3.select(container).datum(state.root).call(chart);
+    state.chart = chart;
+    if (state.term) chart.search(state.term);
+    highlightLegend(graph);
+  }
+
+  function openGraph(key, scroll) {
+    if (!graphsByKey[key]) return;
+    renderGraph(key);
+    if (scroll) document.getElementById('flamegraphs').scrollIntoView({ behavior: 'auto', block: 'start' });
+  }
+
+  function openTask(name) { openGraph('task:' + name, true); }
+
+  // ------------------------------------------------------------ controls and legend
+
+  function buildSelect() {
+    var select = document.getElementById('graph-select');
+    var groups = [['host', 'hosts (all workload PIDs merged)'], ['pid', 'workload PIDs'],
+      ['task', 'task drill-down'], ['unmatched', 'unmatched']];
+    groups.forEach(function (group) {
+      var members = data.graphs.filter(function (g) { return g.kind === group[0]; });
+      if (!members.length) return;
+      var optgroup = document.createElement('optgroup');
+      optgroup.label = group[1];
+      members.forEach(function (g) {
+        var option = new Option(g.title + ' (' + fmtInt(g.samples) + ')', g.key);
+        optgroup.appendChild(option);
+      });
+      select.appendChild(optgroup);
+    });
+    select.addEventListener('change', function () { renderGraph(select.value); });
+  }
+
+  function highlightLegend(graph) {
+    var items = document.querySelectorAll('#legend .legend-item');
+    items.forEach(function (item) {
+      var active = graph && graph.kind !== 'host' && graph.kind !== 'pid' &&
+        graph.key === 'task:' + item.getAttribute('data-task');
+      item.classList.toggle('active', active);
+    });
+  }
+
+  function buildLegend() {
+    var legend = document.getElementById('legend');
+    tasks.forEach(function (t) {
+      var graph = graphsByKey['task:' + t.name];
+      var button = el('button', 'legend-item');
+      button.type = 'button';
+      button.setAttribute('data-task', t.name);
+      button.title = 'open the drill-down flamegraph of ' + t.name;
+      var swatch = el('span', 'swatch');
+      swatch.style.background = t.color;
+      button.appendChild(swatch);
+      button.appendChild(document.createTextNode(t.name + (graph ? ' · ' + fmtInt(graph.samples) : '')));
+      if (graph && !graph.samples) button.classList.add('empty');
+      button.addEventListener('click', function () { openTask(t.name); });
+      legend.appendChild(button);
+    });
+    var mixed = el('span', 'legend-item static');
+    var swatch = el('span', 'swatch');
+    swatch.style.background = data.mixedColor;
+    mixed.appendChild(swatch);
+    mixed.appendChild(document.createTextNode('shared by several tasks'));
+    legend.appendChild(mixed);
+  }
+
+  function wireLinks() {
+    document.querySelectorAll('.task-link').forEach(function (button) {
+      button.addEventListener('click', function () { openTask(button.getAttribute('data-task')); });
+    });
+    document.querySelectorAll('.pid-link').forEach(function (button) {
+      button.addEventListener('click', function () { openGraph(button.getAttribute('data-graph'), true); });
+    });
+    var search = document.getElementById('flame-search');
+    search.addEventListener('input', function () {
+      state.term = search.value.trim();
+      if (!state.chart) return;
+      if (state.term) state.chart.search(state.term);
+      else { state.chart.clear(); document.getElementById('search-info').textContent = ''; }
+    });
+    document.getElementById('flame-reset').addEventListener('click', function () {
+      if (state.chart) state.chart.resetZoom();
+    });
+  }
+
+  // ------------------------------------------------------------ stacked bars
+
+  function buildChart() {
+    var host = document.getElementById('stacked-chart');
+    host.textContent = '';
+    var bars = data.chart.bars;
+    if (!bars.length) { host.appendChild(el('p', 'note', 'no per-process task rows')); return; }
+    var names = tasks.map(function (t) { return t.name; });
+    var rows = bars.map(function (b) {
+      var row = { label: b.label, host: b.host, pid: b.pid };
+      names.forEach(function (n) { row[n] = b.values[n] || 0; });
+      return row;
+    });
+    var series = d3.stack().keys(names)(rows);
+    var margin = { top: 8, right: 24, bottom: 28, left: 220 };
+    var width = Math.max(600, host.clientWidth || 1000);
+    var barHeight = 26;
+    var height = margin.top + margin.bottom + rows.length * (barHeight + 8);
+    var max = d3.max(rows, function (r) { return d3.sum(names, function (n) { return r[n]; }); }) || 1;
+    var x = d3.scaleLinear().domain([0, max]).nice().range([margin.left, width - margin.right]);
+    var y = d3.scaleBand().domain(rows.map(function (r, i) { return i; }))
+      .range([margin.top, height - margin.bottom]).padding(0.22);
+    var svg = d3.select(host).append('svg').attr('width', width).attr('height', height)
+      .attr('class', 'stacked');
+    svg.append('g').selectAll('g').data(series).join('g')
+      .attr('fill', function (s) { return tasks[taskIndex[s.key]].color; })
+      .attr('data-task', function (s) { return s.key; })
+      .selectAll('rect').data(function (s) { return s.map(function (p) { p.key = s.key; return p; }); }).join('rect')
+      .attr('x', function (p) { return x(p[0]); })
+      .attr('y', function (p, i) { return y(i); })
+      .attr('width', function (p) { return Math.max(0, x(p[1]) - x(p[0])); })
+      .attr('height', y.bandwidth())
+      .on('click', function (event, p) { openTask(p.key); })
+      .append('title').text(function (p) {
+        var total = d3.sum(names, function (n) { return p.data[n]; });
+        return p.data.label + ' — ' + p.key + ': ' + fmtSi(p[1] - p[0]) + ' ' + data.chart.unit +
+          (total ? ' (' + fmtPct((p[1] - p[0]) / total) + ')' : '');
+      });
+    svg.append('g').attr('class', 'axis').attr('transform', 'translate(0,' + (height - margin.bottom) + ')')
+      .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 120))).tickFormat(fmtSi));
+    svg.append('g').attr('class', 'bar-labels').selectAll('text').data(rows).join('text')
+      .attr('x', margin.left - 8)
+      .attr('y', function (r, i) { return y(i) + y.bandwidth() / 2; })
+      .attr('dy', '0.35em').attr('text-anchor', 'end')
+      .text(function (r) { return r.label.length > 34 ? r.label.slice(0, 33) + '…' : r.label; })
+      .on('click', function (event, r) { openGraph('pid:' + r.host + ':' + r.pid, true); })
+      .append('title').text(function (r) { return r.label + ' — open its flamegraph'; });
+  }
+
+  // ------------------------------------------------------------ start
+
+  buildSelect();
+  buildLegend();
+  wireLinks();
+  buildChart();
+  if (data.defaultGraph) renderGraph(data.defaultGraph);
+  else document.getElementById('graph-info').textContent = 'no stacks in this report';
+})();
