@@ -263,13 +263,23 @@ def classify_peer(peer: IpAddress, local_addresses: frozenset[IpAddress]) -> str
 
 
 def aggregate_net_stats(
-    totals: Mapping[int, NetStats], peers: Iterable[PeerTraffic], local_addresses: frozenset[IpAddress]
+    totals: Mapping[int, NetStats],
+    peers: Iterable[PeerTraffic],
+    local_addresses: Mapping[int, frozenset[IpAddress]] | frozenset[IpAddress],
 ) -> dict[int, NetStats]:
-    """NetStats per PID: totals from the exact per-process sums, the external part from the peers."""
+    """NetStats per PID: totals from the exact per-process sums, the external part from the peers.
+
+    ``local_addresses`` is one set for all PIDs or a set per PID (its own namespace's addresses
+    plus the host's); a PID missing from the mapping has only loopback as same host.
+    """
     external_sent: dict[int, int] = {}
     external_received: dict[int, int] = {}
     for traffic in peers:
-        if classify_peer(traffic.peer, local_addresses) == PEER_EXTERNAL:
+        if isinstance(local_addresses, frozenset):
+            local = local_addresses
+        else:
+            local = local_addresses.get(traffic.pid, frozenset())
+        if classify_peer(traffic.peer, local) == PEER_EXTERNAL:
             external_sent[traffic.pid] = external_sent.get(traffic.pid, 0) + traffic.bytes_sent
             external_received[traffic.pid] = external_received.get(traffic.pid, 0) + traffic.bytes_received
     return {
@@ -372,8 +382,9 @@ class NetTracer:
         self._bpf: Any = None  # bcc.BPF once started
         self._layout: KernelLayout | None = read_kernel_layout()
         self._pids: set[int] = set()
-        self._local_addresses: set[IpAddress] = set()
-        self._netns_seen: set[str] = set()
+        self._host_addresses: set[IpAddress] = set()
+        self._pid_netns: dict[int, str] = {}  # namespace of each traced PID, as first seen
+        self._netns_addresses: dict[str, set[IpAddress]] = {}
         self._attached = False
         self._warnings: list[str] = []
 
@@ -405,7 +416,7 @@ class NetTracer:
             raise CapabilityError(
                 "profiler/net.py: cannot import bcc; install python3-bpfcc (scripts/setup.sh)"
             ) from None
-        self._local_addresses = host_addresses()
+        self._host_addresses = host_addresses()
         errors: list[str] = []
         candidates = [MECHANISM_TRACEPOINT, MECHANISM_KPROBE]
         if self.preferred_mechanism() == MECHANISM_KPROBE:
@@ -414,7 +425,7 @@ class NetTracer:
         for mechanism in candidates:
             bpf = None
             try:
-                bpf = BPF(text=self.bpf_text(mechanism))
+                bpf = BPF(text=self.bpf_text(mechanism).encode())
                 if mechanism == MECHANISM_TRACEPOINT:
                     bpf.attach_raw_tracepoint(tp=b"sock_send_length", fn_name=b"net_send")
                     bpf.attach_raw_tracepoint(tp=b"sock_recv_length", fn_name=b"net_recv")
@@ -450,15 +461,26 @@ class NetTracer:
     def _write_pid(self, pid: int) -> None:
         import ctypes
 
-        table = self._bpf["target_tgids"]
+        table = self._bpf[b"target_tgids"]
         table[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
     def _learn_netns(self, pid: int) -> None:
-        # Each traced process's own namespace addresses are "this host" for it (containers, netns).
-        namespace = _netns_id(pid)
-        if namespace is not None and namespace not in self._netns_seen:
-            self._netns_seen.add(namespace)
-            self._local_addresses |= netns_addresses(pid)
+        # A traced process's own namespace addresses are "this host" for it (containers, netns);
+        # another namespace's addresses are not, as they would not be on another machine.
+        namespace = _netns_id(pid) or self._pid_netns.get(pid)
+        if namespace is None:
+            return
+        self._pid_netns.setdefault(pid, namespace)
+        addresses = netns_addresses(pid)
+        if addresses:
+            self._netns_addresses.setdefault(namespace, set()).update(addresses)
+
+    def local_addresses(self) -> dict[int, frozenset[IpAddress]]:
+        """Same-host addresses per traced PID: the host's plus those of the PID's namespace."""
+        return {
+            pid: frozenset(self._host_addresses | self._netns_addresses.get(self._pid_netns.get(pid, ""), set()))
+            for pid in self._pids
+        }
 
     def stop(self) -> None:
         """Detach the probes; the maps stay readable for collect()."""
@@ -486,7 +508,7 @@ class NetTracer:
         if self._bpf is None:
             return {}, []
         totals: dict[int, NetStats] = {}
-        for key, value in self._bpf["tgid_traffic"].items():
+        for key, value in self._bpf[b"tgid_traffic"].items():
             pid = int(key.value)
             totals[pid] = NetStats(
                 pid=pid,
@@ -496,7 +518,7 @@ class NetTracer:
                 calls_received=int(value.calls_received),
             )
         peers: list[PeerTraffic] = []
-        for key, value in self._bpf["peer_traffic"].items():
+        for key, value in self._bpf[b"peer_traffic"].items():
             peers.append(
                 PeerTraffic(
                     pid=int(key.tgid),
@@ -513,10 +535,10 @@ class NetTracer:
     def collect(self) -> dict[int, NetStats]:
         """NetStats for every added PID (zeros when it moved no bytes)."""
         totals, peers = self.read_peers()
-        for pid in list(self._pids):
+        for pid in sorted(self._pids):
             self._learn_netns(pid)
-        self._local_addresses |= host_addresses()
-        stats = aggregate_net_stats(totals, peers, frozenset(self._local_addresses))
+        self._host_addresses |= host_addresses()
+        stats = aggregate_net_stats(totals, peers, self.local_addresses())
         for pid in self._pids:
             stats.setdefault(pid, NetStats(pid=pid))
         self._check_drops()
@@ -525,7 +547,7 @@ class NetTracer:
     def _check_drops(self) -> None:
         if self._bpf is None:
             return
-        dropped = self._bpf["dropped"]
+        dropped = self._bpf[b"dropped"]
         calls, lost_bytes = int(dropped[0].value), int(dropped[1].value)
         if calls:
             message = (
