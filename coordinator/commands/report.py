@@ -1,0 +1,69 @@
+"""Render the HTML report of a run directory (or of one bare host capture).
+
+Reads run.json, the host captures, summary.csv (or the hosts' <host>_result.csv) and the
+application profile, and writes RUN_DIR/report/index.html with task-coloured flamegraphs, the task
+tables, a cycles chart and a health panel. Works offline: d3 and d3-flame-graph are copied beside it.
+A previous report in the output directory is replaced atomically.
+
+examples:
+  coordinator report runs/20260122-014700
+  coordinator report runs/20260122-014700 --publish /var/www/html/profiles
+  coordinator report /tmp/cap --out /tmp/cap-report --max-stacks 0
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_MAX_STACKS = 3000  # keep in step with coordinator.flame.DEFAULT_MAX_STACKS (not imported: lazy)
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return path
+
+
+def max_stacks(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (0 keeps every stack)")
+    return value
+
+
+class ReportCommand:
+    __doc__ = __doc__
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dir", type=existing_dir, metavar="RUN_DIR",
+                            help="run directory (run.json) or host capture directory (meta.json)")
+        parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: RUN_DIR/report)")
+        parser.add_argument("--max-stacks", type=max_stacks, default=DEFAULT_MAX_STACKS, metavar="N",
+                            help="distinct stacks drawn per flamegraph; the smallest beyond N are merged into one "
+                                 f"frame (default {DEFAULT_MAX_STACKS}, 0 keeps all)")
+        parser.add_argument("--publish", type=Path, metavar="DIR",
+                            help="also copy the report to DIR/<run-id>/ and rewrite DIR/index.html (all runs)")
+        parser.add_argument("--force", action="store_true", help="write into an --out directory that is not a report")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..report import format_bytes, render_report
+
+        index = render_report(args.run_dir, args.out, max_stacks=args.max_stacks, force=args.force)
+        print(f"report: wrote {index} ({format_bytes(index.stat().st_size)})")
+        if args.publish is not None:
+            from ..publish import publish
+
+            published = publish(index.parent, args.publish)
+            print(f"report: published {published} and {args.publish / 'index.html'}")
+            print(f"next: coordinator serve {args.publish}")
+        else:
+            print(f"next: open {index.resolve().as_uri()}  (or: coordinator serve {index.parent})")
+        return 0
+
+
+COMMAND = ReportCommand
