@@ -1,0 +1,364 @@
+"""The scope analyzer: which processes on this host belong to the engine, found from their command
+lines (known_spes.txt) at start and, while the window runs, from exec events or polling of /proc.
+
+How new processes are found, cheaply enough for a 0.2-0.5 s poll:
+- every poll lists /proc (pids only) and inspects pids not seen before (one cmdline read each);
+- tracepoint mode: the exec watcher reports every exec, so a known pid that exec'd into an engine
+  process (spark-class's bash becoming the JVM) is inspected again at once;
+- polling mode: young processes (< 5 s) are re-inspected every poll, everything every 10 s.
+A process that looks exactly like its parent and is younger than 0.3 s is a fork that has not
+exec'd yet (a Worker launching an executor): it is inspected on a later poll, not mis-filed as a
+second Worker. Forks that never exec (PySpark's daemon forking workers) are filed after that.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from .capture import ProcessInfo
+from .errors import CapabilityError, ConfigError
+from .execwatch import ExecSource, ExecWatcher
+from .spes import (
+    SpeKind,
+    classify,
+    classify_parent,
+    default_spark_master,
+    entry_point,
+    needs_spark_master,
+    summarize_cmdline,
+)
+
+POLL_YOUNG_SECONDS = 5.0  # polling mode: re-read the command line of processes this young
+POLL_FULL_RESCAN_SECONDS = 10.0
+FORK_SETTLE_SECONDS = 0.3
+MANUAL = "manual"
+
+
+@dataclass(frozen=True)
+class ProcSnapshot:
+    """What /proc says about one process at one moment."""
+
+    pid: int
+    ppid: int
+    cmdline: tuple[str, ...]
+    user: str
+    create_time: float  # unix seconds
+
+
+class ProcSource(Protocol):
+    """Reading processes; ``PsutilProcSource`` is the real one, tests use a fake table."""
+
+    def pids(self) -> list[int]: ...
+
+    def snapshot(self, pid: int) -> ProcSnapshot | None: ...
+
+    def alive(self, pid: int, create_time: float) -> bool: ...
+
+    def environ(self, pid: int) -> dict[str, str]: ...
+
+    def read_text(self, pid: int, path: str) -> str | None: ...
+
+    def jvm(self, pid: int) -> tuple[str | None, bool | None]: ...
+
+
+class PsutilProcSource:
+    """/proc through psutil; a process that vanishes mid-read is simply not there."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+
+    def pids(self) -> list[int]:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+    def snapshot(self, pid: int) -> ProcSnapshot | None:
+        psutil = self._psutil
+        try:
+            process = psutil.Process(pid)
+            with process.oneshot():
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    return None
+                cmdline = tuple(process.cmdline())
+                if not cmdline:  # kernel threads
+                    return None
+                try:
+                    user = process.username()
+                except (KeyError, psutil.Error):
+                    user = str(process.uids().real)
+                return ProcSnapshot(pid, process.ppid(), cmdline, user, process.create_time())
+        except (psutil.Error, OSError):
+            return None
+
+    def alive(self, pid: int, create_time: float) -> bool:
+        psutil = self._psutil
+        try:
+            process = psutil.Process(pid)
+            return abs(process.create_time() - create_time) < 0.05 and process.status() != psutil.STATUS_ZOMBIE
+        except (psutil.Error, OSError):
+            return False
+
+    def environ(self, pid: int) -> dict[str, str]:
+        try:
+            return dict(self._psutil.Process(pid).environ())
+        except (self._psutil.Error, OSError):
+            return {}
+
+    def read_text(self, pid: int, path: str) -> str | None:
+        # the file as the process sees it (containers have their own mount namespace)
+        for candidate in (f"/proc/{pid}/root{path}", path):
+            try:
+                return Path(candidate).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+        return None
+
+    def jvm(self, pid: int) -> tuple[str | None, bool | None]:
+        from .jvm import jvm_info
+
+        info = jvm_info(pid)
+        if info is None:
+            return None, None
+        return info.version, info.preserve_frame_pointer
+
+
+@dataclass
+class _Tracked:
+    info: ProcessInfo
+    create_time: float
+
+
+@dataclass
+class _Seen:
+    """A process inspected and found not to be an engine process (yet)."""
+
+    create_time: float
+    inspected_at: float  # monotonic
+    born_monotonic: float
+    cmdline: tuple[str, ...] = ()
+
+
+@dataclass
+class _State:
+    tracked: dict[int, _Tracked] = field(default_factory=dict)
+    seen: dict[int, _Seen] = field(default_factory=dict)
+    new: list[ProcessInfo] = field(default_factory=list)
+    exited: list[int] = field(default_factory=list)
+    deferred: set[int] = field(default_factory=set)
+
+
+class ScopeAnalyzer:
+    """Finds the engine's processes and keeps their observation times up to date.
+
+    ``start()`` scans and starts the exec watcher; the processes found then are returned by
+    ``processes()``. Each ``poll()`` returns the processes found since the previous poll (or since
+    start) and the pids that exited; ``finish(end)`` returns the final records.
+    """
+
+    def __init__(
+        self,
+        kinds: Sequence[SpeKind],
+        manual_pids: Sequence[int] = (),
+        exec_watch: bool = True,
+        *,
+        proc: ProcSource | None = None,
+        watcher_factory: Callable[[], ExecSource] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kinds = tuple(kinds)
+        self.manual_pids = tuple(dict.fromkeys(manual_pids))
+        self._want_exec_watch = exec_watch
+        self._proc: ProcSource = proc if proc is not None else PsutilProcSource()
+        self._watcher_factory = watcher_factory or ExecWatcher
+        self._watcher: ExecSource | None = None
+        self._clock = clock
+        self._monotonic = monotonic
+        self._state = _State()
+        self._needs_master = needs_spark_master(self.kinds)
+        self._last_full_scan = 0.0
+        self._started = False
+        self.exec_watch_mode = "polling"
+        self.exec_watch_error: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        # Watch first, scan second: a process exec'd during the scan is seen by one or the other.
+        if self._want_exec_watch:
+            watcher = self._watcher_factory()
+            try:
+                watcher.start()
+                self._watcher = watcher
+                self.exec_watch_mode = "tracepoint"
+            except CapabilityError as exc:
+                self.exec_watch_error = str(exc)
+        now = self._clock()
+        for pid in self.manual_pids:
+            self._add_manual(pid, now)
+        self._scan_all(now, source="scan")
+        # the initial processes are returned by processes(), not by the first poll()
+        self._state.new.clear()
+
+    def poll(self) -> tuple[list[ProcessInfo], list[int]]:
+        """(processes found since the last poll, pids that exited since the last poll)."""
+        if not self._started:
+            self.start()
+        now = self._clock()
+        mono = self._monotonic()
+        state = self._state
+        exec_pids: list[int] = []
+        rescan = False
+        if self._watcher is not None:
+            exec_pids, rescan = self._watcher.drain()
+        listed = set(self._proc.pids())
+        for pid in exec_pids:
+            if pid in listed and pid not in state.tracked:
+                state.seen.pop(pid, None)
+                self._inspect(pid, now, source="exec")
+        polling = self._watcher is None
+        if rescan or (polling and mono - self._last_full_scan >= POLL_FULL_RESCAN_SECONDS):
+            state.seen.clear()
+            self._last_full_scan = mono
+        for pid in sorted(listed):
+            if pid in state.tracked:
+                continue
+            seen = state.seen.get(pid)
+            if seen is None or pid in state.deferred:
+                self._inspect(pid, now, source="scan")
+            elif polling and mono - seen.born_monotonic < POLL_YOUNG_SECONDS:
+                self._inspect(pid, now, source="scan", recheck=seen)
+        for pid in [pid for pid in state.seen if pid not in listed]:
+            del state.seen[pid]
+        self._check_exits(listed, now)
+        new, exited = state.new, state.exited
+        state.new, state.exited = [], []
+        return new, exited
+
+    @property
+    def watcher(self) -> ExecSource | None:
+        return self._watcher
+
+    def processes(self) -> list[ProcessInfo]:
+        return [tracked.info for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]
+
+    def finish(self, end_time: float) -> list[ProcessInfo]:
+        """Final records: a process still running was observed until ``end_time``."""
+        listed = set(self._proc.pids())
+        self._check_exits(listed, end_time)
+        for tracked in self._state.tracked.values():
+            if not tracked.info.exited:
+                tracked.info = replace(tracked.info, last_seen=max(end_time, tracked.info.first_seen))
+        return self.processes()
+
+    def close(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.close()
+
+    def __enter__(self) -> ScopeAnalyzer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ inspection
+
+    def _scan_all(self, now: float, source: str) -> None:
+        for pid in sorted(self._proc.pids()):
+            if pid not in self._state.tracked:
+                self._inspect(pid, now, source=source)
+        self._last_full_scan = self._monotonic()
+
+    def _inspect(self, pid: int, now: float, source: str, recheck: _Seen | None = None) -> None:
+        state = self._state
+        state.deferred.discard(pid)
+        if pid == os.getpid():
+            return
+        snap = self._proc.snapshot(pid)
+        if snap is None:
+            state.seen.pop(pid, None)
+            return
+        if (
+            recheck is not None
+            and recheck.cmdline == snap.cmdline
+            and abs(recheck.create_time - snap.create_time) < 0.05
+        ):
+            return
+        mono = self._monotonic()
+        born = mono - max(0.0, now - snap.create_time)
+        state.seen[pid] = _Seen(snap.create_time, mono, born, snap.cmdline)
+        default_master = self._default_master(snap)
+        kind = classify(snap.cmdline, self.kinds, default_master)
+        if kind is not None and now - snap.create_time < FORK_SETTLE_SECONDS and self._same_as_parent(snap):
+            # a fork that has not exec'd yet carries its parent's command line: look again later
+            state.deferred.add(pid)
+            return
+        if kind is not None:
+            self._track(snap, kind, now, source)
+        parent_kind = classify_parent(snap.cmdline, self.kinds, default_master)
+        if parent_kind is not None and snap.ppid > 1 and snap.ppid not in state.tracked:
+            parent = self._proc.snapshot(snap.ppid)
+            if parent is not None:
+                self._track(parent, parent_kind, now, source)
+
+    def _same_as_parent(self, snap: ProcSnapshot) -> bool:
+        parent = self._proc.snapshot(snap.ppid) if snap.ppid > 1 else None
+        return parent is not None and parent.cmdline == snap.cmdline
+
+    def _default_master(self, snap: ProcSnapshot) -> str | None:
+        if not self._needs_master or entry_point(snap.cmdline).main_class != "org.apache.spark.deploy.SparkSubmit":
+            return None
+        return default_spark_master(
+            snap.cmdline, self._proc.environ(snap.pid), lambda path: self._proc.read_text(snap.pid, path)
+        )
+
+    def _track(self, snap: ProcSnapshot, kind: SpeKind | None, now: float, source: str) -> ProcessInfo:
+        state = self._state
+        state.seen.pop(snap.pid, None)
+        version, preserve_frame_pointer = self._proc.jvm(snap.pid)
+        if kind is None:
+            engine, role, kind_name = MANUAL, "workload", MANUAL
+        else:
+            engine, role, kind_name = kind.engine, kind.role, kind.kind
+        info = ProcessInfo(
+            pid=snap.pid,
+            role=role,
+            engine=engine,
+            kind=kind_name,
+            user=snap.user,
+            cmdline=summarize_cmdline(snap.cmdline),
+            first_seen=now,
+            last_seen=now,
+            exited=False,
+            source=source,
+            jvm_version=version,
+            preserve_frame_pointer=preserve_frame_pointer,
+        )
+        state.tracked[snap.pid] = _Tracked(info, snap.create_time)
+        state.new.append(info)
+        return info
+
+    def _add_manual(self, pid: int, now: float) -> None:
+        snap = self._proc.snapshot(pid)
+        if snap is None:
+            raise ConfigError(f"--pid {pid}: no such process (or a kernel thread); check the pid with ps")
+        self._track(snap, classify(snap.cmdline, self.kinds, self._default_master(snap)), now, MANUAL)
+
+    def _check_exits(self, listed: set[int], now: float) -> None:
+        for pid, tracked in self._state.tracked.items():
+            if tracked.info.exited:
+                continue
+            if pid in listed and self._proc.alive(pid, tracked.create_time):
+                tracked.info = replace(tracked.info, last_seen=now)
+                continue
+            tracked.info = replace(tracked.info, last_seen=now, exited=True)
+            self._state.exited.append(pid)

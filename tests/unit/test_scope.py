@@ -1,0 +1,242 @@
+"""The scope analyzer over a fake process table and a fake exec watcher."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from profiler.errors import CapabilityError, ConfigError
+from profiler.scope import ProcSnapshot, ScopeAnalyzer
+from profiler.spes import parse_known_spes
+
+KINDS = parse_known_spes(
+    "spark workload executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n"
+    "spark workload local-driver org.apache.spark.deploy.SparkSubmit master=local|local[[]*\n"
+    "spark managing driver org.apache.spark.deploy.SparkSubmit\n"
+    "spark managing worker org.apache.spark.deploy.worker.Worker\n"
+    "spark managing pyspark-driver parent-of:org.apache.spark.deploy.SparkSubmit arg=pyspark-shell\n"
+    "spark workload python-worker pyspark.daemon\n",
+    "test",
+)
+EXECUTOR = ("java", "-cp", "x", "org.apache.spark.executor.CoarseGrainedExecutorBackend", "--executor-id", "0")
+WORKER = ("java", "-cp", "x", "org.apache.spark.deploy.worker.Worker", "spark://m:7077")
+
+
+@dataclass
+class FakeClock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def mono(self) -> float:
+        return self.now - 900.0
+
+
+@dataclass
+class FakeProc:
+    clock: FakeClock
+    table: dict[int, ProcSnapshot] = field(default_factory=dict)
+    env: dict[int, dict[str, str]] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    jvms: dict[int, tuple[str | None, bool | None]] = field(default_factory=dict)
+    snapshots: int = 0
+
+    def spawn(self, pid: int, cmdline: tuple[str, ...], ppid: int = 1, age: float = 10.0, user: str = "spark") -> None:
+        self.table[pid] = ProcSnapshot(pid, ppid, cmdline, user, self.clock.now - age)
+        if cmdline[0] == "java":
+            self.jvms[pid] = ("17.0.15", "-XX:+PreserveFramePointer" in cmdline)
+
+    def exec(self, pid: int, cmdline: tuple[str, ...]) -> None:
+        old = self.table[pid]
+        self.table[pid] = ProcSnapshot(pid, old.ppid, cmdline, old.user, old.create_time)
+
+    def kill(self, pid: int) -> None:
+        del self.table[pid]
+
+    def pids(self) -> list[int]:
+        return list(self.table)
+
+    def snapshot(self, pid: int) -> ProcSnapshot | None:
+        self.snapshots += 1
+        return self.table.get(pid)
+
+    def alive(self, pid: int, create_time: float) -> bool:
+        return pid in self.table and self.table[pid].create_time == create_time
+
+    def environ(self, pid: int) -> dict[str, str]:
+        return self.env.get(pid, {})
+
+    def read_text(self, pid: int, path: str) -> str | None:
+        return self.files.get(path)
+
+    def jvm(self, pid: int) -> tuple[str | None, bool | None]:
+        return self.jvms.get(pid, (None, None))
+
+
+@dataclass
+class FakeWatcher:
+    pending: list[int] = field(default_factory=list)
+    fail: bool = False
+    closed: int = 0
+    dropped: bool = False
+
+    def start(self) -> None:
+        if self.fail:
+            raise CapabilityError("no tracepoint")
+
+    def drain(self) -> tuple[list[int], bool]:
+        pids, self.pending = self.pending, []
+        dropped, self.dropped = self.dropped, False
+        return pids, dropped
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def make(proc: FakeProc, clock: FakeClock, watcher: FakeWatcher | None = None, **kw: object) -> ScopeAnalyzer:
+    w = watcher or FakeWatcher()
+    return ScopeAnalyzer(KINDS, proc=proc, watcher_factory=lambda: w, clock=clock, monotonic=clock.mono, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def env() -> tuple[FakeClock, FakeProc]:
+    clock = FakeClock()
+    proc = FakeProc(clock)
+    proc.spawn(1, ("/sbin/init",))
+    proc.spawn(100, WORKER)
+    proc.spawn(101, ("bash", "-l"))
+    proc.spawn(102, EXECUTOR + ("-XX:+PreserveFramePointer",), ppid=100)
+    return clock, proc
+
+
+def test_initial_scan_then_new_and_exited(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    scope = make(proc, clock)
+    scope.start()
+    assert scope.exec_watch_mode == "tracepoint"
+    initial = {p.pid: p for p in scope.processes()}
+    assert {pid: (p.role, p.kind) for pid, p in initial.items()} == {
+        100: ("managing", "worker"),
+        102: ("workload", "executor"),
+    }
+    assert initial[102].jvm_version == "17.0.15" and initial[102].preserve_frame_pointer is True
+    assert initial[100].preserve_frame_pointer is False and initial[102].source == "scan"
+    assert "CoarseGrainedExecutorBackend" in initial[102].cmdline and initial[102].user == "spark"
+    assert scope.poll() == ([], [])  # the initial processes are not reported again
+
+    clock.now += 0.5
+    proc.kill(102)
+    proc.spawn(103, EXECUTOR, ppid=100, age=1.0)
+    new, exited = scope.poll()
+    assert [p.pid for p in new] == [103] and exited == [102]
+    final = {p.pid: p for p in scope.finish(clock.now + 2)}
+    assert final[102].exited and final[102].last_seen == pytest.approx(1000.5)
+    assert not final[103].exited and final[103].last_seen == pytest.approx(1002.5)
+    assert final[103].first_seen == pytest.approx(1000.5)
+
+
+def test_exec_event_reinspects_a_pid_that_became_an_executor(env: tuple[FakeClock, FakeProc]) -> None:
+    # spark-class is bash until it execs the JVM under the same pid
+    clock, proc = env
+    watcher = FakeWatcher()
+    scope = make(proc, clock, watcher)
+    scope.start()
+    proc.spawn(200, ("bash", "/opt/spark/bin/spark-class", "org.apache.spark.executor.CoarseGrainedExecutorBackend"))
+    assert scope.poll() == ([], [])
+    proc.exec(200, EXECUTOR)
+    watcher.pending = [200]
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind, p.source) for p in new] == [(200, "executor", "exec")]
+    scope.close()
+    scope.close()
+    assert watcher.closed == 1
+
+
+def test_polling_fallback_rechecks_young_processes(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    scope = make(proc, clock, FakeWatcher(fail=True))
+    scope.start()
+    assert scope.exec_watch_mode == "polling" and "no tracepoint" in (scope.exec_watch_error or "")
+    proc.spawn(300, ("bash", "spark-class"), age=0.1)
+    assert scope.poll() == ([], [])
+    clock.now += 0.5
+    proc.exec(300, EXECUTOR)
+    new, _ = scope.poll()
+    assert [p.pid for p in new] == [300]
+    # an old process is not re-read on every poll (only on the periodic full rescan)
+    before = proc.snapshots
+    clock.now += 0.5
+    scope.poll()
+    assert proc.snapshots == before
+
+
+def test_unforked_exec_copy_of_the_parent_is_deferred(env: tuple[FakeClock, FakeProc]) -> None:
+    # the Worker forks: for a moment the child has the Worker's command line
+    clock, proc = env
+    scope = make(proc, clock)
+    scope.start()
+    proc.spawn(400, WORKER, ppid=100, age=0.01)
+    assert scope.poll() == ([], [])
+    clock.now += 0.2
+    proc.exec(400, EXECUTOR)
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind) for p in new] == [(400, "executor")]
+    # a fork that never execs (pyspark.daemon's workers) is filed once it has settled
+    proc.spawn(500, ("python3", "-m", "pyspark.daemon"), ppid=102, age=5)
+    proc.spawn(501, ("python3", "-m", "pyspark.daemon"), ppid=500, age=0.01)
+    new, _ = scope.poll()
+    assert [p.pid for p in new] == [500]
+    clock.now += 0.5
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind, p.role) for p in new] == [(501, "python-worker", "workload")]
+
+
+def test_manual_pids_and_missing_manual_pid(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    scope = make(proc, clock, manual_pids=[101, 102])
+    scope.start()
+    by_pid = {p.pid: p for p in scope.processes()}
+    assert (by_pid[101].engine, by_pid[101].role, by_pid[101].kind, by_pid[101].source) == (
+        "manual",
+        "workload",
+        "manual",
+        "manual",
+    )
+    assert (by_pid[102].kind, by_pid[102].source) == ("executor", "manual")
+    with pytest.raises(ConfigError, match="--pid 999: no such process"):
+        make(proc, clock, manual_pids=[999]).start()
+
+
+def test_local_driver_defaults_and_pyspark_parent(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    submit = ("java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "--class", "A", "app.jar")
+    proc.spawn(600, submit)
+    proc.env[600] = {"SPARK_CONF_DIR": "/etc/spark"}
+    proc.files["/etc/spark/spark-defaults.conf"] = "spark.master spark://m:7077\n"
+    proc.spawn(700, ("python3", "app.py"))
+    proc.spawn(
+        701,
+        ("java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "--conf", "spark.master=local[2]", "pyspark-shell"),
+        ppid=700,
+    )
+    scope = make(proc, clock)
+    scope.start()
+    kinds = {p.pid: (p.role, p.kind) for p in scope.processes()}
+    assert kinds[600] == ("managing", "driver")  # spark-defaults.conf names a cluster master
+    assert kinds[701] == ("workload", "local-driver")
+    assert kinds[700] == ("managing", "pyspark-driver")
+
+
+def test_dropped_exec_records_trigger_a_full_rescan(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    watcher = FakeWatcher()
+    scope = make(proc, clock, watcher)
+    scope.start()
+    proc.spawn(800, ("bash",), age=60)
+    scope.poll()
+    proc.exec(800, EXECUTOR)  # the exec record was lost
+    watcher.dropped = True
+    new, _ = scope.poll()
+    assert [p.pid for p in new] == [800]
