@@ -1,0 +1,126 @@
+"""Match the stacks of one or more runs to tasks on Spark and write summary.csv and per-task stacks.
+
+Reads every host's per-PID folded stacks, counters and scope of the given run directories (or bare
+host captures), applies the application profile with the host agent's own matcher inside a PySpark
+job and writes summary.csv (per run, host, PID and task, with host `*` cluster rows),
+tasks/<task>.folded (drill-down input) and unmatched.folded (stacks no task matched, most samples
+first). The raw captures are only read: edit the profile and analyse again as often as needed.
+Spark runs in local mode by default; any master URL works for large archives (the executors then
+need python3 with pyarrow and numpy; the code is shipped with the job).
+
+examples:
+  coordinator analyze runs/20260122-014700
+  coordinator analyze runs/20260122-014700 --profile my_profile.txt
+  coordinator analyze runs/* --out analysis/all-runs --master local[2]
+  coordinator analyze runs/* --out /shared/analysis --master spark://head:7077
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+_MASTER = re.compile(
+    r"^(local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$"
+)
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a readable file")
+    return path
+
+
+def master_url(text: str) -> str:
+    if not _MASTER.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Spark master URL (local[*], local[N], spark://HOST:PORT, yarn, k8s://URL)"
+        )
+    return text
+
+
+def label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", key):
+        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE with a key of letters, digits, _ . -")
+    return key, value
+
+
+class AnalyzeCommand:
+    """Match the stacks of one or more runs to tasks on Spark and write summary.csv and per-task stacks."""
+
+    __doc__ = __doc__
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "run_dirs",
+            nargs="+",
+            type=existing_dir,
+            metavar="RUN_DIR",
+            help="run directory (run.json) or host capture directory (meta.json)",
+        )
+        parser.add_argument(
+            "--profile",
+            type=existing_file,
+            metavar="FILE",
+            help="application profile (default: the copy saved in the run)",
+        )
+        parser.add_argument(
+            "--master",
+            type=master_url,
+            default="local[*]",
+            metavar="URL",
+            help="Spark master URL (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--out",
+            type=Path,
+            metavar="DIR",
+            help="output directory (default: the run directory; required for several runs)",
+        )
+        parser.add_argument(
+            "--label",
+            type=label,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="add or override a run label (a summary.csv column); repeatable",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from coordinator.pipeline import analyze
+
+        output = analyze(
+            args.run_dirs, out_dir=args.out, profile=args.profile, master=args.master, labels=dict(args.label) or None
+        )
+        stats = output.stats
+        print(
+            f"analysed {stats.runs} run(s), {stats.hosts} host(s), {stats.pids} process(es): "
+            f"{stats.samples} samples, {stats.distinct_stacks} distinct stacks "
+            f"in {stats.session_seconds + stats.job_seconds:.1f} s (Spark start-up {stats.session_seconds:.1f} s)"
+        )
+        print(f"wrote {output.summary_csv}")
+        print(f"wrote {output.tasks_dir}/ (one folded file per task)")
+        print(f"wrote {output.unmatched_file}")
+        print(f"wrote {output.analysis_json}")
+        print("next:")
+        print(
+            f"  edit the profile and re-analyse: coordinator analyze {' '.join(str(p) for p in args.run_dirs)}"
+            f" --profile FILE{' --out ' + str(args.out) if args.out else ''}"
+        )
+        if len(args.run_dirs) == 1 and output.out_dir == Path(args.run_dirs[0]):
+            print(f"  report: coordinator report {output.out_dir}")
+        print("  compare two runs: coordinator compare RUN_A RUN_B")
+        return 0
+
+
+COMMAND = AnalyzeCommand

@@ -1,0 +1,129 @@
+"""Compare the task cycles and shares of two runs, with a test of whether each share differs.
+
+Per task: cycles and share of all samples in run A and run B, the delta (B - A) and relative delta of
+cycles, and a pooled two-proportion z-test of the shares; a task is marked `*` when the share
+difference is larger than the sampling error (p < 0.05). Uses each run's summary.csv (cluster rows,
+host `*`); runs without one, or all runs when --profile is given, are analysed first on Spark
+(nothing is written into the runs then). A side may also be a summary.csv file of one run.
+
+examples:
+  coordinator compare runs/baseline runs/tuned
+  coordinator compare runs/baseline runs/tuned --csv compare.csv
+  coordinator compare runs/baseline runs/tuned --profile my_profile.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from coordinator.analysis import (
+    SUMMARY_FILE,
+    TaskTotals,
+    cluster_totals,
+    compare_runs,
+    format_compare_csv,
+    format_compare_table,
+    read_summary,
+)
+from profiler.capture import atomic_write_text
+
+from .analyze import existing_file, master_url
+
+
+def run_or_summary(text: str) -> Path:
+    path = Path(text)
+    if not (path.is_dir() or path.is_file()):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a run directory nor a summary.csv")
+    return path
+
+
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+    return value
+
+
+class CompareCommand:
+    """Compare the task cycles and shares of two runs, with a test of whether each share differs."""
+
+    __doc__ = __doc__
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_a", type=run_or_summary, metavar="RUN_A")
+        parser.add_argument("run_b", type=run_or_summary, metavar="RUN_B")
+        parser.add_argument("--csv", type=Path, metavar="OUT", help="also write the comparison as CSV")
+        parser.add_argument(
+            "--profile",
+            type=existing_file,
+            metavar="FILE",
+            help="re-analyse both runs with this application profile first",
+        )
+        parser.add_argument(
+            "--master",
+            type=master_url,
+            default="local[*]",
+            metavar="URL",
+            help="Spark master URL when runs need analysing (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--level",
+            type=probability,
+            default=0.05,
+            help="significance level of the share test (default: %(default)s)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        sides = [args.run_a, args.run_b]
+        summaries: list[Path | None] = [self._existing_summary(p) if args.profile is None else None for p in sides]
+        totals: list[dict[str, TaskTotals]] = [{}, {}]
+        missing = [i for i, s in enumerate(summaries) if s is None]
+        if missing:
+            totals_from_spark = self._analyse([sides[i] for i in missing], args.profile, args.master)
+            for i, result in zip(missing, totals_from_spark):
+                totals[i] = result
+        for i, summary in enumerate(summaries):
+            if summary is not None:
+                totals[i] = cluster_totals(read_summary(summary))
+        rows = compare_runs(totals[0], totals[1], args.level)
+        print(format_compare_table(rows, "A", "B"), end="")
+        print(f"A = {args.run_a}\nB = {args.run_b}\n* = share differs beyond sampling error (p < {args.level})")
+        if args.csv is not None:
+            atomic_write_text(args.csv, format_compare_csv(rows))
+            print(f"wrote {args.csv}")
+        return 0
+
+    @staticmethod
+    def _existing_summary(path: Path) -> Path | None:
+        if path.is_file():
+            return path
+        for candidate in (path / SUMMARY_FILE, path / "analysis" / SUMMARY_FILE):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    @staticmethod
+    def _analyse(paths: list[Path], profile: Path | None, master: str) -> list[dict[str, TaskTotals]]:
+        """Analyse runs into a scratch directory with one Spark session; the runs are not written to."""
+        from coordinator.pipeline import analyze, spark_session
+
+        results: list[dict[str, Any]] = []
+        with tempfile.TemporaryDirectory(prefix="taskprof-compare-") as scratch, spark_session(master) as spark:
+            for index, path in enumerate(paths):
+                if path.is_file():
+                    results.append(cluster_totals(read_summary(path)))
+                    continue
+                output = analyze(
+                    [path], out_dir=Path(scratch) / str(index), profile=profile, master=master, spark=spark
+                )
+                results.append(cluster_totals(read_summary(output.summary_csv)))
+        return results
+
+
+COMMAND = CompareCommand

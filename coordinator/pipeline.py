@@ -1,0 +1,506 @@
+"""The analysis job on Spark: folded stacks of whole archives matched to tasks with the host
+agent's own matcher, summed per PID, written as summary.csv and per-task folded stacks.
+
+The only module that imports pyspark (lazily, so importing it stays cheap). The DataFrame steps are
+small functions; ``analyze`` is the entry point used by ``coordinator analyze`` and ``profile``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from profiler.appprofile import parse_profile
+from profiler.capture import UNMATCHED, atomic_write_text
+from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
+
+from . import analysis
+from .analysis import PidTaskCounts, RunInput
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+APP_NAME = "taskprof-analyze"
+# Output kinds of the matching step (one DataFrame carries all three, so the input is read once).
+KIND_STACK = 0  # one distinct stack: its task and its samples over every input
+KIND_PID = 1  # samples of one PID in one task (partial sums, added up on the driver)
+KIND_ERROR = 2  # an input file that could not be read; ``stack`` holds the message
+READ_BATCH_ROWS = 20_000
+
+RAW_SCHEMA = "pid_key int, stack string, samples long, error string"
+MATCHED_SCHEMA = "kind int, pid_key int, task int, stack string, samples long, multi long"
+
+
+@dataclass(frozen=True)
+class AnalysisStats:
+    runs: int
+    hosts: int
+    pids: int
+    samples: int
+    distinct_stacks: int
+    session_seconds: float  # starting the JVM and the SparkSession (0 when one was passed in)
+    job_seconds: float  # reading, matching, summing and writing
+
+
+@dataclass(frozen=True)
+class AnalysisOutput:
+    summary_csv: Path
+    tasks_dir: Path
+    unmatched_file: Path
+    out_dir: Path
+    analysis_json: Path
+    stats: AnalysisStats
+
+
+# ---------------------------------------------------------------- session
+
+
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[") or master.startswith("local-cluster")
+
+
+_LOG4J = """\
+rootLogger.level = error
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _code_zip(directory: Path) -> Path:
+    """profiler/ and coordinator/ as one zip, so executors on other machines import the same matcher."""
+    archive = directory / "taskprof-code.zip"
+    root = Path(__file__).resolve().parent.parent
+    with zipfile.ZipFile(archive, "w") as zf:
+        for package in ("profiler", "coordinator"):
+            for path in sorted((root / package).rglob("*.py")):
+                zf.write(path, path.relative_to(root).as_posix())
+    return archive
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the JVM is launched: the JVM inherits it, so its
+    start-up chatter and later log lines go to the log file instead of the user's terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+@contextmanager
+def spark_session(master: str = "local[*]") -> Iterator[SparkSession]:
+    """One quiet SparkSession (no UI, errors only, JVM output in a log file), stopped on exit."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # pyspark warns about pandas >= 3 on every Arrow call; the pipeline does not use pandas.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    from pyspark.sql import SparkSession
+
+    scratch = Path(tempfile.mkdtemp(prefix="taskprof-spark-"))
+    log4j = scratch / "log4j2.properties"
+    log4j.write_text(_LOG4J, encoding="utf-8")
+    spark_log = scratch / "spark.log"
+    java_options = f"-Dlog4j.configurationFile=file:{log4j} -Dlog4j2.configurationFile=file:{log4j}"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(APP_NAME)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(scratch))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+    )
+    if _is_local(master):
+        builder = (
+            builder.config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.memory", os.environ.get("TASKPROF_DRIVER_MEMORY", "3g"))
+        )
+    try:
+        with _stderr_to(spark_log):
+            spark = builder.getOrCreate()
+    except Exception as exc:
+        tail = spark_log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise CapabilityError(
+            f"Spark master {master!r}: the session did not start ({exc.__class__.__name__}: "
+            f"{' | '.join(tail) or exc}); check Java 17 and the master URL"
+        ) from None
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        if not _is_local(master):
+            spark.sparkContext.addPyFile(str(_code_zip(scratch)))
+        parallelism = spark.sparkContext.defaultParallelism
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 2 * parallelism)))
+        yield spark
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- worker functions (run in Python workers)
+
+
+def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """(pid_key, path) rows in, (pid_key, stack, samples, error) rows out: one row per distinct
+    stack of each file; a file that cannot be read gives one row with ``error`` set."""
+    import pyarrow as pa
+
+    from profiler.folded import read_folded
+
+    rows: list[tuple[int, str | None, int, str | None]] = []
+
+    def flush() -> pa.RecordBatch:
+        keys, stacks, counts, errors = zip(*rows)
+        rows.clear()
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(keys, pa.int32()),
+                pa.array(stacks, pa.string()),
+                pa.array(counts, pa.int64()),
+                pa.array(errors, pa.string()),
+            ],
+            names=["pid_key", "stack", "samples", "error"],
+        )
+
+    for batch in batches:
+        for key, path in zip(batch.column("pid_key").to_pylist(), batch.column("path").to_pylist()):
+            try:
+                folded = read_folded(Path(path))
+            except CaptureFormatError as exc:
+                rows.append((key, None, 0, str(exc)))
+                continue
+            except OSError as exc:
+                rows.append((key, None, 0, f"{path}: cannot read ({exc.strerror or exc}); check the file"))
+                continue
+            rows.extend((key, stack, count, None) for stack, count in folded.items() if count > 0)
+            if len(rows) >= READ_BATCH_ROWS:
+                yield flush()
+    if rows:
+        yield flush()
+
+
+def _match_function(profile_broadcast: Any, task_count: int) -> Any:
+    """The mapInArrow function of the matching step; the Matcher is built once per partition from
+    the broadcast profile text and memoizes per distinct frame."""
+
+    def match_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from profiler.matcher import Matcher
+
+        matcher = Matcher(parse_profile(profile_broadcast.value, "<application profile>"))
+        classify = matcher.classify
+        names = ["kind", "pid_key", "task", "stack", "samples", "multi"]
+        for batch in batches:
+            stacks = batch.column("stack").to_pylist()
+            totals = batch.column("samples").to_numpy(zero_copy_only=False)
+            errors = batch.column("error").to_pylist()
+            error_messages = [e for s, e in zip(stacks, errors) if s is None and e is not None]
+            if error_messages:
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([KIND_ERROR] * len(error_messages), pa.int32()),
+                        pa.array([None] * len(error_messages), pa.int32()),
+                        pa.array([None] * len(error_messages), pa.int32()),
+                        pa.array(error_messages, pa.string()),
+                        pa.array([0] * len(error_messages), pa.int64()),
+                        pa.array([0] * len(error_messages), pa.int64()),
+                    ],
+                    names=names,
+                )
+            decided = [classify(s) if s is not None else (-1, False) for s in stacks]
+            task = np.fromiter((d[0] for d in decided), dtype=np.int64, count=len(decided))
+            multi = np.fromiter((d[1] for d in decided), dtype=np.bool_, count=len(decided))
+            valid = task >= 0
+            # One row per distinct stack (for the per-task folded files).
+            stack_rows = int(valid.sum())
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(np.full(stack_rows, KIND_STACK, dtype=np.int32)),
+                    pa.array([None] * stack_rows, pa.int32()),
+                    pa.array(task[valid].astype(np.int32)),
+                    pa.array([s for s in stacks if s is not None], pa.string()),
+                    pa.array(totals[valid].astype(np.int64)),
+                    pa.array(np.where(multi, totals, 0)[valid].astype(np.int64)),
+                ],
+                names=names,
+            )
+            # Samples per (PID, task): expand each stack's task over the PIDs that sampled it.
+            refs = batch.column("refs")
+            lengths = pc.list_value_length(refs).to_numpy(zero_copy_only=False)
+            lengths = np.where(valid, np.nan_to_num(lengths.astype(np.float64)), 0).astype(np.int64)
+            flat = pc.list_flatten(refs.filter(pa.array(valid)))
+            pid_keys = flat.field("pid_key").to_numpy(zero_copy_only=False).astype(np.int64)
+            samples = flat.field("samples").to_numpy(zero_copy_only=False).astype(np.int64)
+            ref_task = np.repeat(task[valid], lengths[valid])
+            ref_multi = np.repeat(multi[valid], lengths[valid])
+            combined = pid_keys * (task_count + 1) + ref_task
+            unique, inverse = np.unique(combined, return_inverse=True)
+            # float64 bincount is exact below 2**53 samples
+            sums = np.bincount(inverse, weights=samples, minlength=len(unique)).astype(np.int64)
+            multi_sums = np.bincount(inverse, weights=np.where(ref_multi, samples, 0), minlength=len(unique)).astype(
+                np.int64
+            )
+            n = len(unique)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(np.full(n, KIND_PID, dtype=np.int32)),
+                    pa.array((unique // (task_count + 1)).astype(np.int32)),
+                    pa.array((unique % (task_count + 1)).astype(np.int32)),
+                    pa.array([None] * n, pa.string()),
+                    pa.array(sums),
+                    pa.array(multi_sums),
+                ],
+                names=names,
+            )
+
+    return match_batches
+
+
+# ---------------------------------------------------------------- DataFrame steps
+
+
+def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str]]) -> DataFrame:
+    """One row per (PID, distinct stack) of every stacks.folded file: ``pid_key, stack, samples, error``."""
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    schema = StructType([StructField("pid_key", IntegerType(), False), StructField("path", StringType(), False)])
+    parallelism = spark.sparkContext.defaultParallelism
+    slices = max(1, min(len(files), 4 * parallelism))
+    paths = spark.createDataFrame(list(files), schema).repartition(slices)
+    return paths.mapInArrow(_read_stack_files, RAW_SCHEMA)
+
+
+def match_stacks(stacks: DataFrame, profile_text: str, task_count: int) -> DataFrame:
+    """Every distinct stack matched once (the host agent's Matcher), with the PIDs that sampled it
+    expanded back into per-(PID, task) sums. Rows of kinds KIND_STACK, KIND_PID and KIND_ERROR."""
+    from pyspark.sql import functions as F
+
+    spark = stacks.sparkSession
+    profile_broadcast = spark.sparkContext.broadcast(profile_text)
+    grouped = stacks.groupBy("stack").agg(
+        F.sum("samples").alias("samples"),
+        F.collect_list(F.struct("pid_key", "samples")).alias("refs"),
+        F.min("error").alias("error"),
+    )
+    return grouped.mapInArrow(_match_function(profile_broadcast, task_count), MATCHED_SCHEMA)
+
+
+def pid_counts(matched: DataFrame, task_names: Sequence[str]) -> tuple[dict[int, PidTaskCounts], list[str]]:
+    """Samples per (PID, task) and the read errors, collected to the driver (small)."""
+    from pyspark.sql import functions as F
+
+    summed = (
+        matched.filter(F.col("kind") != KIND_STACK)
+        .groupBy("kind", "pid_key", "task", "stack")
+        .agg(F.sum("samples").alias("samples"), F.sum("multi").alias("multi"))
+        .collect()
+    )
+    errors = sorted(str(row["stack"]) for row in summed if row["kind"] == KIND_ERROR)
+    samples: dict[int, dict[str, int]] = {}
+    multi: dict[int, dict[str, int]] = {}
+    for row in summed:
+        if row["kind"] != KIND_PID:
+            continue
+        task = task_names[row["task"]]
+        samples.setdefault(row["pid_key"], {})[task] = int(row["samples"])
+        multi.setdefault(row["pid_key"], {})[task] = int(row["multi"])
+    return {key: PidTaskCounts(samples[key], multi.get(key, {})) for key in samples}, errors
+
+
+def sorted_task_stacks(matched: DataFrame) -> Iterator[tuple[int, str, int]]:
+    """(task index, stack, samples) over all inputs: by task, most samples first, ties by stack text
+    (Spark orders strings by UTF-8 bytes, the same as Python's code-point order)."""
+    from pyspark.sql import functions as F
+
+    ordered = (
+        matched.filter(F.col("kind") == KIND_STACK)
+        .select("task", "stack", "samples")
+        .orderBy(F.col("task").asc(), F.col("samples").desc(), F.col("stack").asc())
+    )
+    for row in ordered.toLocalIterator(prefetchPartitions=True):
+        yield int(row[0]), str(row[1]), int(row[2])
+
+
+# ---------------------------------------------------------------- the whole job
+
+
+def _default_out_dir(runs: Sequence[RunInput]) -> Path:
+    if len(runs) != 1:
+        raise ConfigError(f"{len(runs)} runs given: say where the combined analysis goes with --out DIR")
+    run = runs[0]
+    # A bare host capture stays untouched: its analysis goes to a subdirectory.
+    return run.directory if (run.directory / "run.json").is_file() else run.directory / "analysis"
+
+
+def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
+    for run in runs:
+        for host in run.hosts:
+            if host.capture_dir is not None and out_dir.resolve() == host.capture_dir.resolve():
+                raise ConfigError(
+                    f"{out_dir}: is a host capture; the raw capture is never written to, choose another --out"
+                )
+
+
+def _write_task_files(
+    tasks_tmp: Path,
+    unmatched_tmp: Path,
+    task_names: Sequence[str],
+    file_names: Mapping[str, str],
+    stacks: Iterator[tuple[int, str, int]],
+) -> tuple[int, int]:
+    """Stream the sorted stacks into one folded file per task; returns (distinct stacks, samples)."""
+    tasks_tmp.mkdir(parents=True)
+    distinct = samples = 0
+    with ExitStack() as stack_of_files:
+        handles = {
+            task: stack_of_files.enter_context(
+                open(unmatched_tmp if task == UNMATCHED else tasks_tmp / file_names[task], "w", encoding="utf-8")
+            )
+            for task in task_names
+        }
+        for task_index, stack, count in stacks:
+            handles[task_names[task_index]].write(f"{stack} {count}\n")
+            distinct += 1
+            samples += count
+    return distinct, samples
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Swap a freshly written directory in place of ``target`` (old task files of a previous
+    profile must not linger)."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(new, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, target)
+
+
+def run_analysis(
+    spark: SparkSession, runs: Sequence[RunInput], profile_text: str, profile_source: str, out_dir: Path, master: str
+) -> tuple[int, int]:
+    """The job on an existing session: read, match, sum, write. Returns (distinct stacks, samples)."""
+    profile = parse_profile(profile_text, profile_source)
+    task_names = profile.result_task_names
+    files = [(p.key, str(p.stacks)) for run in runs for p in run.pids if p.stacks is not None]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
+    try:
+        file_names = analysis.task_file_names(profile.task_names)
+        counts: dict[int, PidTaskCounts] = {}
+        distinct = samples = 0
+        if files:
+            matched = match_stacks(stack_counts(spark, files), profile_text, len(profile.task_names))
+            from pyspark import StorageLevel
+
+            matched.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                counts, errors = pid_counts(matched, task_names)
+                if errors:
+                    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+                    raise CaptureFormatError(errors[0] + more)
+                distinct, samples = _write_task_files(
+                    scratch / "tasks",
+                    scratch / analysis.UNMATCHED_FILE,
+                    task_names,
+                    file_names,
+                    sorted_task_stacks(matched),
+                )
+            finally:
+                matched.unpersist()
+        else:
+            _write_task_files(scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, iter(()))
+        rows = [row for run in runs for row in analysis.run_rows(run, task_names, counts)]
+        atomic_write_text(scratch / analysis.SUMMARY_FILE, analysis.format_summary(rows, analysis.label_columns(runs)))
+        atomic_write_text(
+            scratch / analysis.ANALYSIS_FILE,
+            analysis.analysis_record(runs, profile_text, profile_source, file_names, master),
+        )
+        _replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)
+        for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
+            os.replace(scratch / name, out_dir / name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return distinct, samples
+
+
+def analyze(
+    run_dirs: Sequence[Path],
+    out_dir: Path | None = None,
+    profile: Path | None = None,
+    master: str = "local[*]",
+    labels: Mapping[str, str] | None = None,
+    *,
+    spark: SparkSession | None = None,
+) -> AnalysisOutput:
+    """Analyse run directories (or bare host captures) with ``profile`` (default: the runs' own
+    copy) on Spark; writes summary.csv, tasks/<task>.folded, unmatched.folded and analysis.json to
+    ``out_dir`` (default: the run directory when one run is given). The raw captures are only read.
+
+    ``spark``: an existing session to use (it is left running); otherwise one is started on
+    ``master`` and stopped at the end.
+    """
+    if not run_dirs:
+        raise ConfigError("no run directory given; pass at least one RUN_DIR")
+    runs = analysis.read_inputs([Path(p) for p in run_dirs], labels)
+    profile_text, profile_source = analysis.resolve_profile_text(runs, profile)
+    parse_profile(profile_text, profile_source)  # a bad profile fails before Spark starts
+    target = Path(out_dir) if out_dir is not None else _default_out_dir(runs)
+    _check_out_dir(target, runs)
+    started = time.monotonic()
+    session_seconds = 0.0
+    if spark is None:
+        with spark_session(master) as session:
+            session_seconds = time.monotonic() - started
+            distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master)
+    else:
+        distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master)
+    job_seconds = time.monotonic() - started - session_seconds
+    stats = AnalysisStats(
+        runs=len(runs),
+        hosts=sum(len(r.hosts) for r in runs),
+        pids=sum(len(r.pids) for r in runs),
+        samples=samples,
+        distinct_stacks=distinct,
+        session_seconds=session_seconds,
+        job_seconds=job_seconds,
+    )
+    return AnalysisOutput(
+        summary_csv=target / analysis.SUMMARY_FILE,
+        tasks_dir=target / analysis.TASKS_DIR,
+        unmatched_file=target / analysis.UNMATCHED_FILE,
+        out_dir=target,
+        analysis_json=target / analysis.ANALYSIS_FILE,
+        stats=stats,
+    )
