@@ -20,7 +20,7 @@ LOCAL_HOST = "localhost"
 KNOWN_KEYS: Mapping[str, str] = {
     "identity": "private key file for this host (e.g. ~/.ssh/cluster_key)",
     "name": "label of the host in results (default: host, or host_port)",
-    "python": "python interpreter on the host (default: /usr/bin/env python3)",
+    "python": "python interpreter on the host (default: /usr/bin/python3, where Debian's bcc lives)",
 }
 
 _LABEL_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -41,7 +41,7 @@ class HostSpec:
     user: str | None = None  # None: the coordinator's user (or ~/.ssh/config's)
     roles: tuple[str, ...] = ()
     identity: str | None = None
-    python: str = "/usr/bin/env python3"
+    python: str | None = None  # None: /usr/bin/python3 when the host has it, else `python3` on PATH
     source: str = ""  # "file:line", for messages
     options: Mapping[str, str] = field(default_factory=dict)
     port_given: bool = False
@@ -171,7 +171,7 @@ def parse_cluster(lines: Iterable[str], where: str) -> list[HostSpec]:
                 user=user,
                 roles=tuple(roles),
                 identity=options.get("identity"),
-                python=options.get("python", "/usr/bin/env python3"),
+                python=options.get("python"),
                 source=f"{where}:{number}",
                 options=dict(options),
                 port_given=port_given,

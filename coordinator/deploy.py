@@ -100,9 +100,18 @@ def build_bundle(source: Path | None = None) -> bytes:
     return buffer.getvalue()
 
 
+# The system interpreter sees Debian's python3-bpfcc; a pyenv/conda python3 first on PATH would not.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
 def python_argv(python: str) -> list[str]:
     """The host's interpreter as argv words (cluster.txt ``python=``, validated there)."""
     return shlex.split(python)
+
+
+def choose_python_command() -> str:
+    """Prints the interpreter to use when cluster.txt has no ``python=``."""
+    return f"if [ -x {SYSTEM_PYTHON} ]; then echo {SYSTEM_PYTHON}; else command -v python3; fi"
 
 
 def quote_all(words: Sequence[str]) -> str:
@@ -116,6 +125,34 @@ def sudo_prefix(needs_sudo: bool) -> str:
 def make_workdir_command() -> str:
     # mktemp -d creates the directory with mode 0700; TMPDIR is honoured like ssh sessions expect.
     return f'umask 077 && mktemp -d "${{TMPDIR:-/tmp}}/{TEMP_PREFIX}.XXXXXXXX"'
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    uid: int
+    sudo_ok: bool
+    python: str  # absolute path, or "" when none was found
+    workdir: str
+
+
+def probe_command() -> str:
+    """Who we are, whether ``sudo -n`` works, which python, and a fresh private work directory."""
+    return (
+        "id -u; "
+        "if [ \"$(id -u)\" = 0 ] || sudo -n true 2>/dev/null; then echo sudo-ok; else echo sudo-no; fi; "
+        f"{{ {choose_python_command()}; }} || echo; "
+        f"{make_workdir_command()}"
+    )
+
+
+def parse_probe(text: str) -> HostFacts | None:
+    lines = [line.strip() for line in text.splitlines()]
+    if len(lines) < 4 or not lines[0].isdigit() or lines[1] not in ("sudo-ok", "sudo-no"):
+        return None
+    workdir = lines[3]
+    if not workdir.startswith("/") or f"/{TEMP_PREFIX}." not in workdir:
+        return None
+    return HostFacts(uid=int(lines[0]), sudo_ok=lines[1] == "sudo-ok", python=lines[2], workdir=workdir)
 
 
 def unpack_command(layout: RemoteLayout) -> str:
@@ -214,9 +251,18 @@ def fetch_command(layout: RemoteLayout, needs_sudo: bool) -> str:
     return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} -cf - ."
 
 
-def cleanup_command(layout: RemoteLayout, needs_sudo: bool) -> str:
+def cleanup_command(layout: RemoteLayout, needs_sudo: bool, stop_wait: int = 30) -> str:
+    """One round trip: stop a still-running profiler (SIGINT, then SIGKILL after ``stop_wait`` s), then
+    remove the work directory."""
     workdir = layout.workdir
     # Refuse anything that is not one of our mktemp directories, whatever the remote said.
-    if f"/{TEMP_PREFIX}." not in workdir or "'" in workdir or workdir.endswith("/"):
+    if f"/{TEMP_PREFIX}." not in workdir or "'" in workdir or workdir.endswith("/") or ".." in workdir:
         raise ValueError(f"refusing to remove {workdir!r}")
-    return f"{sudo_prefix(needs_sudo)}rm -rf -- {shlex.quote(workdir)}"
+    sudo = sudo_prefix(needs_sudo)
+    alive = alive_command(layout, needs_sudo)
+    return (
+        f"if {alive}; then {signal_command(layout, 'INT', needs_sudo)}; i=0; "
+        f"while [ $i -lt {int(stop_wait) * 5} ] && {alive}; do sleep 0.2; i=$((i+1)); done; "
+        f"if {alive}; then {signal_command(layout, 'KILL', needs_sudo)}; sleep 0.5; fi; fi; "
+        f"{sudo}rm -rf -- {shlex.quote(workdir)}"
+    )

@@ -139,6 +139,7 @@ class HostWorker(threading.Thread):
         self.log = log
         self.finish_grace = finish_grace
         self.ready = threading.Event()
+        self.collected = threading.Event()  # the outcome is known; only the clean-up may still run
         self.outcome = HostOutcome(
             host=self.spec.label, address=transport.address, roles=self.spec.roles, state=HOST_FAILED, reason="not run"
         )
@@ -193,6 +194,7 @@ class HostWorker(threading.Thread):
             self._fail(f"internal error: {exc.__class__.__name__}: {exc}")
         finally:
             self.ready.set()
+            self.collected.set()
             self._cleanup()
 
     def _cleanup(self) -> None:
@@ -202,10 +204,9 @@ class HostWorker(threading.Thread):
             self.log.write(self.spec.label, "cleaned up")
         except Exception as exc:  # noqa: BLE001 - report, never mask the outcome
             self.log.write(self.spec.label, f"cleanup failed: {exc}")
-            if self.outcome.state != HOST_FAILED:
-                self.outcome = replace(
-                    self.outcome, reason=(self.outcome.reason + "; " if self.outcome.reason else "") + f"cleanup: {exc}"
-                )
+            note = f"cleanup failed, check the host for leftovers: {exc}"
+            reason = f"{self.outcome.reason}; {note}" if self.outcome.reason else note
+            self.outcome = replace(self.outcome, reason=reason)
         finally:
             try:
                 self.transport.close()
@@ -312,6 +313,8 @@ class HostWorker(threading.Thread):
             self._fail(f"could not fetch the capture: {exc}")
             return
         if not capture.is_capture_dir(dest):
+            if dest.is_dir() and not any(dest.iterdir()):
+                dest.rmdir()
             reason = self.outcome.reason if self.outcome.reason != "not run" else ""
             error = status.error if status is not None and status.error else reason or "no meta.json written"
             self._fail(f"profiler failed: {error}")
@@ -475,8 +478,8 @@ def profile_cluster(
     ]
     delay = DEFAULT_START_DELAY if start_delay is None else start_delay
     renderer.start()
-    try:
-        with _SigintToStop(control, renderer):
+    with _SigintToStop(control, renderer):
+        try:
             for worker in workers:
                 worker.start()
             ready_deadline = time.monotonic() + READY_TIMEOUT
@@ -492,21 +495,27 @@ def profile_cluster(
                     break
                 renderer.refresh(board)
                 time.sleep(0.1)
-            while any(w.is_alive() for w in workers):
+            # Results are complete once every host is fetched; clean-ups continue beside the analysis.
+            while not all(w.collected.is_set() for w in workers):
                 renderer.refresh(board)
                 for worker in workers:
-                    worker.join(0.2 / len(workers))
-    finally:
-        renderer.stop(board)
+                    worker.collected.wait(0.2 / len(workers))
+        finally:
+            renderer.stop(board)
+
+        info = replace(info, end_time=time.time()).with_hosts(tuple(w.outcome for w in workers))
+        rundir.write_run(out_dir, info)
+        outcome = ProfileOutcome(out_dir, info.complete, 0 if info.complete else PartialRunError.exit_code, info)
+        if analyze and any(h.has_capture for h in info.hosts):
+            outcome = _analyze(outcome)
+        for worker in workers:
+            worker.join()
         log.close()
 
-    outcomes = tuple(w.outcome for w in workers)
-    info = replace(info, end_time=time.time()).with_hosts(outcomes)
-    rundir.write_run(out_dir, info)
-    exit_code = 0 if info.complete else PartialRunError.exit_code
-    outcome = ProfileOutcome(out_dir, info.complete, exit_code, info)
-    if analyze and any(h.has_capture for h in outcomes):
-        outcome = _analyze(outcome)
+    final = info.with_hosts(tuple(w.outcome for w in workers))
+    if final != info:  # a clean-up added a note
+        rundir.write_run(out_dir, final)
+        outcome = replace(outcome, info=final)
     return outcome
 
 

@@ -24,7 +24,7 @@ import paramiko
 
 from . import deploy
 from .cluster import HostSpec
-from .errors import HostKeyError, HostUnreachable
+from .errors import HostKeyError, HostUnreachable, ProfilerError
 from .hosts import CommandResult, HostTransport, ProfilerStatus, RunRequest, TransportLost
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -85,6 +85,7 @@ class SshHost(HostTransport):
         self._sftp: paramiko.SFTPClient | None = None
         self.workdir: str | None = None
         self.needs_sudo = False
+        self.python = spec.python or deploy.SYSTEM_PYTHON
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ connection
@@ -207,40 +208,64 @@ class SshHost(HostTransport):
         return deploy.RemoteLayout(self.workdir)
 
     def measure_clock_offset(self) -> float:
-        """Host minus coordinator clock, from the quickest of a few ``date`` round trips (NTP-style)."""
+        """Host minus coordinator clock, NTP-style: the quickest of a few one-line round trips.
+
+        One shell stays open so each probe costs one network round trip (an exec per probe would put
+        channel set-up and shell start-up on one side of the midpoint and skew the estimate).
+        """
         best: tuple[float, float] | None = None
-        for _ in range(3):
-            before = time.time()
-            result = self.exec("date +%s.%N", timeout=10)
-            after = time.time()
-            try:
-                remote = float(result.stdout.strip())
-            except ValueError:
-                continue
-            round_trip = after - before
-            offset = remote - (before + after) / 2
-            if best is None or round_trip < best[0]:
-                best = (round_trip, offset)
+        try:
+            channel = self._client().get_transport().open_session(timeout=20)  # type: ignore[union-attr]
+            channel.settimeout(10)
+            channel.exec_command("while read -r _; do date +%s.%N; done")
+            reader = channel.makefile("rb")
+            for _ in range(5):
+                before = time.time()
+                channel.sendall(b"\n")
+                line = reader.readline()
+                after = time.time()
+                try:
+                    remote = float(line.decode("ascii").strip())
+                except (UnicodeDecodeError, ValueError):
+                    continue
+                round_trip = after - before
+                if best is None or round_trip < best[0]:
+                    best = (round_trip, remote - (before + after) / 2)
+            channel.shutdown_write()
+            channel.close()
+        except socket.timeout:
+            raise TransportLost(f"{self.spec.label}: clock probe timed out on {self.address}") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise TransportLost(f"{self.spec.label}: clock probe on {self.address} failed ({exc})") from None
         self.clock_offset = best[1] if best is not None else 0.0
         return self.clock_offset
 
     def deploy(self, profile: Path, known_spes: Path) -> None:
         spec = self.spec
-        who = self.exec("id -u")
-        if who.returncode != 0:
-            raise HostUnreachable(f"{spec.source}: `id -u` failed on {self.address}: {who.stderr.strip()}")
-        self.needs_sudo = who.stdout.strip() != "0"
-        if self.needs_sudo:
-            sudo = self.exec("sudo -n true", timeout=20)
-            if sudo.returncode != 0:
+        # One round trip for the facts (each exec starts a login shell, which can be slow).
+        probe = self.exec(deploy.probe_command())
+        facts = deploy.parse_probe(probe.stdout)
+        if probe.returncode != 0 or facts is None:
+            raise HostUnreachable(
+                f"{spec.source}: preparing {self.address} failed ({probe.stderr.strip() or probe.stdout.strip()}); "
+                "check that /tmp is writable and mktemp exists"
+            )
+        self.needs_sudo = facts.uid != 0
+        if self.needs_sudo and not facts.sudo_ok:
+            self._remove_workdir_quietly(facts.workdir)
+            raise HostUnreachable(
+                f"{spec.source}: sudo refused on {self.address} (needs a password); "
+                f"log in as root or allow passwordless sudo for {spec.user or _local_user()}"
+            )
+        if self.spec.python is None:
+            if not facts.python.startswith("/"):
+                self._remove_workdir_quietly(facts.workdir)
                 raise HostUnreachable(
-                    f"{spec.source}: sudo refused on {self.address} ({sudo.stderr.strip() or 'needs a password'}); "
-                    f"log in as root or allow passwordless sudo for {spec.user or _local_user()}"
+                    f"{spec.source}: no python3 on {self.address}; install python3, python3-bpfcc and "
+                    "python3-psutil (Debian), or set python= on the line"
                 )
-        made = self.exec(deploy.make_workdir_command())
-        workdir = made.stdout.strip()
-        if made.returncode != 0 or not workdir.startswith("/") or "\n" in workdir:
-            raise HostUnreachable(f"{spec.source}: mktemp failed on {self.address}: {made.stderr.strip()}")
+            self.python = facts.python
+        workdir = facts.workdir
         self.workdir = workdir
         layout = self.layout
         sftp = self._sftp_client()
@@ -254,6 +279,12 @@ class SshHost(HostTransport):
         if unpacked.returncode != 0:
             raise HostUnreachable(f"{spec.source}: unpacking the agent failed on {self.address}: {unpacked.stderr}")
 
+    def _remove_workdir_quietly(self, workdir: str) -> None:
+        try:
+            self.exec(deploy.cleanup_command(deploy.RemoteLayout(workdir), False), timeout=20)
+        except (TransportLost, ValueError):
+            pass
+
     def start_profiler(self, request: RunRequest) -> None:
         layout = self.layout
         args = deploy.profiler_run_args(
@@ -266,7 +297,7 @@ class SshHost(HostTransport):
             events=request.events,
             pids=request.pids,
         )
-        started = self.exec(deploy.start_command(layout, self.spec.python, args, self.needs_sudo), timeout=30)
+        started = self.exec(deploy.start_command(layout, self.python, args, self.needs_sudo), timeout=30)
         if started.returncode != 0:
             raise HostUnreachable(f"{self.spec.source}: could not start the profiler: {started.stderr.strip()}")
 
@@ -318,21 +349,15 @@ class SshHost(HostTransport):
             return ""
 
     def run_profiler(self, args: Sequence[str], timeout: float) -> CommandResult:
-        return self.exec(deploy.profiler_command(self.layout, self.spec.python, args, self.needs_sudo), timeout)
+        return self.exec(deploy.profiler_command(self.layout, self.python, args, self.needs_sudo), timeout)
 
     def cleanup(self) -> None:
         if self.workdir is None:
             return
-        layout = self.layout
-        # The profiler writes its capture on SIGINT; give it time, then make sure nothing keeps running.
-        if self.profiler_alive():
-            self.exec(deploy.signal_command(layout, "INT", self.needs_sudo), timeout=20)
-            deadline = time.monotonic() + 30
-            while self.profiler_alive() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            if self.profiler_alive():
-                self.exec(deploy.signal_command(layout, "KILL", self.needs_sudo), timeout=20)
-        self.exec(deploy.cleanup_command(layout, self.needs_sudo), timeout=60)
+        # The profiler writes its capture on SIGINT; the command gives it time, then makes sure.
+        done = self.exec(deploy.cleanup_command(self.layout, self.needs_sudo), timeout=90)
+        if done.returncode != 0:
+            raise ProfilerError(f"{self.spec.label}: cleanup on {self.address} failed: {done.stderr.strip()}")
         self.workdir = None
 
 
