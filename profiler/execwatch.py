@@ -39,8 +39,8 @@ class ExecWatcher:
         except ImportError as exc:
             raise CapabilityError(f"bcc not importable ({exc}); install python3-bpfcc, or run with polling") from None
         try:
-            self._bpf = BPF(text=bpf_source())
-            self._bpf["exec_events"].open_ring_buffer(self._on_event)
+            self._bpf = BPF(text=bpf_source().encode())
+            self._bpf[b"exec_events"].open_ring_buffer(self._on_event)
         except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception on compile/attach failures
             self.close()
             raise CapabilityError(f"exec tracepoint unavailable ({exc}); falling back to polling") from None
@@ -56,7 +56,7 @@ class ExecWatcher:
         self._bpf.ring_buffer_consume()
         pids = list(dict.fromkeys(self._pending))
         self._pending.clear()
-        dropped_total = int(self._bpf["exec_dropped"][ctypes.c_int(0)].value)
+        dropped_total = int(self._bpf[b"exec_dropped"][ctypes.c_int(0)].value)
         dropped = dropped_total > self._dropped_seen
         self._dropped_seen = dropped_total
         return pids, dropped

@@ -2,13 +2,16 @@
 lines (known_spes.txt) at start and, while the window runs, from exec events or polling of /proc.
 
 How new processes are found, cheaply enough for a 0.2-0.5 s poll:
-- every poll lists /proc (pids only) and inspects pids not seen before (one cmdline read each);
-- tracepoint mode: the exec watcher reports every exec, so a known pid that exec'd into an engine
-  process (spark-class's bash becoming the JVM) is inspected again at once;
-- polling mode: young processes (< 5 s) are re-inspected every poll, everything every 10 s.
-A process that looks exactly like its parent and is younger than 0.3 s is a fork that has not
-exec'd yet (a Worker launching an executor): it is inspected on a later poll, not mis-filed as a
-second Worker. Forks that never exec (PySpark's daemon forking workers) are filed after that.
+- every poll lists /proc (pids only);
+- tracepoint mode: the exec watcher names every pid that exec'd, which is inspected at once (one
+  cmdline read); this also catches a known pid that exec'd into an engine process (spark-class's
+  bash becoming the JVM). A new pid without an exec is a fork: it is inspected once it is 0.3 s
+  old, so forks that never exec (PySpark's daemon forking workers) are found too;
+- polling mode (no bcc/tracepoint): new pids are inspected at once, young ones (< 5 s) again every
+  poll, everything every 10 s. A new process that looks exactly like its parent is a fork that has
+  not exec'd yet (a Worker launching an executor): it is filed only after 0.3 s, not mis-filed as a
+  second Worker.
+A pid keeps the kind it was first filed under, even if it later execs something else.
 """
 
 from __future__ import annotations
@@ -149,7 +152,9 @@ class _State:
     seen: dict[int, _Seen] = field(default_factory=dict)
     new: list[ProcessInfo] = field(default_factory=list)
     exited: list[int] = field(default_factory=list)
-    deferred: set[int] = field(default_factory=set)
+    # pid -> monotonic time first listed: new pids not inspected yet (waiting for their exec, or
+    # forks that looked like their parent)
+    pending: dict[int, float] = field(default_factory=dict)
 
 
 class ScopeAnalyzer:
@@ -220,9 +225,16 @@ class ScopeAnalyzer:
         if self._watcher is not None:
             exec_pids, rescan = self._watcher.drain()
         listed = set(self._proc.pids())
-        for pid in exec_pids:
+        if self._watcher is not None:
+            # an exec that happened while /proc was listed shows in the listing with its new
+            # command line: drain again so it is still attributed to the exec watcher
+            more, more_rescan = self._watcher.drain()
+            exec_pids += more
+            rescan = rescan or more_rescan
+        for pid in dict.fromkeys(exec_pids):
             if pid in listed and pid not in state.tracked:
                 state.seen.pop(pid, None)
+                state.pending.pop(pid, None)
                 self._inspect(pid, now, source="exec")
         polling = self._watcher is None
         if rescan or (polling and mono - self._last_full_scan >= POLL_FULL_RESCAN_SECONDS):
@@ -231,11 +243,23 @@ class ScopeAnalyzer:
         for pid in sorted(listed):
             if pid in state.tracked:
                 continue
+            if pid in state.pending:
+                if rescan or mono - state.pending[pid] >= FORK_SETTLE_SECONDS:
+                    first_listed = state.pending.pop(pid)
+                    self._inspect(pid, now, source="scan", first_listed=first_listed, settled=True)
+                continue
             seen = state.seen.get(pid)
-            if seen is None or pid in state.deferred:
-                self._inspect(pid, now, source="scan")
+            if seen is None:
+                if polling or rescan:
+                    self._inspect(pid, now, source="scan", first_listed=mono)
+                else:
+                    # the exec watcher reports it if it execs; a fork that never execs (PySpark's
+                    # daemon forking workers) is inspected once it has settled
+                    state.pending[pid] = mono
             elif polling and mono - seen.born_monotonic < POLL_YOUNG_SECONDS:
                 self._inspect(pid, now, source="scan", recheck=seen)
+        for pid in [pid for pid in state.pending if pid not in listed]:
+            del state.pending[pid]
         for pid in [pid for pid in state.seen if pid not in listed]:
             del state.seen[pid]
         self._check_exits(listed, now)
@@ -278,9 +302,16 @@ class ScopeAnalyzer:
                 self._inspect(pid, now, source=source)
         self._last_full_scan = self._monotonic()
 
-    def _inspect(self, pid: int, now: float, source: str, recheck: _Seen | None = None) -> None:
+    def _inspect(
+        self,
+        pid: int,
+        now: float,
+        source: str,
+        recheck: _Seen | None = None,
+        first_listed: float | None = None,
+        settled: bool = False,
+    ) -> None:
         state = self._state
-        state.deferred.discard(pid)
         if pid == os.getpid():
             return
         snap = self._proc.snapshot(pid)
@@ -294,13 +325,19 @@ class ScopeAnalyzer:
         ):
             return
         mono = self._monotonic()
+        # psutil's create_time rests on /proc/stat btime (whole seconds): good for "a few seconds
+        # old", not for sub-second decisions, which use the time we first listed the pid.
         born = mono - max(0.0, now - snap.create_time)
+        if recheck is not None:
+            born = recheck.born_monotonic
+        elif first_listed is not None:
+            born = max(born, first_listed - 1.0)
         state.seen[pid] = _Seen(snap.create_time, mono, born, snap.cmdline)
         default_master = self._default_master(snap)
         kind = classify(snap.cmdline, self.kinds, default_master)
-        if kind is not None and now - snap.create_time < FORK_SETTLE_SECONDS and self._same_as_parent(snap):
+        if kind is not None and first_listed is not None and not settled and self._same_as_parent(snap):
             # a fork that has not exec'd yet carries its parent's command line: look again later
-            state.deferred.add(pid)
+            state.pending[pid] = first_listed
             return
         if kind is not None:
             self._track(snap, kind, now, source)

@@ -113,7 +113,8 @@ def env() -> tuple[FakeClock, FakeProc]:
 
 def test_initial_scan_then_new_and_exited(env: tuple[FakeClock, FakeProc]) -> None:
     clock, proc = env
-    scope = make(proc, clock)
+    watcher = FakeWatcher()
+    scope = make(proc, clock, watcher)
     scope.start()
     assert scope.exec_watch_mode == "tracepoint"
     initial = {p.pid: p for p in scope.processes()}
@@ -128,9 +129,10 @@ def test_initial_scan_then_new_and_exited(env: tuple[FakeClock, FakeProc]) -> No
 
     clock.now += 0.5
     proc.kill(102)
-    proc.spawn(103, EXECUTOR, ppid=100, age=1.0)
+    proc.spawn(103, EXECUTOR, ppid=100, age=0.1)
+    watcher.pending = [103]
     new, exited = scope.poll()
-    assert [p.pid for p in new] == [103] and exited == [102]
+    assert [(p.pid, p.source) for p in new] == [(103, "exec")] and exited == [102]
     final = {p.pid: p for p in scope.finish(clock.now + 2)}
     assert final[102].exited and final[102].last_seen == pytest.approx(1000.5)
     assert not final[103].exited and final[103].last_seen == pytest.approx(1002.5)
@@ -172,15 +174,16 @@ def test_polling_fallback_rechecks_young_processes(env: tuple[FakeClock, FakePro
     assert proc.snapshots == before
 
 
-def test_unforked_exec_copy_of_the_parent_is_deferred(env: tuple[FakeClock, FakeProc]) -> None:
+def test_polling_files_a_fork_only_after_it_had_the_chance_to_exec(env: tuple[FakeClock, FakeProc]) -> None:
     # the Worker forks: for a moment the child has the Worker's command line
     clock, proc = env
-    scope = make(proc, clock)
+    scope = make(proc, clock, FakeWatcher(fail=True))
     scope.start()
     proc.spawn(400, WORKER, ppid=100, age=0.01)
     assert scope.poll() == ([], [])
     clock.now += 0.2
     proc.exec(400, EXECUTOR)
+    clock.now += 0.2
     new, _ = scope.poll()
     assert [(p.pid, p.kind) for p in new] == [(400, "executor")]
     # a fork that never execs (pyspark.daemon's workers) is filed once it has settled
@@ -191,6 +194,26 @@ def test_unforked_exec_copy_of_the_parent_is_deferred(env: tuple[FakeClock, Fake
     clock.now += 0.5
     new, _ = scope.poll()
     assert [(p.pid, p.kind, p.role) for p in new] == [(501, "python-worker", "workload")]
+
+
+def test_tracepoint_mode_waits_for_the_exec_of_new_pids(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    watcher = FakeWatcher()
+    scope = make(proc, clock, watcher)
+    scope.start()
+    proc.spawn(400, WORKER, ppid=100, age=0.01)  # forked, not exec'd yet
+    before = proc.snapshots
+    assert scope.poll() == ([], [])
+    assert proc.snapshots == before  # a new pid costs nothing until it execs or settles
+    proc.exec(400, EXECUTOR)
+    watcher.pending = [400]
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind, p.source) for p in new] == [(400, "executor", "exec")]
+    proc.spawn(501, ("python3", "-m", "pyspark.daemon"), ppid=102, age=0.01)  # a fork that never execs
+    assert scope.poll() == ([], [])
+    clock.now += 0.4
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind, p.source) for p in new] == [(501, "python-worker", "scan")]
 
 
 def test_manual_pids_and_missing_manual_pid(env: tuple[FakeClock, FakeProc]) -> None:

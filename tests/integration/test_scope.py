@@ -1,0 +1,121 @@
+"""The scope analyzer on real processes: exec tracepoint (bcc) and polling fallback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import ProcessInfo
+from profiler.scope import ScopeAnalyzer
+from profiler.spes import parse_known_spes
+
+TARGET = "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n"
+
+
+@pytest.fixture
+def probe_script(tmp_path: Path) -> Path:
+    # a unique script name, so nothing else on this shared machine matches the test-only entry
+    script = tmp_path / f"spe_probe_{uuid.uuid4().hex[:8]}.py"
+    script.write_text(TARGET)
+    return script
+
+
+def _kinds(script: Path) -> tuple:  # type: ignore[type-arg]
+    return parse_known_spes(f"testengine workload probe {script.name}\n", "test-known-spes")
+
+
+def _start(script: Path) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return child
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    if child.stdin is not None:
+        child.stdin.close()
+    child.wait(timeout=30)
+
+
+def _poll_until(scope: ScopeAnalyzer, pid: int, timeout: float) -> tuple[ProcessInfo | None, float]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new, _ = scope.poll()
+        for process in new:
+            if process.pid == pid:
+                return process, time.time()
+        time.sleep(0.1)
+    return None, time.time()
+
+
+@pytest.mark.parametrize("exec_watch", [True, False], ids=["tracepoint", "polling"])
+def test_process_started_after_start_is_found_within_a_second(probe_script: Path, exec_watch: bool) -> None:
+    before = _start(probe_script)
+    scope = ScopeAnalyzer(_kinds(probe_script), exec_watch=exec_watch)
+    try:
+        scope.start()
+        assert scope.exec_watch_mode == ("tracepoint" if exec_watch else "polling"), scope.exec_watch_error
+        initial = {p.pid: p for p in scope.processes()}
+        assert list(initial) == [before.pid] and initial[before.pid].source == "scan"
+        assert (initial[before.pid].engine, initial[before.pid].role) == ("testengine", "workload")
+
+        # WHEN a matching process starts while the analyzer runs (polled every 0.1 s)
+        spawned_at = time.time()
+        child = subprocess.Popen(
+            [sys.executable, str(probe_script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            found, found_at = _poll_until(scope, child.pid, timeout=5.0)
+            assert found is not None, "the new process was not found within 5 s"
+            assert found_at - spawned_at < 1.0, f"found after {found_at - spawned_at:.2f}s"
+            assert found.source == ("exec" if exec_watch else "scan")
+            assert found.jvm_version is None and found.preserve_frame_pointer is None
+            assert probe_script.name in found.cmdline
+        finally:
+            _stop(child)
+        # THEN its exit is reported, and the final record keeps it with its exit time
+        deadline = time.monotonic() + 5
+        exited: list[int] = []
+        while child.pid not in exited and time.monotonic() < deadline:
+            exited += scope.poll()[1]
+            time.sleep(0.1)
+        assert child.pid in exited
+        final = {p.pid: p for p in scope.finish(time.time())}
+        assert final[child.pid].exited and not final[before.pid].exited
+        assert final[child.pid].first_seen <= final[child.pid].last_seen
+    finally:
+        scope.close()
+        scope.close()
+        _stop(before)
+
+
+def test_jvm_facts_and_manual_pid(tmp_path: Path) -> None:
+    # a real JVM with frame pointers, added by hand (no known_spes entry matches it)
+    source = tmp_path / "Idle.java"
+    source.write_text(
+        "public class Idle { public static void main(String[] a) throws Exception {"
+        ' System.out.println("ready"); System.out.flush(); System.in.read(); } }\n'
+    )
+    java = subprocess.Popen(
+        ["java", "-XX:+PreserveFramePointer", "-Xmx64m", str(source)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert java.stdout is not None and java.stdout.readline().strip() == "ready"
+        scope = ScopeAnalyzer(
+            parse_known_spes("x workload y no.such.Main\n", "t"), manual_pids=[java.pid], exec_watch=False
+        )
+        scope.start()
+        (process,) = scope.processes()
+        assert (process.pid, process.engine, process.role, process.source) == (java.pid, "manual", "workload", "manual")
+        assert process.jvm_version and process.jvm_version.startswith("17")
+        assert process.preserve_frame_pointer is True
+        scope.close()
+    finally:
+        _stop(java)  # type: ignore[arg-type]
