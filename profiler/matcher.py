@@ -189,28 +189,36 @@ class Matcher:
                 mask |= bit
         return mask
 
-    def _decide(self, masks: tuple[int, ...]) -> tuple[int, bool]:
-        """(task index, multi-task?) for the non-zero frame masks of a stack, root first."""
+    def _decide(self, masks: tuple[int, ...]) -> tuple[int, int]:
+        """(task index, mask of the other tasks matched by other frames) for the non-zero frame
+        masks of a stack, root first."""
         if not masks:
-            return self.unmatched_index, False
+            return self.unmatched_index, 0
         leaf_mask = masks[-1]
         chosen = (leaf_mask & -leaf_mask).bit_length() - 1  # lowest bit: earliest task in the profile
         others = 0
         for mask in masks[:-1]:
             others |= mask
-        return chosen, bool(others & ~(1 << chosen))
+        return chosen, others & ~(1 << chosen)
 
-    def classify(self, stack: str) -> tuple[int, bool]:
-        """(index into ``result_names``, whether other frames matched other tasks)."""
+    def classify(self, stack: str) -> tuple[int, int]:
+        """(index into ``result_names``, bit mask of the other tasks that other frames matched).
+
+        The hot path: one C-level split, memo lookups per frame, one memo lookup per pattern of
+        matching frames; Python code runs only for frames and frame combinations not seen before.
+        """
         return self._decision_of(tuple(filter(None, map(self._frame_mask_of, stack.split(FRAME_SEPARATOR)))))
 
     def match(self, stack: str) -> str:
         return self.result_names[self.classify(stack)[0]]
 
+    def task_names_of(self, mask: int) -> tuple[str, ...]:
+        """Task names of the bits set in ``mask``, in profile order."""
+        return tuple(name for index, name in enumerate(self.task_names) if mask >> index & 1)
+
     def frame_tasks(self, frame: str) -> tuple[str, ...]:
         """Every task with a pattern matching this one frame, in profile order."""
-        mask = self._frame_mask_of(frame)
-        return tuple(name for index, name in enumerate(self.task_names) if mask >> index & 1)
+        return self.task_names_of(self._frame_mask_of(frame))
 
     def matching_patterns(self, frame: str) -> list[tuple[str, Pattern]]:
         """(task, pattern) for every pattern matching ``frame`` (slow; for explanations)."""
@@ -259,6 +267,8 @@ class MatchResult:
     multi_task_samples: int  # samples whose stack matched patterns of >1 task in different frames
     task_stacks: dict[str, Counter[str]]  # task -> its stacks (drill-down flamegraphs)
     task_multi_samples: dict[str, int] = field(default_factory=dict)  # multi-task samples per chosen task
+    # (chosen task, task another frame matched) -> samples: what the leaf-first rule decided
+    decided_over: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def share(self, task: str) -> float | None:
         """Task samples / all samples; None when there are no samples."""
@@ -273,15 +283,21 @@ def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
     samples = [0] * len(names)
     multi = [0] * len(names)
     stacks: list[Counter[str]] = [Counter() for _ in names]
+    overrides: Counter[tuple[int, int]] = Counter()
     classify = matcher.classify
     for stack, count in counts.items():
         if count <= 0:
             continue
-        index, is_multi = classify(stack)
+        index, others = classify(stack)
         samples[index] += count
-        if is_multi:
+        if others:
             multi[index] += count
+            overrides[index, others] += count
         stacks[index][stack] += count
+    decided_over: Counter[tuple[str, str]] = Counter()
+    for (index, others), count in overrides.items():
+        for other in matcher.task_names_of(others):
+            decided_over[names[index], other] += count
     return MatchResult(
         task_samples=dict(zip(names, samples)),
         total_samples=sum(samples),
@@ -289,6 +305,7 @@ def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
         multi_task_samples=sum(multi),
         task_stacks=dict(zip(names, stacks)),
         task_multi_samples=dict(zip(names, multi)),
+        decided_over=decided_over,
     )
 
 
@@ -301,7 +318,9 @@ def merge_results(results: Iterable[MatchResult]) -> MatchResult:
     samples = dict.fromkeys(names, 0)
     multi = dict.fromkeys(names, 0)
     stacks: dict[str, Counter[str]] = {name: Counter() for name in names}
+    decided_over: Counter[tuple[str, str]] = Counter()
     for result in results:
+        decided_over.update(result.decided_over)
         if list(result.task_samples) != names:
             raise ValueError("results of different application profiles cannot be merged")
         for name in names:
@@ -315,21 +334,42 @@ def merge_results(results: Iterable[MatchResult]) -> MatchResult:
         multi_task_samples=sum(r.multi_task_samples for r in results),
         task_stacks=stacks,
         task_multi_samples=multi,
+        decided_over=decided_over,
     )
 
 
-def leaf_frame(stack: str) -> str:
-    return stack.rpartition(FRAME_SEPARATOR)[2]
+KERNEL_SUFFIX = "_[k]"
 
 
-def candidate_patterns(unmatched: Mapping[str, int], top: int = 10) -> list[tuple[str, int]]:
-    """The leaf frames with most self samples among unmatched stacks: what to add to the profile.
+def _is_pattern_material(frame: str) -> bool:
+    # Kernel frames and unresolved placeholders ("[unknown]", "[Missed User Stack]", "[libc.so.6]")
+    # are shared by every task, so they make poor patterns.
+    return bool(frame) and not frame.endswith(KERNEL_SUFFIX) and not frame.startswith("[")
 
-    Most samples first, ties by frame text, so the list is deterministic.
+
+def leaf_frame(stack: str, user_only: bool = False) -> str:
+    """The self frame of a stack; with ``user_only`` the leaf-most frame that is neither a kernel
+    frame nor an unresolved placeholder (the plain leaf when there is none)."""
+    frames = stack.split(FRAME_SEPARATOR)
+    if user_only:
+        for frame in reversed(frames):
+            if _is_pattern_material(frame):
+                return frame
+    return frames[-1]
+
+
+def candidate_patterns(
+    unmatched: Mapping[str, int], top: int = 10, user_only: bool = True
+) -> list[tuple[str, int]]:
+    """The self frames with most samples among unmatched stacks: what to add to the profile.
+
+    With ``user_only`` (default) kernel frames and unresolved placeholders are skipped, so the
+    frame is the innermost one a pattern can usefully name. Most samples first, ties by frame
+    text, so the list is deterministic.
     """
     self_samples: Counter[str] = Counter()
     for stack, count in unmatched.items():
         if count > 0:
-            self_samples[leaf_frame(stack)] += count
+            self_samples[leaf_frame(stack, user_only)] += count
     ordered = sorted(self_samples.items(), key=lambda item: (-item[1], item[0]))
     return ordered[: max(0, top)]

@@ -127,6 +127,7 @@ def test_match_stacks_counts_multi_task_and_keeps_stacks(matcher: Matcher) -> No
     assert result.total_samples == 22
     assert result.multi_task_samples == 5
     assert result.task_multi_samples["Deserialize"] == 5
+    assert result.decided_over == Counter({("Deserialize", "Kafka"): 5})
     assert result.unmatched == Counter({"Executor task;Baz.qux": 4, "Executor task;Foo.bar": 2})
     assert result.task_stacks["GC"] == Counter({"GC Thread#0;G1ParTask::work": 7})
     assert result.task_stacks["unmatched"] is result.unmatched
@@ -144,6 +145,8 @@ def test_merge_results(matcher: Matcher) -> None:
     assert merged.task_samples["GC"] == 4
     assert merged.unmatched == Counter({"t;x": 1})
     assert merged.total_samples == 10
+    c = match_stacks(matcher, {"GC Thread#0;JacksonParser": 2})
+    assert merge_results([c, c]).decided_over == Counter({("Deserialize", "GC"): 4})
     other = match_stacks(Matcher(parse_profile("A: a")), {})
     with pytest.raises(ValueError):
         merge_results([a, other])
@@ -154,6 +157,11 @@ def test_candidate_patterns_are_top_self_frames() -> None:
     assert candidate_patterns(unmatched, top=3) == [("leaf1", 7), ("leaf2", 5), ("leaf3", 5)]
     assert candidate_patterns(unmatched, top=0) == []
     assert candidate_patterns({}) == []
+    kernel = {"t;user1;page_fault_[k];clear_page_[k]": 4, "t;user2;[unknown]": 3, "t;x;[unknown]": 1, "k_[k]": 1}
+    assert candidate_patterns(kernel) == [("user1", 4), ("user2", 3), ("k_[k]", 1), ("x", 1)]
+    assert candidate_patterns(kernel, user_only=False) == [
+        ("[unknown]", 4), ("clear_page_[k]", 4), ("k_[k]", 1)
+    ]
 
 
 def test_matcher_pickles_for_spark(matcher: Matcher) -> None:

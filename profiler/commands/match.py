@@ -1,0 +1,170 @@
+"""Re-match saved folded stacks with an application profile, without profiling again.
+
+STACKS are folded files (root first, count last) or directories: a host capture directory, or a
+coordinator run directory, whose pids/*/stacks.folded files are all read. Prints samples and share
+per task (with the 95 % confidence interval of the share), how many samples the leaf-first rule
+decided between several tasks, and the top self frames of unmatched stacks as candidate patterns.
+Nothing is written unless --csv or --unmatched is given.
+
+examples:
+  profiler match --profile application_profiles/spark_structured_streaming.txt capture/
+  profiler match --profile my.txt capture/pids/4242/stacks.folded --csv tasks.csv
+  profiler match --profile my.txt runs/20260101-1200/ --unmatched unmatched.folded --top 20
+  profiler match --profile my.txt --explain 'Executor task l;...;JacksonParser.parse'
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..capture import PIDS_DIR, STACKS_FILE, atomic_write_text
+from ..defaults import DEFAULT_PROFILE, data_file
+from ..errors import ConfigError, OutputExistsError
+from ..matcher import MatchResult
+from ..stats import share_ci95
+
+
+def existing_path(text: str) -> Path:
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
+    return path
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def stack_files(inputs: Sequence[Path]) -> list[Path]:
+    """Folded files named directly, and every pids/*/stacks.folded below each directory."""
+    files: list[Path] = []
+    for path in inputs:
+        if path.is_dir():
+            found = sorted(path.rglob(f"{PIDS_DIR}/*/{STACKS_FILE}"))
+            if not found:
+                raise ConfigError(
+                    f"{path}: no {PIDS_DIR}/*/{STACKS_FILE} below this directory; "
+                    "pass folded files, a capture directory or a run directory"
+                )
+            files.extend(found)
+        else:
+            files.append(path)
+    # The same file named twice would count its samples twice.
+    return list(dict.fromkeys(p.resolve() for p in files))
+
+
+def format_table(result: MatchResult, top_candidates: Sequence[tuple[str, int]]) -> str:
+    """The task table: samples and share ± half-width of its 95 % CI, then the quality figures."""
+    total = result.total_samples
+    rows: list[tuple[str, str, str]] = []
+    for task, samples in result.task_samples.items():
+        share = f"{100 * samples / total:6.2f} % ± {100 * share_ci95(samples, total):.2f}" if total else "-"
+        rows.append((task, str(samples), share))
+    rows.append(("total", str(total), "100 %" if total else "-"))
+    width = max(len(r[0]) for r in rows)
+    count_width = max(max(len(r[1]) for r in rows), 7)
+    lines = [f"{'task':<{width}}  {'samples':>{count_width}}  share (± 95 % CI)"]
+    for task, count_text, share in rows:
+        lines.append(f"{task:<{width}}  {count_text:>{count_width}}  {share}")
+    multi_share = f" ({100 * result.multi_task_samples / total:.1f} %)" if total else ""
+    lines.append("")
+    lines.append(
+        f"multi-task samples: {result.multi_task_samples}{multi_share} matched more than one task in "
+        "different frames; the leaf-first rule decided them"
+    )
+    for (chosen, other), count in sorted(result.decided_over.items(), key=lambda item: (-item[1], item[0]))[:10]:
+        lines.append(f"  {count:>{count_width}}  {chosen} over {other}")
+    if top_candidates:
+        lines.append("")
+        lines.append("top self frames of unmatched stacks (candidate patterns):")
+        for frame, count in top_candidates:
+            lines.append(f"  {count:>{count_width}}  {frame}")
+    return "\n".join(lines) + "\n"
+
+
+def result_csv(result: MatchResult) -> str:
+    """Columns task,samples,share; share is empty when there are no samples."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["task", "samples", "share"])
+    for task, samples in result.task_samples.items():
+        share = samples / result.total_samples if result.total_samples else None
+        writer.writerow([task, samples, "" if share is None else f"{share:.6g}"])
+    return buffer.getvalue()
+
+
+class MatchCommand:
+    """Re-match saved folded stacks with an application profile, without profiling again."""
+
+    __doc__ = __doc__
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "stacks", nargs="*", type=existing_path, metavar="STACKS",
+            help="folded files, capture directories or run directories",
+        )
+        parser.add_argument(
+            "--profile", type=existing_path, default=None,
+            help=f"application profile (default: {DEFAULT_PROFILE})",
+        )
+        parser.add_argument("--csv", type=Path, metavar="OUT", help="write task,samples,share to this CSV file")
+        parser.add_argument("--unmatched", type=Path, metavar="OUT", help="write the unmatched stacks (folded)")
+        parser.add_argument(
+            "--top", type=non_negative_int, default=10, help="candidate patterns to list from unmatched stacks (10)"
+        )
+        parser.add_argument(
+            "--explain", action="append", default=[], metavar="STACK",
+            help="print which frame and pattern decide this folded stack (repeatable; STACKS optional)",
+        )
+        parser.add_argument("--force", action="store_true", help="overwrite existing --csv/--unmatched files")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..appprofile import load_profile
+        from ..folded import format_folded, read_folded
+        from ..matcher import Matcher, candidate_patterns, match_stacks
+
+        if not args.stacks and not args.explain:
+            raise ConfigError("nothing to match; pass folded files or capture directories (or --explain STACK)")
+        for output in (args.csv, args.unmatched):
+            if output is not None and output.exists() and not args.force:
+                raise OutputExistsError(f"{output}: exists; choose another name or add --force")
+        profile_path = args.profile if args.profile is not None else data_file(DEFAULT_PROFILE)
+        matcher = Matcher(load_profile(profile_path))
+        for stack in args.explain:
+            print(matcher.explain(stack.strip()).describe())
+        if not args.stacks:
+            return 0
+        files = stack_files(args.stacks)
+        counts: Counter[str] = Counter()
+        for path in files:
+            try:
+                counts.update(read_folded(path))
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        result = match_stacks(matcher, counts)
+        print(f"profile {profile_path}: {len(matcher.task_names)} tasks; {len(files)} stack file(s), "
+              f"{len(counts)} distinct stacks")
+        print(format_table(result, candidate_patterns(result.unmatched, args.top)), end="")
+        if args.csv is not None:
+            atomic_write_text(args.csv, result_csv(result))
+            print(f"wrote {args.csv}")
+        if args.unmatched is not None:
+            atomic_write_text(args.unmatched, format_folded(result.unmatched))
+            print(f"wrote {args.unmatched} ({len(result.unmatched)} stacks)")
+        if result.unmatched:
+            print("next: add patterns for the frames above to the profile and run this command again")
+        return 0
+
+
+COMMAND = MatchCommand
