@@ -1,0 +1,441 @@
+"""`profiler doctor`: can this host be profiled? One row per check, with the fix for each problem."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+CAP_BPF = 39
+TRACEPOINTS = ("sched_process_exec", "sock_send_length", "sock_recv_length")
+SAMPLING_CLOCK = "cpu-clock"
+PFP_FIX = (
+    "start the JVMs with -XX:+PreserveFramePointer "
+    "(Spark: spark.executor.extraJavaOptions=-XX:+PreserveFramePointer and spark.driver.extraJavaOptions; "
+    "Flink: env.java.opts.all: -XX:+PreserveFramePointer)"
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the doctor's table (and one object of its JSON list)."""
+
+    check: str
+    status: str  # ok, warn, fail
+    detail: str
+    fix: str = ""
+
+
+# ---------------------------------------------------------------- pure checks (unit-tested)
+
+
+def privilege_check(euid: int, cap_eff: int) -> Check:
+    def has(cap: int) -> bool:
+        return bool(cap_eff >> cap & 1)
+
+    if euid == 0 and has(CAP_SYS_ADMIN):
+        return Check("privileges", OK, "root")
+    if has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
+        return Check("privileges", OK, f"uid {euid} with CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN)")
+    missing = [name for cap, name in ((CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")) if not has(cap)]
+    return Check(
+        "privileges",
+        FAIL,
+        f"uid {euid} lacks {' and '.join(missing)}: BPF programs and perf events cannot be opened",
+        "run as root (sudo profiler ...) or grant the capabilities: setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep",
+    )
+
+
+def headers_check(release: str, build: Path, kheaders: Path) -> Check:
+    """Kernel headers for bcc: /lib/modules/<release>/build, and whether they belong to this kernel."""
+    if build.exists() and (build / "include").exists():
+        target = build.resolve()
+        found = re.search(r"linux-headers-(.+?)(?:-common)?$", target.name)
+        version = found.group(1) if found else target.name
+        if version != release and not release.startswith(version):
+            return Check(
+                "kernel-headers",
+                WARN,
+                f"{build} -> {target}: headers of kernel {version}, running {release}",
+                "headers from another kernel version: fine while BTF covers the structures the programs read;"
+                f" install linux-headers-{release} when it exists",
+            )
+        return Check("kernel-headers", OK, f"{build} -> {target}")
+    if kheaders.exists():
+        return Check("kernel-headers", OK, f"{kheaders} (CONFIG_IKHEADERS)")
+    return Check(
+        "kernel-headers",
+        FAIL,
+        f"no {build} and no {kheaders}: bcc cannot compile",
+        "install linux-headers-$(uname -r) (or linux-headers-amd64 and link it: make setup)",
+    )
+
+
+def max_stack_check(value: int | None) -> Check:
+    if value is None:
+        return Check("perf_event_max_stack", WARN, "kernel.perf_event_max_stack unreadable", "check /proc/sys/kernel")
+    if value < 127:
+        return Check(
+            "perf_event_max_stack",
+            WARN,
+            f"{value}: stacks deeper than this are truncated",
+            "sysctl -w kernel.perf_event_max_stack=1024",
+        )
+    if value < 512:
+        return Check(
+            "perf_event_max_stack",
+            WARN,
+            f"{value}: Java stacks are often deeper; --max-stack-depth cannot exceed it",
+            "sysctl -w kernel.perf_event_max_stack=1024 (then profiler run --max-stack-depth 1024)",
+        )
+    return Check("perf_event_max_stack", OK, str(value))
+
+
+def paranoid_check(value: int | None, privileged: bool) -> Check:
+    if value is None:
+        return Check("perf_event_paranoid", WARN, "kernel.perf_event_paranoid unreadable", "check /proc/sys/kernel")
+    if privileged or value <= 1:
+        return Check(
+            "perf_event_paranoid", OK, f"{value}" + (" (no effect with root/CAP_PERFMON)" if privileged else "")
+        )
+    return Check(
+        "perf_event_paranoid",
+        FAIL,
+        f"{value}: unprivileged users cannot count or sample other processes",
+        "run as root, or sysctl -w kernel.perf_event_paranoid=1",
+    )
+
+
+def pmu_check(probe: Mapping[str, str]) -> Check:
+    working = [name for name, state in probe.items() if state == "ok"]
+    missing = {name: state for name, state in probe.items() if state != "ok"}
+    detail = f"counting: {', '.join(working) or 'nothing'}"
+    by_reason: dict[str, list[str]] = {}
+    for name, state in missing.items():
+        # "ENOENT: no hardware PMU event cycles on this CPU/VM" -> one group per errno
+        by_reason.setdefault(state.split(":", 1)[0], []).append(name)
+    for reason, names in by_reason.items():
+        detail += f"; unsupported ({reason}): {', '.join(names)}"
+    if any(probe.get(name, "").startswith("ENOENT") for name in ("cycles", "instructions")):
+        detail += " (no hardware PMU on this CPU/VM)"
+    if probe.get("task-clock") != "ok":
+        return Check(
+            "pmu-events",
+            FAIL,
+            detail,
+            "task-clock must work for CPU time and the cycle estimate: check privileges and perf_event_paranoid",
+        )
+    if probe.get("cycles") != "ok":
+        return Check(
+            "pmu-events",
+            WARN,
+            detail + "; cycles will be estimated as task-clock x nominal frequency (cycles_estimated=1)",
+            "for measured cycles run on bare metal or enable the virtual PMU (e.g. KVM -cpu host, a VM type with vPMU)",
+        )
+    if missing:
+        return Check("pmu-events", WARN, detail, "unsupported events are recorded as unsupported (empty), never 0")
+    return Check("pmu-events", OK, detail)
+
+
+def frame_pointer_check(jvms: Sequence[tuple[int, str, bool]]) -> Check:
+    """jvms: (pid, short description, PreserveFramePointer on)."""
+    if not jvms:
+        return Check("jvm-frame-pointers", OK, "no JVM running")
+    without = [(pid, what) for pid, what, on in jvms if not on]
+    if not without:
+        return Check("jvm-frame-pointers", OK, f"all {len(jvms)} JVM(s) run with -XX:+PreserveFramePointer")
+    listed = ", ".join(f"{pid} ({what})" for pid, what in without[:30])
+    more = f" and {len(without) - 30} more" if len(without) > 30 else ""
+    return Check(
+        "jvm-frame-pointers",
+        WARN,
+        f"{len(without)} of {len(jvms)} JVM(s) without -XX:+PreserveFramePointer, their Java stacks break: "
+        f"{listed}{more}",
+        PFP_FIX,
+    )
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    return 1 if any(check.status == FAIL for check in checks) else 0
+
+
+def format_table(checks: Sequence[Check]) -> str:
+    width = max(len(check.check) for check in checks)
+    lines = []
+    for check in checks:
+        lines.append(f"{check.check:<{width}}  {check.status:<4}  {check.detail}")
+        if check.status != OK and check.fix:
+            lines.append(f"{'':<{width}}        fix: {check.fix}")
+    verdict = (
+        "sampling cannot work on this host: fix the failed checks"
+        if exit_code(checks)
+        else "this host can be profiled"
+        + (" (with the warnings above)" if any(c.status == WARN for c in checks) else "")
+    )
+    return "\n".join(lines + ["", verdict])
+
+
+# ---------------------------------------------------------------- probing this host
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _cap_eff() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def _tracefs() -> Path | None:
+    for path in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
+        if (path / "events").is_dir():
+            return path
+    return None
+
+
+def check_bcc() -> tuple[Check, object | None]:
+    """Import bcc and compile + load a trivial program (what every later BPF step needs)."""
+    try:
+        import bcc  # noqa: F401
+    except ImportError as exc:
+        return Check(
+            "bcc",
+            FAIL,
+            f"bcc not importable ({exc})",
+            "install python3-bpfcc and run make setup (links it into the venv)",
+        ), None
+    try:
+        from bcc import BPF
+
+        program = BPF(
+            text=b"""
+int doctor_raw(struct bpf_raw_tracepoint_args *ctx) { return 0; }
+int doctor_perf(struct bpf_perf_event_data *ctx) { return 0; }
+"""
+        )
+        program.load_func(b"doctor_perf", BPF.PERF_EVENT)
+    except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception
+        return Check(
+            "bcc",
+            FAIL,
+            f"bcc cannot compile or load a program: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            "check kernel headers (kernel-headers row) and privileges; run make setup",
+        ), None
+    version = getattr(bcc, "__version__", "?")
+    return Check("bcc", OK, f"bcc {version}: compiled and loaded a test program"), program
+
+
+def check_tracepoints(program: object | None) -> list[Check]:
+    """Attach a raw tracepoint (what the profiler uses; needs no tracefs) to each tracepoint."""
+    checks = []
+    uses = {
+        "sched_process_exec": ("exec watcher falls back to polling /proc every poll", WARN),
+        "sock_send_length": ("--net cannot count sent bytes with tracepoints", WARN),
+        "sock_recv_length": ("--net cannot count received bytes with tracepoints", WARN),
+    }
+    btf = Path("/sys/kernel/btf/vmlinux")
+    btf_text = b""
+    try:
+        btf_text = btf.read_bytes()
+    except OSError:
+        pass
+    for name in TRACEPOINTS:
+        consequence, bad = uses[name]
+        row = f"tracepoint:{name}"
+        if program is None:
+            known = btf_text and f"btf_trace_{name}".encode() in btf_text
+            checks.append(
+                Check(
+                    row,
+                    bad,
+                    f"not attached: bcc unavailable{' (the kernel has it)' if known else ''}",
+                    "fix the bcc row",
+                )
+            )
+            continue
+        try:
+            program.attach_raw_tracepoint(tp=name.encode(), fn_name=b"doctor_raw")  # type: ignore[attr-defined]
+            program.detach_raw_tracepoint(tp=name.encode())  # type: ignore[attr-defined]
+            checks.append(Check(row, OK, "raw tracepoint attaches"))
+        except Exception as exc:  # noqa: BLE001
+            checks.append(
+                Check(
+                    row,
+                    bad,
+                    f"cannot attach ({exc}): {consequence}",
+                    "use a kernel with this tracepoint (sched: 4.17+, sock_*_length: 6.3+)",
+                )
+            )
+    return checks
+
+
+def check_kprobes() -> Check:
+    tracefs = _tracefs()
+    if Path("/sys/bus/event_source/devices/kprobe").exists() or (tracefs and (tracefs / "kprobe_events").exists()):
+        return Check("kprobes", OK, "kprobe PMU available")
+    return Check(
+        "kprobes",
+        WARN,
+        "no kprobe support (CONFIG_KPROBES off?): only tracepoint-based probes can be used",
+        "nothing to do unless --net needs the kprobe fallback on a kernel without sock_*_length tracepoints",
+    )
+
+
+def check_tracefs() -> Check:
+    tracefs = _tracefs()
+    if tracefs is not None:
+        return Check("tracefs", OK, f"mounted at {tracefs}")
+    return Check(
+        "tracefs",
+        WARN,
+        "tracefs not mounted: classic TRACEPOINT_PROBE programs and perf's tracepoint events fail"
+        " (the profiler uses raw tracepoints, which do not need it)",
+        "mount -t tracefs nodev /sys/kernel/tracing",
+    )
+
+
+def check_btf() -> Check:
+    path = Path("/sys/kernel/btf/vmlinux")
+    if path.exists():
+        return Check("btf", OK, f"{path}")
+    return Check(
+        "btf",
+        WARN,
+        "no kernel BTF: headers must match the running kernel exactly",
+        "use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or install the matching linux-headers",
+    )
+
+
+def check_counters() -> tuple[Check, Check, Check]:
+    from ..counters import CounterGroup, nominal_cpu_hz
+    from ..errors import ProfilerError
+
+    try:
+        probe = CounterGroup().probe()
+    except (OSError, ProfilerError) as exc:
+        probe = {"task-clock": f"perf_event_open unusable: {exc}"}
+    try:
+        clock = CounterGroup([SAMPLING_CLOCK]).probe().get(SAMPLING_CLOCK, "?")
+    except (OSError, ProfilerError) as exc:
+        clock = str(exc)
+    if clock == "ok":
+        sampling = Check("sampling-clock", OK, f"software event {SAMPLING_CLOCK} opens (drives the 99 Hz sampler)")
+    else:
+        sampling = Check("sampling-clock", FAIL, f"{SAMPLING_CLOCK}: {clock}", "run as root; check perf_event_paranoid")
+    hz, source = nominal_cpu_hz()
+    if hz:
+        freq = Check("cpu-frequency", OK, f"nominal {hz / 1e9:.3f} GHz from {source} (used to estimate cycles)")
+    else:
+        freq = Check(
+            "cpu-frequency",
+            WARN,
+            f"nominal frequency {source}: cycles cannot be estimated",
+            "cycles stay empty without a PMU; nothing else is affected",
+        )
+    return pmu_check(probe), sampling, freq
+
+
+def check_jcmd() -> Check:
+    path = shutil.which("jcmd")
+    if path:
+        return Check("jcmd", OK, path)
+    return Check(
+        "jcmd",
+        WARN,
+        "jcmd not on PATH: JIT frames of JDK 17+ JVMs resolve only through the target JDK's own jcmd"
+        " or the perf-map agent",
+        "install a JDK (openjdk-17-jdk-headless)",
+    )
+
+
+def running_jvms() -> list[tuple[int, str, bool]]:
+    import psutil
+
+    from ..jvm import jvm_info
+    from ..spes import entry_point
+
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            info = jvm_info(process.pid)
+        except OSError:
+            continue
+        if info is None:
+            continue
+        cmdline = process.info.get("cmdline") or []
+        main = entry_point(cmdline).main_class or (cmdline[0] if cmdline else "java")
+        # a class name shows as its simple name, a source file or program as its file name
+        what = os.path.basename(main) if "/" in main or main.endswith(".java") else main.rsplit(".", 1)[-1]
+        found.append((process.pid, what, info.preserve_frame_pointer))
+    return found
+
+
+def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -> list[Check]:
+    euid = os.geteuid()
+    cap_eff = _cap_eff()
+    privileges = privilege_check(euid, cap_eff)
+    checks = [privileges]
+    release = platform.release()
+    checks.append(headers_check(release, Path(f"/lib/modules/{release}/build"), Path("/sys/kernel/kheaders.tar.xz")))
+    checks.append(check_btf())
+    bcc_check, program = check_bcc()
+    checks.append(bcc_check)
+    try:
+        checks += check_tracepoints(program)
+    finally:
+        if program is not None:
+            program.cleanup()  # type: ignore[attr-defined]
+    checks.append(check_tracefs())
+    checks.append(check_kprobes())
+    checks += check_counters()
+    checks.append(max_stack_check(_read_int("/proc/sys/kernel/perf_event_max_stack")))
+    checks.append(paranoid_check(_read_int("/proc/sys/kernel/perf_event_paranoid"), privileges.status == OK))
+    checks.append(check_jcmd())
+    checks.append(frame_pointer_check(jvms()))
+    return checks
+
+
+class DoctorCommand:
+    """Check that this host can be profiled: privileges, bcc, kernel, tracepoints, PMU, JVMs.
+
+    Prints one row per check with ok / warn / fail and, for each non-ok row, the fix. Exit code 1
+    when stack sampling cannot work here (any fail), else 0. --json prints a list of
+    {check, status, detail, fix} objects (stable keys, for the coordinator).
+
+    examples:
+      sudo profiler doctor
+      sudo profiler doctor --json
+    """
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print the checks as a JSON list")
+
+    def run(self, args: argparse.Namespace) -> int:
+        checks = run_checks()
+        if args.json:
+            print(json.dumps([asdict(check) for check in checks], indent=1))
+        else:
+            print(format_table(checks))
+        return exit_code(checks)
+
+
+COMMAND = DoctorCommand

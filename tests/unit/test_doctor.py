@@ -1,0 +1,77 @@
+"""The doctor's pure checks: statuses, fixes and the exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from profiler.commands.doctor import (
+    FAIL,
+    OK,
+    WARN,
+    Check,
+    exit_code,
+    format_table,
+    frame_pointer_check,
+    headers_check,
+    max_stack_check,
+    paranoid_check,
+    pmu_check,
+    privilege_check,
+)
+
+ALL_CAPS = (1 << 41) - 1
+
+
+def test_privileges() -> None:
+    assert privilege_check(0, ALL_CAPS).status == OK
+    assert privilege_check(1000, (1 << 38) | (1 << 39)).status == OK
+    check = privilege_check(1000, 1 << 38)
+    assert check.status == FAIL and "CAP_BPF" in check.detail and "CAP_PERFMON" not in check.detail and check.fix
+    assert "CAP_BPF and CAP_PERFMON" in privilege_check(1000, 0).detail
+
+
+def test_headers(tmp_path: Path) -> None:
+    other = tmp_path / "linux-headers-6.1.0-56-amd64"
+    (other / "include").mkdir(parents=True)
+    build = tmp_path / "build"
+    build.symlink_to(other)
+    check = headers_check("6.18.44-fc", build, tmp_path / "kheaders.tar.xz")
+    assert check.status == WARN and "another kernel version" in check.fix and "6.1.0-56-amd64" in check.detail
+    assert headers_check("6.1.0-56-amd64", build, tmp_path / "x").status == OK
+    assert headers_check("6.1.0", tmp_path / "none", tmp_path / "x").status == FAIL
+    (tmp_path / "kheaders.tar.xz").write_bytes(b"")
+    assert headers_check("6.1.0", tmp_path / "none", tmp_path / "kheaders.tar.xz").status == OK
+
+
+def test_sysctls() -> None:
+    assert max_stack_check(127).status == WARN and "1024" in max_stack_check(127).fix
+    assert max_stack_check(64).status == WARN and max_stack_check(1024).status == OK
+    assert max_stack_check(None).status == WARN
+    assert paranoid_check(2, privileged=True).status == OK
+    assert paranoid_check(2, privileged=False).status == FAIL
+    assert paranoid_check(1, privileged=False).status == OK
+
+
+def test_pmu_without_hardware_counters_warns_with_estimate() -> None:
+    probe = {"cycles": "ENOENT: no hardware PMU event cycles on this CPU/VM", "task-clock": "ok", "page-faults": "ok"}
+    check = pmu_check(probe)
+    assert check.status == WARN and "estimated" in check.detail and "unsupported (ENOENT): cycles" in check.detail
+    assert pmu_check({"cycles": "ok", "task-clock": "ok"}).status == OK
+    assert pmu_check({"cycles": "ok", "task-clock": "ok", "stalled-cycles-backend": "ENOENT: x"}).status == WARN
+    assert pmu_check({"cycles": "ok", "task-clock": "EACCES: no"}).status == FAIL
+
+
+def test_frame_pointers() -> None:
+    assert frame_pointer_check([]).status == OK
+    assert frame_pointer_check([(1, "Worker", True)]).status == OK
+    check = frame_pointer_check([(1, "Worker", True), (2, "CoarseGrainedExecutorBackend", False)])
+    assert check.status == WARN and "2 (CoarseGrainedExecutorBackend)" in check.detail and "1 (" not in check.detail
+    assert "PreserveFramePointer" in check.fix
+
+
+def test_exit_code_and_table() -> None:
+    checks = [Check("a", OK, "fine"), Check("b", WARN, "meh", "do x")]
+    assert exit_code(checks) == 0
+    assert "fix: do x" in format_table(checks) and "can be profiled" in format_table(checks)
+    checks.append(Check("c", FAIL, "broken", "do y"))
+    assert exit_code(checks) == 1 and "cannot work" in format_table(checks)
