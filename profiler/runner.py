@@ -615,11 +615,15 @@ def validate_inputs(options: RunOptions) -> Any:
     return profile
 
 
-def run_capture(options: RunOptions, components: Components | None = None) -> Path:
-    """Checks first (privileges, input files, output dir), then the run."""
+def run_capture(
+    options: RunOptions, components: Components | None = None, announce: Callable[[str], None] | None = None
+) -> Path:
+    """Checks first (input files, privileges, output dir), then the run."""
     profile = validate_inputs(options)
     check_privileges()
     prepare_output(options.out, options.force)
+    if announce is not None:
+        announce(f"sampling for {options.duration:g} s at {options.frequency} Hz into {options.out}")
     runner = Runner(options, components)
     with stop_on_signals(runner):
         return runner.run(profile)

@@ -124,8 +124,7 @@ class RunCommand:
             stack_storage_size=args.stack_storage_size,
             exec_watch=not args.no_exec_watch,
         )
-        print(f"profiler: sampling for {args.duration:g} s at {args.frequency} Hz into {out}", file=sys.stderr)
-        run_capture(options)
+        run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from .. import capture
 
         meta = capture.read_meta(out)
