@@ -44,9 +44,10 @@
 
   function taskColor(t, name) {
     if (t === MIXED || t === undefined || !tasks[t]) return data.mixedColor;
-    // Neighbouring frames of one task get slightly different shades so their edges stay visible.
+    // A light tint of the task's colour keeps the black labels readable; neighbouring frames of one
+    // task get slightly different shades so their edges stay visible.
     var base = d3.hsl(tasks[t].color);
-    base.l = Math.max(0.25, Math.min(0.85, base.l + (hashName(name) - 0.5) * 0.16));
+    base.l = Math.max(0.6, Math.min(0.8, base.l + 0.12)) + (hashName(name) - 0.5) * 0.08;
     return base.formatHex();
   }
 
