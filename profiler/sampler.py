@@ -1,0 +1,505 @@
+"""The eBPF stack sampler: one bcc program for all target processes, folded stacks per PID after the window.
+
+Requires root (CAP_BPF + CAP_PERFMON), bcc and kernel headers; works without a hardware PMU (software
+cpu-clock event). Overhead: one BPF run per sample (99 Hz per CPU by default), no per-sample transfer
+to user space; symbolization happens only in collect(), after stop().
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any
+
+from . import jvm, perfmap
+from .capture import SamplerStats
+from .errors import CapabilityError, ConfigError, PrivilegeError
+from .symbolize import Frame, KernelSymbols, ProcessSymbols, fold_stack, is_java_unwalkable
+
+STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
+MAX_TARGETS = 4096
+PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
+PFP_FIX = "-XX:+PreserveFramePointer (Spark: spark.executor.extraJavaOptions=-XX:+PreserveFramePointer)"
+PERF_MAP_MODES = ("auto", "jcmd", "agent", "none")
+
+
+@dataclass(frozen=True)
+class _Target:
+    pid: int
+    start_ticks: int | None  # /proc/PID/stat starttime: tells a reused pid from the original
+
+
+@dataclass
+class _Prepared:
+    """What prepare_symbols learned about one process while it was alive."""
+
+    jvm_info: jvm.JvmInfo | None = None
+    agent_loaded: bool = False
+    perf_map_ok: bool = False
+    symbols: ProcessSymbols | None = None  # eager cache, used if the process is gone at collect()
+    detail: str = ""
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _read_int(path: str) -> int:
+    with open(path, encoding="ascii") as handle:
+        return int(handle.read().strip())
+
+
+def _write_int(path: str, value: int, attempts: int = 30) -> None:
+    """Write a sysctl; EBUSY (another perf/BPF stack user holds callchain buffers) is retried briefly."""
+    for attempt in range(attempts):
+        try:
+            with open(path, "w", encoding="ascii") as handle:
+                handle.write(str(value))
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or attempt == attempts - 1:
+                raise
+            time.sleep(0.1)
+
+
+class StackSampler:
+    """Samples user and kernel stacks of a changing set of processes at a fixed frequency on every CPU."""
+
+    def __init__(
+        self,
+        frequency: int = 99,
+        max_stack_depth: int = 127,
+        stack_storage_size: int = 16384,
+        perf_map_mode: str = "auto",
+        count_map_size: int | None = None,
+    ) -> None:
+        if frequency <= 0:
+            raise ConfigError(f"frequency {frequency}: must be a positive number of Hz; use e.g. --frequency 99")
+        if not 1 <= max_stack_depth <= 65535:
+            raise ConfigError(f"max stack depth {max_stack_depth}: must be 1..65535; use e.g. 127 or 512")
+        if stack_storage_size <= 0:
+            raise ConfigError(f"stack storage size {stack_storage_size}: must be positive; use e.g. 16384")
+        if perf_map_mode not in PERF_MAP_MODES:
+            raise ConfigError(f"perf map mode {perf_map_mode!r}: use one of {', '.join(PERF_MAP_MODES)}")
+        self.frequency = frequency
+        self.requested_max_stack_depth = max_stack_depth
+        self.max_stack_depth = max_stack_depth  # what the kernel allowed; set by start()
+        self.stack_storage_size = stack_storage_size
+        self.count_map_size = count_map_size or max(4 * stack_storage_size, 16384)
+        self.perf_map_mode = perf_map_mode
+        self.warnings: list[str] = []
+        self._bpf: Any = None
+        self._attached = False
+        self._sysctl_restore: tuple[int, int] | None = None  # (original, value we set)
+        self._targets: dict[int, _Target] = {}
+        self._exited: set[int] = set()
+        self._prepared: dict[int, _Prepared] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._closed = False
+
+    # ------------------------------------------------------------ program text
+
+    def bpf_text(self) -> str:
+        """The generated BPF C, as compiled (``--print-bpf``)."""
+        source = resources.files("profiler").joinpath("bpf/stack_sampler.c").read_text(encoding="utf-8")
+        values = {
+            "MAX_STACK_DEPTH": self.max_stack_depth,
+            "STACK_STORAGE_SIZE": self.stack_storage_size,
+            "COUNTS_SIZE": self.count_map_size,
+            "MAX_TARGETS": MAX_TARGETS,
+        }
+        header = "".join(f"#define {name} {value}\n" for name, value in values.items())
+        return header + source
+
+    # ------------------------------------------------------------ life cycle
+
+    def _choose_depth(self) -> None:
+        """kernel.perf_event_max_stack bounds both stack map creation and each walk: raise it if asked."""
+        try:
+            current = _read_int(PERF_EVENT_MAX_STACK)
+        except (OSError, ValueError):
+            return
+        wanted = self.requested_max_stack_depth
+        if wanted <= current:
+            return
+        try:
+            _write_int(PERF_EVENT_MAX_STACK, wanted)
+            self._sysctl_restore = (current, wanted)
+        except OSError as exc:
+            self.max_stack_depth = current
+            self.warnings.append(
+                f"stack depth {wanted} not possible: raising kernel.perf_event_max_stack from {current} failed "
+                f"({os.strerror(exc.errno or 0)}; another perf or BPF stack user holds it); sampled "
+                f"{current} frames deep; stop other profilers or lower --max-stack-depth"
+            )
+
+    def _restore_sysctl(self) -> None:
+        if self._sysctl_restore is None:
+            return
+        original, ours = self._sysctl_restore
+        self._sysctl_restore = None
+        try:
+            if _read_int(PERF_EVENT_MAX_STACK) == ours:
+                _write_int(PERF_EVENT_MAX_STACK, original)
+        except (OSError, ValueError) as exc:
+            self.warnings.append(
+                f"could not restore kernel.perf_event_max_stack to {original} ({exc}); "
+                f"run: sysctl kernel.perf_event_max_stack={original}"
+            )
+
+    def start(self) -> None:
+        """Compile and attach on every CPU. Nothing is sampled until add_pid()."""
+        if self._bpf is not None or self._closed:
+            raise RuntimeError("StackSampler.start() called twice or after close()")
+        if os.geteuid() != 0:
+            raise PrivilegeError("the stack sampler needs root (CAP_BPF and CAP_PERFMON); run with sudo")
+        try:
+            from bcc import BPF, PerfSWConfig, PerfType
+        except ImportError as exc:
+            raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
+        self._choose_depth()
+        try:
+            self._bpf = BPF(text=self.bpf_text())
+            self._bpf.attach_perf_event(
+                ev_type=PerfType.SOFTWARE,
+                ev_config=PerfSWConfig.CPU_CLOCK,
+                fn_name=b"on_cpu_clock",
+                sample_freq=self.frequency,
+            )
+            self._attached = True
+        except Exception as exc:
+            self.close()
+            raise CapabilityError(
+                f"{self._source_name()}: loading the BPF stack sampler failed ({str(exc).strip()[:300]}); "
+                "check `profiler doctor` (kernel headers, CAP_BPF, perf_event_paranoid)"
+            ) from None
+        self._worker = threading.Thread(target=self._prepare_loop, name="symbol-prep", daemon=True)
+        self._worker.start()
+
+    @staticmethod
+    def _source_name() -> str:
+        return "profiler/bpf/stack_sampler.c"
+
+    def add_pid(self, pid: int) -> None:
+        """Start sampling ``pid`` (all its threads, also those created later). Safe while sampling."""
+        if self._bpf is None:
+            raise RuntimeError("StackSampler.add_pid() before start()")
+        with self._lock:
+            if pid in self._targets:
+                return
+            self._targets[pid] = _Target(pid, _start_ticks(pid))
+        targets = self._bpf[b"targets"]
+        key = targets.Key(pid)
+        try:
+            targets[key]
+        except KeyError:
+            targets[key] = targets.Leaf()  # zeroed counters
+
+    @property
+    def pids(self) -> list[int]:
+        return sorted(self._targets)
+
+    def prepare_symbols(self, pid: int) -> None:
+        """Queue the perf-map dump and symbol-cache warm-up of a process that entered the scope.
+
+        Runs in a background thread (a JVM found at exec needs a moment before it can be attached).
+        """
+        with self._lock:
+            if pid in self._prepared:
+                return
+            self._prepared[pid] = _Prepared()
+        self._queue.put(pid)
+
+    def pid_exited(self, pid: int) -> None:
+        """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""
+        with self._lock:
+            self._exited.add(pid)
+
+    def stop(self) -> None:
+        """Detach the perf events (the window ends); the maps stay readable for collect()."""
+        if self._bpf is not None and self._attached:
+            from bcc import PerfSWConfig, PerfType
+
+            self._bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
+            self._attached = False
+        self._stop_worker()
+
+    def _stop_worker(self) -> None:
+        self._stopping.set()
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join(timeout=60)
+            self._worker = None
+
+    def close(self) -> None:
+        """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
+        self._stopping.set()
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join(timeout=60)
+            self._worker = None
+        if self._bpf is not None:
+            try:
+                self._bpf.cleanup()
+            finally:
+                self._bpf = None
+                self._attached = False
+        for prepared in self._prepared.values():
+            if prepared.symbols is not None:
+                prepared.symbols.close()
+                prepared.symbols = None
+        self._restore_sysctl()
+        self._closed = True
+
+    def __enter__(self) -> StackSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def prog_ids(self) -> list[int]:
+        """Kernel ids of the loaded BPF programs (for bpf_stats run_time_ns)."""
+        if self._bpf is None:
+            return []
+        ids = []
+        for fn in self._bpf.funcs.values():
+            try:
+                with open(f"/proc/self/fdinfo/{fn.fd}", encoding="ascii") as handle:
+                    for line in handle:
+                        if line.startswith("prog_id:"):
+                            ids.append(int(line.split()[1]))
+            except OSError:
+                continue
+        return sorted(ids)
+
+    # ------------------------------------------------------------ symbol preparation (worker thread)
+
+    def _prepare_loop(self) -> None:
+        while True:
+            pid = self._queue.get()
+            if pid is None or self._stopping.is_set():
+                return
+            try:
+                self._prepare(pid)
+            except Exception as exc:  # a process may vanish at any point; never kill the worker
+                with self._lock:
+                    self._prepared[pid].detail = f"prepare failed: {exc}"
+
+    def _alive(self, pid: int) -> bool:
+        target = self._targets.get(pid)
+        if pid in self._exited:
+            return False
+        ticks = _start_ticks(pid)
+        return ticks is not None and (target is None or target.start_ticks in (None, ticks))
+
+    def _prepare(self, pid: int) -> None:
+        prepared = self._prepared[pid]
+        info = jvm.jvm_info(pid)
+        prepared.jvm_info = info
+        if info is not None and not info.preserve_frame_pointer:
+            self.warnings.append(
+                f"pid {pid}: JVM without -XX:+PreserveFramePointer, its Java stacks are broken "
+                f"(see java_unwalkable); restart it with {PFP_FIX}"
+            )
+        if info is not None and self.perf_map_mode != "none":
+            # A JVM found at exec is not attachable for a moment: retry with backoff for ~20 s.
+            delay = 0.25
+            deadline = time.monotonic() + 20
+            while not self._stopping.is_set() and self._alive(pid):
+                result = self._write_perf_map(pid, info, prepared)
+                prepared.detail = result.detail
+                if result.ok or time.monotonic() > deadline:
+                    break
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 4.0)
+        elif info is None and time.monotonic() - _process_age_base(pid) < 1.0:
+            self._stopping.wait(1.0)  # just exec'd: let the loader map the libraries first
+        if self._alive(pid) and not self._stopping.is_set():
+            prepared.symbols = ProcessSymbols(pid, eager=True)
+
+    def _use_agent(self, info: jvm.JvmInfo) -> bool:
+        return self.perf_map_mode == "agent" or (self.perf_map_mode == "auto" and not info.has_perfmap_command)
+
+    def _write_perf_map(self, pid: int, info: jvm.JvmInfo, prepared: _Prepared) -> perfmap.PerfMapResult:
+        if self._use_agent(info):
+            if prepared.agent_loaded:
+                return perfmap.PerfMapResult(pid, True, "agent", "already loaded")
+            result = perfmap.load_agent(pid)
+            prepared.agent_loaded = result.ok
+        else:
+            result = perfmap.dump_perf_map(pid)
+        prepared.perf_map_ok = prepared.perf_map_ok or result.ok
+        return result
+
+    # ------------------------------------------------------------ collection
+
+    def _read_counts(self) -> list[tuple[Any, int]]:
+        counts = self._bpf[b"counts"]
+        try:
+            keys, values = counts.items_lookup_batch()  # one syscall per batch on kernels >= 5.6
+            return [(k, int(v.value)) for k, v in zip(keys, values)]
+        except Exception:
+            return [(k, int(v.value)) for k, v in counts.items()]
+
+    def _stack(self, stacks: Any, cache: dict[int, tuple[int, ...]], stack_id: int) -> tuple[int, ...]:
+        frames = cache.get(stack_id)
+        if frames is None:
+            try:
+                leaf = stacks[stacks.Key(stack_id)]
+                ips = []
+                for addr in leaf.ip:
+                    if addr == 0:
+                        break
+                    ips.append(int(addr))
+                frames = tuple(ips)
+            except KeyError:
+                frames = ()
+            cache[stack_id] = frames
+        return frames
+
+    def _symbols_for(self, pid: int) -> tuple[ProcessSymbols, bool]:
+        """A symbol cache for ``pid`` (fresh when alive, else the one prepared) and whether it is ours to free."""
+        prepared = self._prepared.get(pid)
+        alive = self._alive(pid)
+        if alive:
+            info = prepared.jvm_info if prepared and prepared.jvm_info else jvm.jvm_info(pid)
+            if info is not None and self.perf_map_mode != "none":
+                # Again right before symbolization, so code compiled during the window resolves.
+                result = self._write_perf_map(pid, info, prepared or _Prepared(jvm_info=info))
+                if not result.ok:
+                    self.warnings.append(
+                        f"pid {pid}: could not write its perf map ({result.method}: {result.detail[:120]}); "
+                        "Java frames show as [unknown]; "
+                        "check that the JVM allows attach (no -XX:+DisableAttachMechanism)"
+                    )
+            symbols = ProcessSymbols(pid)
+            owned = True
+        elif prepared is not None and prepared.symbols is not None:
+            symbols, owned = prepared.symbols, False
+        else:
+            symbols, owned = ProcessSymbols(pid), True
+        symbols.perf_map = perfmap.read_perf_map(pid)
+        return symbols, owned
+
+    def collect(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
+        """Folded stacks and stats per target PID. Call after stop(); symbolizes now."""
+        if self._bpf is None:
+            raise RuntimeError("StackSampler.collect() needs a started sampler (and before close())")
+        if self._attached:
+            self.stop()
+        self._stop_worker()
+        stacks_table = self._bpf[b"stack_traces"]
+        stack_cache: dict[int, tuple[int, ...]] = {}
+        by_pid: dict[int, list[tuple[Any, int]]] = {}
+        for key, count in self._read_counts():
+            by_pid.setdefault(int(key.tgid), []).append((key, count))
+        targets_table = self._bpf[b"targets"]
+        kernel = KernelSymbols()
+        result: dict[int, tuple[Counter[str], SamplerStats]] = {}
+        depth = self.max_stack_depth
+        lost_reasons: Counter[int] = Counter()
+        dropped_total = 0
+        try:
+            for pid in sorted(set(self._targets) | set(by_pid)):
+                try:
+                    target = targets_table[targets_table.Key(pid)]
+                    samples, dropped = int(target.samples), int(target.dropped)
+                except KeyError:
+                    samples, dropped = 0, 0
+                dropped_total += dropped
+                folded: Counter[str] = Counter()
+                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth)
+                entries = by_pid.get(pid, [])
+                symbols: ProcessSymbols | None = None
+                owned = False
+                if entries:
+                    symbols, owned = self._symbols_for(pid)
+                try:
+                    for key, count in entries:
+                        user_frames: list[Frame] | None = None
+                        kernel_names: list[str] | None = []
+                        truncated = False
+                        user_id, kernel_id = int(key.user_stack_id), int(key.kernel_stack_id)
+                        if user_id >= 0:
+                            addrs = self._stack(stacks_table, stack_cache, user_id)
+                            truncated = len(addrs) >= depth
+                            assert symbols is not None
+                            user_frames = [symbols.resolve(a) for a in addrs]
+                        else:
+                            lost_reasons[-user_id] += count
+                            stats = replace(stats, lost_user_stack=stats.lost_user_stack + count)
+                        if kernel_id >= 0:
+                            addrs = self._stack(stacks_table, stack_cache, kernel_id)
+                            truncated = truncated or len(addrs) >= depth
+                            kernel_names = [kernel.resolve(a) for a in addrs]
+                        elif kernel_id != STACK_NONE:
+                            kernel_names = None
+                            lost_reasons[-kernel_id] += count
+                            stats = replace(stats, lost_kernel_stack=stats.lost_kernel_stack + count)
+                        if truncated:
+                            stats = replace(stats, truncated=stats.truncated + count)
+                        if user_frames is not None and is_java_unwalkable(user_frames, truncated):
+                            stats = replace(stats, java_unwalkable=stats.java_unwalkable + count)
+                        comm = bytes(key.comm).split(b"\0", 1)[0].decode("utf-8", "replace")
+                        user_names = [f.name for f in user_frames] if user_frames is not None else None
+                        folded[fold_stack(comm, user_names, kernel_names)] += count
+                finally:
+                    if owned and symbols is not None:
+                        symbols.close()
+                result[pid] = (folded, stats)
+        finally:
+            kernel.close()
+        self._end_of_run_warnings(result, lost_reasons, dropped_total)
+        return result
+
+    def _end_of_run_warnings(
+        self, result: dict[int, tuple[Counter[str], SamplerStats]], lost: Counter[int], dropped: int
+    ) -> None:
+        full = lost[errno.ENOMEM] + lost[errno.EEXIST]
+        if full:
+            self.warnings.append(
+                f"{full} stacks not stored (stack map full or hash collisions); raise --stack-storage-size "
+                f"(now {self.stack_storage_size})"
+            )
+        if dropped:
+            self.warnings.append(
+                f"{dropped} samples not counted (counts map of {self.count_map_size} entries full); "
+                f"raise --stack-storage-size (now {self.stack_storage_size}) or shorten --duration"
+            )
+        for pid, (_folded, stats) in sorted(result.items()):
+            if stats.samples and stats.truncated / stats.samples >= 0.01:
+                self.warnings.append(
+                    f"pid {pid}: {stats.truncated / stats.samples:.0%} of stacks hit the depth limit of "
+                    f"{stats.max_stack_depth} frames; raise --max-stack-depth"
+                )
+
+
+def _process_age_base(pid: int) -> float:
+    """Monotonic time the process started (so callers can tell how young it is); now when unknown."""
+    ticks = _start_ticks(pid)
+    if ticks is None:
+        return time.monotonic()
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        boot_to_start = ticks / hz
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        return time.monotonic() - (uptime - boot_to_start)
+    except (OSError, ValueError):
+        return time.monotonic()
+

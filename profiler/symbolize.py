@@ -1,0 +1,240 @@
+"""Addresses to frame names after the window: native code through bcc, JIT code through perf maps.
+
+Java frames come out as ``com.example.CpuSplit::burnAlpha`` whichever way the map was written
+(``jcmd Compiler.perfmap`` spells ``long com.example.CpuSplit.burnAlpha(long, long)``, our JVMTI agent
+``Lcom/example/CpuSplit;::burnAlpha``); stubs and the interpreter keep the JVM's names (``Interpreter``).
+
+``java_unwalkable`` heuristic: a user stack is counted as unwalkable when it holds at least one frame in
+JIT code (perf-map hit, or an address in no file-backed mapping) and none of its three outermost frames
+is a thread or process start frame (start_thread, clone/clone3, _start, __libc_start_main, HotSpot's
+thread_native_entry...). Without -XX:+PreserveFramePointer, JIT code uses the frame pointer register for
+data, so the kernel's frame-pointer walk stops (or wanders into garbage) at the first JIT frame and never
+reaches the thread's start; with it, Java stacks reach start_thread. The outermost three, not just the
+root, because glibc's start_thread has no frame pointer and the walk may add a garbage frame after it.
+Stacks cut by the depth limit are counted as truncated instead, never as unwalkable.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .folded import sanitize_frame
+from .perfmap import PerfMap
+
+KERNEL_SUFFIX = "_[k]"
+UNKNOWN = "[unknown]"
+LOST_USER = "[lost user stack]"
+LOST_KERNEL = "[lost kernel stack]"
+
+# Frames a correctly walked thread stack ends in (outermost first in the walk's order).
+THREAD_ROOTS = frozenset(
+    {
+        "start_thread",
+        "clone",
+        "clone3",
+        "__clone",
+        "__clone3",
+        "__clone_internal",
+        "_start",
+        "__libc_start_main",
+        "__libc_start_call_main",
+        "thread_native_entry",  # HotSpot (JDK 9+)
+        "java_start",  # HotSpot (JDK 8)
+        "JavaMain",  # the launcher's main Java thread
+        "ThreadJavaMain",
+    }
+)
+ROOT_WINDOW = 3
+
+_PERF_MAP_AGENT = re.compile(r"^L([^;]+);::([^(]+)(\(.*)?$")
+_QUALIFIED = re.compile(r"^([\w$./+-]+)\.([\w$<>-]+)$")
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str
+    kind: str  # "native", "jit" (perf map), "anon" (no file mapping, no perf-map entry), "unknown"
+
+    @property
+    def in_jit_code(self) -> bool:
+        return self.kind in ("jit", "anon")
+
+
+def java_frame_name(raw: str) -> str:
+    """One spelling for Java methods from both perf-map writers; anything else is returned unchanged."""
+    match = _PERF_MAP_AGENT.match(raw)
+    if match:
+        return f"{match.group(1).replace('/', '.')}::{match.group(2)}"
+    head, paren, _ = raw.partition("(")
+    if paren and raw.endswith(")"):
+        qualified = head.rsplit(" ", 1)[-1]
+        match = _QUALIFIED.match(qualified)
+        if match:
+            return f"{match.group(1)}::{match.group(2)}"
+    return raw
+
+
+def frame_base_name(name: str) -> str:
+    """``JavaThread::run()`` -> ``JavaThread::run``; plain C names pass through."""
+    return name.split("(", 1)[0].strip()
+
+
+def is_java_unwalkable(user_frames_leaf_first: Sequence[Frame], truncated: bool) -> bool:
+    """See the module docstring: Java code on the stack, yet the walk never reached a thread start."""
+    if truncated or not any(frame.in_jit_code for frame in user_frames_leaf_first):
+        return False
+    outermost = user_frames_leaf_first[-ROOT_WINDOW:]
+    return not any(frame_base_name(frame.name) in THREAD_ROOTS for frame in outermost)
+
+
+def fold_stack(comm: str, user_leaf_first: Sequence[str] | None, kernel_leaf_first: Sequence[str] | None) -> str:
+    """Root first: thread name, user frames, kernel frames (``_[k]``). None marks a lost stack."""
+    frames = [sanitize_frame(comm) or "[unnamed]"]
+    if user_leaf_first is None:
+        frames.append(LOST_USER)
+    else:
+        frames.extend(sanitize_frame(name) for name in reversed(user_leaf_first))
+    if kernel_leaf_first is None:
+        frames.append(LOST_KERNEL)
+    else:
+        frames.extend(sanitize_frame(name) + KERNEL_SUFFIX for name in reversed(kernel_leaf_first))
+    return ";".join(frames)
+
+
+def _is_perf_map_module(module: str | None) -> bool:
+    return module is not None and re.search(r"perf-\d+\.map$", module) is not None
+
+
+def _module_label(module: str) -> str:
+    base = os.path.basename(module.rstrip("/")) or module
+    return base if base.startswith("[") else f"[{base}]"
+
+
+# ---------------------------------------------------------------- bcc-backed symbol caches (I/O)
+
+
+def _bcc() -> Any:
+    from bcc import libbcc  # heavy: imported only where symbols are needed
+
+    return libbcc
+
+
+class ProcessSymbols:
+    """bcc's symbol cache of one process plus its perf map.
+
+    ``eager=True`` reads all ELF symbol names into memory now and touches every mapped module, so
+    the cache still answers after the process exits (bcc otherwise reads names lazily through
+    /proc/PID/root, which disappears with the process).
+    """
+
+    def __init__(self, pid: int, eager: bool = False) -> None:
+        libbcc = _bcc()
+        self.pid = pid
+        self._lib = libbcc.lib
+        self._sym_type = libbcc.bcc_symbol
+        option = libbcc.bcc_symbol_option()
+        option.use_debug_file = 1
+        option.check_debug_file_crc = 1
+        option.lazy_symbolize = 0 if eager else 1
+        option.use_symbol_type = (1 << 2) | (1 << 10)  # STT_FUNC | STT_GNU_IFUNC
+        self._cache: int | None = self._lib.bcc_symcache_new(pid, ct.byref(option))
+        self.perf_map: PerfMap | None = None
+        self._memo: dict[int, Frame] = {}
+        self._file_ranges: list[tuple[int, int]] = []
+        self._read_file_ranges()
+        if eager:
+            self._warm()
+
+    def _read_file_ranges(self) -> None:
+        """Address ranges backed by files: an address outside them is anonymous (JIT) memory."""
+        try:
+            with open(f"/proc/{self.pid}/maps", encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6 and parts[5].startswith("/") and "x" in parts[1]:
+                        low, high = parts[0].split("-")
+                        self._file_ranges.append((int(low, 16), int(high, 16)))
+        except OSError:
+            pass
+
+    def _warm(self) -> None:
+        for low, _high in self._file_ranges:
+            self._resolve_raw(low)
+
+    def _in_file(self, addr: int) -> bool:
+        return any(low <= addr < high for low, high in self._file_ranges)
+
+    def _resolve_raw(self, addr: int) -> tuple[str | None, str | None]:
+        if self._cache is None:
+            return None, None
+        sym = self._sym_type()
+        found = self._lib.bcc_symcache_resolve(self._cache, addr, ct.byref(sym)) == 0
+        module = ct.cast(sym.module, ct.c_char_p).value if sym.module else None
+        module_text = module.decode("utf-8", "replace") if module else None
+        if not found:
+            return None, module_text
+        raw = ct.cast(sym.demangle_name or sym.name, ct.c_char_p).value
+        text = raw.decode("utf-8", "replace") if raw else None
+        self._lib.bcc_symbol_free_demangle_name(ct.byref(sym))
+        return text, module_text
+
+    def resolve(self, addr: int) -> Frame:
+        frame = self._memo.get(addr)
+        if frame is None:
+            frame = self._resolve(addr)
+            self._memo[addr] = frame
+        return frame
+
+    def _resolve(self, addr: int) -> Frame:
+        name, module = self._resolve_raw(addr)
+        if name is not None and not _is_perf_map_module(module):
+            return Frame(name, "native")
+        # JIT code: our freshly read map first (bcc may hold an older copy), then bcc's.
+        jit_name = self.perf_map.lookup(addr) if self.perf_map is not None else None
+        if jit_name is None:
+            jit_name = name
+        if jit_name is not None:
+            return Frame(java_frame_name(jit_name), "jit")
+        if module is not None and not _is_perf_map_module(module):
+            return Frame(_module_label(module), "native")
+        if self._file_ranges and not self._in_file(addr):
+            return Frame(UNKNOWN, "anon")
+        return Frame(UNKNOWN, "unknown")
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._lib.bcc_free_symcache(ct.c_void_p(self._cache), self.pid)
+            self._cache = None
+
+
+class KernelSymbols:
+    """bcc's /proc/kallsyms cache; one per sampler."""
+
+    def __init__(self) -> None:
+        libbcc = _bcc()
+        self._lib = libbcc.lib
+        self._sym_type = libbcc.bcc_symbol
+        self._cache: int | None = self._lib.bcc_symcache_new(-1, None)
+        self._memo: dict[int, str] = {}
+
+    def resolve(self, addr: int) -> str:
+        name = self._memo.get(addr)
+        if name is None:
+            sym = self._sym_type()
+            if self._cache is not None and self._lib.bcc_symcache_resolve(self._cache, addr, ct.byref(sym)) == 0:
+                raw = ct.cast(sym.name, ct.c_char_p).value
+                name = raw.decode("utf-8", "replace") if raw else UNKNOWN
+            else:
+                name = UNKNOWN
+            self._memo[addr] = name
+        return name
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._lib.bcc_free_symcache(ct.c_void_p(self._cache), -1)
+            self._cache = None
