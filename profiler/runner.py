@@ -136,8 +136,7 @@ def real_components(options: RunOptions) -> Components:
     counters = CounterGroup()
 
     def cycles_source() -> str:
-        probe = counters.probe()
-        return "hardware" if probe.get("cycles") == "ok" else "estimated"
+        return str(counters.cycles_source)
 
     def prog_ids() -> list[int]:
         ids = list(getattr(sampler, "prog_ids", []) or [])
@@ -484,6 +483,9 @@ class Runner:
                 events = EventCount(None, "none", f"event count failed: {exc}")
 
         state.warnings.extend(self._health_warnings(processes, stacks))
+        # the components word their own end-of-run warnings with the option to change
+        for component in (components.sampler, components.net, components.scope, components.counters):
+            state.warnings.extend(str(w) for w in getattr(component, "warnings", None) or [])
         capture.write_scope(out, processes)
         capture.atomic_write_text(out / capture.PROFILE_COPY, Path(options.profile).read_text(encoding="utf-8"))
         matcher = Matcher(profile)
@@ -554,18 +556,6 @@ class Runner:
                     f"pid {process.pid} ({process.kind}) runs without -XX:+PreserveFramePointer: Java stacks are "
                     "broken; add it, e.g. spark.executor.extraJavaOptions=-XX:+PreserveFramePointer"
                 )
-        lost = sum(s.lost_user_stack + s.lost_kernel_stack for _, s in stacks.values())
-        truncated = sum(s.truncated for _, s in stacks.values())
-        total = sum(s.samples for _, s in stacks.values())
-        if lost:
-            warnings.append(
-                f"{lost} of {total} samples lost their stack (map full or collision): raise --stack-storage-size"
-            )
-        if truncated:
-            warnings.append(
-                f"{truncated} of {total} stacks hit the depth limit {self.options.max_stack_depth}: "
-                "raise --max-stack-depth"
-            )
         if not any(p.sampled for p in processes):
             warnings.append("no workload process was found: check --known-spes or add --pid")
         return warnings
