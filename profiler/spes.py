@@ -386,19 +386,31 @@ _CLASSPATH_OPTIONS = frozenset({"-cp", "-classpath", "--class-path", "--module-p
 
 
 def summarize_cmdline(cmdline: Sequence[str], limit: int = 300) -> str:
-    """A readable one-line command: class paths elided, long values shortened, at most ``limit`` chars."""
-    parts: list[str] = []
-    skip_next = False
-    for index, arg in enumerate(cmdline):
-        if skip_next:
-            parts.append(f"<{len(arg)} chars>")
-            skip_next = False
-            continue
-        if index > 0 and arg in _CLASSPATH_OPTIONS:
-            skip_next = True
-        parts.append(arg if len(arg) <= 120 else arg[:57] + "..." + arg[-60:])
-    text = " ".join(parts)
+    """A readable one-line command of at most ``limit`` characters. For a JVM the main class and its
+    arguments are kept, of the JVM options only heap size and frame pointers (the rest are counted)."""
+    if not cmdline:
+        return ""
+    entry = entry_point(cmdline)
+    parts: list[str]
+    if entry.main_class is not None or entry.jvm_options:
+        kept = [o for o in entry.jvm_options if o.startswith(("-Xmx", "-Xms")) or "PreserveFramePointer" in o]
+        elided = len(entry.jvm_options) - len(kept)
+        parts = [os.path.basename(cmdline[0]), *kept]
+        if elided:
+            parts.append(f"[{elided} more JVM options]")
+        head_index = len(cmdline) - len(entry.args) - 1
+        if head_index >= 2 and cmdline[head_index - 1] in ("-jar", "-m", "--module"):
+            parts.append(cmdline[head_index - 1])
+        parts.append(cmdline[head_index] if head_index >= 1 else "")
+        parts += entry.args
+    else:
+        parts = list(cmdline)
+        for index, arg in enumerate(parts[:-1]):
+            if index > 0 and arg in _CLASSPATH_OPTIONS:
+                parts[index + 1] = f"<{len(parts[index + 1])} chars>"
+    parts = [arg if len(arg) <= 120 else arg[:57] + "..." + arg[-60:] for arg in parts]
+    text = " ".join(part for part in parts if part)
     if len(text) > limit:
-        head = limit * 2 // 3
-        text = text[:head] + " ... " + text[-(limit - head - 5) :]
+        head_len = limit * 2 // 3
+        text = text[:head_len] + " ... " + text[-(limit - head_len - 5) :]
     return text

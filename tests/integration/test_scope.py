@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.sparkcluster import LocalSparkCluster
 from profiler.capture import ProcessInfo
 from profiler.scope import ScopeAnalyzer
-from profiler.spes import parse_known_spes
+from profiler.spes import default_known_spes_path, load_known_spes, parse_known_spes
+from tests.fixtures.spark import submit_busy_job
 
 TARGET = "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n"
 
@@ -119,3 +121,59 @@ def test_jvm_facts_and_manual_pid(tmp_path: Path) -> None:
         scope.close()
     finally:
         _stop(java)  # type: ignore[arg-type]
+
+
+def test_real_spark_cluster_roles_and_an_executor_started_while_watching(spark_cluster: LocalSparkCluster) -> None:
+    ours = set(spark_cluster.all_pids())
+    scope = ScopeAnalyzer(load_known_spes(default_known_spes_path()))
+    app = None
+    try:
+        # GIVEN the analyzer runs on a host with a standalone Master and Worker (found by the scan)
+        scope.start()
+        assert scope.exec_watch_mode == "tracepoint", scope.exec_watch_error
+        daemons = {p.pid: p for p in scope.processes() if p.pid in ours}
+        master, worker = spark_cluster.daemon_pids()
+        assert (daemons[master].role, daemons[master].kind) == ("managing", "master")
+        assert (daemons[worker].role, daemons[worker].kind) == ("managing", "worker")
+
+        # WHEN an app is submitted: its driver and then its executor start while we poll
+        app = submit_busy_job(spark_cluster, seconds=120, wait=False)
+        found: dict[int, tuple[ProcessInfo, float]] = {}
+        first_listed: dict[int, float] = {}
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            for process in scope.poll()[0]:
+                found[process.pid] = (process, time.monotonic())
+            for pid in spark_cluster.executor_pids():
+                first_listed.setdefault(pid, time.monotonic())
+            if first_listed and all(pid in found for pid in first_listed) and app.pid in found:
+                break
+            assert app.poll() is None, f"the app exited: {app.stderr_path.read_text()[-2000:]}"
+            time.sleep(0.2)
+
+        # THEN the executor is workload (found by the exec watcher within a second of appearing),
+        # the driver (SparkSubmit against spark://) managing
+        (executor,) = first_listed
+        process, found_at = found[executor]
+        assert (process.engine, process.role, process.kind, process.source) == ("spark", "workload", "executor", "exec")
+        assert found_at - first_listed[executor] < 1.0
+        assert process.jvm_version and process.jvm_version.startswith("17")
+        assert process.preserve_frame_pointer is True
+        driver = found[app.pid][0]
+        assert (driver.engine, driver.role, driver.kind) == ("spark", "managing", "driver")
+        assert "SparkSubmit" in driver.cmdline
+
+        # WHEN the app stops, THEN its processes are reported exited and keep their records
+        spark_cluster.stop_app(app)
+        exited: set[int] = set()
+        deadline = time.monotonic() + 30
+        while not {executor, app.pid} <= exited and time.monotonic() < deadline:
+            exited.update(scope.poll()[1])
+            time.sleep(0.2)
+        assert {executor, app.pid} <= exited
+        final = {p.pid: p for p in scope.finish(time.time())}
+        assert final[executor].exited and final[app.pid].exited and not final[worker].exited
+    finally:
+        scope.close()
+        if app is not None and app.poll() is None:
+            spark_cluster.stop_app(app)

@@ -290,7 +290,16 @@ def test_python_entry_points() -> None:
     assert entry_point(["python3", "-B", "/srv/job.py", "--x"]).names[-2:] == ("/srv/job.py", "job.py")
 
 
-def test_summary_elides_class_path_and_caps_length() -> None:
-    summary = summarize_cmdline(["java", "-cp", "a" * 5000, "Main", "x" * 1000], limit=300)
-    assert "<5000 chars>" in summary and len(summary) <= 300
-    assert summarize_cmdline(["sleep", "1"]) == "sleep 1"
+def test_summary_keeps_main_class_and_caps_length() -> None:
+    long_jvm = ["/usr/bin/java", "-cp", "a" * 5000, "-Xmx1g", "-XX:+PreserveFramePointer"]
+    long_jvm += [f"--add-opens=java.base/p{i}=ALL-UNNAMED" for i in range(30)]
+    summary = summarize_cmdline([*long_jvm, "org.apache.spark.deploy.SparkSubmit", "--master", "spark://h:1", "a.py"])
+    assert summary == (
+        "java -Xmx1g -XX:+PreserveFramePointer [32 more JVM options] org.apache.spark.deploy.SparkSubmit"
+        " --master spark://h:1 a.py"
+    )
+    assert summarize_cmdline(["java", "-Xmx1g", "-jar", "/opt/x.jar", "--a"]) == "java -Xmx1g -jar /opt/x.jar --a"
+    assert len(summarize_cmdline(["java", "Main", *["x" * 100] * 20], limit=300)) <= 300
+    assert summarize_cmdline(["tool", "-cp", "b" * 500, "x"]) == "tool -cp <500 chars> x"
+    assert summarize_cmdline(["python3", "-m", "pyspark.daemon"]) == "python3 -m pyspark.daemon"
+    assert summarize_cmdline([]) == ""
