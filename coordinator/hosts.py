@@ -30,6 +30,13 @@ from .cluster import HostSpec
 STATES = ("starting", "waiting", "sampling", "writing", "done", "failed")
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """A remote message made fit for one progress line and run.json: first line, bounded length."""
+    first = text.replace("\\n", "\n").strip().splitlines()[0] if text.strip() else ""
+    cleaned = "".join(c if c.isprintable() else " " for c in first).strip()
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
 class TransportLost(ProfilerError):
     """The connection to a host dropped; the profiler there keeps running and we may reconnect."""
 
@@ -68,7 +75,7 @@ class ProfilerStatus:
             remaining=number("remaining"),
             samples=number("samples"),
             processes=number("processes"),
-            error=str(payload["error"])[:500] if payload.get("error") else None,
+            error=one_line(str(payload["error"])) if payload.get("error") else None,
         )
 
     @property

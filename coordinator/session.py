@@ -24,16 +24,17 @@ from profiler.errors import OutputExistsError, ProfilerError
 from . import rundir
 from .cluster import HostSpec, load_cluster
 from .errors import HostKeyError, PartialRunError
-from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, TransportLost
+from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, TransportLost, one_line
 from .progress import ProgressBoard, Renderer, make_renderer
 from .rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
 
 POLL_INTERVAL = 0.5
-DEFAULT_START_DELAY = 8.0  # seconds after every host is deployed: covers BPF compilation on the hosts
+DEFAULT_START_DELAY = 10.0  # seconds after every host is deployed: covers BPF compilation on the hosts
 READY_TIMEOUT = 120.0  # connect + deploy budget per host before the others start without it
 LOG_FILE = "coordinator.log"
+LATE_START_TOLERANCE = 0.5  # seconds after the common start a host may begin without a warning
 
 TransportFactory = Callable[[HostSpec], HostTransport]
 
@@ -47,6 +48,7 @@ class ProfileOutcome:
     summary_csv: Path | None = None
     report: Path | None = None
     analysis_error: str | None = None
+    warnings: tuple[str, ...] = ()  # e.g. a host that started sampling late
 
 
 def make_transport(
@@ -144,7 +146,7 @@ class HostWorker(threading.Thread):
             host=self.spec.label, address=transport.address, roles=self.spec.roles, state=HOST_FAILED, reason="not run"
         )
         self.stop_sent = False
-        self.start_deadline: float | None = None
+        self.warnings: list[str] = []
 
     # --------------------------------------------------------------- helpers
 
@@ -153,6 +155,7 @@ class HostWorker(threading.Thread):
         self.log.write(self.spec.label, phase + (f": {message}" if message else ""))
 
     def _fail(self, reason: str) -> None:
+        reason = one_line(reason, 500)
         self.outcome = replace(self.outcome, state=HOST_FAILED, reason=reason)
         self._phase("failed", reason)
 
@@ -342,13 +345,27 @@ class HostWorker(threading.Thread):
             end_time=meta.end_time,
         )
         self._phase("done" if state == HOST_OK else "partial", self.outcome.reason)
+        self._check_start(meta.start_time)
+
+    def _check_start(self, host_start: float) -> None:
+        """All hosts should begin within a second: say which host missed the common start and the fix."""
+        planned = self.control.start_at
+        if planned is None or self.control.stop.is_set():
+            return
+        late = host_start - (self.outcome.clock_offset or 0.0) - planned
+        if late > LATE_START_TOLERANCE:
+            self.warnings.append(
+                f"{self.spec.label}: started sampling {late:.1f} s after the common start (BPF compilation "
+                "took longer than the start delay); raise --start-delay"
+            )
+            self.log.write(self.spec.label, self.warnings[-1])
 
 
 def _error_line(log_tail: str) -> str:
     """The most telling line of a profiler log: the last error line, else the last line."""
     lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower() or "Traceback" in line]
-    return (errors or lines or ["no output"])[-1][:500]
+    errors = [line for line in lines if "error" in line.lower()]
+    return one_line((errors or lines or ["no output"])[-1])
 
 
 def _versions() -> dict[str, str]:
@@ -505,7 +522,9 @@ def profile_cluster(
 
         info = replace(info, end_time=time.time()).with_hosts(tuple(w.outcome for w in workers))
         rundir.write_run(out_dir, info)
-        outcome = ProfileOutcome(out_dir, info.complete, 0 if info.complete else PartialRunError.exit_code, info)
+        warnings = tuple(w for worker in workers for w in worker.warnings)
+        exit_code = 0 if info.complete else PartialRunError.exit_code
+        outcome = ProfileOutcome(out_dir, info.complete, exit_code, info, warnings=warnings)
         if analyze and any(h.has_capture for h in info.hosts):
             outcome = _analyze(outcome)
         for worker in workers:

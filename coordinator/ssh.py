@@ -194,6 +194,8 @@ class SshHost(HostTransport):
             err = stderr.read()
             status = channel.recv_exit_status()
             channel.close()
+            if status == -1:  # the channel closed without an exit status: the connection went away
+                raise TransportLost(f"{self.spec.label}: connection to {self.address} closed during a command")
         except socket.timeout:
             raise TransportLost(f"{self.spec.label}: command timed out after {timeout:g} s on {self.address}") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -335,6 +337,8 @@ class SshHost(HostTransport):
             status = channel.recv_exit_status()
             err = channel.makefile_stderr("rb").read().decode("utf-8", "replace").strip()
             channel.close()
+            if status == -1:
+                raise TransportLost(f"{self.spec.label}: connection to {self.address} closed during the fetch")
         except (OSError, EOFError, paramiko.SSHException, tarfile.TarError) as exc:
             raise TransportLost(f"{self.spec.label}: fetching the capture from {self.address} failed ({exc})") from None
         if status != 0:

@@ -116,7 +116,7 @@ class ProfileCommand:
             "--start-delay",
             type=non_negative_float,
             default=None,
-            help="seconds between 'all hosts deployed' and the common start, for BPF compilation (8)",
+            help="seconds between 'all hosts deployed' and the common start, for BPF compilation (10)",
         )
         parser.add_argument(
             "--pid", type=positive_int, action="append", default=[], help="also sample this PID on every host"
@@ -157,6 +157,8 @@ class ProfileCommand:
             connect_timeout=args.connect_timeout,
         )
         run_dir = outcome.run_dir
+        for warning in outcome.warnings:
+            print(f"coordinator profile: warning: {warning}", file=sys.stderr)
         for host in outcome.info.hosts:
             if host.state != "ok":
                 print(f"coordinator profile: {host.host}: {host.state}: {host.reason}", file=sys.stderr)
