@@ -50,17 +50,30 @@ class ProcSnapshot:
     ppid: int
     cmdline: tuple[str, ...]
     user: str
-    create_time: float  # unix seconds
+    identity: int  # start time in clock ticks since boot: (pid, identity) names one process
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    ppid: int
+    identity: int
+    age: float  # seconds since the process started
 
 
 class ProcSource(Protocol):
-    """Reading processes; ``PsutilProcSource`` is the real one, tests use a fake table."""
+    """Reading processes; ``PsutilProcSource`` is the real one, tests use a fake table.
+
+    ``cmdline`` and ``stat`` are the cheap calls made for every exec'd or new pid; the rest only
+    for processes that match known_spes.txt.
+    """
 
     def pids(self) -> list[int]: ...
 
-    def snapshot(self, pid: int) -> ProcSnapshot | None: ...
+    def cmdline(self, pid: int) -> tuple[str, ...] | None: ...
 
-    def alive(self, pid: int, create_time: float) -> bool: ...
+    def stat(self, pid: int) -> ProcStat | None: ...
+
+    def snapshot(self, pid: int) -> ProcSnapshot | None: ...
 
     def environ(self, pid: int) -> dict[str, str]: ...
 
@@ -69,8 +82,12 @@ class ProcSource(Protocol):
     def jvm(self, pid: int) -> tuple[str | None, bool | None]: ...
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 class PsutilProcSource:
-    """/proc through psutil; a process that vanishes mid-read is simply not there."""
+    """/proc read directly for the hot path and through psutil for the rest; a process that
+    vanishes mid-read is simply not there."""
 
     def __init__(self) -> None:
         import psutil
@@ -80,31 +97,48 @@ class PsutilProcSource:
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
+    def cmdline(self, pid: int) -> tuple[str, ...] | None:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            return None
+        if not raw:  # kernel thread or zombie
+            return None
+        parts = raw.split(b"\0")
+        if parts and parts[-1] == b"":
+            parts.pop()
+        return tuple(part.decode("utf-8", "surrogateescape") for part in parts)
+
+    def stat(self, pid: int) -> ProcStat | None:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            return None
+        # the command name (field 2) may contain spaces and parentheses: split after the last ")"
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+            return None
+        start_ticks = int(fields[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / _CLOCK_TICKS
+        return ProcStat(int(fields[1]), start_ticks, max(0.0, age))
+
     def snapshot(self, pid: int) -> ProcSnapshot | None:
         psutil = self._psutil
+        cmdline = self.cmdline(pid)
+        stat = self.stat(pid)
+        if cmdline is None or stat is None:
+            return None
         try:
             process = psutil.Process(pid)
-            with process.oneshot():
-                if process.status() == psutil.STATUS_ZOMBIE:
-                    return None
-                cmdline = tuple(process.cmdline())
-                if not cmdline:  # kernel threads
-                    return None
-                try:
-                    user = process.username()
-                except (KeyError, psutil.Error):
-                    user = str(process.uids().real)
-                return ProcSnapshot(pid, process.ppid(), cmdline, user, process.create_time())
+            try:
+                user = process.username()
+            except (KeyError, psutil.Error):
+                user = str(process.uids().real)
         except (psutil.Error, OSError):
             return None
-
-    def alive(self, pid: int, create_time: float) -> bool:
-        psutil = self._psutil
-        try:
-            process = psutil.Process(pid)
-            return abs(process.create_time() - create_time) < 0.05 and process.status() != psutil.STATUS_ZOMBIE
-        except (psutil.Error, OSError):
-            return False
+        return ProcSnapshot(pid, stat.ppid, cmdline, user, stat.identity)
 
     def environ(self, pid: int) -> dict[str, str]:
         try:
@@ -133,17 +167,15 @@ class PsutilProcSource:
 @dataclass
 class _Tracked:
     info: ProcessInfo
-    create_time: float
+    identity: int
 
 
 @dataclass
 class _Seen:
     """A process inspected and found not to be an engine process (yet)."""
 
-    create_time: float
-    inspected_at: float  # monotonic
+    cmdline: tuple[str, ...]
     born_monotonic: float
-    cmdline: tuple[str, ...] = ()
 
 
 @dataclass
@@ -207,9 +239,13 @@ class ScopeAnalyzer:
             except CapabilityError as exc:
                 self.exec_watch_error = str(exc)
         now = self._clock()
-        for pid in self.manual_pids:
-            self._add_manual(pid, now)
-        self._scan_all(now, source="scan")
+        try:
+            for pid in self.manual_pids:
+                self._add_manual(pid, now)
+            self._scan_all(now, source="scan")
+        except BaseException:
+            self.close()  # no exec tracepoint stays attached when start fails (e.g. a bad --pid)
+            raise
         # the initial processes are returned by processes(), not by the first poll()
         self._state.new.clear()
 
@@ -271,6 +307,11 @@ class ScopeAnalyzer:
     def watcher(self) -> ExecSource | None:
         return self._watcher
 
+    @property
+    def prog_ids(self) -> list[int]:
+        """BPF program ids of the exec watcher (for the profiler's own overhead accounting)."""
+        return list(getattr(self._watcher, "prog_ids", []) or [])
+
     def processes(self) -> list[ProcessInfo]:
         return [tracked.info for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]
 
@@ -314,49 +355,41 @@ class ScopeAnalyzer:
         state = self._state
         if pid == os.getpid():
             return
-        snap = self._proc.snapshot(pid)
-        if snap is None:
+        cmdline = self._proc.cmdline(pid)
+        stat = self._proc.stat(pid) if cmdline is not None else None
+        if cmdline is None or stat is None:
             state.seen.pop(pid, None)
             return
-        if (
-            recheck is not None
-            and recheck.cmdline == snap.cmdline
-            and abs(recheck.create_time - snap.create_time) < 0.05
-        ):
+        if recheck is not None and recheck.cmdline == cmdline:
             return
         mono = self._monotonic()
-        # psutil's create_time rests on /proc/stat btime (whole seconds): good for "a few seconds
-        # old", not for sub-second decisions, which use the time we first listed the pid.
-        born = mono - max(0.0, now - snap.create_time)
-        if recheck is not None:
-            born = recheck.born_monotonic
-        elif first_listed is not None:
-            born = max(born, first_listed - 1.0)
-        state.seen[pid] = _Seen(snap.create_time, mono, born, snap.cmdline)
-        default_master = self._default_master(snap)
-        kind = classify(snap.cmdline, self.kinds, default_master)
-        if kind is not None and first_listed is not None and not settled and self._same_as_parent(snap):
+        born = recheck.born_monotonic if recheck is not None else mono - stat.age
+        state.seen[pid] = _Seen(cmdline, born)
+        default_master = self._default_master(pid, cmdline)
+        kind = classify(cmdline, self.kinds, default_master)
+        parent_kind = classify_parent(cmdline, self.kinds, default_master)
+        if kind is None and parent_kind is None:
+            return
+        if kind is not None and first_listed is not None and not settled and self._same_as_parent(stat.ppid, cmdline):
             # a fork that has not exec'd yet carries its parent's command line: look again later
             state.pending[pid] = first_listed
             return
         if kind is not None:
-            self._track(snap, kind, now, source)
-        parent_kind = classify_parent(snap.cmdline, self.kinds, default_master)
-        if parent_kind is not None and snap.ppid > 1 and snap.ppid not in state.tracked:
-            parent = self._proc.snapshot(snap.ppid)
+            snap = self._proc.snapshot(pid)
+            if snap is not None:
+                self._track(snap, kind, now, source)
+        if parent_kind is not None and stat.ppid > 1 and stat.ppid not in state.tracked:
+            parent = self._proc.snapshot(stat.ppid)
             if parent is not None:
                 self._track(parent, parent_kind, now, source)
 
-    def _same_as_parent(self, snap: ProcSnapshot) -> bool:
-        parent = self._proc.snapshot(snap.ppid) if snap.ppid > 1 else None
-        return parent is not None and parent.cmdline == snap.cmdline
+    def _same_as_parent(self, ppid: int, cmdline: tuple[str, ...]) -> bool:
+        return ppid > 1 and self._proc.cmdline(ppid) == cmdline
 
-    def _default_master(self, snap: ProcSnapshot) -> str | None:
-        if not self._needs_master or entry_point(snap.cmdline).main_class != "org.apache.spark.deploy.SparkSubmit":
+    def _default_master(self, pid: int, cmdline: Sequence[str]) -> str | None:
+        if not self._needs_master or entry_point(cmdline).main_class != "org.apache.spark.deploy.SparkSubmit":
             return None
-        return default_spark_master(
-            snap.cmdline, self._proc.environ(snap.pid), lambda path: self._proc.read_text(snap.pid, path)
-        )
+        return default_spark_master(cmdline, self._proc.environ(pid), lambda path: self._proc.read_text(pid, path))
 
     def _track(self, snap: ProcSnapshot, kind: SpeKind | None, now: float, source: str) -> ProcessInfo:
         state = self._state
@@ -380,7 +413,7 @@ class ScopeAnalyzer:
             jvm_version=version,
             preserve_frame_pointer=preserve_frame_pointer,
         )
-        state.tracked[snap.pid] = _Tracked(info, snap.create_time)
+        state.tracked[snap.pid] = _Tracked(info, snap.identity)
         state.new.append(info)
         return info
 
@@ -388,13 +421,14 @@ class ScopeAnalyzer:
         snap = self._proc.snapshot(pid)
         if snap is None:
             raise ConfigError(f"--pid {pid}: no such process (or a kernel thread); check the pid with ps")
-        self._track(snap, classify(snap.cmdline, self.kinds, self._default_master(snap)), now, MANUAL)
+        self._track(snap, classify(snap.cmdline, self.kinds, self._default_master(pid, snap.cmdline)), now, MANUAL)
 
     def _check_exits(self, listed: set[int], now: float) -> None:
         for pid, tracked in self._state.tracked.items():
             if tracked.info.exited:
                 continue
-            if pid in listed and self._proc.alive(pid, tracked.create_time):
+            stat = self._proc.stat(pid) if pid in listed else None
+            if stat is not None and stat.identity == tracked.identity:
                 tracked.info = replace(tracked.info, last_seen=now)
                 continue
             tracked.info = replace(tracked.info, last_seen=now, exited=True)

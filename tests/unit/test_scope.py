@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from profiler.errors import CapabilityError, ConfigError
-from profiler.scope import ProcSnapshot, ScopeAnalyzer
+from profiler.scope import ProcSnapshot, ProcStat, ScopeAnalyzer
 from profiler.spes import parse_known_spes
 
 KINDS = parse_known_spes(
@@ -37,20 +37,20 @@ class FakeClock:
 @dataclass
 class FakeProc:
     clock: FakeClock
-    table: dict[int, ProcSnapshot] = field(default_factory=dict)
+    table: dict[int, tuple[int, tuple[str, ...], str, float]] = field(default_factory=dict)  # ppid, argv, user, start
     env: dict[int, dict[str, str]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     jvms: dict[int, tuple[str | None, bool | None]] = field(default_factory=dict)
-    snapshots: int = 0
+    reads: int = 0
 
     def spawn(self, pid: int, cmdline: tuple[str, ...], ppid: int = 1, age: float = 10.0, user: str = "spark") -> None:
-        self.table[pid] = ProcSnapshot(pid, ppid, cmdline, user, self.clock.now - age)
+        self.table[pid] = (ppid, cmdline, user, self.clock.now - age)
         if cmdline[0] == "java":
             self.jvms[pid] = ("17.0.15", "-XX:+PreserveFramePointer" in cmdline)
 
     def exec(self, pid: int, cmdline: tuple[str, ...]) -> None:
-        old = self.table[pid]
-        self.table[pid] = ProcSnapshot(pid, old.ppid, cmdline, old.user, old.create_time)
+        ppid, _, user, start = self.table[pid]
+        self.table[pid] = (ppid, cmdline, user, start)
 
     def kill(self, pid: int) -> None:
         del self.table[pid]
@@ -58,12 +58,21 @@ class FakeProc:
     def pids(self) -> list[int]:
         return list(self.table)
 
-    def snapshot(self, pid: int) -> ProcSnapshot | None:
-        self.snapshots += 1
-        return self.table.get(pid)
+    def cmdline(self, pid: int) -> tuple[str, ...] | None:
+        self.reads += 1
+        return self.table[pid][1] if pid in self.table else None
 
-    def alive(self, pid: int, create_time: float) -> bool:
-        return pid in self.table and self.table[pid].create_time == create_time
+    def stat(self, pid: int) -> ProcStat | None:
+        if pid not in self.table:
+            return None
+        ppid, _, _, start = self.table[pid]
+        return ProcStat(ppid, int(start * 100), self.clock.now - start)
+
+    def snapshot(self, pid: int) -> ProcSnapshot | None:
+        if pid not in self.table:
+            return None
+        ppid, cmdline, user, start = self.table[pid]
+        return ProcSnapshot(pid, ppid, cmdline, user, int(start * 100))
 
     def environ(self, pid: int) -> dict[str, str]:
         return self.env.get(pid, {})
@@ -168,10 +177,10 @@ def test_polling_fallback_rechecks_young_processes(env: tuple[FakeClock, FakePro
     new, _ = scope.poll()
     assert [p.pid for p in new] == [300]
     # an old process is not re-read on every poll (only on the periodic full rescan)
-    before = proc.snapshots
+    before = proc.reads
     clock.now += 0.5
     scope.poll()
-    assert proc.snapshots == before
+    assert proc.reads == before
 
 
 def test_polling_files_a_fork_only_after_it_had_the_chance_to_exec(env: tuple[FakeClock, FakeProc]) -> None:
@@ -202,9 +211,9 @@ def test_tracepoint_mode_waits_for_the_exec_of_new_pids(env: tuple[FakeClock, Fa
     scope = make(proc, clock, watcher)
     scope.start()
     proc.spawn(400, WORKER, ppid=100, age=0.01)  # forked, not exec'd yet
-    before = proc.snapshots
+    before = proc.reads
     assert scope.poll() == ([], [])
-    assert proc.snapshots == before  # a new pid costs nothing until it execs or settles
+    assert proc.reads == before  # a new pid costs nothing until it execs or settles
     proc.exec(400, EXECUTOR)
     watcher.pending = [400]
     new, _ = scope.poll()
@@ -228,8 +237,10 @@ def test_manual_pids_and_missing_manual_pid(env: tuple[FakeClock, FakeProc]) -> 
         "manual",
     )
     assert (by_pid[102].kind, by_pid[102].source) == ("executor", "manual")
+    watcher = FakeWatcher()
     with pytest.raises(ConfigError, match="--pid 999: no such process"):
-        make(proc, clock, manual_pids=[999]).start()
+        make(proc, clock, watcher, manual_pids=[999]).start()
+    assert watcher.closed == 1  # a failed start leaves no exec tracepoint attached
 
 
 def test_local_driver_defaults_and_pyspark_parent(env: tuple[FakeClock, FakeProc]) -> None:
