@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .appprofile import ApplicationProfile, Pattern, literal_key
 from .capture import UNMATCHED
+from .errors import CaptureFormatError
 
 FRAME_SEPARATOR = ";"
 
@@ -201,16 +203,22 @@ class Matcher:
             others |= mask
         return chosen, others & ~(1 << chosen)
 
-    def classify(self, stack: str) -> tuple[int, int]:
+    def classify_mask(self, stack: str) -> tuple[int, int]:
         """(index into ``result_names``, bit mask of the other tasks that other frames matched).
 
-        The hot path: one C-level split, memo lookups per frame, one memo lookup per pattern of
-        matching frames; Python code runs only for frames and frame combinations not seen before.
+        The hot path: one C-level split, a memo lookup per frame, one memo lookup for the
+        combination of matching frames; Python code runs only for frames and combinations not
+        seen before.
         """
         return self._decision_of(tuple(filter(None, map(self._frame_mask_of, stack.split(FRAME_SEPARATOR)))))
 
+    def classify(self, stack: str) -> tuple[int, bool]:
+        """(index into ``result_names``, whether other frames matched other tasks)."""
+        index, others = self.classify_mask(stack)
+        return index, others != 0
+
     def match(self, stack: str) -> str:
-        return self.result_names[self.classify(stack)[0]]
+        return self.result_names[self.classify_mask(stack)[0]]
 
     def task_names_of(self, mask: int) -> tuple[str, ...]:
         """Task names of the bits set in ``mask``, in profile order."""
@@ -265,7 +273,7 @@ class MatchResult:
     total_samples: int
     unmatched: Counter[str]  # stack -> samples
     multi_task_samples: int  # samples whose stack matched patterns of >1 task in different frames
-    task_stacks: dict[str, Counter[str]]  # task -> its stacks (drill-down flamegraphs)
+    task_stacks: Mapping[str, Counter[str]]  # task -> its stacks (drill-down flamegraphs); may be lazy
     task_multi_samples: dict[str, int] = field(default_factory=dict)  # multi-task samples per chosen task
     # (chosen task, task another frame matched) -> samples: what the leaf-first rule decided
     decided_over: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -277,36 +285,149 @@ class MatchResult:
         return self.task_samples[task] / self.total_samples
 
 
+class TaskStacks(Mapping[str, "Counter[str]"]):
+    """Stacks per task (task -> Counter of folded stacks), each Counter built on first access:
+    most consumers need only the sample counts, and building a table of ~1 KB stack strings costs
+    about as much as matching them."""
+
+    def __init__(self, names: Sequence[str], stacks: Sequence[list[str]], counts: Sequence[list[int]]) -> None:
+        self._names = tuple(names)
+        self._pending = {name: (stacks[i], counts[i]) for i, name in enumerate(self._names)}
+        self._built: dict[str, Counter[str]] = {}
+
+    def __getitem__(self, task: str) -> Counter[str]:
+        built = self._built.get(task)
+        if built is None:
+            stacks, counts = self._pending[task]
+            merged = dict(zip(stacks, counts))
+            if len(merged) == len(stacks):
+                built = Counter(merged)
+            else:  # the same stack arrived more than once: add the counts
+                built = Counter()
+                for stack, count in zip(stacks, counts):
+                    built[stack] += count
+            self._built[task] = built
+            del self._pending[task]
+        return built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"TaskStacks({dict(self)!r})"
+
+
+class StackAccumulator:
+    """Assigns stacks to tasks as they arrive and sums them; ``result()`` builds the MatchResult.
+
+    One accumulator can take several inputs (all PIDs of a host, all files given to
+    ``profiler match``); a stack seen twice has its counts added.
+    """
+
+    def __init__(self, matcher: Matcher) -> None:
+        self.matcher = matcher
+        self._stacks: list[list[str]] = [[] for _ in matcher.result_names]
+        self._counts: list[list[int]] = [[] for _ in matcher.result_names]
+        self._overrides: dict[tuple[int, int], int] = {}
+
+    def add(self, stack: str, count: int) -> None:
+        self.add_items(((stack, count),))
+
+    def add_items(self, items: Iterable[tuple[str, int]]) -> None:
+        """(stack, count) pairs; non-positive counts are ignored."""
+        classify = self.matcher.classify_mask
+        stacks = self._stacks
+        counts = self._counts
+        overrides = self._overrides
+        for stack, count in items:
+            if count <= 0:
+                continue
+            index, others = classify(stack)
+            stacks[index].append(stack)
+            counts[index].append(count)
+            if others:
+                key = (index, others)
+                overrides[key] = overrides.get(key, 0) + count
+
+    def add_folded_lines(self, lines: Iterable[str], source: str = "<input>") -> None:
+        """Lines of a folded file (``frame;...;leaf count``); blank lines are skipped and any other
+        malformed line raises CaptureFormatError ``source:line: ...`` like profiler.folded."""
+        # Matcher.classify_mask inlined: this loop is the matcher's throughput.
+        frame_mask_of = self.matcher._frame_mask_of
+        decision_of = self.matcher._decision_of
+        stacks = self._stacks
+        counts = self._counts
+        overrides = self._overrides
+        for number, raw in enumerate(lines, start=1):
+            line = raw.rstrip("\r\n")
+            stack, _, count_text = line.rpartition(" ")
+            if not (stack and count_text.isdigit()):
+                if not line.strip():
+                    continue
+                _raise_bad_line(line, number, source)
+            count = int(count_text)
+            if count <= 0:
+                continue
+            index, others = decision_of(tuple(filter(None, map(frame_mask_of, stack.split(FRAME_SEPARATOR)))))
+            stacks[index].append(stack)
+            counts[index].append(count)
+            if others:
+                key = (index, others)
+                overrides[key] = overrides.get(key, 0) + count
+
+    def add_folded_file(self, path: str | Path) -> None:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            self.add_folded_lines(handle, str(path))
+
+    def result(self) -> MatchResult:
+        matcher = self.matcher
+        names = matcher.result_names
+        samples = [sum(counts) for counts in self._counts]
+        multi = [0] * len(names)
+        decided_over: Counter[tuple[str, str]] = Counter()
+        for (index, others), count in self._overrides.items():
+            multi[index] += count
+            for other in matcher.task_names_of(others):
+                decided_over[names[index], other] += count
+        task_stacks = TaskStacks(names, [list(s) for s in self._stacks], [list(c) for c in self._counts])
+        return MatchResult(
+            task_samples=dict(zip(names, samples)),
+            total_samples=sum(samples),
+            unmatched=task_stacks[UNMATCHED],
+            multi_task_samples=sum(multi),
+            task_stacks=task_stacks,
+            task_multi_samples=dict(zip(names, multi)),
+            decided_over=decided_over,
+        )
+
+
+def _raise_bad_line(line: str, number: int, source: str) -> None:
+    from .folded import parse_line
+
+    try:
+        parse_line(line)
+    except ValueError as exc:
+        raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+    raise CaptureFormatError(f"{source}:{number}: not a folded stack line; fix or drop the line")
+
+
 def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
     """Assign every stack of ``counts`` (folded stack -> samples) to its task; non-positive counts are ignored."""
-    names = matcher.result_names
-    samples = [0] * len(names)
-    multi = [0] * len(names)
-    stacks: list[Counter[str]] = [Counter() for _ in names]
-    overrides: Counter[tuple[int, int]] = Counter()
-    classify = matcher.classify
-    for stack, count in counts.items():
-        if count <= 0:
-            continue
-        index, others = classify(stack)
-        samples[index] += count
-        if others:
-            multi[index] += count
-            overrides[index, others] += count
-        stacks[index][stack] += count
-    decided_over: Counter[tuple[str, str]] = Counter()
-    for (index, others), count in overrides.items():
-        for other in matcher.task_names_of(others):
-            decided_over[names[index], other] += count
-    return MatchResult(
-        task_samples=dict(zip(names, samples)),
-        total_samples=sum(samples),
-        unmatched=stacks[matcher.unmatched_index],
-        multi_task_samples=sum(multi),
-        task_stacks=dict(zip(names, stacks)),
-        task_multi_samples=dict(zip(names, multi)),
-        decided_over=decided_over,
-    )
+    accumulator = StackAccumulator(matcher)
+    accumulator.add_items(counts.items())
+    return accumulator.result()
+
+
+def match_folded_files(matcher: Matcher, paths: Iterable[str | Path]) -> MatchResult:
+    """Match folded files as they are read (no intermediate table of all stacks); the files'
+    stacks are merged, so a stack in two files counts twice."""
+    accumulator = StackAccumulator(matcher)
+    for path in paths:
+        accumulator.add_folded_file(path)
+    return accumulator.result()
 
 
 def merge_results(results: Iterable[MatchResult]) -> MatchResult:

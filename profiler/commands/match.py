@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -131,8 +130,8 @@ class MatchCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ..appprofile import load_profile
-        from ..folded import format_folded, read_folded
-        from ..matcher import Matcher, candidate_patterns, match_stacks
+        from ..folded import format_folded
+        from ..matcher import Matcher, StackAccumulator, candidate_patterns
 
         if not args.stacks and not args.explain:
             raise ConfigError("nothing to match; pass folded files or capture directories (or --explain STACK)")
@@ -146,15 +145,16 @@ class MatchCommand:
         if not args.stacks:
             return 0
         files = stack_files(args.stacks)
-        counts: Counter[str] = Counter()
+        accumulator = StackAccumulator(matcher)
         for path in files:
             try:
-                counts.update(read_folded(path))
+                accumulator.add_folded_file(path)
             except OSError as exc:
                 raise ConfigError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
-        result = match_stacks(matcher, counts)
+        result = accumulator.result()
+        distinct = sum(len(stacks) for stacks in result.task_stacks.values())
         print(f"profile {profile_path}: {len(matcher.task_names)} tasks; {len(files)} stack file(s), "
-              f"{len(counts)} distinct stacks")
+              f"{distinct} distinct stacks")
         print(format_table(result, candidate_patterns(result.unmatched, args.top)), end="")
         if args.csv is not None:
             atomic_write_text(args.csv, result_csv(result))

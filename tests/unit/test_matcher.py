@@ -5,15 +5,20 @@ from __future__ import annotations
 import pickle
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from profiler.appprofile import parse_profile
+from profiler.errors import CaptureFormatError
+from profiler.folded import read_folded
 from profiler.matcher import (
     Matcher,
+    StackAccumulator,
     candidate_patterns,
     literal_alternation,
     literal_searcher,
+    match_folded_files,
     match_stacks,
     merge_results,
 )
@@ -198,3 +203,47 @@ def test_literal_searcher_survives_deep_tries() -> None:
     matcher = Matcher(parse_profile("Deep: " + ", ".join(words)))
     assert matcher.match("t;" + "a" * 3 + "b;c") == "Deep"
     assert matcher.match("t;c") == "unmatched"
+
+
+def test_accumulator_reads_folded_files_like_read_folded(matcher: Matcher, tmp_path: Path) -> None:
+    first = tmp_path / "a.folded"
+    first.write_text("t;JacksonParser.parse 4\n\nGC Thread#0;x 2\r\nt;x 3\nt;x 1\nt;y 0\n", encoding="utf-8")
+    second = tmp_path / "b.folded"
+    second.write_text("t;JacksonParser.parse 1\n", encoding="utf-8")
+    streamed = match_folded_files(matcher, [first, second])
+    both: Counter[str] = read_folded(first) + read_folded(second)
+    via_counter = match_stacks(matcher, both)
+    assert streamed.task_samples == via_counter.task_samples
+    assert streamed.task_samples["Deserialize"] == 5 and streamed.task_samples["unmatched"] == 4
+    assert streamed.unmatched == Counter({"t;x": 4})  # duplicate lines are merged
+    assert dict(streamed.task_stacks) == dict(via_counter.task_stacks)
+    accumulator = StackAccumulator(matcher)
+    accumulator.add("GC Thread#0;y", 2)
+    accumulator.add_items([("t;JacksonParser", 3), ("t;z", -1)])
+    partial = accumulator.result()
+    assert partial.task_samples["GC"] == 2 and partial.task_samples["Deserialize"] == 3
+    accumulator.add("GC Thread#0;y", 1)  # an accumulator keeps going after result()
+    assert accumulator.result().task_stacks["GC"] == Counter({"GC Thread#0;y": 3})
+    assert partial.task_stacks["GC"] == Counter({"GC Thread#0;y": 2})
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("a;b notanumber", "x.folded:2: not a folded stack line"),
+        ("a;b -3", "x.folded:2: not a folded stack line"),
+        ("12", "x.folded:2: not a folded stack line"),
+        ("a;b 1.5", "x.folded:2: not a folded stack line"),
+    ],
+)
+def test_accumulator_rejects_bad_lines_with_file_and_line(matcher: Matcher, line: str, message: str) -> None:
+    with pytest.raises(CaptureFormatError, match=re.escape(message)):
+        StackAccumulator(matcher).add_folded_lines(["t;x 1\n", line + "\n"], "x.folded")
+
+
+def test_classify_reports_multi_task_as_bool(matcher: Matcher) -> None:
+    assert matcher.classify("GC Thread#0;JacksonParser") == (1, True)
+    assert matcher.classify("t;JacksonParser") == (1, False)
+    assert matcher.classify_mask("GC Thread#0;org.apache.kafka.A;JacksonParser") == (1, 0b101)
+    assert matcher.classify("nothing") == (len(matcher.task_names), False)
+    assert matcher.frame_tasks("org.apache.kafka.JacksonParser") == ("Kafka", "Deserialize")
