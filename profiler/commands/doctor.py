@@ -89,14 +89,16 @@ def max_stack_check(value: int | None) -> Check:
             "perf_event_max_stack",
             WARN,
             f"{value}: stacks deeper than this are truncated",
-            "sysctl -w kernel.perf_event_max_stack=1024",
+            "profiler run --max-stack-depth 1024 raises it for the run"
+            " (or: sysctl -w kernel.perf_event_max_stack=1024)",
         )
     if value < 512:
         return Check(
             "perf_event_max_stack",
             WARN,
-            f"{value}: Java stacks are often deeper; --max-stack-depth cannot exceed it",
-            "sysctl -w kernel.perf_event_max_stack=1024 (then profiler run --max-stack-depth 1024)",
+            f"{value}: Java stacks are often deeper and get truncated at the default depth",
+            "profiler run --max-stack-depth 1024 raises it for the run and restores it after"
+            " (or: sysctl -w kernel.perf_event_max_stack=1024)",
         )
     return Check("perf_event_max_stack", OK, str(value))
 
