@@ -218,6 +218,9 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
             ("flink", "managing", "jobmanager"),
         ),
         (["python", "-m", "pyflink.fn_execution.beam.beam_boot", "--id=1"], ("flink", "workload", "python-worker")),
+        (JAVA + ["org.apache.storm.daemon.worker.Worker", "topo-1", "sup", "6700"], ("storm", "workload", "worker")),
+        (JAVA + ["org.apache.storm.daemon.nimbus.Nimbus"], ("storm", "managing", "nimbus")),
+        (JAVA + ["com.hazelcast.core.server.HazelcastMemberStarter"], ("hazelcast", "workload", "member")),
     ],
 )
 def test_classification_table(cmdline: list[str], expected: tuple[str, str, str]) -> None:
