@@ -105,3 +105,77 @@ def test_synthetic_capture_known_answer() -> None:
         "unmatched": 4 + 2,
     }
     assert sorted(result.unmatched.values(), reverse=True) == [4, 2]
+
+
+RECORD = "org.apache.flink.streaming.runtime.streamrecord.StreamRecord"
+FLINK_CHAIN = ";".join([
+    "Source: Kafka S", "start_thread", "Interpreter", "void org.apache.flink.runtime.taskmanager.Task.run()",
+    "void org.apache.flink.streaming.runtime.tasks.StreamTask.invoke()",
+    "void org.apache.flink.streaming.runtime.tasks.mailbox.MailboxProcessor.runMailboxLoop()",
+    "void org.apache.flink.connector.base.source.reader.SourceReaderBase.pollNext("
+    "org.apache.flink.api.connector.source.ReaderOutput)",
+    "void org.apache.flink.streaming.runtime.tasks.ChainingOutput.collect(java.lang.Object)",
+    f"void org.apache.flink.streaming.api.operators.StreamFlatMap.processElement({RECORD})",
+    "void flink.benchmark.AdvertisingTopologyFlinkWindows$DeserializeBolt.flatMap("
+    "java.lang.String, org.apache.flink.util.Collector)",
+    "void org.apache.flink.streaming.runtime.tasks.ChainingOutput.collect(java.lang.Object)",
+    f"void org.apache.flink.streaming.api.operators.StreamFilter.processElement({RECORD})",
+])
+NETTY = "org.apache.flink.shaded.netty4.io.netty.channel.epoll"
+
+
+@pytest.mark.parametrize(
+    "profile_name, stack, task",
+    [
+        # Flink operator chains nest: the innermost operator of the chain decides
+        ("flink", FLINK_CHAIN, "Filter+Projection"),
+        ("flink", FLINK_CHAIN + ";boolean flink.benchmark.AdvertisingTopologyFlinkWindows$EventFilterBolt.filter("
+         "org.apache.flink.api.java.tuple.Tuple7)", "Filter+Projection"),
+        ("flink", FLINK_CHAIN.rsplit(";", 2)[0] + ";java.lang.Object net.minidev.json.parser.JSONParser.parse("
+         "java.lang.String)", "Deserialize"),
+        ("flink", "Window(Tumblin;start_thread;void org.apache.flink.streaming.runtime.operators.windowing."
+         f"WindowOperator.processElement({RECORD});"
+         "void org.apache.flink.runtime.state.heap.CopyOnWriteStateMap.put(java.lang.Object, java.lang.Object)",
+         "Window"),
+        ("flink", f"Flink Netty Ser;start_thread;void {NETTY}.EpollEventLoop.run();"
+         f"int {NETTY}.Native.epollWait0(int, long, int, int, int, int);"
+         "epoll_wait;do_epoll_wait_[k];ep_poll_[k]", "Wait"),
+        ("flink", f"Sink: Redis (1;void org.apache.flink.streaming.api.operators.StreamSink.processElement({RECORD});"
+         "java.lang.Long redis.clients.jedis.Jedis.hset(java.lang.String, java.lang.String, java.lang.String);"
+         "tcp_sendmsg_[k]", "Sink"),
+        # continuous processing: the reader thread is the source, the epoch RPC is communication
+        ("spark_continuous", "continuous-read;start_thread;Interpreter;void org.apache.spark.sql.execution.streaming."
+         "continuous.ContinuousQueuedDataReader$DataReaderThread.run();"
+         "boolean org.apache.spark.sql.execution.streaming.sources.RateStreamContinuousPartitionReader.next()",
+         "Kafka/Source"),
+        ("spark_continuous", "Executor task l;Interpreter;void org.apache.spark.sql.execution.streaming.continuous."
+         "EpochCoordinatorRef.ask(java.lang.Object)", "ClusterCommunication"),
+        ("spark_continuous", "Executor task l;Interpreter;java.lang.Object java.util.concurrent."
+         "ArrayBlockingQueue.poll(long, java.util.concurrent.TimeUnit)", "Wait"),
+        # generic JVM
+        ("jvm_generic", "main;Interpreter;Interpreter", "Interpreter"),
+        ("jvm_generic", "VM Thread;start_thread;VMThread::run();SafepointSynchronize::begin()", "Safepoints"),
+        ("jvm_generic", "VM Thread;start_thread;VMThread::run();VM_G1CollectForAllocation::doit()", "GC"),
+        ("jvm_generic", "main;void sun.nio.ch.FileChannelImpl.read(java.nio.ByteBuffer);read;vfs_read_[k]",
+         "Native I/O"),
+        ("jvm_generic", "main;Lio/netty/channel/nio/NioEventLoop:::run", "Netty"),
+        ("jvm_generic", "main;void jdk.internal.misc.Unsafe.park(boolean, long);Unsafe_Park;futex_wait_[k]",
+         "Waiting/parking"),
+        ("jvm_generic", "C2 CompilerThre;start_thread;Compile::Code_Gen()", "JIT"),
+        # Spark micro-batch: aggregation methods of generated code are Window, its other methods are not
+        ("spark_structured_streaming", "Executor task l;void org.apache.spark.sql.catalyst.expressions.GeneratedClass$"
+         "GeneratedIteratorForCodegenStage7.hashAgg_doAggregateWithKeys_0$()", "Window"),
+        ("spark_structured_streaming", "Executor task l;void org.apache.spark.sql.catalyst.expressions.GeneratedClass$"
+         "GeneratedIteratorForCodegenStage7.processNext()", "Filter+Projection+Join"),
+        ("spark_structured_streaming", "Executor task l;Lorg/apache/spark/sql/catalyst/expressions/GeneratedClass$"
+         "GeneratedIteratorForCodegenStage12:::project_doConsume_0$", "Filter+Projection+Join"),
+        ("spark_structured_streaming", "Executor task l;Lorg/apache/spark/sql/catalyst/json/JacksonParser:::parse",
+         "Deserialize"),
+        ("spark_structured_streaming", "Executor task l;Interpreter;Interpreter", "Other"),
+        ("spark_structured_streaming", "kworker/0:1;worker_thread_[k]", "unmatched"),
+    ],
+)
+def test_shipped_profiles_on_typical_stacks(profile_name: str, stack: str, task: str) -> None:
+    profile = load_profile(next(p for p in PROFILES if p.stem == profile_name))
+    assert Matcher(profile).match(stack) == task
+    assert straightforward_match(profile, stack) == task
