@@ -28,18 +28,29 @@ PROFILES = sorted((Path(__file__).resolve().parent.parent.parent / "application_
 RECORDED = ["spark_executor_real.folded", "spark_executor_synthetic.folded"]
 
 
-def straightforward_match(profile: ApplicationProfile, stack: str) -> str:
-    """Algorithm 1 written out plainly: walk frames leaf first; in each frame try the tasks in
-    profile order and their patterns in order; literal = substring with '/' read as '.'."""
-    frames = stack.split(";")
-    for frame in reversed(frames):
-        for task in profile.tasks:
-            for pattern in task.patterns:
-                if pattern.regex:
-                    if re.search(pattern.text, frame):
-                        return task.name
-                elif pattern.text.replace("/", ".") in frame.replace("/", "."):
+def straightforward_frame_task(profile: ApplicationProfile, frame: str) -> str | None:
+    """The first task, in profile order, with a pattern matching this frame; literal = substring
+    with '/' read as '.'."""
+    dotted = frame.replace("/", ".")
+    for task in profile.tasks:
+        for pattern in task.patterns:
+            if pattern.regex:
+                if re.search(pattern.text, frame):
                     return task.name
+            elif pattern.text.replace("/", ".") in dotted:
+                return task.name
+    return None
+
+
+def straightforward_match(profile: ApplicationProfile, stack: str, seen: dict[str, str | None] | None = None) -> str:
+    """Algorithm 1 written out plainly: walk the frames leaf first; the first frame with a task
+    decides. ``seen`` caches frame -> task across calls (frames repeat a lot)."""
+    seen = {} if seen is None else seen
+    for frame in reversed(stack.split(";")):
+        if frame not in seen:
+            seen[frame] = straightforward_frame_task(profile, frame)
+        if seen[frame] is not None:
+            return str(seen[frame])
     return "unmatched"
 
 
@@ -67,7 +78,8 @@ def test_matcher_equals_straightforward_implementation(profile_path: Path, data_
     counts = dict(read_folded(DATA / data_name))
     matcher = Matcher(profile)
     result = match_stacks(matcher, counts)
-    assigned = {stack: straightforward_match(profile, stack) for stack in counts}
+    seen: dict[str, str | None] = {}
+    assigned = {stack: straightforward_match(profile, stack, seen) for stack in counts}
     assert result.task_samples == straightforward_counts(profile, assigned, counts)
     assert result.total_samples == sum(counts.values())
     # and stack by stack, including the unmatched file content
