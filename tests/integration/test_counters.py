@@ -28,7 +28,7 @@ def burn(seconds, nested=False):
         inner.join()
 print("ready", flush=True)
 sys.stdin.readline()
-threads = [threading.Thread(target=burn, args=(0.6,)), threading.Thread(target=burn, args=(0.6, True))]
+threads = [threading.Thread(target=burn, args=(0.4,)), threading.Thread(target=burn, args=(0.4, True))]
 for t in threads: t.start()
 for t in threads: t.join()
 print("done", flush=True)
@@ -52,7 +52,7 @@ def test_counters_follow_threads_created_after_add_pid() -> None:
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "done"
-        # GIVEN three threads born after add_pid burned ~1.8 s of CPU and exited
+        # GIVEN three threads born after add_pid burned ~1.2 s of CPU and exited
         cpu_used = _cpu_seconds(child.pid) - cpu_before
         counters = group.read(child.pid)
     finally:
@@ -61,7 +61,7 @@ def test_counters_follow_threads_created_after_add_pid() -> None:
         child.wait(timeout=30)
     group.close()
 
-    assert cpu_used > 1.2, f"the workload did not burn CPU ({cpu_used:.2f}s)"
+    assert cpu_used > 0.9, f"the workload did not burn CPU ({cpu_used:.2f}s)"
     assert counters.cpu_seconds is not None
     assert counters.cpu_seconds == pytest.approx(cpu_used, rel=0.10)
     task_clock = counters.events["task-clock"]
