@@ -7,6 +7,7 @@ small functions; ``analyze`` is the entry point used by ``coordinator analyze`` 
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -37,6 +38,7 @@ KIND_STACK = 0  # one distinct stack: its task and its samples over every input
 KIND_PID = 1  # samples of one PID in one task (partial sums, added up on the driver)
 KIND_ERROR = 2  # an input file that could not be read; ``stack`` holds the message
 READ_BATCH_ROWS = 20_000
+FILES_PER_SLICE = 16
 
 RAW_SCHEMA = "pid_key int, stack string, samples long, error string"
 MATCHED_SCHEMA = "kind int, pid_key int, task int, stack string, samples long, multi long"
@@ -94,6 +96,11 @@ def _code_zip(directory: Path) -> Path:
     return archive
 
 
+def _quiet_pyspark_warnings() -> None:
+    # pyspark warns about pandas >= 3 on every Arrow call; the pipeline does not use pandas.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+
 @contextmanager
 def _stderr_to(path: Path) -> Iterator[None]:
     """Point file descriptor 2 at ``path`` while the JVM is launched: the JVM inherits it, so its
@@ -111,12 +118,12 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def spark_session(master: str = "local[*]") -> Iterator[SparkSession]:
-    """One quiet SparkSession (no UI, errors only, JVM output in a log file), stopped on exit."""
+def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
+    """One quiet SparkSession (no UI, errors only, JVM output in a log file), stopped on exit.
+    ``conf``: extra Spark settings, applied last."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # pyspark warns about pandas >= 3 on every Arrow call; the pipeline does not use pandas.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    _quiet_pyspark_warnings()
     from pyspark.sql import SparkSession
 
     scratch = Path(tempfile.mkdtemp(prefix="taskprof-spark-"))
@@ -142,6 +149,8 @@ def spark_session(master: str = "local[*]") -> Iterator[SparkSession]:
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.driver.memory", os.environ.get("TASKPROF_DRIVER_MEMORY", "3g"))
         )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     try:
         with _stderr_to(spark_log):
             spark = builder.getOrCreate()
@@ -295,7 +304,8 @@ def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str]]) -> DataF
 
     schema = StructType([StructField("pid_key", IntegerType(), False), StructField("path", StringType(), False)])
     parallelism = spark.sparkContext.defaultParallelism
-    slices = max(1, min(len(files), 4 * parallelism))
+    # Enough slices to keep every core busy, few enough that small inputs need one Python task.
+    slices = max(1, min(math.ceil(len(files) / FILES_PER_SLICE), 4 * parallelism))
     paths = spark.createDataFrame(list(files), schema).repartition(slices)
     return paths.mapInArrow(_read_stack_files, RAW_SCHEMA)
 
@@ -338,14 +348,16 @@ def pid_counts(matched: DataFrame, task_names: Sequence[str]) -> tuple[dict[int,
 
 
 def sorted_task_stacks(matched: DataFrame) -> Iterator[tuple[int, str, int]]:
-    """(task index, stack, samples) over all inputs: by task, most samples first, ties by stack text
-    (Spark orders strings by UTF-8 bytes, the same as Python's code-point order)."""
+    """(task index, stack, samples) over all inputs, each task's stacks contiguous, most samples
+    first, ties by stack text (Spark orders strings by UTF-8 bytes, the same as Python's code-point
+    order). Hash-partitioned by task and sorted within partitions: no sampling job, one shuffle."""
     from pyspark.sql import functions as F
 
     ordered = (
         matched.filter(F.col("kind") == KIND_STACK)
         .select("task", "stack", "samples")
-        .orderBy(F.col("task").asc(), F.col("samples").desc(), F.col("stack").asc())
+        .repartition("task")
+        .sortWithinPartitions(F.col("task").asc(), F.col("samples").desc(), F.col("stack").asc())
     )
     for row in ordered.toLocalIterator(prefetchPartitions=True):
         yield int(row[0]), str(row[1]), int(row[2])
@@ -411,6 +423,7 @@ def run_analysis(
     spark: SparkSession, runs: Sequence[RunInput], profile_text: str, profile_source: str, out_dir: Path, master: str
 ) -> tuple[int, int]:
     """The job on an existing session: read, match, sum, write. Returns (distinct stacks, samples)."""
+    _quiet_pyspark_warnings()
     profile = parse_profile(profile_text, profile_source)
     task_names = profile.result_task_names
     files = [(p.key, str(p.stacks)) for run in runs for p in run.pids if p.stacks is not None]
@@ -441,7 +454,8 @@ def run_analysis(
                 matched.unpersist()
         else:
             _write_task_files(scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, iter(()))
-        rows = [row for run in runs for row in analysis.run_rows(run, task_names, counts)]
+        ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
+        rows = [row for run in ordered_runs for row in analysis.run_rows(run, task_names, counts)]
         atomic_write_text(scratch / analysis.SUMMARY_FILE, analysis.format_summary(rows, analysis.label_columns(runs)))
         atomic_write_text(
             scratch / analysis.ANALYSIS_FILE,
