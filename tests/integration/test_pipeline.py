@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import analysis
 from coordinator.cli import main as coordinator_main
 from coordinator.pipeline import analyze, spark_session
 from profiler import capture
@@ -57,7 +56,9 @@ def _row(rows: list[dict[str, str]], run: str, host: str, pid: str, task: str) -
 
 def _digest_tree(root: Path) -> dict[str, str]:
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -102,7 +103,9 @@ def _host_side_rows(run_dir: Path, host: str, profile_text: str) -> list[dict[st
     return aggregate_host(host, info.processes, matched, info.counters, info.net)
 
 
-def test_multi_run_summary_equals_host_preaggregation(spark: object, multi_run_archive: list[Path], tmp_path: Path) -> None:
+def test_multi_run_summary_equals_host_preaggregation(
+    spark: object, multi_run_archive: list[Path], tmp_path: Path
+) -> None:
     out = tmp_path / "combined"
     output = analyze(multi_run_archive, out_dir=out, spark=spark)
     rows = _rows(output.summary_csv)
@@ -144,7 +147,10 @@ def test_reanalysis_with_edited_profile_leaves_the_capture_untouched(
     assert not [r for r in rows if r["task"] == "GC"]
     # the old profile's task files are gone, the new ones are there
     assert sorted(p.name for p in output.tasks_dir.iterdir()) == [
-        "Deserialize.folded", "Garbage.folded", "Kafka.folded", "Lookup.folded",
+        "Deserialize.folded",
+        "Garbage.folded",
+        "Kafka.folded",
+        "Lookup.folded",
     ]
     assert output.unmatched_file.read_text() == ""
     assert json.loads(output.analysis_json.read_text())["profile_source"] == str(edited)
@@ -161,7 +167,7 @@ def test_output_is_byte_identical_across_runs_and_partitionings(
         conf.set("spark.sql.shuffle.partitions", "1")
         first = analyze(multi_run_archive, out_dir=tmp_path / "a", spark=spark)
         conf.set("spark.sql.shuffle.partitions", "7")
-        second = analyze(list(reversed(multi_run_archive)), out_dir=tmp_path / "b", spark=spark)
+        analyze(list(reversed(multi_run_archive)), out_dir=tmp_path / "b", spark=spark)
     finally:
         conf.set("spark.sql.shuffle.partitions", original)
     for name in ("summary.csv", "unmatched.folded", "tasks/Kafka.folded", "tasks/GC.folded"):
@@ -186,7 +192,9 @@ def _two_runs_for_compare(root: Path) -> tuple[Path, Path]:
     return run("a", 3000, 1000), run("b", 3600, 1010)
 
 
-def test_compare_flags_significant_share_difference(spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_flags_significant_share_difference(
+    spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_a, run_b = _two_runs_for_compare(tmp_path)
     analyze([run_a], spark=spark)
     analyze([run_b], spark=spark)

@@ -111,8 +111,15 @@ def test_cluster_rows_sum_cycles_and_pool_samples(tmp_path: Path) -> None:
 def test_group_rows_over_hosts_with_estimated_and_missing_cycles() -> None:
     def pid_row(host: str, pid: int, task: str, samples: int, cycles: float | None, estimated: bool) -> dict:
         return {
-            "run": "r", "host": host, "pid": pid, "role": "workload", "engine": "flink", "task": task,
-            "samples": samples, "cycles": cycles, "cycles_estimated": estimated if cycles is not None else None,
+            "run": "r",
+            "host": host,
+            "pid": pid,
+            "role": "workload",
+            "engine": "flink",
+            "task": task,
+            "samples": samples,
+            "cycles": cycles,
+            "cycles_estimated": estimated if cycles is not None else None,
         }
 
     rows = [
@@ -136,8 +143,10 @@ def test_group_rows_over_hosts_with_estimated_and_missing_cycles() -> None:
 
 
 def test_group_rows_without_measured_cycles_stay_empty() -> None:
-    rows = [{"run": "r", "host": "a", "pid": 1, "role": "workload", "task": t, "samples": s, "cycles": None}
-            for t, s in (("T", 5), ("unmatched", 5), ("*", 10))]
+    rows = [
+        {"run": "r", "host": "a", "pid": 1, "role": "workload", "task": t, "samples": s, "cycles": None}
+        for t, s in (("T", 5), ("unmatched", 5), ("*", 10))
+    ]
     out = analysis.group_rows("r", "a", ("T", "unmatched"), rows, events=10, host_state="ok")
     assert all(r["cycles"] is None and r["cycles_per_event"] is None for r in out)
     assert out[0]["share"] == 0.5
@@ -222,10 +231,17 @@ def test_task_file_names_are_safe_and_unique() -> None:
 
 def test_compare_flags_a_large_share_difference_only() -> None:
     # A: 3000/10000 in T; B: 3600/10000 -> z ≈ 9, significant; U: 1000 vs 1010 -> not significant
-    a = {"T": TaskTotals(3000, 10000, 3.0e9, 0.3), "U": TaskTotals(1000, 10000, 1.0e9, 0.1),
-         "*": TaskTotals(10000, 10000, 1.0e10, 1.0)}
-    b = {"T": TaskTotals(3600, 10000, 4.5e9, 0.36), "U": TaskTotals(1010, 10000, 1.2e9, 0.101),
-         "New": TaskTotals(5, 10000, 1.0e6, 0.0005), "*": TaskTotals(10000, 10000, 1.2e10, 1.0)}
+    a = {
+        "T": TaskTotals(3000, 10000, 3.0e9, 0.3),
+        "U": TaskTotals(1000, 10000, 1.0e9, 0.1),
+        "*": TaskTotals(10000, 10000, 1.0e10, 1.0),
+    }
+    b = {
+        "T": TaskTotals(3600, 10000, 4.5e9, 0.36),
+        "U": TaskTotals(1010, 10000, 1.2e9, 0.101),
+        "New": TaskTotals(5, 10000, 1.0e6, 0.0005),
+        "*": TaskTotals(10000, 10000, 1.2e10, 1.0),
+    }
     rows = {r["task"]: r for r in analysis.compare_runs(a, b)}
     assert list(rows) == ["T", "U", "New", "*"]
     t = rows["T"]
