@@ -139,7 +139,7 @@ def probe_command() -> str:
     """Who we are, whether ``sudo -n`` works, which python, and a fresh private work directory."""
     return (
         "id -u; "
-        "if [ \"$(id -u)\" = 0 ] || sudo -n true 2>/dev/null; then echo sudo-ok; else echo sudo-no; fi; "
+        'if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then echo sudo-ok; else echo sudo-no; fi; '
         f"{{ {choose_python_command()}; }} || echo; "
         f"{make_workdir_command()}"
     )
@@ -232,8 +232,7 @@ def signal_command(layout: RemoteLayout, signal_name: str, needs_sudo: bool) -> 
     flag = "-0" if signal_name == "0" else f"-{signal_name}"
     pid_file = shlex.quote(layout.pid_file)
     return (
-        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && '
-        f'{sudo_prefix(needs_sudo)}kill {flag} "$pid" 2>/dev/null'
+        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && {sudo_prefix(needs_sudo)}kill {flag} "$pid" 2>/dev/null'
     )
 
 

@@ -3,6 +3,7 @@ otherwise, nothing when quiet)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -102,11 +103,11 @@ class PlainRenderer(Renderer):
 class RichRenderer(Renderer):
     """A live table on a terminal."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: IO[str] | None = None) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.console = Console(stderr=True)
+        self.console = Console(file=stream) if stream is not None else Console(stderr=True)
         self.live = Live(console=self.console, refresh_per_second=4, transient=False)
 
     def _table(self, board: ProgressBoard) -> Any:
@@ -144,13 +145,24 @@ class RichRenderer(Renderer):
         self.live.stop()
 
 
+def _private_stderr() -> IO[str]:
+    """A duplicate of file descriptor 2: Spark's start-up points fd 2 at its log file for a while,
+    and progress lines must still reach the terminal."""
+    try:
+        return os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+    except (AttributeError, OSError, ValueError):  # a replaced sys.stderr (tests) has no descriptor
+        return sys.stderr
+
+
 def make_renderer(enabled: bool, stream: IO[str] | None = None) -> Renderer:
     if not enabled:
         return Renderer()
-    target = stream or sys.stderr
-    if stream is None and target.isatty():
+    if stream is not None:
+        return PlainRenderer(stream)
+    target = _private_stderr()
+    if target.isatty():
         try:
-            return RichRenderer()
+            return RichRenderer(target)
         except ImportError:
             pass
     return PlainRenderer(target)

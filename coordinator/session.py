@@ -298,8 +298,10 @@ class HostWorker(threading.Thread):
                     last_line = _error_line(tail)
                     self.outcome = replace(self.outcome, reason=f"profiler exited early: {last_line}")
                     return final or ProfilerStatus("failed", error=last_line)
-            interval = POLL_INTERVAL if last is None or last.state != "sampling" else min(
-                1.0, max(0.2, (last.remaining or 1.0) / 2)
+            interval = (
+                POLL_INTERVAL
+                if last is None or last.state != "sampling"
+                else min(1.0, max(0.2, (last.remaining or 1.0) / 2))
             )
             if self.stop_sent:
                 time.sleep(interval)
@@ -490,10 +492,9 @@ def profile_cluster(
     log = RunLog(out_dir / LOG_FILE)
     control = RunControl()
     finish_grace = max(60.0, 0.25 * duration)
-    workers = [
-        HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace) for spec in hosts
-    ]
+    workers = [HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace) for spec in hosts]
     delay = DEFAULT_START_DELAY if start_delay is None else start_delay
+    warmup: SparkWarmup | None = None
     renderer.start()
     with _SigintToStop(control, renderer):
         try:
@@ -513,7 +514,10 @@ def profile_cluster(
                 renderer.refresh(board)
                 time.sleep(0.1)
             # Results are complete once every host is fetched; clean-ups continue beside the analysis.
+            window_end = (control.start_at or time.time()) + float(duration)
             while not all(w.collected.is_set() for w in workers):
+                if analyze and warmup is None and (time.time() >= window_end or control.stop.is_set()):
+                    warmup = SparkWarmup.start_if_available()
                 renderer.refresh(board)
                 for worker in workers:
                     worker.collected.wait(0.2 / len(workers))
@@ -525,11 +529,15 @@ def profile_cluster(
         warnings = tuple(w for worker in workers for w in worker.warnings)
         exit_code = 0 if info.complete else PartialRunError.exit_code
         outcome = ProfileOutcome(out_dir, info.complete, exit_code, info, warnings=warnings)
-        if analyze and any(h.has_capture for h in info.hosts):
-            outcome = _analyze(outcome)
-        for worker in workers:
-            worker.join()
-        log.close()
+        try:
+            if analyze and any(h.has_capture for h in info.hosts):
+                outcome = _analyze(outcome, warmup)
+        finally:
+            if warmup is not None:
+                warmup.close()
+            for worker in workers:
+                worker.join()
+            log.close()
 
     final = info.with_hosts(tuple(w.outcome for w in workers))
     if final != info:  # a clean-up added a note
@@ -538,7 +546,52 @@ def profile_cluster(
     return outcome
 
 
-def _analyze(outcome: ProfileOutcome) -> ProfileOutcome:
+class SparkWarmup(threading.Thread):
+    """Starts the analysis's Spark session once sampling is over, while hosts write and send their
+    captures, so the JVM start-up is not on the path from end of sampling to summary.csv."""
+
+    def __init__(self) -> None:
+        super().__init__(name="spark-warmup", daemon=True)
+        self.session: Any = None
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self._release = threading.Event()
+
+    @classmethod
+    def start_if_available(cls) -> SparkWarmup | None:
+        if importlib.util.find_spec("coordinator.pipeline") is None:
+            return None
+        from . import pipeline  # type: ignore[attr-defined]
+
+        if not hasattr(pipeline, "spark_session"):
+            return None
+        warmup = cls()
+        warmup.start()
+        return warmup
+
+    def run(self) -> None:
+        try:
+            from . import pipeline  # type: ignore[attr-defined]
+
+            with pipeline.spark_session() as spark:
+                self.session = spark
+                self.ready.set()
+                self._release.wait()
+        except BaseException as exc:  # noqa: BLE001 - the analysis falls back to its own session
+            self.error = exc
+        finally:
+            self.ready.set()
+
+    def take(self) -> Any:
+        self.ready.wait()
+        return self.session
+
+    def close(self) -> None:
+        self._release.set()
+        self.join(120)
+
+
+def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None) -> ProfileOutcome:
     """summary.csv through the pipeline, then the HTML report, when those modules exist."""
     summary: Path | None = None
     report: Path | None = None
@@ -546,7 +599,12 @@ def _analyze(outcome: ProfileOutcome) -> ProfileOutcome:
         if importlib.util.find_spec("coordinator.pipeline") is not None:
             from . import pipeline  # type: ignore[attr-defined]
 
-            result = pipeline.analyze([outcome.run_dir])
+            spark = warmup.take() if warmup is not None else None
+            result = (
+                pipeline.analyze([outcome.run_dir], spark=spark)
+                if spark is not None
+                else pipeline.analyze([outcome.run_dir])
+            )
             summary = Path(result.summary_csv)
         if importlib.util.find_spec("coordinator.report") is not None:
             from . import report  # type: ignore[attr-defined]

@@ -109,9 +109,7 @@ class ProfileCommand:
             "--accept-new-hosts", action="store_true", help="record unknown host keys (never changed ones)"
         )
         parser.add_argument("--known-hosts", type=Path, help="known_hosts file (default: ~/.ssh/known_hosts)")
-        parser.add_argument(
-            "--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)"
-        )
+        parser.add_argument("--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)")
         parser.add_argument(
             "--start-delay",
             type=non_negative_float,

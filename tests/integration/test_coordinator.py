@@ -187,9 +187,7 @@ def test_one_host_down_gives_partial_run(
     _assert_nothing_left([up], str(sshd_factory.base))
 
 
-def test_unknown_host_key_refused_with_fingerprint_then_accepted(
-    sshd_factory: SshdFactory, tmp_path: Path
-) -> None:
+def test_unknown_host_key_refused_with_fingerprint_then_accepted(sshd_factory: SshdFactory, tmp_path: Path) -> None:
     host = sshd_factory.start()
     spec = parse_cluster([host.cluster_line(sshd_factory.user_key)], "cluster.txt")[0]
     known_hosts = tmp_path / "known_hosts_empty"
@@ -306,8 +304,6 @@ def test_bad_cluster_line_fails_before_anything_starts(tmp_path: Path, inputs: t
     cluster = tmp_path / "cluster.txt"
     cluster.write_text("localhost\nworker1:99999 worker\n")
     out = tmp_path / "never"
-    code = coordinator_main(
-        ["profile", "--cluster", str(cluster), "--duration", "1", "--out", str(out), "--quiet"]
-    )
+    code = coordinator_main(["profile", "--cluster", str(cluster), "--duration", "1", "--out", str(out), "--quiet"])
     assert code == 2 and not out.exists()
     assert os.path.exists(cluster)

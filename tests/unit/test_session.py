@@ -164,3 +164,29 @@ def test_status_parsing_tolerates_garbage() -> None:
     assert ProfilerStatus.from_json('{"state": "bogus"}') is None
     status = ProfilerStatus.from_json('{"state": "sampling", "elapsed": 2.5, "samples": true, "pid": 7}')
     assert status is not None and status.samples is None and status.pid == 7 and status.elapsed == 2.5
+
+
+def test_doctor_table_joins_hosts_and_lists_fixes() -> None:
+    from coordinator.commands.doctor import (
+        HostReport,
+        doctor_cluster,
+        doctor_exit_code,
+        format_doctor_table,
+        parse_doctor_output,
+    )
+
+    specs = _specs(2)
+    reports = doctor_cluster(specs, Path("p"), Path("k"), lambda spec: FakeHost(spec, FakeScript()))
+    assert [r.host for r in reports] == [s.label for s in specs] and doctor_exit_code(reports) == 0
+    checks = parse_doctor_output(
+        '[{"check": "bcc", "status": "fail", "detail": "no\\nheaders \\u001b[31m", "fix": "install them"}]'
+    )
+    table = format_doctor_table([HostReport("a", checks), HostReport("b", error="cannot connect")])
+    lines = table.splitlines()
+    assert lines[0].split() == ["check", "a", "b"]
+    assert lines[1].split() == ["reachable", "ok", "fail"] and lines[2].split() == ["bcc", "fail", "-"]
+    assert "a: bcc fail: no headers ?[31m; fix: install them" in table and "b: cannot connect" in table
+    assert "\x1b" not in table
+    assert doctor_exit_code([HostReport("a", checks)]) == 1
+    with pytest.raises(ValueError):
+        parse_doctor_output('{"check": "x"}')
