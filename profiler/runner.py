@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -138,14 +138,16 @@ def real_components(options: RunOptions) -> Components:
     def cycles_source() -> str:
         return str(counters.cycles_source)
 
+    scope = ScopeAnalyzer(kinds, manual_pids=options.pids, exec_watch=options.exec_watch)
+
     def prog_ids() -> list[int]:
-        ids = list(getattr(sampler, "prog_ids", []) or [])
+        ids = list(getattr(sampler, "prog_ids", []) or []) + list(getattr(scope, "prog_ids", []) or [])
         if net is not None:
             ids += list(getattr(net, "prog_ids", []) or [])
         return ids
 
     return Components(
-        scope=ScopeAnalyzer(kinds, manual_pids=options.pids, exec_watch=options.exec_watch),
+        scope=scope,
         sampler=sampler,
         counters=counters,
         net=net,
@@ -482,7 +484,7 @@ class Runner:
             except Exception as exc:  # noqa: BLE001
                 events = EventCount(None, "none", f"event count failed: {exc}")
 
-        state.warnings.extend(self._health_warnings(processes, stacks))
+        state.warnings.extend(self._health_warnings(processes))
         # the components word their own end-of-run warnings with the option to change
         for component in (components.sampler, components.net, components.scope, components.counters):
             state.warnings.extend(str(w) for w in getattr(component, "warnings", None) or [])
@@ -546,19 +548,12 @@ class Runner:
             ),
         )
 
-    def _health_warnings(
-        self, processes: Sequence[ProcessInfo], stacks: Mapping[int, tuple[Counter[str], SamplerStats]]
-    ) -> list[str]:
-        warnings = []
-        for process in processes:
-            if process.sampled and process.preserve_frame_pointer is False:
-                warnings.append(
-                    f"pid {process.pid} ({process.kind}) runs without -XX:+PreserveFramePointer: Java stacks are "
-                    "broken; add it, e.g. spark.executor.extraJavaOptions=-XX:+PreserveFramePointer"
-                )
+    @staticmethod
+    def _health_warnings(processes: Sequence[ProcessInfo]) -> list[str]:
+        # lost/truncated stacks and missing frame pointers are the sampler's own warnings
         if not any(p.sampled for p in processes):
-            warnings.append("no workload process was found: check --known-spes or add --pid")
-        return warnings
+            return ["no workload process was found: check --known-spes or add --pid"]
+        return []
 
     def _close(self, components: Components) -> None:
         for closer in (components.sampler.close, components.scope.close, components.counters.close):
@@ -582,7 +577,7 @@ def stop_on_signals(runner: Runner) -> Iterator[None]:
         runner.request_stop()
 
     # not SIGHUP: a remote profiler must outlive a dropped SSH session (it is started under nohup)
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in (int(signal.SIGINT), int(signal.SIGTERM)):
         previous[signum] = signal.signal(signum, handler)
     try:
         yield
