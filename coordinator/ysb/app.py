@@ -1,0 +1,93 @@
+"""The YSB PySpark application, run with spark-submit; prints READY, then one PROGRESS JSON line per
+micro-batch (from StreamingQueryProgress), then DONE.
+
+usage: spark-submit [--jars ysb-redis-sink.jar] app.py --rate N --duration S --checkpoint DIR
+                    (--redis-port P | --file-sink DIR) [--campaigns 100] [--partitions 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from coordinator.ysb.campaigns import ad_campaign_mapping
+from coordinator.ysb.pipeline import SinkSpec, build_ysb, start_query
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    return value
+
+
+def progress_line(progress: dict[str, Any]) -> str:
+    """The fields of one StreamingQueryProgress the runner and the benchmarks read."""
+    durations = progress.get("durationMs") or {}
+    compact = {
+        "batch": progress.get("batchId"),
+        "timestamp": progress.get("timestamp"),
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_s": progress.get("inputRowsPerSecond", 0.0),
+        "processed_rows_per_s": progress.get("processedRowsPerSecond", 0.0),
+        "trigger_ms": durations.get("triggerExecution", 0),
+    }
+    return "PROGRESS " + json.dumps(compact, sort_keys=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ysb-app")
+    parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second")
+    parser.add_argument("--duration", type=float, default=0.0, help="stop after S seconds (0: until SIGTERM)")
+    parser.add_argument("--campaigns", type=_positive_int, default=100)
+    parser.add_argument("--ads-per-campaign", type=_positive_int, default=10)
+    parser.add_argument("--partitions", type=_positive_int, default=2, help="generator partitions")
+    parser.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval in s (0: back to back)")
+    parser.add_argument("--checkpoint", required=True)
+    sink = parser.add_mutually_exclusive_group(required=True)
+    sink.add_argument("--redis-port", type=_positive_int)
+    sink.add_argument("--file-sink", metavar="DIR")
+    args = parser.parse_args(argv)
+
+    stopping = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: stopping.update(flag=True))
+
+    spark = SparkSession.builder.appName("ysb").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    mapping = ad_campaign_mapping(args.campaigns, args.ads_per_campaign)
+    spec = SinkSpec("redis", redis_port=args.redis_port) if args.redis_port else SinkSpec("file", path=args.file_sink)
+    batch_seconds = args.trigger if args.trigger > 0 else 1.0
+    rows = build_ysb(spark, args.rate, mapping, args.partitions, batch_seconds)
+    query = start_query(rows, spec, args.checkpoint, args.trigger)
+
+    deadline = time.monotonic() + args.duration if args.duration > 0 else float("inf")
+    last_batch = -1
+    ready = False
+    try:
+        while not stopping["flag"] and time.monotonic() < deadline:
+            if query.exception() is not None:
+                print(f"FAILED {query.exception()}", flush=True)
+                return 1
+            progress = query.lastProgress
+            if progress is not None and progress.get("batchId", -1) > last_batch:
+                last_batch = progress["batchId"]
+                print(progress_line(progress), flush=True)
+                if not ready and progress.get("numInputRows", 0) > 0:
+                    ready = True
+                    print("READY", flush=True)
+            time.sleep(0.5)
+    finally:
+        query.stop()
+        spark.stop()
+        print("DONE", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Run the YSB application on a LocalSparkCluster: the Redis sink jar, a private redis-server, the
+spark-submit, the ready handshake and the throughput read from the app's PROGRESS lines."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from coordinator.sparkcluster import LocalSparkCluster, SparkSubmitProcess, java_home
+from coordinator.ysb.redis import RedisServer, redis_server_binary
+from profiler.errors import CapabilityError, ConfigError
+
+YSB_DIR = Path(__file__).resolve().parent
+APP = YSB_DIR / "app.py"
+SINK_SOURCE = YSB_DIR / "RedisSink.java"
+SINK_CLASS = "ysb.RedisSink"
+SINKS = ("auto", "redis", "file")
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    batch: int
+    timestamp: str
+    input_rows: int
+    input_rows_per_s: float
+    processed_rows_per_s: float
+    trigger_ms: int
+
+
+@dataclass(frozen=True)
+class YsbOptions:
+    rate: int = 20_000
+    campaigns: int = 100
+    ads_per_campaign: int = 10
+    partitions: int = 2
+    trigger_seconds: float = 1.0
+    sink: str = "auto"  # auto: Redis when redis-server is installed, else a CSV file sink
+    executor_cores: int = 1
+    executors: int = 1
+    executor_memory: str = "1g"
+
+
+def parse_progress(stdout: str) -> list[BatchProgress]:
+    """The PROGRESS lines of the app's stdout, in order; malformed lines are skipped."""
+    batches = []
+    for line in stdout.splitlines():
+        if not line.startswith("PROGRESS "):
+            continue
+        try:
+            raw = json.loads(line[len("PROGRESS "):])
+            batches.append(
+                BatchProgress(
+                    batch=int(raw["batch"]),
+                    timestamp=str(raw.get("timestamp", "")),
+                    input_rows=int(raw.get("input_rows") or 0),
+                    input_rows_per_s=float(raw.get("input_rows_per_s") or 0.0),
+                    processed_rows_per_s=float(raw.get("processed_rows_per_s") or 0.0),
+                    trigger_ms=int(raw.get("trigger_ms") or 0),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            continue
+    return batches
+
+
+def sustained_throughput(batches: list[BatchProgress]) -> float:
+    """Events per second the query processed: rows over the busy time of the batches (0 without any)."""
+    rows = sum(b.input_rows for b in batches)
+    busy_ms = sum(b.trigger_ms for b in batches)
+    return rows / (busy_ms / 1000.0) if busy_ms > 0 else 0.0
+
+
+def median_processed_rate(batches: list[BatchProgress]) -> float:
+    rates = [b.processed_rows_per_s for b in batches if b.input_rows > 0]
+    return statistics.median(rates) if rates else 0.0
+
+
+def resolve_sink(requested: str) -> str:
+    if requested not in SINKS:
+        raise ConfigError(f"--sink {requested}: unknown sink; use one of {', '.join(SINKS)}")
+    if requested == "auto":
+        return "redis" if redis_server_binary() else "file"
+    return requested
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "spe-taskprof"
+
+
+def build_sink_jar(spark_home: Path, cache_dir: Path | None = None) -> Path:
+    """Compile RedisSink.java against this Spark's jars into a jar, cached by source and Spark version."""
+    source = SINK_SOURCE.read_bytes()
+    jars = sorted(p.name for p in (spark_home / "jars").glob("spark-sql-api_*.jar")) + sorted(
+        p.name for p in (spark_home / "jars").glob("spark-sql_*.jar")
+    )
+    key = hashlib.sha256(source + "\n".join(jars).encode()).hexdigest()[:16]
+    cache = cache_dir or _cache_dir()
+    jar = cache / f"ysb-redis-sink-{key}.jar"
+    if jar.exists():
+        return jar
+    javac = java_home() / "bin" / "javac"
+    if not javac.exists():
+        raise CapabilityError(f"{javac}: no javac; install a JDK (openjdk-17-jdk-headless), not only a JRE")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ysb-sink-") as build:
+        result = subprocess.run(
+            [str(javac), "-nowarn", "-encoding", "UTF-8", "-d", build, "-cp", str(spark_home / "jars" / "*"),
+             str(SINK_SOURCE)],
+            capture_output=True, text=True, timeout=300,
+        )
+        if result.returncode != 0:
+            raise CapabilityError(f"{SINK_SOURCE}: javac failed: {result.stderr.strip().splitlines()[-1:]}")
+        partial = jar.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for path in sorted(Path(build).rglob("*.class")):
+                archive.write(path, path.relative_to(build).as_posix())
+        partial.replace(jar)  # atomic: concurrent builders never see half a jar
+    return jar
+
+
+@dataclass
+class YsbRun:
+    """Context manager: the YSB query running on ``cluster`` (and its redis-server) until stop()."""
+
+    cluster: LocalSparkCluster
+    options: YsbOptions = field(default_factory=YsbOptions)
+    duration: float = 0.0  # the app stops itself after this long (0: until stopped)
+    driver_port: int = 0  # fixed driver RPC port (executors' --driver-url names it); 0: Spark picks one
+    sink: str = field(init=False, default="")
+    redis: RedisServer | None = field(init=False, default=None)
+    app: SparkSubmitProcess | None = field(init=False, default=None)
+    _work: Path | None = field(init=False, default=None)
+
+    def __enter__(self) -> YsbRun:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def sink_dir(self) -> Path:
+        assert self._work is not None
+        return self._work / "sink"
+
+    def start(self) -> YsbRun:
+        self.sink = resolve_sink(self.options.sink)
+        self._work = Path(tempfile.mkdtemp(prefix="ysb-", dir=self.cluster.tmp_dir))
+        try:
+            args = [
+                "--rate", str(self.options.rate),
+                "--campaigns", str(self.options.campaigns),
+                "--ads-per-campaign", str(self.options.ads_per_campaign),
+                "--partitions", str(self.options.partitions),
+                "--trigger", str(self.options.trigger_seconds),
+                "--duration", str(self.duration),
+                "--checkpoint", str(self._work / "checkpoint"),
+            ]
+            jars = ""
+            if self.sink == "redis":
+                self.redis = RedisServer().start()
+                args += ["--redis-port", str(self.redis.port)]
+                jars = str(build_sink_jar(self.cluster.spark_home))
+            else:
+                args += ["--file-sink", str(self.sink_dir)]
+            cores = self.options.executor_cores * self.options.executors
+            conf = {
+                "spark.executor.cores": str(self.options.executor_cores),
+                "spark.cores.max": str(cores),
+                "spark.executor.memory": self.options.executor_memory,
+                "spark.sql.shuffle.partitions": str(max(2, cores)),
+                "spark.sql.streaming.numRecentProgressUpdates": "10",
+            }
+            if jars:
+                conf["spark.jars"] = jars
+            if self.driver_port:
+                conf["spark.driver.port"] = str(self.driver_port)
+            self.app = self.cluster.submit(APP, args, conf=conf, name="ysb")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        """Until the first micro-batch with input rows has gone through the whole pipeline."""
+        assert self.app is not None
+        self.app.wait_for_output(r"^READY", timeout=timeout)
+
+    def progress(self) -> list[BatchProgress]:
+        return parse_progress(self.app.output()) if self.app is not None else []
+
+    def redis_windows(self) -> int:
+        """Window rows the sink wrote to Redis (keys ``ysb:*``); 0 with the file sink."""
+        if self.redis is None:
+            return 0
+        with self.redis.client() as client:
+            return len(client.keys("ysb:*"))
+
+    def file_sink_rows(self) -> int:
+        if self._work is None or not self.sink_dir.exists():
+            return 0
+        rows = 0
+        for part in self.sink_dir.glob("part-*"):
+            with contextlib.suppress(OSError):
+                rows += max(0, len(part.read_text(errors="replace").splitlines()) - 1)
+        return rows
+
+    def stop(self) -> None:
+        if self.app is not None:
+            self.cluster.stop_app(self.app)
+            self.app = None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
