@@ -74,9 +74,10 @@ class Renderer:
 class PlainRenderer(Renderer):
     """One line per host whenever its phase or message changes, and a heartbeat every ``every`` s."""
 
-    def __init__(self, stream: IO[str] | None = None, every: float = 10.0) -> None:
+    def __init__(self, stream: IO[str] | None = None, every: float = 10.0, owns_stream: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.every = every
+        self.owns_stream = owns_stream
         self._shown: dict[str, tuple[str, str]] = {}
         self._last_heartbeat = time.monotonic()
 
@@ -98,15 +99,20 @@ class PlainRenderer(Renderer):
 
     def stop(self, board: ProgressBoard) -> None:
         self.refresh(board)
+        if self.owns_stream:
+            self.stream.flush()
+            self.stream.close()
 
 
 class RichRenderer(Renderer):
     """A live table on a terminal."""
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, owns_stream: bool = False) -> None:
         from rich.console import Console
         from rich.live import Live
 
+        self.stream = stream
+        self.owns_stream = owns_stream
         self.console = Console(file=stream) if stream is not None else Console(stderr=True)
         self.live = Live(console=self.console, refresh_per_second=4, transient=False)
 
@@ -143,6 +149,8 @@ class RichRenderer(Renderer):
     def stop(self, board: ProgressBoard) -> None:
         self.live.update(self._table(board))
         self.live.stop()
+        if self.owns_stream and self.stream is not None:
+            self.stream.close()
 
 
 def _private_stderr() -> IO[str]:
@@ -160,9 +168,10 @@ def make_renderer(enabled: bool, stream: IO[str] | None = None) -> Renderer:
     if stream is not None:
         return PlainRenderer(stream)
     target = _private_stderr()
+    owned = target is not sys.stderr
     if target.isatty():
         try:
-            return RichRenderer(target)
+            return RichRenderer(target, owns_stream=owned)
         except ImportError:
             pass
-    return PlainRenderer(target)
+    return PlainRenderer(target, owns_stream=owned)

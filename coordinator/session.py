@@ -447,8 +447,13 @@ def profile_cluster(
 ) -> ProfileOutcome:
     """Profile ``hosts`` for ``duration`` seconds into the run directory ``out_dir``.
 
-    Returns the outcome; never raises for host failures (they are in ``info.hosts``). Raises
-    OutputExistsError/ConfigError before anything starts.
+    ``out_dir`` is the run directory itself (created; a non-empty one only replaced with ``force``, and
+    only if it is a run directory). ``events`` (events the application processed in the window) is
+    passed to every host. ``pids`` are sampled on every host in addition to the scope's processes.
+    Returns the outcome; never raises for host failures (they are in ``info.hosts``, and make
+    ``exit_code`` PartialRunError.exit_code). Raises OutputExistsError/ProfilerError before anything
+    starts. The analysis (summary.csv, report) runs when ``analyze`` and the modules exist; its failure
+    is reported in ``analysis_error``, the captures stay.
     """
     if not hosts:
         raise ProfilerError("no hosts to profile; add lines to cluster.txt")
@@ -561,7 +566,7 @@ class SparkWarmup(threading.Thread):
     def start_if_available(cls) -> SparkWarmup | None:
         if importlib.util.find_spec("coordinator.pipeline") is None:
             return None
-        from . import pipeline  # type: ignore[attr-defined]
+        from . import pipeline
 
         if not hasattr(pipeline, "spark_session"):
             return None
@@ -571,7 +576,7 @@ class SparkWarmup(threading.Thread):
 
     def run(self) -> None:
         try:
-            from . import pipeline  # type: ignore[attr-defined]
+            from . import pipeline
 
             with pipeline.spark_session() as spark:
                 self.session = spark
@@ -594,10 +599,10 @@ class SparkWarmup(threading.Thread):
 def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None) -> ProfileOutcome:
     """summary.csv through the pipeline, then the HTML report, when those modules exist."""
     summary: Path | None = None
-    report: Path | None = None
+    report_index: Path | None = None
     try:
         if importlib.util.find_spec("coordinator.pipeline") is not None:
-            from . import pipeline  # type: ignore[attr-defined]
+            from . import pipeline
 
             spark = warmup.take() if warmup is not None else None
             result = (
@@ -607,9 +612,12 @@ def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None) -> Prof
             )
             summary = Path(result.summary_csv)
         if importlib.util.find_spec("coordinator.report") is not None:
-            from . import report  # type: ignore[attr-defined]
+            from . import report
 
-            report = Path(report.render_report(outcome.run_dir))
+            report_index = Path(report.render_report(outcome.run_dir))
     except ProfilerError as exc:
-        return replace(outcome, summary_csv=summary, report=report, analysis_error=str(exc))
-    return replace(outcome, summary_csv=summary, report=report)
+        return replace(outcome, summary_csv=summary, report=report_index, analysis_error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - the captures are safe; the analysis can be re-run alone
+        detail = one_line(f"{exc.__class__.__name__}: {exc}")
+        return replace(outcome, summary_csv=summary, report=report_index, analysis_error=f"internal error: {detail}")
+    return replace(outcome, summary_csv=summary, report=report_index)

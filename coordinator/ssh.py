@@ -28,6 +28,7 @@ from .errors import HostKeyError, HostUnreachable, ProfilerError
 from .hosts import CommandResult, HostTransport, ProfilerStatus, RunRequest, TransportLost
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 _known_hosts_lock = threading.Lock()  # hosts connect in parallel and may record keys in one file
 
 
@@ -99,6 +100,11 @@ class SshHost(HostTransport):
         spec = self.spec
         client = paramiko.SSHClient()
         known_hosts = self.options.known_hosts.expanduser()
+        if self.options.known_hosts == DEFAULT_KNOWN_HOSTS and SYSTEM_KNOWN_HOSTS.is_file():
+            try:
+                client.load_system_host_keys(str(SYSTEM_KNOWN_HOSTS))
+            except (OSError, paramiko.SSHException):
+                pass  # the user's file decides; a broken system file must not block
         if known_hosts.exists():
             try:
                 client.load_host_keys(str(known_hosts))

@@ -166,7 +166,11 @@ class ProfileCommand:
         if outcome.report is not None:
             print(f"wrote {outcome.report}")
         if outcome.analysis_error:
-            print(f"coordinator profile: analysis failed: {outcome.analysis_error}", file=sys.stderr)
+            print(
+                f"coordinator profile: analysis failed (the captures are kept): {outcome.analysis_error}; "
+                f"retry with: coordinator analyze {run_dir}",
+                file=sys.stderr,
+            )
         print(f"next: edit a copy of {run_dir / 'application_profile.txt'}, then")
         print(f"      coordinator analyze {run_dir} --profile EDITED_PROFILE")
         if outcome.report is not None:
@@ -181,7 +185,7 @@ class ProfileCommand:
                 file=sys.stderr,
             )
             return PartialRunError.exit_code
-        return 0
+        return 1 if outcome.analysis_error else 0
 
 
 COMMAND = ProfileCommand
