@@ -173,7 +173,7 @@ class StackSampler:
             raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
         self._choose_depth()
         try:
-            self._bpf = BPF(text=self.bpf_text())
+            self._bpf = BPF(text=self.bpf_text().encode())
             self._bpf.attach_perf_event(
                 ev_type=PerfType.SOFTWARE,
                 ev_config=PerfSWConfig.CPU_CLOCK,
@@ -208,6 +208,16 @@ class StackSampler:
             targets[key]
         except KeyError:
             targets[key] = targets.Leaf()  # zeroed counters
+
+    def sample_count(self, pid: int) -> int:
+        """Samples of ``pid`` so far (one map lookup, no symbolization): lets callers watch progress."""
+        if self._bpf is None:
+            return 0
+        targets = self._bpf[b"targets"]
+        try:
+            return int(targets[targets.Key(pid)].samples)
+        except KeyError:
+            return 0
 
     @property
     def pids(self) -> list[int]:
