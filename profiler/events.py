@@ -1,0 +1,660 @@
+"""Events the engine processed during the window: ``--events N``, or read from the engine itself
+(Spark's SQL REST API for Structured Streaming micro-batches, Flink's REST metrics)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .capture import EventCount, ProcessInfo
+
+SOURCE_MANUAL = "--events"
+SOURCE_NONE = "none"
+
+# Kinds (known_spes.txt) whose process serves the engine's REST API.
+SPARK_UI_KINDS = frozenset(
+    {"driver", "local-driver", "connect-server", "local-connect-server", "thrift-server", "application-master"}
+)
+FLINK_REST_KINDS = frozenset({"jobmanager"})
+SPARK_DRIVER_CLASSES = ("org.apache.spark.deploy.SparkSubmit", "org.apache.spark.deploy.yarn.ApplicationMaster")
+FLINK_JOBMANAGER_MARKERS = ("ClusterEntrypoint", "ClusterEntryPoint", "org.apache.flink.runtime.minicluster")
+
+SPARK_DEFAULT_UI_PORTS = range(4040, 4140)
+FLINK_DEFAULT_REST_PORT = 8081
+
+Fetch = Callable[[str], Any]
+
+
+class EndpointError(Exception):
+    """An HTTP endpoint did not answer with the JSON we expected (internal; becomes a reason)."""
+
+
+def http_json(url: str, timeout: float = 30.0) -> Any:
+    """GET ``url`` and decode JSON; EndpointError for anything else (refused, not HTTP, not JSON)."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (local engine URLs)
+            body = response.read(64 << 20)
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        raise EndpointError(f"{url}: {exc}") from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise EndpointError(f"{url}: not JSON") from None
+
+
+def speaks_http(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether ``host:port`` answers an HTTP HEAD at all. Cheap and quick even where the JSON API is
+    slow to answer its first request (Spark initialises its REST servlet lazily, seconds under load);
+    it keeps the slow JSON probe away from RPC ports."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("HEAD", "/")
+        response = connection.getresponse()
+        return 100 <= response.status < 600
+    except (http.client.HTTPException, OSError, ValueError):
+        return False
+    finally:
+        connection.close()
+
+
+# ---------------------------------------------------------------- Spark: pure parsing
+
+_BATCH_ID = re.compile(r"^id = (\S+)\s*$", re.MULTILINE)
+_BATCH_RUN = re.compile(r"^runId = (\S+)\s*$", re.MULTILINE)
+_BATCH_NUMBER = re.compile(r"^batch = (\d+)\s*$", re.MULTILINE)
+_NUMBER = re.compile(r"-?[\d,]+")
+
+OUTPUT_ROWS = "number of output rows"
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """One micro-batch of one run of a streaming query (Spark's job description of the batch)."""
+
+    query_id: str
+    run_id: str
+    batch: int
+
+
+def parse_batch_description(description: str) -> BatchKey | None:
+    """The micro-batch a SQL execution belongs to, from the description Spark's MicroBatchExecution
+    sets: "<name>\\nid = <uuid>\\nrunId = <uuid>\\nbatch = <n>"; None for anything else."""
+    query, run, batch = (_BATCH_ID.search(description), _BATCH_RUN.search(description),
+                         _BATCH_NUMBER.search(description))
+    if not (query and run and batch):
+        return None
+    return BatchKey(query.group(1), run.group(1), int(batch.group(1)))
+
+
+def parse_metric_number(value: str) -> int | None:
+    """A SQL metric's display value as a number: "1,234" → 1234; for "total (min, med, max)\\n12 (…)"
+    the total on the second line."""
+    lines = value.strip().splitlines()
+    if not lines:
+        return None
+    text = lines[1] if lines[0].startswith("total") and len(lines) > 1 else lines[0]
+    match = _NUMBER.match(text.strip())
+    if not match:
+        return None
+    digits = match.group(0).replace(",", "")
+    return int(digits) if digits.lstrip("-").isdigit() else None
+
+
+def execution_input_rows(execution: Mapping[str, Any]) -> tuple[int, str] | None:
+    """Input rows of one SQL execution and how they were found, or None when it read no source.
+
+    The streaming sources of a micro-batch are its MicroBatchScan nodes (data source V2, which all
+    built-in streaming sources but the file source use); without one, the leaves of the plan graph
+    (nodes no edge points to) with an output row count are taken.
+    """
+    nodes = [node for node in execution.get("nodes", []) if isinstance(node, Mapping)]
+
+    def rows_of(node: Mapping[str, Any]) -> int | None:
+        for metric in node.get("metrics", []):
+            if metric.get("name") == OUTPUT_ROWS:
+                return parse_metric_number(str(metric.get("value", "")))
+        return None
+
+    scans = [node for node in nodes if str(node.get("nodeName", "")).startswith("MicroBatchScan")]
+    how = "MicroBatchScan"
+    if not scans:
+        parents = {edge.get("toId") for edge in execution.get("edges", [])}
+        scans = [
+            node for node in nodes
+            if node.get("nodeId") not in parents and not str(node.get("nodeName", "")).startswith("WholeStageCodegen")
+        ]
+        how = "leaf"
+    counts = [rows for rows in map(rows_of, scans) if rows is not None]
+    if not counts:
+        return None
+    return sum(counts), how
+
+
+@dataclass(frozen=True)
+class ExecutionState:
+    execution_id: int
+    done: bool  # COMPLETED or FAILED
+    batch: BatchKey | None
+    root_id: int | None = None  # the execution this one is nested in (Spark >= 3.4), itself when top-level
+    finished_at: float | None = None  # unix time: submissionTime + duration, when done
+
+
+def parse_spark_time(text: str) -> float | None:
+    """Spark's REST timestamps, e.g. "2026-11-22T01:49:20.096GMT", as unix time."""
+    try:
+        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+    except (ValueError, AttributeError):
+        return None
+
+
+def parse_execution_list(payload: Any) -> dict[int, ExecutionState]:
+    """The SQL execution list of /api/v1/applications/<app>/sql."""
+    if not isinstance(payload, list):
+        raise EndpointError("SQL execution list is not a JSON list")
+    states: dict[int, ExecutionState] = {}
+    for entry in payload:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("id"), int):
+            continue
+        done = str(entry.get("status", "")) in ("COMPLETED", "FAILED")
+        root = entry.get("rootExecutionId")
+        submitted = parse_spark_time(str(entry.get("submissionTime", "")))
+        duration = entry.get("duration")
+        finished_at = None
+        if done and submitted is not None and isinstance(duration, (int, float)):
+            finished_at = submitted + duration / 1000.0
+        states[entry["id"]] = ExecutionState(
+            entry["id"], done, parse_batch_description(str(entry.get("description", ""))),
+            root if isinstance(root, int) else None, finished_at,
+        )
+    return states
+
+
+def executions_to_read(states: Mapping[int, ExecutionState], since: float) -> list[int]:
+    """Micro-batch executions that finished at or after ``since`` and can carry source metrics.
+
+    A root execution with nested executions only wraps them (its plan nodes have no metric
+    values), so only the leaves of the nesting are read.
+    """
+    parents = {state.root_id for state in states.values() if state.root_id not in (None, state.execution_id)}
+    return sorted(
+        i for i, state in states.items()
+        if state.batch is not None and state.finished_at is not None and state.finished_at >= since
+        and i not in parents
+    )
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    batch: BatchKey
+    rows: int
+    finished_at: float
+
+
+def rows_in_window(rows_by_execution: Mapping[int, BatchRows], start: float, end: float) -> dict[BatchKey, int]:
+    """Input rows per micro-batch that finished inside [start, end]: the largest count among the
+    batch's executions, because nested executions may re-read the same source data (foreachBatch)."""
+    batches: dict[BatchKey, int] = {}
+    for entry in rows_by_execution.values():
+        if start <= entry.finished_at <= end:
+            batches[entry.batch] = max(entry.rows, batches.get(entry.batch, 0))
+    return batches
+
+
+# ---------------------------------------------------------------- Spark: one driver
+
+
+@dataclass
+class SparkDriver:
+    """The micro-batch input rows one Spark driver reports through its UI's REST API.
+
+    Each micro-batch is placed in the window by its own finish time (submission + duration, the
+    driver's clock: the driver runs on this host), so a slow first answer of the REST API does not
+    shift the window. The SQL store keeps only the last ``spark.sql.ui.retainedExecutions``
+    executions (1000 by default), so the driver is polled during the window and each finished
+    execution is read once.
+    """
+
+    base_url: str
+    app_id: str
+    fetch: Fetch
+    window_start: float
+    rows: dict[int, BatchRows] = field(default_factory=dict)  # read executions
+    attempts: dict[int, int] = field(default_factory=dict)  # reads that found no metric yet
+    seen: set[int] = field(default_factory=set)  # every execution id observed
+    first_relevant: int | None = None  # lowest id that finished inside the window, at the first reading
+    streaming_seen: bool = False
+    max_attempts: int = 3
+    sources: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"spark-rest:{self.base_url}"
+
+    def _list(self) -> dict[int, ExecutionState]:
+        # details=false keeps the list light; length above any retainedExecutions setting.
+        query = "details=false&planDescription=false&offset=0&length=1000000"
+        return parse_execution_list(self.fetch(f"{self.base_url}/api/v1/applications/{self.app_id}/sql?{query}"))
+
+    def poll(self) -> None:
+        """Read every micro-batch execution that finished since the window start and was not read yet."""
+        states = self._list()
+        if not self.seen and states:
+            # Executions before the oldest one still listed may already have been evicted.
+            self.first_relevant = min(states)
+        self.seen.update(states)
+        if any(state.batch is not None for state in states.values()):
+            self.streaming_seen = True
+        for execution_id in executions_to_read(states, self.window_start):
+            if execution_id in self.rows:
+                continue
+            state = states[execution_id]
+            assert state.batch is not None and state.finished_at is not None
+            url = f"{self.base_url}/api/v1/applications/{self.app_id}/sql/{execution_id}"
+            found = execution_input_rows(self.fetch(f"{url}?details=true&planDescription=false"))
+            if found is None and self.attempts.get(execution_id, 0) < self.max_attempts:
+                # Metric values are aggregated just after the execution ends; read it again later.
+                self.attempts[execution_id] = self.attempts.get(execution_id, 0) + 1
+                continue
+            self.rows[execution_id] = BatchRows(state.batch, found[0] if found else 0, state.finished_at)
+            if found:
+                self.sources.add(found[1])
+
+    def missed(self) -> int:
+        """Executions evicted from the driver's store between two readings, before they were read."""
+        if not self.seen or self.first_relevant is None:
+            return 0
+        return sum(1 for i in range(self.first_relevant, max(self.seen) + 1) if i not in self.seen)
+
+
+# ---------------------------------------------------------------- Flink: pure parsing and one JobManager
+
+
+def flink_running_jobs(overview: Any) -> list[str]:
+    """Job ids of RUNNING jobs in /jobs/overview."""
+    jobs = overview.get("jobs", []) if isinstance(overview, Mapping) else []
+    return [
+        str(job["jid"]) for job in jobs if isinstance(job, Mapping) and job.get("state") == "RUNNING" and "jid" in job
+    ]
+
+
+def flink_source_vertices(plan: Any) -> list[str]:
+    """Vertex ids without inputs in /jobs/<jid>/plan: the sources of the job."""
+    nodes = plan.get("plan", plan).get("nodes", []) if isinstance(plan, Mapping) else []
+    return [str(node["id"]) for node in nodes if isinstance(node, Mapping) and "id" in node and not node.get("inputs")]
+
+
+def flink_record_metric_ids(listing: Any) -> list[str]:
+    """numRecordsIn/numRecordsOut ids (task and operator scope) of /vertices/<vid>/subtasks/metrics."""
+    entries = listing if isinstance(listing, list) else []
+    ids = [str(entry.get("id", "")) for entry in entries if isinstance(entry, Mapping)]
+    return [name for name in ids if name.rsplit(".", 1)[-1] in ("numRecordsIn", "numRecordsOut")]
+
+
+def flink_source_records(aggregated: Any) -> tuple[int, str] | None:
+    """Records a source vertex emitted, from aggregated subtask metrics ([{"id", "sum"}, ...]).
+
+    Prefers the source operator's own numRecordsOut ("Source__<name>.numRecordsOut", summed over
+    subtasks), since chained operators change the task's output count; else the task's numRecordsOut.
+    """
+    sums: dict[str, float] = {}
+    for entry in aggregated if isinstance(aggregated, list) else []:
+        if isinstance(entry, Mapping) and "id" in entry and isinstance(entry.get("sum"), (int, float)):
+            sums[str(entry["id"])] = float(entry["sum"])
+    operator = [(name, value) for name, value in sums.items()
+                if name.endswith(".numRecordsOut") and name.startswith("Source")]
+    if operator:
+        return int(sum(value for _, value in operator)), ",".join(sorted(name for name, _ in operator))
+    if "numRecordsOut" in sums:
+        return int(sums["numRecordsOut"]), "numRecordsOut"
+    return None
+
+
+def flink_vertex_records_in(aggregated: Any) -> int | None:
+    for entry in aggregated if isinstance(aggregated, list) else []:
+        if isinstance(entry, Mapping) and entry.get("id") == "numRecordsIn":
+            value = entry.get("sum")
+            if isinstance(value, (int, float)):
+                return int(value)
+    return None
+
+
+@dataclass
+class FlinkJobManager:
+    """Records entering the running jobs of one Flink cluster, from its REST API."""
+
+    base_url: str
+    fetch: Fetch
+    baseline: dict[str, int] = field(default_factory=dict)
+    latest: dict[str, int] = field(default_factory=dict)
+    metrics_used: set[str] = field(default_factory=set)
+    records_in: dict[str, int] = field(default_factory=dict)  # "<jid>/<vid>" → numRecordsIn at the end
+
+    @property
+    def label(self) -> str:
+        return f"flink-rest:{self.base_url}"
+
+    def _job_count(self, jid: str, with_records_in: bool) -> int | None:
+        plan = self.fetch(f"{self.base_url}/jobs/{jid}/plan")
+        total: int | None = None
+        vertices = flink_source_vertices(plan)
+        if with_records_in:
+            nodes = plan.get("plan", plan).get("nodes", []) if isinstance(plan, Mapping) else []
+            vertices_all = [str(n["id"]) for n in nodes if isinstance(n, Mapping) and "id" in n]
+        else:
+            vertices_all = []
+        for vid in vertices:
+            base = f"{self.base_url}/jobs/{jid}/vertices/{vid}/subtasks/metrics"
+            names = flink_record_metric_ids(self.fetch(base))
+            if not names:
+                continue
+            found = flink_source_records(self.fetch(f"{base}?get={','.join(names)}&agg=sum"))
+            if found is not None:
+                total = (total or 0) + found[0]
+                self.metrics_used.add(found[1])
+        for vid in vertices_all:
+            records = flink_vertex_records_in(
+                self.fetch(f"{self.base_url}/jobs/{jid}/vertices/{vid}/subtasks/metrics?get=numRecordsIn&agg=sum")
+            )
+            if records is not None:
+                self.records_in[f"{jid}/{vid}"] = records
+        return total
+
+    def read(self, final: bool = False) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for jid in flink_running_jobs(self.fetch(f"{self.base_url}/jobs/overview")):
+            count = self._job_count(jid, with_records_in=final)
+            if count is not None:
+                counts[jid] = count
+        return counts
+
+
+# ---------------------------------------------------------------- discovery
+
+
+def _listening_endpoints(pid: int) -> list[tuple[str, int]]:
+    import psutil
+
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return []
+    found: list[tuple[str, int]] = []
+    for conn in connections:
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
+            continue
+        host = conn.laddr.ip
+        if host in ("0.0.0.0", "::", "::ffff:0.0.0.0"):
+            host = "127.0.0.1"
+        elif host.startswith("::ffff:"):
+            host = host[len("::ffff:"):]
+        found.append((host, conn.laddr.port))
+    return sorted(set(found))
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _cmdline_setting(cmdline: str, key: str) -> str | None:
+    match = re.search(re.escape(key) + r"=(\S+)", cmdline)
+    return match.group(1) if match else None
+
+
+def engine_of(process: ProcessInfo) -> str | None:
+    """"spark" or "flink" when the process serves the engine's REST API, else None."""
+    if process.engine == "spark" and process.kind in SPARK_UI_KINDS:
+        return "spark"
+    if process.engine == "flink" and process.kind in FLINK_REST_KINDS:
+        return "flink"
+    if any(marker in process.cmdline for marker in SPARK_DRIVER_CLASSES):
+        return "spark"
+    if "org.apache.flink" in process.cmdline and any(m in process.cmdline for m in FLINK_JOBMANAGER_MARKERS):
+        return "flink"
+    return None
+
+
+def _ordered_ports(endpoints: list[tuple[str, int]], preferred: Sequence[int]) -> list[tuple[str, int]]:
+    rank = {port: index for index, port in enumerate(preferred)}
+    return sorted(endpoints, key=lambda e: (rank.get(e[1], len(rank)), e[1]))
+
+
+def discover_spark(process: ProcessInfo, fetch: Fetch) -> tuple[str, str] | None:
+    """(UI base URL, application id) of a Spark driver: its listening ports, UI ports first."""
+    preferred: list[int] = []
+    configured = _cmdline_setting(process.cmdline, "spark.ui.port")
+    if configured and configured.isdigit():
+        preferred.append(int(configured))
+    preferred += list(SPARK_DEFAULT_UI_PORTS)
+    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred):
+        if not speaks_http(host, port):
+            continue
+        base = _url(host, port)
+        try:
+            apps = fetch(f"{base}/api/v1/applications")
+        except EndpointError:
+            continue
+        if isinstance(apps, list) and apps and isinstance(apps[0], Mapping) and "id" in apps[0]:
+            return base, str(apps[0]["id"])
+    return None
+
+
+def discover_flink(process: ProcessInfo, fetch: Fetch) -> str | None:
+    """Base URL of a Flink JobManager's REST API (answers /config with a flink-version)."""
+    preferred = [FLINK_DEFAULT_REST_PORT]
+    configured = _cmdline_setting(process.cmdline, "rest.port")
+    if configured and configured.isdigit():
+        preferred.insert(0, int(configured))
+    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred):
+        if not speaks_http(host, port):
+            continue
+        base = _url(host, port)
+        try:
+            config = fetch(f"{base}/config")
+        except EndpointError:
+            continue
+        if isinstance(config, Mapping) and "flink-version" in config:
+            return base
+    return None
+
+
+# ---------------------------------------------------------------- the counter
+
+
+class EventCounter:
+    """Events processed during the window, from ``--events N`` or from the engines' REST APIs.
+
+    ``start(processes)`` marks the window start and takes Flink's first reading; Spark drivers are
+    found and read in a background thread (their REST API can take many seconds to answer first),
+    and polled every ``poll_seconds`` so no micro-batch is evicted from the driver's store unread.
+    ``add_process`` covers drivers/JobManagers that appear mid-window; ``finish(end_time)`` takes
+    the last reading and returns the count for the window.
+    """
+
+    def __init__(
+        self, manual_count: int | None = None, *, fetch: Fetch | None = None, poll_seconds: float = 5.0
+    ) -> None:
+        if manual_count is not None and manual_count < 0:
+            raise ValueError("manual_count must be >= 0")
+        self.manual_count = manual_count
+        self.fetch: Fetch = fetch or http_json
+        self.poll_seconds = poll_seconds
+        self.window_start: float | None = None
+        self._lock = threading.Lock()
+        self._spark: dict[str, SparkDriver] = {}
+        self._flink: dict[str, FlinkJobManager] = {}
+        self._pending: dict[int, ProcessInfo] = {}  # engine processes whose endpoint is not found yet
+        self._considered: list[str] = []
+        self._notes: list[str] = []
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    def start(self, processes: Sequence[ProcessInfo]) -> None:
+        self.window_start = time.time()
+        if self.manual_count is not None:
+            return
+        for process in processes:
+            self._add(process, mid_window=False)
+        self._poller = threading.Thread(target=self._poll_loop, name="event-counter", daemon=True)
+        self._poller.start()
+
+    def add_process(self, process: ProcessInfo) -> None:
+        if self.manual_count is not None or self.window_start is None:
+            return
+        self._add(process, mid_window=process.first_seen >= self.window_start)
+
+    def _add(self, process: ProcessInfo, mid_window: bool) -> None:
+        engine = engine_of(process)
+        if engine is None:
+            return
+        with self._lock:
+            self._considered.append(f"{engine} pid {process.pid}")
+        # Flink counters are cumulative: the first reading must be taken now. Spark batches carry
+        # their own finish times, so the driver can be found later in the background.
+        if engine == "flink" and self._attach(process, engine, mid_window):
+            return
+        with self._lock:
+            self._pending[process.pid] = process
+
+    def _attach(self, process: ProcessInfo, engine: str, mid_window: bool) -> bool:
+        assert self.window_start is not None
+        try:
+            if engine == "spark":
+                found = discover_spark(process, self.fetch)
+                if found is None:
+                    return False
+                base, app_id = found
+                with self._lock:
+                    if base in self._spark:
+                        return True
+                driver = SparkDriver(base, app_id, self.fetch, self.window_start)
+                driver.poll()
+                with self._lock:
+                    self._spark[base] = driver
+                return True
+            base_url = discover_flink(process, self.fetch)
+            if base_url is None:
+                return False
+            with self._lock:
+                if base_url in self._flink:
+                    return True
+            manager = FlinkJobManager(base_url, self.fetch)
+            if not mid_window:
+                manager.baseline = manager.read()
+            with self._lock:
+                self._flink[base_url] = manager
+            return True
+        except EndpointError as exc:
+            with self._lock:
+                self._notes.append(str(exc))
+            return False
+
+    def _poll_loop(self) -> None:
+        self._poll_once()
+        while not self._stop.wait(self.poll_seconds):
+            self._poll_once()
+
+    def _poll_once(self) -> None:
+        with self._lock:
+            pending = list(self._pending.values())
+            drivers = list(self._spark.values())
+        for process in pending:
+            engine = engine_of(process)
+            mid_window = self.window_start is not None and process.first_seen >= self.window_start
+            if engine is not None and self._attach(process, engine, mid_window):
+                with self._lock:
+                    self._pending.pop(process.pid, None)
+        for driver in drivers:
+            try:
+                driver.poll()
+            except EndpointError as exc:
+                # The driver may have exited; what was read so far still counts.
+                driver.errors.append(str(exc))
+
+    def finish(self, end_time: float) -> EventCount:
+        window_start = self.window_start if self.window_start is not None else end_time
+        if self.manual_count is not None:
+            return EventCount(self.manual_count, SOURCE_MANUAL, "given on the command line", window_start, end_time)
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=120)
+        self._poll_once()
+        counts: list[int] = []
+        sources: list[str] = []
+        details: list[str] = []
+        results = [(d.label, self._spark_result(d, window_start, end_time)) for d in self._spark.values()]
+        results += [(m.label, self._flink_result(m)) for m in self._flink.values()]
+        for label, result in results:
+            if result is not None:
+                counts.append(result[0])
+                sources.append(label)
+                details.append(result[1])
+        if counts:
+            return EventCount(sum(counts), ",".join(sources), "; ".join(details), window_start, end_time)
+        return EventCount(None, SOURCE_NONE, self._reason(), window_start, end_time)
+
+    def _spark_result(self, driver: SparkDriver, start: float, end: float) -> tuple[int, str] | None:
+        if not driver.streaming_seen:
+            self._notes.append(f"{driver.label}: application {driver.app_id} ran no Structured Streaming micro-batch")
+            return None
+        batches = rows_in_window(driver.rows, start, end)
+        queries = sorted({key.query_id for key in batches})
+        how = "MicroBatchScan source nodes" if driver.sources <= {"MicroBatchScan"} else "plan leaf nodes"
+        detail = (
+            f"application {driver.app_id}: input rows of the {len(batches)} micro-batches of {len(queries)} "
+            f"queries that finished inside the window (by the driver's submission time + duration), each "
+            f"the 'number of output rows' of its {how} (SQL REST API /api/v1/applications/<app>/sql/<id>); "
+            "resolution: one micro-batch at each end of the window"
+        )
+        missed = driver.missed()
+        if missed:
+            detail += (
+                f"; LOWER BOUND: {missed} SQL executions were evicted before they were read "
+                "(raise spark.sql.ui.retainedExecutions)"
+            )
+        if driver.errors:
+            detail += f"; last error: {driver.errors[-1]}"
+        return sum(batches.values()), detail
+
+    def _flink_result(self, manager: FlinkJobManager) -> tuple[int, str] | None:
+        try:
+            latest = manager.read(final=True)
+        except EndpointError as exc:
+            self._notes.append(f"{manager.label}: {exc}")
+            return None
+        if not latest and not manager.baseline:
+            self._notes.append(f"{manager.label}: no running job with record metrics")
+            return None
+        total = sum(count - manager.baseline.get(jid, 0) for jid, count in latest.items())
+        ended = sorted(set(manager.baseline) - set(latest))
+        records_in = ", ".join(f"{key}={value}" for key, value in sorted(manager.records_in.items()))
+        detail = (
+            f"records emitted by the source operators of {len(latest)} running jobs "
+            f"({', '.join(sorted(manager.metrics_used)) or 'no metric'}, summed over subtasks), end minus start "
+            f"reading; numRecordsIn per vertex at the end: {records_in or 'none'}"
+        )
+        if ended:
+            detail += f"; jobs that ended in the window are not counted: {', '.join(ended)}"
+        return max(total, 0), detail
+
+    def _reason(self) -> str:
+        if not self._considered:
+            return "no Spark driver or Flink JobManager in the scope; give the count with --events N"
+        parts = [f"looked at {', '.join(self._considered)}"]
+        if self._pending:
+            parts.append(
+                "no REST endpoint answered for pid " + ", ".join(str(pid) for pid in sorted(self._pending))
+                + " (UI disabled, or not reachable from this host)"
+            )
+        parts += self._notes[-3:]
+        return "; ".join(parts) + "; give the count with --events N"

@@ -1,0 +1,353 @@
+"""Event counting from engine metrics, on JSON recorded from Spark 4.3 and written from Flink's REST docs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import profiler.events as events_module
+from profiler.capture import ProcessInfo
+from profiler.events import (
+    SOURCE_MANUAL,
+    SOURCE_NONE,
+    BatchKey,
+    BatchRows,
+    EndpointError,
+    EventCounter,
+    FlinkJobManager,
+    SparkDriver,
+    engine_of,
+    execution_input_rows,
+    executions_to_read,
+    flink_record_metric_ids,
+    flink_running_jobs,
+    flink_source_records,
+    flink_source_vertices,
+    parse_batch_description,
+    parse_execution_list,
+    parse_metric_number,
+    parse_spark_time,
+    rows_in_window,
+)
+
+QUERY = "a40bbe98-00f3-4316-914e-45cfdb72be14"
+RUN = "c4eba0a3-4781-414e-be78-f68acc81df86"
+
+
+def _description(batch: int, name: str = "") -> str:
+    return f"{name}\nid = {QUERY}\nrunId = {RUN}\nbatch = {batch}"
+
+
+# Recorded from Spark 4.3 (local mode, rate source → groupBy count): a micro-batch runs as a root
+# execution without metric values and a nested one that carries them.
+_EDGES = [{"fromId": 2, "toId": 0}, {"fromId": 3, "toId": 2}, {"fromId": 5, "toId": 3}, {"fromId": 6, "toId": 5},
+          {"fromId": 8, "toId": 6}, {"fromId": 9, "toId": 8}, {"fromId": 11, "toId": 9}, {"fromId": 12, "toId": 11},
+          {"fromId": 13, "toId": 12}]
+
+
+def _nodes(scan_rows: str | None) -> list[dict[str, Any]]:
+    def rows(value: str) -> list[dict[str, str]]:
+        return [] if scan_rows is None else [{"name": "number of output rows", "value": value}]
+
+    duration = [] if scan_rows is None else [
+        {"name": "duration", "value": "total (min, med, max (stageId: taskId))\n419 ms (182 ms, 237 ms, 237 ms)"}
+    ]
+    return [
+        {"nodeId": 13, "nodeName": "MicroBatchScan", "metrics": rows(scan_rows or "")},
+        {"nodeId": 12, "nodeName": "Project", "metrics": []},
+        {"nodeId": 11, "nodeName": "HashAggregate", "metrics": rows("14")},
+        {"nodeId": 10, "nodeName": "WholeStageCodegen (1)", "metrics": duration},
+        {"nodeId": 9, "nodeName": "Exchange", "metrics": []},
+        {"nodeId": 8, "nodeName": "HashAggregate", "metrics": rows("7")},
+        {"nodeId": 6, "nodeName": "StateStoreRestore", "metrics": rows("14")},
+        {"nodeId": 5, "nodeName": "HashAggregate", "metrics": rows("7")},
+        {"nodeId": 3, "nodeName": "StateStoreSave", "metrics": rows("7") + rows("0")},
+        {"nodeId": 2, "nodeName": "HashAggregate", "metrics": rows("7")},
+        {"nodeId": 0, "nodeName": "WriteToDataSourceV2", "metrics": rows("7")},
+    ]
+
+
+def _list_entry(execution_id: int, root: int, batch: int, submitted: str, duration: int,
+                status: str = "COMPLETED") -> dict[str, Any]:
+    return {"id": execution_id, "status": status, "description": _description(batch), "submissionTime": submitted,
+            "duration": duration, "rootExecutionId": root, "nodes": [], "edges": []}
+
+
+def _details(execution_id: int, root: int, batch: int, scan_rows: str | None) -> dict[str, Any]:
+    return {"id": execution_id, "status": "COMPLETED", "description": _description(batch), "rootExecutionId": root,
+            "nodes": _nodes(scan_rows), "edges": _EDGES}
+
+
+T0 = parse_spark_time("2026-11-22T01:59:20.000GMT")
+assert T0 is not None
+
+
+# ---------------------------------------------------------------- Spark parsing
+
+
+def test_batch_description_with_and_without_query_name() -> None:
+    assert parse_batch_description(_description(3, "probeq")) == BatchKey(QUERY, RUN, 3)
+    assert parse_batch_description(_description(0)) == BatchKey(QUERY, RUN, 0)
+    assert parse_batch_description(f"\nid = {QUERY}\nrunId = {RUN}\nbatch = init") is None
+    assert parse_batch_description("count at <stdin>:1") is None
+    assert parse_batch_description("") is None
+
+
+def test_metric_numbers() -> None:
+    assert parse_metric_number("800") == 800
+    assert parse_metric_number("1,234,567") == 1234567
+    assert parse_metric_number("total (min, med, max (stageId: taskId))\n419 ms (182 ms, 237 ms)") == 419
+    assert parse_metric_number("") is None
+    assert parse_metric_number("n/a") is None
+
+
+def test_spark_time() -> None:
+    assert parse_spark_time("1970-01-01T00:00:01.500GMT") == 1.5
+    assert parse_spark_time("garbage") is None
+
+
+def test_input_rows_are_the_source_scan_rows_not_other_operators() -> None:
+    assert execution_input_rows(_details(7, 6, 3, "400")) == (400, "MicroBatchScan")
+    assert execution_input_rows(_details(6, 6, 3, None)) is None  # the wrapping root execution
+
+
+def test_input_rows_fall_back_to_plan_leaves_without_micro_batch_scan() -> None:
+    execution = {
+        "nodes": [
+            {"nodeId": 0, "nodeName": "Union", "metrics": []},
+            {"nodeId": 1, "nodeName": "Scan json", "metrics": [{"name": "number of output rows", "value": "1,000"}]},
+            {"nodeId": 2, "nodeName": "Scan json", "metrics": [{"name": "number of output rows", "value": "24"}]},
+            {"nodeId": 3, "nodeName": "WholeStageCodegen (1)", "metrics": [{"name": "number of output rows",
+                                                                            "value": "99"}]},
+        ],
+        "edges": [{"fromId": 1, "toId": 0}, {"fromId": 2, "toId": 0}],
+    }
+    assert execution_input_rows(execution) == (1024, "leaf")
+
+
+def test_two_streaming_sources_in_one_execution_add_up() -> None:
+    execution = {"nodes": [
+        {"nodeId": 1, "nodeName": "MicroBatchScan", "metrics": [{"name": "number of output rows", "value": "5"}]},
+        {"nodeId": 2, "nodeName": "MicroBatchScan", "metrics": [{"name": "number of output rows", "value": "6"}]},
+    ], "edges": []}
+    assert execution_input_rows(execution) == (11, "MicroBatchScan")
+
+
+def test_only_finished_nested_executions_inside_the_window_are_read() -> None:
+    states = parse_execution_list([
+        _list_entry(4, 4, 2, "2026-11-22T01:59:18.000GMT", 1000),  # finished before the window
+        _list_entry(5, 4, 2, "2026-11-22T01:59:18.100GMT", 900),
+        _list_entry(6, 6, 3, "2026-11-22T01:59:21.437GMT", 2377),  # root of batch 3
+        _list_entry(7, 6, 3, "2026-11-22T01:59:21.467GMT", 2347),  # nested: carries the metrics
+        _list_entry(8, 8, 4, "2026-11-22T01:59:24.000GMT", 100, status="RUNNING"),
+        {"id": 9, "status": "COMPLETED", "description": "count at x.py:3", "submissionTime":
+            "2026-11-22T01:59:24.000GMT", "duration": 5, "rootExecutionId": 9},
+        "not an execution",
+    ])
+    assert states[7].finished_at == pytest.approx(T0 + 1.467 + 2.347)
+    assert states[8].finished_at is None and not states[8].done
+    assert executions_to_read(states, since=T0) == [7]
+    with pytest.raises(EndpointError):
+        parse_execution_list({"message": "not found"})
+
+
+def test_rows_in_window_take_the_largest_execution_of_a_batch_and_respect_bounds() -> None:
+    batch3, batch4 = BatchKey(QUERY, RUN, 3), BatchKey(QUERY, RUN, 4)
+    rows = {
+        7: BatchRows(batch3, 400, T0 + 4),
+        10: BatchRows(batch3, 400, T0 + 4.5),  # foreachBatch re-reading the same batch
+        12: BatchRows(batch4, 800, T0 + 6),
+        14: BatchRows(BatchKey(QUERY, RUN, 5), 800, T0 + 9),
+    }
+    assert rows_in_window(rows, T0, T0 + 8) == {batch3: 400, batch4: 800}
+    assert rows_in_window(rows, T0 + 5, T0 + 6) == {batch4: 800}
+
+
+class FakeRest:
+    """URL → JSON; a missing URL raises like a closed port."""
+
+    def __init__(self, routes: dict[str, Any]) -> None:
+        self.routes = routes
+        self.calls: list[str] = []
+
+    def __call__(self, url: str) -> Any:
+        self.calls.append(url)
+        if url not in self.routes:
+            raise EndpointError(f"{url}: connection refused")
+        value = self.routes[url]
+        return value() if callable(value) else value
+
+
+BASE = "http://127.0.0.1:4040"
+APP = "local-1795312153714"
+SQL = f"{BASE}/api/v1/applications/{APP}/sql"
+LIST = f"{SQL}?details=false&planDescription=false&offset=0&length=1000000"
+
+
+def _detail_url(execution_id: int) -> str:
+    return f"{SQL}/{execution_id}?details=true&planDescription=false"
+
+
+def test_spark_driver_rereads_executions_whose_metrics_are_not_aggregated_yet() -> None:
+    listing = [_list_entry(6, 6, 3, "2026-11-22T01:59:21.437GMT", 2377),
+               _list_entry(7, 6, 3, "2026-11-22T01:59:21.467GMT", 2347)]
+    details = [_details(7, 6, 3, None)]
+    rest = FakeRest({LIST: listing, _detail_url(7): lambda: details[0]})
+    driver = SparkDriver(BASE, APP, rest, window_start=T0)
+    driver.poll()
+    assert driver.rows == {} and driver.attempts == {7: 1}
+    details[0] = _details(7, 6, 3, "400")
+    driver.poll()
+    assert driver.rows[7].rows == 400 and driver.streaming_seen
+    driver.poll()
+    assert rest.calls.count(_detail_url(7)) == 2  # read once it had its metrics, never again
+    assert driver.missed() == 0
+
+
+def test_spark_driver_notices_evicted_executions() -> None:
+    first = [_list_entry(i, i, i, "2026-11-22T01:59:21.000GMT", 10) for i in (10, 11)]
+    later = [_list_entry(i, i, i, "2026-11-22T01:59:21.000GMT", 10) for i in (14, 15)]  # 12, 13 evicted
+    pages = [first, later]
+    routes: dict[str, Any] = {LIST: lambda: pages.pop(0)}
+    for i in (10, 11, 14, 15):
+        routes[_detail_url(i)] = _details(i, i, i, "5")
+    driver = SparkDriver(BASE, APP, FakeRest(routes), window_start=T0)
+    driver.poll()
+    driver.poll()
+    assert driver.missed() == 2
+    assert sum(rows_in_window(driver.rows, T0, T0 + 10).values()) == 20
+
+
+def _driver_process(now: float) -> ProcessInfo:
+    return ProcessInfo(pid=4242, role="managing", engine="spark", kind="driver", user="spark",
+                       cmdline="java org.apache.spark.deploy.SparkSubmit app.py", first_seen=now - 100, last_seen=now)
+
+
+def test_event_counter_spark_window_with_a_fake_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a driver whose REST API lists batches before, inside and after the window
+    import time as time_module
+
+    now = time_module.time()
+
+    def entry(i: int, offset_seconds: float) -> dict[str, Any]:
+        at = time_module.strftime("%Y-%m-%dT%H:%M:%S", time_module.gmtime(int(now + offset_seconds)))
+        return _list_entry(i, i, i, f"{at}.000GMT", 0)
+
+    listing = [entry(1, -30), entry(2, 2), entry(3, 3), entry(4, 500)]
+    routes: dict[str, Any] = {LIST: listing}
+    for i, rows in ((1, "111"), (2, "200"), (3, "300"), (4, "444")):
+        routes[_detail_url(i)] = _details(i, i, i, rows)
+    monkeypatch.setattr(events_module, "discover_spark", lambda process, fetch: (BASE, APP))
+    counter = EventCounter(fetch=FakeRest(routes), poll_seconds=0.05)
+    # WHEN the window runs from now to now + 10 s
+    counter.start([_driver_process(now)])
+    result = counter.finish(int(now) + 10.0)
+    # THEN only the two batches that finished inside it count
+    assert result.count == 500, result
+    assert result.source == f"spark-rest:{BASE}"
+    assert "2 micro-batches" in result.detail and "one micro-batch" in result.detail
+
+
+def test_event_counter_reports_why_when_the_driver_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events_module, "discover_spark", lambda process, fetch: None)
+    counter = EventCounter(fetch=FakeRest({}), poll_seconds=0.05)
+    counter.start([_driver_process(0.0)])
+    result = counter.finish(1e10)
+    assert result.count is None and result.source == SOURCE_NONE
+    assert "no REST endpoint answered for pid 4242" in result.detail and "--events" in result.detail
+
+
+def test_manual_count_wins_and_needs_no_engine() -> None:
+    counter = EventCounter(manual_count=123456)
+    counter.start([])
+    result = counter.finish(2e9)
+    assert (result.count, result.source) == (123456, SOURCE_MANUAL)
+    assert result.window_start is not None and result.window_end == 2e9
+    with pytest.raises(ValueError):
+        EventCounter(manual_count=-1)
+
+
+def test_engine_of_picks_rest_serving_processes_only() -> None:
+    def process(engine: str, kind: str, cmdline: str) -> ProcessInfo:
+        return ProcessInfo(1, "managing", engine, kind, "u", cmdline, 0.0, 0.0)
+
+    assert engine_of(process("spark", "local-driver", "java org.apache.spark.deploy.SparkSubmit")) == "spark"
+    assert engine_of(process("spark", "executor", "java o.a.s.executor.CoarseGrainedExecutorBackend")) is None
+    assert engine_of(process("flink", "jobmanager", "java StandaloneSessionClusterEntrypoint")) == "flink"
+    assert engine_of(process("flink", "taskmanager", "java TaskManagerRunner")) is None
+    assert engine_of(process("manual", "manual", "java -cp x org.apache.spark.deploy.SparkSubmit q.py")) == "spark"
+    assert engine_of(process("manual", "manual", "python3 server.py")) is None
+
+
+# ---------------------------------------------------------------- Flink (JSON shaped after the REST API docs)
+
+JID = "5e20cb6b0f357591171dfcca2eea09de"
+SOURCE_VERTEX = "bc764cd8ddf7a0cff126f51c16239658"
+WINDOW_VERTEX = "0a448493b4782967b150582570326227"
+FLINK = "http://127.0.0.1:8081"
+
+OVERVIEW = {"jobs": [
+    {"jid": JID, "name": "ysb", "state": "RUNNING", "start-time": 1795312000000, "tasks": {"running": 4}},
+    {"jid": "00000000000000000000000000000000", "name": "old", "state": "FINISHED"},
+]}
+PLAN = {"plan": {"jid": JID, "name": "ysb", "type": "STREAMING", "nodes": [
+    {"id": WINDOW_VERTEX, "parallelism": 2, "operator": "",
+     "description": "Window(TumblingEventTimeWindows) -&gt; Sink",
+     "inputs": [{"num": 0, "id": SOURCE_VERTEX, "ship_strategy": "HASH", "exchange": "pipelined_bounded"}]},
+    {"id": SOURCE_VERTEX, "parallelism": 2, "operator": "",
+     "description": "Source: Kafka Source -&gt; Filter -&gt; Map", "optimizer_properties": {}},
+]}}
+SOURCE_METRIC_LIST = [{"id": "numRecordsIn"}, {"id": "numRecordsOut"}, {"id": "Source__Kafka_Source.numRecordsOut"},
+                      {"id": "Filter.numRecordsIn"}, {"id": "Filter.numRecordsOut"}, {"id": "numBytesOut"},
+                      {"id": "Source__Kafka_Source.numRecordsOutPerSecond"}]
+
+
+def _flink_routes(source_out: float, filtered_out: float, window_in: float) -> dict[str, Any]:
+    names = "numRecordsIn,numRecordsOut,Source__Kafka_Source.numRecordsOut,Filter.numRecordsIn,Filter.numRecordsOut"
+    source = f"{FLINK}/jobs/{JID}/vertices/{SOURCE_VERTEX}/subtasks/metrics"
+    return {
+        f"{FLINK}/jobs/overview": OVERVIEW,
+        f"{FLINK}/jobs/{JID}/plan": PLAN,
+        source: SOURCE_METRIC_LIST,
+        f"{source}?get={names}&agg=sum": [
+            {"id": "numRecordsIn", "sum": 0.0}, {"id": "numRecordsOut", "sum": filtered_out},
+            {"id": "Source__Kafka_Source.numRecordsOut", "sum": source_out},
+            {"id": "Filter.numRecordsIn", "sum": source_out}, {"id": "Filter.numRecordsOut", "sum": filtered_out},
+        ],
+        f"{source}?get=numRecordsIn&agg=sum": [{"id": "numRecordsIn", "sum": 0.0}],
+        f"{FLINK}/jobs/{JID}/vertices/{WINDOW_VERTEX}/subtasks/metrics?get=numRecordsIn&agg=sum": [
+            {"id": "numRecordsIn", "min": 10.0, "max": 20.0, "avg": 15.0, "sum": window_in}],
+    }
+
+
+def test_flink_parsing() -> None:
+    assert flink_running_jobs(OVERVIEW) == [JID]
+    assert flink_source_vertices(PLAN) == [SOURCE_VERTEX]
+    assert flink_record_metric_ids(SOURCE_METRIC_LIST) == [
+        "numRecordsIn", "numRecordsOut", "Source__Kafka_Source.numRecordsOut", "Filter.numRecordsIn",
+        "Filter.numRecordsOut"]
+    assert flink_source_records([{"id": "Source__Kafka_Source.numRecordsOut", "sum": 7.0},
+                                 {"id": "numRecordsOut", "sum": 3.0}]) == (7, "Source__Kafka_Source.numRecordsOut")
+    assert flink_source_records([{"id": "numRecordsOut", "sum": 3.0}]) == (3, "numRecordsOut")
+    assert flink_source_records([]) is None
+
+
+def test_flink_counter_reports_source_records_of_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    rest = FakeRest(_flink_routes(source_out=1000.0, filtered_out=400.0, window_in=400.0))
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK)
+    jobmanager = ProcessInfo(7, "managing", "flink", "jobmanager", "flink",
+                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
+    counter = EventCounter(fetch=rest, poll_seconds=0.05)
+    counter.start([jobmanager])
+    rest.routes.update(_flink_routes(source_out=6000.0, filtered_out=2400.0, window_in=2400.0))
+    result = counter.finish(2e9)
+    assert result.count == 5000, result
+    assert result.source == f"flink-rest:{FLINK}"
+    assert "Source__Kafka_Source.numRecordsOut" in result.detail
+    assert f"{JID}/{WINDOW_VERTEX}=2400" in result.detail
+
+
+def test_flink_job_manager_read() -> None:
+    manager = FlinkJobManager(FLINK, FakeRest(_flink_routes(10.0, 4.0, 4.0)))
+    assert manager.read() == {JID: 10}
