@@ -1,0 +1,95 @@
+"""Java JIT symbols on a real JVM: the Compiler.perfmap path (attach client and jcmd) and our JVMTI agent."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler import jvm, perfmap
+from profiler.sampler import StackSampler
+from profiler.symbolize import java_frame_name
+from tests.fixtures.jvm import method_counts
+
+CPU_SPLIT = re.compile(r"^com\.example\.CpuSplit::burn\w+$")
+
+
+@pytest.fixture(scope="module")
+def agent() -> Path:
+    return perfmap.build_agent()  # what scripts/setup.sh does; a no-op when up to date
+
+
+def _map_file(pid: int) -> Path:
+    return Path(f"/tmp/perf-{pid}.map")
+
+
+def _burner_entries(pid: int) -> dict[int, str]:
+    """start address -> normalized name of the CpuSplit burner methods in the current map."""
+    entries = {}
+    for line in _map_file(pid).read_text().splitlines():
+        start, _size, name = line.split(" ", 2)
+        normalized = java_frame_name(name)
+        if CPU_SPLIT.match(normalized):
+            entries[int(start, 16)] = normalized
+    return entries
+
+
+def test_jcmd_attach_client_and_agent_give_the_same_java_frames(cpu_split_jvm, agent):
+    pid = cpu_split_jvm.pid
+    expected = {f"com.example.CpuSplit::{m}" for m in cpu_split_jvm.methods}
+
+    # jcmd itself, run as the JVM's user
+    done = jvm.run_jcmd(pid, "Compiler.perfmap")
+    assert done.returncode == 0, done.stderr
+    by_jcmd = _burner_entries(pid)
+    assert expected <= set(by_jcmd.values()), by_jcmd
+    raw = _map_file(pid).read_text()
+    assert re.search(r"^0x[0-9a-f]+ 0x[0-9a-f]+ long com\.example\.CpuSplit\.burnAlpha\(long, long\)$", raw, re.M)
+
+    # our attach client sending the same diagnostic command
+    _map_file(pid).unlink()
+    result = perfmap.dump_perf_map(pid)
+    assert result.ok and result.method == "attach", result
+    assert set(_burner_entries(pid).values()) >= expected
+
+    # the JVMTI agent: perf-map-agent's spelling, same code addresses, same frames after normalization
+    result = perfmap.load_agent(pid, agent)
+    assert result.ok, result
+    raw = _map_file(pid).read_text()
+    assert re.search(r"^[0-9a-f]+ [0-9a-f]+ Lcom/example/CpuSplit;::burnAlpha$", raw, re.M), raw[:500]
+    by_agent = _burner_entries(pid)
+    assert expected <= set(by_agent.values())
+    shared = set(by_jcmd) & set(by_agent)
+    assert shared, "jcmd and the agent saw no common compiled burner (all recompiled in between?)"
+    assert all(by_jcmd[addr] == by_agent[addr] for addr in shared)
+    lookup = perfmap.read_perf_map(pid)
+    assert lookup is not None
+    assert all(java_frame_name(lookup.lookup(addr + 1) or "") == by_agent[addr] for addr in shared)
+
+    # the agent keeps appending: code compiled after the load shows up without another dump
+    lines_before = len(raw.splitlines())
+    time.sleep(1)
+    assert len(_map_file(pid).read_text().splitlines()) >= lines_before
+
+
+def test_sampler_with_the_agent_resolves_the_workload(start_cpu_split_jvm, agent):
+    workload = start_cpu_split_jvm(weights={"alpha": 60, "gamma": 40}, threads=1)
+    sampler = StackSampler(perf_map_mode="agent")
+    try:
+        sampler.start()
+        sampler.add_pid(workload.pid)
+        sampler.prepare_symbols(workload.pid)
+        time.sleep(6)
+        sampler.stop()
+        folded, stats = sampler.collect()[workload.pid]
+    finally:
+        sampler.close()
+    counts = method_counts(folded, ["burnAlpha", "burnGamma", "burnBeta"])
+    assert counts["burnAlpha"] > 0 and counts["burnGamma"] > 0, folded.most_common(5)
+    assert counts["burnBeta"] == 0
+    frames = {frame for stack in folded for frame in stack.split(";")}
+    assert "com.example.CpuSplit::burnAlpha" in frames
+    assert "Lcom/example/CpuSplit;::burnAlpha" not in frames  # one spelling whichever path wrote the map
+    assert stats.samples > 0

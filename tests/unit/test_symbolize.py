@@ -1,0 +1,107 @@
+"""Pure parts of symbolization: Java frame spelling, perf-map lookup, folding, the unwalkable heuristic."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.errors import ConfigError
+from profiler.perfmap import parse_perf_map
+from profiler.sampler import StackSampler
+from profiler.symbolize import (
+    LOST_KERNEL,
+    LOST_USER,
+    Frame,
+    fold_stack,
+    is_java_unwalkable,
+    java_frame_name,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # jcmd Compiler.perfmap (JDK 17+)
+        ("long com.example.CpuSplit.burnAlpha(long, long)", "com.example.CpuSplit::burnAlpha"),
+        ("void java.lang.Thread.run()", "java.lang.Thread::run"),
+        ("void com.example.CpuSplit.<init>()", "com.example.CpuSplit::<init>"),
+        ("void com.example.CpuSplit.lambda$main$0(int[], long)", "com.example.CpuSplit::lambda$main$0"),
+        ("java.lang.Object[] java.util.ArrayList.toArray()", "java.util.ArrayList::toArray"),
+        (
+            "void com.example.CpuSplit$$Lambda$14/0x0000000800c03000.run()",
+            "com.example.CpuSplit$$Lambda$14/0x0000000800c03000::run",
+        ),
+        ("int Main.work(int)", "Main::work"),
+        # our agent / perf-map-agent
+        ("Lcom/example/CpuSplit;::burnAlpha", "com.example.CpuSplit::burnAlpha"),
+        ("Lcom/example/CpuSplit;::burnAlpha(JJ)J", "com.example.CpuSplit::burnAlpha"),
+        ("Ljava/lang/Thread;::<init>", "java.lang.Thread::<init>"),
+        # stubs and blobs keep their names
+        ("Interpreter", "Interpreter"),
+        ("StubRoutines (1)", "StubRoutines (1)"),
+        ("I2C/C2I adapters(0xbc)", "I2C/C2I adapters(0xbc)"),
+        ("StubRoutines::call_stub", "StubRoutines::call_stub"),
+    ],
+)
+def test_java_frame_name_gives_one_spelling(raw: str, expected: str) -> None:
+    assert java_frame_name(raw) == expected
+
+
+def test_perf_map_lookup_later_lines_win_and_bounds_hold() -> None:
+    perf_map = parse_perf_map(
+        [
+            "0x1000 0x100 old\n",
+            "1000 80 new\n",  # same code cache space reused later: newer wins where they overlap
+            "2000 10 other\n",
+            "garbage line\n",
+            "zz 10 bad-hex\n",
+            "3000 0 empty\n",
+        ]
+    )
+    assert len(perf_map) == 3
+    assert perf_map.lookup(0x1000) == "new"
+    assert perf_map.lookup(0x107F) == "new"
+    assert perf_map.lookup(0x1080) == "old"
+    assert perf_map.lookup(0x10FF) == "old"
+    assert perf_map.lookup(0x1100) is None
+    assert perf_map.lookup(0x2005) == "other"
+    assert perf_map.lookup(0x0FFF) is None
+    assert perf_map.lookup(0x3000) is None
+
+
+def test_fold_stack_root_first_with_kernel_suffix_and_sanitized_frames() -> None:
+    folded = fold_stack("burner-0", ["leaf;x", "mid", "start_thread"], ["do_syscall_64", "entry_SYSCALL_64"])
+    assert folded == "burner-0;start_thread;mid;leaf:x;entry_SYSCALL_64_[k];do_syscall_64_[k]"
+    assert fold_stack("t", None, None) == f"t;{LOST_USER};{LOST_KERNEL}"
+    assert fold_stack("", [], []) == "[unnamed]"
+
+
+def _frames(*spec: tuple[str, str]) -> list[Frame]:
+    return [Frame(name, kind) for name, kind in spec]
+
+
+def test_unwalkable_needs_java_code_and_a_missing_thread_start() -> None:
+    walked = _frames(
+        ("com.example.CpuSplit::burnAlpha", "jit"),
+        ("Interpreter", "jit"),
+        ("JavaCalls::call_helper(JavaValue*)", "native"),
+        ("thread_native_entry(Thread*)", "native"),
+        ("start_thread", "native"),
+        ("[unknown]", "anon"),  # a garbage frame after glibc's start_thread
+    )
+    assert not is_java_unwalkable(walked, truncated=False)
+    broken = _frames(("com.example.CpuSplit::burnAlpha", "jit"), ("[unknown]", "anon"))
+    assert is_java_unwalkable(broken, truncated=False)
+    assert not is_java_unwalkable(broken, truncated=True)  # counted as truncated instead
+    native_only = _frames(("GCTaskThread::run", "native"), ("[libjvm.so]", "native"))
+    assert not is_java_unwalkable(native_only, truncated=False)
+    assert not is_java_unwalkable([], truncated=False)
+
+
+def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
+    text = StackSampler(frequency=49, max_stack_depth=300, stack_storage_size=1024).bpf_text()
+    assert "#define MAX_STACK_DEPTH 300" in text
+    assert "#define STACK_STORAGE_SIZE 1024" in text
+    assert "BPF_F_USER_STACK" in text and "targets.lookup" in text
+    for bad in ({"frequency": 0}, {"max_stack_depth": 0}, {"stack_storage_size": -1}, {"perf_map_mode": "x"}):
+        with pytest.raises(ConfigError):
+            StackSampler(**bad)  # type: ignore[arg-type]
