@@ -127,6 +127,7 @@ class SamplerStats:
     truncated: int = 0  # stacks that hit the depth limit
     java_unwalkable: int = 0  # samples whose Java part could not be walked (no frame pointers)
     max_stack_depth: int = 127
+    dropped: int = 0  # samples not counted at all: the in-kernel counts map was full (in `samples` only)
 
 
 @dataclass(frozen=True)
