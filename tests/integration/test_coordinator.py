@@ -26,6 +26,7 @@ from coordinator.cluster import parse_cluster
 from coordinator.errors import HostKeyError, PartialRunError
 from coordinator.ssh import SshHost, SshOptions
 from profiler.errors import OutputExistsError
+from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port, generate_key, public_key_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,9 +245,11 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
     args.remove("--quiet")
     child = _Coordinator([*args, "--duration", "120", "--no-analyze", "--start-delay", "2"])
     coordinator_process.append(child)
-    # GIVEN both hosts sampling
+    # GIVEN both hosts sampling, each profiler holding its BPF programs
     child.wait_for(": sampling", 2, timeout=90)
     time.sleep(1.5)
+    remote_profilers = {p.pid for p in _profiler_processes(str(sshd_factory.base))}
+    assert len(remote_profilers) == 2 and bpf_programs_held_by(remote_profilers)
     # WHEN the coordinator gets SIGINT (Ctrl-C)
     child.process.send_signal(signal.SIGINT)
     began = time.monotonic()
@@ -260,6 +263,8 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
         assert host.end_time - host.start_time < 60
         assert (rundir.host_capture_dir(out, host.host) / f"{host.host}_result.csv").is_file()
     _assert_nothing_left(hosts, str(sshd_factory.base))
+    assert not any(psutil.pid_exists(pid) for pid in remote_profilers)
+    assert bpf_programs_held_by(remote_profilers) == []
 
 
 def test_ssh_connection_killed_mid_run_results_still_collected(
