@@ -7,11 +7,11 @@ Two ways to get the map, both through HotSpot's dynamic attach mechanism:
   compiled method and stub as it appears. Spelling (perf-map-agent's): ``Lcom/example/CpuSplit;::burnAlpha``.
 symbolize.java_frame_name turns both spellings into ``com.example.CpuSplit::burnAlpha``.
 
-The attach client speaks the protocol directly (a few milliseconds; ``jcmd`` starts a whole JVM, about
-half a CPU second, which alone would exceed the sampler's CPU budget): trigger file + SIGQUIT, then
+The attach client speaks the protocol directly (about a millisecond of CPU; ``jcmd`` starts a whole JVM,
+about 0.25 CPU seconds and seconds of wall time on a busy host): trigger file + SIGQUIT, then
 ``1\\0<cmd>\\0<arg>\\0<arg>\\0<arg>\\0`` on the ``.java_pid<nspid>`` socket. JDK 9+ accept root as the
 peer; when a JVM refuses (JDK 8 checks for its own uid), we fall back to ``jcmd`` as the JVM's user
-(profiler.jvm.run_jcmd) or, for agent loading, to this module run as the JVM's user.
+(profiler.jvm.run_jcmd) or, for agent loading, to the same client in a child switched to the JVM's user.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -278,7 +279,7 @@ def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: 
         except AttachError as exc:
             if not os.path.exists(f"/proc/{pid}") or "SIGQUIT" in exc.message:
                 return PerfMapResult(pid, False, "agent", exc.message, time.monotonic() - began)
-            status, output = _attach_as_owner(pid, ["load", jvm_path, "true", options], timeout)
+            status, output = _attach_as_owner(pid, "load", [jvm_path, "true", options], timeout)
             method = "attach-as-owner"
     finally:
         try:
@@ -292,24 +293,56 @@ def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: 
     return PerfMapResult(pid, ok, "agent", f"{method}: {output.strip()[:200]}", time.monotonic() - began)
 
 
-def _attach_as_owner(pid: int, request: list[str], timeout: float) -> tuple[int, str]:
-    """Run the attach client as the JVM's user (JDK 8 refuses any other peer, root included)."""
+def _attach_as_owner(pid: int, command: str, args: list[str], timeout: float) -> tuple[int, str]:
+    """Send the request as the JVM's user (JDK 8 refuses any other peer, root included).
+
+    A forked child switches to the JVM's uid/gid, talks to the socket and reports through a pipe: no
+    program has to be executable by that user, and the parent's credentials never change (setuid in a
+    threaded process would change them for every thread).
+    """
     stat = os.stat(f"/proc/{pid}")
-
-    def demote() -> None:
-        os.setgroups([])
-        os.setgid(stat.st_gid)
-        os.setuid(stat.st_uid)
-
-    argv = [sys.executable, "-m", "profiler.perfmap", str(pid), *request]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout + 5, preexec_fn=demote, cwd="/",
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-    )
-    if done.returncode not in (0, 1):
-        raise AttachError(f"pid {pid}: attach as uid {stat.st_uid} failed: {done.stderr.strip()[:200]}")
-    head, _, output = done.stdout.partition("\n")
-    return int(head or "1"), output
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(stat.st_gid)
+            os.setuid(stat.st_uid)
+            status, output = attach_command(pid, command, *args, timeout=timeout)
+            payload, code = f"{status}\n{output}".encode(), 0
+        except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+            payload = f"error\n{exc}".encode()
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_fd, view):]
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks = []
+    deadline = time.monotonic() + timeout + 5
+    try:
+        with os.fdopen(read_fd, "rb") as pipe:
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([pipe], [], [], 0.5)
+                if ready:
+                    chunk = os.read(pipe.fileno(), 65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+    finally:
+        if not chunks or time.monotonic() >= deadline:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.waitpid(child, 0)
+    head, _, output = b"".join(chunks).decode("utf-8", "replace").partition("\n")
+    if not head.strip().lstrip("-").isdigit():
+        raise AttachError(f"pid {pid}: attach as uid {stat.st_uid} failed: {output.strip()[:200] or 'no answer'}")
+    return int(head), output
 
 
 def _main(argv: list[str]) -> int:

@@ -433,7 +433,7 @@ class StackSampler:
                     samples, dropped = 0, 0
                 dropped_total += dropped
                 folded: Counter[str] = Counter()
-                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth)
+                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth, dropped=dropped)
                 entries = by_pid.get(pid, [])
                 symbols: ProcessSymbols | None = None
                 owned = False

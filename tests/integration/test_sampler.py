@@ -71,7 +71,7 @@ def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
         tolerance = max(0.03, 3.5 * math.sqrt(p * (1 - p) / n))
         assert abs(measured[method] - p) <= tolerance, (method, measured, truth, counts, tolerance)
     # and nothing is lost silently: every sample is either in the folded stacks or counted as dropped
-    assert stats.samples == sum(folded.values())
+    assert stats.samples == sum(folded.values()) + stats.dropped
     assert stats.samples >= sum(counts.values())
     assert stats.lost_user_stack <= 0.01 * stats.samples
     assert stats.truncated == 0
