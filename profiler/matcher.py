@@ -288,17 +288,37 @@ class MatchResult:
 class TaskStacks(Mapping[str, "Counter[str]"]):
     """Stacks per task (task -> Counter of folded stacks), each Counter built on first access:
     most consumers need only the sample counts, and building a table of ~1 KB stack strings costs
-    about as much as matching them."""
+    about as much as matching them. Holds (stack, count) pairs and raw folded lines."""
 
-    def __init__(self, names: Sequence[str], stacks: Sequence[list[str]], counts: Sequence[list[int]]) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        stacks: Sequence[list[str]],
+        counts: Sequence[list[int]],
+        lines: Sequence[list[str]] | None = None,
+        line_counts: Sequence[list[int]] | None = None,
+    ) -> None:
         self._names = tuple(names)
-        self._pending = {name: (stacks[i], counts[i]) for i, name in enumerate(self._names)}
+        no_lines: list[str] = []
+        no_counts: list[int] = []
+        self._pending = {
+            name: (
+                stacks[i],
+                counts[i],
+                lines[i] if lines is not None else no_lines,
+                line_counts[i] if line_counts is not None else no_counts,
+            )
+            for i, name in enumerate(self._names)
+        }
         self._built: dict[str, Counter[str]] = {}
 
     def __getitem__(self, task: str) -> Counter[str]:
         built = self._built.get(task)
         if built is None:
-            stacks, counts = self._pending[task]
+            stacks, counts, lines, line_counts = self._pending[task]
+            if lines:
+                stacks = stacks + [line.rstrip("\r\n").rpartition(" ")[0] for line in lines]
+                counts = counts + line_counts
             merged = dict(zip(stacks, counts))
             if len(merged) == len(stacks):
                 built = Counter(merged)
@@ -329,8 +349,12 @@ class StackAccumulator:
 
     def __init__(self, matcher: Matcher) -> None:
         self.matcher = matcher
-        self._stacks: list[list[str]] = [[] for _ in matcher.result_names]
-        self._counts: list[list[int]] = [[] for _ in matcher.result_names]
+        size = len(matcher.result_names)
+        self._stacks: list[list[str]] = [[] for _ in range(size)]
+        self._counts: list[list[int]] = [[] for _ in range(size)]
+        # Folded lines are kept whole: cutting the stack out of a ~1 KB line costs a copy per line.
+        self._lines: list[list[str]] = [[] for _ in range(size)]
+        self._line_counts: list[list[int]] = [[] for _ in range(size)]
         self._overrides: dict[tuple[int, int], int] = {}
 
     def add(self, stack: str, count: int) -> None:
@@ -355,28 +379,41 @@ class StackAccumulator:
     def add_folded_lines(self, lines: Iterable[str], source: str = "<input>") -> None:
         """Lines of a folded file (``frame;...;leaf count``); blank lines are skipped and any other
         malformed line raises CaptureFormatError ``source:line: ...`` like profiler.folded."""
-        # Matcher.classify_mask inlined: this loop is the matcher's throughput.
+        # Matcher.classify_mask inlined on the frames of the raw line: this loop is the matcher's
+        # throughput, so it avoids copying the ~1 KB stack out of the line.
         frame_mask_of = self.matcher._frame_mask_of
         decision_of = self.matcher._decision_of
-        stacks = self._stacks
-        counts = self._counts
+        kept = self._lines
+        kept_counts = self._line_counts
         overrides = self._overrides
         for number, raw in enumerate(lines, start=1):
-            line = raw.rstrip("\r\n")
-            stack, _, count_text = line.rpartition(" ")
-            if not (stack and count_text.isdigit()):
-                if not line.strip():
-                    continue
-                _raise_bad_line(line, number, source)
+            frames = raw.split(FRAME_SEPARATOR)
+            leaf, space, count_text = frames[-1].rpartition(" ")
+            count_text = count_text.rstrip("\r\n")
+            if not (space and count_text.isdigit() and (leaf or len(frames) > 1)):
+                self._add_unusual_line(raw, number, source)
+                continue
             count = int(count_text)
             if count <= 0:
                 continue
-            index, others = decision_of(tuple(filter(None, map(frame_mask_of, stack.split(FRAME_SEPARATOR)))))
-            stacks[index].append(stack)
-            counts[index].append(count)
+            frames[-1] = leaf
+            index, others = decision_of(tuple(filter(None, map(frame_mask_of, frames))))
+            kept[index].append(raw)
+            kept_counts[index].append(count)
             if others:
                 key = (index, others)
                 overrides[key] = overrides.get(key, 0) + count
+
+    def _add_unusual_line(self, raw: str, number: int, source: str) -> None:
+        """Blank lines and anything the fast path does not recognise: profiler.folded decides."""
+        from .folded import parse_line
+
+        try:
+            parsed = parse_line(raw)
+        except ValueError as exc:
+            raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+        if parsed is not None:
+            self.add(*parsed)
 
     def add_folded_file(self, path: str | Path) -> None:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -385,14 +422,20 @@ class StackAccumulator:
     def result(self) -> MatchResult:
         matcher = self.matcher
         names = matcher.result_names
-        samples = [sum(counts) for counts in self._counts]
+        samples = [sum(c) + sum(lc) for c, lc in zip(self._counts, self._line_counts)]
         multi = [0] * len(names)
         decided_over: Counter[tuple[str, str]] = Counter()
         for (index, others), count in self._overrides.items():
             multi[index] += count
             for other in matcher.task_names_of(others):
                 decided_over[names[index], other] += count
-        task_stacks = TaskStacks(names, [list(s) for s in self._stacks], [list(c) for c in self._counts])
+        task_stacks = TaskStacks(
+            names,
+            [list(s) for s in self._stacks],
+            [list(c) for c in self._counts],
+            [list(s) for s in self._lines],
+            [list(c) for c in self._line_counts],
+        )
         return MatchResult(
             task_samples=dict(zip(names, samples)),
             total_samples=sum(samples),
@@ -402,16 +445,6 @@ class StackAccumulator:
             task_multi_samples=dict(zip(names, multi)),
             decided_over=decided_over,
         )
-
-
-def _raise_bad_line(line: str, number: int, source: str) -> None:
-    from .folded import parse_line
-
-    try:
-        parse_line(line)
-    except ValueError as exc:
-        raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
-    raise CaptureFormatError(f"{source}:{number}: not a folded stack line; fix or drop the line")
 
 
 def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
