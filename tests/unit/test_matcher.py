@@ -247,3 +247,25 @@ def test_classify_reports_multi_task_as_bool(matcher: Matcher) -> None:
     assert matcher.classify_mask("GC Thread#0;org.apache.kafka.A;JacksonParser") == (1, 0b101)
     assert matcher.classify("nothing") == (len(matcher.task_names), False)
     assert matcher.frame_tasks("org.apache.kafka.JacksonParser") == ("Kafka", "Deserialize")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "t;JacksonParser 3",  # no newline at the end of the file
+        "t;JacksonParser 3\r\n",
+        "t; 2\n",  # an empty leaf frame is still a stack
+        "thread with spaces;frame with spaces (int, long) 7\n",
+        "a 1\n\n\n",
+        "GC Thread#0;x 0\nt;y 5\n",
+    ],
+)
+def test_fast_line_path_agrees_with_read_folded(matcher: Matcher, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "s.folded"
+    path.write_bytes(text.encode("utf-8"))
+    streamed = match_folded_files(matcher, [path])
+    reference = match_stacks(matcher, read_folded(path))
+    assert streamed.task_samples == reference.task_samples
+    assert {t: dict(c) for t, c in streamed.task_stacks.items()} == {
+        t: dict(c) for t, c in reference.task_stacks.items()
+    }
