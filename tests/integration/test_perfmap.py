@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,3 +97,29 @@ def test_sampler_with_the_agent_resolves_the_workload(start_cpu_split_jvm, agent
     assert "com.example.CpuSplit::burnAlpha" in frames
     assert "Lcom/example/CpuSplit;::burnAlpha" not in frames  # one spelling whichever path wrote the map
     assert stats.samples > 0
+
+
+def test_jvm_of_another_user_gets_its_map_and_the_agent(start_cpu_split_jvm, cpu_split_classpath, agent):
+    # GIVEN a JVM running as nobody (its classes copied where nobody can read them)
+    shared = Path(tempfile.mkdtemp(prefix="cpu-split-"))
+    try:
+        os.chmod(shared, 0o755)
+        shutil.copytree(cpu_split_classpath, shared / "classes")
+        workload = start_cpu_split_jvm(classpath=shared / "classes", user="nobody", threads=1)
+        pid = workload.pid
+        assert os.stat(f"/proc/{pid}").st_uid == pwd.getpwnam("nobody").pw_uid
+        # WHEN the map is dumped (root peer) and the agent loaded as the JVM's user (the JDK 8 route)
+        result = perfmap.dump_perf_map(pid)
+        assert result.ok, result
+        assert os.stat(_map_file(pid)).st_uid == pwd.getpwnam("nobody").pw_uid  # written by the JVM itself
+        assert "com.example.CpuSplit::burnAlpha" in _burner_entries(pid).values()
+        host_path, jvm_path = perfmap._copy_agent_into(pid, agent)
+        try:
+            status, output = perfmap._attach_as_owner(pid, "load", [jvm_path, "true", ""], 30)
+        finally:
+            host_path.unlink()
+        # THEN the agent rewrote the map in its own spelling
+        assert status == 0 and "return code: 0" in output, output
+        assert "Lcom/example/CpuSplit;::burnAlpha" in _map_file(pid).read_text()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
