@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,6 +388,7 @@ class NetTracer:
         self._netns_addresses: dict[str, set[IpAddress]] = {}
         self._attached = False
         self._warnings: list[str] = []
+        self._lock = threading.Lock()  # add_pid may come from the scope watcher's thread
 
     # -- program text
 
@@ -451,12 +453,13 @@ class NetTracer:
 
     def add_pid(self, pid: int) -> None:
         """Count ``pid`` (all its threads) from now on; may be called before or after start()."""
-        if pid in self._pids:
-            return
-        self._pids.add(pid)
-        self._learn_netns(pid)
-        if self._bpf is not None:
-            self._write_pid(pid)
+        with self._lock:
+            if pid in self._pids:
+                return
+            self._pids.add(pid)
+            self._learn_netns(pid)
+            if self._bpf is not None:
+                self._write_pid(pid)
 
     def _write_pid(self, pid: int) -> None:
         import ctypes
@@ -535,11 +538,14 @@ class NetTracer:
     def collect(self) -> dict[int, NetStats]:
         """NetStats for every added PID (zeros when it moved no bytes)."""
         totals, peers = self.read_peers()
-        for pid in sorted(self._pids):
-            self._learn_netns(pid)
-        self._host_addresses |= host_addresses()
-        stats = aggregate_net_stats(totals, peers, self.local_addresses())
-        for pid in self._pids:
+        with self._lock:
+            for pid in sorted(self._pids):
+                self._learn_netns(pid)
+            self._host_addresses |= host_addresses()
+            local = self.local_addresses()
+            pids = set(self._pids)
+        stats = aggregate_net_stats(totals, peers, local)
+        for pid in pids:
             stats.setdefault(pid, NetStats(pid=pid))
         self._check_drops()
         return {pid: stats[pid] for pid in sorted(stats)}
