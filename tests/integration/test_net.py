@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import psutil
+import pytest
 from bcc import BPF
 
 from profiler.capture import NetStats
@@ -146,3 +148,41 @@ def test_kprobe_fallback_program_passes_the_verifier() -> None:
     finally:
         bpf.cleanup()
     assert not bpf_programs_held_by({psutil.Process().pid})
+
+
+def test_failed_calls_peeks_and_udp_in_this_process() -> None:
+    # GIVEN the tracer on this test process itself
+    tracer = NetTracer()
+    sent = received = calls_sent = calls_received = 0
+    try:
+        tracer.start()
+        tracer.add_pid(os.getpid())
+        # a send on an unconnected TCP socket fails (EPIPE): no bytes, no call
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as unconnected, pytest.raises(OSError):
+            unconnected.send(b"x" * 100)
+        # connected UDP over loopback, and unconnected sendto (peer unknown: total only)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+            server.bind(("127.0.0.1", 0))
+            client.connect(server.getsockname())
+            for size in (1000, 1, 65000):
+                sent += client.send(b"u" * size)
+                calls_sent += 1
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as loose:
+                for size in (10, 20):
+                    sent += loose.sendto(b"v" * size, server.getsockname())
+                    calls_sent += 1
+            # a peek leaves the datagram queued: only the real read counts
+            assert len(server.recv(70000, socket.MSG_PEEK)) == 1000
+            for _ in range(5):
+                received += len(server.recv(70000))
+                calls_received += 1
+        tracer.stop()
+        stats = tracer.collect()[os.getpid()]
+    finally:
+        tracer.close()
+    # THEN exactly the successful bytes, nothing external
+    assert received == sent == 1000 + 1 + 65000 + 10 + 20
+    assert (stats.bytes_sent, stats.bytes_received) == (sent, received), stats
+    assert (stats.calls_sent, stats.calls_received) == (calls_sent, calls_received), stats
+    assert stats.bytes_sent_external == stats.bytes_received_external == 0
