@@ -219,8 +219,8 @@ def dump_perf_map(pid: int, timeout: float = 30.0) -> PerfMapResult:
     began = time.monotonic()
     try:
         status, output = attach_command(pid, "jcmd", "Compiler.perfmap", timeout=timeout)
-        ok = status == 0 and "Unknown diagnostic command" not in output and "error" not in output.lower()[:200]
-        return PerfMapResult(pid, ok, "attach", output.strip()[:200], time.monotonic() - began)
+        ok = status == 0 and not re.search(r"Unknown diagnostic command|Exception|[Ee]rror", output[:500])
+        return PerfMapResult(pid, ok, "attach", output.strip()[:300], time.monotonic() - began)
     except AttachError as exc:
         if not os.path.exists(f"/proc/{pid}") or "SIGQUIT" in exc.message:
             return PerfMapResult(pid, False, "attach", exc.message, time.monotonic() - began)

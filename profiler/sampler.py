@@ -342,17 +342,24 @@ class StackSampler:
         if self._alive(pid) and not self._stopping.is_set():
             prepared.symbols = ProcessSymbols(pid, eager=True)
 
-    def _use_agent(self, info: jvm.JvmInfo) -> bool:
-        return self.perf_map_mode == "agent" or (self.perf_map_mode == "auto" and not info.has_perfmap_command)
+    def _use_agent(self, info: jvm.JvmInfo, prepared: _Prepared) -> bool:
+        """The agent for JDK 8/11 (no Compiler.perfmap), or when asked; an unknown version tries jcmd first."""
+        if self.perf_map_mode == "agent" or prepared.agent_loaded:
+            return True
+        return self.perf_map_mode == "auto" and info.major is not None and not info.has_perfmap_command
 
     def _write_perf_map(self, pid: int, info: jvm.JvmInfo, prepared: _Prepared) -> perfmap.PerfMapResult:
-        if self._use_agent(info):
+        if self._use_agent(info, prepared):
             if prepared.agent_loaded:
                 return perfmap.PerfMapResult(pid, True, "agent", "already loaded")
             result = perfmap.load_agent(pid)
             prepared.agent_loaded = result.ok
         else:
             result = perfmap.dump_perf_map(pid)
+            if not result.ok and self.perf_map_mode == "auto" and "Unknown diagnostic command" in result.detail:
+                # A JDK older than its release file said (or none was readable): the agent works on all.
+                result = perfmap.load_agent(pid)
+                prepared.agent_loaded = result.ok
         prepared.perf_map_ok = prepared.perf_map_ok or result.ok
         return result
 
