@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,7 @@ class Sample:
     window_end_to_fetched: float  # last host's sampling end → every capture home (run.json written)
     window_end_to_summary: float  # → summary.csv written (the goal: ≤ 15 s, flat in hosts)
     window_end_to_report: float | None  # → report/index.html written
+    window_end_to_spark: float | None  # → the analysis's Spark session ready (warmed beside the fetch)
     wall: float  # whole `profile_cluster` call
     duration: float
     start_spread: float  # max - min of the hosts' sampling starts (coordinator clock)
@@ -78,11 +80,17 @@ def measure(factory: SshdFactory, n_hosts: int, duration: float, busy_pid: int, 
     window_end = max(ends)
     summary = out / "summary.csv"
     report = out / "report" / "index.html"
+    spark_ready = None
+    for line in (out / "coordinator.log").read_text().splitlines():
+        match = re.search(r"warm-up began ([0-9.]+), ready ([0-9.]+)", line)
+        if match and float(match.group(2)) > 0:
+            spark_ready = float(match.group(2)) - window_end
     return Sample(
         hosts=n_hosts,
         window_end_to_fetched=(info.end_time or window_end) - window_end,
         window_end_to_summary=summary.stat().st_mtime - window_end,
         window_end_to_report=report.stat().st_mtime - window_end if report.exists() else None,
+        window_end_to_spark=spark_ready,
         wall=wall,
         duration=duration,
         start_spread=max(starts) - min(starts),
@@ -118,8 +126,9 @@ def render(samples: list[Sample], command: str, load_before: str, load_after: st
         f"- load average before / after: {load_before} / {load_after} (the machine is shared)",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        "| hosts | runs | → captures home (s) | → summary.csv (s) | → report (s) | start spread (s) | wall (s) |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| hosts | runs | → captures home (s) | → Spark session ready (s) | → summary.csv (s) | → report (s) "
+        "| start spread (s) | wall (s) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in sorted({s.hosts for s in samples}):
         group = [s for s in samples if s.hosts == n]
@@ -128,8 +137,9 @@ def render(samples: list[Sample], command: str, load_before: str, load_after: st
             return f"{statistics.median(values):.1f}" if values else "–"
 
         reports = [s.window_end_to_report for s in group if s.window_end_to_report is not None]
+        sparks = [s.window_end_to_spark for s in group if s.window_end_to_spark is not None]
         lines.append(
-            f"| {n} | {len(group)} | {med([s.window_end_to_fetched for s in group])} | "
+            f"| {n} | {len(group)} | {med([s.window_end_to_fetched for s in group])} | {med(sparks)} | "
             f"{med([s.window_end_to_summary for s in group])} | {med(reports)} | "
             f"{med([s.start_spread for s in group])} | {med([s.wall for s in group])} |"
         )
@@ -171,7 +181,8 @@ def main() -> int:
                     sample = measure(factory, n, duration, busy.pid, work, index)
                     samples.append(sample)
                     print(
-                        f"{n} host(s): captures home {sample.window_end_to_fetched:.1f} s, summary "
+                        f"{n} host(s): captures home {sample.window_end_to_fetched:.1f} s, spark ready "
+                        f"{sample.window_end_to_spark or 0:.1f} s, summary "
                         f"{sample.window_end_to_summary:.1f} s, report {sample.window_end_to_report or 0:.1f} s, "
                         f"start spread {sample.start_spread:.2f} s, wall {sample.wall:.1f} s"
                         + ("" if sample.complete else " (PARTIAL)"),

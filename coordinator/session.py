@@ -536,7 +536,7 @@ def profile_cluster(
         outcome = ProfileOutcome(out_dir, info.complete, exit_code, info, warnings=warnings)
         try:
             if analyze and any(h.has_capture for h in info.hosts):
-                outcome = _analyze(outcome, warmup)
+                outcome = _analyze(outcome, warmup, log)
         finally:
             if warmup is not None:
                 warmup.close()
@@ -561,6 +561,8 @@ class SparkWarmup(threading.Thread):
         self.error: BaseException | None = None
         self.ready = threading.Event()
         self._release = threading.Event()
+        self.started_at = time.time()
+        self.ready_at: float | None = None
 
     @classmethod
     def start_if_available(cls) -> SparkWarmup | None:
@@ -580,6 +582,7 @@ class SparkWarmup(threading.Thread):
 
             with pipeline.spark_session() as spark:
                 self.session = spark
+                self.ready_at = time.time()
                 self.ready.set()
                 self._release.wait()
         except BaseException as exc:  # noqa: BLE001 - the analysis falls back to its own session
@@ -596,7 +599,7 @@ class SparkWarmup(threading.Thread):
         self.join(120)
 
 
-def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None) -> ProfileOutcome:
+def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None, log: RunLog | None = None) -> ProfileOutcome:
     """summary.csv through the pipeline, then the HTML report, when those modules exist."""
     summary: Path | None = None
     report_index: Path | None = None
@@ -605,16 +608,26 @@ def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None) -> Prof
             from . import pipeline
 
             spark = warmup.take() if warmup is not None else None
+            if log is not None and warmup is not None:
+                log.write(
+                    "*",
+                    f"analysis: spark session warm-up began {warmup.started_at:.3f}, ready {warmup.ready_at or 0:.3f}, "
+                    f"used {time.time():.3f}",
+                )
             result = (
                 pipeline.analyze([outcome.run_dir], spark=spark)
                 if spark is not None
                 else pipeline.analyze([outcome.run_dir])
             )
             summary = Path(result.summary_csv)
+            if log is not None:
+                log.write("*", f"analysis: {summary.name} written at {time.time():.3f}")
         if importlib.util.find_spec("coordinator.report") is not None:
             from . import report
 
             report_index = Path(report.render_report(outcome.run_dir))
+            if log is not None:
+                log.write("*", f"analysis: report written at {time.time():.3f}")
     except ProfilerError as exc:
         return replace(outcome, summary_csv=summary, report=report_index, analysis_error=str(exc))
     except Exception as exc:  # noqa: BLE001 - the captures are safe; the analysis can be re-run alone
