@@ -193,7 +193,7 @@ def main() -> int:
             busy.kill()
             busy.wait()
     load_after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    command = ".venv/bin/python bench/bench_postrun.py" + (" --quick" if args.quick else "")
+    command = " ".join([".venv/bin/python bench/bench_postrun.py", *sys.argv[1:]])
     text = render(samples, command, load_before, load_after)
     print(text)
     if not args.no_write:

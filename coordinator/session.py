@@ -173,7 +173,8 @@ class HostWorker(threading.Thread):
                 raise
             except ProfilerError as exc:
                 self.log.write(self.spec.label, f"reconnect failed: {exc}")
-            self.control.stop.wait(min(2.0, max(0.0, deadline - time.monotonic())))
+            # Not interruptible by a stop request: stopping needs the host too.
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
         return False
 
     def _with_reconnect(self, action: Callable[[], Any], deadline: float) -> Any:
