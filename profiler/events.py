@@ -38,11 +38,15 @@ class EndpointError(Exception):
     """An HTTP endpoint did not answer with the JSON we expected (internal; becomes a reason)."""
 
 
+# Engine endpoints are on this host: never route them through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def http_json(url: str, timeout: float = 30.0) -> Any:
     """GET ``url`` and decode JSON; EndpointError for anything else (refused, not HTTP, not JSON)."""
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (local engine URLs)
+        with _OPENER.open(request, timeout=timeout) as response:
             body = response.read(64 << 20)
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         raise EndpointError(f"{url}: {exc}") from None
