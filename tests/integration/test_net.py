@@ -177,7 +177,9 @@ def test_failed_calls_peeks_and_udp_in_this_process() -> None:
             for _ in range(5):
                 received += len(server.recv(70000))
                 calls_received += 1
-        tracer.stop()
+            tracer.stop()
+            client.send(b"after stop: not counted")
+            server.recv(100)
         stats = tracer.collect()[os.getpid()]
     finally:
         tracer.close()
