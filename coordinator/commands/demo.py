@@ -7,7 +7,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -53,6 +52,16 @@ def _duration(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text}: must be between 0 and 3600 seconds")
+    return value
+
+
 def _executors(text: str) -> int:
     value = _positive_int(text)
     if value > 8:
@@ -93,6 +102,13 @@ class DemoCommand:
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
         parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second (20000)")
+        parser.add_argument(
+            "--campaigns", type=_positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)"
+        )
+        parser.add_argument(
+            "--warmup", type=_non_negative, default=30.0,
+            help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
+        )
         parser.add_argument("--executors", type=_executors, default=2, help="1-core executors (2)")
         parser.add_argument(
             "--sink", choices=("auto", "redis", "file"), default="auto", help="auto: Redis when redis-server exists"
@@ -110,16 +126,22 @@ class DemoCommand:
         from ..rundir import new_run_id
         from ..session import prepare_run_dir, profile_cluster
         from ..sparkcluster import LocalSparkCluster, free_port
-        from ..ysb.runner import YsbOptions, YsbRun
+        from ..ysb.runner import YsbOptions, YsbRun, batches_between
 
         out = args.out or Path("runs") / f"demo-{new_run_id()}"
         created = not out.exists()
-        prepare_run_dir(out, args.force)  # refuse an existing run before starting anything
+        # Refuse (or, with --force, clear) an existing run before starting anything; profile_cluster
+        # then finds an empty directory.
+        prepare_run_dir(out, args.force)
+        for child in out.iterdir():
+            child.rmdir()
         profile = data_file(DEFAULT_PROFILE)
         say = print  # a few lines; --quiet only drops the per-host progress lines
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
         driver_port = free_port()
-        options = YsbOptions(rate=args.rate, sink=args.sink, executors=args.executors, executor_cores=1)
+        options = YsbOptions(
+            rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1
+        )
         try:
             with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch, LocalSparkCluster(
                 worker_cores=args.executors, worker_memory=f"{args.executors}g"
@@ -129,11 +151,11 @@ class DemoCommand:
                     say(f"demo: YSB at {args.rate} events/s, sink {ysb.sink}; waiting for the first micro-batch")
                     ysb.wait_ready(timeout=args.ready_timeout)
                     executors = cluster.executor_pids()
-                    say(f"demo: processing; executors {executors}; profiling for {args.duration:.0f} s")
+                    say(f"demo: processing; executors {executors}; warming up for {args.warmup:.0f} s")
+                    ysb.wait_processing(args.warmup)
+                    say(f"demo: profiling for {args.duration:.0f} s")
                     known_spes = Path(scratch) / "known_spes.txt"
                     known_spes.write_text(demo_known_spes(cluster.master_port, driver_port))
-                    batches_before = len(ysb.progress())
-                    started = time.monotonic()
                     outcome = profile_cluster(
                         [local_host()],
                         duration=args.duration,
@@ -141,12 +163,14 @@ class DemoCommand:
                         profile=profile,
                         known_spes=known_spes,
                         frequency=args.frequency,
-                        labels={"workload": "ysb", "engine": "spark-structured-streaming", "rate": str(args.rate)},
+                        labels={"workload": "ysb", "spe": "spark-structured-streaming", "rate": str(args.rate),
+                                "campaigns": str(args.campaigns)},
                         progress=not args.quiet,
-                        force=True,  # prepared above
+                        force=args.force,
                     )
-                    window = ysb.progress()[batches_before:]
-                    elapsed = time.monotonic() - started
+                    started = outcome.info.start_time
+                    window = batches_between(ysb.progress(), started, started + args.duration)
+                    elapsed = args.duration
                     windows_written = ysb.redis_windows() if ysb.sink == "redis" else ysb.file_sink_rows()
         except KeyboardInterrupt:
             print("coordinator demo: interrupted; everything it started is stopped", file=sys.stderr)
@@ -165,7 +189,7 @@ class DemoCommand:
 
         rows = sum(b.input_rows for b in window)
         print(
-            f"demo: {len(window)} micro-batches, {rows} events in {elapsed:.0f} s while profiling; throughput "
+            f"demo: {len(window)} micro-batches, {rows} events in the {elapsed:.0f} s window; throughput "
             f"{sustained_throughput(window):.0f} events/s of busy time, median batch "
             f"{median_processed_rate(window):.0f} events/s; {windows_written} window rows in the sink"
         )

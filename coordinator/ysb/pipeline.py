@@ -39,9 +39,15 @@ class SinkSpec:
     sink_jar_class: str = "ysb.RedisSink"
 
 
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _pick(values: Sequence[str], index: Column) -> Column:
-    """``values[index]`` for an index column in 0..len-1 (the array is a folded constant)."""
-    return F.element_at(F.array(*[F.lit(v) for v in values]), index + F.lit(1))
+    """``values[index]`` for an index column in 0..len-1. The array is one SQL literal expression (one
+    driver round trip instead of one per element; Spark folds it into a constant)."""
+    array = F.expr("array(" + ", ".join(_sql_string(v) for v in values) + ")")
+    return F.element_at(array, index + F.lit(1))
 
 
 def generate_events(

@@ -11,12 +11,14 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
-from coordinator.sparkcluster import LocalSparkCluster, SparkSubmitProcess, java_home
+from coordinator.sparkcluster import LocalSparkCluster, SparkClusterError, SparkSubmitProcess, java_home
 from coordinator.ysb.redis import RedisServer, redis_server_binary
 from profiler.errors import CapabilityError, ConfigError
 
@@ -71,6 +73,19 @@ def parse_progress(stdout: str) -> list[BatchProgress]:
         except (ValueError, KeyError, TypeError):
             continue
     return batches
+
+
+def batches_between(batches: list[BatchProgress], start: float, end: float) -> list[BatchProgress]:
+    """Batches that began within [start, end] (epoch seconds); batches with no timestamp are left out."""
+    selected = []
+    for batch in batches:
+        try:
+            began = datetime.fromisoformat(batch.timestamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if start <= began <= end:
+            selected.append(batch)
+    return selected
 
 
 def sustained_throughput(batches: list[BatchProgress]) -> float:
@@ -199,6 +214,18 @@ class YsbRun:
         """Until the first micro-batch with input rows has gone through the whole pipeline."""
         assert self.app is not None
         self.app.wait_for_output(r"^READY", timeout=timeout)
+
+    def wait_processing(self, seconds: float) -> None:
+        """Let the query run for ``seconds``, failing early if the app dies."""
+        assert self.app is not None
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.app.poll() is not None:
+                raise SparkClusterError(
+                    f"{self.app.stderr_path}: the YSB app exited with code {self.app.returncode} while running; "
+                    "read its log"
+                )
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
     def progress(self) -> list[BatchProgress]:
         return parse_progress(self.app.output()) if self.app is not None else []
