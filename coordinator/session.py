@@ -112,6 +112,7 @@ class RunControl:
         self.stop = threading.Event()
         self.go = threading.Event()
         self.start_at: float | None = None
+        self.analysing = False  # every capture is home and run.json written
 
     def release(self, start_at: float) -> None:
         self.start_at = start_at
@@ -406,6 +407,8 @@ class _SigintToStop:
         self.installed = False
 
     def _handler(self, signum: int, frame: Any) -> None:
+        if self.control.analysing:
+            raise KeyboardInterrupt  # the captures are home; Ctrl-C now abandons only the analysis
         if not self.control.stop.is_set():
             self.control.stop.set()
             self.renderer.note("coordinator: stopping every host's profiler and fetching partial results…")
@@ -535,6 +538,7 @@ def profile_cluster(
         warnings = tuple(w for worker in workers for w in worker.warnings)
         exit_code = 0 if info.complete else PartialRunError.exit_code
         outcome = ProfileOutcome(out_dir, info.complete, exit_code, info, warnings=warnings)
+        control.analysing = True
         try:
             if analyze and any(h.has_capture for h in info.hosts):
                 outcome = _analyze(outcome, warmup, log)

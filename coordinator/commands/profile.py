@@ -6,6 +6,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
@@ -125,16 +126,36 @@ class ProfileCommand:
     def run(self, args: argparse.Namespace) -> int:
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
-        from ..errors import PartialRunError
         from ..rundir import new_run_id
-        from ..session import load_cluster, profile_cluster
+        from ..session import load_cluster
 
         hosts = load_cluster(args.cluster)
         out = args.out or Path("runs") / new_run_id()
         profile = args.profile or data_file(DEFAULT_PROFILE)
         known_spes = args.known_spes or data_file(DEFAULT_KNOWN_SPES)
         labels = dict(args.label)
-        outcome = profile_cluster(
+        try:
+            outcome = self._profile(args, hosts, out, profile, known_spes, labels)
+        except KeyboardInterrupt:
+            from ..rundir import is_run_dir
+
+            if not is_run_dir(out):
+                raise
+            print(
+                f"coordinator profile: analysis interrupted; the captures are in {out}; "
+                f"next: coordinator analyze {out}",
+                file=sys.stderr,
+            )
+            return 130
+        return self._report(outcome)
+
+    @staticmethod
+    def _profile(
+        args: argparse.Namespace, hosts: Any, out: Path, profile: Path, known_spes: Path, labels: dict[str, str]
+    ) -> Any:
+        from ..session import profile_cluster
+
+        return profile_cluster(
             hosts,
             duration=args.duration,
             out_dir=out,
@@ -154,6 +175,11 @@ class ProfileCommand:
             start_delay=args.start_delay,
             connect_timeout=args.connect_timeout,
         )
+
+    @staticmethod
+    def _report(outcome: Any) -> int:
+        from ..errors import PartialRunError
+
         run_dir = outcome.run_dir
         for warning in outcome.warnings:
             print(f"coordinator profile: warning: {warning}", file=sys.stderr)
