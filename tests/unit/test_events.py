@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +23,7 @@ from profiler.events import (
     EventCounter,
     FlinkJobManager,
     SparkDriver,
+    discover_spark,
     engine_of,
     execution_input_rows,
     executions_to_read,
@@ -24,11 +31,13 @@ from profiler.events import (
     flink_running_jobs,
     flink_source_records,
     flink_source_vertices,
+    http_json,
     parse_batch_description,
     parse_execution_list,
     parse_metric_number,
     parse_spark_time,
     rows_in_window,
+    speaks_http,
 )
 
 QUERY = "a40bbe98-00f3-4316-914e-45cfdb72be14"
@@ -351,3 +360,97 @@ def test_flink_counter_reports_source_records_of_the_window(monkeypatch: pytest.
 def test_flink_job_manager_read() -> None:
     manager = FlinkJobManager(FLINK, FakeRest(_flink_routes(10.0, 4.0, 4.0)))
     assert manager.read() == {JID: 10}
+
+
+# ---------------------------------------------------------------- HTTP and discovery against in-process servers
+
+
+class _JsonHandler(http.server.BaseHTTPRequestHandler):
+    routes: dict[str, Any] = {}
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server naming)
+        self.send_response(302)
+        self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path not in self.routes:
+            self.send_error(404)
+            return
+        body = json.dumps(self.routes[self.path]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def json_server() -> Iterator[tuple[int, dict[str, Any]]]:
+    routes: dict[str, Any] = {}
+    handler = type("Handler", (_JsonHandler,), {"routes": routes})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], routes
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_http_json_and_speaks_http(json_server: tuple[int, dict[str, Any]]) -> None:
+    port, routes = json_server
+    routes["/x"] = {"a": 1}
+    assert http_json(f"http://127.0.0.1:{port}/x") == {"a": 1}
+    assert speaks_http("127.0.0.1", port)
+    with pytest.raises(EndpointError):
+        http_json(f"http://127.0.0.1:{port}/missing")
+    # a TCP listener that is not HTTP (an RPC port): answers garbage and closes
+    with socket.socket() as rpc:
+        rpc.bind(("127.0.0.1", 0))
+        rpc.listen(1)
+
+        def garbage() -> None:
+            conn, _ = rpc.accept()
+            conn.sendall(b"\x00\x00\x00\x10not http at all\n")
+            conn.close()
+
+        threading.Thread(target=garbage, daemon=True).start()
+        assert not speaks_http("127.0.0.1", rpc.getsockname()[1])
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        free = closed.getsockname()[1]
+    assert not speaks_http("127.0.0.1", free)
+    with pytest.raises(EndpointError):
+        http_json(f"http://127.0.0.1:{free}/x", timeout=2)
+
+
+def test_discover_spark_finds_the_ui_among_this_process_listening_ports(
+    json_server: tuple[int, dict[str, Any]]
+) -> None:
+    # GIVEN this process listens on an "RPC" port and on a port that serves the Spark REST API
+    port, routes = json_server
+    routes["/api/v1/applications"] = [{"id": "app-20261122-0001", "name": "ysb"}]
+    with socket.socket() as rpc:
+        rpc.bind(("127.0.0.1", 0))
+        rpc.listen(4)
+
+        def hang_up() -> None:
+            while True:
+                try:
+                    conn, _ = rpc.accept()
+                except OSError:
+                    return
+                conn.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        process = ProcessInfo(os.getpid(), "managing", "spark", "driver", "u",
+                              "java org.apache.spark.deploy.SparkSubmit", 0.0, 0.0)
+        # WHEN the driver's UI is looked for; THEN the HTTP port with the API is found
+        assert discover_spark(process, http_json) == (f"http://127.0.0.1:{port}", "app-20261122-0001")
+        routes.clear()
+        assert discover_spark(process, http_json) is None
