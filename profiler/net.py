@@ -563,9 +563,24 @@ class NetTracer:
             if message not in self._warnings:
                 self._warnings.append(message)
 
+    @property
     def warnings(self) -> list[str]:
-        """End-of-run warnings (one line each, naming what to change)."""
+        """End-of-run warnings (one line each, naming what to change); complete after collect()."""
         return list(self._warnings)
+
+    @property
+    def prog_ids(self) -> list[int]:
+        """Kernel ids of the loaded BPF programs (for bpf_stats run time)."""
+        if self._bpf is None:
+            return []
+        ids: list[int] = []
+        for function in self._bpf.funcs.values():
+            try:
+                with open(f"/proc/self/fdinfo/{function.fd}", encoding="ascii") as handle:
+                    ids += [int(line.split()[1]) for line in handle if line.startswith("prog_id:")]
+            except (OSError, ValueError, IndexError):
+                continue
+        return ids
 
     def close(self) -> None:
         """Detach and unload everything; safe to call more than once."""

@@ -41,15 +41,18 @@ def test_loopback_v4_v6_and_mapped_counted_exactly_others_excluded(traffic_worke
     try:
         mechanism = tracer.start()
         assert mechanism == MECHANISM_TRACEPOINT  # kernel 6.18 here
+        assert len(tracer.prog_ids) == 2  # send and receive programs
         for client in (v4, v6, mapped):
             tracer.add_pid(client.pid)
         # WHEN all four clients run concurrently
         _run([v4, v6, mapped, other])
         tracer.stop()
         stats = tracer.collect()
+        assert tracer.warnings == []
     finally:
         tracer.close()
         tracer.close()  # idempotent
+    assert tracer.prog_ids == []
 
     # THEN each traced PID has exactly its bytes, all same-host, and the untraced one is absent
     assert set(stats) == {v4.pid, v6.pid, mapped.pid}
