@@ -6,8 +6,10 @@ table shared by every graph of a report, so a frame repeated in many graphs is s
 
 from __future__ import annotations
 
+import gc
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from profiler.capture import UNMATCHED
@@ -55,19 +57,14 @@ def prune_stacks(counts: Mapping[str, int], max_stacks: int) -> Pruned:
     positive = {stack: count for stack, count in counts.items() if count > 0}
     if max_stacks <= 0 or len(positive) <= max_stacks:
         return Pruned(positive, 0, 0)
-    ordered = sorted(positive.items(), key=lambda item: (-item[1], item[0]))
-    kept = dict(ordered[:max_stacks])
-    dropped = ordered[max_stacks:]
-    return Pruned(kept, len(dropped), sum(count for _, count in dropped))
-
-
-@dataclass
-class _Node:
-    frame: int
-    value: int = 0
-    tasks: dict[int, int] = field(default_factory=dict)  # task index -> samples through this frame
-    decides: dict[int, int] = field(default_factory=dict)  # task index -> samples this frame decided
-    children: dict[int, _Node] = field(default_factory=dict)
+    # The smallest count that still makes the cut, found in O(n log k) on the counts alone.
+    threshold = heapq.nlargest(max_stacks, positive.values())[-1]
+    kept = {stack: count for stack, count in positive.items() if count > threshold}
+    ties = sorted(stack for stack, count in positive.items() if count == threshold)
+    for stack in ties[: max_stacks - len(kept)]:
+        kept[stack] = threshold
+    dropped_samples = sum(positive.values()) - sum(kept.values())
+    return Pruned(kept, len(positive) - len(kept), dropped_samples)
 
 
 @dataclass(frozen=True)
@@ -126,13 +123,23 @@ class StackClassifications:
         except KeyError:
             raise ValueError(f"classifier returned task {task!r} that is not in the report's task list") from None
 
-    def classify(self, stack: str, frames: Sequence[str]) -> tuple[int, int | None]:
+    def classify(self, stack: str, frames: Sequence[str] | None = None) -> tuple[int, int | None]:
+        """(task index, deciding frame index) of a folded stack; ``frames`` saves a split if known."""
         found = self._memo.get(stack)
         if found is None:
-            task, decider = self._classifier(frames)
+            task, decider = self._classifier(frames if frames is not None else stack.split(FRAME_SEPARATOR))
             found = (self.task_index(task), decider)
             self._memo[stack] = found
         return found
+
+    def split_by_task(self, counts: Mapping[str, int]) -> dict[str, dict[str, int]]:
+        """The stacks of ``counts`` grouped by task (every task present, possibly empty)."""
+        groups: list[dict[str, int]] = [{} for _ in self.task_names]
+        classify = self.classify
+        for stack, count in counts.items():
+            if count > 0:
+                groups[classify(stack)[0]][stack] = count
+        return dict(zip(self.task_names, groups))
 
 
 def build_flamegraph(
@@ -154,36 +161,67 @@ def build_flamegraph(
     a pattern) and everything above it in that stack therefore share the task's colour unless other
     tasks' stacks pass through the same frame.
     """
+    # Building creates up to millions of small lists that never form cycles; the cyclic garbage
+    # collector would rescan them again and again (most of the time for large captures).
+    gc_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(counts, classifications, frames, key, title, kind, root_name, max_stacks)
+    finally:
+        if gc_enabled:
+            gc.enable()
+
+
+def _build(
+    counts: Mapping[str, int],
+    classifications: StackClassifications,
+    frames: FrameTable,
+    key: str,
+    title: str,
+    kind: str,
+    root_name: str,
+    max_stacks: int,
+) -> FlameGraph:
     pruned = prune_stacks(counts, max_stacks)
-    root = _Node(frames.intern(root_name))
+    # Nodes are lists for speed: [frame, value, task, breakdown | None, decides | None, children | None].
+    root: list[Any] = [frames.intern(root_name), 0, _UNSET, None, None, None]
+    intern = frames.intern
+    classify = classifications.classify
     max_depth = 0
     for stack, count in pruned.kept.items():
         names = stack.split(FRAME_SEPARATOR)
-        task, decider = classifications.classify(stack, names)
+        task, decider = classify(stack, names)
+        _add(root, task, count)
         node = root
-        _add(node, task, count)
         for depth, name in enumerate(names):
-            child = node.children.get(index := frames.intern(name))
+            index = intern(name)
+            children = node[5]
+            if children is None:
+                children = node[5] = {}
+            child = children.get(index)
             if child is None:
-                child = node.children[index] = _Node(index)
+                child = children[index] = [index, 0, _UNSET, None, None, None]
             _add(child, task, count)
             if depth == decider:
-                child.decides[task] = child.decides.get(task, 0) + count
+                decides = child[4]
+                if decides is None:
+                    decides = child[4] = {}
+                decides[task] = decides.get(task, 0) + count
             node = child
-        max_depth = max(max_depth, len(names))
+        if len(names) > max_depth:
+            max_depth = len(names)
     if pruned.dropped_stacks:
-        marker = _Node(frames.intern(dropped_frame_name(pruned.dropped_stacks, pruned.dropped_samples)))
-        marker.value = pruned.dropped_samples
-        marker.tasks = {MIXED: pruned.dropped_samples}
-        root.children[marker.frame] = marker
-        root.value += pruned.dropped_samples
-        root.tasks[MIXED] = root.tasks.get(MIXED, 0) + pruned.dropped_samples
+        marker_frame = intern(dropped_frame_name(pruned.dropped_stacks, pruned.dropped_samples))
+        if root[5] is None:
+            root[5] = {}
+        root[5][marker_frame] = [marker_frame, pruned.dropped_samples, MIXED, {}, None, None]
+        _add(root, MIXED, pruned.dropped_samples)
     return FlameGraph(
         key=key,
         title=title,
         kind=kind,
         tree=_compact(root),
-        samples=root.value,
+        samples=root[1],
         stacks=len(pruned.kept),
         dropped_stacks=pruned.dropped_stacks,
         dropped_samples=pruned.dropped_samples,
@@ -191,33 +229,59 @@ def build_flamegraph(
     )
 
 
-def _add(node: _Node, task: int, count: int) -> None:
-    node.value += count
-    node.tasks[task] = node.tasks.get(task, 0) + count
+_UNSET = -2
 
 
-def _compact(root: _Node) -> list[Any]:
+def _add(node: list[Any], task: int, count: int) -> None:
+    """Count ``count`` samples of ``task`` through ``node``; a second task makes it MIXED."""
+    previous = node[1]
+    node[1] = previous + count
+    current = node[2]
+    if current == task:
+        return
+    if current == _UNSET:
+        node[2] = task
+    elif node[3] is None:
+        node[3] = {current: previous, task: count}
+        node[2] = MIXED
+    else:
+        breakdown = node[3]
+        breakdown[task] = breakdown.get(task, 0) + count
+
+
+def _compact(root: list[Any]) -> list[Any]:
     """Nested lists, largest child first; iterative so deep stacks cannot hit the recursion limit."""
-    out: list[Any] = _compact_one(root)
-    pending: list[tuple[_Node, list[Any]]] = [(root, out)]
+    out = _compact_one(root)
+    pending: list[tuple[list[Any], list[Any]]] = [(root, out)] if root[5] else []
     while pending:
         node, target = pending.pop()
-        for child in sorted(node.children.values(), key=lambda c: (-c.value, c.frame)):
+        children = node[5].values()
+        if len(children) > 1:
+            children = sorted(children, key=_child_order)
+        append = target[3].append
+        for child in children:
             compact_child = _compact_one(child)
-            target[3].append(compact_child)
-            if child.children:
+            append(compact_child)
+            if child[5]:
                 pending.append((child, compact_child))
     return out
 
 
-def _compact_one(node: _Node) -> list[Any]:
-    task = next(iter(node.tasks)) if len(node.tasks) == 1 else MIXED
-    compact: list[Any] = [node.frame, node.value, task, []]
-    if task == MIXED or node.decides:
-        compact.append({str(t): n for t, n in sorted(node.tasks.items())} if task == MIXED else None)
-    if node.decides:
-        compact.append({str(t): n for t, n in sorted(node.decides.items())})
-    return compact
+def _child_order(node: list[Any]) -> tuple[int, int]:
+    return (-node[1], node[0])
+
+
+def _compact_one(node: list[Any]) -> list[Any]:
+    task, breakdown, decides = node[2], node[3] or {}, node[4]
+    if task == _UNSET:  # no samples at all (an empty graph): neutral
+        task = MIXED
+    if task == MIXED or decides:
+        return [
+            node[0], node[1], task, [],
+            {str(t): n for t, n in sorted(breakdown.items())} if task == MIXED else None,
+            *([{str(t): n for t, n in sorted(decides.items())}] if decides else []),
+        ]
+    return [node[0], node[1], task, []]
 
 
 def merge_counts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -232,12 +296,8 @@ def stacks_of_task(
     counts: Mapping[str, int], classifications: StackClassifications, task: str
 ) -> dict[str, int]:
     """The stacks of ``counts`` attributed to ``task`` (drill-down flamegraphs)."""
-    wanted = classifications.task_index(task)
-    return {
-        stack: count
-        for stack, count in counts.items()
-        if count > 0 and classifications.classify(stack, stack.split(FRAME_SEPARATOR))[0] == wanted
-    }
+    classifications.task_index(task)  # an unknown task is an error, not an empty graph
+    return classifications.split_by_task(counts)[task]
 
 
 def leaf_first_classifier(frame_tasks: Callable[[str], Sequence[str]]) -> Classifier:

@@ -503,14 +503,15 @@ def build_view(
             graph(per_pid[pid], f"pid:{host_name}:{pid}", f"{host_name} PID {pid}{what}", "pid", f"PID {pid}")
         for stack, count in merged.items():
             all_counts[stack] = all_counts.get(stack, 0) + count
+    by_task = classifications.split_by_task(all_counts)
     task_samples: dict[str, int] = {}
     for task in task_names:
-        counts = flame.stacks_of_task(all_counts, classifications, task)
+        counts = by_task[task]
         task_samples[task] = sum(counts.values())
         title = "unmatched stacks (no task pattern matched)" if task == UNMATCHED else f"task {task}: drill-down"
         graph(counts, f"task:{task}", title, "unmatched" if task == UNMATCHED else "task", task)
-    unmatched_counts = flame.stacks_of_task(all_counts, classifications, UNMATCHED)
-    unmatched_total = sum(unmatched_counts.values())
+    unmatched_counts = by_task[UNMATCHED]
+    unmatched_total = task_samples[UNMATCHED]
     candidates = tuple(
         (frame, samples, samples / unmatched_total if unmatched_total else 0.0)
         for frame, samples in candidate_patterns(unmatched_counts, candidate_count)

@@ -79,7 +79,7 @@
     var node = d.data;
     var text = node.name + ' — ' + fmtInt(node.value) + ' samples';
     if (total) text += ' (' + fmtPct(node.value / total) + ' of this graph)';
-    if (node.task === MIXED && node.breakdown) {
+    if (node.task === MIXED && node.breakdown && Object.keys(node.breakdown).length) {
       text += ' — shared by: ' + describeTasks(node.breakdown).map(function (p) {
         return p[0] + ' ' + fmtPct(p[1] / node.value);
       }).join(', ');

@@ -122,3 +122,15 @@ def test_deep_stacks_do_not_recurse() -> None:
     deep = ";".join(f"f{i}" for i in range(5000))
     graph, _ = _build({deep: 1})
     assert graph.max_depth == 5000
+
+
+def test_empty_counts_give_an_empty_root() -> None:
+    graph, frames = _build({})
+    assert graph.tree == [frames.intern("all"), 0, MIXED, [], {}] and graph.samples == 0 and graph.stacks == 0
+
+
+def test_pruning_breaks_ties_by_stack_text() -> None:
+    counts = {"c": 2, "b": 2, "a": 2, "big": 9}
+    pruned = prune_stacks(counts, 3)
+    assert pruned.kept == {"big": 9, "a": 2, "b": 2}
+    assert (pruned.dropped_stacks, pruned.dropped_samples) == (1, 2)
