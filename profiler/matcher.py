@@ -357,6 +357,11 @@ class StackAccumulator:
         self._line_counts: list[list[int]] = [[] for _ in range(size)]
         self._overrides: dict[tuple[int, int], int] = {}
 
+    @property
+    def entries(self) -> int:
+        """Stack entries taken so far (lines or pairs with a positive count; repeats included)."""
+        return sum(map(len, self._counts)) + sum(map(len, self._line_counts))
+
     def add(self, stack: str, count: int) -> None:
         self.add_items(((stack, count),))
 

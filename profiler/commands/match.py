@@ -152,9 +152,9 @@ class MatchCommand:
             except OSError as exc:
                 raise ConfigError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
         result = accumulator.result()
-        distinct = sum(len(stacks) for stacks in result.task_stacks.values())
+        # task_stacks stay unbuilt: materializing every task's table would cost as much as matching
         print(f"profile {profile_path}: {len(matcher.task_names)} tasks; {len(files)} stack file(s), "
-              f"{distinct} distinct stacks")
+              f"{accumulator.entries} stacks")
         print(format_table(result, candidate_patterns(result.unmatched, args.top)), end="")
         if args.csv is not None:
             atomic_write_text(args.csv, result_csv(result))
