@@ -3,6 +3,14 @@
 Requires root (CAP_BPF + CAP_PERFMON), bcc and kernel headers; works without a hardware PMU (software
 cpu-clock event). Overhead: one BPF run per sample (99 Hz per CPU by default), no per-sample transfer
 to user space; symbolization happens only in collect(), after stop().
+
+Counting: ``samples`` (in-kernel, per process) = stacks in the folded output + ``dropped`` (counts map
+full). A stack the map could not store (-EEXIST collision, -ENOMEM full, -EFAULT) is counted in
+``lost_user_stack``/``lost_kernel_stack`` and folded as ``[lost user stack]``/``[lost kernel stack]``,
+so shares are not biased; a user-mode sample has no kernel stack and is not lost. A stack with exactly
+``max_stack_depth`` frames counts as ``truncated``. Depths above kernel.perf_event_max_stack raise that
+sysctl for the sampler's lifetime (restored by close()); ``max_stack_depth`` tells what was used.
+Perf maps (``perf_map_mode``): "auto" = Compiler.perfmap on JDK 17+, the JVMTI agent on older JDKs.
 """
 
 from __future__ import annotations
@@ -368,8 +376,8 @@ class StackSampler:
     def _read_counts(self) -> list[tuple[Any, int]]:
         counts = self._bpf[b"counts"]
         try:
-            keys, values = counts.items_lookup_batch()  # one syscall per batch on kernels >= 5.6
-            return [(k, int(v.value)) for k, v in zip(keys, values)]
+            # one syscall per batch on kernels >= 5.6, instead of two per entry
+            return [(k, int(v.value)) for k, v in counts.items_lookup_batch()]
         except Exception:
             return [(k, int(v.value)) for k, v in counts.items()]
 

@@ -1,0 +1,89 @@
+"""The HotSpot attach client against a fake listener: request bytes, reply parsing, refusal."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler import perfmap
+
+
+class FakeListener:
+    """Plays the JVM's side of /tmp/.java_pid<pid> for this test process."""
+
+    def __init__(self, path: Path, reply: bytes | None) -> None:
+        self.path = path
+        self.reply = reply
+        self.requests: list[bytes] = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            data = b""
+            # a request is "1\0" + command + three arguments, each NUL-terminated
+            while data.count(b"\0") < 5:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            self.requests.append(data)
+            if self.reply is not None:
+                conn.sendall(self.reply)
+
+    def close(self) -> None:
+        self.server.close()
+        self.path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def listener_path() -> Iterator[Path]:
+    path = Path(f"/proc/{os.getpid()}/root/tmp/.java_pid{perfmap._namespace_pid(os.getpid())}")
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_request_bytes_and_reply(listener_path: Path) -> None:
+    fake = FakeListener(listener_path, b"0\nreturn code: 0\n")
+    try:
+        status, output = perfmap.attach_command(os.getpid(), "load", "/tmp/agent.so", "true", "")
+    finally:
+        fake.thread.join(5)
+        fake.close()
+    assert fake.requests == [b"1\0load\0/tmp/agent.so\0true\0\0"]
+    assert (status, output) == (0, "return code: 0\n")
+
+
+def test_missing_arguments_are_sent_empty(listener_path: Path) -> None:
+    fake = FakeListener(listener_path, b"-1\njava.lang.IllegalArgumentException: Unknown diagnostic command\n")
+    try:
+        status, output = perfmap.attach_command(os.getpid(), "jcmd", "Compiler.perfmap")
+    finally:
+        fake.thread.join(5)
+        fake.close()
+    assert fake.requests == [b"1\0jcmd\0Compiler.perfmap\0\0\0"]
+    assert status == -1 and "Unknown diagnostic command" in output
+
+
+def test_a_silent_close_is_a_refusal(listener_path: Path) -> None:
+    fake = FakeListener(listener_path, None)  # what HotSpot does when the peer's uid does not match
+    try:
+        with pytest.raises(perfmap.AttachError, match="refused"):
+            perfmap.attach_command(os.getpid(), "jcmd", "VM.version")
+    finally:
+        fake.thread.join(5)
+        fake.close()
+
+
+def test_too_many_arguments_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        perfmap.attach_command(os.getpid(), "jcmd", "a", "b", "c", "d")
