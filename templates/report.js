@@ -13,7 +13,7 @@
   var taskIndex = {};
   tasks.forEach(function (t, i) { taskIndex[t.name] = i; });
 
-  var state = { key: null, chart: null, root: null, term: '' };
+  var state = { key: null, chart: null, root: null, term: '', inverted: true };
   window.spReport = state; // for tests and for the curious: the current graph and chart
 
   function el(tag, className, text) {
@@ -125,6 +125,7 @@
       .minFrameSize(1)
       .transitionDuration(250)
       .sort(false)
+      .inverted(state.inverted)
       .title('')
       .setSearchMatch(searchMatch)
       .setColorMapper(function (d) {
@@ -225,6 +226,11 @@
     });
     document.getElementById('flame-reset').addEventListener('click', function () {
       if (state.chart) state.chart.resetZoom();
+    });
+    var flip = document.getElementById('flame-flip');
+    flip.addEventListener('change', function () {
+      state.inverted = flip.checked;
+      if (state.key) renderGraph(state.key);
     });
   }
 
