@@ -19,7 +19,7 @@ REGEX_PREFIX = "re:"
 TASK_SEPARATOR = ": "
 RESERVED_TASK_NAMES = (UNMATCHED, ALL_TASKS)
 _ESCAPED_COMMA = "\\,"
-_COMMA_PLACEHOLDER = "\x00"
+_UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,7 @@ def literal_key(text: str) -> str:
 
 
 def _split_patterns(spec: str) -> list[str]:
-    parts = spec.replace(_ESCAPED_COMMA, _COMMA_PLACEHOLDER).split(",")
-    return [part.replace(_COMMA_PLACEHOLDER, ",").strip() for part in parts]
+    return [part.replace(_ESCAPED_COMMA, ",").strip() for part in _UNESCAPED_COMMA.split(spec)]
 
 
 def _parse_pattern(raw: str, source: str, number: int, task: str) -> Pattern:

@@ -39,6 +39,7 @@ def test_task_with_several_patterns_and_bare_lines() -> None:
         ("R: re:a{1\\,3}b", "R", [("a{1,3}b", True)]),
         ("Wait: pthread_cond_timedwait,epoll_wait", "Wait", [("pthread_cond_timedwait", False), ("epoll_wait", False)]),
         ("Same: x, x", "Same", [("x", False)]),
+        ("Nul: a\x00b, c", "Nul", [("a\x00b", False), ("c", False)]),
         ("GC Thread#0", "GC Thread#0", [("GC Thread#0", False)]),
     ],
 )
