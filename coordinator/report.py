@@ -148,8 +148,12 @@ def load_run(path: Path) -> RunData:
             "pass a directory written by `coordinator profile` or `profiler run`"
         )
     rows: list[dict[str, str]] = []
-    if (path / SUMMARY_FILE).is_file():
-        rows, source = _read_csv(path / SUMMARY_FILE), SUMMARY_FILE
+    # `coordinator analyze` writes into the run directory, or <capture>/analysis/ for a bare capture.
+    summary = next((p for p in (path / SUMMARY_FILE, path / "analysis" / SUMMARY_FILE) if p.is_file()), None)
+    if summary is not None:
+        rows, source = _read_csv(summary), SUMMARY_FILE
+        if any(row.get("run") == run_id for row in rows):  # an analysis of several runs: this one's rows
+            rows = [row for row in rows if row.get("run") == run_id]
     else:
         source = "host results"
         for host in hosts:
@@ -370,6 +374,7 @@ def _health(
     unmatched_share: float | None,
     graphs_dropped: int,
     max_stacks: int,
+    multi_task_share: float | None = None,
 ) -> tuple[HealthLine, ...]:
     lines: list[HealthLine] = []
     captures = [h.capture for h in run.hosts if h.capture is not None]
@@ -428,6 +433,12 @@ def _health(
         if level == "warn":
             text += "; add the candidate patterns below to the application profile"
         lines.append(HealthLine(level, "unmatched", text))
+    if multi_task_share:
+        lines.append(HealthLine(
+            "info", "matching",
+            f"{multi_task_share:.1%} of the samples matched patterns of several tasks in different frames; "
+            "the frame nearest the leaf decided (docs/matching.md)",
+        ))
     # The profiler's own overhead.
     for capture in captures:
         overhead = capture.overhead
@@ -473,8 +484,9 @@ def build_view(
     profile_tasks = profile.task_names if profile is not None else ()
     task_names = _task_order(profile_tasks, run.rows)
     colors = task_colors(task_names)
-    if profile is not None:
-        classifier = flame.leaf_first_classifier(Matcher(profile).frame_tasks)
+    matcher = Matcher(profile) if profile is not None else None
+    if matcher is not None:
+        classifier = flame.leaf_first_classifier(matcher.frame_tasks)
     else:
         classifier = flame.leaf_first_classifier(lambda frame: ())
     classifications = flame.StackClassifications(classifier, task_names)
@@ -517,19 +529,27 @@ def build_view(
         for frame, samples in candidate_patterns(unmatched_counts, candidate_count)
     )
 
-    # Tables.
-    cluster_rows = [r for r in run.rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
+    # Tables. Hosts without result rows (a run not analysed yet) get the host agent's own
+    # pre-aggregation of their capture, so every table has the same shape.
+    rows = list(run.rows)
+    rows_source = run.rows_source
+    hosts_with_rows = {r.get("host") for r in rows}
+    for host in run.hosts:
+        if host.capture is not None and host.name not in hosts_with_rows:
+            rows.extend(_rows_from_capture(host.name, host.capture, stacks.get(host.name, {}), matcher))
+            rows_source = f"{run.rows_source} and the captures" if run.rows else "the captures (pre-aggregated here)"
+    cluster_rows = [r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
     if cluster_rows:
         cluster = _ordered_lines(
             (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
         )
         note = "from summary.csv (coordinator analyze)"
     else:
-        cluster = aggregate_task_lines(run.rows, task_names, colors)
-        note = f"summed over the PID rows of the {run.rows_source}; share by cycles, interval from samples"
+        cluster = aggregate_task_lines(rows, task_names, colors)
+        note = f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
     host_sections = []
     for host in run.hosts:
-        host_rows = [r for r in run.rows if r.get("host") == host.name]
+        host_rows = [r for r in rows if r.get("host") == host.name]
         level_rows = [r for r in host_rows if r.get("pid") == ALL_TASKS and r.get("task") != ALL_TASKS]
         lines = (
             _ordered_lines((_line_from_row(r, colors) for r in level_rows), task_names)
@@ -548,12 +568,12 @@ def build_view(
             warnings=capture.meta.warnings if capture else (),
             tasks=lines if host_rows else (),
         ))
-    processes = _process_lines(run)
+    processes = _process_lines(run, rows)
 
     # Stacked bars: task cycles (or samples where cycles are unknown) per workload PID.
     bars = []
     unit = "cycles"
-    pid_task_rows = [r for r in run.rows if r.get("pid") not in (ALL_TASKS, None) and r.get("task") != ALL_TASKS]
+    pid_task_rows = [r for r in rows if r.get("pid") not in (ALL_TASKS, None) and r.get("task") != ALL_TASKS]
     if pid_task_rows and any(_num(r.get("cycles")) is None for r in pid_task_rows):
         unit = "samples"
     seen: dict[tuple[str, str], dict[str, float]] = {}
@@ -571,7 +591,11 @@ def build_view(
     if unmatched_share is None and sum(task_samples.values()):
         unmatched_share = task_samples.get(UNMATCHED, 0) / sum(task_samples.values())
     dropped_graphs = sum(1 for g in graphs if g.dropped_stacks)
-    health = _health(run, processes, unmatched_share, dropped_graphs, max_stacks)
+    cluster_task_rows = [r for r in cluster_rows if r.get("task") != ALL_TASKS]
+    multi = _sum(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
+    cluster_samples = _sum(_num(r.get("samples")) for r in cluster_task_rows)
+    multi_share = multi / cluster_samples if multi is not None and cluster_samples else None
+    health = _health(run, processes, unmatched_share, dropped_graphs, max_stacks, multi_share)
 
     default_key = next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None)
     payload: dict[str, Any] = {
@@ -584,7 +608,7 @@ def build_view(
         "maxStacks": max_stacks,
         "chart": {"unit": unit, "bars": bars},
     }
-    meta = _meta_lines(run)
+    meta = _meta_lines(run, rows_source)
     title = f"Task-level CPU profile {run.run_id}"
     return ReportView(
         title=title,
@@ -606,7 +630,7 @@ def build_view(
     )
 
 
-def _meta_lines(run: RunData) -> tuple[tuple[str, str], ...]:
+def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:
     captures = [h.capture for h in run.hosts if h.capture is not None]
     lines: list[tuple[str, str]] = [("run", run.run_id)]
     if run.info is not None:
@@ -632,14 +656,29 @@ def _meta_lines(run: RunData) -> tuple[tuple[str, str], ...]:
             ("kind", "bare host capture (`profiler run`)"),
         ]
     lines.append(("hosts", str(len(run.hosts))))
-    lines.append(("tables from", run.rows_source))
+    lines.append(("tables from", rows_source))
     return tuple(lines)
 
 
-def _process_lines(run: RunData) -> tuple[ProcessLine, ...]:
+def _rows_from_capture(
+    host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Any
+) -> list[dict[str, str]]:
+    """<host>_result.csv rows computed like the host agent does (profiler.aggregate), as CSV text cells."""
+    from profiler.aggregate import aggregate_host
+    from profiler.capture import format_result_csv
+    from profiler.matcher import match_stacks
+
+    if matcher is None:
+        return []
+    matched = {pid: match_stacks(matcher, counts) for pid, counts in stacks.items()}
+    rows = aggregate_host(host, capture.processes, matched, capture.counters, capture.net)
+    return [dict(row) for row in csv.DictReader(format_result_csv(rows).splitlines())]
+
+
+def _process_lines(run: RunData, rows: Sequence[Mapping[str, str]]) -> tuple[ProcessLine, ...]:
     totals = {
         (r.get("host", ""), r.get("pid", "")): r
-        for r in run.rows
+        for r in rows
         if r.get("task") == ALL_TASKS and r.get("pid") != ALL_TASKS
     }
     lines = []

@@ -193,3 +193,25 @@ def test_cli_report_and_publish(crafted_run: Path, tmp_path: Path, capsys: pytes
 
 def test_hostile_frames_are_in_the_fixture() -> None:
     assert all(";" not in frame for frame in HOSTILE_FRAMES)  # a ';' would split the frame
+
+
+def test_run_not_analysed_yet_is_pre_aggregated_like_the_host_agent(tiny_run: Path) -> None:
+    # tiny_run (tests/fixtures/captures.py): no summary.csv, no <host>_result.csv, known answers
+    index = render_report(tiny_run)
+    payload = read_payload(index)
+    bars = {b["pid"]: b["values"] for b in payload["chart"]["bars"]}  # type: ignore[index]
+    assert bars["100"]["Kafka"] == pytest.approx(6e8)
+    assert bars["100"]["Deserialize"] == pytest.approx(3e8)
+    assert bars["200"]["unmatched"] == pytest.approx(3e8)
+    html = index.read_text(encoding="utf-8")
+    assert "the captures (pre-aggregated here)" in html
+    assert '<span class="label-key">load</span>10k' in html
+
+
+def test_summary_of_several_runs_shows_this_runs_rows(crafted_run: Path) -> None:
+    summary = crafted_run / "summary.csv"
+    lines = summary.read_text().splitlines()
+    other = [line.replace(crafted_run.name, "other-run", 1).replace(",Kafka,", ",OtherTask,") for line in lines[1:]]
+    summary.write_text("\n".join([*lines, *other]) + "\n")
+    html = render_report(crafted_run).read_text(encoding="utf-8")
+    assert 'data-task="Kafka"' in html and "OtherTask" not in html
