@@ -40,7 +40,7 @@ KIND_ERROR = 2  # an input file that could not be read; ``stack`` holds the mess
 READ_BATCH_ROWS = 20_000
 FILES_PER_SLICE = 16
 
-RAW_SCHEMA = "pid_key int, stack string, samples long, error string"
+RAW_SCHEMA = "pid_key int, digest binary, stack string, samples long, error string"
 MATCHED_SCHEMA = "kind int, pid_key int, task int, stack string, samples long, multi long"
 
 
@@ -101,20 +101,21 @@ def _quiet_pyspark_warnings() -> None:
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
-@contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``path`` while the JVM is launched: the JVM inherits it, so its
-    start-up chatter and later log lines go to the log file instead of the user's terminal."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.dup2(fd, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
+def _launch_jvm_quietly(settings: Mapping[str, str], log_path: Path) -> None:
+    """Start the py4j JVM of this process (once) with its stderr in ``log_path``: Spark's start-up
+    chatter and later log lines go to the log file, not the user's terminal, and nothing else of
+    the process is redirected (the coordinator prints progress from other threads meanwhile)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:  # a JVM of an earlier session in this process
+            return
+        conf = SparkConf(loadDefaults=False)
+        conf.setAll(list(settings.items()))
+        with open(log_path, "ab") as log:
+            SparkContext._gateway = launch_gateway(conf, popen_kwargs={"stderr": log})
+        SparkContext._jvm = SparkContext._gateway.jvm
 
 
 @contextmanager
@@ -131,29 +132,29 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     log4j.write_text(_LOG4J, encoding="utf-8")
     spark_log = scratch / "spark.log"
     java_options = f"-Dlog4j.configurationFile=file:{log4j} -Dlog4j2.configurationFile=file:{log4j}"
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(APP_NAME)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", java_options)
-        .config("spark.executor.extraJavaOptions", java_options)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.local.dir", str(scratch))
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-    )
+    settings = {
+        "spark.master": master,
+        "spark.app.name": APP_NAME,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.local.dir": str(scratch),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.python.worker.reuse": "true",
+    }
     if _is_local(master):
-        builder = (
-            builder.config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.memory", os.environ.get("TASKPROF_DRIVER_MEMORY", "3g"))
-        )
-    for key, value in (conf or {}).items():
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+        settings["spark.driver.memory"] = os.environ.get("TASKPROF_DRIVER_MEMORY", "3g")
+    settings.update(conf or {})
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        with _stderr_to(spark_log):
-            spark = builder.getOrCreate()
+        _launch_jvm_quietly(settings, spark_log)
+        spark = builder.getOrCreate()
     except Exception as exc:
         tail = spark_log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         shutil.rmtree(scratch, ignore_errors=True)
@@ -177,25 +178,32 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
 
 
 def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """(pid_key, path) rows in, (pid_key, stack, samples, error) rows out: one row per distinct
-    stack of each file; a file that cannot be read gives one row with ``error`` set."""
+    """(pid_key, path) rows in, (pid_key, digest, stack, samples, error) rows out: one row per
+    distinct stack of each file, keyed by a 128-bit BLAKE2b digest of the stack. The text itself
+    travels only with the first occurrence in this partition (the same stacks recur in every
+    executor of an archive), so the JVM hashes and shuffles 16-byte keys, not kilobyte strings.
+    A file that cannot be read gives one row with an empty digest and ``error`` set."""
+    from hashlib import blake2b
+
     import pyarrow as pa
 
     from profiler.folded import read_folded
 
-    rows: list[tuple[int, str | None, int, str | None]] = []
+    rows: list[tuple[int, bytes, str | None, int, str | None]] = []
+    digests: dict[str, bytes] = {}
 
     def flush() -> pa.RecordBatch:
-        keys, stacks, counts, errors = zip(*rows)
+        keys, digest_column, stacks, counts, errors = zip(*rows)
         rows.clear()
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(keys, pa.int32()),
+                pa.array(digest_column, pa.binary()),
                 pa.array(stacks, pa.string()),
                 pa.array(counts, pa.int64()),
                 pa.array(errors, pa.string()),
             ],
-            names=["pid_key", "stack", "samples", "error"],
+            names=["pid_key", "digest", "stack", "samples", "error"],
         )
 
     for batch in batches:
@@ -203,12 +211,20 @@ def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
             try:
                 folded = read_folded(Path(path))
             except CaptureFormatError as exc:
-                rows.append((key, None, 0, str(exc)))
+                rows.append((key, b"", None, 0, str(exc)))
                 continue
             except OSError as exc:
-                rows.append((key, None, 0, f"{path}: cannot read ({exc.strerror or exc}); check the file"))
+                rows.append((key, b"", None, 0, f"{path}: cannot read ({exc.strerror or exc}); check the file"))
                 continue
-            rows.extend((key, stack, count, None) for stack, count in folded.items() if count > 0)
+            for stack, count in folded.items():
+                if count <= 0:
+                    continue
+                digest = digests.get(stack)
+                if digest is None:
+                    digest = digests[stack] = blake2b(stack.encode("utf-8"), digest_size=16).digest()
+                    rows.append((key, digest, stack, count, None))
+                else:
+                    rows.append((key, digest, None, count, None))
             if len(rows) >= READ_BATCH_ROWS:
                 yield flush()
     if rows:
@@ -299,7 +315,8 @@ def _match_function(profile_broadcast: Any, task_count: int) -> Any:
 
 
 def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str]]) -> DataFrame:
-    """One row per (PID, distinct stack) of every stacks.folded file: ``pid_key, stack, samples, error``."""
+    """One row per (PID, distinct stack) of every stacks.folded file:
+    ``pid_key, digest, stack (first occurrence per partition only), samples, error``."""
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     schema = StructType([StructField("pid_key", IntegerType(), False), StructField("path", StringType(), False)])
@@ -317,7 +334,9 @@ def match_stacks(stacks: DataFrame, profile_text: str, task_count: int) -> DataF
 
     spark = stacks.sparkSession
     profile_broadcast = spark.sparkContext.broadcast(profile_text)
-    grouped = stacks.groupBy("stack").agg(
+    # Every non-null stack of one digest is the same text, so first() is deterministic here.
+    grouped = stacks.groupBy("digest").agg(
+        F.first("stack", ignorenulls=True).alias("stack"),
         F.sum("samples").alias("samples"),
         F.collect_list(F.struct("pid_key", "samples")).alias("refs"),
         F.min("error").alias("error"),
