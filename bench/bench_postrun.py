@@ -25,8 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from coordinator import rundir  # noqa: E402
-from coordinator.cluster import load_cluster  # noqa: E402
-from coordinator.session import profile_cluster  # noqa: E402
 from profiler import capture  # noqa: E402
 from tests.fixtures.sshd import SshdFactory  # noqa: E402
 
@@ -55,24 +53,28 @@ def measure(factory: SshdFactory, n_hosts: int, duration: float, busy_pid: int, 
     profile = work / "profile.txt"
     known_spes = work / "known_spes.txt"
     out = work / f"run-{n_hosts}-{index}"
-    began = time.time()
-    outcome = profile_cluster(
-        load_cluster(cluster),
-        duration=duration,
-        out_dir=out,
-        profile=profile,
-        known_spes=known_spes,
-        known_hosts=known_hosts,
-        pids=(busy_pid,),
-        progress=False,
+    # One `coordinator profile` process per run, as a user runs it: the analysis's JVM starts afresh.
+    command = [
+        sys.executable, "-m", "coordinator", "profile",
+        "--cluster", str(cluster), "--known-hosts", str(known_hosts), "--out", str(out),
+        "--profile", str(profile), "--known-spes", str(known_spes), "--pid", str(busy_pid),
+        "--duration", str(duration), "--quiet",
         # all "hosts" compile their BPF programs on this machine's cores at once
-        start_delay=6.0 + 3.0 * n_hosts,
-        cluster_file=cluster,
-    )
+        "--start-delay", str(6.0 + 3.0 * n_hosts),
+    ]  # fmt: skip
+    began = time.time()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=3600)
     wall = time.time() - began
-    info = outcome.info
+    info = rundir.read_run(out)
+    for host in info.hosts:
+        if host.state != "ok":
+            print(f"  {host.host}: {host.state}: {host.reason}", flush=True)
+    if done.returncode not in (0, 9):
+        print(done.stderr[-2000:], flush=True)
     ends, starts = [], []
     for host in info.hosts:
+        if not host.has_capture:
+            continue
         meta = capture.read_meta(rundir.host_capture_dir(out, host.host))
         offset = host.clock_offset or 0.0
         ends.append(meta.end_time - offset)
@@ -94,7 +96,7 @@ def measure(factory: SshdFactory, n_hosts: int, duration: float, busy_pid: int, 
         wall=wall,
         duration=duration,
         start_spread=max(starts) - min(starts),
-        complete=outcome.complete,
+        complete=info.complete,
     )
 
 
