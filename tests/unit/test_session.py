@@ -190,3 +190,26 @@ def test_doctor_table_joins_hosts_and_lists_fixes() -> None:
     assert doctor_exit_code([HostReport("a", checks)]) == 1
     with pytest.raises(ValueError):
         parse_doctor_output('{"check": "x"}')
+
+
+def test_plain_progress_prints_one_line_per_change() -> None:
+    from coordinator.progress import PlainRenderer, ProgressBoard, RichRenderer
+
+    board = ProgressBoard(["a", "b"])
+    stream = io.StringIO()
+    renderer = PlainRenderer(stream, every=3600)
+    board.update("a", phase="sampling", elapsed=3.0, remaining=7.0, processes=2)
+    renderer.refresh(board)
+    renderer.refresh(board)  # nothing changed: nothing printed again
+    board.update("b", phase="failed", message="[red]cannot connect[/red]")
+    renderer.stop(board)
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "a: sampling, 3 s, 7 s left, 2 processes",
+        "b: queued",
+        "b: failed, [red]cannot connect[/red]",
+    ]
+    # rich shows remote text literally, never as markup
+    rich = RichRenderer(io.StringIO())
+    table = rich._table(board)  # noqa: SLF001 - checking the cells
+    assert "[red]cannot connect[/red]" in [str(cell) for cell in table.columns[-1]._cells]  # noqa: SLF001
