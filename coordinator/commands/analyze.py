@@ -58,7 +58,6 @@ def label(text: str) -> tuple[str, str]:
 class AnalyzeCommand:
     """Match the stacks of one or more runs to tasks on Spark and write summary.csv and per-task stacks."""
 
-    __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -123,4 +122,5 @@ class AnalyzeCommand:
         return 0
 
 
+AnalyzeCommand.__doc__ = __doc__  # the module docstring, with examples, is the help text
 COMMAND = AnalyzeCommand

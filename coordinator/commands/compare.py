@@ -53,7 +53,6 @@ def probability(text: str) -> float:
 class CompareCommand:
     """Compare the task cycles and shares of two runs, with a test of whether each share differs."""
 
-    __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run_a", type=run_or_summary, metavar="RUN_A")
@@ -126,4 +125,5 @@ class CompareCommand:
         return results
 
 
+CompareCommand.__doc__ = __doc__  # the module docstring, with examples, is the help text
 COMMAND = CompareCommand

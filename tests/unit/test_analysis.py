@@ -267,3 +267,32 @@ def test_cluster_totals_from_summary_rows(tmp_path: Path) -> None:
     assert totals["*"].samples == 200
     with pytest.raises(ConfigError, match="2 runs"):
         analysis.cluster_totals([{"host": "*", "pid": "*", "run": "a"}, {"host": "*", "pid": "*", "run": "b"}])
+
+
+def test_command_argument_types() -> None:
+    import argparse
+
+    from coordinator.commands.analyze import label, master_url
+    from coordinator.commands.compare import probability
+
+    for good in ("local", "local[*]", "local[2]", "local[4,3]", "spark://head:7077", "yarn", "k8s://https://k:6443"):
+        assert master_url(good) == good
+    for bad in ("foo", "local[0]", "local[x]", "spark:/head", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            master_url(bad)
+    assert label("load=50k") == ("load", "50k") and label("engine=") == ("engine", "")
+    for bad in ("noequals", "=v", "9key=v", "a b=c"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            label(bad)
+    assert probability("0.01") == 0.01
+    with pytest.raises(argparse.ArgumentTypeError):
+        probability("1.5")
+
+
+def test_commands_are_discovered_with_examples_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator.cli import main
+
+    for command in ("analyze", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "examples:" in capsys.readouterr().out
