@@ -581,15 +581,16 @@ def build_view(
         key = (row.get("host", ""), row.get("pid", ""))
         value = _num(row.get(unit)) or 0.0
         seen.setdefault(key, {})[row.get("task", "")] = value
-    for (host_name, pid), values in sorted(seen.items(), key=lambda item: (item[0][0], _num(item[0][1]) or 0)):
-        process = processes_by_host.get(host_name, {}).get(int(pid)) if pid.isdigit() else None
+    for (host_name, pid_text), values in sorted(seen.items(), key=lambda item: (item[0][0], _num(item[0][1]) or 0)):
+        process = processes_by_host.get(host_name, {}).get(int(pid_text)) if pid_text.isdigit() else None
         kind = f" {process.kind}" if process is not None and process.kind else ""
-        bars.append({"label": f"{host_name} · {pid}{kind}", "host": host_name, "pid": pid, "values": values})
+        bars.append({"label": f"{host_name} · {pid_text}{kind}", "host": host_name, "pid": pid_text, "values": values})
 
     unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
     unmatched_share = unmatched_line.share if unmatched_line is not None else None
-    if unmatched_share is None and sum(task_samples.values()):
-        unmatched_share = task_samples.get(UNMATCHED, 0) / sum(task_samples.values())
+    all_task_samples: int = sum(task_samples.values(), 0)
+    if unmatched_share is None and all_task_samples:
+        unmatched_share = task_samples.get(UNMATCHED, 0) / all_task_samples
     dropped_graphs = sum(1 for g in graphs if g.dropped_stacks)
     cluster_task_rows = [r for r in cluster_rows if r.get("task") != ALL_TASKS]
     multi = _sum(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
