@@ -127,7 +127,12 @@ def load_run(path: Path) -> RunData:
         info = read_run(path)
         hosts: list[HostData] = []
         for outcome in info.hosts:
-            state, reason, capture = _host_state(outcome, host_capture_dir(path, outcome.host))
+            try:
+                capture_dir = host_capture_dir(path, outcome.host)
+            except CaptureFormatError as exc:
+                hosts.append(HostData(outcome.host, "unreadable", str(exc), None))
+                continue
+            state, reason, capture = _host_state(outcome, capture_dir)
             hosts.append(HostData(outcome.host, state, reason, capture))
         known = {h.host for h in info.hosts}
         hosts_root = path / "hosts"
@@ -170,15 +175,24 @@ def load_run(path: Path) -> RunData:
     return RunData(path, run_id, bare, info, tuple(hosts), tuple(rows), source, profile_text, profile_source)
 
 
-def load_stacks(capture: Capture) -> dict[int, dict[str, int]]:
-    """Folded stacks of every workload PID of a capture (PIDs without a stacks file are left out)."""
+def load_stacks(capture: Capture, problems: list[str] | None = None) -> dict[int, dict[str, int]]:
+    """Folded stacks of every workload PID of a capture (PIDs without a stacks file are left out).
+
+    An unreadable stacks file leaves that PID out and is reported in ``problems`` (the health panel)
+    instead of failing the whole report."""
     stacks: dict[int, dict[str, int]] = {}
     for process in capture.processes:
         if not process.sampled:
             continue
         path = stacks_path(capture.directory, process.pid)
-        if path.is_file():
+        if not path.is_file():
+            continue
+        try:
             stacks[process.pid] = dict(read_folded(path))
+        except (CaptureFormatError, OSError) as exc:
+            if problems is None:
+                raise
+            problems.append(f"{capture.meta.host} PID {process.pid}: stacks left out: {exc}")
     return stacks
 
 
@@ -475,6 +489,7 @@ def build_view(
     stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
     max_stacks: int = DEFAULT_MAX_STACKS,
     candidate_count: int = 15,
+    problems: Sequence[str] = (),
 ) -> ReportView:
     """Pure: run data and stacks (host → pid → folded counts) in, everything the page shows out."""
     from profiler.appprofile import parse_profile
@@ -596,7 +611,9 @@ def build_view(
     multi = _sum(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
     cluster_samples = _sum(_num(r.get("samples")) for r in cluster_task_rows)
     multi_share = multi / cluster_samples if multi is not None and cluster_samples else None
-    health = _health(run, processes, unmatched_share, dropped_graphs, max_stacks, multi_share)
+    health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
+        run, processes, unmatched_share, dropped_graphs, max_stacks, multi_share
+    )
 
     default_key = next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None)
     payload: dict[str, Any] = {
@@ -862,8 +879,9 @@ def render_report(
     if out_dir.exists() and not (out_dir / REPORT_MARKER).exists() and not force:
         raise OutputExistsError(f"{out_dir}: exists and is not a report; choose another --out or pass --force")
     run = load_run(run_dir)
-    stacks = {h.name: load_stacks(h.capture) for h in run.hosts if h.capture is not None}
-    view = build_view(run, stacks, max_stacks=max_stacks)
+    problems: list[str] = []
+    stacks = {h.name: load_stacks(h.capture, problems) for h in run.hosts if h.capture is not None}
+    view = build_view(run, stacks, max_stacks=max_stacks, problems=problems)
     html = render_html(view)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))

@@ -215,3 +215,17 @@ def test_summary_of_several_runs_shows_this_runs_rows(crafted_run: Path) -> None
     summary.write_text("\n".join([*lines, *other]) + "\n")
     html = render_report(crafted_run).read_text(encoding="utf-8")
     assert 'data-task="Kafka"' in html and "OtherTask" not in html
+
+
+def test_damaged_inputs_degrade_to_health_lines(crafted_run: Path) -> None:
+    stacks = host_capture_dir(crafted_run, "node1") / "pids" / "2202" / "stacks.folded"
+    stacks.write_text("not a folded line\n")
+    run_json = json.loads((crafted_run / "run.json").read_text())
+    run_json["hosts"].append(dict(run_json["hosts"][1], host="../evil<b>"))
+    (crafted_run / "run.json").write_text(json.dumps(run_json))
+    index = render_report(crafted_run)
+    html = index.read_text(encoding="utf-8")
+    assert "node1 PID 2202: stacks left out:" in html and "not a folded stack line" in html
+    assert "../evil&lt;b&gt;: unreadable" in html
+    graphs = {g["key"] for g in read_payload(index)["graphs"]}  # type: ignore[union-attr]
+    assert "pid:node1:2201" in graphs and "pid:node1:2202" not in graphs
