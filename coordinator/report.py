@@ -278,6 +278,8 @@ class ReportView:
     health: tuple[HealthLine, ...]
     cluster_tasks: tuple[TaskLine, ...]
     cluster_tasks_note: str
+    events_note: str  # events processed in the window and where the number came from, or ""
+    show_cycles_per_event: bool
     hosts: tuple[HostSection, ...]
     processes: tuple[ProcessLine, ...]
     candidates: tuple[tuple[str, int, float], ...]
@@ -637,6 +639,8 @@ def build_view(
         health=health,
         cluster_tasks=cluster,
         cluster_tasks_note=note,
+        events_note=_events_note(run, cluster),
+        show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
         hosts=tuple(host_sections),
         processes=processes,
         candidates=candidates,
@@ -646,6 +650,18 @@ def build_view(
         payload=payload,
         task_names=task_names,
     )
+
+
+def _events_note(run: RunData, cluster: Sequence[TaskLine]) -> str:
+    events = next((line.events for line in cluster if line.events is not None), None)
+    sources = sorted({
+        h.capture.events.source for h in run.hosts
+        if h.capture is not None and h.capture.events is not None and h.capture.events.count is not None
+    })
+    if events is None:
+        return ""
+    where = f" (from {', '.join(sources)})" if sources else ""
+    return f"{format_number(events, 0)} events processed in the window{where}"
 
 
 def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:

@@ -17,7 +17,7 @@ JAVA_SPECIALS = ("com/example/Event.<init>", "com/example/Event.<clinit>", "Ysb$
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "link", "body", "div", "header", "h1", "h2", "h3", "ul", "li", "span", "dl",
     "dt", "dd", "nav", "a", "section", "p", "table", "thead", "tbody", "tr", "th", "td", "button", "code", "label",
-    "select", "input", "details", "summary", "pre", "footer", "script",
+    "select", "input", "details", "summary", "pre", "footer", "script", "br",
 }
 
 

@@ -229,3 +229,9 @@ def test_damaged_inputs_degrade_to_health_lines(crafted_run: Path) -> None:
     assert "../evil&lt;b&gt;: unreadable" in html
     graphs = {g["key"] for g in read_payload(index)["graphs"]}  # type: ignore[union-attr]
     assert "pid:node1:2201" in graphs and "pid:node1:2202" not in graphs
+
+
+def test_events_are_stated_once_with_their_source(crafted_run: Path) -> None:
+    html = render_report(crafted_run).read_text(encoding="utf-8")
+    assert "300,000 events processed in the window (from --events)" in html
+    assert "cycles / event" in html
