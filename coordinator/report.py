@@ -145,7 +145,7 @@ def load_run(path: Path) -> RunData:
         capture = read_capture(path)
         info = None
         hosts = [HostData(capture.meta.host, HOST_OK, "", capture)]
-        run_id = f"{capture.meta.host}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(capture.meta.start_time))}"
+        run_id = path.resolve().name  # as `coordinator analyze` names a bare capture's run
         bare = True
     else:
         raise CaptureFormatError(
