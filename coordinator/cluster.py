@@ -182,6 +182,16 @@ def parse_cluster(lines: Iterable[str], where: str) -> list[HostSpec]:
     return hosts
 
 
+def default_cluster_file() -> Path:
+    """./cluster.txt when present, else the copy installed with the package (it holds ``localhost``)."""
+    here = Path("cluster.txt")
+    if here.is_file():
+        return here
+    from profiler.defaults import data_file
+
+    return data_file("cluster.txt")
+
+
 def load_cluster(path: Path | str) -> list[HostSpec]:
     """Read and validate a cluster file."""
     path = Path(path)

@@ -151,7 +151,12 @@ class DoctorCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--cluster", type=Path, default=Path("cluster.txt"), help="cluster file (cluster.txt)")
+        parser.add_argument(
+            "--cluster",
+            type=Path,
+            default=None,
+            help="cluster file (default: ./cluster.txt, else the installed one, which holds localhost)",
+        )
         parser.add_argument(
             "--accept-new-hosts", action="store_true", help="record unknown host keys (never changed ones)"
         )
@@ -161,8 +166,10 @@ class DoctorCommand:
     def run(self, args: argparse.Namespace) -> int:
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
+        from ..cluster import default_cluster_file
         from ..session import load_cluster, make_transport
 
+        args.cluster = args.cluster or default_cluster_file()
         hosts = load_cluster(args.cluster)
         factory = make_transport(args.known_hosts, args.accept_new_hosts)
         reports = doctor_cluster(hosts, data_file(DEFAULT_PROFILE), data_file(DEFAULT_KNOWN_SPES), factory)

@@ -90,7 +90,12 @@ class ProfileCommand:
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
 
         parser.add_argument("--duration", type=positive_float, required=True, help="sampling window in seconds")
-        parser.add_argument("--cluster", type=Path, default=Path("cluster.txt"), help="cluster file (cluster.txt)")
+        parser.add_argument(
+            "--cluster",
+            type=Path,
+            default=None,
+            help="cluster file (default: ./cluster.txt, else the installed one, which holds localhost)",
+        )
         parser.add_argument("--out", type=Path, help="run directory (default: runs/<run-id>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
         parser.add_argument("--profile", type=Path, help=f"application profile (default: {DEFAULT_PROFILE})")
@@ -126,9 +131,11 @@ class ProfileCommand:
     def run(self, args: argparse.Namespace) -> int:
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
+        from ..cluster import default_cluster_file
         from ..rundir import new_run_id
         from ..session import load_cluster
 
+        args.cluster = args.cluster or default_cluster_file()
         hosts = load_cluster(args.cluster)
         out = args.out or Path("runs") / new_run_id()
         profile = args.profile or data_file(DEFAULT_PROFILE)
