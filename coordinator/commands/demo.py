@@ -168,9 +168,11 @@ class DemoCommand:
                         progress=not args.quiet,
                         force=args.force,
                     )
-                    started = outcome.info.start_time
-                    window = batches_between(ysb.progress(), started, started + args.duration)
-                    elapsed = args.duration
+                    # The sampling window (shorter when Ctrl-C stopped it early).
+                    started = outcome.info.start_time or 0.0
+                    ended = min(outcome.info.end_time or started + args.duration, started + args.duration)
+                    window = batches_between(ysb.progress(), started, ended)
+                    elapsed = max(0.0, ended - started)
                     windows_written = ysb.redis_windows() if ysb.sink == "redis" else ysb.file_sink_rows()
         except KeyboardInterrupt:
             print("coordinator demo: interrupted; everything it started is stopped", file=sys.stderr)

@@ -41,9 +41,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * itself (the original YSB writes window counts from the workers), so the sink's CPU is spent in
  * the executor JVMs where the profiler samples it. No client library: RESP over a plain socket.
  *
- * Row layout: column 0 is the key suffix; every other column becomes a hash field:
- *   HSET <prefix><col0> <name1> <value1> <name2> <value2> ...
- * Options: host (127.0.0.1), port (6379), prefix ("ysb:").
+ * Row layout: column 0 is the window key suffix, every other column becomes a field of the window's
+ * hash; columns named campaign_id and window_start_ms also index the window per campaign (see
+ * RedisOutputWriter). Options: host (127.0.0.1), port (6379), prefix ("ysb:").
  */
 public final class RedisSink implements TableProvider {
     @Override
@@ -150,7 +150,7 @@ public final class RedisSink implements TableProvider {
 
         @Override
         public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-            return new RedisDataWriter(schema, host, port, prefix);
+            return new RedisOutputWriter(schema, host, port, prefix);
         }
     }
 
@@ -163,49 +163,123 @@ public final class RedisSink implements TableProvider {
         }
     }
 
-    /** Pipelines one HSET per row and reads all replies at commit. */
-    static final class RedisDataWriter implements DataWriter<InternalRow> {
+    /**
+     * Writes each window row as YSB's Redis sink does, one synchronous command at a time (YSB uses a
+     * plain, unpipelined Jedis connection): look the window up in the campaign's hash, register it
+     * there and in the campaign's window list when new, then store the window's fields:
+     *   HGET   <prefix>campaign:<campaign_id> <window_start_ms>
+     *   HSET   <prefix>campaign:<campaign_id> <window_start_ms> <window key>   (new windows only)
+     *   LPUSH  <prefix>windows:<campaign_id> <window_start_ms>                  (new windows only)
+     *   HSET   <prefix>window:<col0> <name1> <value1> ...
+     * Without campaign_id/window_start_ms columns only the last command is sent.
+     * The class name ends in OutputWriter so that profiles which know Spark's output writers
+     * attribute it to the sink.
+     */
+    static final class RedisOutputWriter implements DataWriter<InternalRow> {
         private final StructField[] fields;
-        private final byte[] prefix;
+        private final String prefix;
+        private final int campaignColumn;
+        private final int windowColumn;
         private final Socket socket;
         private final OutputStream out;
         private final InputStream in;
-        private long pending;
         private long written;
 
-        RedisDataWriter(StructType schema, String host, int port, String prefix) {
+        RedisOutputWriter(StructType schema, String host, int port, String prefix) {
             this.fields = schema.fields();
-            this.prefix = prefix.getBytes(StandardCharsets.UTF_8);
+            this.prefix = prefix;
+            this.campaignColumn = indexOf("campaign_id");
+            this.windowColumn = indexOf("window_start_ms");
             try {
                 socket = new Socket();
                 socket.connect(new InetSocketAddress(host, port), 10_000);
                 socket.setSoTimeout(30_000);
-                out = new BufferedOutputStream(socket.getOutputStream(), 64 * 1024);
+                socket.setTcpNoDelay(true);
+                out = new BufferedOutputStream(socket.getOutputStream(), 16 * 1024);
                 in = new BufferedInputStream(socket.getInputStream(), 16 * 1024);
             } catch (IOException e) {
                 throw new RuntimeException("ysb redis sink: cannot connect to " + host + ":" + port, e);
             }
         }
 
+        private int indexOf(String name) {
+            for (int i = 1; i < fields.length; i++) {
+                if (fields[i].name().equals(name)) {
+                    return i;
+                }
+            }
+            return -1;
+        }
+
+        private static byte[] utf8(String text) {
+            return text.getBytes(StandardCharsets.UTF_8);
+        }
+
         @Override
         public void write(InternalRow row) throws IOException {
+            byte[] windowKey = utf8(prefix + "window:" + new String(value(row, 0), StandardCharsets.UTF_8));
+            if (campaignColumn > 0 && windowColumn > 0) {
+                String campaign = new String(value(row, campaignColumn), StandardCharsets.UTF_8);
+                byte[] windowStart = value(row, windowColumn);
+                byte[] campaignKey = utf8(prefix + "campaign:" + campaign);
+                List<byte[]> lookup = new ArrayList<>(3);
+                lookup.add(utf8("HGET"));
+                lookup.add(campaignKey);
+                lookup.add(windowStart);
+                if (call(lookup) == null) {
+                    List<byte[]> register = new ArrayList<>(4);
+                    register.add(utf8("HSET"));
+                    register.add(campaignKey);
+                    register.add(windowStart);
+                    register.add(windowKey);
+                    call(register);
+                    List<byte[]> push = new ArrayList<>(3);
+                    push.add(utf8("LPUSH"));
+                    push.add(utf8(prefix + "windows:" + campaign));
+                    push.add(windowStart);
+                    call(push);
+                }
+            }
             List<byte[]> args = new ArrayList<>(2 + 2 * fields.length);
-            args.add("HSET".getBytes(StandardCharsets.US_ASCII));
-            byte[] key = value(row, 0);
-            byte[] fullKey = new byte[prefix.length + key.length];
-            System.arraycopy(prefix, 0, fullKey, 0, prefix.length);
-            System.arraycopy(key, 0, fullKey, prefix.length, key.length);
-            args.add(fullKey);
+            args.add(utf8("HSET"));
+            args.add(windowKey);
             for (int i = 1; i < fields.length; i++) {
-                args.add(fields[i].name().getBytes(StandardCharsets.UTF_8));
+                args.add(utf8(fields[i].name()));
                 args.add(value(row, i));
             }
-            writeCommand(args);
-            pending++;
+            call(args);
             written++;
-            if (pending >= 512) {
-                drainReplies();
+        }
+
+        /** One command, one round trip; returns the reply line (null for a nil bulk reply). */
+        private String call(List<byte[]> args) throws IOException {
+            writeCommand(args);
+            out.flush();
+            int kind = in.read();
+            String line = readLine();
+            if (kind == -1) {
+                throw new IOException("ysb redis sink: redis closed the connection");
             }
+            if (kind == '-') {
+                throw new IOException("ysb redis sink: redis answered an error: " + line);
+            }
+            if (kind == '$') {
+                int length = Integer.parseInt(line);
+                if (length < 0) {
+                    return null;
+                }
+                byte[] data = new byte[length + 2];
+                int read = 0;
+                while (read < data.length) {
+                    int n = in.read(data, read, data.length - read);
+                    if (n < 0) {
+                        throw new IOException("ysb redis sink: redis closed the connection");
+                    }
+                    read += n;
+                }
+                return new String(data, 0, length, StandardCharsets.UTF_8);
+            }
+            return line;
         }
 
         private byte[] value(InternalRow row, int i) {
@@ -238,20 +312,6 @@ public final class RedisSink implements TableProvider {
             }
         }
 
-        private void drainReplies() throws IOException {
-            out.flush();
-            for (; pending > 0; pending--) {
-                int kind = in.read();
-                String line = readLine();
-                if (kind == '-') {
-                    throw new IOException("ysb redis sink: redis answered an error: " + line);
-                }
-                if (kind == -1) {
-                    throw new IOException("ysb redis sink: redis closed the connection");
-                }
-            }
-        }
-
         private String readLine() throws IOException {
             StringBuilder line = new StringBuilder();
             int c;
@@ -265,7 +325,6 @@ public final class RedisSink implements TableProvider {
 
         @Override
         public WriterCommitMessage commit() throws IOException {
-            drainReplies();
             return new Written(written);
         }
 

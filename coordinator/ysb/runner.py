@@ -231,11 +231,11 @@ class YsbRun:
         return parse_progress(self.app.output()) if self.app is not None else []
 
     def redis_windows(self) -> int:
-        """Window rows the sink wrote to Redis (keys ``ysb:*``); 0 with the file sink."""
+        """Windows the sink wrote to Redis (keys ``ysb:window:*``); 0 with the file sink."""
         if self.redis is None:
             return 0
         with self.redis.client() as client:
-            return len(client.keys("ysb:*"))
+            return len(client.keys("ysb:window:*"))
 
     def file_sink_rows(self) -> int:
         if self._work is None or not self.sink_dir.exists():
