@@ -47,7 +47,9 @@
     // A light tint of the task's colour keeps the black labels readable; neighbouring frames of one
     // task get slightly different shades so their edges stay visible.
     var base = d3.hsl(tasks[t].color);
-    base.l = Math.max(0.6, Math.min(0.8, base.l + 0.12)) + (hashName(name) - 0.5) * 0.08;
+    var jitter = (hashName(name) - 0.5) * 0.08;
+    // unmatched keeps its own darker grey so it never reads as the light grey of shared frames
+    base.l = (tasks[t].name === 'unmatched' ? base.l : Math.max(0.6, Math.min(0.8, base.l + 0.12))) + jitter;
     return base.formatHex();
   }
 
