@@ -836,16 +836,19 @@ def _copy_assets(target: Path) -> None:
         (target / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
 
 
-def render_html(view: ReportView) -> str:
-    """The report page; the payload is serialised once, its size shown on the page."""
+def payload_size(view: ReportView) -> int:
+    """Bytes of the JSON the page carries (shown on the page and in report.json)."""
+    return len(json.dumps(view.payload, separators=(",", ":")).encode("utf-8"))
+
+
+def render_html(view: ReportView, payload_bytes: int | None = None) -> str:
+    """The report page."""
     env = template_environment()
-    payload_json = json.dumps(view.payload, separators=(",", ":"))
-    return str(env.get_template("report.html").render(
-        view=view, payload=view.payload, payload_bytes=len(payload_json.encode("utf-8"))
-    ))
+    size = payload_size(view) if payload_bytes is None else payload_bytes
+    return str(env.get_template("report.html").render(view=view, payload=view.payload, payload_bytes=size))
 
 
-def report_summary(view: ReportView, run: RunData) -> dict[str, Any]:
+def report_summary(view: ReportView, run: RunData, payload_bytes: int = 0) -> dict[str, Any]:
     """report.json beside the page: what the runs index of ``--publish`` lists."""
     start = run.info.start_time if run.info is not None else None
     if start is None:
@@ -863,6 +866,10 @@ def report_summary(view: ReportView, run: RunData) -> dict[str, Any]:
         "unmatched_share": next((line.share for line in view.cluster_tasks if line.task == UNMATCHED), None),
         "health_problems": sum(1 for line in view.health if line.level in ("warn", "bad")),
         "rendered_at": time.time(),
+        "payload_bytes": payload_bytes,
+        "flamegraphs": len(view.payload["graphs"]),
+        "flamegraphs_pruned": sum(1 for g in view.payload["graphs"] if g["droppedStacks"]),
+        "max_stacks": view.payload["maxStacks"],
     }
 
 
@@ -898,13 +905,16 @@ def render_report(
     problems: list[str] = []
     stacks = {h.name: load_stacks(h.capture, problems) for h in run.hosts if h.capture is not None}
     view = build_view(run, stacks, max_stacks=max_stacks, problems=problems)
-    html = render_html(view)
+    payload_bytes = payload_size(view)
+    html = render_html(view, payload_bytes)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
     try:
         _copy_assets(staging)
         (staging / "index.html").write_text(html, encoding="utf-8")
-        (staging / REPORT_META).write_text(json.dumps(report_summary(view, run), indent=1) + "\n", encoding="utf-8")
+        (staging / REPORT_META).write_text(
+            json.dumps(report_summary(view, run, payload_bytes), indent=1) + "\n", encoding="utf-8"
+        )
         (staging / REPORT_MARKER).write_text("written by coordinator report\n", encoding="utf-8")
         os.chmod(staging, 0o755)
         replace_dir(staging, out_dir)

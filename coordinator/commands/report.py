@@ -51,10 +51,21 @@ class ReportCommand:
         parser.add_argument("--force", action="store_true", help="write into an --out directory that is not a report")
 
     def run(self, args: argparse.Namespace) -> int:
+        import json
+
         from ..report import format_bytes, render_report
 
         index = render_report(args.run_dir, args.out, max_stacks=args.max_stacks, force=args.force)
-        print(f"report: wrote {index} ({format_bytes(index.stat().st_size)})")
+        summary = json.loads((index.parent / "report.json").read_text(encoding="utf-8"))
+        print(
+            f"report: wrote {index} ({format_bytes(index.stat().st_size)}; payload "
+            f"{format_bytes(summary['payload_bytes'])} in {summary['flamegraphs']} flamegraphs)"
+        )
+        if summary["flamegraphs_pruned"]:
+            print(
+                f"report: {summary['flamegraphs_pruned']} flamegraph(s) draw only their {summary['max_stacks']} "
+                "largest stacks; --max-stacks N changes that (0 keeps all)"
+            )
         if args.publish is not None:
             from ..publish import publish
 

@@ -174,6 +174,7 @@ def test_cli_report_and_publish(crafted_run: Path, tmp_path: Path, capsys: pytes
     assert main(["report", str(crafted_run), "--max-stacks", "50", "--publish", str(site)]) == 0
     out = capsys.readouterr().out
     assert "report: wrote" in out and "next: coordinator serve" in out
+    assert "payload" in out and "draw only their 50 largest stacks" not in out
     assert (site / crafted_run.name / "index.html").is_file()
     with pytest.raises(SystemExit):
         main(["report", str(crafted_run), "--max-stacks", "-1"])
