@@ -454,6 +454,10 @@ class StackSampler:
                 owned = False
                 if entries:
                     symbols, owned = self._symbols_for(pid)
+                prepared = self._prepared.get(pid)
+                is_java = (prepared is not None and prepared.jvm_info is not None) or jvm.is_jvm(pid) or (
+                    symbols is not None and symbols.perf_map is not None
+                )
                 try:
                     for key, count in entries:
                         user_frames: list[Frame] | None = None
@@ -478,7 +482,7 @@ class StackSampler:
                             stats = replace(stats, lost_kernel_stack=stats.lost_kernel_stack + count)
                         if truncated:
                             stats = replace(stats, truncated=stats.truncated + count)
-                        if user_frames is not None and is_java_unwalkable(user_frames, truncated):
+                        if user_frames is not None and is_java_unwalkable(user_frames, truncated, is_java):
                             stats = replace(stats, java_unwalkable=stats.java_unwalkable + count)
                         comm = bytes(key.comm).split(b"\0", 1)[0].decode("utf-8", "replace")
                         user_names = [f.name for f in user_frames] if user_frames is not None else None
@@ -495,8 +499,10 @@ class StackSampler:
     def _end_of_run_warnings(
         self, result: dict[int, tuple[Counter[str], SamplerStats]], lost: Counter[int], dropped: int
     ) -> None:
+        # A few bucket collisions are normal in a hash of stacks; a full map or many collisions are not.
         full = lost[errno.ENOMEM] + lost[errno.EEXIST]
-        if full:
+        total = sum(stats.samples for _folded, stats in result.values())
+        if lost[errno.ENOMEM] or full > 0.005 * total:
             self.warnings.append(
                 f"{full} stacks not stored (stack map full or hash collisions); raise --stack-storage-size "
                 f"(now {self.stack_storage_size})"

@@ -5,7 +5,7 @@ Java frames come out as ``com.example.CpuSplit::burnAlpha`` whichever way the ma
 ``Lcom/example/CpuSplit;::burnAlpha``); stubs and the interpreter keep the JVM's names (``Interpreter``).
 
 ``java_unwalkable`` heuristic: a user stack is counted as unwalkable when it holds at least one frame in
-JIT code (perf-map hit, or an address in no file-backed mapping) and none of its three outermost frames
+JIT code (perf-map hit, or in a JVM an address in no file-backed mapping) and none of its three outermost frames
 is a thread or process start frame (start_thread, clone/clone3, _start, __libc_start_main, HotSpot's
 thread_native_entry...). Without -XX:+PreserveFramePointer, JIT code uses the frame pointer register for
 data, so the kernel's frame-pointer walk stops (or wanders into garbage) at the first JIT frame and never
@@ -84,9 +84,13 @@ def frame_base_name(name: str) -> str:
     return name.split("(", 1)[0].strip()
 
 
-def is_java_unwalkable(user_frames_leaf_first: Sequence[Frame], truncated: bool) -> bool:
-    """See the module docstring: Java code on the stack, yet the walk never reached a thread start."""
-    if truncated or not any(frame.in_jit_code for frame in user_frames_leaf_first):
+def is_java_unwalkable(user_frames_leaf_first: Sequence[Frame], truncated: bool, java_process: bool = True) -> bool:
+    """See the module docstring: Java code on the stack, yet the walk never reached a thread start.
+
+    Outside a JVM nothing is Java: garbage frames of code built without frame pointers land in
+    anonymous memory too, and must not count.
+    """
+    if not java_process or truncated or not any(frame.in_jit_code for frame in user_frames_leaf_first):
         return False
     outermost = user_frames_leaf_first[-ROOT_WINDOW:]
     return not any(frame_base_name(frame.name) in THREAD_ROOTS for frame in outermost)

@@ -92,6 +92,7 @@ def test_unwalkable_needs_java_code_and_a_missing_thread_start() -> None:
     broken = _frames(("com.example.CpuSplit::burnAlpha", "jit"), ("[unknown]", "anon"))
     assert is_java_unwalkable(broken, truncated=False)
     assert not is_java_unwalkable(broken, truncated=True)  # counted as truncated instead
+    assert not is_java_unwalkable(broken, truncated=False, java_process=False)
     native_only = _frames(("GCTaskThread::run", "native"), ("[libjvm.so]", "native"))
     assert not is_java_unwalkable(native_only, truncated=False)
     assert not is_java_unwalkable([], truncated=False)
