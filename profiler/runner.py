@@ -203,6 +203,7 @@ class StatusWriter:
         self.duration = 0.0
         self.error: str | None = None
         self.processes = 0
+        self.count_samples: Callable[[], int | None] = lambda: None
         self._last = 0.0
 
     def update(self, state: str | None = None, force: bool = False, error: str | None = None) -> None:
@@ -221,13 +222,19 @@ class StatusWriter:
             "elapsed": round(elapsed, 3),
             "remaining": round(max(0.0, self.duration - elapsed), 3) if self.window_start else self.duration,
             "processes": self.processes,
-            "samples": None,
+            "samples": self._samples(),
             "error": self.error,
             "time": now,
         }
         import json
 
         capture.atomic_write_text(self.path, json.dumps(payload) + "\n")
+
+    def _samples(self) -> int | None:
+        try:
+            return self.count_samples()
+        except Exception:  # noqa: BLE001 - progress is best effort
+            return None
 
 
 # ------------------------------------------------------------------ BPF statistics
@@ -295,6 +302,7 @@ class WindowState:
     cpu_after: float = 0.0
     counters: dict[int, PidCounters] = field(default_factory=dict)
     window_started: bool = False
+    meta: RunMeta | None = None
 
 
 def _own_cpu_seconds() -> float:
@@ -355,6 +363,7 @@ class Runner:
                 self._write_capture(components, profile)
             finally:
                 self._close(components)
+                self._add_late_warnings(components)
         if failure is not None:
             self.status.update("failed", force=True, error=str(failure))
             raise failure
@@ -386,6 +395,10 @@ class Runner:
                 self._enter(components, process)
             components.events.start(initial)
             self.status.processes = len(initial)
+            sampled = [p.pid for p in initial if p.sampled]
+            sample_count = getattr(components.sampler, "sample_count", None)
+            if sample_count is not None:
+                self.status.count_samples = lambda: sum(sample_count(pid) for pid in list(sampled))
             self.status.update("sampling", force=True)
             deadline = state.start_time + options.duration
             while True:
@@ -399,6 +412,8 @@ class Runner:
                 for process in new:
                     self._enter(components, process)
                     components.events.add_process(process)
+                    if process.sampled:
+                        sampled.append(process.pid)
                 for pid in exited:
                     self._exit(components, pid)
                 self.status.processes += len(new)
@@ -485,9 +500,7 @@ class Runner:
                 events = EventCount(None, "none", f"event count failed: {exc}")
 
         state.warnings.extend(self._health_warnings(processes))
-        # the components word their own end-of-run warnings with the option to change
-        for component in (components.sampler, components.net, components.scope, components.counters):
-            state.warnings.extend(str(w) for w in getattr(component, "warnings", None) or [])
+        state.warnings.extend(self._component_warnings(components))
         capture.write_scope(out, processes)
         capture.atomic_write_text(out / capture.PROFILE_COPY, Path(options.profile).read_text(encoding="utf-8"))
         matcher = Matcher(profile)
@@ -527,12 +540,13 @@ class Runner:
             cycles_source=cycles_source,
             exec_watch=state.exec_watch,
             net=state.net_mode,
-            max_stack_depth=options.max_stack_depth,
+            max_stack_depth=int(getattr(components.sampler, "max_stack_depth", options.max_stack_depth)),
             stack_storage_size=options.stack_storage_size,
             profile_name=Path(options.profile).name,
             warnings=tuple(dict.fromkeys(state.warnings)),
         )
         capture.write_meta(out, meta)
+        state.meta = meta
         bpf_time = bpf_count = None
         if state.bpf_before is not None and state.bpf_after is not None:
             bpf_time = state.bpf_after[0] - state.bpf_before[0]
@@ -547,6 +561,26 @@ class Runner:
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             ),
         )
+
+    @staticmethod
+    def _component_warnings(components: Components) -> list[str]:
+        """The components word their own end-of-run warnings, with the option to change."""
+        found: list[str] = []
+        for component in (components.sampler, components.net, components.scope, components.counters):
+            found.extend(str(w) for w in getattr(component, "warnings", None) or [])
+        return found
+
+    def _add_late_warnings(self, components: Components) -> None:
+        """Warnings raised while closing (e.g. a sysctl not restored) still reach meta.json."""
+        meta = self.state.meta
+        if meta is None:
+            return
+        late = [w for w in self._component_warnings(components) if w not in meta.warnings]
+        late += [w for w in self.state.warnings if w not in meta.warnings]
+        if late:
+            meta = replace(meta, warnings=meta.warnings + tuple(dict.fromkeys(late)))
+            capture.write_meta(self.options.out, meta)
+            self.state.meta = meta
 
     @staticmethod
     def _health_warnings(processes: Sequence[ProcessInfo]) -> list[str]:

@@ -221,3 +221,19 @@ def test_failure_inside_window_is_reraised_after_writing(tmp_path: Path) -> None
     assert meta.stopped_by == "error"
     assert (out / "h1_result.csv").exists()
     assert components.sampler.closed
+
+
+def test_warnings_raised_while_closing_reach_meta(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=0.3)
+    components.sampler.warnings = ["sampled fine"]
+    original_close = components.sampler.close
+
+    def close_with_warning() -> None:
+        original_close()
+        components.sampler.warnings.append("kernel.perf_event_max_stack could not be restored to 127")
+
+    components.sampler.close = close_with_warning
+    runner.run(parse_profile(PROFILE_TEXT))
+    warnings = capture.read_meta(out).warnings
+    assert "sampled fine" in warnings
+    assert "kernel.perf_event_max_stack could not be restored to 127" in warnings
