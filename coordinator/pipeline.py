@@ -125,8 +125,13 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     _quiet_pyspark_warnings()
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    if SparkContext._active_spark_context is not None:
+        # Someone else's session runs in this process (Spark allows one): use it, leave it running.
+        yield SparkSession.builder.getOrCreate()
+        return
     scratch = Path(tempfile.mkdtemp(prefix="taskprof-spark-"))
     log4j = scratch / "log4j2.properties"
     log4j.write_text(_LOG4J, encoding="utf-8")

@@ -12,6 +12,8 @@ import csv
 import hashlib
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,13 +211,34 @@ def test_compare_flags_significant_share_difference(
     assert "wrote" in printed and "T " in printed
 
 
-def test_analyze_command_end_to_end(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # Its own session on local[1]: what a user runs. Output is quiet: no Spark log lines.
+def test_analyze_command_end_to_end(tmp_path: Path) -> None:
+    # What a user runs, in a fresh process (its own JVM) on local[1]; the terminal stays quiet.
     run_dir = write_run_dir(tmp_path / "r", "r", {"h": [PidSpec(7, {KAFKA_STACK: 3, OTHER_STACK: 1}, cycles=4.0)]})
-    assert coordinator_main(["analyze", str(run_dir), "--master", "local[1]", "--label", "load=5"]) == 0
-    out, err = capfd.readouterr()
-    assert f"wrote {run_dir / 'summary.csv'}" in out and "coordinator report" in out
-    assert "WARN" not in err and "INFO" not in err, err
+    command = [
+        sys.executable,
+        "-m",
+        "coordinator",
+        "analyze",
+        str(run_dir),
+        "--master",
+        "local[1]",
+        "--label",
+        "load=5",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {run_dir / 'summary.csv'}" in done.stdout and "coordinator report" in done.stdout
+    assert done.stderr == ""
     rows = _rows(run_dir / "summary.csv")
     assert _row(rows, "r", "*", "*", "Kafka")["cycles"] == "3" and rows[0]["load"] == "5"
     assert format_folded({OTHER_STACK: 1}) == (run_dir / "unmatched.folded").read_text()
+
+
+def test_analyze_command_reports_errors_in_one_line(tmp_path: Path) -> None:
+    run_dir = write_run_dir(tmp_path / "r", "r", {"h": [PidSpec(7, {KAFKA_STACK: 3}, cycles=4.0)]})
+    bad_profile = tmp_path / "bad.txt"
+    bad_profile.write_text("Kafka: re:(unclosed\n")
+    command = [sys.executable, "-m", "coordinator", "analyze", str(run_dir), "--profile", str(bad_profile)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and f"{bad_profile}:1:" in done.stderr, done.stderr
