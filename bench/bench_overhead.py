@@ -260,6 +260,8 @@ def report(windows: list[Window], args: argparse.Namespace, command: str) -> str
 
     bases = [w.units_per_s for w in windows if w.condition == "base"]
     noise = [abs(1.0 - b / a) for a, b in zip(bases, bases[1:])]
+    bases_cpu = [w.units_per_cpu_s for w in windows if w.condition == "base" and w.units_per_cpu_s > 0]
+    noise_cpu = [abs(1.0 - b / a) for a, b in zip(bases_cpu, bases_cpu[1:])]
     cpu_core = [w.tool_cpu_s / args.window for w in prof]
     bpf_core = [w.bpf_cpu_s / args.window for w in prof]
     lines = [
@@ -295,8 +297,13 @@ def report(windows: list[Window], args: argparse.Namespace, command: str) -> str
         lines.append(f"| `profiler run` CPU (process + in-kernel BPF) as a share of all {cpus} CPUs: the most a "
                      f"CPU-saturated workload can lose to it | {100 * statistics.median(machine_share):.2f} % | "
                      f"{100 * min(machine_share):.2f} … {100 * max(machine_share):.2f} % | ≤ 0.5 % |")
+    if noise_cpu:
+        lines.append(f"| base-to-base variation of work per CPU-second (noise floor, absolute) | "
+                     f"{100 * statistics.median(noise_cpu):.2f} % | {100 * min(noise_cpu):.2f} … "
+                     f"{100 * max(noise_cpu):.2f} % | |")
     if noise:
-        lines.append(f"| base-to-base variation (noise floor, absolute) | {100 * statistics.median(noise):.2f} % | "
+        lines.append(f"| base-to-base variation of throughput (noise floor, absolute) | "
+                     f"{100 * statistics.median(noise):.2f} % | "
                      f"{100 * min(noise):.2f} … {100 * max(noise):.2f} % | |")
     if cpu_core:
         lines += [
