@@ -237,12 +237,20 @@ def signal_command(layout: RemoteLayout, signal_name: str, needs_sudo: bool) -> 
 
 
 def alive_command(layout: RemoteLayout, needs_sudo: bool) -> str:
-    """Exit 0 while the profiler process of this work directory runs (checks its cmdline too)."""
+    """Exit 0 while the profiler process of this work directory exists and is not a zombie.
+
+    Its command line must name our status file (a recycled pid is someone else), except while it
+    exits: the kernel empties the command line before the process has closed its files (and BPF
+    programs), so an empty one still counts as alive until the process is a zombie.
+    """
     pid_file = shlex.quote(layout.pid_file)
     marker = shlex.quote(layout.status)
     return (
-        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && [ -r /proc/"$pid"/cmdline ] && '
-        f'tr "\\000" " " < /proc/"$pid"/cmdline | grep -qF -- {marker}'
+        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && [ -r /proc/"$pid"/stat ] && '
+        f'state=$(sed "s/.*) //" /proc/"$pid"/stat 2>/dev/null | cut -c1) && [ -n "$state" ] && '
+        f'[ "$state" != Z ] && [ "$state" != X ] && '
+        f'{{ cmd=$(tr "\\000" " " < /proc/"$pid"/cmdline 2>/dev/null); '
+        f'[ -z "$cmd" ] || printf %s "$cmd" | grep -qF -- {marker}; }}'
     )
 
 
