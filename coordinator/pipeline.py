@@ -145,7 +145,6 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
         "spark.driver.extraJavaOptions": java_options,
         "spark.executor.extraJavaOptions": java_options,
         "spark.sql.session.timeZone": "UTC",
-        "spark.local.dir": str(scratch),
         "spark.sql.adaptive.enabled": "true",
         "spark.python.worker.reuse": "true",
     }
