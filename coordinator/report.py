@@ -166,9 +166,9 @@ def load_run(path: Path) -> RunData:
                 result = host.capture.directory / result_file_name(host.capture.meta.host)
                 if result.is_file():
                     rows.extend(_read_csv(result))
-    profile_text, profile_source = None, None
+    profile_text, profile_source = _analysis_profile(summary)
     candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
-    for candidate in candidates:
+    for candidate in candidates if profile_text is None else ():
         if candidate.is_file():
             profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
             break
@@ -883,6 +883,22 @@ def replace_dir(staging: Path, target: Path) -> None:
     os.rename(staging, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _analysis_profile(summary: Path | None) -> tuple[str | None, str | None]:
+    """The profile summary.csv was computed with (analysis.json beside it), so that colours and tables
+    agree after `coordinator analyze --profile EDITED`; (None, None) when there is no analysis."""
+    if summary is None:
+        return None, None
+    record = summary.parent / "analysis.json"
+    try:
+        payload = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    text = payload.get("profile_text") if isinstance(payload, dict) else None
+    if not isinstance(text, str):
+        return None, None
+    return text, str(payload.get("profile_source") or record)
 
 
 def render_report(

@@ -117,7 +117,11 @@ class AnalyzeCommand:
             f" --profile FILE{' --out ' + str(args.out) if args.out else ''}"
         )
         if len(args.run_dirs) == 1 and output.out_dir == Path(args.run_dirs[0]):
-            print(f"  report: coordinator report {output.out_dir}")
+            from coordinator.report import render_report
+
+            index = render_report(output.out_dir)
+            print(f"wrote {index}")
+            print(f"  open the report: {index}")
         print("  compare two runs: coordinator compare RUN_A RUN_B")
         return 0
 

@@ -236,3 +236,16 @@ def test_events_are_stated_once_with_their_source(crafted_run: Path) -> None:
     html = render_report(crafted_run).read_text(encoding="utf-8")
     assert "300,000 events processed in the window (from --events)" in html
     assert "cycles / event" in html
+
+
+def test_report_uses_the_profile_the_summary_was_computed_with(crafted_run: Path) -> None:
+    # GIVEN a run re-analysed with an edited profile (analysis.json records its text)
+    edited = "Everything: re:.\n"
+    (crafted_run / "analysis.json").write_text(
+        json.dumps({"format_version": 1, "profile_text": edited, "profile_source": "edited.txt"})
+    )
+    # WHEN the run is loaded for the report, THEN its colours come from the edited profile
+    run = load_run(crafted_run)
+    assert run.profile_text == edited and run.profile_source == "edited.txt"
+    (crafted_run / "analysis.json").unlink()
+    assert load_run(crafted_run).profile_text != edited
