@@ -393,7 +393,7 @@ class Runner:
             initial = components.scope.processes()
             for process in initial:
                 self._enter(components, process)
-            components.events.start(initial)
+            self._guarded("event counting could not start", components.events.start, initial)
             self.status.processes = len(initial)
             sampled = [p.pid for p in initial if p.sampled]
             sample_count = getattr(components.sampler, "sample_count", None)
@@ -411,7 +411,7 @@ class Runner:
                 new, exited = components.scope.poll()
                 for process in new:
                     self._enter(components, process)
-                    components.events.add_process(process)
+                    self._guarded("event counting", components.events.add_process, process)
                     if process.sampled:
                         sampled.append(process.pid)
                 for pid in exited:
@@ -425,6 +425,13 @@ class Runner:
             if stats_on:
                 state.bpf_after = bpf_prog_run_stats(components.prog_ids())
             state.cpu_after = _own_cpu_seconds()
+
+    def _guarded(self, what: str, action: Callable[..., object], *args: object) -> None:
+        """Optional parts (event counting) must never end a run: a failure becomes a warning."""
+        try:
+            action(*args)
+        except Exception as exc:  # noqa: BLE001
+            self.state.warnings.append(f"{what}: {exc.__class__.__name__}: {exc}")
 
     def _enter(self, components: Components, process: ProcessInfo) -> None:
         """A process enters the scope: counters for all, stacks for workload."""

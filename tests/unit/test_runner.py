@@ -237,3 +237,17 @@ def test_warnings_raised_while_closing_reach_meta(tmp_path: Path) -> None:
     warnings = capture.read_meta(out).warnings
     assert "sampled fine" in warnings
     assert "kernel.perf_event_max_stack could not be restored to 127" in warnings
+
+
+def test_event_counting_failure_is_a_warning_not_a_failed_run(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=0.6)
+
+    def refuse(processes: object) -> None:
+        raise ConnectionResetError("py4j answered garbage")
+
+    components.events.start = refuse  # type: ignore[method-assign]
+    runner.run(parse_profile(PROFILE_TEXT))
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration"
+    assert any("py4j answered garbage" in w for w in meta.warnings)
+    assert read_rows(out)
