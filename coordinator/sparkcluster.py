@@ -37,6 +37,7 @@ __all__ = [
     "spark_home",
     "java_home",
     "free_port",
+    "die_with_parent",
     "EXECUTOR_MAIN_CLASS",
     "DEFAULT_JAVA_OPTIONS",
 ]
@@ -87,7 +88,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Run in the child before exec: new session (own process group) and SIGTERM when we die.
 
     The death signal keeps a killed test runner from leaving JVMs behind; a Worker's shutdown hook
@@ -284,7 +285,7 @@ class LocalSparkCluster:
                 stderr=subprocess.STDOUT,
                 env=self._env,
                 cwd=self.tmp_dir,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only setsid and prctl, no locks
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only setsid and prctl, no locks
             )
 
     def _start_master(self) -> None:
@@ -452,7 +453,7 @@ class LocalSparkCluster:
                 stderr=err,
                 env=run_env,
                 cwd=self.tmp_dir,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
+                preexec_fn=die_with_parent,  # noqa: PLW1509
             )
         process.stdout_path = stdout_path
         process.stderr_path = stderr_path

@@ -124,18 +124,19 @@ class RedisServer:
         binary = redis_server_binary()
         if binary is None:
             raise CapabilityError("redis-server not found; install Debian's redis-server (scripts/setup.sh does)")
-        from coordinator.sparkcluster import free_port  # noqa: PLC0415 - avoid a cycle at import time
+        from coordinator.sparkcluster import die_with_parent, free_port  # noqa: PLC0415 - no import cycle
 
         self.port = self.port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="ysb-redis-"))
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self._dir), "--protected-mode", "yes", "--daemonize", "no"],
-            stdout=open(self._dir / "redis.log", "wb"),  # noqa: SIM115 - the child holds it
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with open(self._dir / "redis.log", "wb") as log:
+            self.process = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self._dir), "--protected-mode", "yes", "--daemonize", "no"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - own session, SIGTERM when we die
+            )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -155,14 +156,17 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            self.process = None
+            process, self.process = self.process, None
+            try:
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
         if self._dir is not None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(self._dir)

@@ -247,12 +247,18 @@ class YsbRun:
         return rows
 
     def stop(self) -> None:
-        if self.app is not None:
-            self.cluster.stop_app(self.app)
-            self.app = None
-        if self.redis is not None:
-            self.redis.stop()
-            self.redis = None
-        if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
-            self._work = None
+        """Stop the app, then redis-server, then remove the work directory; each step runs even when
+        an earlier one is interrupted (a second Ctrl-C must not leave redis-server behind)."""
+        try:
+            if self.app is not None:
+                app, self.app = self.app, None
+                self.cluster.stop_app(app)
+        finally:
+            try:
+                if self.redis is not None:
+                    redis, self.redis = self.redis, None
+                    redis.stop()
+            finally:
+                if self._work is not None:
+                    shutil.rmtree(self._work, ignore_errors=True)
+                    self._work = None
