@@ -227,7 +227,9 @@ def test_analyze_command_end_to_end(tmp_path: Path) -> None:
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
-    assert f"wrote {run_dir / 'summary.csv'}" in done.stdout and "coordinator report" in done.stdout
+    assert f"wrote {run_dir / 'summary.csv'}" in done.stdout
+    assert f"wrote {run_dir / 'report' / 'index.html'}" in done.stdout  # analyze renders the report too
+    assert (run_dir / "report" / "index.html").is_file()
     assert done.stderr == ""
     rows = _rows(run_dir / "summary.csv")
     assert _row(rows, "r", "*", "*", "Kafka")["cycles"] == "3" and rows[0]["load"] == "5"

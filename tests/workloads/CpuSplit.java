@@ -91,10 +91,17 @@ public final class CpuSplit {
         int total = 0;
         for (int w : weights) total += w;
         long seed = Thread.currentThread().getId() * 0x9E3779B97F4A7C15L + 1;
+        java.util.SplittableRandom random = new java.util.SplittableRandom(seed);
         while (running) {
-            for (int m = 0; m < weights.length; m++) {
+            // A random round length (0.5-1.5 slices) and a random first method: a strictly periodic
+            // schedule would phase-lock to the scheduler tick (4 ms at HZ=250) under contention, and any
+            // sampling profiler aliases with such a workload; real applications are not periodic.
+            long round = sliceNanos / 2 + (long) (random.nextDouble() * sliceNanos);
+            int first = random.nextInt(weights.length);
+            for (int i = 0; i < weights.length; i++) {
+                int m = (first + i) % weights.length;
                 if (weights[m] <= 0) continue;
-                long budget = sliceNanos * weights[m] / total;
+                long budget = round * weights[m] / total;
                 long before = BEAN.getCurrentThreadCpuTime();
                 seed = burn(m, System.nanoTime() + budget, seed);
                 long after = BEAN.getCurrentThreadCpuTime();
