@@ -21,23 +21,11 @@ import argparse
 import re
 from pathlib import Path
 
+from profiler.argtypes import existing_dir, existing_file
+
 _MASTER = re.compile(
     r"^(local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$"
 )
-
-
-def existing_dir(text: str) -> Path:
-    path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
-    return path
-
-
-def existing_file(text: str) -> Path:
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a readable file")
-    return path
 
 
 def master_url(text: str) -> str:
@@ -57,7 +45,6 @@ def label(text: str) -> tuple[str, str]:
 
 class AnalyzeCommand:
     """Match the stacks of one or more runs to tasks on Spark and write summary.csv and per-task stacks."""
-
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from profiler.argtypes import bounded
+
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
 
 Starts a Spark standalone Master and Worker from the pyspark package on free loopback ports, two
@@ -32,41 +34,10 @@ examples:
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return value
-
-
-def _duration(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 1 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"{text}: must be between 1 and 86400 seconds")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text}: must be between 0 and 3600 seconds")
-    return value
-
-
-def _executors(text: str) -> int:
-    value = _positive_int(text)
-    if value > 8:
-        raise argparse.ArgumentTypeError(f"{text}: at most 8 local executors")
-    return value
+_positive_int = bounded(int, 1)
+_duration = bounded(float, 1.0, 86400.0, "seconds")
+_non_negative = bounded(float, 0.0, 3600.0, "seconds")
+_executors = bounded(int, 1, 8, "local executors")
 
 
 def demo_known_spes(master_port: int, driver_port: int) -> str:
@@ -102,11 +73,11 @@ class DemoCommand:
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
         parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second (20000)")
+        parser.add_argument("--campaigns", type=_positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)")
         parser.add_argument(
-            "--campaigns", type=_positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)"
-        )
-        parser.add_argument(
-            "--warmup", type=_non_negative, default=30.0,
+            "--warmup",
+            type=_non_negative,
+            default=30.0,
             help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
         )
         parser.add_argument("--executors", type=_executors, default=2, help="1-core executors (2)")
@@ -143,9 +114,10 @@ class DemoCommand:
             rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1
         )
         try:
-            with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch, LocalSparkCluster(
-                worker_cores=args.executors, worker_memory=f"{args.executors}g"
-            ) as cluster:
+            with (
+                tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch,
+                LocalSparkCluster(worker_cores=args.executors, worker_memory=f"{args.executors}g") as cluster,
+            ):
                 say(f"demo: Spark master {cluster.master_url} (logs {cluster.tmp_dir})")
                 with YsbRun(cluster, options, driver_port=driver_port) as ysb:
                     say(f"demo: YSB at {args.rate} events/s, sink {ysb.sink}; waiting for the first micro-batch")
@@ -163,8 +135,12 @@ class DemoCommand:
                         profile=profile,
                         known_spes=known_spes,
                         frequency=args.frequency,
-                        labels={"workload": "ysb", "spe": "spark-structured-streaming", "rate": str(args.rate),
-                                "campaigns": str(args.campaigns)},
+                        labels={
+                            "workload": "ysb",
+                            "spe": "spark-structured-streaming",
+                            "rate": str(args.rate),
+                            "campaigns": str(args.campaigns),
+                        },
                         progress=not args.quiet,
                         force=args.force,
                     )

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from profiler.argtypes import bounded, frequency, positive_int
+
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
 Connects to each host (SSH with key authentication and known_hosts checking; the bare `localhost`
@@ -36,43 +38,6 @@ examples:
 LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < 7 * 24 * 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0 and less than a week")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 3600")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def frequency(text: str) -> int:
-    value = positive_int(text)
-    if value > 10000:
-        raise argparse.ArgumentTypeError(f"{text!r} Hz is too high; use at most 10000 (99 is the default)")
-    return value
-
-
 def label(text: str) -> tuple[str, str]:
     """``key=value`` experiment factor; the value is free text on one line."""
     key, sep, value = text.partition("=")
@@ -81,6 +46,10 @@ def label(text: str) -> tuple[str, str]:
     if len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise argparse.ArgumentTypeError(f"{text!r}: the value must be one line of at most 200 printable characters")
     return key, value
+
+
+positive_float = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
+non_negative_float = bounded(float, 0.0, 3600.0, "seconds")
 
 
 class ProfileCommand:

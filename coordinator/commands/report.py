@@ -16,14 +16,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from profiler.argtypes import existing_dir
+
 DEFAULT_MAX_STACKS = 3000  # keep in step with coordinator.flame.DEFAULT_MAX_STACKS (not imported: lazy)
-
-
-def existing_dir(text: str) -> Path:
-    path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
-    return path
 
 
 def max_stacks(text: str) -> int:
@@ -40,14 +35,27 @@ class ReportCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run_dir", type=existing_dir, metavar="RUN_DIR",
-                            help="run directory (run.json) or host capture directory (meta.json)")
+        parser.add_argument(
+            "run_dir",
+            type=existing_dir,
+            metavar="RUN_DIR",
+            help="run directory (run.json) or host capture directory (meta.json)",
+        )
         parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: RUN_DIR/report)")
-        parser.add_argument("--max-stacks", type=max_stacks, default=DEFAULT_MAX_STACKS, metavar="N",
-                            help="distinct stacks drawn per flamegraph; the smallest beyond N are merged into one "
-                                 f"frame (default {DEFAULT_MAX_STACKS}, 0 keeps all)")
-        parser.add_argument("--publish", type=Path, metavar="DIR",
-                            help="also copy the report to DIR/<run-id>/ and rewrite DIR/index.html (all runs)")
+        parser.add_argument(
+            "--max-stacks",
+            type=max_stacks,
+            default=DEFAULT_MAX_STACKS,
+            metavar="N",
+            help="distinct stacks drawn per flamegraph; the smallest beyond N are merged into one "
+            f"frame (default {DEFAULT_MAX_STACKS}, 0 keeps all)",
+        )
+        parser.add_argument(
+            "--publish",
+            type=Path,
+            metavar="DIR",
+            help="also copy the report to DIR/<run-id>/ and rewrite DIR/index.html (all runs)",
+        )
         parser.add_argument("--force", action="store_true", help="write into an --out directory that is not a report")
 
     def run(self, args: argparse.Namespace) -> int:

@@ -146,9 +146,9 @@ class RedisServer:
             except OSError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
-                log = (self._dir / "redis.log").read_text(errors="replace").strip().splitlines()[-1:]
+                log_tail = (self._dir / "redis.log").read_text(errors="replace").strip().splitlines()[-1:]
                 self.stop()
-                raise RedisError(f"redis-server on port {self.port} did not start: {' '.join(log) or 'no log'}")
+                raise RedisError(f"redis-server on port {self.port} did not start: {' '.join(log_tail) or 'no log'}")
             time.sleep(0.1)
 
     def client(self) -> RespClient:

@@ -21,28 +21,12 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..argtypes import existing_path, non_negative_int
 from ..capture import PIDS_DIR, STACKS_FILE, atomic_write_text
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import ConfigError, OutputExistsError
 from ..matcher import MatchResult
 from ..stats import share_ci95
-
-
-def existing_path(text: str) -> Path:
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
-    return path
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
 
 
 def stack_files(inputs: Sequence[Path]) -> list[Path]:
@@ -110,11 +94,16 @@ class MatchCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "stacks", nargs="*", type=existing_path, metavar="STACKS",
+            "stacks",
+            nargs="*",
+            type=existing_path,
+            metavar="STACKS",
             help="folded files, capture directories or run directories",
         )
         parser.add_argument(
-            "--profile", type=existing_path, default=None,
+            "--profile",
+            type=existing_path,
+            default=None,
             help=f"application profile (default: {DEFAULT_PROFILE})",
         )
         parser.add_argument("--csv", type=Path, metavar="OUT", help="write task,samples,share to this CSV file")
@@ -123,7 +112,10 @@ class MatchCommand:
             "--top", type=non_negative_int, default=10, help="candidate patterns to list from unmatched stacks (10)"
         )
         parser.add_argument(
-            "--explain", action="append", default=[], metavar="STACK",
+            "--explain",
+            action="append",
+            default=[],
+            metavar="STACK",
             help="print which frame and pattern decide this folded stack (repeatable; STACKS optional)",
         )
         parser.add_argument("--force", action="store_true", help="overwrite existing --csv/--unmatched files")
@@ -153,8 +145,10 @@ class MatchCommand:
                 raise ConfigError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
         result = accumulator.result()
         # task_stacks stay unbuilt: materializing every task's table would cost as much as matching
-        print(f"profile {profile_path}: {len(matcher.task_names)} tasks; {len(files)} stack file(s), "
-              f"{accumulator.entries} stacks")
+        print(
+            f"profile {profile_path}: {len(matcher.task_names)} tasks; {len(files)} stack file(s), "
+            f"{accumulator.entries} stacks"
+        )
         print(format_table(result, candidate_patterns(result.unmatched, args.top)), end="")
         if args.csv is not None:
             atomic_write_text(args.csv, result_csv(result))

@@ -21,34 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..argtypes import frequency, positive_float, positive_int
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def frequency(text: str) -> int:
-    value = positive_int(text)
-    if value > 10000:
-        raise argparse.ArgumentTypeError(f"{text!r} Hz is too high; use at most 10000 (99 is the default)")
-    return value
 
 
 def host_label(text: str) -> str:

@@ -1,0 +1,68 @@
+"""Validating argparse types shared by every subcommand of both CLIs (bcc tools' positive_int habit)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+Number = TypeVar("Number", int, float)
+
+
+def bounded(
+    convert: Callable[[str], Number], low: Number | None = None, high: Number | None = None, what: str = ""
+) -> Callable[[str], Number]:
+    """A type that parses with ``convert`` and accepts ``low <= value <= high`` (either bound optional)."""
+    noun = "a whole number" if convert is int else "a number"
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}{what and ' of ' + what}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            if high is None:
+                rule = f">= {low}"
+            elif low is None:
+                rule = f"<= {high}"
+            else:
+                rule = f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"{text!r} must be {rule}{what and ' ' + what}")
+        return value
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def positive_float(text: str) -> float:
+    value = bounded(float, 0.0)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+positive_int = bounded(int, 1)
+non_negative_int = bounded(int, 0)
+frequency = bounded(int, 1, 10000, "Hz (99 is the default)")
+
+
+def existing_path(text: str) -> Path:
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a readable file")
+    return path
