@@ -39,6 +39,11 @@ KIND_PID = 1  # samples of one PID in one task (partial sums, added up on the dr
 KIND_ERROR = 2  # an input file that could not be read; ``stack`` holds the message
 READ_BATCH_ROWS = 20_000
 FILES_PER_SLICE = 16
+# Below this much folded text on a local master, the job runs in this process with the same matcher
+# and the same row code (byte-identical output) instead of paying ~10 s of JVM start-up: a single run
+# is summarised in seconds; Spark is for archives.
+IN_PROCESS_MAX_BYTES = 256 * 1024 * 1024
+ENGINES = ("auto", "spark", "in-process")
 
 RAW_SCHEMA = "pid_key int, digest binary, stack string, samples long, error string"
 MATCHED_SCHEMA = "kind int, pid_key int, task int, stack string, samples long, multi long"
@@ -477,19 +482,115 @@ def run_analysis(
                 matched.unpersist()
         else:
             _write_task_files(scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, iter(()))
-        ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
-        rows = [row for run in ordered_runs for row in analysis.run_rows(run, task_names, counts)]
-        atomic_write_text(scratch / analysis.SUMMARY_FILE, analysis.format_summary(rows, analysis.label_columns(runs)))
-        atomic_write_text(
-            scratch / analysis.ANALYSIS_FILE,
-            analysis.analysis_record(runs, profile_text, profile_source, file_names, master),
-        )
-        _replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)
-        for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
-            os.replace(scratch / name, out_dir / name)
+        _write_summary(scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return distinct, samples
+
+
+def _write_summary(
+    scratch: Path,
+    out_dir: Path,
+    runs: Sequence[RunInput],
+    task_names: Sequence[str],
+    counts: Mapping[int, PidTaskCounts],
+    profile_text: str,
+    profile_source: str,
+    file_names: Mapping[str, str],
+    master: str,
+) -> None:
+    """summary.csv and analysis.json beside the task files in ``scratch``, then all moved into place."""
+    ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
+    rows = [row for run in ordered_runs for row in analysis.run_rows(run, task_names, counts)]
+    atomic_write_text(scratch / analysis.SUMMARY_FILE, analysis.format_summary(rows, analysis.label_columns(runs)))
+    atomic_write_text(
+        scratch / analysis.ANALYSIS_FILE,
+        analysis.analysis_record(runs, profile_text, profile_source, file_names, master),
+    )
+    _replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)
+    for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
+        os.replace(scratch / name, out_dir / name)
+
+
+def run_analysis_in_process(
+    runs: Sequence[RunInput], profile_text: str, profile_source: str, out_dir: Path, master: str
+) -> tuple[int, int]:
+    """The same job as run_analysis without Spark, for inputs small enough for one process: every
+    distinct stack matched once by the same Matcher, the same sums, files and ordering."""
+    from collections import Counter
+
+    from profiler.folded import read_folded
+    from profiler.matcher import Matcher
+
+    profile = parse_profile(profile_text, profile_source)
+    task_names = profile.result_task_names
+    matcher = Matcher(profile)
+    decided: dict[str, tuple[int, bool]] = {}
+    per_task: list[Counter[str]] = [Counter() for _ in task_names]
+    counts: dict[int, PidTaskCounts] = {}
+    for run in runs:
+        for pid in run.pids:
+            if pid.stacks is None:
+                continue
+            try:
+                folded = read_folded(pid.stacks)
+            except OSError as exc:
+                raise CaptureFormatError(f"{pid.stacks}: cannot read ({exc.strerror or exc}); check the file") from None
+            samples: dict[str, int] = {}
+            multi: dict[str, int] = {}
+            for stack, count in folded.items():
+                if count <= 0:
+                    continue
+                verdict = decided.get(stack)
+                if verdict is None:
+                    verdict = decided[stack] = matcher.classify(stack)
+                index, is_multi = verdict
+                task = task_names[index]
+                samples[task] = samples.get(task, 0) + count
+                multi[task] = multi.get(task, 0) + (count if is_multi else 0)
+                per_task[index][stack] += count
+            if samples:
+                counts[pid.key] = PidTaskCounts(samples, multi)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
+    try:
+        file_names = analysis.task_file_names(profile.task_names)
+        ordered = (
+            (index, stack, count)
+            for index, stacks in enumerate(per_task)
+            for stack, count in sorted(stacks.items(), key=lambda item: (-item[1], item[0]))
+        )
+        distinct, total = _write_task_files(
+            scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, ordered
+        )
+        _write_summary(scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return distinct, total
+
+
+def stacks_bytes(runs: Sequence[RunInput]) -> int:
+    """Total size of the folded stack files an analysis would read."""
+    total = 0
+    for run in runs:
+        for pid in run.pids:
+            if pid.stacks is not None:
+                try:
+                    total += pid.stacks.stat().st_size
+                except OSError:
+                    pass
+    return total
+
+
+def choose_engine(engine: str, master: str, runs: Sequence[RunInput]) -> str:
+    """ "spark" or "in-process": auto picks in-process for a local master and small inputs."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+    if engine != "auto":
+        return engine
+    if master.startswith("local") and stacks_bytes(runs) <= IN_PROCESS_MAX_BYTES:
+        return "in-process"
+    return "spark"
 
 
 def analyze(
@@ -500,13 +601,16 @@ def analyze(
     labels: Mapping[str, str] | None = None,
     *,
     spark: SparkSession | None = None,
+    engine: str = "auto",
 ) -> AnalysisOutput:
     """Analyse run directories (or bare host captures) with ``profile`` (default: the runs' own
     copy) on Spark; writes summary.csv, tasks/<task>.folded, unmatched.folded and analysis.json to
     ``out_dir`` (default: the run directory when one run is given). The raw captures are only read.
 
     ``spark``: an existing session to use (it is left running); otherwise one is started on
-    ``master`` and stopped at the end.
+    ``master`` and stopped at the end. ``engine``: "spark", "in-process" (same code and output,
+    no JVM) or "auto": Spark when a session is handed in, else in-process for a local master and at
+    most IN_PROCESS_MAX_BYTES of stacks.
     """
     if not run_dirs:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
@@ -517,7 +621,11 @@ def analyze(
     _check_out_dir(target, runs)
     started = time.monotonic()
     session_seconds = 0.0
-    if spark is None:
+    if engine == "auto" and spark is not None:
+        engine = "spark"  # a session handed in is meant to be used
+    if choose_engine(engine, master, runs) == "in-process":
+        distinct, samples = run_analysis_in_process(runs, profile_text, profile_source, target, master)
+    elif spark is None:
         with spark_session(master) as session:
             session_seconds = time.monotonic() - started
             distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master)

@@ -51,6 +51,12 @@ class ProfileOutcome:
     warnings: tuple[str, ...] = ()  # e.g. a host that started sampling late
 
 
+# A run this large (hosts × seconds) may outgrow the in-process analysis: start Spark beside the
+# hosts' writing and fetching so its JVM start-up is off the critical path. Smaller runs are
+# summarised in-process (same code and output) in a second or two.
+SPARK_WARMUP_HOST_SECONDS = 8 * 3600
+
+
 def make_transport(
     known_hosts: Path | None = None, accept_new_hosts: bool = False, connect_timeout: float = 10.0
 ) -> TransportFactory:
@@ -525,7 +531,12 @@ def profile_cluster(
             # Results are complete once every host is fetched; clean-ups continue beside the analysis.
             window_end = (control.start_at or time.time()) + float(duration)
             while not all(w.collected.is_set() for w in workers):
-                if analyze and warmup is None and (time.time() >= window_end or control.stop.is_set()):
+                if (
+                    analyze
+                    and warmup is None
+                    and len(workers) * float(duration) >= SPARK_WARMUP_HOST_SECONDS
+                    and (time.time() >= window_end or control.stop.is_set())
+                ):
                     warmup = SparkWarmup.start_if_available()
                 renderer.refresh(board)
                 for worker in workers:

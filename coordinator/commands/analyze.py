@@ -74,6 +74,13 @@ class AnalyzeCommand:
             help="output directory (default: the run directory; required for several runs)",
         )
         parser.add_argument(
+            "--engine",
+            choices=("auto", "spark", "in-process"),
+            default="auto",
+            help="where the job runs: auto (default) runs small inputs on a local master in this process "
+            "with the same code and output, without Spark's start-up; spark always starts Spark",
+        )
+        parser.add_argument(
             "--label",
             type=label,
             action="append",
@@ -86,7 +93,12 @@ class AnalyzeCommand:
         from coordinator.pipeline import analyze
 
         output = analyze(
-            args.run_dirs, out_dir=args.out, profile=args.profile, master=args.master, labels=dict(args.label) or None
+            args.run_dirs,
+            out_dir=args.out,
+            profile=args.profile,
+            master=args.master,
+            labels=dict(args.label) or None,
+            engine=args.engine,
         )
         stats = output.stats
         print(

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.analysis import read_inputs
 from coordinator.cli import main as coordinator_main
-from coordinator.pipeline import analyze, spark_session
+from coordinator.pipeline import analyze, choose_engine, spark_session
 from profiler import capture
 from profiler.aggregate import aggregate_host
 from profiler.appprofile import parse_profile
@@ -175,6 +176,23 @@ def test_output_is_byte_identical_across_runs_and_partitionings(
     for name in ("summary.csv", "unmatched.folded", "tasks/Kafka.folded", "tasks/GC.folded"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert first.summary_csv.read_bytes().count(b"\n") > 40
+
+
+def test_in_process_engine_writes_the_same_bytes_as_spark(
+    spark: object, multi_run_archive: list[Path], tmp_path: Path
+) -> None:
+    # GIVEN the multi-run, multi-host archive analysed on Spark and in-process (no JVM)
+    analyze(multi_run_archive, out_dir=tmp_path / "spark", spark=spark)
+    output = analyze(multi_run_archive, out_dir=tmp_path / "local", engine="in-process")
+    # THEN every file is byte-identical, and auto picks in-process for such a small local input
+    files = sorted(p.relative_to(tmp_path / "spark") for p in (tmp_path / "spark").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
+    assert len(files) > 4
+    for name in files:
+        assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    assert output.stats.session_seconds == 0
+    assert choose_engine("auto", "local[*]", read_inputs(multi_run_archive, None)) == "in-process"
+    assert choose_engine("auto", "spark://10.0.0.1:7077", read_inputs(multi_run_archive, None)) == "spark"
 
 
 def test_bad_stacks_file_is_one_line_error(spark: object, tiny_run: Path) -> None:
