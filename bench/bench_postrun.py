@@ -149,8 +149,8 @@ def render(samples: list[Sample], command: str, load_before: str, load_after: st
         "",
         "Medians. \"captures home\" covers the profilers' own writing phase (symbolization, matching, result",
         "files), the coordinator noticing `done` (status polled every 0.5 s), and the tar stream over SSH.",
-        "The Spark session of the analysis is started as soon as sampling ends, beside the hosts' writing",
-        "and the fetch, so the JVM start-up is mostly off the path.",
+        "Runs this small are analysed in-process (the pipeline's engine \"auto\": same matcher and row code,",
+        "byte-identical output, no JVM); Spark, with its ~10 s start-up, is for archives and very large runs.",
         "",
     ]
     return "\n".join(lines)
