@@ -291,7 +291,9 @@ def test_ssh_connection_killed_mid_run_results_still_collected(
     code = child.finish(timeout=120)
     # THEN the coordinator reconnected and collected node1's full capture anyway
     assert code == 0, "\n".join(child.lines)
-    assert any("node1: reconnecting" in line for line in child.lines)
+    # the progress lines may skip a short-lived phase; the run's log records every event
+    log = (out / "coordinator.log").read_text()
+    assert "node1: connection lost" in log and "node1: reconnected" in log, log
     info = rundir.read_run(out)
     assert [h.state for h in info.hosts] == ["ok", "ok"]
     for host in info.hosts:

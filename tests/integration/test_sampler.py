@@ -156,7 +156,7 @@ def test_depth_limit_counts_truncated_stacks(start_cpu_split_jvm):
         sampler.close()
     burner = sum(count for stack, count in folded.items() if stack.startswith("burner-"))
     assert burner > 0
-    assert stats.truncated >= burner, stats
+    assert stats.truncated >= burner - stats.lost_user_stack, stats  # a lost stack has no depth
     assert stats.max_stack_depth == 32
     assert any("--max-stack-depth" in w for w in sampler.warnings)
 
