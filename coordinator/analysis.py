@@ -17,7 +17,7 @@ from typing import Any
 
 from profiler import capture
 from profiler.aggregate import aggregate_pid
-from profiler.capture import ALL_TASKS, EventCount, NetStats, PidCounters, ProcessInfo
+from profiler.capture import ALL_TASKS, RESULT_COLUMNS, EventCount, NetStats, PidCounters, ProcessInfo
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.matcher import MatchResult
 from profiler.stats import share_ci95, two_proportion_z
@@ -34,28 +34,14 @@ STALL_EVENTS: tuple[tuple[str, str], ...] = (
 )
 
 # Fixed columns of summary.csv, in order; run labels follow (docs/summary-format.md).
+_PID_COLUMNS_END = RESULT_COLUMNS.index("ipc") + 1
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "run",
-    "host",
-    "pid",
-    "role",
-    "engine",
-    "task",
-    "samples",
-    "share",
-    "share_ci95",
-    "cycles",
-    "cycles_estimated",
-    "cpu_seconds",
-    "instructions",
-    "ipc",
+    *RESULT_COLUMNS[:_PID_COLUMNS_END],  # the host result's columns, then what only a summary has
     "stalled_cycles_frontend",
     "stalled_cycles_backend",
     "multi_task_samples",
-    "bytes_sent",
-    "bytes_received",
-    "bytes_sent_external",
-    "bytes_received_external",
+    *RESULT_COLUMNS[_PID_COLUMNS_END:],  # network bytes
     "events",
     "cycles_per_event",
     "bytes_per_event",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from profiler.argtypes import existing_dir
+
 DEFAULT_PORT = 8000
 
 
@@ -22,13 +24,6 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0 (any free port) and 65535")
     return value
-
-
-def existing_dir(text: str) -> Path:
-    path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
-    return path
 
 
 class ServeCommand:
