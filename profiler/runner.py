@@ -431,6 +431,8 @@ class Runner:
                 self.status.processes += len(new)
                 self.status.update()
             state.end_time = self.clock()
+            final_samples = self.status._samples()  # read before the maps are freed at close
+            self.status.count_samples = lambda: final_samples
             components.sampler.stop()
             if components.net is not None:
                 components.net.stop()
