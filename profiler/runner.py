@@ -57,7 +57,7 @@ class RunOptions:
     status_file: Path | None = None
     force: bool = False
     max_stack_depth: int = 127
-    stack_storage_size: int = 16384
+    stack_storage_size: int = 65536
     exec_watch: bool = True
 
 
