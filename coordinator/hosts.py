@@ -26,6 +26,7 @@ from profiler.errors import ProfilerError
 
 from . import deploy
 from .cluster import HostSpec
+from .deploy import RemoteLayout
 
 STATES = ("starting", "waiting", "sampling", "writing", "done", "failed")
 
@@ -133,6 +134,19 @@ class HostTransport(ABC):
     @abstractmethod
     def start_profiler(self, request: RunRequest) -> None: ...
 
+    def run_args(self, layout: RemoteLayout, request: RunRequest) -> list[str]:
+        """``profiler run`` arguments for this host, the common start converted to the host's clock."""
+        return deploy.profiler_run_args(
+            layout,
+            self.spec.label,
+            request.duration,
+            request.frequency,
+            None if request.start_at is None else request.start_at + self.clock_offset,
+            net=request.net,
+            events=request.events,
+            pids=request.pids,
+        )
+
     @abstractmethod
     def read_status(self) -> ProfilerStatus | None: ...
 
@@ -203,16 +217,7 @@ class LocalHost(HostTransport):
 
     def start_profiler(self, request: RunRequest) -> None:
         layout = self.layout
-        args = deploy.profiler_run_args(
-            layout,
-            self.spec.label,
-            request.duration,
-            request.frequency,
-            None if request.start_at is None else request.start_at + self.clock_offset,
-            net=request.net,
-            events=request.events,
-            pids=request.pids,
-        )
+        args = self.run_args(layout, request)
         self._log_handle = open(layout.log, "wb")  # noqa: SIM115 - closed in cleanup()
         self.process = subprocess.Popen(
             [*self._command_prefix(), *args],

@@ -295,16 +295,7 @@ class SshHost(HostTransport):
 
     def start_profiler(self, request: RunRequest) -> None:
         layout = self.layout
-        args = deploy.profiler_run_args(
-            layout,
-            self.spec.label,
-            request.duration,
-            request.frequency,
-            None if request.start_at is None else request.start_at + self.clock_offset,
-            net=request.net,
-            events=request.events,
-            pids=request.pids,
-        )
+        args = self.run_args(layout, request)
         started = self.exec(deploy.start_command(layout, self.python, args, self.needs_sudo), timeout=30)
         if started.returncode != 0:
             raise HostUnreachable(f"{self.spec.source}: could not start the profiler: {started.stderr.strip()}")

@@ -195,6 +195,17 @@ class _EventFds:
     failures: dict[str, int] = field(default_factory=dict)  # reason -> threads
 
 
+def open_event(syscalls: PerfSyscalls, spec: EventSpec, tid: int, inherit_thread: bool) -> tuple[int, bool]:
+    """Open one counter; returns (fd, whether inherit_thread is still in use). Kernels before 5.13
+    reject the inherit_thread bit: count with plain inherit instead, and say so to the caller."""
+    try:
+        return syscalls.open(spec, tid, inherit_thread), inherit_thread
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.E2BIG) and inherit_thread:
+            return syscalls.open(spec, tid, False), False
+        raise
+
+
 class PidCounterSet:
     """All perf events of one pid: one inherited counter per (thread at add time, event)."""
 
@@ -219,15 +230,8 @@ class PidCounterSet:
                     state.failures[reason] = state.failures.get(reason, 0) + 1
 
     def _open_one(self, spec: EventSpec, tid: int) -> int:
-        try:
-            return self._syscalls.open(spec, tid, self.inherit_thread)
-        except OSError as exc:
-            # Kernels before 5.13 reject the inherit_thread bit; count with plain inherit instead.
-            if exc.errno in (errno.EINVAL, errno.E2BIG) and self.inherit_thread:
-                fd = self._syscalls.open(spec, tid, False)
-                self.inherit_thread = False
-                return fd
-            raise
+        fd, self.inherit_thread = open_event(self._syscalls, spec, tid, self.inherit_thread)
+        return fd
 
     @property
     def open_fds(self) -> int:
@@ -339,14 +343,8 @@ class CounterGroup:
         return dict(self._probe)
 
     def _open_probe(self, spec: EventSpec, tid: int) -> int:
-        try:
-            return self._syscalls.open(spec, tid, self.inherit_thread)
-        except OSError as exc:
-            if exc.errno in (errno.EINVAL, errno.E2BIG) and self.inherit_thread:
-                fd = self._syscalls.open(spec, tid, False)
-                self.inherit_thread = False
-                return fd
-            raise
+        fd, self.inherit_thread = open_event(self._syscalls, spec, tid, self.inherit_thread)
+        return fd
 
     @property
     def cycles_source(self) -> str:
