@@ -7,7 +7,6 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
-from typing import Protocol
 
 from . import __version__
 from .errors import ProfilerError
@@ -15,12 +14,6 @@ from .errors import ProfilerError
 # Preferred order in --help; any other module in the commands package is listed after these.
 # Command modules import heavy dependencies (bcc, pyspark) inside run(), never at import time.
 COMMAND_ORDER: tuple[str, ...] = ("run", "doctor", "match")
-
-
-class Command(Protocol):
-    def prepare_parser(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def run(self, args: argparse.Namespace) -> int: ...
 
 
 def discover_commands(package: str, order: Sequence[str]) -> list[str]:

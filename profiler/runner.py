@@ -8,6 +8,7 @@ an exception), everything collected so far is written.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
@@ -33,7 +34,7 @@ from .capture import (
     RunMeta,
     SamplerStats,
 )
-from .errors import OutputExistsError, PrivilegeError, ProfilerError
+from .errors import OutputExistsError, PrivilegeError
 from .folded import format_folded
 
 CAP_PERFMON = 38
@@ -226,8 +227,6 @@ class StatusWriter:
             "error": self.error,
             "time": now,
         }
-        import json
-
         capture.atomic_write_text(self.path, json.dumps(payload) + "\n")
 
     def _samples(self) -> int | None:
@@ -669,4 +668,4 @@ def run_capture(
         return runner.run(profile)
 
 
-__all__ = ["RunOptions", "Runner", "Components", "run_capture", "ProfilerError"]
+__all__ = ["RunOptions", "Runner", "Components", "run_capture"]
