@@ -30,6 +30,7 @@ class PerfMapHistory:
         self._starts: list[int] = []  # monotonic ns each refresh began, ascending
         self._files: list[Path | None] = []  # the copied version; None when that refresh failed
         self._last_digest: str | None = None
+        self._last_path: Path | None = None
         self._lock = threading.Lock()
         self._loaded: dict[Path, PerfMap] = {}
 
@@ -54,14 +55,14 @@ class PerfMapHistory:
             except OSError:
                 continue
             digest = hashlib.blake2b(content, digest_size=16).hexdigest()
-            if digest == self._last_digest and index > 0 and self._files[index - 1] is not None:
-                self._files[index] = self._files[index - 1]
+            if digest == self._last_digest and self._last_path is not None:
+                self._files[index] = self._last_path
                 return
             target = self.directory / f"perf-{self.pid}-{index}.map"
             self.directory.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
             self._files[index] = target
-            self._last_digest = digest
+            self._last_digest, self._last_path = digest, target
             return
 
     @property

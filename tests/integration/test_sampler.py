@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import time
+from collections import Counter
 
 import pytest
 
@@ -192,3 +193,35 @@ def test_failed_start_is_reported_and_close_unloads_everything():
     sampler.close()
     assert sampler.prog_ids == []
     assert bpf_programs_held_by({os.getpid()}) == []
+
+
+def test_ring_buffer_keeps_every_sample_with_its_interval(cpu_split_jvm):
+    # GIVEN the default collection (ring buffer) with 1 s intervals over a 5 s window
+    sampler = StackSampler(interval=1.0)
+    try:
+        sampler.start()
+        assert sampler.collection == "ringbuf"
+        sampler.begin_window()
+        sampler.add_pid(cpu_split_jvm.pid)
+        sampler.prepare_symbols(cpu_split_jvm.pid)
+        time.sleep(5)
+        sampler.stop()
+        collected = sampler.collect()[cpu_split_jvm.pid]
+    finally:
+        sampler.close()
+    stats = collected.stats
+    # THEN nothing is lost to storage: every sample is a stack (faults aside, none on this JVM)
+    assert stats.samples >= 200, stats
+    assert stats.dropped == 0 and stats.lost_user_stack == 0, stats
+    assert sum(collected.folded.values()) == stats.samples
+    # AND the timeline holds the same stacks, spread over the window's 5 intervals
+    assert collected.timeline is not None
+    per_stack: Counter[str] = Counter()
+    per_interval: Counter[int] = Counter()
+    for (interval, stack), count in collected.timeline.items():
+        per_stack[stack] += count
+        per_interval[interval] += count
+    assert per_stack == collected.folded
+    assert set(per_interval) <= set(range(6)) and len(per_interval) >= 4, per_interval
+    busiest = max(per_interval.values())
+    assert all(per_interval[i] >= 0.3 * busiest for i in range(1, 4)), per_interval  # steady workload
