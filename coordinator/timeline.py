@@ -116,7 +116,7 @@ def resolve_span(window: SubWindow, meta: RunMeta, where: str) -> IntervalSpan:
     count = interval_count(duration, interval)
     first = math.floor(window.start / interval + _EPSILON) if window.start is not None else 0
     last = count - 1 if window.end is None else min(count - 1, math.ceil(window.end / interval - _EPSILON) - 1)
-    if first > count - 1:
+    if window.start is not None and (first > count - 1 or window.start >= duration):
         raise ConfigError(
             f"{where}: --from {window.start:g} is at or past the end of its {duration:.1f} s window; "
             "give a smaller --from"
@@ -261,11 +261,14 @@ def host_timeline(
     per_pid: Mapping[int, Mapping[int, Mapping[str, int]]],
     deltas: Mapping[int, Sequence[CounterDelta]],
     task_names: Sequence[str],
+    window_cycles: Mapping[int, float | None] | None = None,
 ) -> HostTimeline:
     """Per interval and task: samples summed over the host's workload PIDs, share of the host's
     samples, and cycles = Σ over PIDs of (task samples / PID samples) × the PID's cycle delta in
     that interval (the summary's rule, paper section 3.3, applied per interval). ``per_pid`` is
-    task_interval_samples of each PID, ``deltas`` the PIDs' counters timelines."""
+    task_interval_samples of each PID, ``deltas`` the PIDs' counters timelines. A PID without a
+    counters timeline gets its window cycles (``window_cycles``) × its share of its samples in the
+    interval, as ``analyze --from/--to`` does; without those either, the interval's cycles are None."""
     count = interval_count(duration, interval)
     for intervals in per_pid.values():
         if intervals:
@@ -277,7 +280,13 @@ def host_timeline(
         for index, tasks in intervals.items():
             row[index] = sum(tasks.values())
             totals[index] += row[index]
-    cycles_of = {pid: {d.interval: d.cycles for d in rows} for pid, rows in deltas.items()}
+    cycles_of: dict[int, dict[int, float | None]] = {
+        pid: {d.interval: d.cycles for d in rows} for pid, rows in deltas.items()
+    }
+    for pid, total in (window_cycles or {}).items():
+        pid_samples = sum(pid_totals.get(pid, ()))
+        if pid not in cycles_of and total is not None and pid_samples:
+            cycles_of[pid] = {i: total * n / pid_samples for i, n in enumerate(pid_totals[pid])}
     series = []
     for task in task_names:
         samples = [sum(per_pid[pid].get(i, {}).get(task, 0) for pid in per_pid) for i in range(count)]
