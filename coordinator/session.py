@@ -24,7 +24,7 @@ from profiler.errors import OutputExistsError, ProfilerError
 from . import rundir
 from .cluster import HostSpec, load_cluster
 from .errors import HostKeyError, PartialRunError
-from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, TransportLost, one_line
+from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, SamplingOptions, TransportLost, one_line
 from .progress import ProgressBoard, Renderer, make_renderer
 from .rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 
@@ -454,6 +454,7 @@ def profile_cluster(
     connect_timeout: float = 10.0,
     transport_factory: TransportFactory | None = None,
     stream: IO[str] | None = None,
+    sampling: SamplingOptions | None = None,
 ) -> ProfileOutcome:
     """Profile ``hosts`` for ``duration`` seconds into the run directory ``out_dir``.
 
@@ -487,6 +488,7 @@ def profile_cluster(
         net=net,
         events=events,
         pids=tuple(pids),
+        sampling=sampling or SamplingOptions(),
     )
     info = RunInfo(
         run_id=out_dir.name,

@@ -416,7 +416,9 @@ def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
                 ) from None
 
 
-def read_timeline(capture_dir: Path, pid: int, first: int | None = None, last: int | None = None) -> Counter[str] | None:
+def read_timeline(
+    capture_dir: Path, pid: int, first: int | None = None, last: int | None = None
+) -> Counter[str] | None:
     """Stacks of ``pid`` summed over intervals ``first..last`` (inclusive, None = open); None without a timeline."""
     path = timeline_path(capture_dir, pid)
     if not path.exists():
