@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from profiler.aggregate import INSTRUCTIONS_EVENT
@@ -18,6 +18,9 @@ from profiler.errors import ConfigError
 
 # Interval arithmetic tolerates float noise: 0.3 s / 0.1 s must be interval 3, not 2.
 _EPSILON = 1e-9
+# meta.json's start/end are wall-clock reads around the window, a few ms longer than the sampler's
+# own: a 30.0006 s window of 5 s intervals has 6 intervals, not a 7th of 0.6 ms.
+_TRAILING_SLIVER = 0.01  # of an interval
 SHARE_DIGITS = 4  # share per interval in the report payload: 0.1234
 CYCLES_DIGITS = 4  # significant digits of cycles per interval in the report payload
 
@@ -94,8 +97,33 @@ class IntervalSpan:
 
 
 def interval_count(duration: float, interval: float) -> int:
-    """Intervals of a window: the last one may be partial; at least one."""
-    return max(1, math.ceil(duration / interval - _EPSILON))
+    """Intervals of a window: the last one may be partial (a sliver under 1 % of an interval is no
+    interval of its own); at least one."""
+    return max(1, math.ceil(duration / interval - _TRAILING_SLIVER))
+
+
+def clamp_deltas(deltas: Sequence[CounterDelta], count: int) -> list[CounterDelta]:
+    """Counter rows with the final reading past the last interval folded into the last interval:
+    the reading at the window's end closes it (captures of the first ring-buffer runner number it
+    one too high when the window's wall-clock length overshoots a whole number of intervals)."""
+    out: dict[int, CounterDelta] = {}
+    for delta in deltas:
+        index = min(delta.interval, count - 1)
+        before = out.get(index)
+        if before is None:
+            out[index] = replace(delta, interval=index)
+        else:
+            out[index] = CounterDelta(
+                index,
+                _add(before.cycles, delta.cycles),
+                _add(before.instructions, delta.instructions),
+                _add(before.cpu_seconds, delta.cpu_seconds),
+            )
+    return [out[index] for index in sorted(out)]
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
 
 def timeline_problem(meta: RunMeta) -> str | None:
@@ -132,7 +160,7 @@ def _sum_known(values: Iterable[float | None]) -> float | None:
 def window_counters(counters: PidCounters, deltas: Sequence[CounterDelta], span: IntervalSpan) -> PidCounters:
     """The counters of one PID over a sub-window, from its counters timeline. Only cycles,
     instructions and CPU seconds have a timeline; every other event is left out (not measured)."""
-    rows = [d for d in deltas if span.contains(d.interval)]
+    rows = [d for d in clamp_deltas(deltas, span.count) if span.contains(d.interval)]
     cycles = _sum_known(d.cycles for d in rows)
     instructions = _sum_known(d.instructions for d in rows)
     return PidCounters(
@@ -281,7 +309,7 @@ def host_timeline(
             row[index] = sum(tasks.values())
             totals[index] += row[index]
     cycles_of: dict[int, dict[int, float | None]] = {
-        pid: {d.interval: d.cycles for d in rows} for pid, rows in deltas.items()
+        pid: {d.interval: d.cycles for d in clamp_deltas(rows, count)} for pid, rows in deltas.items()
     }
     for pid, total in (window_cycles or {}).items():
         pid_samples = sum(pid_totals.get(pid, ()))

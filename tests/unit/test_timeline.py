@@ -180,3 +180,20 @@ def test_time_chart_series_match_the_summary(tmp_path: Path) -> None:
     names = [t["name"] for t in payload["tasks"]]  # type: ignore[attr-defined]
     chart = {names[s["task"]]: sum(s["samples"]) for s in payload["timeline"]["hosts"][0]["series"]}  # type: ignore[index]
     assert chart == {"Kafka": 160, "Deserialize": 70, "GC": 10, "unmatched": 20}
+
+
+def test_wall_clock_overshoot_is_no_interval_and_the_final_reading_closes_the_last_one() -> None:
+    # GIVEN a real 30 s window at 5 s intervals: meta says 30.0006 s, the counters timeline numbers
+    # its final reading 6 (intervals 0-4 and 6), the stacks use intervals 0-5
+    meta = replace(META, interval=5.0, start_time=1000.0, end_time=1030.0006)
+    assert timeline.interval_count(meta.duration, 5.0) == 6
+    assert timeline.interval_count(31.0, 10.0) == 4  # a real partial interval still counts
+    full = timeline.resolve_span(SubWindow(0, 30), meta, "cap")
+    assert full.whole and (full.first, full.last) == (0, 5)
+    deltas = [CounterDelta(i, 1e9 * (i + 1), None, 0.1) for i in (0, 1, 2, 3, 4, 6)]
+    last = timeline.resolve_span(SubWindow(25, None), meta, "cap")
+    counters = PidCounters(1, {}, cycles=2.2e10, cycles_estimated=False)
+    assert timeline.window_counters(counters, deltas, last).cycles == 7e9
+    assert [d.interval for d in timeline.clamp_deltas(deltas, 6)] == [0, 1, 2, 3, 4, 5]
+    merged = timeline.clamp_deltas([CounterDelta(5, 1.0, None, 0.5), CounterDelta(6, 2.0, None, None)], 6)
+    assert merged == [CounterDelta(5, 3.0, None, 0.5)]
