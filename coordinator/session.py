@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from profiler import __version__, capture
+from profiler.appprofile import load_profile
 from profiler.errors import OutputExistsError, ProfilerError
+from profiler.spes import load_known_spes
 
 from . import rundir
 from .cluster import HostSpec, load_cluster
@@ -475,6 +477,10 @@ def profile_cluster(
     for path, what in ((profile, "application profile"), (known_spes, "known_spes file")):
         if not Path(path).is_file():
             raise ProfilerError(f"{path}: {what} not found; pass an existing file")
+    # Parsed here, with the user's own paths in any error, before a host is touched: every host would
+    # otherwise fail the same way, naming a temporary copy on the remote side.
+    load_profile(profile)
+    load_known_spes(known_spes)
     prepare_run_dir(out_dir, force)
     shutil.copyfile(profile, out_dir / rundir.PROFILE_COPY)
     _write_cluster_copy(out_dir, hosts, cluster_file)

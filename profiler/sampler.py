@@ -763,6 +763,17 @@ class StackSampler:
                 f"raise --stack-storage-size (now {self.stack_storage_size}) or shorten --duration"
             )
         for pid, (_folded, stats) in sorted(result.items()):
+            if stats.samples and stats.interpreted_only / stats.samples >= 0.05:
+                self.warnings.append(
+                    f"pid {pid}: {stats.interpreted_only / stats.samples:.0%} of samples are in interpreted Java "
+                    "code only (frames show as Interpreter, not by method); profile after warm-up (the JIT "
+                    "compiles hot code) or see docs/capture-format.md (interpreted_only)"
+                )
+            if stats.java_frames and stats.java_frames_unresolved / stats.java_frames >= 0.05:
+                self.warnings.append(
+                    f"pid {pid}: {stats.java_frames_unresolved / stats.java_frames:.0%} of Java frames have no name "
+                    "in any perf-map version; lower --perf-map-refresh (code freed between refreshes)"
+                )
             if stats.samples and stats.truncated / stats.samples >= 0.01:
                 self.warnings.append(
                     f"pid {pid}: {stats.truncated / stats.samples:.0%} of stacks hit the depth limit of "
