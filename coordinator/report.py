@@ -802,7 +802,7 @@ def _window_meta(run: RunData) -> str | None:
     text = f"{', '.join(used)} of the window ({asked}; whole {', '.join(intervals) or '—'} intervals)"
     if entries and all(h.get("whole_window") for h in entries):
         text += ", i.e. the whole window"
-    return text + "; tables and flamegraphs show only it"
+    return text + "; task tables, charts of tasks per executor and flamegraphs show only it, health the whole window"
 
 
 def _events_note(run: RunData, cluster: Sequence[TaskLine]) -> str:
