@@ -54,7 +54,7 @@ class Window:
     profiler_cpu: float
     elapsed: float
     post_run: float
-    load: tuple[float, float, float]
+    load: tuple[float, float, float] | None
 
     @property
     def stored_pct(self) -> float:
@@ -73,7 +73,7 @@ class Window:
 def run_window(duration: float, warmup: float, work: Path, reuse: bool = False) -> Window:
     out = work / f"demo-{int(duration)}"
     if reuse:
-        return read_window(duration, out, os.getloadavg())
+        return read_window(duration, out, None)  # the load of that time is not known any more
     command = [
         sys.executable,
         "-m",
@@ -99,7 +99,7 @@ def run_window(duration: float, warmup: float, work: Path, reuse: bool = False) 
     return read_window(duration, out, os.getloadavg())
 
 
-def read_window(duration: float, out: Path, load: tuple[float, float, float]) -> Window:
+def read_window(duration: float, out: Path, load: tuple[float, float, float] | None) -> Window:
     """The figures of one demo run, from its host capture."""
     host_dir = next((out / "hosts").iterdir())
     cap = capture.read_capture(host_dir)
@@ -136,7 +136,7 @@ def read_window(duration: float, out: Path, load: tuple[float, float, float]) ->
         profiler_cpu=overhead.profiler_cpu_seconds,
         elapsed=cap.meta.duration,
         post_run=overhead.post_run_seconds,
-        load=(round(load[0], 1), round(load[1], 1), round(load[2], 1)),
+        load=None if load is None else (round(load[0], 1), round(load[1], 1), round(load[2], 1)),
     )
 
 
@@ -180,7 +180,7 @@ def report(windows: list[Window], command: str) -> str:
             f"{w.dropped} | {w.lost_user} / {w.lost_kernel} | {w.truncated} | {interp:.1f} % | {unresolved:.2f} % | "
             f"{w.perf_map_snapshots} | {w.distinct_stacks} | {w.rss_baseline / MB:.1f} MB | "
             f"{w.rss_growth / MB:+.1f} MB | {w.peak_rss / MB:.1f} MB | {w.cpu_pct:.2f} % of a core | "
-            f"{w.post_run:.1f} s | {w.load[0]} / {w.load[1]} / {w.load[2]} |"
+            f"{w.post_run:.1f} s | {' / '.join(map(str, w.load)) if w.load else 'n/a'} |"
         )
     longest = max(windows, key=lambda w: w.duration)
     lines += [
