@@ -592,11 +592,7 @@ def build_view(
     task_names = _task_order(profile_tasks, run.rows)
     colors = task_colors(task_names)
     matcher = Matcher(profile) if profile is not None else None
-    if matcher is not None:
-        classifier = flame.leaf_first_classifier(matcher.frame_tasks)
-    else:
-        classifier = flame.leaf_first_classifier(lambda frame: ())
-    classifications = flame.StackClassifications(classifier, task_names)
+    classifications = flame.StackClassifications(matcher, task_names)
     frames = flame.FrameTable()
     graphs: list[flame.FlameGraph] = []
     captures = {h.name: h.capture for h in run.hosts if h.capture is not None}

@@ -220,6 +220,20 @@ class Matcher:
     def match(self, stack: str) -> str:
         return self.result_names[self.classify_mask(stack)[0]]
 
+    def decide(self, frames: Sequence[str]) -> tuple[str, int | None]:
+        """(task, index of the deciding frame or None) of a stack given as its frames, root first.
+
+        The rule of ``classify_mask`` (same memos, same choice), also naming the leaf-most matching
+        frame: the report colours flamegraphs with it, so its colours are the summary's tasks.
+        """
+        masks = list(map(self._frame_mask_of, frames))
+        decider = len(masks) - 1
+        while decider >= 0 and not masks[decider]:
+            decider -= 1
+        if decider < 0:
+            return UNMATCHED, None
+        return self.result_names[self._decision_of(tuple(filter(None, masks)))[0]], decider
+
     def task_names_of(self, mask: int) -> tuple[str, ...]:
         """Task names of the bits set in ``mask``, in profile order."""
         return tuple(name for index, name in enumerate(self.task_names) if mask >> index & 1)
