@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 from coordinator.timeline import SubWindow
-from profiler.argtypes import existing_dir, existing_file, seconds_into_window
+from profiler.argtypes import existing_dir, existing_file, label, seconds_into_window
 
 _MASTER = re.compile(
     r"^(local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$"
@@ -39,13 +39,6 @@ def master_url(text: str) -> str:
             f"{text!r} is not a Spark master URL (local[*], local[N], spark://HOST:PORT, yarn, k8s://URL)"
         )
     return text
-
-
-def label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", key):
-        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE with a key of letters, digits, _ . -")
-    return key, value
 
 
 class AnalyzeCommand:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from profiler.argtypes import bounded, frequency, positive_int
+from profiler.argtypes import bounded, duration, frequency, label, positive_float, positive_int
 
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
@@ -35,30 +34,13 @@ examples:
   $ xdg-open runs/baseline/report/index.html
 """
 
-LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-
-
-def label(text: str) -> tuple[str, str]:
-    """``key=value`` experiment factor; the value is free text on one line."""
-    key, sep, value = text.partition("=")
-    if not sep or not LABEL_KEY.match(key):
-        raise argparse.ArgumentTypeError(f"{text!r}: write key=value, key of letters, digits, '_', '.', '-'")
-    if len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise argparse.ArgumentTypeError(f"{text!r}: the value must be one line of at most 200 printable characters")
-    return key, value
-
-
-positive_float = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
-non_negative_float = bounded(float, 0.0, 3600.0, "seconds")
-
-
 class ProfileCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
 
-        parser.add_argument("--duration", type=positive_float, required=True, help="sampling window in seconds")
+        parser.add_argument("--duration", type=duration, required=True, help="sampling window in seconds")
         parser.add_argument(
             "--cluster",
             type=Path,
@@ -99,7 +81,7 @@ class ProfileCommand:
         parser.add_argument("--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)")
         parser.add_argument(
             "--start-delay",
-            type=non_negative_float,
+            type=bounded(float, 0.0, 3600.0, "seconds"),
             default=None,
             help="seconds between 'all hosts deployed' and the common start, for BPF compilation (10)",
         )

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import bounded, frequency, positive_float, positive_int
+from ..argtypes import bounded, duration, frequency, positive_int
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -39,7 +39,7 @@ class RunCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--duration", type=positive_float, required=True, help="window length in seconds")
+        parser.add_argument("--duration", type=duration, required=True, help="window length in seconds")
         parser.add_argument("--out", type=Path, help="capture directory (default: ./capture-HOST-TIME)")
         parser.add_argument(
             "--profile", type=Path, default=None, help=f"application profile (default: {DEFAULT_PROFILE})"
