@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler.capture import UNMATCHED
-from profiler.matcher import FRAME_SEPARATOR, Matcher
+from profiler.folded import FRAME_SEPARATOR
+from profiler.matcher import Matcher
 
 # Colour index of a frame whose samples went to more than one task (drawn neutral).
 MIXED = -1

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiler.appprofile import parse_profile
-from profiler.capture import UNMATCHED, atomic_write_text
+from profiler.capture import UNMATCHED, atomic_write_text, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 
 from . import analysis
@@ -445,18 +445,6 @@ def _write_task_files(
     return distinct, samples
 
 
-def _replace_dir(new: Path, target: Path) -> None:
-    """Swap a freshly written directory in place of ``target`` (old task files of a previous
-    profile must not linger)."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-        os.replace(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(new, target)
-
-
 def _stack_files(runs: Sequence[RunInput]) -> list[tuple[int, str, int | None, int | None]]:
     """(pid_key, path, first interval, last interval) of every PID with stacks; no intervals: all."""
     return [
@@ -536,7 +524,7 @@ def _write_summary(
         scratch / analysis.ANALYSIS_FILE,
         analysis.analysis_record(runs, profile_text, profile_source, file_names, master, window),
     )
-    _replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)
+    replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)  # old task files of a previous profile go
     for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
         os.replace(scratch / name, out_dir / name)
 

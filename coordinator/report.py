@@ -30,6 +30,7 @@ from profiler.capture import (
     iter_timeline,
     read_capture,
     read_counters_timeline,
+    replace_dir,
     result_file_name,
     stacks_path,
     timeline_path,
@@ -1023,18 +1024,6 @@ def report_summary(view: ReportView, run: RunData, payload_bytes: int = 0) -> di
         "flamegraphs_pruned": sum(1 for g in view.payload["graphs"] if g["droppedStacks"]),
         "max_stacks": view.payload["maxStacks"],
     }
-
-
-def replace_dir(staging: Path, target: Path) -> None:
-    """Move a complete directory into place. A reader sees the old or the new tree, never half of
-    one (between the two renames the path is briefly absent)."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        os.rename(target, old)
-    os.rename(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _analysis_record(summary: Path | None) -> tuple[str | None, str | None, Mapping[str, Any] | None]:

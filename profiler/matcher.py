@@ -16,10 +16,7 @@ from typing import Any
 
 from .appprofile import ApplicationProfile, Pattern, literal_key
 from .capture import UNMATCHED
-from .errors import CaptureFormatError
-
-FRAME_SEPARATOR = ";"
-
+from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
@@ -425,12 +422,7 @@ class StackAccumulator:
 
     def _add_unusual_line(self, raw: str, number: int, source: str) -> None:
         """Blank lines and anything the fast path does not recognise: profiler.folded decides."""
-        from .folded import parse_line
-
-        try:
-            parsed = parse_line(raw)
-        except ValueError as exc:
-            raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+        parsed = parse_source_line(raw, number, source)
         if parsed is not None:
             self.add(*parsed)
 
@@ -511,7 +503,6 @@ def merge_results(results: Iterable[MatchResult]) -> MatchResult:
     )
 
 
-KERNEL_SUFFIX = "_[k]"
 
 
 def _is_pattern_material(frame: str) -> bool:
