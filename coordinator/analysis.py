@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +28,8 @@ from . import timeline
 from .timeline import IntervalSpan, SubWindow
 
 SUMMARY_FILE = "summary.csv"
+# A bare host capture is never written to: `coordinator analyze` puts its analysis in this subdirectory.
+BARE_CAPTURE_ANALYSIS_DIR = "analysis"
 TASKS_DIR = "tasks"
 UNMATCHED_FILE = "unmatched.folded"
 ANALYSIS_FILE = "analysis.json"
@@ -569,6 +572,31 @@ def window_notes(runs: Sequence[RunInput]) -> list[str]:
 # ---------------------------------------------------------------- summary.csv reading and compare
 
 
+def existing_summary(directory: Path) -> Path | None:
+    """The summary.csv `coordinator analyze` wrote for a run or bare capture directory; None if none."""
+    candidates = (directory / SUMMARY_FILE, directory / BARE_CAPTURE_ANALYSIS_DIR / SUMMARY_FILE)
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def cell_number(value: Any, *, lenient: bool = False) -> float | None:
+    """A summary.csv cell as a number. Empty (or absent) is None: not measured. A cell that is not
+    a finite number raises ValueError, or is None when the caller is ``lenient`` (the report shows
+    what it can of a damaged file; compare refuses it)."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        if lenient:
+            return None
+        raise ValueError(f"{value!r} is not a number") from None
+    if math.isfinite(number):
+        return number
+    if lenient:
+        return None
+    raise ValueError(f"{value!r} is not a finite number")
+
+
 def read_summary(path: Path) -> list[dict[str, str]]:
     try:
         with open(path, encoding="utf-8", newline="") as handle:
@@ -612,22 +640,14 @@ def cluster_totals(rows: Iterable[Mapping[str, Any]], run: str | None = None) ->
         out[str(row["task"])] = TaskTotals(
             samples=samples,
             all_samples=all_samples,
-            cycles=_float(row.get("cycles")),
+            cycles=cell_number(row.get("cycles")),
             share=samples / all_samples if all_samples else None,
         )
     return out
 
 
 def _int(value: Any) -> int:
-    if value is None or value == "":
-        return 0
-    return int(float(value))
-
-
-def _float(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    return float(value)
+    return int(cell_number(value) or 0)
 
 
 def compare_runs(

@@ -408,8 +408,9 @@ def _default_out_dir(runs: Sequence[RunInput]) -> Path:
     if len(runs) != 1:
         raise ConfigError(f"{len(runs)} runs given: say where the combined analysis goes with --out DIR")
     run = runs[0]
-    # A bare host capture stays untouched: its analysis goes to a subdirectory.
-    return run.directory if (run.directory / "run.json").is_file() else run.directory / "analysis"
+    if (run.directory / "run.json").is_file():
+        return run.directory
+    return run.directory / analysis.BARE_CAPTURE_ANALYSIS_DIR  # a bare host capture stays untouched
 
 
 def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:

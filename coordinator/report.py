@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -38,12 +37,11 @@ from profiler.capture import (
 from profiler.errors import OutputExistsError
 
 from . import flame, timeline
-from .analysis import read_pid_stacks
+from .analysis import SUMMARY_FILE, cell_number, existing_summary, read_pid_stacks
 from .rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
 
 REPORT_MARKER = ".spe-taskprof-report"
 REPORT_META = "report.json"
-SUMMARY_FILE = "summary.csv"
 DEFAULT_MAX_STACKS = flame.DEFAULT_MAX_STACKS
 # Files copied beside every report so it works offline (from coordinator.templates).
 STATIC_FILES: tuple[str, ...] = ("report.js", "report.css")
@@ -169,7 +167,7 @@ def load_run(path: Path) -> RunData:
         )
     rows: list[dict[str, str]] = []
     # `coordinator analyze` writes into the run directory, or <capture>/analysis/ for a bare capture.
-    summary = next((p for p in (path / SUMMARY_FILE, path / "analysis" / SUMMARY_FILE) if p.is_file()), None)
+    summary = existing_summary(path)
     if summary is not None:
         rows, source = _read_csv(summary), SUMMARY_FILE
         if any(row.get("run") == run_id for row in rows):  # an analysis of several runs: this one's rows
@@ -253,14 +251,8 @@ def load_timeline(capture: Capture) -> TimelineInput | None:
 
 
 def _num(value: Any) -> float | None:
-    """A CSV cell as a number; empty or unparsable cells are "not measured"."""
-    if value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+    """A CSV cell as a number; the report is lenient: an unparsable cell shows as "not measured"."""
+    return cell_number(value, lenient=True)
 
 
 @dataclass(frozen=True)
