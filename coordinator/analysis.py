@@ -377,12 +377,24 @@ def pid_rows(
     return rows
 
 
-def _sum_known(values: Iterable[Any]) -> float | int | None:
+def sum_known(values: Iterable[Any]) -> float | int | None:
     """Sum of the values that were measured; None when none was (never turns "unknown" into 0)."""
     known = [v for v in values if v is not None and v != ""]
     if not known:
         return None
     return sum(known)
+
+
+def pid_rows_by_task(
+    rows: Iterable[Mapping[str, Any]], task_names: Sequence[str]
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The PID rows of a group (``*`` rows of hosts and the cluster skipped) per task of
+    ``task_names``, and under ``*`` each PID's total row: what every per-task sum adds up."""
+    by_task: dict[str, list[Mapping[str, Any]]] = {name: [] for name in (*task_names, ALL)}
+    for row in rows:
+        if row.get("pid") != ALL and row.get("task") in by_task:
+            by_task[str(row["task"])].append(row)
+    return by_task
 
 
 def group_rows(
@@ -396,15 +408,9 @@ def group_rows(
     """Rows for a group of workload PIDs (one host, or the whole run with host ``*``): per task the
     samples and cycles summed over PIDs, share = task samples / all samples of the group, then a
     ``*`` row with the group totals. ``rows`` are pid_rows of the group (managing PIDs are skipped)."""
-    workload = [r for r in rows if r.get("role") == "workload" and r.get("pid") != ALL]
-    by_task: dict[str, list[Mapping[str, Any]]] = {name: [] for name in task_names}
-    totals: list[Mapping[str, Any]] = []
-    for pid_row in workload:
-        if pid_row["task"] == ALL:
-            totals.append(pid_row)
-        elif pid_row["task"] in by_task:
-            by_task[str(pid_row["task"])].append(pid_row)
-    all_samples = int(_sum_known(r.get("samples") for r in totals) or 0)
+    by_task = pid_rows_by_task((r for r in rows if r.get("role") == "workload"), task_names)
+    totals = by_task[ALL]
+    all_samples = int(sum_known(r.get("samples") for r in totals) or 0)
     engines = sorted({str(r.get("engine") or "") for r in totals} - {""})
     base = {
         "run": run,
@@ -416,21 +422,21 @@ def group_rows(
     }
     out: list[dict[str, Any]] = []
     for task in (*task_names, ALL):
-        members = totals if task == ALL else by_task[task]
+        members = by_task[task]
         row = dict.fromkeys(SUMMARY_COLUMNS)
         row.update(base, task=task)
-        samples = int(_sum_known(r.get("samples") for r in members) or 0)
+        samples = int(sum_known(r.get("samples") for r in members) or 0)
         row["samples"] = samples
         if all_samples:
             row["share"] = samples / all_samples
             row["share_ci95"] = share_ci95(samples, all_samples) if task != ALL else 0.0
         for column in (*_ADDITIVE, "multi_task_samples"):
-            row[column] = _sum_known(r.get(column) for r in members)
+            row[column] = sum_known(r.get(column) for r in members)
         estimated = [r.get("cycles_estimated") for r in members if r.get("cycles") is not None]
         row["cycles_estimated"] = any(bool(e) for e in estimated) if estimated else None
         if task == ALL:
             for column in _NET:
-                row[column] = _sum_known(r.get(column) for r in members)
+                row[column] = sum_known(r.get(column) for r in members)
             measured = [r for r in members if r.get("ipc") is not None]
             cycles = sum(r["cycles"] for r in measured)
             row["ipc"] = sum(r["instructions"] for r in measured) / cycles if measured and cycles > 0 else None

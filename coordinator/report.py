@@ -37,7 +37,7 @@ from profiler.capture import (
 from profiler.errors import OutputExistsError
 
 from . import flame, timeline
-from .analysis import SUMMARY_FILE, cell_number, existing_summary, read_pid_stacks
+from .analysis import SUMMARY_FILE, cell_number, existing_summary, pid_rows_by_task, read_pid_stacks, sum_known
 from .rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
 
 REPORT_MARKER = ".spe-taskprof-report"
@@ -369,11 +369,6 @@ def _line_from_row(row: Mapping[str, str], colors: Mapping[str, str]) -> TaskLin
     )
 
 
-def _sum(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
 def aggregate_task_lines(
     rows: Sequence[Mapping[str, str]], task_names: Sequence[str], colors: Mapping[str, str]
 ) -> tuple[TaskLine, ...]:
@@ -382,15 +377,16 @@ def aggregate_task_lines(
     view; summary.csv carries the pipeline's own cluster figures)."""
     from profiler.stats import share_ci95
 
-    task_rows = [r for r in rows if r.get("task") not in (ALL_TASKS, None) and r.get("pid") != ALL_TASKS]
+    by_task = pid_rows_by_task(rows, task_names)
+    task_rows = [row for task in task_names for row in by_task[task]]
     lines = []
-    total_samples = _sum(_num(r.get("samples")) for r in task_rows) or 0.0
+    total_samples = sum_known(_num(r.get("samples")) for r in task_rows) or 0.0
     all_cycles_known = bool(task_rows) and all(_num(r.get("cycles")) is not None for r in task_rows)
-    total_cycles = _sum(_num(r.get("cycles")) for r in task_rows) if all_cycles_known else None
+    total_cycles = sum_known(_num(r.get("cycles")) for r in task_rows) if all_cycles_known else None
     for task in task_names:
-        mine = [r for r in task_rows if r.get("task") == task]
-        samples = _sum(_num(r.get("samples")) for r in mine)
-        cycles = _sum(_num(r.get("cycles")) for r in mine) if mine else None
+        mine = by_task[task]
+        samples = sum_known(_num(r.get("samples")) for r in mine)
+        cycles = sum_known(_num(r.get("cycles")) for r in mine) if mine else None
         if total_cycles:
             share: float | None = (cycles or 0.0) / total_cycles
         else:
@@ -405,7 +401,7 @@ def aggregate_task_lines(
                 share_ci95=ci,
                 cycles=cycles,
                 cycles_estimated=any(r.get("cycles_estimated") in ("1", "true", "True") for r in mine),
-                cpu_seconds=_sum(_num(r.get("cpu_seconds")) for r in mine),
+                cpu_seconds=sum_known(_num(r.get("cpu_seconds")) for r in mine),
             )
         )
     return tuple(lines)
@@ -689,8 +685,8 @@ def build_view(
         unmatched_share = task_samples.get(UNMATCHED, 0) / all_task_samples
     dropped_graphs = sum(1 for g in graphs if g.dropped_stacks)
     cluster_task_rows = [r for r in cluster_rows if r.get("task") != ALL_TASKS]
-    multi = _sum(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
-    cluster_samples = _sum(_num(r.get("samples")) for r in cluster_task_rows)
+    multi = sum_known(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
+    cluster_samples = sum_known(_num(r.get("samples")) for r in cluster_task_rows)
     multi_share = multi / cluster_samples if multi is not None and cluster_samples else None
     problems = list(problems)
     time_chart = [
