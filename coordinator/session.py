@@ -6,7 +6,6 @@ per host, so the wall time is the duration plus a small constant whatever the nu
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import shutil
 import signal
@@ -590,12 +589,6 @@ class SparkWarmup(threading.Thread):
 
     @classmethod
     def start_if_available(cls) -> SparkWarmup | None:
-        if importlib.util.find_spec("coordinator.pipeline") is None:
-            return None
-        from . import pipeline
-
-        if not hasattr(pipeline, "spark_session"):
-            return None
         warmup = cls()
         warmup.start()
         return warmup
@@ -624,34 +617,30 @@ class SparkWarmup(threading.Thread):
 
 
 def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None, log: RunLog | None = None) -> ProfileOutcome:
-    """summary.csv through the pipeline, then the HTML report, when those modules exist."""
+    """summary.csv through the pipeline, then the HTML report."""
     summary: Path | None = None
     report_index: Path | None = None
     try:
-        if importlib.util.find_spec("coordinator.pipeline") is not None:
-            from . import pipeline
+        from . import pipeline, report
 
-            spark = warmup.take() if warmup is not None else None
-            if log is not None and warmup is not None:
-                log.write(
-                    "*",
-                    f"analysis: spark session warm-up began {warmup.started_at:.3f}, ready {warmup.ready_at or 0:.3f}, "
-                    f"used {time.time():.3f}",
-                )
-            result = (
-                pipeline.analyze([outcome.run_dir], spark=spark)
-                if spark is not None
-                else pipeline.analyze([outcome.run_dir])
+        spark = warmup.take() if warmup is not None else None
+        if log is not None and warmup is not None:
+            log.write(
+                "*",
+                f"analysis: spark session warm-up began {warmup.started_at:.3f}, ready {warmup.ready_at or 0:.3f}, "
+                f"used {time.time():.3f}",
             )
-            summary = Path(result.summary_csv)
-            if log is not None:
-                log.write("*", f"analysis: {summary.name} written at {time.time():.3f}")
-        if importlib.util.find_spec("coordinator.report") is not None:
-            from . import report
-
-            report_index = Path(report.render_report(outcome.run_dir))
-            if log is not None:
-                log.write("*", f"analysis: report written at {time.time():.3f}")
+        result = (
+            pipeline.analyze([outcome.run_dir], spark=spark)
+            if spark is not None
+            else pipeline.analyze([outcome.run_dir])
+        )
+        summary = Path(result.summary_csv)
+        if log is not None:
+            log.write("*", f"analysis: {summary.name} written at {time.time():.3f}")
+        report_index = Path(report.render_report(outcome.run_dir))
+        if log is not None:
+            log.write("*", f"analysis: report written at {time.time():.3f}")
     except ProfilerError as exc:
         return replace(outcome, summary_csv=summary, report=report_index, analysis_error=str(exc))
     except Exception as exc:  # noqa: BLE001 - the captures are safe; the analysis can be re-run alone

@@ -474,37 +474,6 @@ def match_folded_files(matcher: Matcher, paths: Iterable[str | Path]) -> MatchRe
     return accumulator.result()
 
 
-def merge_results(results: Iterable[MatchResult]) -> MatchResult:
-    """Sum several results of the same profile (e.g. all PIDs of a host); task order of the first."""
-    results = list(results)
-    if not results:
-        raise ValueError("no results to merge")
-    names = list(results[0].task_samples)
-    samples = dict.fromkeys(names, 0)
-    multi = dict.fromkeys(names, 0)
-    stacks: dict[str, Counter[str]] = {name: Counter() for name in names}
-    decided_over: Counter[tuple[str, str]] = Counter()
-    for result in results:
-        decided_over.update(result.decided_over)
-        if list(result.task_samples) != names:
-            raise ValueError("results of different application profiles cannot be merged")
-        for name in names:
-            samples[name] += result.task_samples[name]
-            multi[name] += result.task_multi_samples.get(name, 0)
-            stacks[name].update(result.task_stacks.get(name, Counter()))
-    return MatchResult(
-        task_samples=samples,
-        total_samples=sum(samples.values()),
-        unmatched=stacks[UNMATCHED],
-        multi_task_samples=sum(r.multi_task_samples for r in results),
-        task_stacks=stacks,
-        task_multi_samples=multi,
-        decided_over=decided_over,
-    )
-
-
-
-
 def _is_pattern_material(frame: str) -> bool:
     # Kernel frames and unresolved placeholders ("[unknown]", "[Missed User Stack]", "[libc.so.6]")
     # are shared by every task, so they make poor patterns.
