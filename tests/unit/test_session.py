@@ -12,9 +12,10 @@ import pytest
 from coordinator import rundir
 from coordinator.cluster import HostSpec, parse_cluster
 from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
-from coordinator.hosts import FakeHost, FakeScript, ProfilerStatus
+from coordinator.hosts import ProfilerStatus
 from coordinator.session import profile_cluster
 from profiler.errors import ConfigError, OutputExistsError
+from tests.fixtures.fake_host import FakeHost, FakeScript
 
 
 def _specs(n: int) -> list[HostSpec]:
