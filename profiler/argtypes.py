@@ -51,6 +51,9 @@ seconds_into_window = bounded(float, 0.0, what="seconds into the window")
 frequency = bounded(int, 1, 10000, "Hz (99 is the default)")
 # Every command's --duration (profiler run, coordinator profile, coordinator demo): a millisecond to a week.
 duration = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
+# --interval (timeline slice) and --perf-map-refresh of profiler run and coordinator profile.
+interval = bounded(float, 0.1, 3600.0, "seconds")
+perf_map_refresh = bounded(float, 0.0, 86400.0, "seconds")
 
 LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 

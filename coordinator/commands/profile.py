@@ -7,7 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiler.argtypes import bounded, duration, frequency, label, positive_float, positive_int
+from profiler.argtypes import (
+    bounded,
+    duration,
+    frequency,
+    interval,
+    label,
+    perf_map_refresh,
+    positive_float,
+    positive_int,
+)
 
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
@@ -55,13 +64,13 @@ class ProfileCommand:
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
         parser.add_argument(
             "--interval",
-            type=bounded(float, 0.1, 3600.0, "seconds"),
+            type=interval,
             default=10.0,
             help="seconds per timeline slice (10): the report's time chart, analyze --from/--to",
         )
         parser.add_argument(
             "--perf-map-refresh",
-            type=bounded(float, 0.0, 86400.0, "seconds"),
+            type=perf_map_refresh,
             default=60.0,
             help="seconds between Java perf-map refreshes on every host (60; 0 = at the end only)",
         )

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import bounded, duration, frequency, positive_int
+from ..argtypes import duration, frequency, interval, perf_map_refresh, positive_int
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -60,13 +60,13 @@ class RunCommand:
         )
         parser.add_argument(
             "--interval",
-            type=bounded(float, 0.1, 3600.0, "seconds"),
+            type=interval,
             default=10.0,
             help="seconds per timeline slice (10): shares and cycles over time, analyze --from/--to",
         )
         parser.add_argument(
             "--perf-map-refresh",
-            type=bounded(float, 0.0, 86400.0, "seconds"),
+            type=perf_map_refresh,
             default=60.0,
             help="seconds between Java perf-map refreshes (60; 0 = at the end only): each sample is named with "
             "the JIT code of its time",
