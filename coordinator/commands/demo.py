@@ -11,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from profiler.argtypes import bounded, duration, frequency, positive_int
+from profiler.argtypes import bounded
 
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
 
@@ -34,6 +34,8 @@ examples:
 """
 
 
+_positive_int = bounded(int, 1)
+_duration = bounded(float, 1.0, 86400.0, "seconds")
 _non_negative = bounded(float, 0.0, 3600.0, "seconds")
 _executors = bounded(int, 1, 8, "local executors")
 
@@ -67,11 +69,11 @@ class DemoCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--duration", type=duration, default=60.0, help="seconds to profile (60)")
+        parser.add_argument("--duration", type=_duration, default=60.0, help="seconds to profile (60)")
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
-        parser.add_argument("--rate", type=positive_int, default=20_000, help="generated events per second (20000)")
-        parser.add_argument("--campaigns", type=positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)")
+        parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second (20000)")
+        parser.add_argument("--campaigns", type=_positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)")
         parser.add_argument(
             "--warmup",
             type=_non_negative,
@@ -82,12 +84,9 @@ class DemoCommand:
         parser.add_argument(
             "--sink", choices=("auto", "redis", "file"), default="auto", help="auto: Redis when redis-server exists"
         )
-        parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
+        parser.add_argument("--frequency", type=_positive_int, default=99, help="samples per second per CPU (99)")
         parser.add_argument(
-            "--ready-timeout",
-            type=bounded(float, 1.0, 86400.0, "seconds"),
-            default=600.0,
-            help="seconds to wait for the first micro-batch (600)",
+            "--ready-timeout", type=_duration, default=600.0, help="seconds to wait for the first micro-batch (600)"
         )
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
 
