@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.argtypes import (
     bounded,
@@ -17,6 +18,10 @@ from profiler.argtypes import (
     positive_float,
     positive_int,
 )
+
+if TYPE_CHECKING:
+    from ..cluster import HostSpec
+    from ..session import ProfileOutcome
 
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
@@ -130,8 +135,13 @@ class ProfileCommand:
 
     @staticmethod
     def _profile(
-        args: argparse.Namespace, hosts: Any, out: Path, profile: Path, known_spes: Path, labels: dict[str, str]
-    ) -> Any:
+        args: argparse.Namespace,
+        hosts: Sequence[HostSpec],
+        out: Path,
+        profile: Path,
+        known_spes: Path,
+        labels: dict[str, str],
+    ) -> ProfileOutcome:
         from ..hosts import SamplingOptions
         from ..session import profile_cluster
 
@@ -158,7 +168,7 @@ class ProfileCommand:
         )
 
     @staticmethod
-    def _report(outcome: Any) -> int:
+    def _report(outcome: ProfileOutcome) -> int:
         from ..errors import PartialRunError
 
         run_dir = outcome.run_dir
