@@ -166,7 +166,7 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     try:
         _launch_jvm_quietly(settings, spark_log)
         spark = builder.getOrCreate()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - py4j and pyspark fail in many ways; one CapabilityError with the log
         tail = spark_log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         shutil.rmtree(scratch, ignore_errors=True)
         raise CapabilityError(

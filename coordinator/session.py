@@ -441,7 +441,7 @@ def profile_cluster(
     known_spes: Path,
     frequency: int = 99,
     net: bool = False,
-    labels: Mapping[str, str] = {},  # noqa: B006 - read only
+    labels: Mapping[str, str] = {},  # read only
     accept_new_hosts: bool = False,
     progress: bool = True,
     analyze: bool = True,

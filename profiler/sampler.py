@@ -259,7 +259,7 @@ class StackSampler:
                 sample_freq=self.frequency,
             )
             self._attached = True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception; it becomes a CapabilityError
             self.close()
             raise CapabilityError(
                 f"{self._source_name()}: loading the BPF stack sampler failed ({str(exc).strip()[:300]}); "
@@ -460,7 +460,7 @@ class StackSampler:
                 return
             try:
                 self._prepare(pid)
-            except Exception as exc:  # a process may vanish at any point; never kill the worker
+            except Exception as exc:  # noqa: BLE001 - a process may vanish at any point; never kill the worker
                 with self._lock:
                     self._prepared[pid].detail = f"prepare failed: {exc}"
             if periodic:
@@ -561,7 +561,7 @@ class StackSampler:
         try:
             # one syscall per batch on kernels >= 5.6, instead of two per entry
             return [(k, int(v.value)) for k, v in counts.items_lookup_batch()]
-        except Exception:
+        except Exception:  # noqa: BLE001 - no batch lookup in this kernel or bcc: one by one
             return [(k, int(v.value)) for k, v in counts.items()]
 
     def _stack(self, stacks: Any, cache: dict[int, tuple[int, ...]], stack_id: int) -> tuple[int, ...]:
