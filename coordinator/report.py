@@ -433,43 +433,77 @@ def _health(
     max_stacks: int,
     multi_task_share: float | None = None,
 ) -> tuple[HealthLine, ...]:
-    lines: list[HealthLine] = []
     captures = [h.capture for h in run.hosts if h.capture is not None]
-    # Hosts missing or failed.
+    lines = [
+        *_hosts_health(run),
+        *_cycles_health(captures, processes),
+        *_frame_pointer_health(processes),
+        *_stacks_health(captures),
+        *_sampler_health(captures),
+        *_matching_health(unmatched_share, multi_task_share),
+        *_overhead_health(captures),
+    ]
+    for capture in captures:
+        for warning in capture.meta.warnings:
+            lines.append(HealthLine("warn", f"{capture.meta.host}", warning))
+    if graphs_dropped:
+        lines.append(HealthLine(
+            "info", "flamegraphs",
+            f"{graphs_dropped} flamegraph(s) drop their smallest stacks beyond {max_stacks} distinct stacks "
+            "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
+        ))
+    return tuple(lines)
+
+
+def _hosts_health(run: RunData) -> list[HealthLine]:
+    """Hosts missing or failed."""
     bad_hosts = [h for h in run.hosts if h.state != HOST_OK or h.capture is None]
-    if bad_hosts:
-        for host in bad_hosts:
-            reason = f": {host.reason}" if host.reason else ""
-            lines.append(HealthLine("bad", "hosts", f"{host.name}: {host.state}{reason}"))
-    else:
-        lines.append(HealthLine("ok", "hosts", f"all {len(run.hosts)} host(s) profiled"))
-    # Cycles measured or estimated.
+    if not bad_hosts:
+        return [HealthLine("ok", "hosts", f"all {len(run.hosts)} host(s) profiled")]
+    lines = []
+    for host in bad_hosts:
+        reason = f": {host.reason}" if host.reason else ""
+        lines.append(HealthLine("bad", "hosts", f"{host.name}: {host.state}{reason}"))
+    return lines
+
+
+def _cycles_health(captures: Sequence[Capture], processes: Sequence[ProcessLine]) -> list[HealthLine]:
+    """Cycles measured or estimated."""
     sources = sorted({c.meta.cycles_source for c in captures})
     estimated_pids = [p for p in processes if p.cycles_estimated]
     if "estimated" in sources or estimated_pids:
-        lines.append(HealthLine(
+        return [HealthLine(
             "warn", "cycles",
             f"cycles estimated (task-clock × nominal frequency) for {len(estimated_pids)} PID(s): no hardware "
             "cycles counter; shares are exact, absolute cycles and IPC are approximate",
-        ))
-    elif captures:
-        lines.append(HealthLine("ok", "cycles", "cycles measured with the hardware counter on every host"))
-    # Frame pointers.
+        )]
+    if captures:
+        return [HealthLine("ok", "cycles", "cycles measured with the hardware counter on every host")]
+    return []
+
+
+def _frame_pointer_health(processes: Sequence[ProcessLine]) -> list[HealthLine]:
     no_fp = [p for p in processes if p.role == "workload" and p.preserve_frame_pointer is False]
     unknown_fp = [p for p in processes if p.role == "workload" and p.jvm_version and p.preserve_frame_pointer is None]
     if no_fp:
         pids = ", ".join(f"{p.host}:{p.pid}" for p in no_fp)
-        lines.append(HealthLine(
+        return [HealthLine(
             "bad", "frame pointers",
             f"JVMs without -XX:+PreserveFramePointer: {pids}; their Java stacks are cut short, "
             "restart them with the flag",
-        ))
-    elif unknown_fp:
-        lines.append(HealthLine("warn", "frame pointers", f"PreserveFramePointer unknown for {len(unknown_fp)} JVM(s)"))
-    elif any(p.role == "workload" for p in processes):
-        lines.append(HealthLine("ok", "frame pointers", "every sampled JVM runs with PreserveFramePointer"))
-    # Lost and truncated stacks.
+        )]
+    if unknown_fp:
+        return [HealthLine("warn", "frame pointers", f"PreserveFramePointer unknown for {len(unknown_fp)} JVM(s)")]
+    if any(p.role == "workload" for p in processes):
+        return [HealthLine("ok", "frame pointers", "every sampled JVM runs with PreserveFramePointer")]
+    return []
+
+
+def _stacks_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """Lost, truncated and unwalkable stacks over every sampled PID."""
     samples = sum(s.samples for c in captures for s in c.sampler.values())
+    if not samples:
+        return []
     lost = sum(s.lost_user_stack + s.lost_kernel_stack for c in captures for s in c.sampler.values())
     truncated = sum(s.truncated for c in captures for s in c.sampler.values())
     unwalkable = sum(s.java_unwalkable for c in captures for s in c.sampler.values())
@@ -477,18 +511,22 @@ def _health(
         lost_what, lost_fix = "stacks lost (stack map full or collision)", "raise --stack-storage-size"
     else:  # the ring buffer stores every walked stack: a lost one was not walkable
         lost_what, lost_fix = "stacks not walked (fault)", "use -XX:+PreserveFramePointer"
-    if samples:
-        for count, what, fix in (
-            (lost, lost_what, lost_fix),
-            (truncated, "stacks truncated at the depth limit", "raise the stack depth limit"),
-            (unwalkable, "samples with unwalkable Java frames", "use -XX:+PreserveFramePointer"),
-        ):
-            share = count / samples
-            level = "warn" if share > LOST_WARN else "ok"
-            text = f"{count} of {samples} samples ({share:.1%}) {what}"
-            lines.append(HealthLine(level, "stacks", text + (f"; {fix}" if level != "ok" else "")))
-    lines.extend(_sampler_health(captures))
-    # Unmatched share.
+    lines = []
+    for count, what, fix in (
+        (lost, lost_what, lost_fix),
+        (truncated, "stacks truncated at the depth limit", "raise the stack depth limit"),
+        (unwalkable, "samples with unwalkable Java frames", "use -XX:+PreserveFramePointer"),
+    ):
+        share = count / samples
+        level = "warn" if share > LOST_WARN else "ok"
+        text = f"{count} of {samples} samples ({share:.1%}) {what}"
+        lines.append(HealthLine(level, "stacks", text + (f"; {fix}" if level != "ok" else "")))
+    return lines
+
+
+def _matching_health(unmatched_share: float | None, multi_task_share: float | None) -> list[HealthLine]:
+    """The unmatched share, and how often the leaf-first rule chose among several tasks."""
+    lines = []
     if unmatched_share is not None:
         level = "warn" if unmatched_share > UNMATCHED_WARN else "ok"
         text = f"{unmatched_share:.1%} of the samples matched no task"
@@ -501,7 +539,12 @@ def _health(
             f"{multi_task_share:.1%} of the samples matched patterns of several tasks in different frames; "
             "the frame nearest the leaf decided (docs/matching.md)",
         ))
-    # The profiler's own overhead.
+    return lines
+
+
+def _overhead_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """The profiler's own overhead on each host."""
+    lines = []
     for capture in captures:
         overhead = capture.overhead
         if overhead is None:
@@ -520,16 +563,7 @@ def _health(
             f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s, "
             f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB",
         ))
-    for capture in captures:
-        for warning in capture.meta.warnings:
-            lines.append(HealthLine("warn", f"{capture.meta.host}", warning))
-    if graphs_dropped:
-        lines.append(HealthLine(
-            "info", "flamegraphs",
-            f"{graphs_dropped} flamegraph(s) drop their smallest stacks beyond {max_stacks} distinct stacks "
-            "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
-        ))
-    return tuple(lines)
+    return lines
 
 
 def _sampler_health(captures: Sequence[Capture]) -> list[HealthLine]:
