@@ -25,6 +25,7 @@ from profiler.capture import (
     Capture,
     CaptureFormatError,
     CounterDelta,
+    ProcessInfo,
     is_capture_dir,
     iter_timeline,
     read_capture,
@@ -35,6 +36,7 @@ from profiler.capture import (
     timeline_path,
 )
 from profiler.errors import OutputExistsError
+from profiler.matcher import Matcher
 
 from . import flame, timeline
 from .analysis import SUMMARY_FILE, cell_number, existing_summary, pid_rows_by_task, read_pid_stacks, sum_known
@@ -608,18 +610,102 @@ def build_view(
     """Pure: run data, stacks (host → pid → folded counts) and timelines (host → TimelineInput,
     read once) in, everything the page shows out."""
     from profiler.appprofile import parse_profile
-    from profiler.matcher import Matcher, candidate_patterns
+    from profiler.matcher import candidate_patterns
 
     profile = parse_profile(run.profile_text, run.profile_source or "<profile>") if run.profile_text else None
     profile_tasks = profile.task_names if profile is not None else ()
     task_names = _task_order(profile_tasks, run.rows)
     colors = task_colors(task_names)
     matcher = Matcher(profile) if profile is not None else None
-    classifications = flame.StackClassifications(matcher, task_names)
-    frames = flame.FrameTable()
-    graphs: list[flame.FlameGraph] = []
     captures = {h.name: h.capture for h in run.hosts if h.capture is not None}
     processes_by_host = {name: {p.pid: p for p in c.processes} for name, c in captures.items()}
+
+    frames = flame.FrameTable()
+    graphs, by_task = _flamegraphs(
+        stacks, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
+    )
+    task_samples = {task: sum(counts.values()) for task, counts in by_task.items()}
+    unmatched_total = task_samples[UNMATCHED]
+    candidates = tuple(
+        (frame, samples, samples / unmatched_total if unmatched_total else 0.0)
+        for frame, samples in candidate_patterns(by_task[UNMATCHED], candidate_count)
+    )
+
+    rows, rows_source = _table_rows(run, stacks, matcher)
+    cluster_rows = [r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
+    if cluster_rows:
+        cluster = _ordered_lines(
+            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
+        )
+        note = "from summary.csv (coordinator analyze)"
+    else:
+        cluster = aggregate_task_lines(rows, task_names, colors)
+        note = f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
+    processes = _process_lines(run, rows)
+    unit, bars = _pid_bars(rows, processes_by_host)
+
+    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
+    unmatched_share = unmatched_line.share if unmatched_line is not None else None
+    all_task_samples: int = sum(task_samples.values(), 0)
+    if unmatched_share is None and all_task_samples:
+        unmatched_share = task_samples.get(UNMATCHED, 0) / all_task_samples
+    problems = list(problems)
+    time_chart = [
+        series.to_json({name: index for index, name in enumerate(task_names)})
+        for series in time_series(timelines or {}, matcher, task_names, problems)
+    ]
+    health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
+        run,
+        processes,
+        unmatched_share,
+        sum(1 for g in graphs if g.dropped_stacks),
+        max_stacks,
+        _multi_task_share(cluster_rows),
+    )
+    payload: dict[str, Any] = {
+        "runId": run.run_id,
+        "frames": frames.names,
+        "tasks": [{"name": name, "color": colors[name]} for name in task_names],
+        "mixedColor": MIXED_COLOR,
+        "graphs": [g.to_json() for g in graphs],
+        "defaultGraph": next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None),
+        "maxStacks": max_stacks,
+        "chart": {"unit": unit, "bars": bars},
+        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
+        "overhead": _overhead_payload(captures),
+    }
+    return ReportView(
+        title=f"Task-level CPU profile {run.run_id}",
+        run_id=run.run_id,
+        bare_capture=run.bare_capture,
+        meta=_meta_lines(run, rows_source),
+        labels=tuple(sorted(run.labels.items())),
+        health=health,
+        cluster_tasks=cluster,
+        cluster_tasks_note=note,
+        events_note=_events_note(run, cluster),
+        show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
+        hosts=_host_sections(run, rows, task_names, colors),
+        processes=processes,
+        candidates=candidates,
+        unmatched_samples=unmatched_total,
+        profile_text=run.profile_text,
+        profile_source=run.profile_source,
+        payload=payload,
+        task_names=task_names,
+    )
+
+
+def _flamegraphs(
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
+    classifications: flame.StackClassifications,
+    frames: flame.FrameTable,
+    processes_by_host: Mapping[str, Mapping[int, ProcessInfo]],
+    max_stacks: int,
+) -> tuple[list[flame.FlameGraph], dict[str, dict[str, int]]]:
+    """Every flamegraph of the page (per host, per PID, per task's drill-down) and the stacks of
+    all hosts split by task."""
+    graphs: list[flame.FlameGraph] = []
 
     def graph(counts: Mapping[str, int], key: str, title: str, kind: str, root: str) -> None:
         graphs.append(flame.build_flamegraph(
@@ -642,21 +728,18 @@ def build_view(
         for stack, count in merged.items():
             all_counts[stack] = all_counts.get(stack, 0) + count
     by_task = classifications.split_by_task(all_counts)
-    task_samples: dict[str, int] = {}
-    for task in task_names:
-        counts = by_task[task]
-        task_samples[task] = sum(counts.values())
+    for task in classifications.task_names:
         title = "unmatched stacks (no task pattern matched)" if task == UNMATCHED else f"task {task}: drill-down"
-        graph(counts, f"task:{task}", title, "unmatched" if task == UNMATCHED else "task", task)
-    unmatched_counts = by_task[UNMATCHED]
-    unmatched_total = task_samples[UNMATCHED]
-    candidates = tuple(
-        (frame, samples, samples / unmatched_total if unmatched_total else 0.0)
-        for frame, samples in candidate_patterns(unmatched_counts, candidate_count)
-    )
+        graph(by_task[task], f"task:{task}", title, "unmatched" if task == UNMATCHED else "task", task)
+    return graphs, by_task
 
-    # Tables. Hosts without result rows (a run not analysed yet) get the host agent's own
-    # pre-aggregation of their capture, so every table has the same shape.
+
+def _table_rows(
+    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]], matcher: Matcher | None
+) -> tuple[list[Mapping[str, str]], str]:
+    """The result rows the tables show and where they come from. Hosts without result rows (a run
+    not analysed yet) get the host agent's own pre-aggregation of their capture, so every table
+    has the same shape."""
     rows = list(run.rows)
     rows_source = run.rows_source
     hosts_with_rows = {r.get("host") for r in rows}
@@ -664,16 +747,13 @@ def build_view(
         if host.capture is not None and host.name not in hosts_with_rows:
             rows.extend(_rows_from_capture(host.name, host.capture, stacks.get(host.name, {}), matcher))
             rows_source = f"{run.rows_source} and the captures" if run.rows else "the captures (pre-aggregated here)"
-    cluster_rows = [r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
-    if cluster_rows:
-        cluster = _ordered_lines(
-            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
-        )
-        note = "from summary.csv (coordinator analyze)"
-    else:
-        cluster = aggregate_task_lines(rows, task_names, colors)
-        note = f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
-    host_sections = []
+    return rows, rows_source
+
+
+def _host_sections(
+    run: RunData, rows: Sequence[Mapping[str, str]], task_names: Sequence[str], colors: Mapping[str, str]
+) -> tuple[HostSection, ...]:
+    sections = []
     for host in run.hosts:
         host_rows = [r for r in rows if r.get("host") == host.name]
         level_rows = [r for r in host_rows if r.get("pid") == ALL_TASKS and r.get("task") != ALL_TASKS]
@@ -683,7 +763,7 @@ def build_view(
             else aggregate_task_lines(host_rows, task_names, colors)
         )
         capture = host.capture
-        host_sections.append(HostSection(
+        sections.append(HostSection(
             name=host.name,
             state=host.state,
             reason=host.reason,
@@ -694,9 +774,13 @@ def build_view(
             warnings=capture.meta.warnings if capture else (),
             tasks=lines if host_rows else (),
         ))
-    processes = _process_lines(run, rows)
+    return tuple(sections)
 
-    # Stacked bars: task cycles (or samples where cycles are unknown) per workload PID.
+
+def _pid_bars(
+    rows: Sequence[Mapping[str, str]], processes_by_host: Mapping[str, Mapping[int, ProcessInfo]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """Stacked bars: task cycles (or samples where cycles are unknown) per workload PID; (unit, bars)."""
     bars = []
     unit = "cycles"
     pid_task_rows = [r for r in rows if r.get("pid") not in (ALL_TASKS, None) and r.get("task") != ALL_TASKS]
@@ -711,71 +795,29 @@ def build_view(
         process = processes_by_host.get(host_name, {}).get(int(pid_text)) if pid_text.isdigit() else None
         kind = f" {process.kind}" if process is not None and process.kind else ""
         bars.append({"label": f"{host_name} · {pid_text}{kind}", "host": host_name, "pid": pid_text, "values": values})
+    return unit, bars
 
-    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
-    unmatched_share = unmatched_line.share if unmatched_line is not None else None
-    all_task_samples: int = sum(task_samples.values(), 0)
-    if unmatched_share is None and all_task_samples:
-        unmatched_share = task_samples.get(UNMATCHED, 0) / all_task_samples
-    dropped_graphs = sum(1 for g in graphs if g.dropped_stacks)
+
+def _multi_task_share(cluster_rows: Sequence[Mapping[str, str]]) -> float | None:
+    """Share of the cluster's samples whose frames matched several tasks (summary.csv only)."""
     cluster_task_rows = [r for r in cluster_rows if r.get("task") != ALL_TASKS]
     multi = sum_known(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
     cluster_samples = sum_known(_num(r.get("samples")) for r in cluster_task_rows)
-    multi_share = multi / cluster_samples if multi is not None and cluster_samples else None
-    problems = list(problems)
-    time_chart = [
-        series.to_json({name: index for index, name in enumerate(task_names)})
-        for series in time_series(timelines or {}, matcher, task_names, problems)
-    ]
-    health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
-        run, processes, unmatched_share, dropped_graphs, max_stacks, multi_share
-    )
+    return multi / cluster_samples if multi is not None and cluster_samples else None
+
+
+def _overhead_payload(captures: Mapping[str, Capture]) -> list[dict[str, Any]]:
     overhead = []
     for host_name, host_capture in captures.items():
         series = timeline.overhead_series(host_capture.overhead)
         if series is not None:
             overhead.append({"host": host_name, **series.to_json()})
-
-    default_key = next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None)
-    payload: dict[str, Any] = {
-        "runId": run.run_id,
-        "frames": frames.names,
-        "tasks": [{"name": name, "color": colors[name]} for name in task_names],
-        "mixedColor": MIXED_COLOR,
-        "graphs": [g.to_json() for g in graphs],
-        "defaultGraph": default_key,
-        "maxStacks": max_stacks,
-        "chart": {"unit": unit, "bars": bars},
-        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
-        "overhead": overhead,
-    }
-    meta = _meta_lines(run, rows_source)
-    title = f"Task-level CPU profile {run.run_id}"
-    return ReportView(
-        title=title,
-        run_id=run.run_id,
-        bare_capture=run.bare_capture,
-        meta=meta,
-        labels=tuple(sorted(run.labels.items())),
-        health=health,
-        cluster_tasks=cluster,
-        cluster_tasks_note=note,
-        events_note=_events_note(run, cluster),
-        show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
-        hosts=tuple(host_sections),
-        processes=processes,
-        candidates=candidates,
-        unmatched_samples=unmatched_total,
-        profile_text=run.profile_text,
-        profile_source=run.profile_source,
-        payload=payload,
-        task_names=task_names,
-    )
+    return overhead
 
 
 def time_series(
     timelines: Mapping[str, TimelineInput],
-    matcher: Any,
+    matcher: Matcher | None,
     task_names: Sequence[str],
     problems: list[str],
 ) -> list[timeline.HostTimeline]:
@@ -870,7 +912,7 @@ def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:
 
 
 def _rows_from_capture(
-    host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Any
+    host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Matcher | None
 ) -> list[dict[str, str]]:
     """<host>_result.csv rows computed like the host agent does (profiler.aggregate), as CSV text cells."""
     from profiler.aggregate import aggregate_host
