@@ -1,8 +1,11 @@
-"""The analysis job on Spark: folded stacks of whole archives matched to tasks with the host
-agent's own matcher, summed per PID, written as summary.csv and per-task folded stacks.
+"""The analysis job: folded stacks of whole archives matched to tasks with the host agent's own
+matcher, summed per PID, written as summary.csv and per-task folded stacks.
 
-The only module that imports pyspark (lazily, so importing it stays cheap). The DataFrame steps are
-small functions; ``analyze`` is the entry point used by ``coordinator analyze`` and ``profile``.
+On Spark for archives, or in this process (``run_analysis_in_process``, no JVM) for small inputs on
+a local master, with the same matcher, sums, files and byte-identical output (``choose_engine``).
+The analysis's only pyspark import (lazy, so importing this module stays cheap; the demo workloads in
+sparkcluster.py and ysb/ import it for their own jobs). The DataFrame steps are small functions;
+``analyze`` is the entry point used by ``coordinator analyze``, ``profile`` and ``compare``.
 """
 
 from __future__ import annotations
