@@ -610,7 +610,6 @@ def build_view(
     """Pure: run data, stacks (host → pid → folded counts) and timelines (host → TimelineInput,
     read once) in, everything the page shows out."""
     from profiler.appprofile import parse_profile
-    from profiler.matcher import candidate_patterns
 
     profile = parse_profile(run.profile_text, run.profile_source or "<profile>") if run.profile_text else None
     profile_tasks = profile.task_names if profile is not None else ()
@@ -626,29 +625,13 @@ def build_view(
     )
     task_samples = {task: sum(counts.values()) for task, counts in by_task.items()}
     unmatched_total = task_samples[UNMATCHED]
-    candidates = tuple(
-        (frame, samples, samples / unmatched_total if unmatched_total else 0.0)
-        for frame, samples in candidate_patterns(by_task[UNMATCHED], candidate_count)
-    )
 
     rows, rows_source = _table_rows(run, stacks, matcher)
     cluster_rows = [r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
-    if cluster_rows:
-        cluster = _ordered_lines(
-            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
-        )
-        note = "from summary.csv (coordinator analyze)"
-    else:
-        cluster = aggregate_task_lines(rows, task_names, colors)
-        note = f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
+    cluster, note = _cluster_lines(cluster_rows, rows, rows_source, task_names, colors)
     processes = _process_lines(run, rows)
     unit, bars = _pid_bars(rows, processes_by_host)
 
-    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
-    unmatched_share = unmatched_line.share if unmatched_line is not None else None
-    all_task_samples: int = sum(task_samples.values(), 0)
-    if unmatched_share is None and all_task_samples:
-        unmatched_share = task_samples.get(UNMATCHED, 0) / all_task_samples
     problems = list(problems)
     time_chart = [
         series.to_json({name: index for index, name in enumerate(task_names)})
@@ -657,7 +640,7 @@ def build_view(
     health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
         run,
         processes,
-        unmatched_share,
+        _unmatched_share(cluster, task_samples),
         sum(1 for g in graphs if g.dropped_stacks),
         max_stacks,
         _multi_task_share(cluster_rows),
@@ -687,13 +670,49 @@ def build_view(
         show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
         hosts=_host_sections(run, rows, task_names, colors),
         processes=processes,
-        candidates=candidates,
+        candidates=_candidates(by_task[UNMATCHED], candidate_count),
         unmatched_samples=unmatched_total,
         profile_text=run.profile_text,
         profile_source=run.profile_source,
         payload=payload,
         task_names=task_names,
     )
+
+
+def _candidates(unmatched: Mapping[str, int], count: int) -> tuple[tuple[str, int, float], ...]:
+    """(leaf frame, samples, share of the unmatched samples) of the ``count`` best candidate patterns."""
+    from profiler.matcher import candidate_patterns
+
+    total = sum(unmatched.values())
+    return tuple(
+        (frame, samples, samples / total if total else 0.0) for frame, samples in candidate_patterns(unmatched, count)
+    )
+
+
+def _cluster_lines(
+    cluster_rows: Sequence[Mapping[str, str]],
+    rows: Sequence[Mapping[str, str]],
+    rows_source: str,
+    task_names: Sequence[str],
+    colors: Mapping[str, str],
+) -> tuple[tuple[TaskLine, ...], str]:
+    """The cluster table (summary.csv's cluster rows, else summed over the PID rows) and its note."""
+    if cluster_rows:
+        lines = _ordered_lines(
+            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
+        )
+        return lines, "from summary.csv (coordinator analyze)"
+    lines = aggregate_task_lines(rows, task_names, colors)
+    return lines, f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
+
+
+def _unmatched_share(cluster: Sequence[TaskLine], task_samples: Mapping[str, int]) -> float | None:
+    """The cluster table's unmatched share, else the flamegraphs' (a run without result rows)."""
+    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
+    if unmatched_line is not None and unmatched_line.share is not None:
+        return unmatched_line.share
+    all_task_samples: int = sum(task_samples.values(), 0)
+    return task_samples.get(UNMATCHED, 0) / all_task_samples if all_task_samples else None
 
 
 def _flamegraphs(
