@@ -464,8 +464,11 @@ def profile_cluster(
     passed to every host. ``pids`` are sampled on every host in addition to the scope's processes.
     Returns the outcome; never raises for host failures (they are in ``info.hosts``, and make
     ``exit_code`` PartialRunError.exit_code). Raises OutputExistsError/ProfilerError before anything
-    starts. The analysis (summary.csv, report) runs when ``analyze`` and the modules exist; its failure
-    is reported in ``analysis_error``, the captures stay.
+    starts. The analysis (summary.csv, report) runs when ``analyze``; its failure is reported in
+    ``analysis_error``, the captures stay.
+
+    Not split yet (139 lines, 19 parameters): its signature is called by the demo branches; it gets
+    an options object and named steps when the remote code moves to coordinator/remote/.
     """
     if not hosts:
         raise ProfilerError("no hosts to profile; add lines to cluster.txt")
