@@ -30,6 +30,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
@@ -122,8 +123,9 @@ class StackDepthLimit:
 class StackSampler:
     """Samples user and kernel stacks of a changing set of processes at a fixed frequency on every CPU.
 
-    Owns the BPF program (life cycle, targets, the ring-buffer reader thread) and the collection;
-    the depth sysctl is a StackDepthLimit's, perf maps and symbol caches a SymbolPreparer's.
+    Owns the BPF program (life cycle, targets, the ring-buffer reader thread); the depth sysctl is a
+    StackDepthLimit's, perf maps and symbol caches a SymbolPreparer's (profiler/symbolprep.py), and
+    collect() folds the stacks with collect_ringbuf or collect_stackmap below.
     """
 
     def __init__(
@@ -413,30 +415,6 @@ class StackSampler:
 
     # ------------------------------------------------------------ collection
 
-    def _read_counts(self) -> list[tuple[Any, int]]:
-        counts = self._bpf[b"counts"]
-        try:
-            # one syscall per batch on kernels >= 5.6, instead of two per entry
-            return [(k, int(v.value)) for k, v in counts.items_lookup_batch()]
-        except Exception:  # noqa: BLE001 - no batch lookup in this kernel or bcc: one by one
-            return [(k, int(v.value)) for k, v in counts.items()]
-
-    def _stack(self, stacks: Any, cache: dict[int, tuple[int, ...]], stack_id: int) -> tuple[int, ...]:
-        frames = cache.get(stack_id)
-        if frames is None:
-            try:
-                leaf = stacks[stacks.Key(stack_id)]
-                ips = []
-                for addr in leaf.ip:
-                    if addr == 0:
-                        break
-                    ips.append(int(addr))
-                frames = tuple(ips)
-            except KeyError:
-                frames = ()
-            cache[stack_id] = frames
-        return frames
-
     def collect(self) -> dict[int, CollectedStacks]:
         """Folded stacks (and their timeline) and stats per target PID. Call after stop(); symbolizes now."""
         if self._bpf is None:
@@ -446,123 +424,20 @@ class StackSampler:
         self._stop_reader()
         self._symbols.stop()
         if self.collection == "ringbuf":
-            return self._collect_ringbuf()
-        return {pid: CollectedStacks(folded, None, stats) for pid, (folded, stats) in self._collect_stackmap().items()}
-
-    def _target_counts(self, pid: int) -> tuple[int, int]:
-        targets = self._bpf[b"targets"]
-        try:
-            target = targets[targets.Key(pid)]
-            return int(target.samples), int(target.dropped)
-        except KeyError:
-            return 0, 0
-
-    def _collect_ringbuf(self) -> dict[int, CollectedStacks]:
-        result: dict[int, CollectedStacks] = {}
-        kernel = KernelSymbols()
-        dropped_total = 0
-        try:
-            for pid in sorted(set(self._targets) | set(self._store.pids())):
-                samples, dropped = self._target_counts(pid)
-                dropped_total += dropped
-                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=self.max_stack_depth, dropped=dropped)
-                folded: Counter[str] = Counter()
-                timeline: Counter[tuple[int, str]] = Counter()
-                if self._store.epochs(pid):
-                    symbols, owned = self._symbols.symbols_for(pid)
-                    try:
-                        folder = StackFolder(
-                            symbols, kernel, self.max_stack_depth, self._symbols.is_java(pid, symbols),
-                            self.kernel_stack_depth,
-                        )
-                        history = self._symbols.histories.get(pid)
-                        last = self._last_interval()
-                        for epoch in self._store.epochs(pid):
-                            if history is not None:
-                                folder.use_perf_map(history.map_for(epoch))
-                            for key, interval, count in self._store.entries(pid, epoch):
-                                stack = folder.fold(key.comm, key.user, key.kernel, count)
-                                folded[stack] += count
-                                timeline[(interval if last is None else min(interval, last), stack)] += count
-                        stats = replace(stats, **folder.counts)
-                        if history is not None:
-                            stats = replace(stats, perf_map_snapshots=history.snapshots)
-                    finally:
-                        if owned:
-                            symbols.close()
-                    self._store.forget(pid)
-                    self._symbols.discard_history(pid)
-                result[pid] = CollectedStacks(folded, timeline, stats)
-        finally:
-            kernel.close()
-        self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in result.items()}, Counter(), dropped_total)
-        return result
-
-    def _collect_stackmap(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
-        stacks_table = self._bpf[b"stack_traces"]
-        stack_cache: dict[int, tuple[int, ...]] = {}
-        by_pid: dict[int, list[tuple[Any, int]]] = {}
-        for key, count in self._read_counts():
-            by_pid.setdefault(int(key.tgid), []).append((key, count))
-        targets_table = self._bpf[b"targets"]
-        kernel = KernelSymbols()
-        result: dict[int, tuple[Counter[str], SamplerStats]] = {}
-        depth = self.max_stack_depth
-        lost_reasons: Counter[int] = Counter()
-        dropped_total = 0
-        try:
-            for pid in sorted(set(self._targets) | set(by_pid)):
-                try:
-                    target = targets_table[targets_table.Key(pid)]
-                    samples, dropped = int(target.samples), int(target.dropped)
-                except KeyError:
-                    samples, dropped = 0, 0
-                dropped_total += dropped
-                folded: Counter[str] = Counter()
-                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth, dropped=dropped)
-                entries = by_pid.get(pid, [])
-                symbols: ProcessSymbols | None = None
-                owned = False
-                if entries:
-                    symbols, owned = self._symbols.symbols_for(pid)
-                is_java = self._symbols.is_java(pid, symbols)  # no perf-map versions without the ring buffer
-                try:
-                    for key, count in entries:
-                        user_frames: list[Frame] | None = None
-                        kernel_names: list[str] | None = []
-                        truncated = False
-                        user_id, kernel_id = int(key.user_stack_id), int(key.kernel_stack_id)
-                        if user_id >= 0:
-                            addrs = self._stack(stacks_table, stack_cache, user_id)
-                            truncated = len(addrs) >= depth
-                            assert symbols is not None
-                            user_frames = [symbols.resolve(a) for a in addrs]
-                        else:
-                            lost_reasons[-user_id] += count
-                            stats = replace(stats, lost_user_stack=stats.lost_user_stack + count)
-                        if kernel_id >= 0:
-                            addrs = self._stack(stacks_table, stack_cache, kernel_id)
-                            truncated = truncated or len(addrs) >= depth
-                            kernel_names = [kernel.resolve(a) for a in addrs]
-                        elif kernel_id != STACK_NONE:
-                            kernel_names = None
-                            lost_reasons[-kernel_id] += count
-                            stats = replace(stats, lost_kernel_stack=stats.lost_kernel_stack + count)
-                        if truncated:
-                            stats = replace(stats, truncated=stats.truncated + count)
-                        if user_frames is not None and is_java_unwalkable(user_frames, truncated, is_java):
-                            stats = replace(stats, java_unwalkable=stats.java_unwalkable + count)
-                        comm = bytes(key.comm).split(b"\0", 1)[0].decode("utf-8", "replace")
-                        user_names = [f.name for f in user_frames] if user_frames is not None else None
-                        folded[fold_stack(comm, user_names, kernel_names)] += count
-                finally:
-                    if owned and symbols is not None:
-                        symbols.close()
-                result[pid] = (folded, stats)
-        finally:
-            kernel.close()
-        self._end_of_run_warnings(result, lost_reasons, dropped_total)
-        return result
+            collected, dropped = collect_ringbuf(
+                self._bpf,
+                self._store,
+                self._symbols,
+                self._targets,
+                self.max_stack_depth,
+                self.kernel_stack_depth,
+                self._last_interval(),
+            )
+            self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in collected.items()}, Counter(), dropped)
+            return collected
+        result, lost, dropped = collect_stackmap(self._bpf, self._symbols, self._targets, self.max_stack_depth)
+        self._end_of_run_warnings(result, lost, dropped)
+        return {pid: CollectedStacks(folded, None, stats) for pid, (folded, stats) in result.items()}
 
     def _end_of_run_warnings(
         self, result: dict[int, tuple[Counter[str], SamplerStats]], lost: Counter[int], dropped: int
@@ -603,3 +478,153 @@ class StackSampler:
                     f"{stats.max_stack_depth} frames; raise --max-stack-depth"
                 )
 
+
+# ---------------------------------------------------------------- collection (after the window)
+
+
+def _read_counts(bpf: Any) -> list[tuple[Any, int]]:
+    counts = bpf[b"counts"]
+    try:
+        # one syscall per batch on kernels >= 5.6, instead of two per entry
+        return [(k, int(v.value)) for k, v in counts.items_lookup_batch()]
+    except Exception:  # noqa: BLE001 - no batch lookup in this kernel or bcc: one by one
+        return [(k, int(v.value)) for k, v in counts.items()]
+
+
+def _stack(stacks: Any, cache: dict[int, tuple[int, ...]], stack_id: int) -> tuple[int, ...]:
+    frames = cache.get(stack_id)
+    if frames is None:
+        try:
+            leaf = stacks[stacks.Key(stack_id)]
+            ips = []
+            for addr in leaf.ip:
+                if addr == 0:
+                    break
+                ips.append(int(addr))
+            frames = tuple(ips)
+        except KeyError:
+            frames = ()
+        cache[stack_id] = frames
+    return frames
+
+
+def _target_counts(bpf: Any, pid: int) -> tuple[int, int]:
+    """(samples, dropped) the BPF program counted for ``pid``."""
+    targets = bpf[b"targets"]
+    try:
+        target = targets[targets.Key(pid)]
+        return int(target.samples), int(target.dropped)
+    except KeyError:
+        return 0, 0
+
+
+def collect_ringbuf(
+    bpf: Any,
+    store: StackStore,
+    symbols_of: SymbolPreparer,
+    targets: Iterable[int],
+    max_stack_depth: int,
+    kernel_stack_depth: int,
+    last: int | None,
+) -> tuple[dict[int, CollectedStacks], int]:
+    """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
+    interval), each Java frame named by the perf-map version of its sample's time; and the samples
+    dropped in all (ring buffer full)."""
+    result: dict[int, CollectedStacks] = {}
+    kernel = KernelSymbols()
+    dropped_total = 0
+    try:
+        for pid in sorted(set(targets) | set(store.pids())):
+            samples, dropped = _target_counts(bpf, pid)
+            dropped_total += dropped
+            stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=max_stack_depth, dropped=dropped)
+            folded: Counter[str] = Counter()
+            timeline: Counter[tuple[int, str]] = Counter()
+            if store.epochs(pid):
+                symbols, owned = symbols_of.symbols_for(pid)
+                try:
+                    is_java = symbols_of.is_java(pid, symbols)
+                    folder = StackFolder(symbols, kernel, max_stack_depth, is_java, kernel_stack_depth)
+                    history = symbols_of.histories.get(pid)
+                    for epoch in store.epochs(pid):
+                        if history is not None:
+                            folder.use_perf_map(history.map_for(epoch))
+                        for key, interval, count in store.entries(pid, epoch):
+                            stack = folder.fold(key.comm, key.user, key.kernel, count)
+                            folded[stack] += count
+                            timeline[(interval if last is None else min(interval, last), stack)] += count
+                    stats = replace(stats, **folder.counts)
+                    if history is not None:
+                        stats = replace(stats, perf_map_snapshots=history.snapshots)
+                finally:
+                    if owned:
+                        symbols.close()
+                store.forget(pid)
+                symbols_of.discard_history(pid)
+            result[pid] = CollectedStacks(folded, timeline, stats)
+    finally:
+        kernel.close()
+    return result, dropped_total
+
+
+def collect_stackmap(
+    bpf: Any, symbols_of: SymbolPreparer, targets: Iterable[int], depth: int
+) -> tuple[dict[int, tuple[Counter[str], SamplerStats]], Counter[int], int]:
+    """The stack map's counts folded per PID; the samples lost per reason (errno) and dropped in all."""
+    stacks_table = bpf[b"stack_traces"]
+    stack_cache: dict[int, tuple[int, ...]] = {}
+    by_pid: dict[int, list[tuple[Any, int]]] = {}
+    for key, count in _read_counts(bpf):
+        by_pid.setdefault(int(key.tgid), []).append((key, count))
+    kernel = KernelSymbols()
+    result: dict[int, tuple[Counter[str], SamplerStats]] = {}
+    lost_reasons: Counter[int] = Counter()
+    dropped_total = 0
+    try:
+        for pid in sorted(set(targets) | set(by_pid)):
+            samples, dropped = _target_counts(bpf, pid)
+            dropped_total += dropped
+            folded: Counter[str] = Counter()
+            stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth, dropped=dropped)
+            entries = by_pid.get(pid, [])
+            symbols: ProcessSymbols | None = None
+            owned = False
+            if entries:
+                symbols, owned = symbols_of.symbols_for(pid)
+            is_java = symbols_of.is_java(pid, symbols)  # no perf-map versions without the ring buffer
+            try:
+                for key, count in entries:
+                    user_frames: list[Frame] | None = None
+                    kernel_names: list[str] | None = []
+                    truncated = False
+                    user_id, kernel_id = int(key.user_stack_id), int(key.kernel_stack_id)
+                    if user_id >= 0:
+                        addrs = _stack(stacks_table, stack_cache, user_id)
+                        truncated = len(addrs) >= depth
+                        assert symbols is not None
+                        user_frames = [symbols.resolve(a) for a in addrs]
+                    else:
+                        lost_reasons[-user_id] += count
+                        stats = replace(stats, lost_user_stack=stats.lost_user_stack + count)
+                    if kernel_id >= 0:
+                        addrs = _stack(stacks_table, stack_cache, kernel_id)
+                        truncated = truncated or len(addrs) >= depth
+                        kernel_names = [kernel.resolve(a) for a in addrs]
+                    elif kernel_id != STACK_NONE:
+                        kernel_names = None
+                        lost_reasons[-kernel_id] += count
+                        stats = replace(stats, lost_kernel_stack=stats.lost_kernel_stack + count)
+                    if truncated:
+                        stats = replace(stats, truncated=stats.truncated + count)
+                    if user_frames is not None and is_java_unwalkable(user_frames, truncated, is_java):
+                        stats = replace(stats, java_unwalkable=stats.java_unwalkable + count)
+                    comm = bytes(key.comm).split(b"\0", 1)[0].decode("utf-8", "replace")
+                    user_names = [f.name for f in user_frames] if user_frames is not None else None
+                    folded[fold_stack(comm, user_names, kernel_names)] += count
+            finally:
+                if owned and symbols is not None:
+                    symbols.close()
+            result[pid] = (folded, stats)
+    finally:
+        kernel.close()
+    return result, lost_reasons, dropped_total
