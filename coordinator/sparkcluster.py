@@ -59,7 +59,7 @@ class SparkClusterError(ProfilerError):
 def spark_home() -> Path:
     """SPARK_HOME of the pyspark package in this interpreter (pip's pyspark ships all of Spark's jars)."""
     try:
-        import pyspark  # noqa: PLC0415 - heavy, imported only when a cluster is wanted
+        import pyspark  # heavy, imported only when a cluster is wanted
     except ImportError as exc:
         raise CapabilityError(
             "pyspark is not installed in this Python; install the coordinator extras: pip install -e '.[coordinator]'"
@@ -453,7 +453,7 @@ class LocalSparkCluster:
                 stderr=err,
                 env=run_env,
                 cwd=self.tmp_dir,
-                preexec_fn=die_with_parent,  # noqa: PLW1509
+                preexec_fn=die_with_parent,
             )
         process.stdout_path = stdout_path
         process.stderr_path = stderr_path
