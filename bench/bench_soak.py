@@ -72,7 +72,7 @@ def soak(spe: str, duration: float, interval: float, options: YsbOptions, log_di
             engine.wait_processing(interval)
             now = time.time()
             after = {pid: jvmstats.thread_cpu(pid) for pid in executors}
-            compiler = sum(after[p].compiler_seconds - before[p].compiler_seconds for p in executors)
+            compiler = sum(jvmstats.compiler_seconds_between(before[p], after[p]) for p in executors)
             total = sum(after[p].total_seconds - before[p].total_seconds for p in executors)
             before = after
             heaps = [h for h in map(jvmstats.heap_reading, executors) if h is not None]

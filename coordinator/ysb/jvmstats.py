@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,14 +17,18 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class ThreadCpu:
-    """CPU seconds of one process split into its JIT compiler threads and everything else."""
+    """CPU seconds of one process so far: each live JIT compiler thread's, and the whole process's."""
 
-    compiler_seconds: float
-    total_seconds: float
+    compiler: Mapping[int, float]  # thread id -> CPU seconds
+    total_seconds: float  # the process (/proc/<pid>/stat: includes threads that have exited)
+
+    @property
+    def compiler_seconds(self) -> float:
+        return sum(self.compiler.values())
 
 
 def parse_task_stat(text: str) -> tuple[str, float]:
-    """(comm, utime + stime in clock ticks) of one /proc/<pid>/task/<tid>/stat line; comm may hold
+    """(comm, utime + stime in clock ticks) of one /proc/<pid>[/task/<tid>]/stat line; comm may hold
     spaces and parentheses, so the fields are read after the last ')'."""
     comm = text[text.index("(") + 1 : text.rindex(")")]
     fields = text[text.rindex(")") + 2 :].split()
@@ -36,18 +41,23 @@ def is_compiler_thread(comm: str) -> bool:
 
 
 def thread_cpu(pid: int, proc: Path = Path("/proc")) -> ThreadCpu:
-    """Compiler-thread and whole-process CPU seconds of ``pid`` so far (live threads only: a compiler
-    thread that HotSpot retired takes its ticks with it, which only under-counts the JIT)."""
-    compiler = total = 0.0
+    """Compiler-thread and whole-process CPU seconds of ``pid`` so far."""
+    _, total = parse_task_stat((proc / str(pid) / "stat").read_text())
+    compiler: dict[int, float] = {}
     for task in (proc / str(pid) / "task").iterdir():
         try:
             comm, ticks = parse_task_stat((task / "stat").read_text())
         except (OSError, ValueError, IndexError):
             continue
-        total += ticks
         if is_compiler_thread(comm):
-            compiler += ticks
-    return ThreadCpu(compiler / CLOCK_TICKS, total / CLOCK_TICKS)
+            compiler[int(task.name)] = ticks / CLOCK_TICKS
+    return ThreadCpu(compiler, total / CLOCK_TICKS)
+
+
+def compiler_seconds_between(before: ThreadCpu, after: ThreadCpu) -> float:
+    """Compiler-thread CPU between two readings. HotSpot starts and retires compiler threads on demand:
+    a thread seen only in ``after`` counts from zero, a retired one's last interval is lost (under-count)."""
+    return sum(max(0.0, seconds - before.compiler.get(tid, 0.0)) for tid, seconds in after.compiler.items())
 
 
 def jit_share(before: ThreadCpu, after: ThreadCpu) -> float | None:
@@ -55,7 +65,7 @@ def jit_share(before: ThreadCpu, after: ThreadCpu) -> float | None:
     spent = after.total_seconds - before.total_seconds
     if spent <= 0:
         return None
-    return max(0.0, after.compiler_seconds - before.compiler_seconds) / spent
+    return min(1.0, compiler_seconds_between(before, after) / spent)
 
 
 def parse_jstat(text: str) -> dict[str, float]:

@@ -28,17 +28,23 @@ def test_task_stat_reads_comm_with_spaces_and_cpu_ticks() -> None:
 
 
 def test_thread_cpu_splits_compiler_threads(tmp_path: Path) -> None:
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77" / "stat").write_text(STAT.replace("C2 CompilerThre", "java").replace("1500 250", "900 0"))
     for tid, name, ticks in ((1, "java", 300), (2, "C2 CompilerThre", 100), (3, "C1 CompilerThre", 50)):
         task = tmp_path / "77" / "task" / str(tid)
         task.mkdir(parents=True)
         (task / "stat").write_text(STAT.replace("C2 CompilerThre", name).replace("1500 250", f"{ticks} 0"))
     cpu = jvmstats.thread_cpu(77, proc=tmp_path)
-    assert cpu.compiler_seconds == pytest.approx(150 / jvmstats.CLOCK_TICKS)
-    assert cpu.total_seconds == pytest.approx(450 / jvmstats.CLOCK_TICKS)
+    assert cpu.compiler == {2: 100 / jvmstats.CLOCK_TICKS, 3: 50 / jvmstats.CLOCK_TICKS}
+    # the process total includes threads that have exited (its own stat, not the sum of live threads)
+    assert cpu.total_seconds == pytest.approx(900 / jvmstats.CLOCK_TICKS)
 
 
 def test_jit_share_is_compiler_cpu_over_process_cpu_between_readings() -> None:
-    before, after = jvmstats.ThreadCpu(10.0, 100.0), jvmstats.ThreadCpu(11.0, 120.0)
+    before = jvmstats.ThreadCpu({10: 4.0, 11: 6.0}, 100.0)
+    # thread 11 retired, thread 12 started: 0.5 s on 10, 0.5 s on 12, nothing known for 11
+    after = jvmstats.ThreadCpu({10: 4.5, 12: 0.5}, 120.0)
+    assert jvmstats.compiler_seconds_between(before, after) == pytest.approx(1.0)
     assert jvmstats.jit_share(before, after) == pytest.approx(0.05)
     assert jvmstats.jit_share(after, after) is None
 
