@@ -175,6 +175,11 @@ class SparkStructuredYsb(_SparkYsb):
         )
 
 
+# RateStreamContinuousPartitionReader waits (1000 / rows per second per partition).toLong ms per row:
+# 0 ms, i.e. no throttle at all, above 1000 rows/s per partition.
+RATE_STEP_LIMIT = 1000
+
+
 class SparkContinuousYsb(_SparkYsb):
     """Spark Continuous Processing, 1 s epochs; Spark has no window here: the sink keeps it in Redis."""
 
@@ -201,6 +206,12 @@ class SparkContinuousYsb(_SparkYsb):
         counted = epoch_rows_between(self._run().epochs(), start, end)
         rows, epochs = counted if counted is not None else (None, 0)
         rate = f"{rows / (end - start):.0f} events/s" if rows is not None and end > start else "no epochs"
+        if self.options.rate / self.options.partitions > RATE_STEP_LIMIT:
+            # Spark's continuous rate reader sleeps (1000 / rows per s per partition) ms per row, an integer.
+            rate += (
+                f" (unthrottled: above {RATE_STEP_LIMIT} rows/s per partition Spark's continuous rate source "
+                "does not wait between rows, so this is the query's maximum, not --rate)"
+            )
         return WindowResult(epochs, "epochs", rows, f"throughput {rate}", self.sink_rows())
 
 
