@@ -140,3 +140,21 @@ def test_continuous_events_come_from_the_epochs_inside_the_window(tmp_path: Path
     assert epoch_rows_between(epochs, 100.5, 103.0) == (4000, 2)
     assert epoch_rows_between(epochs, 99.0, 103.0) is None  # no epoch before the window
     assert epoch_rows_between(epochs, 102.5, 103.0) is None  # none inside
+
+
+def test_demo_engine_is_a_choice_list() -> None:
+    import argparse
+
+    from coordinator.commands.demo import DemoCommand
+    from coordinator.ysb.engines import DEFAULT_ENGINE, ENGINES
+
+    parser = argparse.ArgumentParser()
+    DemoCommand().prepare_parser(parser)
+    assert parser.parse_args([]).spe == DEFAULT_ENGINE == "spark-str"
+    assert parser.parse_args(["--spe", "spark-cp"]).spe == "spark-cp"
+    assert {"spark-str", "spark-cp"} <= set(ENGINES)
+    assert {ENGINES[name].profile for name in ENGINES} == {
+        "application_profiles/spark_structured_streaming.txt", "application_profiles/spark_continuous.txt",
+    }
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--spe", "storm"])
