@@ -43,7 +43,9 @@ from .timeline import CounterReading, counter_deltas, rss_bytes
 
 CAP_PERFMON = 38
 CAP_BPF = 39
-POLL_INTERVAL = 0.25
+# Scope polling is most of the profiler's CPU while sampling (a /proc scan, exit checks, the exec
+# watcher's queue): twice a second still lets a new process enter within a second.
+POLL_INTERVAL = 0.5
 STATUS_INTERVAL = 1.0
 
 
