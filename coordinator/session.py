@@ -619,6 +619,12 @@ class SparkWarmup(threading.Thread):
         self.join(120)
 
 
+def analyze_run(outcome: ProfileOutcome) -> ProfileOutcome:
+    """summary.csv and the report of a run profiled with ``analyze=False`` (after the caller added to
+    its captures, e.g. the demo's event count from the engine's own progress)."""
+    return _analyze(outcome)
+
+
 def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None, log: RunLog | None = None) -> ProfileOutcome:
     """summary.csv through the pipeline, then the HTML report."""
     summary: Path | None = None
