@@ -20,6 +20,11 @@ class ExecSource(Protocol):
 
     def close(self) -> None: ...
 
+    @property
+    def prog_ids(self) -> list[int]:
+        """Kernel ids of its BPF programs, for the profiler's own overhead accounting ([] if none)."""
+        ...
+
 
 def bpf_source() -> str:
     return BPF_SOURCE.read_text(encoding="utf-8")

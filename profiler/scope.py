@@ -310,7 +310,7 @@ class ScopeAnalyzer:
     @property
     def prog_ids(self) -> list[int]:
         """BPF program ids of the exec watcher (for the profiler's own overhead accounting)."""
-        return list(getattr(self._watcher, "prog_ids", []) or [])
+        return list(self._watcher.prog_ids) if self._watcher is not None else []
 
     def processes(self) -> list[ProcessInfo]:
         return [tracked.info for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]

@@ -103,6 +103,10 @@ class FakeWatcher:
     def close(self) -> None:
         self.closed += 1
 
+    @property
+    def prog_ids(self) -> list[int]:
+        return []
+
 
 def make(proc: FakeProc, clock: FakeClock, watcher: FakeWatcher | None = None, **kw: object) -> ScopeAnalyzer:
     w = watcher or FakeWatcher()
