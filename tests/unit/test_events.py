@@ -31,6 +31,7 @@ from profiler.events import (
     flink_running_jobs,
     flink_source_records,
     flink_source_vertices,
+    flink_value_at,
     http_json,
     parse_batch_description,
     parse_execution_list,
@@ -355,6 +356,29 @@ def test_flink_counter_reports_source_records_of_the_window(monkeypatch: pytest.
     assert result.source == f"flink-rest:{FLINK}"
     assert "Source__Kafka_Source.numRecordsOut" in result.detail
     assert f"{JID}/{WINDOW_VERTEX}=2400" in result.detail
+
+
+def test_flink_value_at_interpolates_between_refreshes_and_extrapolates_at_the_mean_rate() -> None:
+    points = [(100.0, 1000), (110.0, 3000), (120.0, 4000)]
+    assert flink_value_at(points, 105.0) == 2000
+    assert flink_value_at(points, 120.0) == 4000
+    # Beyond the points: the mean rate over all of them (3000 records in 20 s).
+    assert flink_value_at(points, 90.0) == 1000 - 1500
+    assert flink_value_at(points, 124.0) == 4000 + 600
+
+
+def test_flink_counter_counts_between_the_window_ends_not_the_stale_cache() -> None:
+    # GIVEN a JobManager whose cache still held a value from long before the window at the start
+    # reading, then refreshed every 10 s while the source emitted 100 records per second
+    manager = FlinkJobManager(FLINK, FakeRest({}))
+    manager.baseline = {JID: 50}
+    for seen_at, count in [(1000.4, 50), (1001.0, 10_100), (1005.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]:
+        manager.note({JID: count}, seen_at)
+    # WHEN the window [1000, 1025] is counted
+    counts = manager.window_counts(1000.0, 1025.0)
+    # THEN the count is the rate times the window (2500), not end minus start reading (12 050)
+    assert counts == {JID: 2500}
+    assert manager.changes[JID] == [(1001.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]
 
 
 def test_flink_job_manager_read() -> None:
