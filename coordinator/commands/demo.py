@@ -24,10 +24,16 @@ profiles the executors for --duration seconds with the shipped Spark profile, wr
 and the HTML report into the run directory, prints the throughput, and stops everything it
 started (also on Ctrl-C). Needs root for eBPF; expect about a minute of start-up.
 
+--spe flink runs the same pipeline as a Java DataStream job on a local Flink standalone cluster
+(a JobManager and --executors TaskManagers with one slot each, from PyPI's apache-flink
+distribution, installed into ~/.cache/spe-taskprof on first use), profiles the TaskManagers and the
+JobManager with the shipped Flink profile and counts events from Flink's REST API.
+
 examples:
   $ coordinator demo
   $ coordinator demo --duration 30 --rate 10000 --out runs/demo --force
   $ coordinator demo --sink file --executors 1
+  $ coordinator demo --spe flink
   then:
   $ xdg-open runs/demo/report/index.html
   $ coordinator analyze runs/demo --profile my_edited_profile.txt
@@ -70,6 +76,9 @@ class DemoCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--duration", type=_duration, default=60.0, help="seconds to profile (60)")
+        parser.add_argument(
+            "--spe", choices=("spark", "flink"), default="spark", help="the engine: Spark Structured Streaming or Flink"
+        )
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
         parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second (20000)")
@@ -80,7 +89,9 @@ class DemoCommand:
             default=30.0,
             help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
         )
-        parser.add_argument("--executors", type=_executors, default=2, help="1-core executors (2)")
+        parser.add_argument(
+            "--executors", type=_executors, default=2, help="1-core executors; 1-slot TaskManagers for flink (2)"
+        )
         parser.add_argument(
             "--sink", choices=("auto", "redis", "file"), default="auto", help="auto: Redis when redis-server exists"
         )
@@ -91,6 +102,10 @@ class DemoCommand:
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.spe == "flink":
+            from ..flinkdemo import run_flink_demo
+
+            return run_flink_demo(args)
         from profiler.defaults import DEFAULT_PROFILE, data_file
 
         from ..cluster import local_host
@@ -171,6 +186,11 @@ class DemoCommand:
             f"{sustained_throughput(window):.0f} events/s of busy time, median batch "
             f"{median_processed_rate(window):.0f} events/s; {windows_written} window rows in the sink"
         )
+        return DemoCommand.print_outcome(outcome)
+
+    @staticmethod
+    def print_outcome(outcome: Any) -> int:
+        """Host failures, the files written and the next command; the exit code."""
         for host in outcome.info.hosts:
             if host.state != "ok":
                 print(f"coordinator demo: {host.host}: {host.state}: {host.reason}", file=sys.stderr)
