@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import profiler
+from profiler.capture import DEFAULT_INTERVAL
 
 BUNDLE_NAME = "bundle.tar.gz"
 PKG_DIR = "pkg"
@@ -171,6 +172,8 @@ def profiler_run_args(
     net: bool = False,
     events: int | None = None,
     pids: Sequence[int] = (),
+    interval: float = DEFAULT_INTERVAL,
+    perf_map_refresh: float = 60.0,
 ) -> list[str]:
     """Arguments of ``profiler run`` for one host (paths inside its work directory)."""
     args = [
@@ -189,6 +192,10 @@ def profiler_run_args(
         host_label,
         "--status-file",
         layout.status,
+        "--interval",
+        repr(float(interval)),
+        "--perf-map-refresh",
+        repr(float(perf_map_refresh)),
         "--force",
     ]
     if start_at is not None:

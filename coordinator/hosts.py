@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler import capture
+from profiler.capture import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
 
 from . import deploy
@@ -92,6 +93,14 @@ class CommandResult:
 
 
 @dataclass(frozen=True)
+class SamplingOptions:
+    """How every host samples beyond duration and frequency (``profiler run`` options)."""
+
+    interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
+    perf_map_refresh: float = 60.0  # seconds between Java perf-map refreshes; 0 = at the end only
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """What every host is asked to do; the transport fills in its own paths."""
 
@@ -103,6 +112,7 @@ class RunRequest:
     net: bool = False
     events: int | None = None
     pids: tuple[int, ...] = ()
+    sampling: SamplingOptions = SamplingOptions()
 
 
 class HostTransport(ABC):
@@ -145,6 +155,8 @@ class HostTransport(ABC):
             net=request.net,
             events=request.events,
             pids=request.pids,
+            interval=request.sampling.interval,
+            perf_map_refresh=request.sampling.perf_map_refresh,
         )
 
     @abstractmethod

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from profiler import __version__, capture
+from profiler.appprofile import load_profile
 from profiler.errors import OutputExistsError, ProfilerError
+from profiler.spes import load_known_spes
 
 from . import rundir
 from .cluster import HostSpec, load_cluster
 from .errors import HostKeyError, PartialRunError
-from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, TransportLost, one_line
+from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, SamplingOptions, TransportLost, one_line
 from .progress import ProgressBoard, Renderer, make_renderer
 from .rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 
@@ -454,6 +456,7 @@ def profile_cluster(
     connect_timeout: float = 10.0,
     transport_factory: TransportFactory | None = None,
     stream: IO[str] | None = None,
+    sampling: SamplingOptions | None = None,
 ) -> ProfileOutcome:
     """Profile ``hosts`` for ``duration`` seconds into the run directory ``out_dir``.
 
@@ -474,6 +477,10 @@ def profile_cluster(
     for path, what in ((profile, "application profile"), (known_spes, "known_spes file")):
         if not Path(path).is_file():
             raise ProfilerError(f"{path}: {what} not found; pass an existing file")
+    # Parsed here, with the user's own paths in any error, before a host is touched: every host would
+    # otherwise fail the same way, naming a temporary copy on the remote side.
+    load_profile(profile)
+    load_known_spes(known_spes)
     prepare_run_dir(out_dir, force)
     shutil.copyfile(profile, out_dir / rundir.PROFILE_COPY)
     _write_cluster_copy(out_dir, hosts, cluster_file)
@@ -487,6 +494,7 @@ def profile_cluster(
         net=net,
         events=events,
         pids=tuple(pids),
+        sampling=sampling or SamplingOptions(),
     )
     info = RunInfo(
         run_id=out_dir.name,

@@ -11,14 +11,16 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import CaptureFormatError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # v1: no timeline, no perf-map refresh; everything else reads the same
 
 META_FILE = "meta.json"
 SCOPE_FILE = "scope.json"
@@ -30,6 +32,9 @@ COUNTERS_FILE = "counters.json"
 SAMPLER_FILE = "sampler.json"
 NET_FILE = "net.json"
 EVENTS_FILE = "events.json"
+TIMELINE_FILE = "timeline.folded"
+COUNTERS_TIMELINE_FILE = "counters_timeline.json"
+DEFAULT_INTERVAL = 10.0
 
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
 RESULT_COLUMNS: tuple[str, ...] = (
@@ -127,7 +132,11 @@ class SamplerStats:
     truncated: int = 0  # stacks that hit the depth limit
     java_unwalkable: int = 0  # samples whose Java part could not be walked (no frame pointers)
     max_stack_depth: int = 127
-    dropped: int = 0  # samples not counted at all: the in-kernel counts map was full (in `samples` only)
+    dropped: int = 0  # samples not counted at all: ring buffer (or counts map) full; in `samples` only
+    interpreted_only: int = 0  # samples whose Java frames are all the one symbol "Interpreter"
+    java_frames: int = 0  # Java (JIT-memory) frames seen, weighted by samples
+    java_frames_unresolved: int = 0  # of those, frames no perf map named ([unknown])
+    perf_map_snapshots: int = 0  # perf-map versions used to symbolize this PID
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,9 @@ class RunMeta:
     profile_name: str = ""
     warnings: tuple[str, ...] = ()
     format_version: int = FORMAT_VERSION
+    stack_collection: str = "stackmap"  # "ringbuf" (every sample to user space) or "stackmap" (v1 way)
+    interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
+    perf_map_refresh: float = 0.0  # seconds between Java perf-map refreshes; 0 = at the end only
 
     @property
     def duration(self) -> float:
@@ -194,6 +206,27 @@ class Overhead:
     bpf_run_count: int | None = None
     post_run_seconds: float = 0.0
     peak_rss_bytes: int = 0
+    rss_baseline_bytes: int | None = None  # RSS when the window started (BPF compiled, LLVM heap returned)
+    timeline: tuple[OverheadPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class OverheadPoint:
+    """The profiler's own footprint at one moment of the window."""
+
+    t: float  # seconds into the window
+    rss_bytes: int
+    cpu_seconds: float  # cumulative profiler CPU since the window started
+
+
+@dataclass(frozen=True)
+class CounterDelta:
+    """Counter increments of one PID over one timeline interval (None: not measured)."""
+
+    interval: int
+    cycles: float | None
+    instructions: float | None
+    cpu_seconds: float | None
 
 
 # ---------------------------------------------------------------- writing
@@ -252,6 +285,21 @@ def write_overhead(capture_dir: Path, overhead: Overhead) -> None:
     atomic_write_text(capture_dir / OVERHEAD_FILE, _json_dump(asdict(overhead)))
 
 
+def timeline_path(capture_dir: Path, pid: int) -> Path:
+    return pid_dir(capture_dir, pid) / TIMELINE_FILE
+
+
+def format_timeline(counts: Mapping[tuple[int, str], int]) -> str:
+    """``<interval> <stack> <count>`` lines, by interval, then most samples first."""
+    ordered = sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0][1]))
+    return "".join(f"{interval} {stack} {count}\n" for (interval, stack), count in ordered if count > 0)
+
+
+def write_counters_timeline(capture_dir: Path, pid: int, interval: float, rows: Iterable[CounterDelta]) -> None:
+    payload = {"interval": interval, "rows": [asdict(row) for row in rows]}
+    atomic_write_text(pid_dir(capture_dir, pid) / COUNTERS_TIMELINE_FILE, _json_dump(payload))
+
+
 def format_result_csv(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...] = RESULT_COLUMNS) -> str:
     """CSV text with a fixed column order; None becomes an empty cell, floats keep 6 significant digits."""
     buffer = io.StringIO()
@@ -298,10 +346,13 @@ def read_meta(capture_dir: Path) -> RunMeta:
     path = capture_dir / META_FILE
     payload = _load_json(path)
     version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CaptureFormatError(
-            f"{path}: format_version {version!r}, this version reads {FORMAT_VERSION}; use a matching profiler version"
+            f"{path}: format_version {version!r}, this version reads {', '.join(map(str, READABLE_VERSIONS))}; "
+            "use a matching profiler version"
         )
+    if version == 1:
+        payload.setdefault("stack_collection", "stackmap")
     payload["warnings"] = tuple(payload.get("warnings", ()))
     meta: RunMeta = _from_dict(RunMeta, payload, path)
     return meta
@@ -339,7 +390,52 @@ def read_events(capture_dir: Path) -> EventCount | None:
 
 def read_overhead(capture_dir: Path) -> Overhead | None:
     path = capture_dir / OVERHEAD_FILE
-    return _from_dict(Overhead, _load_json(path), path) if path.exists() else None
+    if not path.exists():
+        return None
+    payload = _load_json(path)
+    points = payload.get("timeline") or []
+    payload["timeline"] = tuple(_from_dict(OverheadPoint, point, path) for point in points)
+    overhead: Overhead = _from_dict(Overhead, payload, path)
+    return overhead
+
+
+def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
+    """(interval, folded stack, count) per line of a timeline.folded; a bad line is a CaptureFormatError."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            head, _, rest = line.partition(" ")
+            stack, _, count = rest.rpartition(" ")
+            try:
+                yield int(head), stack, int(count)
+            except ValueError:
+                raise CaptureFormatError(
+                    f"{path}:{number}: not '<interval> <stack> <count>'; re-run the capture"
+                ) from None
+
+
+def read_timeline(
+    capture_dir: Path, pid: int, first: int | None = None, last: int | None = None
+) -> Counter[str] | None:
+    """Stacks of ``pid`` summed over intervals ``first..last`` (inclusive, None = open); None without a timeline."""
+    path = timeline_path(capture_dir, pid)
+    if not path.exists():
+        return None
+    counts: Counter[str] = Counter()
+    for interval, stack, count in iter_timeline(path):
+        if (first is None or interval >= first) and (last is None or interval <= last):
+            counts[stack] += count
+    return counts
+
+
+def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | None:
+    path = pid_dir(capture_dir, pid) / COUNTERS_TIMELINE_FILE
+    if not path.exists():
+        return None
+    payload = _load_json(path)
+    return [_from_dict(CounterDelta, row, path) for row in payload.get("rows", [])]
 
 
 def stacks_path(capture_dir: Path, pid: int) -> Path:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from . import jvm
 from .errors import CapabilityError
@@ -48,6 +49,11 @@ class PerfMapEntry:
     size: int
     name: str
     order: int  # line number: a later line describes newer code at that address
+
+
+class PerfMapLike(Protocol):
+    def __len__(self) -> int: ...
+    def lookup(self, addr: int) -> str | None: ...
 
 
 class PerfMap:

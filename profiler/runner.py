@@ -9,6 +9,7 @@ an exception), everything collected so far is written.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import resource
@@ -26,16 +27,19 @@ from typing import Any, Protocol
 
 from . import __version__, capture
 from .capture import (
+    DEFAULT_INTERVAL,
     EventCount,
     NetStats,
     Overhead,
+    OverheadPoint,
     PidCounters,
     ProcessInfo,
     RunMeta,
-    SamplerStats,
 )
 from .errors import OutputExistsError, PrivilegeError
 from .folded import format_folded
+from .stackstore import CollectedStacks
+from .timeline import CounterReading, counter_deltas, rss_bytes
 
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -60,6 +64,9 @@ class RunOptions:
     max_stack_depth: int = 127
     stack_storage_size: int = 65536
     exec_watch: bool = True
+    interval: float = DEFAULT_INTERVAL
+    perf_map_refresh: float = 60.0
+    stack_collection: str = "auto"
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -78,12 +85,17 @@ class ScopeLike(Protocol):
 
 
 class SamplerLike(Protocol):
+    collection: str  # "ringbuf" or "stackmap", known after start()
+    max_stack_depth: int  # the depth the kernel allowed, known after start()
+
     def start(self) -> None: ...
+    def begin_window(self) -> None: ...
     def add_pid(self, pid: int) -> None: ...
     def prepare_symbols(self, pid: int) -> None: ...
     def pid_exited(self, pid: int) -> None: ...
+    def sample_count(self, pid: int) -> int: ...
     def stop(self) -> None: ...
-    def collect(self) -> dict[int, tuple[Counter[str], SamplerStats]]: ...
+    def collect(self) -> dict[int, CollectedStacks]: ...
     def close(self) -> None: ...
 
 
@@ -128,7 +140,14 @@ def real_components(options: RunOptions) -> Components:
     from .spes import load_known_spes
 
     kinds = load_known_spes(options.known_spes)
-    sampler = StackSampler(options.frequency, options.max_stack_depth, options.stack_storage_size)
+    sampler = StackSampler(
+        options.frequency,
+        options.max_stack_depth,
+        options.stack_storage_size,
+        collection=options.stack_collection,
+        interval=options.interval,
+        perf_map_refresh=options.perf_map_refresh,
+    )
     net = None
     if options.net:
         from .net import NetTracer
@@ -311,6 +330,9 @@ class WindowState:
     cpu_before: float = 0.0
     cpu_after: float = 0.0
     counters: dict[int, PidCounters] = field(default_factory=dict)
+    counter_readings: dict[int, list[CounterReading]] = field(default_factory=dict)
+    overhead_points: list[OverheadPoint] = field(default_factory=list)
+    rss_baseline: int | None = None
     window_started: bool = False
     meta: RunMeta | None = None
 
@@ -318,6 +340,18 @@ class WindowState:
 def _own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def last_interval_of(elapsed: float, interval: float) -> int:
+    """Index of the interval that holds the moment ``elapsed`` seconds into the window (its end belongs to it)."""
+    return max(0, math.ceil(elapsed / interval) - 1)
+
+
+def _own_rss() -> int:
+    try:
+        return rss_bytes(Path("/proc/self/status").read_text())
+    except OSError:
+        return 0
 
 
 class Runner:
@@ -396,7 +430,9 @@ class Runner:
                 return
         with bpf_stats_enabled() as stats_on:
             state.cpu_before = _own_cpu_seconds()
+            state.rss_baseline = _own_rss()
             state.start_time = self.clock()
+            components.sampler.begin_window()
             state.window_started = True
             self.status.window_start = state.start_time
             if stats_on:
@@ -407,11 +443,11 @@ class Runner:
             self._guarded("event counting could not start", components.events.start, initial)
             self.status.processes = len(initial)
             sampled = [p.pid for p in initial if p.sampled]
-            sample_count = getattr(components.sampler, "sample_count", None)
-            if sample_count is not None:
-                self.status.count_samples = lambda: sum(sample_count(pid) for pid in list(sampled))
+            sample_count = components.sampler.sample_count
+            self.status.count_samples = lambda: sum(sample_count(pid) for pid in list(sampled))
             self.status.update("sampling", force=True)
             deadline = state.start_time + options.duration
+            next_tick = 1
             while True:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
@@ -419,6 +455,9 @@ class Runner:
                 if self._wait(min(POLL_INTERVAL, remaining)):
                     state.stopped_by = "signal"
                     break
+                if self.clock() >= state.start_time + next_tick * options.interval:
+                    self._tick(components, next_tick - 1)
+                    next_tick += 1
                 new, exited = components.scope.poll()
                 for process in new:
                     self._enter(components, process)
@@ -430,6 +469,9 @@ class Runner:
                 self.status.processes += len(new)
                 self.status.update()
             state.end_time = self.clock()
+            last_interval = last_interval_of(state.end_time - state.start_time, options.interval)
+            if last_interval >= next_tick - 1:
+                self._tick(components, last_interval)
             final_samples = self.status._samples()  # read before the maps are freed at close
             self.status.count_samples = lambda: final_samples
             components.sampler.stop()
@@ -438,6 +480,25 @@ class Runner:
             if stats_on:
                 state.bpf_after = bpf_prog_run_stats(components.prog_ids())
             state.cpu_after = _own_cpu_seconds()
+
+    def _tick(self, components: Components, interval: int) -> None:
+        """An interval of the timeline closes: counters of every live process, and our own footprint."""
+        state = self.state
+        for process in components.scope.processes():
+            if process.pid in state.counters:  # exited: its final reading is taken at exit
+                continue
+            try:
+                reading = CounterReading.of(interval, components.counters.read(process.pid))
+            except Exception:  # noqa: BLE001 - a process that just exited has its exit reading
+                continue
+            state.counter_readings.setdefault(process.pid, []).append(reading)
+        state.overhead_points.append(
+            OverheadPoint(
+                t=round(self.clock() - state.start_time, 3),
+                rss_bytes=_own_rss(),
+                cpu_seconds=round(_own_cpu_seconds() - state.cpu_before, 4),
+            )
+        )
 
     def _guarded(self, what: str, action: Callable[..., object], *args: object) -> None:
         """Optional parts (event counting) must never end a run: a failure becomes a warning."""
@@ -492,7 +553,7 @@ class Runner:
         except Exception as exc:  # noqa: BLE001
             state.warnings.append(f"scope could not be finalised ({exc})")
             processes = []
-        stacks: dict[int, tuple[Counter[str], SamplerStats]] = {}
+        stacks: dict[int, CollectedStacks] = {}
         if state.window_started:
             try:
                 stacks = components.sampler.collect()
@@ -525,12 +586,13 @@ class Runner:
         capture.atomic_write_text(out / capture.PROFILE_COPY, Path(options.profile).read_text(encoding="utf-8"))
         matcher = Matcher(profile)
         matched = {}
-        for pid, (pid_stacks, stats) in stacks.items():
-            capture.atomic_write_text(capture.stacks_path(out, pid), format_folded(pid_stacks))
-            capture.write_sampler_stats(out, stats)
-            matched[pid] = match_stacks(matcher, pid_stacks)
-        for pid_counters in counters.values():
-            capture.write_counters(out, pid_counters)
+        for pid, collected in stacks.items():
+            capture.atomic_write_text(capture.stacks_path(out, pid), format_folded(collected.folded))
+            if collected.timeline is not None:
+                capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(collected.timeline))
+            capture.write_sampler_stats(out, collected.stats)
+            matched[pid] = match_stacks(matcher, collected.folded)
+        self._write_counters(counters, processes)
         for pid_net in net.values():
             capture.write_net(out, pid_net)
         if events is not None:
@@ -560,10 +622,13 @@ class Runner:
             cycles_source=cycles_source,
             exec_watch=state.exec_watch,
             net=state.net_mode,
-            max_stack_depth=int(getattr(components.sampler, "max_stack_depth", options.max_stack_depth)),
+            max_stack_depth=components.sampler.max_stack_depth,
             stack_storage_size=options.stack_storage_size,
             profile_name=Path(options.profile).name,
             warnings=tuple(dict.fromkeys(state.warnings)),
+            stack_collection=components.sampler.collection,
+            interval=options.interval,
+            perf_map_refresh=options.perf_map_refresh,
         )
         capture.write_meta(out, meta)
         state.meta = meta
@@ -579,8 +644,23 @@ class Runner:
                 bpf_run_count=bpf_count,
                 post_run_seconds=round(time.monotonic() - post_start, 3),
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                rss_baseline_bytes=state.rss_baseline,
+                timeline=tuple(state.overhead_points),
             ),
         )
+
+    def _write_counters(self, counters: dict[int, PidCounters], processes: Sequence[ProcessInfo]) -> None:
+        """counters.json per PID, and its per-interval deltas (the final reading closes the last interval)."""
+        out, state, interval = self.options.out, self.state, self.options.interval
+        exited_at = {p.pid: p.last_seen for p in processes if p.exited}
+        for pid, pid_counters in counters.items():
+            capture.write_counters(out, pid_counters)
+            if not state.window_started:
+                continue
+            ended = min(exited_at.get(pid, state.end_time), state.end_time)
+            final = CounterReading.of(last_interval_of(ended - state.start_time, interval), pid_counters)
+            readings = [r for r in state.counter_readings.get(pid, []) if r.interval <= final.interval]
+            capture.write_counters_timeline(out, pid, interval, counter_deltas([*readings, final]))
 
     @staticmethod
     def _component_warnings(components: Components) -> list[str]:

@@ -1,13 +1,22 @@
 """The eBPF stack sampler: one bcc program for all target processes, folded stacks per PID after the window.
 
 Requires root (CAP_BPF + CAP_PERFMON), bcc and kernel headers; works without a hardware PMU (software
-cpu-clock event). Overhead: one BPF run per sample (99 Hz per CPU by default), no per-sample transfer
-to user space; symbolization happens only in collect(), after stop().
+cpu-clock event). Symbolization happens only in collect(), after stop().
 
-Counting: ``samples`` (in-kernel, per process) = stacks in the folded output + ``dropped`` (counts map
-full). A stack the map could not store (-EEXIST collision, -ENOMEM full, -EFAULT) is counted in
-``lost_user_stack``/``lost_kernel_stack`` and folded as ``[lost user stack]``/``[lost kernel stack]``,
-so shares are not biased; a user-mode sample has no kernel stack and is not lost. A stack with exactly
+Two ways to collect (``collection``; "auto" picks the first that loads, recorded in meta.json):
+- "ringbuf" (Linux 5.8+, the default): every sample's raw stacks and timestamp go through a BPF ring
+  buffer that a reader thread drains every READ_PERIOD seconds (no wake-up per sample); user space
+  deduplicates them (profiler/stackstore.py), counts them per timeline interval, and names Java frames
+  with the perf-map version of the sample's time (profiler/perfmap_history.py). Nothing has a fixed
+  number of distinct stacks, so long windows lose nothing; the only losses are the ring buffer full
+  (``dropped``) and stacks the kernel could not walk.
+- "stackmap" (the fallback): samples aggregated in the kernel by stack id, as bcc's profile.py does; a
+  full map or a hash collision loses the stack (counted), and there is no time axis.
+
+Counting: ``samples`` (in-kernel, per process) = stacks in the folded output + ``dropped``. A stack
+that could not be obtained is counted in ``lost_user_stack``/``lost_kernel_stack`` and folded as
+``[lost user stack]``/``[lost kernel stack]``, so shares are not biased; a user-mode sample has no kernel
+stack and is not lost. A stack with exactly
 ``max_stack_depth`` frames counts as ``truncated``. Depths above kernel.perf_event_max_stack raise that
 sysctl for the sampler's lifetime (restored by close()); ``max_stack_depth`` tells what was used.
 Perf maps (``perf_map_mode``): "auto" = Compiler.perfmap on JDK 17+, the JVMTI agent on older JDKs.
@@ -15,26 +24,37 @@ Perf maps (``perf_map_mode``): "auto" = Compiler.perfmap on JDK 17+, the JVMTI a
 
 from __future__ import annotations
 
+import ctypes as ct
 import errno
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from . import jvm, perfmap
-from .capture import SamplerStats
+from .capture import DEFAULT_INTERVAL, SamplerStats
 from .errors import CapabilityError, ConfigError, PrivilegeError
-from .symbolize import Frame, KernelSymbols, ProcessSymbols, fold_stack, is_java_unwalkable
+from .perfmap_history import PerfMapHistory
+from .stackstore import CollectedStacks, StackStore, parse_record
+from .symbolize import Frame, KernelSymbols, ProcessSymbols, StackFolder, fold_stack, is_java_unwalkable
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
 MAX_TARGETS = 4096
 PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
 PFP_FIX = "-XX:+PreserveFramePointer (Spark: spark.executor.extraJavaOptions=-XX:+PreserveFramePointer)"
 PERF_MAP_MODES = ("auto", "jcmd", "agent", "none")
+COLLECTIONS = ("auto", "ringbuf", "stackmap")
+READ_PERIOD = 0.2  # seconds between ring-buffer drains
+KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the one users raise
+RINGBUF_SECONDS = 2.0  # the buffer holds this long of samples at full rate: ten drain periods
+RINGBUF_MIN_PAGES, RINGBUF_MAX_PAGES = 256, 65536  # 1 MiB .. 256 MiB with 4 KiB pages
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,9 @@ class StackSampler:
         stack_storage_size: int = 16384,
         perf_map_mode: str = "auto",
         count_map_size: int | None = None,
+        collection: str = "auto",
+        interval: float = DEFAULT_INTERVAL,
+        perf_map_refresh: float = 60.0,
     ) -> None:
         if frequency <= 0:
             raise ConfigError(f"frequency {frequency}: must be a positive number of Hz; use e.g. --frequency 99")
@@ -100,13 +123,31 @@ class StackSampler:
             raise ConfigError(f"stack storage size {stack_storage_size}: must be positive; use e.g. 16384")
         if perf_map_mode not in PERF_MAP_MODES:
             raise ConfigError(f"perf map mode {perf_map_mode!r}: use one of {', '.join(PERF_MAP_MODES)}")
+        if collection not in COLLECTIONS:
+            raise ConfigError(f"stack collection {collection!r}: use one of {', '.join(COLLECTIONS)}")
+        if interval <= 0:
+            raise ConfigError(f"interval {interval}: must be positive seconds; use e.g. --interval 10")
+        if perf_map_refresh < 0:
+            raise ConfigError(f"perf map refresh {perf_map_refresh}: must be >= 0 seconds (0 = at the end only)")
         self.frequency = frequency
         self.requested_max_stack_depth = max_stack_depth
         self.max_stack_depth = max_stack_depth  # what the kernel allowed; set by start()
         self.stack_storage_size = stack_storage_size
         self.count_map_size = count_map_size or max(4 * stack_storage_size, 16384)
         self.perf_map_mode = perf_map_mode
+        self.requested_collection = collection
+        self.collection = "stackmap" if collection == "stackmap" else "ringbuf"  # what start() loaded
+        self.interval = interval
+        self.perf_map_refresh = perf_map_refresh
         self.warnings: list[str] = []
+        self._store = StackStore(int(interval * 1e9))
+        self._histories: dict[int, PerfMapHistory] = {}
+        self._scratch: Path | None = None  # perf-map versions until symbolization
+        self._ring_callback: Any = None
+        self._reader: threading.Thread | None = None
+        self._reader_stop = threading.Event()
+        self._stopped_ns: int | None = None
+        self.reader_errors = 0
         self._bpf: Any = None
         self._attached = False
         self._sysctl_restore: tuple[int, int] | None = None  # (original, value we set)
@@ -121,16 +162,45 @@ class StackSampler:
 
     # ------------------------------------------------------------ program text
 
-    def bpf_text(self) -> str:
+    @property
+    def kernel_stack_depth(self) -> int:
+        return min(self.max_stack_depth, KERNEL_STACK_DEPTH_MAX)
+
+    @property
+    def record_size(self) -> int:
+        """Bytes of one ring-buffer record (struct sample_t)."""
+        return 40 + 8 * (self.max_stack_depth + self.kernel_stack_depth)
+
+    def ringbuf_pages(self, cpus: int | None = None) -> int:
+        """A power of two of pages holding RINGBUF_SECONDS of samples from every CPU."""
+        cpus = cpus or os.cpu_count() or 1
+        wanted = self.frequency * cpus * self.record_size * RINGBUF_SECONDS / 4096
+        pages = RINGBUF_MIN_PAGES
+        while pages < wanted and pages < RINGBUF_MAX_PAGES:
+            pages *= 2
+        return pages
+
+    def bpf_text(self, collection: str | None = None) -> str:
         """The generated BPF C, as compiled (``--print-bpf``)."""
-        source = resources.files("profiler").joinpath("bpf/stack_sampler.c").read_text(encoding="utf-8")
-        values = {
-            "MAX_STACK_DEPTH": self.max_stack_depth,
-            "STACK_STORAGE_SIZE": self.stack_storage_size,
-            "COUNTS_SIZE": self.count_map_size,
-            "MAX_TARGETS": MAX_TARGETS,
-        }
-        header = "".join(f"#define {name} {value}\n" for name, value in values.items())
+        collection = collection or self.collection
+        if collection == "ringbuf":
+            name = "bpf/stack_ringbuf.c"
+            values = {
+                "MAX_STACK_DEPTH": self.max_stack_depth,
+                "KERNEL_STACK_DEPTH": self.kernel_stack_depth,
+                "MAX_TARGETS": MAX_TARGETS,
+                "RINGBUF_PAGES": self.ringbuf_pages(),
+            }
+        else:
+            name = "bpf/stack_sampler.c"
+            values = {
+                "MAX_STACK_DEPTH": self.max_stack_depth,
+                "STACK_STORAGE_SIZE": self.stack_storage_size,
+                "COUNTS_SIZE": self.count_map_size,
+                "MAX_TARGETS": MAX_TARGETS,
+            }
+        source = resources.files("profiler").joinpath(name).read_text(encoding="utf-8")
+        header = "".join(f"#define {key} {value}\n" for key, value in values.items())
         return header + source
 
     # ------------------------------------------------------------ life cycle
@@ -181,7 +251,7 @@ class StackSampler:
             raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
         self._choose_depth()
         try:
-            self._bpf = BPF(text=self.bpf_text().encode())
+            self._bpf = self._load(BPF)
             self._bpf.attach_perf_event(
                 ev_type=PerfType.SOFTWARE,
                 ev_config=PerfSWConfig.CPU_CLOCK,
@@ -195,12 +265,74 @@ class StackSampler:
                 f"{self._source_name()}: loading the BPF stack sampler failed ({str(exc).strip()[:300]}); "
                 "check `profiler doctor` (kernel headers, CAP_BPF, perf_event_paranoid)"
             ) from None
+        if self.collection == "ringbuf":
+            self._ring_callback = self._on_sample  # keep a reference: bcc holds only a C pointer
+            self._bpf[b"samples"].open_ring_buffer(self._ring_callback)
+            self._reader = threading.Thread(target=self._read_loop, name="ringbuf-reader", daemon=True)
+            self._reader.start()
         self._worker = threading.Thread(target=self._prepare_loop, name="symbol-prep", daemon=True)
         self._worker.start()
 
-    @staticmethod
-    def _source_name() -> str:
-        return "profiler/bpf/stack_sampler.c"
+    def _load(self, bpf_class: Any) -> Any:
+        """Compile the ring-buffer program, or the stack-map one when asked or when the kernel lacks ring buffers."""
+        if self.requested_collection != "stackmap":
+            try:
+                self.collection = "ringbuf"
+                return bpf_class(text=self.bpf_text("ringbuf").encode())
+            except Exception as exc:
+                if self.requested_collection == "ringbuf":
+                    raise
+                self.warnings.append(
+                    f"BPF ring buffer unavailable ({str(exc).strip()[:120]}); stacks collected in the in-kernel "
+                    "stack map instead (no timeline; long windows may lose stacks; Linux 5.8+ has ring buffers)"
+                )
+        self.collection = "stackmap"
+        return bpf_class(text=self.bpf_text("stackmap").encode())
+
+    def _source_name(self) -> str:
+        return "profiler/bpf/stack_ringbuf.c" if self.collection == "ringbuf" else "profiler/bpf/stack_sampler.c"
+
+    # ------------------------------------------------------------ ring buffer (reader thread)
+
+    def begin_window(self) -> None:
+        """The window starts now: timeline intervals count from here."""
+        self._store.begin(time.monotonic_ns())
+
+    def _last_interval(self) -> int | None:
+        """The timeline's last interval: a sample on the window's very end belongs to it."""
+        if self._store.origin_ns is None or self._stopped_ns is None:
+            return None
+        elapsed = max(1, self._stopped_ns - self._store.origin_ns)
+        return max(0, -(-elapsed // self._store.interval_ns) - 1)
+
+    def _on_sample(self, _ctx: Any, data: Any, size: int) -> int:
+        try:
+            tgid, tid, time_ns, comm, user, kernel = parse_record(ct.string_at(data, size), self.max_stack_depth)
+            history = self._histories.get(tgid)
+            epoch = history.epoch_at(time_ns) if history is not None else 0
+            self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch)
+        except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
+            self.reader_errors += 1
+        return 0
+
+    def _drain(self) -> None:
+        if self._bpf is not None:
+            self._bpf.ring_buffer_consume()
+
+    def _read_loop(self) -> None:
+        while not self._reader_stop.wait(READ_PERIOD):
+            self._drain()
+
+    def _stop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader_stop.set()
+            self._reader.join(timeout=30)
+            self._reader = None
+            self._drain()  # whatever arrived after the last period
+
+    @property
+    def distinct_stacks(self) -> int:
+        return self._store.distinct_stacks
 
     def add_pid(self, pid: int) -> None:
         """Start sampling ``pid`` (all its threads, also those created later). Safe while sampling."""
@@ -254,6 +386,8 @@ class StackSampler:
 
             self._bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
             self._attached = False
+            self._stopped_ns = time.monotonic_ns()
+        self._stop_reader()
         self._stop_worker()
 
     def _stop_worker(self) -> None:
@@ -266,6 +400,10 @@ class StackSampler:
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
         self._stopping.set()
+        self._reader_stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout=30)
+            self._reader = None
         if self._worker is not None:
             self._queue.put(None)
             self._worker.join(timeout=60)
@@ -281,6 +419,9 @@ class StackSampler:
                 prepared.symbols.close()
                 prepared.symbols = None
         self._restore_sysctl()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         self._closed = True
 
     def __enter__(self) -> StackSampler:
@@ -308,8 +449,13 @@ class StackSampler:
     # ------------------------------------------------------------ symbol preparation (worker thread)
 
     def _prepare_loop(self) -> None:
+        periodic = self.collection == "ringbuf" and self.perf_map_refresh > 0
         while True:
-            pid = self._queue.get()
+            try:
+                pid = self._queue.get(timeout=1.0 if periodic else None)
+            except queue.Empty:
+                self._refresh_due()
+                continue
             if pid is None or self._stopping.is_set():
                 return
             try:
@@ -317,6 +463,43 @@ class StackSampler:
             except Exception as exc:  # a process may vanish at any point; never kill the worker
                 with self._lock:
                     self._prepared[pid].detail = f"prepare failed: {exc}"
+            if periodic:
+                self._refresh_due()
+
+    def _refresh_due(self) -> None:
+        """Re-dump the perf map of every live JVM whose last refresh is perf_map_refresh seconds old."""
+        now = time.monotonic_ns()
+        for pid, history in list(self._histories.items()):
+            last = history.last_refresh_ns
+            if self._stopping.is_set():
+                return
+            if last is not None and now - last < self.perf_map_refresh * 1e9:
+                continue
+            prepared = self._prepared.get(pid)
+            if prepared is None or prepared.jvm_info is None or not self._alive(pid):
+                continue
+            try:
+                self._refresh_perf_map(pid, prepared.jvm_info, prepared)
+            except Exception as exc:  # noqa: BLE001 - the process may be gone; the next refresh or the end retries
+                prepared.detail = f"refresh failed: {exc}"
+
+    def _history(self, pid: int) -> PerfMapHistory:
+        history = self._histories.get(pid)
+        if history is None:
+            if self._scratch is None:
+                self._scratch = Path(tempfile.mkdtemp(prefix="taskprof-perfmaps-"))
+            history = self._histories[pid] = PerfMapHistory(pid, self._scratch)
+        return history
+
+    def _refresh_perf_map(self, pid: int, info: jvm.JvmInfo, prepared: _Prepared) -> perfmap.PerfMapResult:
+        """Write the map; with the ring buffer, also keep this version for the samples before it."""
+        if self.collection != "ringbuf":
+            return self._write_perf_map(pid, info, prepared)
+        history = self._history(pid)
+        index = history.begin()
+        result = self._write_perf_map(pid, info, prepared)
+        history.finish(index, result.ok)
+        return result
 
     def _alive(self, pid: int) -> bool:
         target = self._targets.get(pid)
@@ -339,7 +522,7 @@ class StackSampler:
             delay = 0.25
             deadline = time.monotonic() + 20
             while not self._stopping.is_set() and self._alive(pid):
-                result = self._write_perf_map(pid, info, prepared)
+                result = self._refresh_perf_map(pid, info, prepared)
                 prepared.detail = result.detail
                 if result.ok or time.monotonic() > deadline:
                     break
@@ -405,7 +588,7 @@ class StackSampler:
             info = prepared.jvm_info if prepared and prepared.jvm_info else jvm.jvm_info(pid)
             if info is not None and self.perf_map_mode != "none":
                 # Again right before symbolization, so code compiled during the window resolves.
-                result = self._write_perf_map(pid, info, prepared or _Prepared(jvm_info=info))
+                result = self._refresh_perf_map(pid, info, prepared or _Prepared(jvm_info=info))
                 if not result.ok:
                     self.warnings.append(
                         f"pid {pid}: could not write its perf map ({result.method}: {result.detail[:120]}); "
@@ -418,16 +601,78 @@ class StackSampler:
             symbols, owned = prepared.symbols, False
         else:
             symbols, owned = ProcessSymbols(pid), True
-        symbols.perf_map = perfmap.read_perf_map(pid)
+        if pid not in self._histories:
+            symbols.set_perf_map(perfmap.read_perf_map(pid))
         return symbols, owned
 
-    def collect(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
-        """Folded stacks and stats per target PID. Call after stop(); symbolizes now."""
+    def collect(self) -> dict[int, CollectedStacks]:
+        """Folded stacks (and their timeline) and stats per target PID. Call after stop(); symbolizes now."""
         if self._bpf is None:
             raise RuntimeError("StackSampler.collect() needs a started sampler (and before close())")
         if self._attached:
             self.stop()
+        self._stop_reader()
         self._stop_worker()
+        if self.collection == "ringbuf":
+            return self._collect_ringbuf()
+        return {pid: CollectedStacks(folded, None, stats) for pid, (folded, stats) in self._collect_stackmap().items()}
+
+    def _target_counts(self, pid: int) -> tuple[int, int]:
+        targets = self._bpf[b"targets"]
+        try:
+            target = targets[targets.Key(pid)]
+            return int(target.samples), int(target.dropped)
+        except KeyError:
+            return 0, 0
+
+    def _is_java(self, pid: int, symbols: ProcessSymbols | None) -> bool:
+        prepared = self._prepared.get(pid)
+        return (prepared is not None and prepared.jvm_info is not None) or jvm.is_jvm(pid) or (
+            symbols is not None and (symbols.perf_map is not None or pid in self._histories)
+        )
+
+    def _collect_ringbuf(self) -> dict[int, CollectedStacks]:
+        result: dict[int, CollectedStacks] = {}
+        kernel = KernelSymbols()
+        dropped_total = 0
+        try:
+            for pid in sorted(set(self._targets) | set(self._store.pids())):
+                samples, dropped = self._target_counts(pid)
+                dropped_total += dropped
+                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=self.max_stack_depth, dropped=dropped)
+                folded: Counter[str] = Counter()
+                timeline: Counter[tuple[int, str]] = Counter()
+                if self._store.epochs(pid):
+                    symbols, owned = self._symbols_for(pid)
+                    try:
+                        folder = StackFolder(
+                            symbols, kernel, self.max_stack_depth, self._is_java(pid, symbols), self.kernel_stack_depth
+                        )
+                        history = self._histories.get(pid)
+                        last = self._last_interval()
+                        for epoch in self._store.epochs(pid):
+                            if history is not None:
+                                folder.use_perf_map(history.map_for(epoch))
+                            for key, interval, count in self._store.entries(pid, epoch):
+                                stack = folder.fold(key.comm, key.user, key.kernel, count)
+                                folded[stack] += count
+                                timeline[(interval if last is None else min(interval, last), stack)] += count
+                        stats = replace(stats, **folder.counts)
+                        if history is not None:
+                            stats = replace(stats, perf_map_snapshots=history.snapshots)
+                    finally:
+                        if owned:
+                            symbols.close()
+                    self._store.forget(pid)
+                    if (history := self._histories.get(pid)) is not None:
+                        history.discard()
+                result[pid] = CollectedStacks(folded, timeline, stats)
+        finally:
+            kernel.close()
+        self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in result.items()}, Counter(), dropped_total)
+        return result
+
+    def _collect_stackmap(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
         stacks_table = self._bpf[b"stack_traces"]
         stack_cache: dict[int, tuple[int, ...]] = {}
         by_pid: dict[int, list[tuple[Any, int]]] = {}
@@ -507,12 +752,28 @@ class StackSampler:
                 f"{full} stacks not stored (stack map full or hash collisions); raise --stack-storage-size "
                 f"(now {self.stack_storage_size})"
             )
-        if dropped:
+        if dropped and self.collection == "ringbuf":
+            self.warnings.append(
+                f"{dropped} samples not counted (ring buffer of {self.ringbuf_pages() * 4 // 1024} MiB full: the "
+                "reader fell behind); lower --frequency or give the profiler more CPU"
+            )
+        elif dropped:
             self.warnings.append(
                 f"{dropped} samples not counted (counts map of {self.count_map_size} entries full); "
                 f"raise --stack-storage-size (now {self.stack_storage_size}) or shorten --duration"
             )
         for pid, (_folded, stats) in sorted(result.items()):
+            if stats.samples and stats.interpreted_only / stats.samples >= 0.05:
+                self.warnings.append(
+                    f"pid {pid}: {stats.interpreted_only / stats.samples:.0%} of samples are in interpreted Java "
+                    "code only (frames show as Interpreter, not by method); profile after warm-up (the JIT "
+                    "compiles hot code) or see docs/capture-format.md (interpreted_only)"
+                )
+            if stats.java_frames and stats.java_frames_unresolved / stats.java_frames >= 0.05:
+                self.warnings.append(
+                    f"pid {pid}: {stats.java_frames_unresolved / stats.java_frames:.0%} of Java frames have no name "
+                    "in any perf-map version; lower --perf-map-refresh (code freed between refreshes)"
+                )
             if stats.samples and stats.truncated / stats.samples >= 0.01:
                 self.warnings.append(
                     f"pid {pid}: {stats.truncated / stats.samples:.0%} of stacks hit the depth limit of "

@@ -19,15 +19,17 @@ from __future__ import annotations
 import ctypes as ct
 import os
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .folded import sanitize_frame
-from .perfmap import PerfMap
+from .perfmap import PerfMapLike
 
 KERNEL_SUFFIX = "_[k]"
 UNKNOWN = "[unknown]"
+INTERPRETER = "Interpreter"  # HotSpot's template interpreter: one symbol for every interpreted frame
 LOST_USER = "[lost user stack]"
 LOST_KERNEL = "[lost kernel stack]"
 
@@ -77,6 +79,26 @@ def java_frame_name(raw: str) -> str:
         if match:
             return f"{match.group(1)}::{match.group(2)}"
     return raw
+
+
+def java_frame_kinds(frames: Sequence[Frame]) -> tuple[int, int, int, int]:
+    """(Java frames, unresolved, interpreted, compiled methods) of one stack.
+
+    Java frames are those in JIT memory; unresolved ones no perf map named; interpreted ones are the
+    interpreter's single symbol; compiled methods are named ``pkg.Class::method``.
+    """
+    java = unresolved = interpreted = compiled = 0
+    for frame in frames:
+        if not frame.in_jit_code:
+            continue
+        java += 1
+        if frame.kind == "anon":
+            unresolved += 1
+        elif frame.name == INTERPRETER:
+            interpreted += 1
+        elif "::" in frame.name:
+            compiled += 1
+    return java, unresolved, interpreted, compiled
 
 
 def frame_base_name(name: str) -> str:
@@ -147,7 +169,7 @@ class ProcessSymbols:
         option.lazy_symbolize = 0 if eager else 1
         option.use_symbol_type = (1 << 2) | (1 << 10)  # STT_FUNC | STT_GNU_IFUNC
         self._cache: int | None = self._lib.bcc_symcache_new(pid, ct.byref(option))
-        self.perf_map: PerfMap | None = None
+        self.perf_map: PerfMapLike | None = None
         self._memo: dict[int, Frame] = {}
         self._file_ranges: list[tuple[int, int]] = []
         self._read_file_ranges()
@@ -186,6 +208,11 @@ class ProcessSymbols:
         text = raw.decode("utf-8", "replace") if raw else None
         self._lib.bcc_symbol_free_demangle_name(ct.byref(sym))
         return text, module_text
+
+    def set_perf_map(self, perf_map: PerfMapLike | None) -> None:
+        """Name JIT code with this map from now on (native names stay cached)."""
+        self.perf_map = perf_map
+        self._memo = {addr: frame for addr, frame in self._memo.items() if frame.kind == "native"}
 
     def resolve(self, addr: int) -> Frame:
         frame = self._memo.get(addr)
@@ -242,3 +269,103 @@ class KernelSymbols:
         if self._cache is not None:
             self._lib.bcc_free_symcache(ct.c_void_p(self._cache), -1)
             self._cache = None
+
+
+@dataclass
+class _UserStack:
+    names: list[str] | None  # leaf first; None: the walk failed
+    truncated: bool = False
+    unwalkable: bool = False
+    interpreted_only: bool = False
+    java_frames: int = 0
+    unresolved: int = 0
+
+
+class StackFolder:
+    """Raw stacks of one process to folded lines, counting what the health panel reports.
+
+    Memoizes per distinct raw stack; ``use_perf_map`` switches the JIT map (a new perf-map epoch) and
+    forgets the user stacks named with the old one.
+    """
+
+    def __init__(
+        self, symbols: ProcessSymbols, kernel: KernelSymbols, depth: int, java_process: bool, kernel_depth: int = 127
+    ) -> None:
+        self.symbols = symbols
+        self.kernel = kernel
+        self.depth = depth
+        self.kernel_depth = min(kernel_depth, depth)
+        self.java_process = java_process
+        self._user: dict[bytes | int, _UserStack] = {}
+        self._kernel: dict[bytes | int, list[str] | None] = {}
+        self.counts = {
+            "lost_user_stack": 0,
+            "lost_kernel_stack": 0,
+            "truncated": 0,
+            "java_unwalkable": 0,
+            "interpreted_only": 0,
+            "java_frames": 0,
+            "java_frames_unresolved": 0,
+        }
+
+    def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
+        self.symbols.set_perf_map(perf_map)
+        self._user.clear()
+
+    def _user_stack(self, raw: bytes | int) -> _UserStack:
+        known = self._user.get(raw)
+        if known is not None:
+            return known
+        if isinstance(raw, int):
+            stack = _UserStack(None)
+        else:
+            addrs = raw_addresses(raw)
+            frames = [self.symbols.resolve(a) for a in addrs]
+            truncated = len(addrs) >= self.depth
+            java, unresolved, interpreted, compiled = java_frame_kinds(frames)
+            stack = _UserStack(
+                [f.name for f in frames],
+                truncated=truncated,
+                unwalkable=is_java_unwalkable(frames, truncated, self.java_process),
+                interpreted_only=interpreted > 0 and compiled == 0,
+                java_frames=java,
+                unresolved=unresolved,
+            )
+        self._user[raw] = stack
+        return stack
+
+    def _kernel_stack(self, raw: bytes | int) -> tuple[list[str] | None, bool]:
+        if isinstance(raw, int):
+            return ([] if raw == STACK_NONE else None), False
+        names = self._kernel.get(raw)
+        if names is None:
+            names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(raw)]
+        return names, len(raw) // 8 >= self.kernel_depth
+
+    def fold(self, comm: bytes, user_raw: bytes | int, kernel_raw: bytes | int, count: int) -> str:
+        user = self._user_stack(user_raw)
+        kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
+        counts = self.counts
+        if user.names is None:
+            counts["lost_user_stack"] += count
+        if kernel_names is None:
+            counts["lost_kernel_stack"] += count
+        if user.truncated or kernel_truncated:
+            counts["truncated"] += count
+        if user.unwalkable:
+            counts["java_unwalkable"] += count
+        if user.interpreted_only:
+            counts["interpreted_only"] += count
+        counts["java_frames"] += user.java_frames * count
+        counts["java_frames_unresolved"] += user.unresolved * count
+        return fold_stack(comm.decode("utf-8", "replace"), user.names, kernel_names)
+
+
+STACK_NONE = -1  # no kernel stack asked for (user-mode sample); see bpf/stack_ringbuf.c
+
+
+def raw_addresses(raw: bytes) -> tuple[int, ...]:
+    """Addresses of a raw stack (8-byte little-endian each), leaf first, up to the first zero."""
+    count = len(raw) // 8
+    values = struct.unpack(f"<{count}Q", raw[: count * 8])
+    return values[: values.index(0)] if 0 in values else values

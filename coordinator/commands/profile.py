@@ -71,6 +71,18 @@ class ProfileCommand:
         parser.add_argument("--known-spes", type=Path, help=f"process kinds to find (default: {DEFAULT_KNOWN_SPES})")
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
+        parser.add_argument(
+            "--interval",
+            type=bounded(float, 0.1, 3600.0, "seconds"),
+            default=10.0,
+            help="seconds per timeline slice (10): the report's time chart, analyze --from/--to",
+        )
+        parser.add_argument(
+            "--perf-map-refresh",
+            type=bounded(float, 0.0, 86400.0, "seconds"),
+            default=60.0,
+            help="seconds between Java perf-map refreshes on every host (60; 0 = at the end only)",
+        )
         parser.add_argument("--events", type=positive_int, help="events the application processed in the window")
         parser.add_argument(
             "--label",
@@ -129,6 +141,7 @@ class ProfileCommand:
     def _profile(
         args: argparse.Namespace, hosts: Any, out: Path, profile: Path, known_spes: Path, labels: dict[str, str]
     ) -> Any:
+        from ..hosts import SamplingOptions
         from ..session import profile_cluster
 
         return profile_cluster(
@@ -150,6 +163,7 @@ class ProfileCommand:
             known_hosts=args.known_hosts,
             start_delay=args.start_delay,
             connect_timeout=args.connect_timeout,
+            sampling=SamplingOptions(interval=args.interval, perf_map_refresh=args.perf_map_refresh),
         )
 
     @staticmethod

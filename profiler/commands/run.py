@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import frequency, positive_float, positive_int
+from ..argtypes import bounded, frequency, positive_float, positive_int
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -59,11 +59,31 @@ class RunCommand:
             "--max-stack-depth", type=positive_int, default=127, help="frames per stack kept (127; Java wants more)"
         )
         parser.add_argument(
+            "--interval",
+            type=bounded(float, 0.1, 3600.0, "seconds"),
+            default=10.0,
+            help="seconds per timeline slice (10): shares and cycles over time, analyze --from/--to",
+        )
+        parser.add_argument(
+            "--perf-map-refresh",
+            type=bounded(float, 0.0, 86400.0, "seconds"),
+            default=60.0,
+            help="seconds between Java perf-map refreshes (60; 0 = at the end only): each sample is named with "
+            "the JIT code of its time",
+        )
+        parser.add_argument(
+            "--stack-collection",
+            choices=("auto", "ringbuf", "stackmap"),
+            default="auto",
+            help="ringbuf: every sample to user space, nothing lost to a full map (Linux 5.8+); stackmap: the "
+            "in-kernel stack map (no timeline); auto: ringbuf when the kernel has it",
+        )
+        parser.add_argument(
             "--stack-storage-size",
             type=positive_int,
             default=65536,
-            help="distinct stacks the BPF map holds (65536; about 1 KB of kernel memory each at depth 127: "
-            "a 60 s capture of two Spark executors filled 16384)",
+            help="with --stack-collection stackmap: distinct stacks the BPF map holds (65536; about 1 KB of "
+            "kernel memory each at depth 127)",
         )
         parser.add_argument("--no-exec-watch", action="store_true", help="poll for new processes instead")
         # for the coordinator
@@ -77,7 +97,10 @@ class RunCommand:
         if args.print_bpf:
             from ..sampler import StackSampler
 
-            print(StackSampler(args.frequency, args.max_stack_depth, args.stack_storage_size).bpf_text())
+            sampler = StackSampler(
+                args.frequency, args.max_stack_depth, args.stack_storage_size, collection=args.stack_collection
+            )
+            print(sampler.bpf_text())
             if args.net:
                 from ..net import NetTracer
 
@@ -101,6 +124,9 @@ class RunCommand:
             max_stack_depth=args.max_stack_depth,
             stack_storage_size=args.stack_storage_size,
             exec_watch=not args.no_exec_watch,
+            interval=args.interval,
+            perf_map_refresh=args.perf_map_refresh,
+            stack_collection=args.stack_collection,
         )
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from .. import capture

@@ -16,6 +16,7 @@ from profiler import jvm, perfmap
 from profiler.sampler import StackSampler
 from profiler.symbolize import java_frame_name
 from tests.fixtures.jvm import method_counts
+from tests.fixtures.sampling import folded_and_stats
 
 CPU_SPLIT = re.compile(r"^com\.example\.CpuSplit::burn\w+$")
 
@@ -87,7 +88,7 @@ def test_sampler_with_the_agent_resolves_the_workload(start_cpu_split_jvm, agent
         sampler.prepare_symbols(workload.pid)
         time.sleep(6)
         sampler.stop()
-        folded, stats = sampler.collect()[workload.pid]
+        folded, stats = folded_and_stats(sampler.collect()[workload.pid])
     finally:
         sampler.close()
     counts = method_counts(folded, ["burnAlpha", "burnGamma", "burnBeta"])

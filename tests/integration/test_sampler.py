@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import time
+from collections import Counter
 
 import pytest
 
@@ -14,6 +15,7 @@ from profiler.errors import CapabilityError
 from profiler.sampler import PERF_EVENT_MAX_STACK, StackSampler
 from tests.fixtures.jvm import method_counts, method_shares
 from tests.fixtures.leaks import bpf_programs_held_by
+from tests.fixtures.sampling import folded_and_stats
 
 FRAME = "com.example.CpuSplit::{}"
 MIN_SAMPLES = 1500
@@ -54,7 +56,7 @@ def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
         sampler.close()  # idempotent
     assert not set(ids) & _loaded_prog_ids()
     assert sampler.prog_ids == []
-    folded, stats = result[cpu_split_jvm.pid]
+    folded, stats = folded_and_stats(result[cpu_split_jvm.pid])
     # THEN the methods resolve by name, under the thread names of the workload
     frames = {frame for stack in folded for frame in stack.split(";")}
     for method in cpu_split_jvm.methods:
@@ -101,8 +103,8 @@ def test_pid_added_mid_run_is_sampled_and_exited_pid_keeps_its_samples(start_cpu
         result = sampler.collect()
     finally:
         sampler.close()
-    first_folded, first_stats = result[first.pid]
-    second_folded, second_stats = result[second.pid]
+    first_folded, first_stats = folded_and_stats(result[first.pid])
+    second_folded, second_stats = folded_and_stats(result[second.pid])
     assert first_stats.samples > 0 and second_stats.samples > 0
     assert method_counts(first_folded, ["burnAlpha"])["burnAlpha"] > 0, first_folded.most_common(5)
     assert method_counts(second_folded, ["burnBeta"])["burnBeta"] > 0, second_folded.most_common(5)
@@ -119,7 +121,7 @@ def test_jvm_without_preserve_frame_pointer_is_counted_unwalkable(cpu_split_jvm_
         sampler.prepare_symbols(cpu_split_jvm_no_fp.pid)
         time.sleep(6)
         sampler.stop()
-        folded, stats = sampler.collect()[cpu_split_jvm_no_fp.pid]
+        folded, stats = folded_and_stats(sampler.collect()[cpu_split_jvm_no_fp.pid])
     finally:
         sampler.close()
     assert stats.samples >= 20, stats
@@ -128,13 +130,13 @@ def test_jvm_without_preserve_frame_pointer_is_counted_unwalkable(cpu_split_jvm_
 
 
 def test_tiny_stack_map_counts_lost_stacks_and_names_the_option(cpu_split_jvm):
-    sampler = StackSampler(stack_storage_size=2)
+    sampler = StackSampler(stack_storage_size=2, collection="stackmap")
     try:
         sampler.start()
         sampler.add_pid(cpu_split_jvm.pid)
         time.sleep(4)
         sampler.stop()
-        folded, stats = sampler.collect()[cpu_split_jvm.pid]
+        folded, stats = folded_and_stats(sampler.collect()[cpu_split_jvm.pid])
     finally:
         sampler.close()
     assert stats.lost_user_stack > 0, stats
@@ -151,7 +153,7 @@ def test_depth_limit_counts_truncated_stacks(start_cpu_split_jvm):
         sampler.add_pid(deep.pid)
         time.sleep(4)
         sampler.stop()
-        folded, stats = sampler.collect()[deep.pid]
+        folded, stats = folded_and_stats(sampler.collect()[deep.pid])
     finally:
         sampler.close()
     burner = sum(count for stack, count in folded.items() if stack.startswith("burner-"))
@@ -171,7 +173,7 @@ def test_depth_above_127_raises_the_sysctl_and_restores_it(start_cpu_split_jvm):
         sampler.add_pid(deep.pid)
         time.sleep(4)
         sampler.stop()
-        folded, stats = sampler.collect()[deep.pid]
+        folded, stats = folded_and_stats(sampler.collect()[deep.pid])
     finally:
         sampler.close()
     assert _max_stack() == before
@@ -187,7 +189,39 @@ def test_failed_start_is_reported_and_close_unloads_everything():
     sampler = StackSampler(frequency=10**9)
     with pytest.raises(CapabilityError) as failure:
         sampler.start()
-    assert "stack_sampler.c" in str(failure.value)
+    assert "stack_ringbuf.c" in str(failure.value)
     sampler.close()
     assert sampler.prog_ids == []
     assert bpf_programs_held_by({os.getpid()}) == []
+
+
+def test_ring_buffer_keeps_every_sample_with_its_interval(cpu_split_jvm):
+    # GIVEN the default collection (ring buffer) with 1 s intervals over a 5 s window
+    sampler = StackSampler(interval=1.0)
+    try:
+        sampler.start()
+        assert sampler.collection == "ringbuf"
+        sampler.begin_window()
+        sampler.add_pid(cpu_split_jvm.pid)
+        sampler.prepare_symbols(cpu_split_jvm.pid)
+        time.sleep(5)
+        sampler.stop()
+        collected = sampler.collect()[cpu_split_jvm.pid]
+    finally:
+        sampler.close()
+    stats = collected.stats
+    # THEN nothing is lost to storage: every sample is a stack (faults aside, none on this JVM)
+    assert stats.samples >= 200, stats
+    assert stats.dropped == 0 and stats.lost_user_stack == 0, stats
+    assert sum(collected.folded.values()) == stats.samples
+    # AND the timeline holds the same stacks, spread over the window's 5 intervals
+    assert collected.timeline is not None
+    per_stack: Counter[str] = Counter()
+    per_interval: Counter[int] = Counter()
+    for (interval, stack), count in collected.timeline.items():
+        per_stack[stack] += count
+        per_interval[interval] += count
+    assert per_stack == collected.folded
+    assert set(per_interval) <= set(range(6)) and len(per_interval) >= 4, per_interval
+    busiest = max(per_interval.values())
+    assert all(per_interval[i] >= 0.3 * busiest for i in range(1, 4)), per_interval  # steady workload

@@ -4,6 +4,7 @@ stop request or a failure still leaves a complete capture."""
 from __future__ import annotations
 
 import csv
+import math
 import threading
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,7 @@ from profiler import capture
 from profiler.appprofile import parse_profile
 from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats
 from profiler.runner import Components, Runner, RunOptions
+from profiler.stackstore import CollectedStacks
 
 PROFILE_TEXT = "Alpha: burnAlpha\nBeta: burnBeta\nGC: GC Thread\n"
 
@@ -34,7 +36,8 @@ class FakeScope:
         pass
 
     def processes(self) -> list[ProcessInfo]:
-        return list(self.initial)
+        """Every process found so far, as the real analyzer answers."""
+        return list(self.initial) + (list(self.later) if self.polls >= 2 else [])
 
     def poll(self) -> tuple[list[ProcessInfo], list[int]]:
         self.polls += 1
@@ -52,15 +55,26 @@ class FakeScope:
 
 
 class FakeSampler:
+    """Hands back fixed stacks, all in timeline interval 0 (the real sampler is tested in integration)."""
+
+    collection = "ringbuf"
+    max_stack_depth = 127
+
     def __init__(self, stacks: dict[int, Counter[str]], fail_collect: bool = False) -> None:
         self.stacks = stacks
         self.added: list[int] = []
         self.exited: list[int] = []
-        self.started = self.stopped = self.closed = False
+        self.started = self.stopped = self.closed = self.window_begun = False
         self.fail_collect = fail_collect
 
     def start(self) -> None:
         self.started = True
+
+    def begin_window(self) -> None:
+        self.window_begun = True
+
+    def sample_count(self, pid: int) -> int:
+        return sum(self.stacks.get(pid, Counter()).values())
 
     def add_pid(self, pid: int) -> None:
         self.added.append(pid)
@@ -74,11 +88,15 @@ class FakeSampler:
     def stop(self) -> None:
         self.stopped = True
 
-    def collect(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
+    def collect(self) -> dict[int, CollectedStacks]:
         if self.fail_collect:
             raise RuntimeError("symbolizer exploded")
         return {
-            pid: (counts, SamplerStats(pid, samples=sum(counts.values())))
+            pid: CollectedStacks(
+                counts,
+                Counter({(0, stack): count for stack, count in counts.items()}),
+                SamplerStats(pid, samples=sum(counts.values())),
+            )
             for pid, counts in self.stacks.items()
             if pid in self.added
         }
@@ -88,9 +106,13 @@ class FakeSampler:
 
 
 class FakeCounters:
-    def __init__(self) -> None:
+    """Cumulative counters: constant, or (``growing``) 1000 cycles and 0.5 CPU-s more with every read."""
+
+    def __init__(self, growing: bool = False) -> None:
         self.added: list[int] = []
         self.closed = False
+        self.growing = growing
+        self.reads: Counter[int] = Counter()
 
     def add_pid(self, pid: int) -> None:
         self.added.append(pid)
@@ -99,8 +121,12 @@ class FakeCounters:
         pass
 
     def read(self, pid: int) -> PidCounters:
+        self.reads[pid] += 1
         clock = CounterValue(2e9, True, 10, 10)
-        return PidCounters(pid, {"task-clock": clock}, cycles=1000.0, cycles_estimated=True, cpu_seconds=2.0)
+        if not self.growing:
+            return PidCounters(pid, {"task-clock": clock}, cycles=1000.0, cycles_estimated=True, cpu_seconds=2.0)
+        n = self.reads[pid]
+        return PidCounters(pid, {"task-clock": clock}, cycles=1000.0 * n, cycles_estimated=True, cpu_seconds=0.5 * n)
 
     def close(self) -> None:
         self.closed = True
@@ -134,7 +160,14 @@ class FakeNet:
         pass
 
 
-def make(tmp_path: Path, duration: float = 1.2, fail_collect: bool = False, net: bool = False):
+def make(
+    tmp_path: Path,
+    duration: float = 1.2,
+    fail_collect: bool = False,
+    net: bool = False,
+    interval: float = 10.0,
+    growing: bool = False,
+):
     profile_path = tmp_path / "profile.txt"
     profile_path.write_text(PROFILE_TEXT)
     out = tmp_path / "cap"
@@ -147,9 +180,11 @@ def make(tmp_path: Path, duration: float = 1.2, fail_collect: bool = False, net:
         },
         fail_collect=fail_collect,
     )
-    counters = FakeCounters()
+    counters = FakeCounters(growing)
     components = Components(scope, sampler, counters, FakeNet() if net else None, FakeEvents())
-    options = RunOptions(duration=duration, out=out, profile=profile_path, known_spes=profile_path, host="h1", net=net)
+    options = RunOptions(
+        duration=duration, out=out, profile=profile_path, known_spes=profile_path, host="h1", net=net, interval=interval
+    )
     return Runner(options, components), components, out
 
 
@@ -182,6 +217,30 @@ def test_full_window_writes_capture_with_mid_run_process(tmp_path: Path) -> None
     assert capture.read_events(out).count == 500
     assert capture.read_net(out, 101).bytes_received == 20
     assert (out / "application_profile.txt").read_text() == PROFILE_TEXT
+
+
+def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
+    # GIVEN a 1.2 s window cut into 0.4 s intervals and counters that grow with every read
+    runner, components, out = make(tmp_path, duration=1.2, interval=0.4, growing=True)
+    runner.run(parse_profile(PROFILE_TEXT))
+
+    meta = capture.read_meta(out)
+    assert meta.format_version == 2 and meta.stack_collection == "ringbuf" and meta.interval == 0.4
+    assert components.sampler.window_begun
+    # THEN the stacks' timeline sums to the folded stacks
+    assert capture.read_timeline(out, 102) == capture.read_timeline(out, 102, first=0, last=0)
+    assert sum(capture.read_timeline(out, 102).values()) == 8
+    # AND the counter deltas of a process present all window add up to its final reading
+    rows = capture.read_counters_timeline(out, 102)
+    assert [r.interval for r in rows] == sorted({r.interval for r in rows})
+    assert rows[-1].interval == math.ceil(meta.duration / 0.4) - 1  # the window's last (the end belongs to it)
+    final = capture.read_counters(out, 102)
+    assert sum(r.cycles for r in rows) == pytest.approx(final.cycles)
+    assert sum(r.cpu_seconds for r in rows) == pytest.approx(final.cpu_seconds)
+    # AND the profiler's own footprint has a point per interval and a baseline
+    overhead = capture.read_overhead(out)
+    assert overhead.rss_baseline_bytes > 0
+    assert 2 <= len(overhead.timeline) <= 4 and all(p.rss_bytes > 0 for p in overhead.timeline)
 
 
 def test_stop_request_ends_window_early_and_writes_everything(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from coordinator.cluster import HostSpec, parse_cluster
 from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
 from coordinator.hosts import FakeHost, FakeScript, ProfilerStatus
 from coordinator.session import profile_cluster
-from profiler.errors import OutputExistsError
+from profiler.errors import ConfigError, OutputExistsError
 
 
 def _specs(n: int) -> list[HostSpec]:
@@ -26,7 +26,7 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     profile = tmp_path / "profile.txt"
     profile.write_text("Task A\n  a.b.C.run\n")
     known = tmp_path / "known_spes.txt"
-    known.write_text("spark executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n")
+    known.write_text("spark workload executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n")
     return profile, known
 
 
@@ -213,3 +213,32 @@ def test_plain_progress_prints_one_line_per_change() -> None:
     rich = RichRenderer(io.StringIO())
     table = rich._table(board)  # noqa: SLF001 - checking the cells
     assert "[red]cannot connect[/red]" in [str(cell) for cell in table.columns[-1]._cells]  # noqa: SLF001
+
+
+@pytest.mark.parametrize(
+    ("which", "text", "expected"),
+    [
+        ("profile", "Alpha: a.b.C\nBeta: re:(unclosed\n", "profile.txt:2:"),
+        ("known", "spark executor\n", "known_spes.txt:1:"),
+    ],
+)
+def test_bad_profile_or_known_spes_fails_before_any_host_is_touched(
+    tmp_path: Path, inputs: tuple[Path, Path], which: str, text: str, expected: str
+) -> None:
+    # GIVEN a bad line in the user's own application profile or known_spes file
+    (inputs[0] if which == "profile" else inputs[1]).write_text(text)
+    touched: list[str] = []
+
+    def factory(spec: HostSpec) -> FakeHost:
+        touched.append(spec.label)
+        return FakeHost(spec, FakeScript())
+
+    # WHEN profiling THEN one ConfigError names the user's file and line; no host, no run directory
+    with pytest.raises(ConfigError) as failure:
+        profile_cluster(
+            _specs(2), duration=0.5, out_dir=tmp_path / "run", profile=inputs[0], known_spes=inputs[1],
+            analyze=False, transport_factory=factory, stream=io.StringIO(),
+        )
+    assert expected in str(failure.value) and str(tmp_path) in str(failure.value)
+    assert failure.value.exit_code == ConfigError.exit_code
+    assert touched == [] and not (tmp_path / "run").exists()

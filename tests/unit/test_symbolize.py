@@ -99,10 +99,23 @@ def test_unwalkable_needs_java_code_and_a_missing_thread_start() -> None:
 
 
 def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
-    text = StackSampler(frequency=49, max_stack_depth=300, stack_storage_size=1024).bpf_text()
+    sampler = StackSampler(frequency=49, max_stack_depth=300, stack_storage_size=1024)
+    text = sampler.bpf_text("stackmap")
     assert "#define MAX_STACK_DEPTH 300" in text
     assert "#define STACK_STORAGE_SIZE 1024" in text
     assert "BPF_F_USER_STACK" in text and "targets.lookup" in text
-    for bad in ({"frequency": 0}, {"max_stack_depth": 0}, {"stack_storage_size": -1}, {"perf_map_mode": "x"}):
+    ring = sampler.bpf_text("ringbuf")
+    assert "#define MAX_STACK_DEPTH 300" in ring and "#define KERNEL_STACK_DEPTH 127" in ring
+    assert f"#define RINGBUF_PAGES {sampler.ringbuf_pages()}" in ring and "ringbuf_reserve" in ring
+    assert sampler.record_size == 40 + 8 * (300 + 127)
+    for bad in (
+        {"frequency": 0},
+        {"max_stack_depth": 0},
+        {"stack_storage_size": -1},
+        {"perf_map_mode": "x"},
+        {"collection": "x"},
+        {"interval": 0},
+        {"perf_map_refresh": -1},
+    ):
         with pytest.raises(ConfigError):
             StackSampler(**bad)  # type: ignore[arg-type]

@@ -1,0 +1,121 @@
+"""Distinct raw stacks and their counts per timeline interval and perf-map epoch (pure, no I/O).
+
+The ring-buffer sampler hands every sample here as it drains the buffer; this is the only place that
+grows with the window, and it grows with the number of distinct stacks, not with the number of
+samples: each distinct (process, thread, thread name, user addresses, kernel addresses) is stored once
+(address tuples interned as bytes), and a sample adds one to a counter keyed by small integers.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .capture import SamplerStats
+
+# struct sample_t of profiler/bpf/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
+RECORD_HEADER = struct.Struct("<IIQii16s")
+
+# A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
+RawStack = bytes | int
+
+
+@dataclass(frozen=True)
+class StackKey:
+    tgid: int
+    tid: int
+    comm: bytes
+    user: RawStack
+    kernel: RawStack  # STACK_NONE in user mode
+
+
+def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, RawStack, RawStack]:
+    """(tgid, tid, time_ns, comm, user, kernel) of one ring-buffer record.
+
+    The user array (``user_depth`` frames) follows the header; the kernel array follows the user
+    array's full size. A stack is the bytes the kernel wrote, or its negative errno (STACK_NONE for
+    no kernel stack).
+    """
+    tgid, tid, time_ns, user_bytes, kernel_bytes, comm = RECORD_HEADER.unpack_from(record)
+    user_at = RECORD_HEADER.size
+    kernel_at = user_at + 8 * user_depth
+    user: RawStack = record[user_at : user_at + user_bytes] if user_bytes >= 0 else user_bytes
+    kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
+    return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel
+
+
+class StackStore:
+    """Counts per process of (stack key, interval, epoch), fed one sample at a time."""
+
+    def __init__(self, interval_ns: int) -> None:
+        if interval_ns <= 0:
+            raise ValueError("interval must be positive")
+        self.interval_ns = interval_ns
+        self.origin_ns: int | None = None  # monotonic time the window started; set by begin()
+        self._stacks: dict[bytes, bytes] = {}  # interning: equal address tuples share one object
+        self._keys: dict[StackKey, int] = {}
+        self._key_list: list[StackKey] = []
+        self._counts: dict[int, Counter[tuple[int, int, int]]] = {}  # tgid -> (key id, interval, epoch)
+        self.samples = 0
+
+    def begin(self, origin_ns: int) -> None:
+        self.origin_ns = origin_ns
+
+    def interval_of(self, time_ns: int) -> int:
+        origin = self.origin_ns if self.origin_ns is not None else time_ns
+        return max(0, (time_ns - origin) // self.interval_ns)
+
+    def _intern(self, raw: RawStack) -> RawStack:
+        if isinstance(raw, bytes):
+            return self._stacks.setdefault(raw, raw)
+        return raw
+
+    def add(
+        self, tgid: int, tid: int, comm: bytes, time_ns: int, user: RawStack, kernel: RawStack, epoch: int = 0
+    ) -> None:
+        key = StackKey(tgid, tid, comm, self._intern(user), self._intern(kernel))
+        key_id = self._keys.get(key)
+        if key_id is None:
+            key_id = self._keys[key] = len(self._key_list)
+            self._key_list.append(key)
+        counts = self._counts.get(tgid)
+        if counts is None:
+            counts = self._counts[tgid] = Counter()
+        counts[(key_id, self.interval_of(time_ns), epoch)] += 1
+        self.samples += 1
+
+    @property
+    def distinct_stacks(self) -> int:
+        return len(self._key_list)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of raw addresses held (the part that grows with distinct stacks)."""
+        return sum(len(raw) for raw in self._stacks)
+
+    def pids(self) -> list[int]:
+        return sorted(self._counts)
+
+    def epochs(self, tgid: int) -> list[int]:
+        return sorted({epoch for (_key, _interval, epoch) in self._counts.get(tgid, ())})
+
+    def entries(self, tgid: int, epoch: int | None = None) -> Iterator[tuple[StackKey, int, int]]:
+        """(key, interval, count) of one process, optionally of one perf-map epoch only."""
+        for (key_id, interval, key_epoch), count in self._counts.get(tgid, Counter()).items():
+            if epoch is None or key_epoch == epoch:
+                yield self._key_list[key_id], interval, count
+
+    def forget(self, tgid: int) -> None:
+        """Drop one process's counts once they are symbolized (the interned stacks stay shared)."""
+        self._counts.pop(tgid, None)
+
+
+@dataclass(frozen=True)
+class CollectedStacks:
+    """What the sampler hands over per process after the window."""
+
+    folded: Counter[str]  # folded stack -> samples over the whole window
+    timeline: Counter[tuple[int, str]] | None  # (interval, folded stack) -> samples; None: no timestamps
+    stats: SamplerStats

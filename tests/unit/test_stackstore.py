@@ -1,0 +1,164 @@
+"""The ring-buffer sampler's pure parts: record parsing, distinct-stack store, folding, perf-map versions,
+counter deltas."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import PidCounters
+from profiler.perfmap_history import PerfMapHistory
+from profiler.stackstore import RECORD_HEADER, StackStore, parse_record
+from profiler.symbolize import STACK_NONE, Frame, StackFolder, raw_addresses
+from profiler.timeline import CounterReading, counter_deltas, rss_bytes
+
+
+def raw(*addrs: int) -> bytes:
+    return struct.pack(f"<{len(addrs)}Q", *addrs)
+
+
+def record(user: bytes | int, kernel: bytes | int, depth: int = 4, time_ns: int = 5, comm: bytes = b"main") -> bytes:
+    user_len = len(user) if isinstance(user, bytes) else user
+    kernel_len = len(kernel) if isinstance(kernel, bytes) else kernel
+    head = RECORD_HEADER.pack(10, 11, time_ns, user_len, kernel_len, comm.ljust(16, b"\0"))
+    user_area = (user if isinstance(user, bytes) else b"").ljust(8 * depth, b"\0")
+    kernel_area = (kernel if isinstance(kernel, bytes) else b"").ljust(8 * depth, b"\0")
+    return head + user_area + kernel_area
+
+
+def test_record_layout_matches_the_bpf_struct() -> None:
+    # tgid, tid (4+4), time_ns (8), two s32 lengths, comm[16]: 40 bytes before the user array
+    assert RECORD_HEADER.size == 40
+    parsed = parse_record(record(raw(1, 2), raw(9), depth=4), user_depth=4)
+    assert parsed == (10, 11, 5, b"main", raw(1, 2), raw(9))
+    assert parse_record(record(-14, STACK_NONE), user_depth=4)[4:] == (-14, STACK_NONE)
+
+
+def test_raw_addresses_stop_at_the_first_zero() -> None:
+    assert raw_addresses(raw(3, 4, 0, 7)) == (3, 4)
+    assert raw_addresses(b"") == ()
+
+
+def test_store_counts_per_interval_and_epoch_and_keeps_one_copy_of_each_stack() -> None:
+    store = StackStore(interval_ns=10)
+    store.begin(100)
+    for time_ns in (100, 105, 109, 110, 125):
+        store.add(1, 1, b"t", time_ns, raw(1, 2), STACK_NONE)
+    store.add(1, 2, b"t", 131, bytes(raw(1, 2)), STACK_NONE, epoch=1)  # equal content, another object
+    store.add(2, 2, b"u", 90, raw(5), -14)  # before the origin: interval 0
+    assert store.samples == 7 and store.distinct_stacks == 3
+    assert store.stored_bytes == len(raw(1, 2)) + len(raw(5))
+    by_interval = sorted((interval, count) for _key, interval, count in store.entries(1, epoch=0))
+    assert by_interval == [(0, 3), (1, 1), (2, 1)]
+    assert [(k.tid, i, c) for k, i, c in store.entries(1, epoch=1)] == [(2, 3, 1)]
+    assert store.epochs(1) == [0, 1] and store.pids() == [1, 2]
+    store.forget(1)
+    assert store.pids() == [2]
+    with pytest.raises(ValueError):
+        StackStore(0)
+
+
+class FakeSymbols:
+    """Resolves from a dict; a JIT map switch renames the JIT addresses (as a perf-map epoch does)."""
+
+    def __init__(self, native: dict[int, str], jit: dict[int, str]) -> None:
+        self.native, self.jit = native, jit
+        self.perf_map = None
+
+    def set_perf_map(self, perf_map: object) -> None:
+        self.perf_map = perf_map
+        if isinstance(perf_map, dict):
+            self.jit = perf_map
+
+    def resolve(self, addr: int) -> Frame:
+        if addr in self.native:
+            return Frame(self.native[addr], "native")
+        if addr in self.jit:
+            return Frame(self.jit[addr], "jit")
+        return Frame("[unknown]", "anon")
+
+
+class FakeKernel:
+    def resolve(self, addr: int) -> str:
+        return f"k{addr}"
+
+
+def test_folder_names_counts_and_measures_java_frames() -> None:
+    symbols = FakeSymbols({1: "start_thread", 2: "JavaThread::run"}, {10: "a.B::m", 11: "Interpreter"})
+    folder = StackFolder(symbols, FakeKernel(), depth=5, java_process=True)  # type: ignore[arg-type]
+    # leaf first: compiled method, interpreter, then the thread's native start
+    assert folder.fold(b"w", raw(10, 11, 2, 1), STACK_NONE, 3) == "w;start_thread;JavaThread::run;Interpreter;a.B::m"
+    interpreted = folder.fold(b"w", raw(11, 11, 2, 1), raw(7, 8), 2)
+    assert interpreted == "w;start_thread;JavaThread::run;Interpreter;Interpreter;k8_[k];k7_[k]"
+    assert folder.fold(b"w", raw(99, 2), STACK_NONE, 1) == "w;JavaThread::run;[unknown]"
+    assert folder.fold(b"w", -14, -14, 4) == "w;[lost user stack];[lost kernel stack]"
+    counts = folder.counts
+    assert counts["interpreted_only"] == 2  # only the stack whose Java frames are all Interpreter
+    assert counts["java_frames"] == 3 * 2 + 2 * 2 + 1 and counts["java_frames_unresolved"] == 1
+    assert counts["java_unwalkable"] == 1  # Java code, but the walk never reached a thread start
+    assert counts["lost_user_stack"] == 4 and counts["lost_kernel_stack"] == 4
+    assert counts["truncated"] == 0
+    folder.fold(b"w", raw(2, 2, 2, 2, 2), STACK_NONE, 1)
+    assert folder.counts["truncated"] == 1
+    # a new perf-map epoch renames the same JIT address
+    folder.use_perf_map({10: "c.D::n"})
+    assert folder.fold(b"w", raw(10, 2, 1), STACK_NONE, 1) == "w;start_thread;JavaThread::run;c.D::n"
+
+
+@pytest.fixture
+def own_perf_map() -> Path:
+    path = Path(f"/tmp/perf-{os.getpid()}.map")
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_perf_map_history_names_a_sample_with_the_version_after_it_then_the_one_before(
+    tmp_path: Path, own_perf_map: Path
+) -> None:
+    history = PerfMapHistory(os.getpid(), tmp_path / "versions")
+    own_perf_map.write_text("1000 10 old.A::m\n2000 10 gone.G::x\n")  # hexadecimal
+    first = history.begin()
+    history.finish(first, ok=True)
+    between = history._starts[-1] + 1
+    own_perf_map.write_text("1000 10 new.B::m\n")  # 1000 reused, 2000 freed
+    second = history.begin()
+    history.finish(second, ok=True)
+    failed = history.begin()
+    history.finish(failed, ok=False)
+    assert history.snapshots == 2
+    assert history.epoch_at(0) == 0 and history.epoch_at(between) == 1 and history.epoch_at(10**20) == 3
+    early, late = history.map_for(0), history.map_for(1)
+    assert early is not None and late is not None
+    assert early.lookup(0x1005) == "old.A::m"
+    assert late.lookup(0x1005) == "new.B::m"  # the version after the sample decides
+    assert late.lookup(0x2005) == "gone.G::x"  # freed since: the version before still names it
+    assert history.map_for(3).lookup(0x1005) == "new.B::m"  # a failed refresh: the last good version
+    # an unchanged map is stored once
+    third = history.begin()
+    history.finish(third, ok=True)
+    assert history.path_for(3) == history.path_for(1)
+    history.discard()
+    assert not any((tmp_path / "versions").iterdir())
+
+
+def counters(cycles: float | None, seconds: float | None) -> PidCounters:
+    return PidCounters(1, {}, cycles=cycles, cycles_estimated=True, cpu_seconds=seconds)
+
+
+def test_counter_deltas_between_cumulative_readings() -> None:
+    readings = [
+        CounterReading.of(0, counters(100.0, 1.0)),
+        CounterReading.of(1, counters(150.0, 1.5)),
+        CounterReading.of(1, counters(180.0, 1.8)),  # a second reading of interval 1: the last counts
+        CounterReading.of(3, counters(300.0, None)),  # interval 2 had no reading; seconds went missing
+    ]
+    rows = counter_deltas(readings)
+    assert [(r.interval, r.cycles, r.cpu_seconds) for r in rows] == [
+        (0, 100.0, 1.0),
+        (1, 80.0, pytest.approx(0.8)),
+        (3, 120.0, None),
+    ]
+    assert rss_bytes("Name:\tx\nVmRSS:\t  2048 kB\n") == 2 * 1024 * 1024 and rss_bytes("") == 0
