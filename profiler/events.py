@@ -698,9 +698,22 @@ class EventCounter:
             self._notes.append(f"{manager.label}: no running job with record metrics")
             return None
         estimated = manager.window_counts(start, end)
-        # Jobs whose cached count changed fewer than twice (a very short window, or a job that started
-        # late) fall back to end minus start reading.
-        naive = {jid: count - manager.baseline.get(jid, 0) for jid, count in latest.items() if jid not in estimated}
+        # A job whose cached count changed once (a window about as short as the update interval, or a
+        # job that started late) falls back to end minus start reading. One that never changed tells
+        # nothing: both readings may be the same stale cache entry.
+        stale = sorted(jid for jid in latest if jid not in estimated and not manager.changes.get(jid))
+        naive = {
+            jid: count - manager.baseline.get(jid, 0)
+            for jid, count in latest.items()
+            if jid not in estimated and jid not in stale
+        }
+        if stale and not estimated and not naive:
+            self._notes.append(
+                f"{manager.label}: the JobManager's metric cache did not refresh during the "
+                f"{end - start:.0f} s window (metrics.fetcher.update-interval, 10 s by default); "
+                "profile for longer"
+            )
+            return None
         total = sum(estimated.values()) + sum(naive.values())
         ended = sorted(set(manager.baseline) - set(latest))
         records_in = ", ".join(f"{key}={value}" for key, value in sorted(manager.records_in.items()))
@@ -713,6 +726,8 @@ class EventCounter:
         )
         if naive:
             detail += f", {len(naive)} jobs as end minus start reading (too few refreshes: {', '.join(sorted(naive))})"
+        if stale:
+            detail += f", not counted (no refresh in the window): {', '.join(stale)}"
         detail += f"; numRecordsIn per vertex at the end: {records_in or 'none'}"
         if manager.errors:
             detail += f"; last error: {manager.errors[-1]}"

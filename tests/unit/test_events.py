@@ -381,6 +381,20 @@ def test_flink_counter_counts_between_the_window_ends_not_the_stale_cache() -> N
     assert manager.changes[JID] == [(1001.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]
 
 
+def test_flink_counter_gives_no_count_when_the_cache_never_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a JobManager whose cached count stays the same through a short window
+    rest = FakeRest(_flink_routes(source_out=1000.0, filtered_out=400.0, window_in=400.0))
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK)
+    jobmanager = ProcessInfo(7, "managing", "flink", "jobmanager", "flink",
+                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
+    counter = EventCounter(fetch=rest, poll_seconds=0.05)
+    counter.start([jobmanager])
+    # WHEN the window ends; THEN the count is unknown (not 0) and the reason names the cache
+    result = counter.finish(2e9)
+    assert result.count is None, result
+    assert "did not refresh" in result.detail
+
+
 def test_flink_job_manager_read() -> None:
     manager = FlinkJobManager(FLINK, FakeRest(_flink_routes(10.0, 4.0, 4.0)))
     assert manager.read() == {JID: 10}
