@@ -327,6 +327,21 @@ class LocalFlinkCluster:
                 )
             time.sleep(0.3)
 
+    def add_taskmanager(self, wait: bool = True) -> FlinkProcess:
+        """Start one more TaskManager; with ``wait`` return once the JobManager lists it."""
+        if self.jobmanager is None:
+            raise FlinkClusterError("LocalFlinkCluster: not started; call start() first")
+        worker = self._spawn("taskmanager", self.tmp_dir / f"taskmanager{len(self.workers) + 1}.out")
+        self.workers.append(worker)
+        if wait:
+            self.wait_for_taskmanagers(len(self.workers))
+        return worker
+
+    def remove_taskmanager(self, worker: FlinkProcess) -> None:
+        """Stop one TaskManager (its process group); the JobManager notices after its heartbeat timeout."""
+        _terminate_group(worker.process, _STOP_GRACE_S)
+        self.workers.remove(worker)
+
     # --- jobs ------------------------------------------------------------------------------------
 
     def submit_jar(self, jar: Path, entry_class: str, args: Sequence[str] = (), parallelism: int = 0) -> str:

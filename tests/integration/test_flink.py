@@ -41,6 +41,30 @@ def test_scope_finds_the_jobmanager_managing_and_the_taskmanagers_workload(flink
     assert jobmanager.preserve_frame_pointer is True
 
 
+def test_scope_sees_a_taskmanager_that_starts_while_it_watches(flink_cluster: LocalFlinkCluster) -> None:
+    scope = ScopeAnalyzer(load_known_spes(default_known_spes_path()))
+    worker = None
+    try:
+        # GIVEN the analyzer watches exec events; WHEN a third TaskManager starts
+        scope.start()
+        assert scope.exec_watch_mode == "tracepoint", scope.exec_watch_error
+        worker = flink_cluster.add_taskmanager(wait=False)
+        found = None
+        deadline = time.monotonic() + 60
+        while found is None and time.monotonic() < deadline:
+            found = next((p for p in scope.poll()[0] if p.pid == worker.process.pid), None)
+            time.sleep(0.2)
+        # THEN it is found by the exec watcher (the script execs into the JVM) as workload
+        assert found is not None, "the new TaskManager was not found within 60 s"
+        assert (found.engine, found.role, found.kind, found.source) == ("flink", "workload", "taskmanager", "exec")
+        assert "TaskManagerRunner" in found.cmdline
+        flink_cluster.wait_for_taskmanagers(3)
+    finally:
+        scope.close()
+        if worker is not None:
+            flink_cluster.remove_taskmanager(worker)
+
+
 def _rows(summary_csv: Path) -> list[dict[str, str]]:
     with open(summary_csv, newline="") as handle:
         return list(csv.DictReader(handle))
