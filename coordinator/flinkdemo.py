@@ -8,9 +8,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.capture import read_events
 from profiler.defaults import data_file
+
+if TYPE_CHECKING:
+    from .session import ProfileOutcome
 
 FLINK_PROFILE = "application_profiles/flink.txt"
 # Windows fire once the watermark (1 s behind the newest event) passes their end.
@@ -99,10 +103,10 @@ def run_flink_demo(args: argparse.Namespace) -> int:
     return _print_result(outcome, max(0.0, ended - started), job_events, windows_written)
 
 
-def _print_result(outcome: object, elapsed: float, job_events: float, windows_written: int) -> int:
+def _print_result(outcome: ProfileOutcome, elapsed: float, job_events: float, windows_written: int) -> int:
     from .commands.demo import DemoCommand
 
-    counted = [read_events(path) for path in sorted((outcome.run_dir / "hosts").glob("*"))]  # type: ignore[attr-defined]
+    counted = [read_events(path) for path in sorted((outcome.run_dir / "hosts").glob("*"))]
     rest = next((c.count for c in counted if c is not None and c.count is not None), None)
     rest_text = f"{rest} events (Flink REST API, source numRecordsOut)" if rest is not None else "no REST event count"
     print(
