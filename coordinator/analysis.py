@@ -11,7 +11,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,12 @@ from profiler import capture
 from profiler.aggregate import aggregate_pid
 from profiler.capture import ALL_TASKS, RESULT_COLUMNS, EventCount, NetStats, PidCounters, ProcessInfo
 from profiler.errors import CaptureFormatError, ConfigError
+from profiler.folded import read_folded
 from profiler.matcher import MatchResult
 from profiler.stats import share_ci95, two_proportion_z
+
+from . import timeline
+from .timeline import IntervalSpan, SubWindow
 
 SUMMARY_FILE = "summary.csv"
 TASKS_DIR = "tasks"
@@ -79,9 +83,11 @@ class PidInput:
     run: str
     host: str
     process: ProcessInfo
-    stacks: Path | None
+    stacks: Path | None  # stacks.folded, or timeline.folded when ``intervals`` is set
     counters: PidCounters | None
     net: NetStats | None
+    intervals: tuple[int, int] | None = None  # sub-window: read only these intervals (inclusive)
+    counters_source: str | None = None  # sub-window: how the counters were restricted (timeline.COUNTERS_*)
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class HostInput:
     capture_dir: Path | None
     events: EventCount | None
     pids: tuple[PidInput, ...] = ()
+    span: IntervalSpan | None = None  # the intervals used when a sub-window was asked for
 
 
 @dataclass(frozen=True)
@@ -122,23 +129,101 @@ class PidTaskCounts:
 # ---------------------------------------------------------------- reading run directories (I/O)
 
 
-def _capture_pids(run: str, host: str, capture_dir: Path, first_key: int) -> tuple[PidInput, ...]:
+def _capture_pids(
+    run: str, host: str, capture_dir: Path, first_key: int, window: SubWindow | None
+) -> tuple[tuple[PidInput, ...], IntervalSpan | None]:
+    """The PIDs of one host capture, restricted to the sub-window when one is asked for (a capture
+    without a timeline is a ConfigError here, before any stack is read)."""
     info = capture.read_capture(capture_dir)
+    span = None
+    if window is not None and window.requested:
+        problem = timeline.timeline_problem(info.meta)
+        if problem is not None:
+            raise ConfigError(
+                f"{capture_dir}: {problem}; --from/--to need a format_version 2 capture with stack_collection "
+                "ringbuf, analyse this one without them"
+            )
+        span = timeline.resolve_span(window, info.meta, str(capture_dir))
     pids = []
     for offset, process in enumerate(sorted(info.processes, key=lambda p: p.pid)):
         stacks = capture.stacks_path(capture_dir, process.pid)
-        pids.append(
-            PidInput(
-                key=first_key + offset,
-                run=run,
-                host=host,
-                process=process,
-                stacks=stacks if process.sampled and stacks.is_file() else None,
-                counters=info.counters.get(process.pid),
-                net=info.net.get(process.pid),
-            )
+        pid = PidInput(
+            key=first_key + offset,
+            run=run,
+            host=host,
+            process=process,
+            stacks=stacks if process.sampled and stacks.is_file() else None,
+            counters=info.counters.get(process.pid),
+            net=info.net.get(process.pid),
         )
-    return tuple(pids)
+        if span is not None:
+            pid = _restrict_pid(pid, capture_dir, span)
+        pids.append(pid)
+    return tuple(pids), span
+
+
+def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidInput:
+    """A PID restricted to the span: stacks from timeline.folded, counters from counters_timeline.json.
+    Without a counters timeline the counters stay the window totals, marked COUNTERS_SCALED (see
+    _apply_sample_fractions); network bytes have no timeline and become "not measured"."""
+    if span.whole:  # the same numbers as no sub-window at all: counters.json is exact
+        return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
+    stacks = None
+    if pid.stacks is not None:
+        stacks = capture.timeline_path(capture_dir, pid.process.pid)
+        if not stacks.is_file():
+            raise ConfigError(f"{stacks}: missing beside {pid.stacks.name}; re-run the capture or drop --from/--to")
+    deltas = capture.read_counters_timeline(capture_dir, pid.process.pid)
+    counters, source = pid.counters, None
+    if counters is None:
+        source = None
+    elif deltas is not None:
+        counters, source = timeline.window_counters(counters, deltas, span), timeline.COUNTERS_TIMELINE
+    elif stacks is not None:
+        source = timeline.COUNTERS_SCALED  # scaled once every input is known to be valid
+    else:
+        counters, source = timeline.unmeasured_counters(counters), timeline.COUNTERS_NONE
+    return replace(
+        pid, stacks=stacks, intervals=(span.first, span.last), counters=counters, net=None, counters_source=source
+    )
+
+
+def _apply_sample_fractions(run: RunInput) -> RunInput:
+    """Counters of PIDs without a counters timeline: window totals × the PID's sub-window share of
+    its samples (reads those PIDs' timeline.folded)."""
+    hosts = []
+    for host in run.hosts:
+        if host.span is None or host.span.whole:
+            hosts.append(host)
+            continue
+        pids = []
+        for pid in host.pids:
+            counters = pid.counters
+            if pid.counters_source == timeline.COUNTERS_SCALED and counters is not None and pid.stacks:
+                per_interval = timeline.interval_samples(capture.iter_timeline(pid.stacks))
+                fraction = timeline.sample_fraction(per_interval, host.span)
+                if fraction is None:
+                    pid = replace(
+                        pid, counters=timeline.unmeasured_counters(counters), counters_source=timeline.COUNTERS_NONE
+                    )
+                else:
+                    pid = replace(pid, counters=timeline.scaled_counters(counters, fraction))
+            pids.append(pid)
+        hosts.append(replace(host, pids=tuple(pids)))
+    return replace(run, hosts=tuple(hosts))
+
+
+def read_pid_stacks(path: Path, intervals: tuple[int, int] | None) -> Counter[str]:
+    """The stacks of one PID: the whole stacks.folded, or the timeline.folded lines of the
+    intervals ``first..last`` merged. Both engines read through this one function."""
+    if intervals is None:
+        return read_folded(path)
+    first, last = intervals
+    counts: Counter[str] = Counter()
+    for interval, stack, count in capture.iter_timeline(path):
+        if first <= interval <= last:
+            counts[stack] += count
+    return counts
 
 
 def _read_run_json(run_dir: Path) -> tuple[str, dict[str, str], list[tuple[str, str, str]]]:
@@ -152,9 +237,13 @@ def _read_run_json(run_dir: Path) -> tuple[str, dict[str, str], list[tuple[str, 
     return info.run_id or run_dir.name, {str(k): str(v) for k, v in info.labels.items()}, hosts
 
 
-def read_inputs(paths: Sequence[Path], labels: Mapping[str, str] | None = None) -> list[RunInput]:
+def read_inputs(
+    paths: Sequence[Path], labels: Mapping[str, str] | None = None, window: SubWindow | None = None
+) -> list[RunInput]:
     """Every run directory (run.json) or bare host capture (meta.json) as typed inputs, in the
-    given order. PID keys are unique over all inputs."""
+    given order. PID keys are unique over all inputs. With a ``window`` every host is restricted
+    to the intervals overlapping it (HostInput.span); events (engine totals for the whole window)
+    are then unknown unless the span is the whole window."""
     from coordinator.rundir import RUN_FILE, host_capture_dir
 
     runs: list[RunInput] = []
@@ -172,17 +261,19 @@ def read_inputs(paths: Sequence[Path], labels: Mapping[str, str] | None = None) 
                     why = reason or ("no capture in " + str(capture_dir) if state != "failed" else "")
                     hosts.append(HostInput(host, "failed", why, None, None))
                     continue
-                pids = _capture_pids(run_id, host, capture_dir, next_key)
+                pids, span = _capture_pids(run_id, host, capture_dir, next_key, window)
                 next_key += len(pids)
-                hosts.append(HostInput(host, state, reason, capture_dir, capture.read_events(capture_dir), pids))
+                events = capture.read_events(capture_dir) if span is None or span.whole else None
+                hosts.append(HostInput(host, state, reason, capture_dir, events, pids, span))
                 copies.append(capture_dir / capture.PROFILE_COPY)
         elif capture.is_capture_dir(path):
             meta = capture.read_meta(path)
             run_id, run_labels = path.resolve().name, {}
-            pids = _capture_pids(run_id, meta.host, path, next_key)
+            pids, span = _capture_pids(run_id, meta.host, path, next_key, window)
             next_key += len(pids)
             state = "ok" if meta.stopped_by != "error" else "partial"
-            hosts = [HostInput(meta.host, state, "", path, capture.read_events(path), pids)]
+            events = capture.read_events(path) if span is None or span.whole else None
+            hosts = [HostInput(meta.host, state, "", path, events, pids, span)]
             copies = [path / capture.PROFILE_COPY]
         else:
             raise ConfigError(
@@ -197,7 +288,7 @@ def read_inputs(paths: Sequence[Path], labels: Mapping[str, str] | None = None) 
         merged_labels = dict(run_labels)
         merged_labels.update(labels or {})
         runs.append(RunInput(run_id, path, merged_labels, tuple(hosts), tuple(c for c in copies if c.is_file())))
-    return runs
+    return [_apply_sample_fractions(run) for run in runs]
 
 
 def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tuple[str, str]:
@@ -416,8 +507,10 @@ def analysis_record(
     profile_source: str,
     task_files: Mapping[str, str],
     master: str,
+    window: SubWindow | None = None,
 ) -> str:
-    """analysis.json text: what was analysed with which profile (no timings: stays byte-identical)."""
+    """analysis.json text: what was analysed with which profile and over which sub-window (no
+    timings: stays byte-identical)."""
     payload = {
         "format_version": 1,
         "profile_source": profile_source,
@@ -434,8 +527,43 @@ def analysis_record(
         ],
         "task_files": dict(task_files),
         "unmatched_file": UNMATCHED_FILE,
+        "window": window_record(runs, window),
     }
     return json.dumps(payload, indent=1, sort_keys=True) + "\n"
+
+
+def window_record(runs: Sequence[RunInput], window: SubWindow | None) -> dict[str, Any] | None:
+    """analysis.json ``window``: the requested --from/--to and, per host, the intervals used (the
+    effective sub-window) and how each PID's counters were restricted; None without --from/--to."""
+    if window is None or not window.requested:
+        return None
+    hosts = []
+    for run in sorted(runs, key=lambda r: r.run):
+        for host in sorted(run.hosts, key=lambda h: h.host):
+            if host.span is None:
+                continue
+            counters = {str(p.process.pid): p.counters_source for p in host.pids if p.counters_source is not None}
+            hosts.append({"run": run.run, "host": host.host, **host.span.to_json(), "counters": counters})
+    return {"from": window.start, "to": window.end, "hosts": hosts}
+
+
+def window_notes(runs: Sequence[RunInput]) -> list[str]:
+    """One line per host restricted to a sub-window (the intervals used), and one per PID whose
+    counters could not come from a counters timeline: what the command prints."""
+    notes = []
+    for run in sorted(runs, key=lambda r: r.run):
+        for host in sorted(run.hosts, key=lambda h: h.host):
+            if host.span is None:
+                continue
+            whole = ", the whole window" if host.span.whole else ""
+            notes.append(f"{run.run} {host.host}: sub-window {host.span.describe()}{whole}")
+            for pid in host.pids:
+                if pid.counters_source in (timeline.COUNTERS_SCALED, timeline.COUNTERS_NONE):
+                    notes.append(
+                        f"{run.run} {host.host} PID {pid.process.pid}: no counters timeline, "
+                        f"cycles and CPU seconds {pid.counters_source}"
+                    )
+    return notes
 
 
 # ---------------------------------------------------------------- summary.csv reading and compare

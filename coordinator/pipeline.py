@@ -27,6 +27,7 @@ from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 
 from . import analysis
 from .analysis import PidTaskCounts, RunInput
+from .timeline import SubWindow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,6 +69,7 @@ class AnalysisOutput:
     out_dir: Path
     analysis_json: Path
     stats: AnalysisStats
+    window_notes: tuple[str, ...] = ()  # the sub-window used per host (analysis.window_notes)
 
 
 # ---------------------------------------------------------------- session
@@ -187,8 +189,9 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
 
 
 def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """(pid_key, path) rows in, (pid_key, digest, stack, samples, error) rows out: one row per
-    distinct stack of each file, keyed by a 128-bit BLAKE2b digest of the stack. The text itself
+    """(pid_key, path, first, last) rows in, (pid_key, digest, stack, samples, error) rows out: one
+    row per distinct stack of each file (of the intervals first..last of a timeline.folded when they
+    are set, see analysis.read_pid_stacks), keyed by a 128-bit BLAKE2b digest of the stack. The text itself
     travels only with the first occurrence in this partition (the same stacks recur in every
     executor of an archive), so the JVM hashes and shuffles 16-byte keys, not kilobyte strings.
     A file that cannot be read gives one row with an empty digest and ``error`` set."""
@@ -196,7 +199,7 @@ def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
 
     import pyarrow as pa
 
-    from profiler.folded import read_folded
+    from coordinator.analysis import read_pid_stacks
 
     rows: list[tuple[int, bytes, str | None, int, str | None]] = []
     digests: dict[str, bytes] = {}
@@ -216,9 +219,10 @@ def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
         )
 
     for batch in batches:
-        for key, path in zip(batch.column("pid_key").to_pylist(), batch.column("path").to_pylist()):
+        columns = (batch.column(name).to_pylist() for name in ("pid_key", "path", "first", "last"))
+        for key, path, first, last in zip(*columns):
             try:
-                folded = read_folded(Path(path))
+                folded = read_pid_stacks(Path(path), None if first is None else (first, last))
             except CaptureFormatError as exc:
                 rows.append((key, b"", None, 0, str(exc)))
                 continue
@@ -323,12 +327,18 @@ def _match_function(profile_broadcast: Any, task_count: int) -> Any:
 # ---------------------------------------------------------------- DataFrame steps
 
 
-def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str]]) -> DataFrame:
-    """One row per (PID, distinct stack) of every stacks.folded file:
-    ``pid_key, digest, stack (first occurrence per partition only), samples, error``."""
+def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str, int | None, int | None]]) -> DataFrame:
+    """One row per (PID, distinct stack) of every stacks file (``pid_key, path, first, last``, the
+    intervals set for a sub-window): ``pid_key, digest, stack (first occurrence per partition
+    only), samples, error``."""
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-    schema = StructType([StructField("pid_key", IntegerType(), False), StructField("path", StringType(), False)])
+    schema = StructType([
+        StructField("pid_key", IntegerType(), False),
+        StructField("path", StringType(), False),
+        StructField("first", IntegerType(), True),
+        StructField("last", IntegerType(), True),
+    ])
     parallelism = spark.sparkContext.defaultParallelism
     # Enough slices to keep every core busy, few enough that small inputs need one Python task.
     slices = max(1, min(math.ceil(len(files) / FILES_PER_SLICE), 4 * parallelism))
@@ -447,14 +457,30 @@ def _replace_dir(new: Path, target: Path) -> None:
         os.replace(new, target)
 
 
+def _stack_files(runs: Sequence[RunInput]) -> list[tuple[int, str, int | None, int | None]]:
+    """(pid_key, path, first interval, last interval) of every PID with stacks; no intervals: all."""
+    return [
+        (p.key, str(p.stacks), *(p.intervals or (None, None)))
+        for run in runs
+        for p in run.pids
+        if p.stacks is not None
+    ]
+
+
 def run_analysis(
-    spark: SparkSession, runs: Sequence[RunInput], profile_text: str, profile_source: str, out_dir: Path, master: str
+    spark: SparkSession,
+    runs: Sequence[RunInput],
+    profile_text: str,
+    profile_source: str,
+    out_dir: Path,
+    master: str,
+    window: SubWindow | None = None,
 ) -> tuple[int, int]:
     """The job on an existing session: read, match, sum, write. Returns (distinct stacks, samples)."""
     _quiet_pyspark_warnings()
     profile = parse_profile(profile_text, profile_source)
     task_names = profile.result_task_names
-    files = [(p.key, str(p.stacks)) for run in runs for p in run.pids if p.stacks is not None]
+    files = _stack_files(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
     try:
@@ -482,7 +508,9 @@ def run_analysis(
                 matched.unpersist()
         else:
             _write_task_files(scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, iter(()))
-        _write_summary(scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master)
+        _write_summary(
+            scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return distinct, samples
@@ -498,6 +526,7 @@ def _write_summary(
     profile_source: str,
     file_names: Mapping[str, str],
     master: str,
+    window: SubWindow | None,
 ) -> None:
     """summary.csv and analysis.json beside the task files in ``scratch``, then all moved into place."""
     ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
@@ -505,7 +534,7 @@ def _write_summary(
     atomic_write_text(scratch / analysis.SUMMARY_FILE, analysis.format_summary(rows, analysis.label_columns(runs)))
     atomic_write_text(
         scratch / analysis.ANALYSIS_FILE,
-        analysis.analysis_record(runs, profile_text, profile_source, file_names, master),
+        analysis.analysis_record(runs, profile_text, profile_source, file_names, master, window),
     )
     _replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)
     for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
@@ -513,13 +542,17 @@ def _write_summary(
 
 
 def run_analysis_in_process(
-    runs: Sequence[RunInput], profile_text: str, profile_source: str, out_dir: Path, master: str
+    runs: Sequence[RunInput],
+    profile_text: str,
+    profile_source: str,
+    out_dir: Path,
+    master: str,
+    window: SubWindow | None = None,
 ) -> tuple[int, int]:
     """The same job as run_analysis without Spark, for inputs small enough for one process: every
     distinct stack matched once by the same Matcher, the same sums, files and ordering."""
     from collections import Counter
 
-    from profiler.folded import read_folded
     from profiler.matcher import Matcher
 
     profile = parse_profile(profile_text, profile_source)
@@ -533,7 +566,7 @@ def run_analysis_in_process(
             if pid.stacks is None:
                 continue
             try:
-                folded = read_folded(pid.stacks)
+                folded = analysis.read_pid_stacks(pid.stacks, pid.intervals)
             except OSError as exc:
                 raise CaptureFormatError(f"{pid.stacks}: cannot read ({exc.strerror or exc}); check the file") from None
             samples: dict[str, int] = {}
@@ -563,7 +596,9 @@ def run_analysis_in_process(
         distinct, total = _write_task_files(
             scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, ordered
         )
-        _write_summary(scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master)
+        _write_summary(
+            scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return distinct, total
@@ -602,6 +637,7 @@ def analyze(
     *,
     spark: SparkSession | None = None,
     engine: str = "auto",
+    window: SubWindow | None = None,
 ) -> AnalysisOutput:
     """Analyse run directories (or bare host captures) with ``profile`` (default: the runs' own
     copy) on Spark; writes summary.csv, tasks/<task>.folded, unmatched.folded and analysis.json to
@@ -610,11 +646,13 @@ def analyze(
     ``spark``: an existing session to use (it is left running); otherwise one is started on
     ``master`` and stopped at the end. ``engine``: "spark", "in-process" (same code and output,
     no JVM) or "auto": Spark when a session is handed in, else in-process for a local master and at
-    most IN_PROCESS_MAX_BYTES of stacks.
+    most IN_PROCESS_MAX_BYTES of stacks. ``window``: restrict every capture to the intervals
+    overlapping ``--from``/``--to`` (analysis.json records which); a capture without a timeline
+    is a ConfigError before any stack is read.
     """
     if not run_dirs:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
-    runs = analysis.read_inputs([Path(p) for p in run_dirs], labels)
+    runs = analysis.read_inputs([Path(p) for p in run_dirs], labels, window)
     profile_text, profile_source = analysis.resolve_profile_text(runs, profile)
     parse_profile(profile_text, profile_source)  # a bad profile fails before Spark starts
     target = Path(out_dir) if out_dir is not None else _default_out_dir(runs)
@@ -624,13 +662,13 @@ def analyze(
     if engine == "auto" and spark is not None:
         engine = "spark"  # a session handed in is meant to be used
     if choose_engine(engine, master, runs) == "in-process":
-        distinct, samples = run_analysis_in_process(runs, profile_text, profile_source, target, master)
+        distinct, samples = run_analysis_in_process(runs, profile_text, profile_source, target, master, window)
     elif spark is None:
         with spark_session(master) as session:
             session_seconds = time.monotonic() - started
-            distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master)
+            distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master, window)
     else:
-        distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master)
+        distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master, window)
     job_seconds = time.monotonic() - started - session_seconds
     stats = AnalysisStats(
         runs=len(runs),
@@ -648,4 +686,5 @@ def analyze(
         out_dir=target,
         analysis_json=target / analysis.ANALYSIS_FILE,
         stats=stats,
+        window_notes=tuple(analysis.window_notes(runs)),
     )

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,15 +25,19 @@ from profiler.capture import (
     UNMATCHED,
     Capture,
     CaptureFormatError,
+    CounterDelta,
     is_capture_dir,
+    iter_timeline,
     read_capture,
+    read_counters_timeline,
     result_file_name,
     stacks_path,
+    timeline_path,
 )
 from profiler.errors import OutputExistsError
-from profiler.folded import read_folded
 
-from . import flame
+from . import flame, timeline
+from .analysis import read_pid_stacks
 from .rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
 
 REPORT_MARKER = ".spe-taskprof-report"
@@ -63,6 +67,8 @@ MIXED_COLOR = "#e3e3e3"
 # Health thresholds: above these a line turns into a warning.
 UNMATCHED_WARN = 0.20
 LOST_WARN = 0.01
+INTERPRETED_WARN = 0.05  # "more than a few percent" of samples only in the interpreter (issue 11)
+UNRESOLVED_WARN = 0.05  # Java frames no perf map named
 OVERHEAD_WARN = 0.05  # profiler CPU seconds per second of window, i.e. share of one core
 
 
@@ -92,10 +98,18 @@ class RunData:
     rows_source: str  # "summary.csv" or "host results"
     profile_text: str | None
     profile_source: str | None
+    window: Mapping[str, Any] | None = None  # analysis.json "window" (analyze --from/--to), or None
 
     @property
     def labels(self) -> Mapping[str, str]:
         return self.info.labels if self.info is not None else {}
+
+    def host_intervals(self, host: str) -> tuple[int, int] | None:
+        """The intervals the analysis used for ``host`` (None: the whole window)."""
+        for entry in (self.window or {}).get("hosts", ()):
+            if entry.get("run") == self.run_id and entry.get("host") == host and not entry.get("whole_window"):
+                return int(entry["first_interval"]), int(entry["last_interval"])
+        return None
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -166,17 +180,22 @@ def load_run(path: Path) -> RunData:
                 result = host.capture.directory / result_file_name(host.capture.meta.host)
                 if result.is_file():
                     rows.extend(_read_csv(result))
-    profile_text, profile_source = _analysis_profile(summary)
+    profile_text, profile_source, window = _analysis_record(summary)
     candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
     for candidate in candidates if profile_text is None else ():
         if candidate.is_file():
             profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
             break
-    return RunData(path, run_id, bare, info, tuple(hosts), tuple(rows), source, profile_text, profile_source)
+    return RunData(
+        path, run_id, bare, info, tuple(hosts), tuple(rows), source, profile_text, profile_source, window
+    )
 
 
-def load_stacks(capture: Capture, problems: list[str] | None = None) -> dict[int, dict[str, int]]:
-    """Folded stacks of every workload PID of a capture (PIDs without a stacks file are left out).
+def load_stacks(
+    capture: Capture, problems: list[str] | None = None, intervals: tuple[int, int] | None = None
+) -> dict[int, dict[str, int]]:
+    """Folded stacks of every workload PID of a capture (PIDs without a stacks file are left out);
+    with ``intervals`` only those of timeline.folded, as `analyze --from/--to` used them.
 
     An unreadable stacks file leaves that PID out and is reported in ``problems`` (the health panel)
     instead of failing the whole report."""
@@ -184,16 +203,49 @@ def load_stacks(capture: Capture, problems: list[str] | None = None) -> dict[int
     for process in capture.processes:
         if not process.sampled:
             continue
-        path = stacks_path(capture.directory, process.pid)
+        path = (stacks_path if intervals is None else timeline_path)(capture.directory, process.pid)
         if not path.is_file():
             continue
         try:
-            stacks[process.pid] = dict(read_folded(path))
+            stacks[process.pid] = dict(read_pid_stacks(path, intervals))
         except (CaptureFormatError, OSError) as exc:
             if problems is None:
                 raise
             problems.append(f"{capture.meta.host} PID {process.pid}: stacks left out: {exc}")
     return stacks
+
+
+@dataclass(frozen=True)
+class TimelineInput:
+    """What the time chart of one host reads: each workload PID's timeline entries (read lazily,
+    once) and counters timeline."""
+
+    interval: float
+    duration: float
+    entries: Mapping[int, Iterable[tuple[int, str, int]]]
+    deltas: Mapping[int, Sequence[CounterDelta]] = field(default_factory=dict)
+    window_cycles: Mapping[int, float | None] = field(default_factory=dict)  # counters.json, for PIDs without deltas
+
+
+def load_timeline(capture: Capture) -> TimelineInput | None:
+    """The time chart's input of a capture; None when it has no timeline (v1, stack map)."""
+    if timeline.timeline_problem(capture.meta) is not None:
+        return None
+    entries: dict[int, Iterable[tuple[int, str, int]]] = {}
+    deltas: dict[int, Sequence[CounterDelta]] = {}
+    for process in capture.processes:
+        path = timeline_path(capture.directory, process.pid)
+        if not process.sampled or not path.is_file():
+            continue
+        entries[process.pid] = iter_timeline(path)  # a generator: the file is read when build_view uses it
+        try:
+            rows = read_counters_timeline(capture.directory, process.pid)
+        except CaptureFormatError:
+            rows = None  # the chart then shows samples and share only for this host
+        if rows is not None:
+            deltas[process.pid] = rows
+    window_cycles = {pid: c.cycles for pid, c in capture.counters.items() if pid in entries}
+    return TimelineInput(capture.meta.interval, capture.meta.duration, entries, deltas, window_cycles)
 
 
 # ---------------------------------------------------------------- the view (pure)
@@ -432,9 +484,13 @@ def _health(
     lost = sum(s.lost_user_stack + s.lost_kernel_stack for c in captures for s in c.sampler.values())
     truncated = sum(s.truncated for c in captures for s in c.sampler.values())
     unwalkable = sum(s.java_unwalkable for c in captures for s in c.sampler.values())
+    if any(c.meta.stack_collection == "stackmap" for c in captures):
+        lost_what, lost_fix = "stacks lost (stack map full or collision)", "raise --stack-storage-size"
+    else:  # the ring buffer stores every walked stack: a lost one was not walkable
+        lost_what, lost_fix = "stacks not walked (fault)", "use -XX:+PreserveFramePointer"
     if samples:
         for count, what, fix in (
-            (lost, "stacks lost (stack map full or collision)", "raise --stack-storage-size"),
+            (lost, lost_what, lost_fix),
             (truncated, "stacks truncated at the depth limit", "raise the stack depth limit"),
             (unwalkable, "samples with unwalkable Java frames", "use -XX:+PreserveFramePointer"),
         ):
@@ -442,6 +498,7 @@ def _health(
             level = "warn" if share > LOST_WARN else "ok"
             text = f"{count} of {samples} samples ({share:.1%}) {what}"
             lines.append(HealthLine(level, "stacks", text + (f"; {fix}" if level != "ok" else "")))
+    lines.extend(_sampler_health(captures))
     # Unmatched share.
     if unmatched_share is not None:
         level = "warn" if unmatched_share > UNMATCHED_WARN else "ok"
@@ -486,14 +543,47 @@ def _health(
     return tuple(lines)
 
 
+def _sampler_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """One line per sampled PID: samples only in the interpreter, Java frames left unresolved,
+    perf-map snapshots used, samples dropped (ring buffer or counts map full). Format 1 captures
+    did not count the Java figures, so they get the dropped count only."""
+    lines = []
+    for capture in captures:
+        ringbuf = capture.meta.stack_collection == "ringbuf"
+        full = "ring buffer full" if ringbuf else "counts map full"
+        for pid in sorted(capture.sampler):
+            stats = capture.sampler[pid]
+            if not stats.samples:
+                continue
+            dropped_share = stats.dropped / stats.samples
+            parts, level = [], "warn" if dropped_share > LOST_WARN else "ok"
+            if capture.meta.format_version >= 2 and not stats.java_frames:
+                parts.append("no Java frames seen")
+            elif capture.meta.format_version >= 2:
+                interpreted = stats.interpreted_only / stats.samples
+                unresolved = stats.java_frames_unresolved / stats.java_frames if stats.java_frames else 0.0
+                parts += [
+                    f"{interpreted:.1%} of samples interpreted only",
+                    f"{unresolved:.1%} of {stats.java_frames:,} Java frames unresolved",
+                    f"{stats.perf_map_snapshots} perf-map snapshot(s)",
+                ]
+                if interpreted > INTERPRETED_WARN or unresolved > UNRESOLVED_WARN:
+                    level = "warn"
+            parts.append(f"{stats.dropped:,} dropped ({full}, {dropped_share:.1%})")
+            lines.append(HealthLine(level, f"{capture.meta.host} PID {pid}", ", ".join(parts)))
+    return lines
+
+
 def build_view(
     run: RunData,
     stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
     max_stacks: int = DEFAULT_MAX_STACKS,
     candidate_count: int = 15,
     problems: Sequence[str] = (),
+    timelines: Mapping[str, TimelineInput] | None = None,
 ) -> ReportView:
-    """Pure: run data and stacks (host → pid → folded counts) in, everything the page shows out."""
+    """Pure: run data, stacks (host → pid → folded counts) and timelines (host → TimelineInput,
+    read once) in, everything the page shows out."""
     from profiler.appprofile import parse_profile
     from profiler.matcher import Matcher, candidate_patterns
 
@@ -613,9 +703,19 @@ def build_view(
     multi = _sum(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
     cluster_samples = _sum(_num(r.get("samples")) for r in cluster_task_rows)
     multi_share = multi / cluster_samples if multi is not None and cluster_samples else None
+    problems = list(problems)
+    time_chart = [
+        series.to_json({name: index for index, name in enumerate(task_names)})
+        for series in time_series(timelines or {}, matcher, task_names, problems)
+    ]
     health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
         run, processes, unmatched_share, dropped_graphs, max_stacks, multi_share
     )
+    overhead = []
+    for host_name, host_capture in captures.items():
+        series = timeline.overhead_series(host_capture.overhead)
+        if series is not None:
+            overhead.append({"host": host_name, **series.to_json()})
 
     default_key = next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None)
     payload: dict[str, Any] = {
@@ -627,6 +727,8 @@ def build_view(
         "defaultGraph": default_key,
         "maxStacks": max_stacks,
         "chart": {"unit": unit, "bars": bars},
+        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
+        "overhead": overhead,
     }
     meta = _meta_lines(run, rows_source)
     title = f"Task-level CPU profile {run.run_id}"
@@ -650,6 +752,57 @@ def build_view(
         payload=payload,
         task_names=task_names,
     )
+
+
+def time_series(
+    timelines: Mapping[str, TimelineInput],
+    matcher: Any,
+    task_names: Sequence[str],
+    problems: list[str],
+) -> list[timeline.HostTimeline]:
+    """The time chart of every host with a timeline, hosts in name order. Stacks are classified by
+    ``matcher`` (the summary's Matcher; None: everything is unmatched); a timeline that cannot be
+    read leaves its PID out and adds a line to ``problems``."""
+    match = matcher.match if matcher is not None else (lambda stack: UNMATCHED)
+    out = []
+    for host in sorted(timelines):
+        data = timelines[host]
+        per_pid = {}
+        for pid in sorted(data.entries):
+            try:
+                per_pid[pid] = timeline.task_interval_samples(data.entries[pid], match)
+            except (CaptureFormatError, OSError) as exc:
+                problems.append(f"{host} PID {pid}: left out of the time chart: {exc}")
+        if per_pid:
+            out.append(timeline.host_timeline(
+                host, data.interval, data.duration, per_pid, data.deltas, task_names, data.window_cycles
+            ))
+    return out
+
+
+def _window_payload(run: RunData) -> dict[str, Any] | None:
+    """The sub-window the tables were computed for, as the time chart shades it (seconds)."""
+    spans = [
+        h for h in (run.window or {}).get("hosts", ()) if h.get("run") == run.run_id and not h.get("whole_window")
+    ]
+    if not spans:
+        return None
+    return {"from": min(float(h["from"]) for h in spans), "to": max(float(h["to"]) for h in spans)}
+
+
+def _window_meta(run: RunData) -> str | None:
+    """The header line of a sub-window analysis: the sub-window used (whole intervals) and the asked one."""
+    if run.window is None:
+        return None
+    entries = [h for h in run.window.get("hosts", ()) if h.get("run") == run.run_id]
+    start, end = run.window.get("from"), run.window.get("to")
+    asked = f"--from {start or 0:g}" + (f" --to {end:g}" if end is not None else "")
+    used = sorted({f"{float(h['from']):g}–{float(h['to']):g} s" for h in entries}) or ["none"]
+    intervals = sorted({f"{float(h['interval']):g} s" for h in entries})
+    text = f"{', '.join(used)} of the window ({asked}; whole {', '.join(intervals) or '—'} intervals)"
+    if entries and all(h.get("whole_window") for h in entries):
+        text += ", i.e. the whole window"
+    return text + "; task tables, charts of tasks per executor and flamegraphs show only it, health the whole window"
 
 
 def _events_note(run: RunData, cluster: Sequence[TaskLine]) -> str:
@@ -691,6 +844,9 @@ def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:
         ]
     lines.append(("hosts", str(len(run.hosts))))
     lines.append(("tables from", rows_source))
+    window = _window_meta(run)
+    if window is not None:
+        lines.append(("sub-window", window))
     return tuple(lines)
 
 
@@ -885,20 +1041,24 @@ def replace_dir(staging: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _analysis_profile(summary: Path | None) -> tuple[str | None, str | None]:
+def _analysis_record(summary: Path | None) -> tuple[str | None, str | None, Mapping[str, Any] | None]:
     """The profile summary.csv was computed with (analysis.json beside it), so that colours and tables
-    agree after `coordinator analyze --profile EDITED`; (None, None) when there is no analysis."""
+    agree after `coordinator analyze --profile EDITED`, and its sub-window (``--from/--to``);
+    (None, None, None) when there is no analysis."""
     if summary is None:
-        return None, None
+        return None, None, None
     record = summary.parent / "analysis.json"
     try:
         payload = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None, None
-    text = payload.get("profile_text") if isinstance(payload, dict) else None
+        return None, None, None
+    if not isinstance(payload, dict):
+        return None, None, None
+    window = payload.get("window") if isinstance(payload.get("window"), dict) else None
+    text = payload.get("profile_text")
     if not isinstance(text, str):
-        return None, None
-    return text, str(payload.get("profile_source") or record)
+        return None, None, window
+    return text, str(payload.get("profile_source") or record), window
 
 
 def render_report(
@@ -919,8 +1079,17 @@ def render_report(
         raise OutputExistsError(f"{out_dir}: exists and is not a report; choose another --out or pass --force")
     run = load_run(run_dir)
     problems: list[str] = []
-    stacks = {h.name: load_stacks(h.capture, problems) for h in run.hosts if h.capture is not None}
-    view = build_view(run, stacks, max_stacks=max_stacks, problems=problems)
+    stacks = {
+        h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
+    }
+    timelines = {h.name: load_timeline(h.capture) for h in run.hosts if h.capture is not None}
+    view = build_view(
+        run,
+        stacks,
+        max_stacks=max_stacks,
+        problems=problems,
+        timelines={name: t for name, t in timelines.items() if t is not None},
+    )
     payload_bytes = payload_size(view)
     html = render_html(view, payload_bytes)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

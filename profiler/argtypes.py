@@ -21,6 +21,8 @@ def bounded(
             value = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {noun}{what and ' of ' + what}") from None
+        if value != value:  # NaN passes every comparison below
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}{what and ' of ' + what}")
         if (low is not None and value < low) or (high is not None and value > high):
             if high is None:
                 rule = f">= {low}"
@@ -44,6 +46,7 @@ def positive_float(text: str) -> float:
 
 positive_int = bounded(int, 1)
 non_negative_int = bounded(int, 0)
+seconds_into_window = bounded(float, 0.0, what="seconds into the window")
 frequency = bounded(int, 1, 10000, "Hz (99 is the default)")
 
 

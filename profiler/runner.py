@@ -347,6 +347,16 @@ def last_interval_of(elapsed: float, interval: float) -> int:
     return max(0, math.ceil(elapsed / interval) - 1)
 
 
+def clamp_intervals(timeline: Counter[tuple[int, str]], last: int) -> Counter[tuple[int, str]]:
+    """Samples stamped past the window's last interval (its very end) belong to that interval."""
+    if all(interval <= last for interval, _stack in timeline):
+        return timeline
+    clamped: Counter[tuple[int, str]] = Counter()
+    for (interval, stack), count in timeline.items():
+        clamped[(min(interval, last), stack)] += count
+    return clamped
+
+
 def _own_rss() -> int:
     try:
         return rss_bytes(Path("/proc/self/status").read_text())
@@ -469,7 +479,7 @@ class Runner:
                 self.status.processes += len(new)
                 self.status.update()
             state.end_time = self.clock()
-            last_interval = last_interval_of(state.end_time - state.start_time, options.interval)
+            last_interval = self._last_interval()
             if last_interval >= next_tick - 1:
                 self._tick(components, last_interval)
             final_samples = self.status._samples()  # read before the maps are freed at close
@@ -480,6 +490,12 @@ class Runner:
             if stats_on:
                 state.bpf_after = bpf_prog_run_stats(components.prog_ids())
             state.cpu_after = _own_cpu_seconds()
+
+    def _last_interval(self) -> int:
+        """The window's last timeline interval. The loop ends a hair after the deadline: that sliver
+        (the window is never longer than --duration) belongs to the last whole interval."""
+        state, options = self.state, self.options
+        return last_interval_of(min(state.end_time - state.start_time, options.duration), options.interval)
 
     def _tick(self, components: Components, interval: int) -> None:
         """An interval of the timeline closes: counters of every live process, and our own footprint."""
@@ -589,7 +605,8 @@ class Runner:
         for pid, collected in stacks.items():
             capture.atomic_write_text(capture.stacks_path(out, pid), format_folded(collected.folded))
             if collected.timeline is not None:
-                capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(collected.timeline))
+                timeline = clamp_intervals(collected.timeline, self._last_interval())
+                capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(timeline))
             capture.write_sampler_stats(out, collected.stats)
             matched[pid] = match_stacks(matcher, collected.folded)
         self._write_counters(counters, processes)
@@ -628,6 +645,7 @@ class Runner:
             warnings=tuple(dict.fromkeys(state.warnings)),
             stack_collection=components.sampler.collection,
             interval=options.interval,
+            intervals=self._last_interval() + 1 if state.window_started else 0,
             perf_map_refresh=options.perf_map_refresh,
         )
         capture.write_meta(out, meta)
@@ -653,12 +671,13 @@ class Runner:
         """counters.json per PID, and its per-interval deltas (the final reading closes the last interval)."""
         out, state, interval = self.options.out, self.state, self.options.interval
         exited_at = {p.pid: p.last_seen for p in processes if p.exited}
+        last = self._last_interval()
         for pid, pid_counters in counters.items():
             capture.write_counters(out, pid_counters)
             if not state.window_started:
                 continue
             ended = min(exited_at.get(pid, state.end_time), state.end_time)
-            final = CounterReading.of(last_interval_of(ended - state.start_time, interval), pid_counters)
+            final = CounterReading.of(min(last_interval_of(ended - state.start_time, interval), last), pid_counters)
             readings = [r for r in state.counter_readings.get(pid, []) if r.interval <= final.interval]
             capture.write_counters_timeline(out, pid, interval, counter_deltas([*readings, final]))
 

@@ -285,12 +285,167 @@
       .append('title').text(function (r) { return r.label + ' — open its flamegraph'; });
   }
 
+
+  // ------------------------------------------------------------ tasks over time
+
+  function timeValue(series, unit, i) {
+    var values = series[unit];
+    var v = values ? values[i] : null;
+    return v === null || v === undefined ? 0 : v;
+  }
+
+  function timeUnitText(unit, v) {
+    if (unit === 'share') return fmtPct(v);
+    if (unit === 'cycles') return fmtSi(v) + ' cycles';
+    return fmtInt(v) + ' samples';
+  }
+
+  // One stacked step chart per host: x = seconds into the window, each interval drawn over its
+  // whole width; y = the chosen unit. Series are the host's tasks with samples.
+  function drawHostTime(container, h, unit) {
+    var block = el('div', 'time-host');
+    block.setAttribute('data-host', h.host);
+    block.appendChild(el('h3', null, 'host ' + h.host));
+    var legend = el('div', 'legend');
+    h.series.forEach(function (s) {
+      var item = el('span', 'legend-item static');
+      var swatch = el('span', 'swatch');
+      swatch.style.background = tasks[s.task].color;
+      item.appendChild(swatch);
+      item.appendChild(document.createTextNode(tasks[s.task].name));
+      legend.appendChild(item);
+    });
+    block.appendChild(legend);
+    container.appendChild(block);
+    var hasCycles = h.series.some(function (s) { return s.cycles; });
+    var use = unit === 'cycles' && !hasCycles ? 'share' : unit;
+    if (use !== unit) block.appendChild(el('p', 'note', 'no counters timeline on this host: share of samples shown'));
+    var n = h.totals.length;
+    var keys = h.series.map(function (s, k) { return k; });
+    var rows = [];
+    for (var i = 0; i <= n; i++) {  // one extra row closes the last step at the window's end
+      var row = {};
+      h.series.forEach(function (s, k) { row[k] = timeValue(s, use, Math.min(i, n - 1)); });
+      rows.push(row);
+    }
+    var stacked = d3.stack().keys(keys)(rows);
+    var margin = { top: 8, right: 24, bottom: 34, left: 64 };
+    var width = Math.max(600, container.clientWidth || 1000);
+    var height = 220;
+    var end = Math.max(h.duration, 1e-9);
+    var x = d3.scaleLinear().domain([0, end]).range([margin.left, width - margin.right]);
+    var highest = stacked.length ? d3.max(stacked[stacked.length - 1], function (p) { return p[1]; }) : 0;
+    var top = use === 'share' ? 1 : (highest || 1);
+    var y = d3.scaleLinear().domain([0, top]).nice().range([height - margin.bottom, margin.top]);
+    var xAt = function (i) { return x(Math.min(i * h.interval, end)); };
+    var svg = d3.select(block).append('svg').attr('width', width).attr('height', height)
+      .attr('class', 'time-chart-svg');
+    var shade = data.timeline.window;
+    if (shade) {
+      svg.append('rect').attr('class', 'subwindow')
+        .attr('x', x(Math.min(shade.from, end)))
+        .attr('width', Math.max(0, x(Math.min(shade.to, end)) - x(Math.min(shade.from, end))))
+        .attr('y', margin.top).attr('height', height - margin.top - margin.bottom)
+        .append('title').text('sub-window of the tables: ' + shade.from + '–' + shade.to + ' s');
+    }
+    var area = d3.area().curve(d3.curveStepAfter)
+      .x(function (p, i) { return xAt(i); })
+      .y0(function (p) { return y(p[0]); })
+      .y1(function (p) { return y(p[1]); });
+    svg.append('g').selectAll('path').data(stacked).join('path')
+      .attr('class', 'series')
+      .attr('data-task', function (s) { return tasks[h.series[s.key].task].name; })
+      .attr('fill', function (s) { return tasks[h.series[s.key].task].color; })
+      .attr('d', area)
+      .on('click', function (event, s) { openTask(tasks[h.series[s.key].task].name); })
+      .append('title').text(function (s) {
+        var series = h.series[s.key];
+        var total = d3.sum(series.samples);
+        return tasks[series.task].name + ': ' + fmtInt(total) + ' samples over the window';
+      });
+    svg.append('g').attr('class', 'axis').attr('transform', 'translate(0,' + (height - margin.bottom) + ')')
+      .call(d3.axisBottom(x).ticks(Math.max(2, Math.floor(width / 90))));
+    svg.append('g').attr('class', 'axis').attr('transform', 'translate(' + margin.left + ',0)')
+      .call(d3.axisLeft(y).ticks(5).tickFormat(use === 'share' ? d3.format('.0%') : fmtSi));
+    svg.append('text').attr('class', 'axis-label').attr('x', width - margin.right).attr('y', height - 4)
+      .attr('text-anchor', 'end').text('seconds into the window (intervals of ' + h.interval + ' s)');
+    var cursor = svg.append('line').attr('class', 'cursor').attr('y1', margin.top)
+      .attr('y2', height - margin.bottom).style('display', 'none');
+    var details = el('p', 'details time-details', 'Hover the chart for one interval.');
+    block.appendChild(details);
+    svg.on('mousemove', function (event) {
+      var px = d3.pointer(event)[0];
+      var i = Math.floor(x.invert(px) / h.interval);
+      if (i < 0 || i >= n) { cursor.style('display', 'none'); return; }
+      cursor.style('display', null).attr('x1', px).attr('x2', px);
+      var parts = h.series.map(function (s) { return [tasks[s.task].name, timeValue(s, use, i), s.share[i]]; })
+        .filter(function (p) { return p[1] > 0; })
+        .sort(function (a, b) { return b[1] - a[1]; });
+      details.textContent = (i * h.interval) + '–' + Math.min((i + 1) * h.interval, end) + ' s, ' +
+        fmtInt(h.totals[i]) + ' samples: ' + (parts.map(function (p) {
+          return p[0] + ' ' + timeUnitText(use, p[1]) + (use !== 'share' && p[2] !== null ? ' (' + fmtPct(p[2]) + ')' : '');
+        }).join(', ') || 'no samples');
+    });
+  }
+
+  function buildTimeChart() {
+    var container = document.getElementById('time-chart');
+    if (!container || !data.timeline || !data.timeline.hosts.length) return;
+    var select = document.getElementById('time-unit');
+    var anyCycles = data.timeline.hosts.some(function (h) { return h.series.some(function (s) { return s.cycles; }); });
+    if (!anyCycles) {
+      select.querySelector('option[value=cycles]').remove();
+    }
+    function draw() {
+      container.textContent = '';
+      data.timeline.hosts.forEach(function (h) { drawHostTime(container, h, select.value); });
+      state.timeUnit = select.value;
+    }
+    select.addEventListener('change', draw);
+    draw();
+  }
+
+  // ------------------------------------------------------------ the profiler's own footprint
+
+  function lineChart(container, title, t, values, format) {
+    var box = el('div', 'overhead-box');
+    box.appendChild(el('div', 'note', title));
+    container.appendChild(box);
+    var width = 360, height = 120;
+    var margin = { top: 6, right: 12, bottom: 22, left: 48 };
+    var points = t.map(function (v, i) { return [v, values[i]]; }).filter(function (p) { return p[1] !== null; });
+    var x = d3.scaleLinear().domain([0, d3.max(t) || 1]).range([margin.left, width - margin.right]);
+    var y = d3.scaleLinear().domain([0, d3.max(points, function (p) { return p[1]; }) || 1]).nice()
+      .range([height - margin.bottom, margin.top]);
+    var svg = d3.select(box).append('svg').attr('width', width).attr('height', height).attr('class', 'overhead-svg');
+    svg.append('path').attr('class', 'line').datum(points)
+      .attr('d', d3.line().x(function (p) { return x(p[0]); }).y(function (p) { return y(p[1]); }));
+    svg.append('g').attr('class', 'axis').attr('transform', 'translate(0,' + (height - margin.bottom) + ')')
+      .call(d3.axisBottom(x).ticks(4));
+    svg.append('g').attr('class', 'axis').attr('transform', 'translate(' + margin.left + ',0)')
+      .call(d3.axisLeft(y).ticks(3).tickFormat(format));
+  }
+
+  function buildOverheadChart() {
+    var container = document.getElementById('overhead-chart');
+    if (!container || !data.overhead || !data.overhead.length) return;
+    container.textContent = '';
+    data.overhead.forEach(function (o) {
+      lineChart(container, o.host + ': profiler RSS (MiB) over seconds into the window', o.t, o.rssMiB,
+        function (v) { return String(v); });
+      lineChart(container, o.host + ': profiler CPU (% of one core)', o.t, o.cpuPercent,
+        function (v) { return v + ' %'; });
+    });
+  }
+
   // ------------------------------------------------------------ start
 
   buildSelect();
   buildLegend();
   wireLinks();
   buildChart();
+  buildTimeChart();
+  buildOverheadChart();
   if (data.defaultGraph) renderGraph(data.defaultGraph);
   else document.getElementById('graph-info').textContent = 'no stacks in this report';
 })();

@@ -5,12 +5,16 @@ host captures), applies the application profile with the host agent's own matche
 job and writes summary.csv (per run, host, PID and task, with host `*` cluster rows),
 tasks/<task>.folded (drill-down input) and unmatched.folded (stacks no task matched, most samples
 first). The raw captures are only read: edit the profile and analyse again as often as needed.
+--from/--to restrict every row to a sub-window (seconds into the sampling window) of a capture
+with a timeline (format_version 2, stack_collection ringbuf): the whole intervals overlapping it
+are used, and analysis.json says which.
 Spark runs in local mode by default; any master URL works for large archives (the executors then
 need python3 with pyarrow and numpy; the code is shipped with the job).
 
 examples:
   coordinator analyze runs/20260122-014700
   coordinator analyze runs/20260122-014700 --profile my_profile.txt
+  coordinator analyze runs/20260122-014700 --from 300 --to 600 --out analysis/steady-state
   coordinator analyze runs/* --out analysis/all-runs --master local[2]
   coordinator analyze runs/* --out /shared/analysis --master spark://head:7077
 """
@@ -21,7 +25,8 @@ import argparse
 import re
 from pathlib import Path
 
-from profiler.argtypes import existing_dir, existing_file
+from coordinator.timeline import SubWindow
+from profiler.argtypes import existing_dir, existing_file, seconds_into_window
 
 _MASTER = re.compile(
     r"^(local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$"
@@ -88,10 +93,26 @@ class AnalyzeCommand:
             metavar="KEY=VALUE",
             help="add or override a run label (a summary.csv column); repeatable",
         )
+        parser.add_argument(
+            "--from",
+            dest="window_from",
+            type=seconds_into_window,
+            metavar="S",
+            help="start of the sub-window, seconds into the sampling window (default: its start)",
+        )
+        parser.add_argument(
+            "--to",
+            dest="window_to",
+            type=seconds_into_window,
+            metavar="S",
+            help="end of the sub-window, seconds into the sampling window (default: its end); "
+            "whole timeline intervals overlapping [--from, --to) are used",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.pipeline import analyze
 
+        window = SubWindow(args.window_from, args.window_to)  # --from < --to, else a ConfigError
         output = analyze(
             args.run_dirs,
             out_dir=args.out,
@@ -99,6 +120,7 @@ class AnalyzeCommand:
             master=args.master,
             labels=dict(args.label) or None,
             engine=args.engine,
+            window=window if window.requested else None,
         )
         stats = output.stats
         print(
@@ -106,6 +128,8 @@ class AnalyzeCommand:
             f"{stats.samples} samples, {stats.distinct_stacks} distinct stacks "
             f"in {stats.session_seconds + stats.job_seconds:.1f} s (Spark start-up {stats.session_seconds:.1f} s)"
         )
+        for note in output.window_notes:
+            print(note)
         print(f"wrote {output.summary_csv}")
         print(f"wrote {output.tasks_dir}/ (one folded file per task)")
         print(f"wrote {output.unmatched_file}")
@@ -113,7 +137,7 @@ class AnalyzeCommand:
         print("next:")
         print(
             f"  edit the profile and re-analyse: coordinator analyze {' '.join(str(p) for p in args.run_dirs)}"
-            f" --profile FILE{' --out ' + str(args.out) if args.out else ''}"
+            f" --profile FILE{' --out ' + str(args.out) if args.out else ''}{_window_args(window)}"
         )
         if len(args.run_dirs) == 1 and output.out_dir == Path(args.run_dirs[0]):
             from coordinator.report import render_report
@@ -123,6 +147,11 @@ class AnalyzeCommand:
             print(f"  open the report: {index}")
         print("  compare two runs: coordinator compare RUN_A RUN_B")
         return 0
+
+
+def _window_args(window: SubWindow) -> str:
+    start, end = window.start, window.end
+    return (f" --from {start:g}" if start is not None else "") + (f" --to {end:g}" if end is not None else "")
 
 
 AnalyzeCommand.__doc__ = __doc__  # the module docstring, with examples, is the help text

@@ -22,6 +22,7 @@ import pytest
 from coordinator.analysis import read_inputs
 from coordinator.cli import main as coordinator_main
 from coordinator.pipeline import analyze, choose_engine, spark_session
+from coordinator.timeline import SubWindow
 from profiler import capture
 from profiler.aggregate import aggregate_host
 from profiler.appprofile import parse_profile
@@ -35,7 +36,9 @@ from tests.fixtures.captures import (
     KNOWN_PROFILE,
     NESTED_STACK,
     OTHER_STACK,
+    TIMELINE_OPTIONS,
     PidSpec,
+    timeline_hosts,
     write_run_dir,
 )
 
@@ -193,6 +196,29 @@ def test_in_process_engine_writes_the_same_bytes_as_spark(
     assert output.stats.session_seconds == 0
     assert choose_engine("auto", "local[*]", read_inputs(multi_run_archive, None)) == "in-process"
     assert choose_engine("auto", "spark://10.0.0.1:7077", read_inputs(multi_run_archive, None)) == "spark"
+
+
+@pytest.mark.parametrize("window", [SubWindow(10, 20), SubWindow(12, None), SubWindow(0, 30)], ids=str)
+def test_sub_window_in_process_and_spark_write_the_same_bytes(
+    spark: object, timeline_run: Path, tmp_path: Path, window: SubWindow
+) -> None:
+    # GIVEN two runs with timelines, the second with two hosts (one without any counters timeline)
+    second = write_run_dir(
+        tmp_path / "second",
+        "second",
+        {**timeline_hosts(), "h2": [PidSpec(7, timeline={1: {KAFKA_STACK: 3}, 2: {GC_STACK: 9}}, cycles=1.2e9)]},
+        **TIMELINE_OPTIONS,
+    )
+    # WHEN both engines analyse the same sub-window
+    analyze([timeline_run, second], out_dir=tmp_path / "spark", spark=spark, window=window)
+    analyze([timeline_run, second], out_dir=tmp_path / "local", engine="in-process", window=window)
+    # THEN every file, analysis.json with its intervals included, is byte-identical
+    files = sorted(p.relative_to(tmp_path / "spark") for p in (tmp_path / "spark").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
+    for name in files:
+        assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    recorded = json.loads((tmp_path / "spark" / "analysis.json").read_text())["window"]
+    assert [(h["run"], h["host"]) for h in recorded["hosts"]] == [("second", "h1"), ("second", "h2"), ("timed", "h1")]
 
 
 def test_bad_stacks_file_is_one_line_error(spark: object, tiny_run: Path) -> None:

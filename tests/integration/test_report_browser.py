@@ -149,3 +149,61 @@ def test_published_index_links_to_the_report(tmp_path: Path, chromium: Chromium)
     chromium.wait_event("Page.loadEventFired")
     assert chromium.wait_for(FRAME_COUNT) > 10
     assert chromium.errors() == []
+
+
+def test_time_chart_and_sub_window_in_headless_chromium(
+    tmp_path: Path, chromium: Chromium, timeline_run: Path
+) -> None:
+    # GIVEN a ring-buffer capture of two executors with three 10 s intervals (GC and JIT in the first)
+    index = render_report(make_run_dir(tmp_path / "runs", intervals=3, hostile=False))
+
+    # WHEN Chromium opens the report
+    chromium.open(index.as_uri())
+    chromium.wait_for(FRAME_COUNT)
+
+    # THEN node1's time chart has one series per task with samples (all five tasks and unmatched)
+    series = "Array.from(document.querySelectorAll('#time-chart .time-host svg path.series'))"
+    assert chromium.wait_for(f"{series}.length") == 6
+    assert chromium.evaluate(f"{series}.map(p => p.getAttribute('data-task'))") == [
+        "Kafka", "Deserialize", "Filter", "Window", "GC", "unmatched"
+    ]
+    assert chromium.evaluate("document.getElementById('time-unit').value") == "cycles"
+    # every unit draws, and hovering an interval explains it
+    for unit in ("share", "samples", "cycles"):
+        chromium.evaluate(
+            f"(s => {{ s.value = '{unit}'; s.dispatchEvent(new Event('change')); }})"
+            "(document.getElementById('time-unit'))"
+        )
+        assert chromium.evaluate(f"{series}.length") == 6
+    box = chromium.evaluate(
+        "(() => { const s = document.querySelector('#time-chart svg'); s.scrollIntoView({block: 'center'});"
+        " const r = s.getBoundingClientRect(); return [r.left + 70, r.top + 100]; })()"
+    )
+    chromium.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box[0], "y": box[1]})
+    details = chromium.wait_for(
+        "(t => t.startsWith('0–10 s') ? t : '')(document.querySelector('#time-chart .time-details').textContent)"
+    )
+    assert "GC" in details and "cycles" in details
+    # the profiler's own RSS and CPU over the window, and the sampler's per-PID health
+    assert chromium.evaluate("document.querySelectorAll('#overhead-chart svg path.line').length") == 2
+    health = chromium.evaluate("document.getElementById('health').textContent")
+    assert "node1 PID 2201" in health and "Java frames unresolved" in health and "dropped (ring buffer full" in health
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    chromium.screenshot(ARTIFACTS / "report-time-chart.png")
+    assert chromium.errors() == []
+
+    # GIVEN a run analysed for a sub-window
+    from coordinator.pipeline import analyze
+    from coordinator.timeline import SubWindow
+
+    analyze([timeline_run], engine="in-process", window=SubWindow(12, 19))
+    chromium.open(render_report(timeline_run).as_uri())
+    # THEN the header names the intervals used, the chart shades them and keeps one series per task
+    meta = chromium.wait_for("document.querySelector('.masthead .meta').textContent")
+    assert "sub-window" in meta and "10–20 s of the window (--from 12 --to 19; whole 10 s intervals)" in meta
+    assert chromium.wait_for(f"{series}.length") == 4  # Kafka, Deserialize, GC, unmatched
+    shade = chromium.evaluate("document.querySelector('#time-chart rect.subwindow').getAttribute('width')")
+    assert float(shade) > 0
+    # PID 200 has no counters timeline: its window cycles are split by its samples per interval
+    assert chromium.evaluate("document.getElementById('time-unit').value") == "cycles"
+    assert chromium.errors() == []

@@ -4,7 +4,6 @@ stop request or a failure still leaves a complete capture."""
 from __future__ import annotations
 
 import csv
-import math
 import threading
 from collections import Counter
 from pathlib import Path
@@ -233,7 +232,8 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     # AND the counter deltas of a process present all window add up to its final reading
     rows = capture.read_counters_timeline(out, 102)
     assert [r.interval for r in rows] == sorted({r.interval for r in rows})
-    assert rows[-1].interval == math.ceil(meta.duration / 0.4) - 1  # the window's last (the end belongs to it)
+    # the window's last interval; the loop's sliver past the deadline belongs to it (1.2 s / 0.4 s = 3)
+    assert rows[-1].interval == 2 and meta.intervals == 3
     final = capture.read_counters(out, 102)
     assert sum(r.cycles for r in rows) == pytest.approx(final.cycles)
     assert sum(r.cpu_seconds for r in rows) == pytest.approx(final.cpu_seconds)
