@@ -54,7 +54,7 @@ FLINK_VERSION = "2.3.0"
 TASKMANAGER_MAIN_CLASS = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 JOBMANAGER_MAIN_CLASS = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
 _PACKAGES = (f"apache-flink=={FLINK_VERSION}", f"apache-flink-libraries=={FLINK_VERSION}")
-_START_TIMEOUT_S = 120.0
+_START_TIMEOUT_S = 180.0  # a loaded 2-core machine took 90 s
 _STOP_GRACE_S = 10.0
 
 
@@ -137,7 +137,8 @@ class LocalFlinkCluster:
     Each TaskManager has ``slots`` slots; every JVM runs with -XX:+PreserveFramePointer
     (``env.java.opts.jobmanager``/``taskmanager``). Ports are free loopback ports. ``submit_jar()`` runs
     a job over the REST API; ``stop()`` kills everything it started. Logs stay in ``tmp_dir`` (given
-    ``log_dir``, or a temporary directory kept when FLINK_LOCAL_KEEP_LOGS is set or start-up failed).
+    ``log_dir``, or a temporary directory kept when FLINK_LOCAL_KEEP_LOGS is set, start-up failed or
+    the ``with`` block ended with an error other than Ctrl-C).
     """
 
     taskmanagers: int = 2
@@ -168,6 +169,9 @@ class LocalFlinkCluster:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        # An error (a job that failed, a TaskManager that died) names files in tmp_dir: keep them.
+        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+            self._keep_logs = True
         self.stop()
 
     @property
