@@ -693,7 +693,8 @@ class EventCounter:
         except EndpointError as exc:
             self._notes.append(f"{manager.label}: {exc}")
             return None
-        manager.note(latest, time.time())
+        # The final reading is not a change point: a refresh it shows may have landed any time since
+        # the poller's last reading, which can be seconds before finish() is called.
         if not latest and not manager.baseline:
             self._notes.append(f"{manager.label}: no running job with record metrics")
             return None
@@ -724,6 +725,9 @@ class EventCounter:
             f"metric cache was polled every {FLINK_POLL_SECONDS:.0f} s and refreshed {refreshes} times in the window; "
             f"{len(estimated)} jobs counted between the window's ends interpolated over those refreshes"
         )
+        for jid in sorted(estimated):
+            seen = ", ".join(f"{when - start:+.1f} s: {count}" for when, count in manager.changes[jid][:20])
+            detail += f" (job {jid[:8]}: {seen})"
         if naive:
             detail += f", {len(naive)} jobs as end minus start reading (too few refreshes: {', '.join(sorted(naive))})"
         if stale:

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -351,6 +352,7 @@ def test_flink_counter_reports_source_records_of_the_window(monkeypatch: pytest.
     counter = EventCounter(fetch=rest, poll_seconds=0.05)
     counter.start([jobmanager])
     rest.routes.update(_flink_routes(source_out=6000.0, filtered_out=2400.0, window_in=2400.0))
+    time.sleep(0.3)  # the poller sees the one refresh; one refresh counts as end minus start reading
     result = counter.finish(2e9)
     assert result.count == 5000, result
     assert result.source == f"flink-rest:{FLINK}"
