@@ -17,6 +17,8 @@ from coordinator.flinkcluster import FlinkClusterError, LocalFlinkCluster
 from coordinator.ysb.campaigns import ad_campaign_mapping
 from coordinator.ysb.javabuild import cache_dir, compile_jar
 from coordinator.ysb.redis import RedisServer
+from coordinator.ysb.runner import YsbOptions
+from profiler.errors import ConfigError
 
 YSB_DIR = Path(__file__).resolve().parent
 JOB_SOURCE = YSB_DIR / "YsbFlink.java"
@@ -115,7 +117,7 @@ class YsbFlinkRun:
         """Until the first window reached Redis: every operator of the pipeline has run."""
         deadline = time.monotonic() + timeout
         while self.redis_windows() == 0:
-            self._check_running()
+            self.check_running()
             if time.monotonic() > deadline:
                 raise FlinkClusterError(
                     f"Flink job {self.job_id}: no window in Redis after {timeout:.0f} s; read {self.cluster.tmp_dir}"
@@ -126,10 +128,10 @@ class YsbFlinkRun:
         """Let the job run for ``seconds``, failing early if it stops."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            self._check_running()
+            self.check_running()
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         state = self.cluster.job(self.job_id).get("state")
         if state != "RUNNING":
             raise FlinkClusterError(
@@ -175,3 +177,116 @@ class YsbFlinkRun:
             if self.redis is not None:
                 redis, self.redis = self.redis, None
                 redis.stop()
+
+
+def flink_known_spes(conf_dir: Path) -> str:
+    """A known_spes file that selects only this cluster's Flink processes (by their --configDir)."""
+    return "\n".join(
+        [
+            "# coordinator demo --spe flink: only the processes of this demo's local cluster",
+            f"flink  workload  taskmanager  org.apache.flink.runtime.taskexecutor.TaskManagerRunner  arg={conf_dir}",
+            "flink  managing  jobmanager  org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
+            f"  arg={conf_dir}",
+            "",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class JobWindow:
+    """What the job itself says about the profiling window."""
+
+    windows: int  # 10 s event-time windows that lie in the profiling window, whole or in part
+    events: int  # the job's own count of events generated in it (events_between)
+    sink_rows: int  # window rows in Redis
+
+
+# Windows fire once the watermark (1 s behind the newest event) passes their end.
+WINDOW_FIRE_S = 13.0
+
+
+class FlinkYsbEngine:
+    """YSB on a LocalFlinkCluster for the demo: the cluster (TaskManagers = ``options.executors``, one
+    slot each), the job and its redis-server; a context manager that stops everything it started.
+    Shaped like the demo's engine interface (describe, wait_ready, known_spes, ...)."""
+
+    spe = "flink"
+    profile = "application_profiles/flink.txt"
+    events_source = "the Flink REST API (the source operator's numRecordsOut)"
+
+    def __init__(self, options: YsbOptions, log_dir: Path | None = None) -> None:
+        if options.sink == "file":
+            raise ConfigError("--sink file: the Flink job writes to Redis only; drop --sink or use --sink redis")
+        self.options = YsbFlinkOptions(
+            rate=options.rate, campaigns=options.campaigns, ads_per_campaign=options.ads_per_campaign,
+            parallelism=options.executors,
+        )
+        self.cluster = LocalFlinkCluster(
+            taskmanagers=options.executors,
+            slots=1,
+            log_dir=log_dir,
+            taskmanager_java_options=taskmanager_java_options(),
+        )
+        self.ysb: YsbFlinkRun | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.cluster.tmp_dir
+
+    def __enter__(self) -> FlinkYsbEngine:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self.ysb is not None:
+                ysb, self.ysb = self.ysb, None
+                ysb.stop()
+        finally:
+            self.cluster.__exit__(exc_type, exc, tb)
+
+    def start(self) -> None:
+        try:
+            self.cluster.start()
+            self.ysb = YsbFlinkRun(self.cluster, self.options).start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        self.__exit__(None, None, None)
+
+    def _run(self) -> YsbFlinkRun:
+        assert self.ysb is not None, "start() first"
+        return self.ysb
+
+    def describe(self) -> str:
+        return f"Flink JobManager {self.cluster.rest_url}, job {self._run().job_id}"
+
+    def wait_ready(self, timeout: float) -> None:
+        self._run().wait_ready(timeout=timeout)
+
+    def wait_processing(self, seconds: float) -> None:
+        self._run().wait_processing(seconds)
+
+    def check_running(self) -> None:
+        self._run().check_running()
+
+    def known_spes(self) -> str:
+        return flink_known_spes(self.cluster.tmp_dir / "conf")
+
+    def workload_pids(self) -> list[int]:
+        return self.cluster.taskmanager_pids()
+
+    def managing_pids(self) -> list[int]:
+        pid = self.cluster.jobmanager_pid()
+        return [pid] if pid is not None else []
+
+    def job_window(self, start: float, end: float) -> JobWindow:
+        """The job's own account of [start, end], once the windows covering its end have fired."""
+        time.sleep(max(0.0, end + WINDOW_FIRE_S - time.time()))
+        views = self._run().window_counts()
+        first, last = int(start * 1000) // WINDOW_MS, int(end * 1000) // WINDOW_MS
+        return JobWindow(last - first + 1, round(events_between(views, start, end)), len(views))

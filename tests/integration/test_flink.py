@@ -110,8 +110,8 @@ def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) ->
     assert shares.get("unmatched", 1.0) < 0.10, f"unmatched too large: {shares}"
 
     # AND events come from the REST API, about the offered load, and agree with the job's own count
-    done = re.search(r"demo: (\d+) events \(Flink REST API.*own count from its Redis windows: (\d+); (\d+) window",
-                     result.stdout)
+    done = re.search(r"demo: (\d+) events \(Flink REST API.*own count from its Redis windows: (\d+) in \d+ windows; "
+                     r"(\d+) window", result.stdout)
     assert done, result.stdout
     rest, own, windows = (int(g) for g in done.groups())
     assert windows > 0

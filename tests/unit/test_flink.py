@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from coordinator.flinkcluster import (
     JOBMANAGER_MAIN_CLASS,
     TASKMANAGER_MAIN_CLASS,
     LocalFlinkCluster,
     _shipped_java_opts,
 )
-from coordinator.flinkdemo import flink_known_spes
-from coordinator.ysb.flink import events_between, taskmanager_java_options
+from coordinator.ysb.flink import FlinkYsbEngine, events_between, flink_known_spes, taskmanager_java_options
+from coordinator.ysb.runner import YsbOptions
+from profiler.errors import ConfigError
 from profiler.spes import classify, default_known_spes_path, load_known_spes, parse_known_spes
 
 JAVA = ["/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "-Xmx301989882", "-XX:+PreserveFramePointer",
@@ -76,3 +79,8 @@ def test_taskmanager_java_options_write_a_command_file(tmp_path: Path) -> None:
     path = Path(option.split("=", 1)[1])
     assert option.startswith("-XX:CompileCommandFile=") and path.parent == tmp_path
     assert path.read_text() == "dontinline ysb.*::*\n"
+
+
+def test_the_flink_engine_refuses_the_file_sink_before_starting_anything() -> None:
+    with pytest.raises(ConfigError, match="Redis only"):
+        FlinkYsbEngine(YsbOptions(sink="file"))
