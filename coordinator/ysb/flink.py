@@ -23,7 +23,6 @@ from profiler.errors import ConfigError
 YSB_DIR = Path(__file__).resolve().parent
 JOB_SOURCE = YSB_DIR / "YsbFlink.java"
 JOB_CLASS = "ysb.YsbFlink"
-SOURCE_OPERATOR = "Source: YSB generator"
 WINDOW_MS = 10_000
 # The generator makes every third event a view (event_type = index mod 3), so a window's view count
 # times three is the number of events generated in its 10 s of event time (= generation wall time).
@@ -138,17 +137,6 @@ class YsbFlinkRun:
                 f"Flink job {self.job_id} is {state}: {self.cluster.job_exception(self.job_id)}; "
                 f"read {self.cluster.tmp_dir}"
             )
-
-    def source_records(self) -> int:
-        """Events the generator emitted so far (its operator's numRecordsOut over all subtasks), as the
-        JobManager's metric cache has it (refreshed at most every metrics.fetcher.update-interval)."""
-        job = self.cluster.job(self.job_id)
-        source = next(v for v in job.get("vertices", []) if str(v.get("name", "")).startswith(SOURCE_OPERATOR))
-        metric = "Source__YSB_generator.numRecordsOut"
-        answer = self.cluster.rest(
-            f"/jobs/{self.job_id}/vertices/{source['id']}/subtasks/metrics?get={metric}&agg=sum"
-        )
-        return int(answer[0]["sum"]) if answer else 0
 
     def redis_windows(self) -> int:
         """Windows the sink wrote (keys ``ysb:window:*``)."""
