@@ -35,6 +35,7 @@ MB = 1024 * 1024
 class Window:
     duration: float
     run_dir: Path
+    processes: int  # workload processes sampled
     samples: int
     stored: int
     dropped: int
@@ -53,7 +54,7 @@ class Window:
     profiler_cpu: float
     elapsed: float
     post_run: float
-    load: tuple[float, float, float]
+    load: tuple[float, float, float] | None
 
     @property
     def stored_pct(self) -> float:
@@ -69,8 +70,10 @@ class Window:
         return 100.0 * self.profiler_cpu / self.elapsed if self.elapsed else 0.0
 
 
-def run_window(duration: float, warmup: float, work: Path) -> Window:
+def run_window(duration: float, warmup: float, work: Path, reuse: bool = False) -> Window:
     out = work / f"demo-{int(duration)}"
+    if reuse:
+        return read_window(duration, out, None)  # the load of that time is not known any more
     command = [
         sys.executable,
         "-m",
@@ -93,7 +96,11 @@ def run_window(duration: float, warmup: float, work: Path) -> Window:
     )
     if done.returncode not in (0, 9):
         raise SystemExit(f"demo failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    load = os.getloadavg()
+    return read_window(duration, out, os.getloadavg())
+
+
+def read_window(duration: float, out: Path, load: tuple[float, float, float] | None) -> Window:
+    """The figures of one demo run, from its host capture."""
     host_dir = next((out / "hosts").iterdir())
     cap = capture.read_capture(host_dir)
     overhead = cap.overhead
@@ -110,6 +117,7 @@ def run_window(duration: float, warmup: float, work: Path) -> Window:
     return Window(
         duration=duration,
         run_dir=out,
+        processes=len(workload),
         samples=samples,
         stored=samples - sum(s.dropped + s.lost_user_stack for s in stats),
         dropped=sum(s.dropped for s in stats),
@@ -128,7 +136,7 @@ def run_window(duration: float, warmup: float, work: Path) -> Window:
         profiler_cpu=overhead.profiler_cpu_seconds,
         elapsed=cap.meta.duration,
         post_run=overhead.post_run_seconds,
-        load=(round(load[0], 1), round(load[1], 1), round(load[2], 1)),
+        load=None if load is None else (round(load[0], 1), round(load[1], 1), round(load[2], 1)),
     )
 
 
@@ -159,20 +167,20 @@ def report(windows: list[Window], command: str) -> str:
         "load average at each run's end is given (samples per second drop when the executors get less CPU;",
         "losses, memory and the profiler's own CPU do not depend on it).",
         "",
-        "| window | collection | samples | stored | dropped (ring full) | lost user / kernel stacks | truncated "
-        "| interpreted-only | Java frames unresolved | perf-map versions | distinct stacks | RSS baseline | RSS growth "
-        "| peak RSS | profiler CPU | post-run | load (1/5/15 min) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| window | collection | processes | samples | stored | dropped (ring full) | lost user / kernel stacks "
+        "| truncated | interpreted-only | Java frames unresolved | perf-map versions | distinct stacks | RSS baseline "
+        "| RSS growth | peak RSS | profiler CPU | post-run | load (1/5/15 min) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for w in windows:
         unresolved = 100.0 * w.java_unresolved / w.java_frames if w.java_frames else 0.0
         interp = 100.0 * w.interpreted_only / w.samples if w.samples else 0.0
         lines.append(
-            f"| {w.duration:.0f} s | {w.collection} | {w.samples} | {w.stored_pct:.3f} % | {w.dropped} | "
-            f"{w.lost_user} / {w.lost_kernel} | {w.truncated} | {interp:.1f} % | {unresolved:.2f} % | "
+            f"| {w.duration:.0f} s | {w.collection} | {w.processes} | {w.samples} | {w.stored_pct:.3f} % | "
+            f"{w.dropped} | {w.lost_user} / {w.lost_kernel} | {w.truncated} | {interp:.1f} % | {unresolved:.2f} % | "
             f"{w.perf_map_snapshots} | {w.distinct_stacks} | {w.rss_baseline / MB:.1f} MB | "
             f"{w.rss_growth / MB:+.1f} MB | {w.peak_rss / MB:.1f} MB | {w.cpu_pct:.2f} % of a core | "
-            f"{w.post_run:.1f} s | {w.load[0]} / {w.load[1]} / {w.load[2]} |"
+            f"{w.post_run:.1f} s | {' / '.join(map(str, w.load)) if w.load else 'n/a'} |"
         )
     longest = max(windows, key=lambda w: w.duration)
     lines += [
@@ -199,8 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--durations", default="60,300,900", help="window lengths in seconds (60,300,900)")
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds of processing before each window (60)")
     parser.add_argument("--keep", type=Path, help="keep the run directories here (default: a temporary directory)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="read the runs already in --keep instead of running them again"
+    )
     parser.add_argument("--no-write", action="store_true", help=f"print only; do not write {DOC}")
     args = parser.parse_args(argv)
+    if args.reuse and args.keep is None:
+        parser.error("--reuse needs --keep DIR (where the runs are)")
     durations = [float(d) for d in args.durations.split(",")]
     command = "python bench/bench_long_window.py " + " ".join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="bench-long-") as scratch:
@@ -208,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         windows = []
         for duration in durations:
-            window = run_window(duration, args.warmup, work)
+            window = run_window(duration, args.warmup, work, reuse=args.reuse)
             print(json.dumps({"duration": duration, "samples": window.samples, "stored_pct": window.stored_pct,
                               "rss_growth_mb": window.rss_growth / MB, "cpu_pct": window.cpu_pct}), flush=True)
             windows.append(window)

@@ -2,8 +2,10 @@
 
 The ring-buffer sampler hands every sample here as it drains the buffer; this is the only place that
 grows with the window, and it grows with the number of distinct stacks, not with the number of
-samples: each distinct (process, thread, thread name, user addresses, kernel addresses) is stored once
-(address tuples interned as bytes), and a sample adds one to a counter keyed by small integers.
+samples: each distinct (process, thread name, user addresses, kernel addresses) is stored once
+(address tuples interned as bytes; the thread id is not kept: threads of one pool share their stacks,
+and the folded output names threads by name), and a sample adds one to a counter keyed by one int
+packing (stack, interval, perf-map epoch).
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ RECORD_HEADER = struct.Struct("<IIQii16s")
 RawStack = bytes | int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StackKey:
     tgid: int
-    tid: int
     comm: bytes
     user: RawStack
     kernel: RawStack  # STACK_NONE in user mode
+
+
+# Counter keys pack (stack id, interval, epoch) into one int: a tuple per entry would cost ~100 bytes more.
+EPOCH_BITS = 16
+INTERVAL_BITS = 24
 
 
 def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, RawStack, RawStack]:
@@ -57,7 +63,7 @@ class StackStore:
         self._stacks: dict[bytes, bytes] = {}  # interning: equal address tuples share one object
         self._keys: dict[StackKey, int] = {}
         self._key_list: list[StackKey] = []
-        self._counts: dict[int, Counter[tuple[int, int, int]]] = {}  # tgid -> (key id, interval, epoch)
+        self._counts: dict[int, Counter[int]] = {}  # tgid -> packed (key id, interval, epoch) -> samples
         self.samples = 0
 
     def begin(self, origin_ns: int) -> None:
@@ -75,7 +81,7 @@ class StackStore:
     def add(
         self, tgid: int, tid: int, comm: bytes, time_ns: int, user: RawStack, kernel: RawStack, epoch: int = 0
     ) -> None:
-        key = StackKey(tgid, tid, comm, self._intern(user), self._intern(kernel))
+        key = StackKey(tgid, comm, self._intern(user), self._intern(kernel))
         key_id = self._keys.get(key)
         if key_id is None:
             key_id = self._keys[key] = len(self._key_list)
@@ -83,7 +89,9 @@ class StackStore:
         counts = self._counts.get(tgid)
         if counts is None:
             counts = self._counts[tgid] = Counter()
-        counts[(key_id, self.interval_of(time_ns), epoch)] += 1
+        interval = min(self.interval_of(time_ns), (1 << INTERVAL_BITS) - 1)
+        epoch = min(epoch, (1 << EPOCH_BITS) - 1)
+        counts[(key_id << (INTERVAL_BITS + EPOCH_BITS)) | (interval << EPOCH_BITS) | epoch] += 1
         self.samples += 1
 
     @property
@@ -99,13 +107,16 @@ class StackStore:
         return sorted(self._counts)
 
     def epochs(self, tgid: int) -> list[int]:
-        return sorted({epoch for (_key, _interval, epoch) in self._counts.get(tgid, ())})
+        mask = (1 << EPOCH_BITS) - 1
+        return sorted({packed & mask for packed in self._counts.get(tgid, ())})
 
     def entries(self, tgid: int, epoch: int | None = None) -> Iterator[tuple[StackKey, int, int]]:
         """(key, interval, count) of one process, optionally of one perf-map epoch only."""
-        for (key_id, interval, key_epoch), count in self._counts.get(tgid, Counter()).items():
-            if epoch is None or key_epoch == epoch:
-                yield self._key_list[key_id], interval, count
+        epoch_mask, interval_mask = (1 << EPOCH_BITS) - 1, (1 << INTERVAL_BITS) - 1
+        for packed, count in self._counts.get(tgid, Counter()).items():
+            if epoch is None or packed & epoch_mask == epoch:
+                key_id = packed >> (INTERVAL_BITS + EPOCH_BITS)
+                yield self._key_list[key_id], (packed >> EPOCH_BITS) & interval_mask, count
 
     def forget(self, tgid: int) -> None:
         """Drop one process's counts once they are symbolized (the interned stacks stay shared)."""

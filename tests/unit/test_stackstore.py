@@ -47,13 +47,13 @@ def test_store_counts_per_interval_and_epoch_and_keeps_one_copy_of_each_stack() 
     store.begin(100)
     for time_ns in (100, 105, 109, 110, 125):
         store.add(1, 1, b"t", time_ns, raw(1, 2), STACK_NONE)
-    store.add(1, 2, b"t", 131, bytes(raw(1, 2)), STACK_NONE, epoch=1)  # equal content, another object
+    store.add(1, 2, b"t", 131, bytes(raw(1, 2)), STACK_NONE, epoch=1)  # another thread, equal content
     store.add(2, 2, b"u", 90, raw(5), -14)  # before the origin: interval 0
-    assert store.samples == 7 and store.distinct_stacks == 3
+    assert store.samples == 7 and store.distinct_stacks == 2  # threads of one name share their stacks
     assert store.stored_bytes == len(raw(1, 2)) + len(raw(5))
     by_interval = sorted((interval, count) for _key, interval, count in store.entries(1, epoch=0))
     assert by_interval == [(0, 3), (1, 1), (2, 1)]
-    assert [(k.tid, i, c) for k, i, c in store.entries(1, epoch=1)] == [(2, 3, 1)]
+    assert [(k.comm, i, c) for k, i, c in store.entries(1, epoch=1)] == [(b"t", 3, 1)]
     assert store.epochs(1) == [0, 1] and store.pids() == [1, 2]
     store.forget(1)
     assert store.pids() == [2]

@@ -1,0 +1,61 @@
+"""Memory of the ring-buffer sampler's stack store over a synthetic 900 s window.
+
+Feeds profiler.stackstore.StackStore the samples of a busy 2-CPU host over 900 s at 99 Hz (178,000
+samples by default) drawn from a pool of Java-deep user stacks (40 shared root frames, 5-40 distinct
+leaf frames) with a skewed popularity, a fifth of them with a short kernel stack, 8 threads of one name,
+10 s intervals and a perf-map epoch per minute; reports the bytes Python allocated per distinct stack
+(tracemalloc). The real captures' figures are in docs/benchmarks/long-window.md.
+
+usage: .venv/bin/python bench/bench_stackstore.py [--samples N] [--pool N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import struct
+import sys
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from profiler.stackstore import StackStore  # noqa: E402
+
+SECOND = 10**9
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=178_000, help="samples over the 900 s window (178000)")
+    parser.add_argument("--pool", type=int, default=100_000, help="distinct user stacks to draw from (100000)")
+    args = parser.parse_args(argv)
+    rng = random.Random(1)
+    roots = [[rng.randrange(1 << 40) for _ in range(40)] for _ in range(20)]
+    pool = []
+    for _ in range(args.pool):
+        frames = [rng.randrange(1 << 40) for _ in range(rng.randrange(5, 40))] + rng.choice(roots)
+        pool.append(struct.pack(f"<{len(frames)}Q", *frames))
+    kernel = [struct.pack("<5Q", *[rng.randrange(1 << 40) for _ in range(5)]) for _ in range(50)]
+    store = StackStore(10 * SECOND)
+    store.begin(0)
+    tracemalloc.start()
+    for sample in range(args.samples):
+        time_ns = sample * (900 * SECOND // args.samples)
+        popular = rng.random() < 0.5
+        user = pool[int(rng.paretovariate(1.2)) % len(pool)] if popular else pool[rng.randrange(len(pool))]
+        kernel_stack: bytes | int = bytes(bytearray(rng.choice(kernel))) if rng.random() < 0.2 else -1
+        # copies, as each ring-buffer record arrives as new bytes
+        store.add(100 + sample % 2, sample % 8, b"Executor task l", time_ns, bytes(bytearray(user)), kernel_stack,
+                  epoch=time_ns // (60 * SECOND))
+    current, _peak = tracemalloc.get_traced_memory()
+    print(
+        f"samples {args.samples}, distinct stacks {store.distinct_stacks}, raw addresses "
+        f"{store.stored_bytes / 2**20:.1f} MiB, allocated {current / 2**20:.1f} MiB = "
+        f"{current / max(1, store.distinct_stacks):.0f} bytes per distinct stack"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
