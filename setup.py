@@ -34,8 +34,9 @@ setup(
         "coordinator.application_profiles": "application_profiles",
     },
     package_data={
-        "profiler": ["bpf/*.c", "agent/*.c", "agent/*.java", "known_spes.txt", "application_profile.txt"],
-        "coordinator.templates": ["*.html", "*.css", "*.js", "vendor/*", "vendor/**/*"],
+        # agent/Makefile: perfmap.py builds the perf-map agent from it on the host.
+        "profiler": ["bpf/*.c", "agent/*.c", "agent/Makefile", "known_spes.txt"],
+        "coordinator.templates": ["*.html", "*.css", "*.js", "vendor/*"],
         "coordinator.application_profiles": ["*.txt"],
         "coordinator.ysb": ["*.java"],
     },

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +28,8 @@ from . import timeline
 from .timeline import IntervalSpan, SubWindow
 
 SUMMARY_FILE = "summary.csv"
+# A bare host capture is never written to: `coordinator analyze` puts its analysis in this subdirectory.
+BARE_CAPTURE_ANALYSIS_DIR = "analysis"
 TASKS_DIR = "tasks"
 UNMATCHED_FILE = "unmatched.folded"
 ANALYSIS_FILE = "analysis.json"
@@ -374,12 +377,24 @@ def pid_rows(
     return rows
 
 
-def _sum_known(values: Iterable[Any]) -> float | int | None:
+def sum_known(values: Iterable[Any]) -> float | int | None:
     """Sum of the values that were measured; None when none was (never turns "unknown" into 0)."""
     known = [v for v in values if v is not None and v != ""]
     if not known:
         return None
     return sum(known)
+
+
+def pid_rows_by_task(
+    rows: Iterable[Mapping[str, Any]], task_names: Sequence[str]
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The PID rows of a group (``*`` rows of hosts and the cluster skipped) per task of
+    ``task_names``, and under ``*`` each PID's total row: what every per-task sum adds up."""
+    by_task: dict[str, list[Mapping[str, Any]]] = {name: [] for name in (*task_names, ALL)}
+    for row in rows:
+        if row.get("pid") != ALL and row.get("task") in by_task:
+            by_task[str(row["task"])].append(row)
+    return by_task
 
 
 def group_rows(
@@ -393,15 +408,9 @@ def group_rows(
     """Rows for a group of workload PIDs (one host, or the whole run with host ``*``): per task the
     samples and cycles summed over PIDs, share = task samples / all samples of the group, then a
     ``*`` row with the group totals. ``rows`` are pid_rows of the group (managing PIDs are skipped)."""
-    workload = [r for r in rows if r.get("role") == "workload" and r.get("pid") != ALL]
-    by_task: dict[str, list[Mapping[str, Any]]] = {name: [] for name in task_names}
-    totals: list[Mapping[str, Any]] = []
-    for pid_row in workload:
-        if pid_row["task"] == ALL:
-            totals.append(pid_row)
-        elif pid_row["task"] in by_task:
-            by_task[str(pid_row["task"])].append(pid_row)
-    all_samples = int(_sum_known(r.get("samples") for r in totals) or 0)
+    by_task = pid_rows_by_task((r for r in rows if r.get("role") == "workload"), task_names)
+    totals = by_task[ALL]
+    all_samples = int(sum_known(r.get("samples") for r in totals) or 0)
     engines = sorted({str(r.get("engine") or "") for r in totals} - {""})
     base = {
         "run": run,
@@ -413,21 +422,21 @@ def group_rows(
     }
     out: list[dict[str, Any]] = []
     for task in (*task_names, ALL):
-        members = totals if task == ALL else by_task[task]
+        members = by_task[task]
         row = dict.fromkeys(SUMMARY_COLUMNS)
         row.update(base, task=task)
-        samples = int(_sum_known(r.get("samples") for r in members) or 0)
+        samples = int(sum_known(r.get("samples") for r in members) or 0)
         row["samples"] = samples
         if all_samples:
             row["share"] = samples / all_samples
             row["share_ci95"] = share_ci95(samples, all_samples) if task != ALL else 0.0
         for column in (*_ADDITIVE, "multi_task_samples"):
-            row[column] = _sum_known(r.get(column) for r in members)
+            row[column] = sum_known(r.get(column) for r in members)
         estimated = [r.get("cycles_estimated") for r in members if r.get("cycles") is not None]
         row["cycles_estimated"] = any(bool(e) for e in estimated) if estimated else None
         if task == ALL:
             for column in _NET:
-                row[column] = _sum_known(r.get(column) for r in members)
+                row[column] = sum_known(r.get(column) for r in members)
             measured = [r for r in members if r.get("ipc") is not None]
             cycles = sum(r["cycles"] for r in measured)
             row["ipc"] = sum(r["instructions"] for r in measured) / cycles if measured and cycles > 0 else None
@@ -569,6 +578,31 @@ def window_notes(runs: Sequence[RunInput]) -> list[str]:
 # ---------------------------------------------------------------- summary.csv reading and compare
 
 
+def existing_summary(directory: Path) -> Path | None:
+    """The summary.csv `coordinator analyze` wrote for a run or bare capture directory; None if none."""
+    candidates = (directory / SUMMARY_FILE, directory / BARE_CAPTURE_ANALYSIS_DIR / SUMMARY_FILE)
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def cell_number(value: Any, *, lenient: bool = False) -> float | None:
+    """A summary.csv cell as a number. Empty (or absent) is None: not measured. A cell that is not
+    a finite number raises ValueError, or is None when the caller is ``lenient`` (the report shows
+    what it can of a damaged file; compare refuses it)."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        if lenient:
+            return None
+        raise ValueError(f"{value!r} is not a number") from None
+    if math.isfinite(number):
+        return number
+    if lenient:
+        return None
+    raise ValueError(f"{value!r} is not a finite number")
+
+
 def read_summary(path: Path) -> list[dict[str, str]]:
     try:
         with open(path, encoding="utf-8", newline="") as handle:
@@ -612,22 +646,14 @@ def cluster_totals(rows: Iterable[Mapping[str, Any]], run: str | None = None) ->
         out[str(row["task"])] = TaskTotals(
             samples=samples,
             all_samples=all_samples,
-            cycles=_float(row.get("cycles")),
+            cycles=cell_number(row.get("cycles")),
             share=samples / all_samples if all_samples else None,
         )
     return out
 
 
 def _int(value: Any) -> int:
-    if value is None or value == "":
-        return 0
-    return int(float(value))
-
-
-def _float(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    return float(value)
+    return int(cell_number(value) or 0)
 
 
 def compare_runs(

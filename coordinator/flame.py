@@ -1,6 +1,6 @@
 """Folded stacks → compact flamegraph trees for the HTML report, each frame attributed to a task.
 
-Pure: counts and a classifier in, plain JSON-ready structures out. Frame names are interned in one
+Pure: counts and the run's ``Matcher`` in, plain JSON-ready structures out. Frame names are interned in one
 table shared by every graph of a report, so a frame repeated in many graphs is stored once.
 """
 
@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from profiler.capture import UNMATCHED
+from profiler.folded import FRAME_SEPARATOR
+from profiler.matcher import Matcher
 
-FRAME_SEPARATOR = ";"
 # Colour index of a frame whose samples went to more than one task (drawn neutral).
 MIXED = -1
 # Default limit of distinct stacks per flamegraph; the smallest stacks beyond it are merged away.
 DEFAULT_MAX_STACKS = 3000
-
-# (task name, index of the deciding frame or None) for the frames of one stack, root first.
-Classifier = Callable[[Sequence[str]], "tuple[str, int | None]"]
 
 
 class FrameTable:
@@ -109,10 +107,14 @@ def dropped_frame_name(dropped_stacks: int, dropped_samples: int) -> str:
 
 
 class StackClassifications:
-    """Memo of classifier results per distinct stack, shared by every graph of one report."""
+    """Memo of ``Matcher.decide`` per distinct stack, shared by every graph of one report.
 
-    def __init__(self, classifier: Classifier, task_names: Sequence[str]) -> None:
-        self._classifier = classifier
+    The matcher is the summary's own, so a frame's colour is the task the summary counted its
+    samples in; without a profile (``None``) every stack is unmatched.
+    """
+
+    def __init__(self, matcher: Matcher | None, task_names: Sequence[str]) -> None:
+        self._matcher = matcher
         self.task_names: tuple[str, ...] = tuple(task_names)
         self._task_index = {name: index for index, name in enumerate(self.task_names)}
         self._memo: dict[str, tuple[int, int | None]] = {}
@@ -121,13 +123,16 @@ class StackClassifications:
         try:
             return self._task_index[task]
         except KeyError:
-            raise ValueError(f"classifier returned task {task!r} that is not in the report's task list") from None
+            raise ValueError(f"matcher returned task {task!r} that is not in the report's task list") from None
 
     def classify(self, stack: str, frames: Sequence[str] | None = None) -> tuple[int, int | None]:
         """(task index, deciding frame index) of a folded stack; ``frames`` saves a split if known."""
         found = self._memo.get(stack)
         if found is None:
-            task, decider = self._classifier(frames if frames is not None else stack.split(FRAME_SEPARATOR))
+            if self._matcher is None:
+                task, decider = UNMATCHED, None
+            else:
+                task, decider = self._matcher.decide(frames if frames is not None else stack.split(FRAME_SEPARATOR))
             found = (self.task_index(task), decider)
             self._memo[stack] = found
         return found
@@ -291,24 +296,3 @@ def merge_counts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
             merged[stack] = merged.get(stack, 0) + count
     return merged
 
-
-def stacks_of_task(
-    counts: Mapping[str, int], classifications: StackClassifications, task: str
-) -> dict[str, int]:
-    """The stacks of ``counts`` attributed to ``task`` (drill-down flamegraphs)."""
-    classifications.task_index(task)  # an unknown task is an error, not an empty graph
-    return classifications.split_by_task(counts)[task]
-
-
-def leaf_first_classifier(frame_tasks: Callable[[str], Sequence[str]]) -> Classifier:
-    """Algorithm 1 of the paper as a classifier: the leaf-most frame matching any task decides,
-    and among its tasks the earliest in the profile wins. ``frame_tasks`` is the matcher's."""
-
-    def classify(frames: Sequence[str]) -> tuple[str, int | None]:
-        for index in range(len(frames) - 1, -1, -1):
-            tasks = frame_tasks(frames[index])
-            if tasks:
-                return tasks[0], index
-        return UNMATCHED, None
-
-    return classify

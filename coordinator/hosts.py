@@ -1,7 +1,7 @@
 """One interface to a cluster host: deploy the agent, start/poll/stop the profiler, fetch, clean up.
 
 ``LocalHost`` runs the profiler as a local subprocess (the bare ``localhost`` entry); ``SshHost``
-(coordinator/ssh.py) does the same over SSH; ``FakeHost`` scripts behaviours for unit tests.
+(coordinator/ssh.py) does the same over SSH; tests script behaviours with ``tests.fixtures.fake_host``.
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler import capture
 from profiler.capture import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
 
@@ -294,150 +291,3 @@ class LocalHost(HostTransport):
 
     def close(self) -> None:
         return None
-
-
-# ----------------------------------------------------------------------------------------------- fake
-
-
-@dataclass
-class FakeScript:
-    """How a FakeHost behaves; times are seconds of the fake's clock after start_profiler."""
-
-    connect_error: Exception | None = None
-    deploy_error: Exception | None = None
-    clock_offset: float = 0.0
-    compile_seconds: float = 0.0
-    lose_connection_at: float | None = None  # one read_status raises TransportLost after this time
-    reconnect_failures: int = 0
-    crash_at: float | None = None  # the profiler dies without "done"
-    samples_per_second: int = 100
-    fetch_error: Exception | None = None
-
-
-@dataclass
-class FakeHost(HostTransport):
-    """A scripted host for unit tests of the orchestration: no processes, no network."""
-
-    fake_spec: HostSpec
-    script: FakeScript = field(default_factory=FakeScript)
-    clock: Callable[[], float] = time.time
-    calls: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        super().__init__(self.fake_spec)
-        self._started: float | None = None
-        self._request: RunRequest | None = None
-        self._stopped_at: float | None = None
-        self._lost = False
-        self._reconnects_left = self.script.reconnect_failures
-        self._connected = False
-        self._lock = threading.Lock()
-        self.cleaned = False
-
-    def connect(self) -> None:
-        self.calls.append("connect")
-        if self.script.connect_error is not None:
-            raise self.script.connect_error
-        if self._lost and self._reconnects_left > 0:
-            self._reconnects_left -= 1
-            raise TransportLost(f"{self.spec.label}: connection refused (fake)")
-        self._connected = True
-
-    def measure_clock_offset(self) -> float:
-        self.clock_offset = self.script.clock_offset
-        return self.clock_offset
-
-    def deploy(self, profile: Path, known_spes: Path) -> None:
-        self.calls.append("deploy")
-        if self.script.deploy_error is not None:
-            raise self.script.deploy_error
-
-    def start_profiler(self, request: RunRequest) -> None:
-        self.calls.append("start")
-        self._started = self.clock()
-        self._request = request
-
-    def _window(self) -> tuple[float, float]:
-        assert self._request is not None and self._started is not None
-        begin = max(self._started + self.script.compile_seconds, self._request.start_at or 0.0)
-        end = begin + self._request.duration
-        if self._stopped_at is not None:
-            end = min(end, max(begin, self._stopped_at))
-        return begin, end
-
-    def _state(self) -> ProfilerStatus:
-        now = self.clock()
-        assert self._started is not None
-        if self.script.crash_at is not None and now - self._started >= self.script.crash_at:
-            return ProfilerStatus("failed", error="crashed (fake)")
-        begin, end = self._window()
-        if self._stopped_at is not None and now >= self._stopped_at:
-            return ProfilerStatus("done", elapsed=end - begin, remaining=0.0)
-        if now < begin:
-            return ProfilerStatus("waiting" if now >= self._started + self.script.compile_seconds else "starting")
-        if now < end:
-            elapsed = now - begin
-            return ProfilerStatus(
-                "sampling",
-                elapsed=elapsed,
-                remaining=end - now,
-                samples=int(elapsed * self.script.samples_per_second),
-            )
-        return ProfilerStatus("done", elapsed=end - begin, remaining=0.0)
-
-    def read_status(self) -> ProfilerStatus | None:
-        if not self._connected:
-            raise TransportLost(f"{self.spec.label}: not connected")
-        lose = self.script.lose_connection_at
-        if lose is not None and not self._lost and self._started is not None and self.clock() - self._started >= lose:
-            self._lost = True
-            self._connected = False
-            raise TransportLost(f"{self.spec.label}: connection lost (fake)")
-        return self._state()
-
-    def profiler_alive(self) -> bool:
-        return self._started is not None and not self._state().finished
-
-    def signal_profiler(self, signal_name: str) -> bool:
-        self.calls.append(f"signal {signal_name}")
-        alive = self.profiler_alive()
-        if alive and self._stopped_at is None:
-            self._stopped_at = self.clock()
-        return alive
-
-    def fetch_capture(self, dest: Path) -> None:
-        self.calls.append("fetch")
-        if self.script.fetch_error is not None:
-            raise self.script.fetch_error
-        begin, end = self._window()
-        capture.write_meta(
-            dest,
-            capture.RunMeta(
-                host=self.spec.label,
-                hostname=self.spec.hostname,
-                kernel="fake",
-                profiler_version="fake",
-                frequency=self._request.frequency if self._request else 99,
-                duration_requested=self._request.duration if self._request else 0.0,
-                start_time=begin + self.script.clock_offset,
-                end_time=end + self.script.clock_offset,
-                stopped_by="signal" if self._stopped_at is not None else "duration",
-                cycles_source="estimated",
-                exec_watch="polling",
-            ),
-        )
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "fake log"
-
-    def run_profiler(self, args: Sequence[str], timeout: float) -> CommandResult:
-        self.calls.append("profiler " + " ".join(args))
-        payload = [{"check": "fake", "status": "ok", "detail": self.spec.label, "fix": ""}]
-        return CommandResult(0, json.dumps(payload), "")
-
-    def cleanup(self) -> None:
-        self.calls.append("cleanup")
-        self.cleaned = True
-
-    def close(self) -> None:
-        self._connected = False

@@ -1,8 +1,11 @@
-"""The analysis job on Spark: folded stacks of whole archives matched to tasks with the host
-agent's own matcher, summed per PID, written as summary.csv and per-task folded stacks.
+"""The analysis job: folded stacks of whole archives matched to tasks with the host agent's own
+matcher, summed per PID, written as summary.csv and per-task folded stacks.
 
-The only module that imports pyspark (lazily, so importing it stays cheap). The DataFrame steps are
-small functions; ``analyze`` is the entry point used by ``coordinator analyze`` and ``profile``.
+On Spark for archives, or in this process (``run_analysis_in_process``, no JVM) for small inputs on
+a local master, with the same matcher, sums, files and byte-identical output (``choose_engine``).
+The analysis's only pyspark import (lazy, so importing this module stays cheap; the demo workloads in
+sparkcluster.py and ysb/ import it for their own jobs). The DataFrame steps are small functions;
+``analyze`` is the entry point used by ``coordinator analyze``, ``profile`` and ``compare``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiler.appprofile import parse_profile
-from profiler.capture import UNMATCHED, atomic_write_text
+from profiler.capture import UNMATCHED, atomic_write_text, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 
 from . import analysis
@@ -166,7 +169,7 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     try:
         _launch_jvm_quietly(settings, spark_log)
         spark = builder.getOrCreate()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - py4j and pyspark fail in many ways; one CapabilityError with the log
         tail = spark_log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         shutil.rmtree(scratch, ignore_errors=True)
         raise CapabilityError(
@@ -408,8 +411,9 @@ def _default_out_dir(runs: Sequence[RunInput]) -> Path:
     if len(runs) != 1:
         raise ConfigError(f"{len(runs)} runs given: say where the combined analysis goes with --out DIR")
     run = runs[0]
-    # A bare host capture stays untouched: its analysis goes to a subdirectory.
-    return run.directory if (run.directory / "run.json").is_file() else run.directory / "analysis"
+    if (run.directory / "run.json").is_file():
+        return run.directory
+    return run.directory / analysis.BARE_CAPTURE_ANALYSIS_DIR  # a bare host capture stays untouched
 
 
 def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
@@ -443,18 +447,6 @@ def _write_task_files(
             distinct += 1
             samples += count
     return distinct, samples
-
-
-def _replace_dir(new: Path, target: Path) -> None:
-    """Swap a freshly written directory in place of ``target`` (old task files of a previous
-    profile must not linger)."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-        os.replace(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(new, target)
 
 
 def _stack_files(runs: Sequence[RunInput]) -> list[tuple[int, str, int | None, int | None]]:
@@ -536,7 +528,7 @@ def _write_summary(
         scratch / analysis.ANALYSIS_FILE,
         analysis.analysis_record(runs, profile_text, profile_source, file_names, master, window),
     )
-    _replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)
+    replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)  # old task files of a previous profile go
     for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
         os.replace(scratch / name, out_dir / name)
 

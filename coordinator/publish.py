@@ -3,8 +3,6 @@ of all runs there; every replacement is a rename, so a reader never sees half a 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import tempfile
@@ -13,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiler.capture import atomic_write_text, read_json_file, replace_dir
 from profiler.errors import CaptureFormatError, ConfigError
 
-from .report import REPORT_MARKER, REPORT_META, _asset, replace_dir, template_environment
+from .report import REPORT_MARKER, REPORT_META, _asset, template_environment
 
 INDEX_FILE = "index.html"
 _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,199}$")
@@ -39,14 +38,9 @@ class PublishedRun:
 
 def _read_meta(report_dir: Path) -> dict[str, Any]:
     path = report_dir / REPORT_META
-    try:
-        meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CaptureFormatError(
-            f"{path}: missing; render the report first with `coordinator report RUN_DIR`"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON; re-render the report") from None
+    meta: dict[str, Any] = read_json_file(
+        path, "render the report first with `coordinator report RUN_DIR`", "re-render the report"
+    )
     return meta
 
 
@@ -80,20 +74,6 @@ def list_published(publish_root: Path) -> list[PublishedRun]:
     return sorted(runs, key=lambda r: (r.start_time or 0.0, r.rendered_at, r.run_id), reverse=True)
 
 
-def write_public(path: Path, text: str) -> None:
-    """Atomic like capture.atomic_write_text, but world-readable: a web server serves it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def render_index(runs: list[PublishedRun]) -> str:
     env = template_environment()
     return str(env.get_template("index.html").render(runs=runs, generated=time.strftime("%Y-%m-%d %H:%M:%S")))
@@ -120,6 +100,7 @@ def publish(report_dir: Path, publish_root: Path) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    write_public(publish_root / "report.css", _asset("report.css").decode("utf-8"))
-    write_public(publish_root / INDEX_FILE, render_index(list_published(publish_root)))
+    # World-readable: a web server serves them.
+    atomic_write_text(publish_root / "report.css", _asset("report.css").decode("utf-8"), mode=0o644)
+    atomic_write_text(publish_root / INDEX_FILE, render_index(list_published(publish_root)), mode=0o644)
     return target / "index.html"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -26,23 +25,25 @@ from profiler.capture import (
     Capture,
     CaptureFormatError,
     CounterDelta,
+    ProcessInfo,
     is_capture_dir,
     iter_timeline,
     read_capture,
     read_counters_timeline,
+    replace_dir,
     result_file_name,
     stacks_path,
     timeline_path,
 )
 from profiler.errors import OutputExistsError
+from profiler.matcher import Matcher
 
 from . import flame, timeline
-from .analysis import read_pid_stacks
+from .analysis import SUMMARY_FILE, cell_number, existing_summary, pid_rows_by_task, read_pid_stacks, sum_known
 from .rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
 
 REPORT_MARKER = ".spe-taskprof-report"
 REPORT_META = "report.json"
-SUMMARY_FILE = "summary.csv"
 DEFAULT_MAX_STACKS = flame.DEFAULT_MAX_STACKS
 # Files copied beside every report so it works offline (from coordinator.templates).
 STATIC_FILES: tuple[str, ...] = ("report.js", "report.css")
@@ -168,7 +169,7 @@ def load_run(path: Path) -> RunData:
         )
     rows: list[dict[str, str]] = []
     # `coordinator analyze` writes into the run directory, or <capture>/analysis/ for a bare capture.
-    summary = next((p for p in (path / SUMMARY_FILE, path / "analysis" / SUMMARY_FILE) if p.is_file()), None)
+    summary = existing_summary(path)
     if summary is not None:
         rows, source = _read_csv(summary), SUMMARY_FILE
         if any(row.get("run") == run_id for row in rows):  # an analysis of several runs: this one's rows
@@ -252,14 +253,8 @@ def load_timeline(capture: Capture) -> TimelineInput | None:
 
 
 def _num(value: Any) -> float | None:
-    """A CSV cell as a number; empty or unparsable cells are "not measured"."""
-    if value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+    """A CSV cell as a number; the report is lenient: an unparsable cell shows as "not measured"."""
+    return cell_number(value, lenient=True)
 
 
 @dataclass(frozen=True)
@@ -376,11 +371,6 @@ def _line_from_row(row: Mapping[str, str], colors: Mapping[str, str]) -> TaskLin
     )
 
 
-def _sum(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
 def aggregate_task_lines(
     rows: Sequence[Mapping[str, str]], task_names: Sequence[str], colors: Mapping[str, str]
 ) -> tuple[TaskLine, ...]:
@@ -389,15 +379,16 @@ def aggregate_task_lines(
     view; summary.csv carries the pipeline's own cluster figures)."""
     from profiler.stats import share_ci95
 
-    task_rows = [r for r in rows if r.get("task") not in (ALL_TASKS, None) and r.get("pid") != ALL_TASKS]
+    by_task = pid_rows_by_task(rows, task_names)
+    task_rows = [row for task in task_names for row in by_task[task]]
     lines = []
-    total_samples = _sum(_num(r.get("samples")) for r in task_rows) or 0.0
+    total_samples = sum_known(_num(r.get("samples")) for r in task_rows) or 0.0
     all_cycles_known = bool(task_rows) and all(_num(r.get("cycles")) is not None for r in task_rows)
-    total_cycles = _sum(_num(r.get("cycles")) for r in task_rows) if all_cycles_known else None
+    total_cycles = sum_known(_num(r.get("cycles")) for r in task_rows) if all_cycles_known else None
     for task in task_names:
-        mine = [r for r in task_rows if r.get("task") == task]
-        samples = _sum(_num(r.get("samples")) for r in mine)
-        cycles = _sum(_num(r.get("cycles")) for r in mine) if mine else None
+        mine = by_task[task]
+        samples = sum_known(_num(r.get("samples")) for r in mine)
+        cycles = sum_known(_num(r.get("cycles")) for r in mine) if mine else None
         if total_cycles:
             share: float | None = (cycles or 0.0) / total_cycles
         else:
@@ -412,7 +403,7 @@ def aggregate_task_lines(
                 share_ci95=ci,
                 cycles=cycles,
                 cycles_estimated=any(r.get("cycles_estimated") in ("1", "true", "True") for r in mine),
-                cpu_seconds=_sum(_num(r.get("cpu_seconds")) for r in mine),
+                cpu_seconds=sum_known(_num(r.get("cpu_seconds")) for r in mine),
             )
         )
     return tuple(lines)
@@ -444,43 +435,77 @@ def _health(
     max_stacks: int,
     multi_task_share: float | None = None,
 ) -> tuple[HealthLine, ...]:
-    lines: list[HealthLine] = []
     captures = [h.capture for h in run.hosts if h.capture is not None]
-    # Hosts missing or failed.
+    lines = [
+        *_hosts_health(run),
+        *_cycles_health(captures, processes),
+        *_frame_pointer_health(processes),
+        *_stacks_health(captures),
+        *_sampler_health(captures),
+        *_matching_health(unmatched_share, multi_task_share),
+        *_overhead_health(captures),
+    ]
+    for capture in captures:
+        for warning in capture.meta.warnings:
+            lines.append(HealthLine("warn", f"{capture.meta.host}", warning))
+    if graphs_dropped:
+        lines.append(HealthLine(
+            "info", "flamegraphs",
+            f"{graphs_dropped} flamegraph(s) drop their smallest stacks beyond {max_stacks} distinct stacks "
+            "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
+        ))
+    return tuple(lines)
+
+
+def _hosts_health(run: RunData) -> list[HealthLine]:
+    """Hosts missing or failed."""
     bad_hosts = [h for h in run.hosts if h.state != HOST_OK or h.capture is None]
-    if bad_hosts:
-        for host in bad_hosts:
-            reason = f": {host.reason}" if host.reason else ""
-            lines.append(HealthLine("bad", "hosts", f"{host.name}: {host.state}{reason}"))
-    else:
-        lines.append(HealthLine("ok", "hosts", f"all {len(run.hosts)} host(s) profiled"))
-    # Cycles measured or estimated.
+    if not bad_hosts:
+        return [HealthLine("ok", "hosts", f"all {len(run.hosts)} host(s) profiled")]
+    lines = []
+    for host in bad_hosts:
+        reason = f": {host.reason}" if host.reason else ""
+        lines.append(HealthLine("bad", "hosts", f"{host.name}: {host.state}{reason}"))
+    return lines
+
+
+def _cycles_health(captures: Sequence[Capture], processes: Sequence[ProcessLine]) -> list[HealthLine]:
+    """Cycles measured or estimated."""
     sources = sorted({c.meta.cycles_source for c in captures})
     estimated_pids = [p for p in processes if p.cycles_estimated]
     if "estimated" in sources or estimated_pids:
-        lines.append(HealthLine(
+        return [HealthLine(
             "warn", "cycles",
             f"cycles estimated (task-clock × nominal frequency) for {len(estimated_pids)} PID(s): no hardware "
             "cycles counter; shares are exact, absolute cycles and IPC are approximate",
-        ))
-    elif captures:
-        lines.append(HealthLine("ok", "cycles", "cycles measured with the hardware counter on every host"))
-    # Frame pointers.
+        )]
+    if captures:
+        return [HealthLine("ok", "cycles", "cycles measured with the hardware counter on every host")]
+    return []
+
+
+def _frame_pointer_health(processes: Sequence[ProcessLine]) -> list[HealthLine]:
     no_fp = [p for p in processes if p.role == "workload" and p.preserve_frame_pointer is False]
     unknown_fp = [p for p in processes if p.role == "workload" and p.jvm_version and p.preserve_frame_pointer is None]
     if no_fp:
         pids = ", ".join(f"{p.host}:{p.pid}" for p in no_fp)
-        lines.append(HealthLine(
+        return [HealthLine(
             "bad", "frame pointers",
             f"JVMs without -XX:+PreserveFramePointer: {pids}; their Java stacks are cut short, "
             "restart them with the flag",
-        ))
-    elif unknown_fp:
-        lines.append(HealthLine("warn", "frame pointers", f"PreserveFramePointer unknown for {len(unknown_fp)} JVM(s)"))
-    elif any(p.role == "workload" for p in processes):
-        lines.append(HealthLine("ok", "frame pointers", "every sampled JVM runs with PreserveFramePointer"))
-    # Lost and truncated stacks.
+        )]
+    if unknown_fp:
+        return [HealthLine("warn", "frame pointers", f"PreserveFramePointer unknown for {len(unknown_fp)} JVM(s)")]
+    if any(p.role == "workload" for p in processes):
+        return [HealthLine("ok", "frame pointers", "every sampled JVM runs with PreserveFramePointer")]
+    return []
+
+
+def _stacks_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """Lost, truncated and unwalkable stacks over every sampled PID."""
     samples = sum(s.samples for c in captures for s in c.sampler.values())
+    if not samples:
+        return []
     lost = sum(s.lost_user_stack + s.lost_kernel_stack for c in captures for s in c.sampler.values())
     truncated = sum(s.truncated for c in captures for s in c.sampler.values())
     unwalkable = sum(s.java_unwalkable for c in captures for s in c.sampler.values())
@@ -488,18 +513,22 @@ def _health(
         lost_what, lost_fix = "stacks lost (stack map full or collision)", "raise --stack-storage-size"
     else:  # the ring buffer stores every walked stack: a lost one was not walkable
         lost_what, lost_fix = "stacks not walked (fault)", "use -XX:+PreserveFramePointer"
-    if samples:
-        for count, what, fix in (
-            (lost, lost_what, lost_fix),
-            (truncated, "stacks truncated at the depth limit", "raise the stack depth limit"),
-            (unwalkable, "samples with unwalkable Java frames", "use -XX:+PreserveFramePointer"),
-        ):
-            share = count / samples
-            level = "warn" if share > LOST_WARN else "ok"
-            text = f"{count} of {samples} samples ({share:.1%}) {what}"
-            lines.append(HealthLine(level, "stacks", text + (f"; {fix}" if level != "ok" else "")))
-    lines.extend(_sampler_health(captures))
-    # Unmatched share.
+    lines = []
+    for count, what, fix in (
+        (lost, lost_what, lost_fix),
+        (truncated, "stacks truncated at the depth limit", "raise the stack depth limit"),
+        (unwalkable, "samples with unwalkable Java frames", "use -XX:+PreserveFramePointer"),
+    ):
+        share = count / samples
+        level = "warn" if share > LOST_WARN else "ok"
+        text = f"{count} of {samples} samples ({share:.1%}) {what}"
+        lines.append(HealthLine(level, "stacks", text + (f"; {fix}" if level != "ok" else "")))
+    return lines
+
+
+def _matching_health(unmatched_share: float | None, multi_task_share: float | None) -> list[HealthLine]:
+    """The unmatched share, and how often the leaf-first rule chose among several tasks."""
+    lines = []
     if unmatched_share is not None:
         level = "warn" if unmatched_share > UNMATCHED_WARN else "ok"
         text = f"{unmatched_share:.1%} of the samples matched no task"
@@ -512,7 +541,12 @@ def _health(
             f"{multi_task_share:.1%} of the samples matched patterns of several tasks in different frames; "
             "the frame nearest the leaf decided (docs/matching.md)",
         ))
-    # The profiler's own overhead.
+    return lines
+
+
+def _overhead_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """The profiler's own overhead on each host."""
+    lines = []
     for capture in captures:
         overhead = capture.overhead
         if overhead is None:
@@ -531,16 +565,7 @@ def _health(
             f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s, "
             f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB",
         ))
-    for capture in captures:
-        for warning in capture.meta.warnings:
-            lines.append(HealthLine("warn", f"{capture.meta.host}", warning))
-    if graphs_dropped:
-        lines.append(HealthLine(
-            "info", "flamegraphs",
-            f"{graphs_dropped} flamegraph(s) drop their smallest stacks beyond {max_stacks} distinct stacks "
-            "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
-        ))
-    return tuple(lines)
+    return lines
 
 
 def _sampler_health(captures: Sequence[Capture]) -> list[HealthLine]:
@@ -585,22 +610,121 @@ def build_view(
     """Pure: run data, stacks (host → pid → folded counts) and timelines (host → TimelineInput,
     read once) in, everything the page shows out."""
     from profiler.appprofile import parse_profile
-    from profiler.matcher import Matcher, candidate_patterns
 
     profile = parse_profile(run.profile_text, run.profile_source or "<profile>") if run.profile_text else None
     profile_tasks = profile.task_names if profile is not None else ()
     task_names = _task_order(profile_tasks, run.rows)
     colors = task_colors(task_names)
     matcher = Matcher(profile) if profile is not None else None
-    if matcher is not None:
-        classifier = flame.leaf_first_classifier(matcher.frame_tasks)
-    else:
-        classifier = flame.leaf_first_classifier(lambda frame: ())
-    classifications = flame.StackClassifications(classifier, task_names)
-    frames = flame.FrameTable()
-    graphs: list[flame.FlameGraph] = []
     captures = {h.name: h.capture for h in run.hosts if h.capture is not None}
     processes_by_host = {name: {p.pid: p for p in c.processes} for name, c in captures.items()}
+
+    frames = flame.FrameTable()
+    graphs, by_task = _flamegraphs(
+        stacks, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
+    )
+    task_samples = {task: sum(counts.values()) for task, counts in by_task.items()}
+    unmatched_total = task_samples[UNMATCHED]
+
+    rows, rows_source = _table_rows(run, stacks, matcher)
+    cluster_rows = [r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
+    cluster, note = _cluster_lines(cluster_rows, rows, rows_source, task_names, colors)
+    processes = _process_lines(run, rows)
+    unit, bars = _pid_bars(rows, processes_by_host)
+
+    problems = list(problems)
+    time_chart = [
+        series.to_json({name: index for index, name in enumerate(task_names)})
+        for series in time_series(timelines or {}, matcher, task_names, problems)
+    ]
+    health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
+        run,
+        processes,
+        _unmatched_share(cluster, task_samples),
+        sum(1 for g in graphs if g.dropped_stacks),
+        max_stacks,
+        _multi_task_share(cluster_rows),
+    )
+    payload: dict[str, Any] = {
+        "runId": run.run_id,
+        "frames": frames.names,
+        "tasks": [{"name": name, "color": colors[name]} for name in task_names],
+        "mixedColor": MIXED_COLOR,
+        "graphs": [g.to_json() for g in graphs],
+        "defaultGraph": next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None),
+        "maxStacks": max_stacks,
+        "chart": {"unit": unit, "bars": bars},
+        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
+        "overhead": _overhead_payload(captures),
+    }
+    return ReportView(
+        title=f"Task-level CPU profile {run.run_id}",
+        run_id=run.run_id,
+        bare_capture=run.bare_capture,
+        meta=_meta_lines(run, rows_source),
+        labels=tuple(sorted(run.labels.items())),
+        health=health,
+        cluster_tasks=cluster,
+        cluster_tasks_note=note,
+        events_note=_events_note(run, cluster),
+        show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
+        hosts=_host_sections(run, rows, task_names, colors),
+        processes=processes,
+        candidates=_candidates(by_task[UNMATCHED], candidate_count),
+        unmatched_samples=unmatched_total,
+        profile_text=run.profile_text,
+        profile_source=run.profile_source,
+        payload=payload,
+        task_names=task_names,
+    )
+
+
+def _candidates(unmatched: Mapping[str, int], count: int) -> tuple[tuple[str, int, float], ...]:
+    """(leaf frame, samples, share of the unmatched samples) of the ``count`` best candidate patterns."""
+    from profiler.matcher import candidate_patterns
+
+    total = sum(unmatched.values())
+    return tuple(
+        (frame, samples, samples / total if total else 0.0) for frame, samples in candidate_patterns(unmatched, count)
+    )
+
+
+def _cluster_lines(
+    cluster_rows: Sequence[Mapping[str, str]],
+    rows: Sequence[Mapping[str, str]],
+    rows_source: str,
+    task_names: Sequence[str],
+    colors: Mapping[str, str],
+) -> tuple[tuple[TaskLine, ...], str]:
+    """The cluster table (summary.csv's cluster rows, else summed over the PID rows) and its note."""
+    if cluster_rows:
+        lines = _ordered_lines(
+            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
+        )
+        return lines, "from summary.csv (coordinator analyze)"
+    lines = aggregate_task_lines(rows, task_names, colors)
+    return lines, f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
+
+
+def _unmatched_share(cluster: Sequence[TaskLine], task_samples: Mapping[str, int]) -> float | None:
+    """The cluster table's unmatched share, else the flamegraphs' (a run without result rows)."""
+    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
+    if unmatched_line is not None and unmatched_line.share is not None:
+        return unmatched_line.share
+    all_task_samples: int = sum(task_samples.values(), 0)
+    return task_samples.get(UNMATCHED, 0) / all_task_samples if all_task_samples else None
+
+
+def _flamegraphs(
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
+    classifications: flame.StackClassifications,
+    frames: flame.FrameTable,
+    processes_by_host: Mapping[str, Mapping[int, ProcessInfo]],
+    max_stacks: int,
+) -> tuple[list[flame.FlameGraph], dict[str, dict[str, int]]]:
+    """Every flamegraph of the page (per host, per PID, per task's drill-down) and the stacks of
+    all hosts split by task."""
+    graphs: list[flame.FlameGraph] = []
 
     def graph(counts: Mapping[str, int], key: str, title: str, kind: str, root: str) -> None:
         graphs.append(flame.build_flamegraph(
@@ -623,21 +747,18 @@ def build_view(
         for stack, count in merged.items():
             all_counts[stack] = all_counts.get(stack, 0) + count
     by_task = classifications.split_by_task(all_counts)
-    task_samples: dict[str, int] = {}
-    for task in task_names:
-        counts = by_task[task]
-        task_samples[task] = sum(counts.values())
+    for task in classifications.task_names:
         title = "unmatched stacks (no task pattern matched)" if task == UNMATCHED else f"task {task}: drill-down"
-        graph(counts, f"task:{task}", title, "unmatched" if task == UNMATCHED else "task", task)
-    unmatched_counts = by_task[UNMATCHED]
-    unmatched_total = task_samples[UNMATCHED]
-    candidates = tuple(
-        (frame, samples, samples / unmatched_total if unmatched_total else 0.0)
-        for frame, samples in candidate_patterns(unmatched_counts, candidate_count)
-    )
+        graph(by_task[task], f"task:{task}", title, "unmatched" if task == UNMATCHED else "task", task)
+    return graphs, by_task
 
-    # Tables. Hosts without result rows (a run not analysed yet) get the host agent's own
-    # pre-aggregation of their capture, so every table has the same shape.
+
+def _table_rows(
+    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]], matcher: Matcher | None
+) -> tuple[list[Mapping[str, str]], str]:
+    """The result rows the tables show and where they come from. Hosts without result rows (a run
+    not analysed yet) get the host agent's own pre-aggregation of their capture, so every table
+    has the same shape."""
     rows = list(run.rows)
     rows_source = run.rows_source
     hosts_with_rows = {r.get("host") for r in rows}
@@ -645,16 +766,13 @@ def build_view(
         if host.capture is not None and host.name not in hosts_with_rows:
             rows.extend(_rows_from_capture(host.name, host.capture, stacks.get(host.name, {}), matcher))
             rows_source = f"{run.rows_source} and the captures" if run.rows else "the captures (pre-aggregated here)"
-    cluster_rows = [r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS]
-    if cluster_rows:
-        cluster = _ordered_lines(
-            (_line_from_row(r, colors) for r in cluster_rows if r.get("task") != ALL_TASKS), task_names
-        )
-        note = "from summary.csv (coordinator analyze)"
-    else:
-        cluster = aggregate_task_lines(rows, task_names, colors)
-        note = f"summed over the PID rows of the {rows_source}; share by cycles, interval from samples"
-    host_sections = []
+    return rows, rows_source
+
+
+def _host_sections(
+    run: RunData, rows: Sequence[Mapping[str, str]], task_names: Sequence[str], colors: Mapping[str, str]
+) -> tuple[HostSection, ...]:
+    sections = []
     for host in run.hosts:
         host_rows = [r for r in rows if r.get("host") == host.name]
         level_rows = [r for r in host_rows if r.get("pid") == ALL_TASKS and r.get("task") != ALL_TASKS]
@@ -664,7 +782,7 @@ def build_view(
             else aggregate_task_lines(host_rows, task_names, colors)
         )
         capture = host.capture
-        host_sections.append(HostSection(
+        sections.append(HostSection(
             name=host.name,
             state=host.state,
             reason=host.reason,
@@ -675,9 +793,13 @@ def build_view(
             warnings=capture.meta.warnings if capture else (),
             tasks=lines if host_rows else (),
         ))
-    processes = _process_lines(run, rows)
+    return tuple(sections)
 
-    # Stacked bars: task cycles (or samples where cycles are unknown) per workload PID.
+
+def _pid_bars(
+    rows: Sequence[Mapping[str, str]], processes_by_host: Mapping[str, Mapping[int, ProcessInfo]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """Stacked bars: task cycles (or samples where cycles are unknown) per workload PID; (unit, bars)."""
     bars = []
     unit = "cycles"
     pid_task_rows = [r for r in rows if r.get("pid") not in (ALL_TASKS, None) and r.get("task") != ALL_TASKS]
@@ -692,71 +814,29 @@ def build_view(
         process = processes_by_host.get(host_name, {}).get(int(pid_text)) if pid_text.isdigit() else None
         kind = f" {process.kind}" if process is not None and process.kind else ""
         bars.append({"label": f"{host_name} · {pid_text}{kind}", "host": host_name, "pid": pid_text, "values": values})
+    return unit, bars
 
-    unmatched_line = next((line for line in cluster if line.task == UNMATCHED), None)
-    unmatched_share = unmatched_line.share if unmatched_line is not None else None
-    all_task_samples: int = sum(task_samples.values(), 0)
-    if unmatched_share is None and all_task_samples:
-        unmatched_share = task_samples.get(UNMATCHED, 0) / all_task_samples
-    dropped_graphs = sum(1 for g in graphs if g.dropped_stacks)
+
+def _multi_task_share(cluster_rows: Sequence[Mapping[str, str]]) -> float | None:
+    """Share of the cluster's samples whose frames matched several tasks (summary.csv only)."""
     cluster_task_rows = [r for r in cluster_rows if r.get("task") != ALL_TASKS]
-    multi = _sum(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
-    cluster_samples = _sum(_num(r.get("samples")) for r in cluster_task_rows)
-    multi_share = multi / cluster_samples if multi is not None and cluster_samples else None
-    problems = list(problems)
-    time_chart = [
-        series.to_json({name: index for index, name in enumerate(task_names)})
-        for series in time_series(timelines or {}, matcher, task_names, problems)
-    ]
-    health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + _health(
-        run, processes, unmatched_share, dropped_graphs, max_stacks, multi_share
-    )
+    multi = sum_known(_num(r.get("multi_task_samples")) for r in cluster_task_rows)
+    cluster_samples = sum_known(_num(r.get("samples")) for r in cluster_task_rows)
+    return multi / cluster_samples if multi is not None and cluster_samples else None
+
+
+def _overhead_payload(captures: Mapping[str, Capture]) -> list[dict[str, Any]]:
     overhead = []
     for host_name, host_capture in captures.items():
         series = timeline.overhead_series(host_capture.overhead)
         if series is not None:
             overhead.append({"host": host_name, **series.to_json()})
-
-    default_key = next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None)
-    payload: dict[str, Any] = {
-        "runId": run.run_id,
-        "frames": frames.names,
-        "tasks": [{"name": name, "color": colors[name]} for name in task_names],
-        "mixedColor": MIXED_COLOR,
-        "graphs": [g.to_json() for g in graphs],
-        "defaultGraph": default_key,
-        "maxStacks": max_stacks,
-        "chart": {"unit": unit, "bars": bars},
-        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
-        "overhead": overhead,
-    }
-    meta = _meta_lines(run, rows_source)
-    title = f"Task-level CPU profile {run.run_id}"
-    return ReportView(
-        title=title,
-        run_id=run.run_id,
-        bare_capture=run.bare_capture,
-        meta=meta,
-        labels=tuple(sorted(run.labels.items())),
-        health=health,
-        cluster_tasks=cluster,
-        cluster_tasks_note=note,
-        events_note=_events_note(run, cluster),
-        show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
-        hosts=tuple(host_sections),
-        processes=processes,
-        candidates=candidates,
-        unmatched_samples=unmatched_total,
-        profile_text=run.profile_text,
-        profile_source=run.profile_source,
-        payload=payload,
-        task_names=task_names,
-    )
+    return overhead
 
 
 def time_series(
     timelines: Mapping[str, TimelineInput],
-    matcher: Any,
+    matcher: Matcher | None,
     task_names: Sequence[str],
     problems: list[str],
 ) -> list[timeline.HostTimeline]:
@@ -851,7 +931,7 @@ def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:
 
 
 def _rows_from_capture(
-    host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Any
+    host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Matcher | None
 ) -> list[dict[str, str]]:
     """<host>_result.csv rows computed like the host agent does (profiler.aggregate), as CSV text cells."""
     from profiler.aggregate import aggregate_host
@@ -1027,18 +1107,6 @@ def report_summary(view: ReportView, run: RunData, payload_bytes: int = 0) -> di
         "flamegraphs_pruned": sum(1 for g in view.payload["graphs"] if g["droppedStacks"]),
         "max_stacks": view.payload["maxStacks"],
     }
-
-
-def replace_dir(staging: Path, target: Path) -> None:
-    """Move a complete directory into place. A reader sees the old or the new tree, never half of
-    one (between the two renames the path is briefly absent)."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        os.rename(target, old)
-    os.rename(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _analysis_record(summary: Path | None) -> tuple[str | None, str | None, Mapping[str, Any] | None]:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import atomic_write_text
+from profiler.capture import atomic_write_text, read_json_file
 from profiler.errors import CaptureFormatError
 
 RUN_FORMAT_VERSION = 1
@@ -119,14 +119,7 @@ def _known(cls: type, payload: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_run(run_dir: Path) -> RunInfo:
     path = Path(run_dir) / RUN_FILE
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CaptureFormatError(
-            f"{path}: missing; is this a run directory written by `coordinator profile`?"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-run the profile") from None
+    payload = read_json_file(path, "is this a run directory written by `coordinator profile`?", "re-run the profile")
     version = payload.get("format_version")
     if version != RUN_FORMAT_VERSION:
         raise CaptureFormatError(

@@ -6,7 +6,6 @@ per host, so the wall time is the duration plus a small constant whatever the nu
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import shutil
 import signal
@@ -442,7 +441,7 @@ def profile_cluster(
     known_spes: Path,
     frequency: int = 99,
     net: bool = False,
-    labels: Mapping[str, str] = {},  # noqa: B006 - read only
+    labels: Mapping[str, str] = {},  # read only
     accept_new_hosts: bool = False,
     progress: bool = True,
     analyze: bool = True,
@@ -465,8 +464,11 @@ def profile_cluster(
     passed to every host. ``pids`` are sampled on every host in addition to the scope's processes.
     Returns the outcome; never raises for host failures (they are in ``info.hosts``, and make
     ``exit_code`` PartialRunError.exit_code). Raises OutputExistsError/ProfilerError before anything
-    starts. The analysis (summary.csv, report) runs when ``analyze`` and the modules exist; its failure
-    is reported in ``analysis_error``, the captures stay.
+    starts. The analysis (summary.csv, report) runs when ``analyze``; its failure is reported in
+    ``analysis_error``, the captures stay.
+
+    Not split yet (139 lines, 19 parameters): its signature is called by the demo branches; it gets
+    an options object and named steps when the remote code moves to coordinator/remote/.
     """
     if not hosts:
         raise ProfilerError("no hosts to profile; add lines to cluster.txt")
@@ -590,12 +592,6 @@ class SparkWarmup(threading.Thread):
 
     @classmethod
     def start_if_available(cls) -> SparkWarmup | None:
-        if importlib.util.find_spec("coordinator.pipeline") is None:
-            return None
-        from . import pipeline
-
-        if not hasattr(pipeline, "spark_session"):
-            return None
         warmup = cls()
         warmup.start()
         return warmup
@@ -623,35 +619,37 @@ class SparkWarmup(threading.Thread):
         self.join(120)
 
 
+def analyze_run(outcome: ProfileOutcome) -> ProfileOutcome:
+    """summary.csv and the report of a run profiled with ``analyze=False`` (after the caller added to
+    its captures, e.g. the demo's event count from the engine's own progress)."""
+    return _analyze(outcome)
+
+
 def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None, log: RunLog | None = None) -> ProfileOutcome:
-    """summary.csv through the pipeline, then the HTML report, when those modules exist."""
+    """summary.csv through the pipeline, then the HTML report."""
     summary: Path | None = None
     report_index: Path | None = None
     try:
-        if importlib.util.find_spec("coordinator.pipeline") is not None:
-            from . import pipeline
+        from . import pipeline, report
 
-            spark = warmup.take() if warmup is not None else None
-            if log is not None and warmup is not None:
-                log.write(
-                    "*",
-                    f"analysis: spark session warm-up began {warmup.started_at:.3f}, ready {warmup.ready_at or 0:.3f}, "
-                    f"used {time.time():.3f}",
-                )
-            result = (
-                pipeline.analyze([outcome.run_dir], spark=spark)
-                if spark is not None
-                else pipeline.analyze([outcome.run_dir])
+        spark = warmup.take() if warmup is not None else None
+        if log is not None and warmup is not None:
+            log.write(
+                "*",
+                f"analysis: spark session warm-up began {warmup.started_at:.3f}, ready {warmup.ready_at or 0:.3f}, "
+                f"used {time.time():.3f}",
             )
-            summary = Path(result.summary_csv)
-            if log is not None:
-                log.write("*", f"analysis: {summary.name} written at {time.time():.3f}")
-        if importlib.util.find_spec("coordinator.report") is not None:
-            from . import report
-
-            report_index = Path(report.render_report(outcome.run_dir))
-            if log is not None:
-                log.write("*", f"analysis: report written at {time.time():.3f}")
+        result = (
+            pipeline.analyze([outcome.run_dir], spark=spark)
+            if spark is not None
+            else pipeline.analyze([outcome.run_dir])
+        )
+        summary = Path(result.summary_csv)
+        if log is not None:
+            log.write("*", f"analysis: {summary.name} written at {time.time():.3f}")
+        report_index = Path(report.render_report(outcome.run_dir))
+        if log is not None:
+            log.write("*", f"analysis: report written at {time.time():.3f}")
     except ProfilerError as exc:
         return replace(outcome, summary_csv=summary, report=report_index, analysis_error=str(exc))
     except Exception as exc:  # noqa: BLE001 - the captures are safe; the analysis can be re-run alone

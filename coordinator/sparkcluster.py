@@ -59,7 +59,7 @@ class SparkClusterError(ProfilerError):
 def spark_home() -> Path:
     """SPARK_HOME of the pyspark package in this interpreter (pip's pyspark ships all of Spark's jars)."""
     try:
-        import pyspark  # noqa: PLC0415 - heavy, imported only when a cluster is wanted
+        import pyspark  # heavy, imported only when a cluster is wanted
     except ImportError as exc:
         raise CapabilityError(
             "pyspark is not installed in this Python; install the coordinator extras: pip install -e '.[coordinator]'"
@@ -111,6 +111,24 @@ def _log_tail(path: Path, lines: int = 3) -> str:
     return " | ".join(tail) or "(empty log)"
 
 
+# "java.lang.OutOfMemoryError: Java heap space", "TypeError: ...", "org.apache...SparkException: ..."
+_ERROR_LINE = re.compile(r"(?:^|\s)(?:[\w$]+\.)*[\w$]*(?:Error|Exception)(?::\s|$)")
+
+
+def first_error_line(logs: Sequence[Path]) -> str | None:
+    """The first line of the first log that names an error or exception class (the cause, usually;
+    the lines after it are the consequences and the shutdown), or None."""
+    for path in logs:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if _ERROR_LINE.search(line):
+                return line.strip()
+    return None
+
+
 def _wait_for_file_pattern(
     path: Path,
     pattern: re.Pattern[str],
@@ -126,9 +144,10 @@ def _wait_for_file_pattern(
         if match:
             return match
         if process is not None and process.poll() is not None:
+            logs = [log_hint, path] if log_hint is not None else [path]
+            cause = first_error_line(logs) or f"its log ends: {_log_tail(logs[0])}"
             raise SparkClusterError(
-                f"{path}: {what} exited with code {process.returncode} before it was ready; "
-                f"fix the cause in its log, which ends: {_log_tail(log_hint or path)}"
+                f"{logs[0]}: {what} exited with code {process.returncode} before it was ready: {cause}"
             )
         if time.monotonic() > deadline:
             raise SparkClusterError(
@@ -453,7 +472,7 @@ class LocalSparkCluster:
                 stderr=err,
                 env=run_env,
                 cwd=self.tmp_dir,
-                preexec_fn=die_with_parent,  # noqa: PLW1509
+                preexec_fn=die_with_parent,
             )
         process.stdout_path = stdout_path
         process.stderr_path = stderr_path
@@ -492,6 +511,22 @@ class LocalSparkCluster:
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
         return sorted(found)
+
+    def driver_pids(self, app: SparkSubmitProcess | None) -> list[int]:
+        """The driver JVM (SparkSubmit) of a submitted app: the process itself or one of its children."""
+        if app is None:
+            return []
+        try:
+            root = psutil.Process(app.pid)
+            candidates = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        found = []
+        for proc in candidates:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                if "org.apache.spark.deploy.SparkSubmit" in proc.cmdline():
+                    found.append(proc.pid)
+        return found
 
     def wait_for_executors(self, count: int = 1, timeout: float = 120.0) -> list[int]:
         deadline = time.monotonic() + timeout

@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import paramiko
 
@@ -366,10 +365,3 @@ def _local_user() -> str:
     import getpass
 
     return getpass.getuser()
-
-
-def describe_key(path: Path) -> dict[str, Any]:
-    """Type and fingerprint of a public key file (for messages and tests)."""
-    kind, blob = path.read_text().split()[:2]
-    key = paramiko.PKey.from_type_string(kind, base64.b64decode(blob))
-    return {"type": kind, "fingerprint": fingerprint(key)}

@@ -6,8 +6,7 @@ semantics in docs/capture-format.md). The host agent and the PySpark pipeline bo
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from .capture import ALL_TASKS, RESULT_COLUMNS, NetStats, PidCounters, ProcessInfo
 from .matcher import MatchResult
@@ -100,27 +99,3 @@ def aggregate_host(
         result = matched.get(process.pid) if process.sampled else None
         rows.extend(aggregate_pid(host, process, result, counters.get(process.pid), net.get(process.pid)))
     return rows
-
-
-def host_unmatched(results: Iterable[MatchResult]) -> Counter[str]:
-    """Unmatched stacks of all PIDs merged (write with folded.format_folded: most samples first)."""
-    merged: Counter[str] = Counter()
-    for result in results:
-        merged.update(result.unmatched)
-    return merged
-
-
-def task_totals(rows: Iterable[Mapping[str, object]]) -> dict[str, dict[str, float]]:
-    """Samples, cycles and cpu_seconds per task summed over PIDs (``*`` rows skipped); a value that
-    is None in every row stays absent so "not measured" never turns into 0."""
-    totals: dict[str, dict[str, float]] = {}
-    for row in rows:
-        task = str(row["task"])
-        if task == ALL_TASKS:
-            continue
-        entry = totals.setdefault(task, {})
-        for key in ("samples", "cycles", "cpu_seconds"):
-            value = row.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                entry[key] = entry.get(key, 0.0) + float(value)
-    return totals

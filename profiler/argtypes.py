@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -48,6 +49,23 @@ positive_int = bounded(int, 1)
 non_negative_int = bounded(int, 0)
 seconds_into_window = bounded(float, 0.0, what="seconds into the window")
 frequency = bounded(int, 1, 10000, "Hz (99 is the default)")
+# Every command's --duration (profiler run, coordinator profile, coordinator demo): a millisecond to a week.
+duration = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
+# --interval (timeline slice) and --perf-map-refresh of profiler run and coordinator profile.
+interval = bounded(float, 0.1, 3600.0, "seconds")
+perf_map_refresh = bounded(float, 0.0, 86400.0, "seconds")
+
+LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+def label(text: str) -> tuple[str, str]:
+    """``key=value`` experiment factor (run.json, a summary.csv column); the value is free text on one line."""
+    key, sep, value = text.partition("=")
+    if not sep or not LABEL_KEY.match(key):
+        raise argparse.ArgumentTypeError(f"{text!r}: write key=value, key of letters, digits, '_', '.', '-'")
+    if len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise argparse.ArgumentTypeError(f"{text!r}: the value must be one line of at most 200 printable characters")
+    return key, value
 
 
 def existing_path(text: str) -> Path:

@@ -10,7 +10,9 @@ import csv
 import io
 import json
 import os
+import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -233,18 +235,33 @@ class CounterDelta:
 # ---------------------------------------------------------------- writing
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so a reader sees the old or the new content, never half of it."""
+def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
+    """Write a file so a reader sees the old or the new content, never half of it. The file is
+    private (0600) unless ``mode`` says otherwise (0o644 for what a web server serves)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def replace_dir(staging: Path, target: Path) -> None:
+    """Move a complete directory into place. A reader sees the old or the new tree, never half of
+    one (between the two renames the path is briefly absent); nothing of the old tree lingers."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _json_dump(obj: Any) -> str:
@@ -326,13 +343,19 @@ def _cell(value: Any) -> str:
 # ---------------------------------------------------------------- reading
 
 
-def _load_json(path: Path) -> Any:
+def read_json_file(path: Path, if_missing: str, if_invalid: str) -> Any:
+    """The JSON of one file of a capture, run or report. A missing or unparsable file is a
+    CaptureFormatError naming the file (and line) followed by the caller's advice."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CaptureFormatError(f"{path}: missing; is this a capture directory written by `profiler run`?") from None
+        raise CaptureFormatError(f"{path}: missing; {if_missing}") from None
     except json.JSONDecodeError as exc:
-        raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); re-run the capture") from None
+        raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); {if_invalid}") from None
+
+
+def _load_json(path: Path) -> Any:
+    return read_json_file(path, "is this a capture directory written by `profiler run`?", "re-run the capture")
 
 
 def _from_dict(cls: type, payload: Mapping[str, Any], path: Path) -> Any:

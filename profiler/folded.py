@@ -8,6 +8,10 @@ from pathlib import Path
 
 from .errors import CaptureFormatError
 
+FRAME_SEPARATOR = ";"
+# Suffix of kernel frames in a folded stack (user frames have none).
+KERNEL_SUFFIX = "_[k]"
+
 
 def parse_line(line: str) -> tuple[str, int] | None:
     """Split one folded line into (stack, count); None for blank lines. Frames may contain spaces."""
@@ -20,12 +24,18 @@ def parse_line(line: str) -> tuple[str, int] | None:
     return stack, int(count)
 
 
+def parse_source_line(line: str, number: int, source: str) -> tuple[str, int] | None:
+    """``parse_line`` for line ``number`` of ``source``: a malformed line is a CaptureFormatError
+    ``source:line: ...``."""
+    try:
+        return parse_line(line)
+    except ValueError as exc:
+        raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+
+
 def iter_folded(lines: Iterable[str], source: str = "<input>") -> Iterator[tuple[str, int]]:
     for number, line in enumerate(lines, start=1):
-        try:
-            parsed = parse_line(line)
-        except ValueError as exc:
-            raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+        parsed = parse_source_line(line, number, source)
         if parsed is not None:
             yield parsed
 
@@ -47,4 +57,4 @@ def format_folded(counts: Mapping[str, int]) -> str:
 
 def sanitize_frame(frame: str) -> str:
     """Frames must not contain the separators of the format: ';' splits frames, newlines split stacks."""
-    return frame.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    return frame.replace(FRAME_SEPARATOR, ":").replace("\n", " ").replace("\r", " ")

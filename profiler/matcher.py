@@ -16,10 +16,7 @@ from typing import Any
 
 from .appprofile import ApplicationProfile, Pattern, literal_key
 from .capture import UNMATCHED
-from .errors import CaptureFormatError
-
-FRAME_SEPARATOR = ";"
-
+from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
@@ -220,6 +217,20 @@ class Matcher:
     def match(self, stack: str) -> str:
         return self.result_names[self.classify_mask(stack)[0]]
 
+    def decide(self, frames: Sequence[str]) -> tuple[str, int | None]:
+        """(task, index of the deciding frame or None) of a stack given as its frames, root first.
+
+        The rule of ``classify_mask`` (same memos, same choice), also naming the leaf-most matching
+        frame: the report colours flamegraphs with it, so its colours are the summary's tasks.
+        """
+        masks = list(map(self._frame_mask_of, frames))
+        decider = len(masks) - 1
+        while decider >= 0 and not masks[decider]:
+            decider -= 1
+        if decider < 0:
+            return UNMATCHED, None
+        return self.result_names[self._decision_of(tuple(filter(None, masks)))[0]], decider
+
     def task_names_of(self, mask: int) -> tuple[str, ...]:
         """Task names of the bits set in ``mask``, in profile order."""
         return tuple(name for index, name in enumerate(self.task_names) if mask >> index & 1)
@@ -411,12 +422,7 @@ class StackAccumulator:
 
     def _add_unusual_line(self, raw: str, number: int, source: str) -> None:
         """Blank lines and anything the fast path does not recognise: profiler.folded decides."""
-        from .folded import parse_line
-
-        try:
-            parsed = parse_line(raw)
-        except ValueError as exc:
-            raise CaptureFormatError(f"{source}:{number}: {exc}; fix or drop the line") from None
+        parsed = parse_source_line(raw, number, source)
         if parsed is not None:
             self.add(*parsed)
 
@@ -466,38 +472,6 @@ def match_folded_files(matcher: Matcher, paths: Iterable[str | Path]) -> MatchRe
     for path in paths:
         accumulator.add_folded_file(path)
     return accumulator.result()
-
-
-def merge_results(results: Iterable[MatchResult]) -> MatchResult:
-    """Sum several results of the same profile (e.g. all PIDs of a host); task order of the first."""
-    results = list(results)
-    if not results:
-        raise ValueError("no results to merge")
-    names = list(results[0].task_samples)
-    samples = dict.fromkeys(names, 0)
-    multi = dict.fromkeys(names, 0)
-    stacks: dict[str, Counter[str]] = {name: Counter() for name in names}
-    decided_over: Counter[tuple[str, str]] = Counter()
-    for result in results:
-        decided_over.update(result.decided_over)
-        if list(result.task_samples) != names:
-            raise ValueError("results of different application profiles cannot be merged")
-        for name in names:
-            samples[name] += result.task_samples[name]
-            multi[name] += result.task_multi_samples.get(name, 0)
-            stacks[name].update(result.task_stacks.get(name, Counter()))
-    return MatchResult(
-        task_samples=samples,
-        total_samples=sum(samples.values()),
-        unmatched=stacks[UNMATCHED],
-        multi_task_samples=sum(r.multi_task_samples for r in results),
-        task_stacks=stacks,
-        task_multi_samples=multi,
-        decided_over=decided_over,
-    )
-
-
-KERNEL_SUFFIX = "_[k]"
 
 
 def _is_pattern_material(frame: str) -> bool:

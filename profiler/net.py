@@ -435,7 +435,7 @@ class NetTracer:
                     bpf.attach_kprobe(event=b"tcp_sendmsg", fn_name=b"net_send_entry")
                     bpf.attach_kretprobe(event=b"tcp_sendmsg", fn_name=b"net_send_return")
                     bpf.attach_kprobe(event=b"tcp_cleanup_rbuf", fn_name=b"net_recv_copied")
-            except Exception as exc:  # bcc raises Exception for compile and attach failures alike
+            except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
                 errors.append(f"{mechanism}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}")
                 if bpf is not None:
                     bpf.cleanup()
@@ -494,7 +494,7 @@ class NetTracer:
             for tp in (b"sock_send_length", b"sock_recv_length"):
                 try:
                     bpf.detach_raw_tracepoint(tp=tp)
-                except Exception:  # already gone: nothing to detach
+                except Exception:  # noqa: BLE001 - already gone: nothing to detach
                     pass
         else:
             probes = ((bpf.detach_kprobe, b"tcp_sendmsg"), (bpf.detach_kretprobe, b"tcp_sendmsg"),
@@ -502,7 +502,7 @@ class NetTracer:
             for detach, event in probes:
                 try:
                     detach(event=event)
-                except Exception:  # already gone: nothing to detach
+                except Exception:  # noqa: BLE001 - already gone: nothing to detach
                     pass
         self._attached = False
 

@@ -19,13 +19,15 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import __version__, capture
+from .aggregate import aggregate_host
+from .appprofile import ApplicationProfile
 from .capture import (
     DEFAULT_INTERVAL,
     EventCount,
@@ -38,12 +40,15 @@ from .capture import (
 )
 from .errors import OutputExistsError, PrivilegeError
 from .folded import format_folded
+from .matcher import Matcher, MatchResult, match_stacks
 from .stackstore import CollectedStacks
 from .timeline import CounterReading, counter_deltas, rss_bytes
 
 CAP_PERFMON = 38
 CAP_BPF = 39
-POLL_INTERVAL = 0.25
+# Scope polling is most of the profiler's CPU while sampling (a /proc scan, exit checks, the exec
+# watcher's queue): twice a second still lets a new process enter within a second.
+POLL_INTERVAL = 0.5
 STATUS_INTERVAL = 1.0
 
 
@@ -75,7 +80,7 @@ class RunOptions:
 
 
 class ScopeLike(Protocol):
-    exec_watch_mode: str
+    exec_watch_mode: str  # "tracepoint" or "polling", known after start()
 
     def start(self) -> None: ...
     def poll(self) -> tuple[list[ProcessInfo], list[int]]: ...
@@ -87,6 +92,7 @@ class ScopeLike(Protocol):
 class SamplerLike(Protocol):
     collection: str  # "ringbuf" or "stackmap", known after start()
     max_stack_depth: int  # the depth the kernel allowed, known after start()
+    warnings: list[str]  # end-of-run warnings, each naming the option to change
 
     def start(self) -> None: ...
     def begin_window(self) -> None: ...
@@ -107,6 +113,9 @@ class CountersLike(Protocol):
 
 
 class NetLike(Protocol):
+    @property
+    def warnings(self) -> list[str]: ...  # end-of-run warnings, complete after collect()
+
     def start(self) -> str: ...
     def add_pid(self, pid: int) -> None: ...
     def stop(self) -> None: ...
@@ -161,9 +170,9 @@ def real_components(options: RunOptions) -> Components:
     scope = ScopeAnalyzer(kinds, manual_pids=options.pids, exec_watch=options.exec_watch)
 
     def prog_ids() -> list[int]:
-        ids = list(getattr(sampler, "prog_ids", []) or []) + list(getattr(scope, "prog_ids", []) or [])
+        ids = sampler.prog_ids + scope.prog_ids
         if net is not None:
-            ids += list(getattr(net, "prog_ids", []) or [])
+            ids += net.prog_ids
         return ids
 
     return Components(
@@ -242,13 +251,14 @@ class StatusWriter:
             "elapsed": round(elapsed, 3),
             "remaining": round(max(0.0, self.duration - elapsed), 3) if self.window_start else self.duration,
             "processes": self.processes,
-            "samples": self._samples(),
+            "samples": self.samples(),
             "error": self.error,
             "time": now,
         }
         capture.atomic_write_text(self.path, json.dumps(payload) + "\n")
 
-    def _samples(self) -> int | None:
+    def samples(self) -> int | None:
+        """Samples so far (None when the sampler cannot say); never raises."""
         try:
             return self.count_samples()
         except Exception:  # noqa: BLE001 - progress is best effort
@@ -337,6 +347,17 @@ class WindowState:
     meta: RunMeta | None = None
 
 
+@dataclass
+class Collected:
+    """What the components held at the end of the window, read once before anything is written."""
+
+    processes: list[ProcessInfo]
+    counters: dict[int, PidCounters]
+    stacks: dict[int, CollectedStacks] = field(default_factory=dict)
+    net: dict[int, NetStats] = field(default_factory=dict)
+    events: EventCount | None = None
+
+
 def _own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
@@ -392,7 +413,7 @@ class Runner:
             self.stop_event.wait(seconds)
         return self.stop_event.is_set()
 
-    def run(self, profile: Any) -> Path:
+    def run(self, profile: ApplicationProfile) -> Path:
         """Sample over the window and write the capture; ``profile`` is the loaded application profile."""
         options = self.options
         out = options.out
@@ -405,7 +426,7 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 - re-raised after the partial capture is written
             failure = exc
             state.stopped_by = "error" if not isinstance(exc, KeyboardInterrupt) else "signal"
-            for stopper in (components.sampler.stop, getattr(components.net, "stop", None)):
+            for stopper in (components.sampler.stop, components.net.stop if components.net is not None else None):
                 try:
                     if stopper is not None:
                         stopper()
@@ -430,7 +451,7 @@ class Runner:
         if components.net is not None:
             state.net_mode = components.net.start()
         components.scope.start()
-        state.exec_watch = getattr(components.scope, "exec_watch_mode", "polling")
+        state.exec_watch = components.scope.exec_watch_mode
         release_freed_memory()
         if options.start_at is not None:
             self.status.update("waiting", force=True)
@@ -482,7 +503,7 @@ class Runner:
             last_interval = self._last_interval()
             if last_interval >= next_tick - 1:
                 self._tick(components, last_interval)
-            final_samples = self.status._samples()  # read before the maps are freed at close
+            final_samples = self.status.samples()  # read before the maps are freed at close
             self.status.count_samples = lambda: final_samples
             components.sampler.stop()
             if components.net is not None:
@@ -552,55 +573,69 @@ class Runner:
 
     # ------------------------------------------------------------------ after the window
 
-    def _write_capture(self, components: Components, profile: Any) -> None:
-        from .aggregate import aggregate_host
-        from .matcher import Matcher, match_stacks
-
-        options, state = self.options, self.state
-        out = options.out
+    def _write_capture(self, components: Components, profile: ApplicationProfile) -> None:
+        """After the window: collect what the components hold, then write the capture directory."""
         post_start = time.monotonic()
         self.status.update("writing", force=True)
+        state = self.state
         if not state.end_time:
             state.end_time = self.clock()
         if not state.start_time:
             state.start_time = state.end_time
+        collected = self._collect(components)
+        state.warnings.extend(self._health_warnings(collected.processes))
+        state.warnings.extend(self._component_warnings(components))
+        out = self.options.out
+        capture.write_scope(out, collected.processes)
+        capture.atomic_write_text(out / capture.PROFILE_COPY, Path(self.options.profile).read_text(encoding="utf-8"))
+        matched = self._write_stacks(collected.stacks, Matcher(profile))
+        self._write_counters(collected.counters, collected.processes)
+        for pid_net in collected.net.values():
+            capture.write_net(out, pid_net)
+        events = collected.events
+        if events is not None:
+            capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
+        self._write_results(collected, matched)
+        state.meta = self._meta(components)
+        capture.write_meta(out, state.meta)
+        self._write_overhead(post_start)
+
+    def _collect(self, components: Components) -> Collected:
+        """Everything the components hold at the end; a component that fails leaves a warning, not a hole."""
+        state = self.state
         try:
             processes = components.scope.finish(state.end_time)
         except Exception as exc:  # noqa: BLE001
             state.warnings.append(f"scope could not be finalised ({exc})")
             processes = []
-        stacks: dict[int, CollectedStacks] = {}
-        if state.window_started:
-            try:
-                stacks = components.sampler.collect()
-            except Exception as exc:  # noqa: BLE001
-                state.warnings.append(f"stacks could not be collected ({exc})")
-        counters = dict(state.counters)
+        collected = Collected(processes, counters=dict(state.counters))
+        if not state.window_started:
+            return collected
+        try:
+            collected.stacks = components.sampler.collect()
+        except Exception as exc:  # noqa: BLE001
+            state.warnings.append(f"stacks could not be collected ({exc})")
         for process in processes:
-            if process.pid in counters or not state.window_started:
+            if process.pid in collected.counters:
                 continue
             try:
-                counters[process.pid] = components.counters.read(process.pid)
+                collected.counters[process.pid] = components.counters.read(process.pid)
             except Exception as exc:  # noqa: BLE001
                 state.warnings.append(f"pid {process.pid}: counters unreadable ({exc})")
-        net: dict[int, NetStats] = {}
-        if components.net is not None and state.window_started:
+        if components.net is not None:
             try:
-                net = components.net.collect()
+                collected.net = components.net.collect()
             except Exception as exc:  # noqa: BLE001
                 state.warnings.append(f"network counts could not be collected ({exc})")
-        events: EventCount | None = None
-        if state.window_started:
-            try:
-                events = components.events.finish(state.end_time)
-            except Exception as exc:  # noqa: BLE001
-                events = EventCount(None, "none", f"event count failed: {exc}")
+        try:
+            collected.events = components.events.finish(state.end_time)
+        except Exception as exc:  # noqa: BLE001
+            collected.events = EventCount(None, "none", f"event count failed: {exc}")
+        return collected
 
-        state.warnings.extend(self._health_warnings(processes))
-        state.warnings.extend(self._component_warnings(components))
-        capture.write_scope(out, processes)
-        capture.atomic_write_text(out / capture.PROFILE_COPY, Path(options.profile).read_text(encoding="utf-8"))
-        matcher = Matcher(profile)
+    def _write_stacks(self, stacks: Mapping[int, CollectedStacks], matcher: Matcher) -> dict[int, MatchResult]:
+        """Each PID's folded stacks, timeline and sampler statistics; returns each PID's match."""
+        out = self.options.out
         matched = {}
         for pid, collected in stacks.items():
             capture.atomic_write_text(capture.stacks_path(out, pid), format_folded(collected.folded))
@@ -609,24 +644,27 @@ class Runner:
                 capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(timeline))
             capture.write_sampler_stats(out, collected.stats)
             matched[pid] = match_stacks(matcher, collected.folded)
-        self._write_counters(counters, processes)
-        for pid_net in net.values():
-            capture.write_net(out, pid_net)
-        if events is not None:
-            capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
-        sampled = [p for p in processes if p.pid in matched or not p.sampled]
-        rows = aggregate_host(options.host, sampled, matched, counters, net)
+        return matched
+
+    def _write_results(self, collected: Collected, matched: Mapping[int, MatchResult]) -> None:
+        """The host's pre-aggregated result rows and its unmatched stacks (Algorithm 1, lines 22-24)."""
+        options, out = self.options, self.options.out
+        sampled = [p for p in collected.processes if p.pid in matched or not p.sampled]
+        rows = aggregate_host(options.host, sampled, matched, collected.counters, collected.net)
         capture.atomic_write_text(out / capture.result_file_name(options.host), capture.format_result_csv(rows))
         unmatched: Counter[str] = Counter()
         for result in matched.values():
             unmatched.update(result.unmatched)
         capture.atomic_write_text(out / capture.unmatched_file_name(options.host), format_folded(unmatched))
+
+    def _meta(self, components: Components) -> RunMeta:
+        options, state = self.options, self.state
         cycles_source = "estimated"
         try:
             cycles_source = components.cycles_source()
         except Exception:  # noqa: BLE001 - the per-pid flags carry the truth anyway
             pass
-        meta = RunMeta(
+        return RunMeta(
             host=options.host,
             hostname=socket.gethostname(),
             kernel=platform.release(),
@@ -648,14 +686,16 @@ class Runner:
             intervals=self._last_interval() + 1 if state.window_started else 0,
             perf_map_refresh=options.perf_map_refresh,
         )
-        capture.write_meta(out, meta)
-        state.meta = meta
+
+    def _write_overhead(self, post_start: float) -> None:
+        """The profiler's own cost: CPU, BPF run time, memory, and the time writing took since ``post_start``."""
+        state = self.state
         bpf_time = bpf_count = None
         if state.bpf_before is not None and state.bpf_after is not None:
             bpf_time = state.bpf_after[0] - state.bpf_before[0]
             bpf_count = state.bpf_after[1] - state.bpf_before[1]
         capture.write_overhead(
-            out,
+            self.options.out,
             Overhead(
                 profiler_cpu_seconds=round(max(0.0, state.cpu_after - state.cpu_before), 4),
                 bpf_run_time_ns=bpf_time,
@@ -684,9 +724,9 @@ class Runner:
     @staticmethod
     def _component_warnings(components: Components) -> list[str]:
         """The components word their own end-of-run warnings, with the option to change."""
-        found: list[str] = []
-        for component in (components.sampler, components.net, components.scope, components.counters):
-            found.extend(str(w) for w in getattr(component, "warnings", None) or [])
+        found = list(components.sampler.warnings)
+        if components.net is not None:
+            found.extend(components.net.warnings)
         return found
 
     def _add_late_warnings(self, components: Components) -> None:
@@ -739,7 +779,7 @@ def stop_on_signals(runner: Runner) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def validate_inputs(options: RunOptions) -> Any:
+def validate_inputs(options: RunOptions) -> ApplicationProfile:
     """Every input is checked before any work starts; returns the loaded application profile."""
     from .appprofile import load_profile
     from .errors import ConfigError

@@ -27,29 +27,23 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
-import queue
-import shutil
-import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from . import jvm, perfmap
 from .capture import DEFAULT_INTERVAL, SamplerStats
 from .errors import CapabilityError, ConfigError, PrivilegeError
-from .perfmap_history import PerfMapHistory
 from .stackstore import CollectedStacks, StackStore, parse_record
 from .symbolize import Frame, KernelSymbols, ProcessSymbols, StackFolder, fold_stack, is_java_unwalkable
+from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
 MAX_TARGETS = 4096
 PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
-PFP_FIX = "-XX:+PreserveFramePointer (Spark: spark.executor.extraJavaOptions=-XX:+PreserveFramePointer)"
-PERF_MAP_MODES = ("auto", "jcmd", "agent", "none")
 COLLECTIONS = ("auto", "ringbuf", "stackmap")
 READ_PERIOD = 0.2  # seconds between ring-buffer drains
 KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the one users raise
@@ -61,26 +55,6 @@ RINGBUF_MIN_PAGES, RINGBUF_MAX_PAGES = 256, 65536  # 1 MiB .. 256 MiB with 4 KiB
 class _Target:
     pid: int
     start_ticks: int | None  # /proc/PID/stat starttime: tells a reused pid from the original
-
-
-@dataclass
-class _Prepared:
-    """What prepare_symbols learned about one process while it was alive."""
-
-    jvm_info: jvm.JvmInfo | None = None
-    agent_loaded: bool = False
-    perf_map_ok: bool = False
-    symbols: ProcessSymbols | None = None  # eager cache, used if the process is gone at collect()
-    detail: str = ""
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _read_int(path: str) -> int:
@@ -101,8 +75,58 @@ def _write_int(path: str, value: int, attempts: int = 30) -> None:
             time.sleep(0.1)
 
 
+class StackDepthLimit:
+    """kernel.perf_event_max_stack bounds both stack map creation and each walk: a deeper walk than
+    the sysctl allows raises it for the sampler's lifetime; ``restore()`` puts back what was there."""
+
+    def __init__(self, requested: int) -> None:
+        self.requested = requested
+        self._restore: tuple[int, int] | None = None  # (original, value we set)
+
+    def apply(self, warnings: list[str]) -> int:
+        """Raise the sysctl if asked; the depth the kernel will walk (a warning says why when less)."""
+        try:
+            current = _read_int(PERF_EVENT_MAX_STACK)
+        except (OSError, ValueError):
+            return self.requested
+        wanted = self.requested
+        if wanted <= current:
+            return wanted
+        try:
+            _write_int(PERF_EVENT_MAX_STACK, wanted)
+            self._restore = (current, wanted)
+        except OSError as exc:
+            warnings.append(
+                f"stack depth {wanted} not possible: raising kernel.perf_event_max_stack from {current} failed "
+                f"({os.strerror(exc.errno or 0)}; another perf or BPF stack user holds it); sampled "
+                f"{current} frames deep; stop other profilers or lower --max-stack-depth"
+            )
+            return current
+        return wanted
+
+    def restore(self, warnings: list[str]) -> None:
+        """Put the sysctl back unless someone else changed it since. Idempotent."""
+        if self._restore is None:
+            return
+        original, ours = self._restore
+        self._restore = None
+        try:
+            if _read_int(PERF_EVENT_MAX_STACK) == ours:
+                _write_int(PERF_EVENT_MAX_STACK, original)
+        except (OSError, ValueError) as exc:
+            warnings.append(
+                f"could not restore kernel.perf_event_max_stack to {original} ({exc}); "
+                f"run: sysctl kernel.perf_event_max_stack={original}"
+            )
+
+
 class StackSampler:
-    """Samples user and kernel stacks of a changing set of processes at a fixed frequency on every CPU."""
+    """Samples user and kernel stacks of a changing set of processes at a fixed frequency on every CPU.
+
+    Owns the BPF program (life cycle, targets, the ring-buffer reader thread); the depth sysctl is a
+    StackDepthLimit's, perf maps and symbol caches a SymbolPreparer's (profiler/symbolprep.py), and
+    collect() folds the stacks with collect_ringbuf or collect_stackmap below.
+    """
 
     def __init__(
         self,
@@ -130,19 +154,16 @@ class StackSampler:
         if perf_map_refresh < 0:
             raise ConfigError(f"perf map refresh {perf_map_refresh}: must be >= 0 seconds (0 = at the end only)")
         self.frequency = frequency
-        self.requested_max_stack_depth = max_stack_depth
+        self._depth = StackDepthLimit(max_stack_depth)
         self.max_stack_depth = max_stack_depth  # what the kernel allowed; set by start()
         self.stack_storage_size = stack_storage_size
         self.count_map_size = count_map_size or max(4 * stack_storage_size, 16384)
-        self.perf_map_mode = perf_map_mode
         self.requested_collection = collection
         self.collection = "stackmap" if collection == "stackmap" else "ringbuf"  # what start() loaded
         self.interval = interval
-        self.perf_map_refresh = perf_map_refresh
         self.warnings: list[str] = []
+        self._symbols = SymbolPreparer(perf_map_mode, perf_map_refresh, self._alive, self.warnings)
         self._store = StackStore(int(interval * 1e9))
-        self._histories: dict[int, PerfMapHistory] = {}
-        self._scratch: Path | None = None  # perf-map versions until symbolization
         self._ring_callback: Any = None
         self._reader: threading.Thread | None = None
         self._reader_stop = threading.Event()
@@ -150,14 +171,9 @@ class StackSampler:
         self.reader_errors = 0
         self._bpf: Any = None
         self._attached = False
-        self._sysctl_restore: tuple[int, int] | None = None  # (original, value we set)
         self._targets: dict[int, _Target] = {}
         self._exited: set[int] = set()
-        self._prepared: dict[int, _Prepared] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[int | None] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._stopping = threading.Event()
         self._closed = False
 
     # ------------------------------------------------------------ program text
@@ -205,40 +221,6 @@ class StackSampler:
 
     # ------------------------------------------------------------ life cycle
 
-    def _choose_depth(self) -> None:
-        """kernel.perf_event_max_stack bounds both stack map creation and each walk: raise it if asked."""
-        try:
-            current = _read_int(PERF_EVENT_MAX_STACK)
-        except (OSError, ValueError):
-            return
-        wanted = self.requested_max_stack_depth
-        if wanted <= current:
-            return
-        try:
-            _write_int(PERF_EVENT_MAX_STACK, wanted)
-            self._sysctl_restore = (current, wanted)
-        except OSError as exc:
-            self.max_stack_depth = current
-            self.warnings.append(
-                f"stack depth {wanted} not possible: raising kernel.perf_event_max_stack from {current} failed "
-                f"({os.strerror(exc.errno or 0)}; another perf or BPF stack user holds it); sampled "
-                f"{current} frames deep; stop other profilers or lower --max-stack-depth"
-            )
-
-    def _restore_sysctl(self) -> None:
-        if self._sysctl_restore is None:
-            return
-        original, ours = self._sysctl_restore
-        self._sysctl_restore = None
-        try:
-            if _read_int(PERF_EVENT_MAX_STACK) == ours:
-                _write_int(PERF_EVENT_MAX_STACK, original)
-        except (OSError, ValueError) as exc:
-            self.warnings.append(
-                f"could not restore kernel.perf_event_max_stack to {original} ({exc}); "
-                f"run: sysctl kernel.perf_event_max_stack={original}"
-            )
-
     def start(self) -> None:
         """Compile and attach on every CPU. Nothing is sampled until add_pid()."""
         if self._bpf is not None or self._closed:
@@ -249,7 +231,7 @@ class StackSampler:
             from bcc import BPF, PerfSWConfig, PerfType
         except ImportError as exc:
             raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
-        self._choose_depth()
+        self.max_stack_depth = self._depth.apply(self.warnings)
         try:
             self._bpf = self._load(BPF)
             self._bpf.attach_perf_event(
@@ -259,7 +241,7 @@ class StackSampler:
                 sample_freq=self.frequency,
             )
             self._attached = True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception; it becomes a CapabilityError
             self.close()
             raise CapabilityError(
                 f"{self._source_name()}: loading the BPF stack sampler failed ({str(exc).strip()[:300]}); "
@@ -270,8 +252,7 @@ class StackSampler:
             self._bpf[b"samples"].open_ring_buffer(self._ring_callback)
             self._reader = threading.Thread(target=self._read_loop, name="ringbuf-reader", daemon=True)
             self._reader.start()
-        self._worker = threading.Thread(target=self._prepare_loop, name="symbol-prep", daemon=True)
-        self._worker.start()
+        self._symbols.start(keep_history=self.collection == "ringbuf")
 
     def _load(self, bpf_class: Any) -> Any:
         """Compile the ring-buffer program, or the stack-map one when asked or when the kernel lacks ring buffers."""
@@ -308,8 +289,7 @@ class StackSampler:
     def _on_sample(self, _ctx: Any, data: Any, size: int) -> int:
         try:
             tgid, tid, time_ns, comm, user, kernel = parse_record(ct.string_at(data, size), self.max_stack_depth)
-            history = self._histories.get(tgid)
-            epoch = history.epoch_at(time_ns) if history is not None else 0
+            epoch = self._symbols.epoch_at(tgid, time_ns)
             self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch)
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
             self.reader_errors += 1
@@ -341,7 +321,7 @@ class StackSampler:
         with self._lock:
             if pid in self._targets:
                 return
-            self._targets[pid] = _Target(pid, _start_ticks(pid))
+            self._targets[pid] = _Target(pid, start_ticks(pid))
         targets = self._bpf[b"targets"]
         key = targets.Key(pid)
         try:
@@ -368,11 +348,7 @@ class StackSampler:
 
         Runs in a background thread (a JVM found at exec needs a moment before it can be attached).
         """
-        with self._lock:
-            if pid in self._prepared:
-                return
-            self._prepared[pid] = _Prepared()
-        self._queue.put(pid)
+        self._symbols.prepare(pid)
 
     def pid_exited(self, pid: int) -> None:
         """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""
@@ -388,40 +364,23 @@ class StackSampler:
             self._attached = False
             self._stopped_ns = time.monotonic_ns()
         self._stop_reader()
-        self._stop_worker()
-
-    def _stop_worker(self) -> None:
-        self._stopping.set()
-        if self._worker is not None:
-            self._queue.put(None)
-            self._worker.join(timeout=60)
-            self._worker = None
+        self._symbols.stop()
 
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
-        self._stopping.set()
         self._reader_stop.set()
         if self._reader is not None:
             self._reader.join(timeout=30)
             self._reader = None
-        if self._worker is not None:
-            self._queue.put(None)
-            self._worker.join(timeout=60)
-            self._worker = None
+        self._symbols.stop()
         if self._bpf is not None:
             try:
                 self._bpf.cleanup()
             finally:
                 self._bpf = None
                 self._attached = False
-        for prepared in self._prepared.values():
-            if prepared.symbols is not None:
-                prepared.symbols.close()
-                prepared.symbols = None
-        self._restore_sysctl()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+        self._symbols.close()
+        self._depth.restore(self.warnings)
         self._closed = True
 
     def __enter__(self) -> StackSampler:
@@ -446,164 +405,15 @@ class StackSampler:
                 continue
         return sorted(ids)
 
-    # ------------------------------------------------------------ symbol preparation (worker thread)
-
-    def _prepare_loop(self) -> None:
-        periodic = self.collection == "ringbuf" and self.perf_map_refresh > 0
-        while True:
-            try:
-                pid = self._queue.get(timeout=1.0 if periodic else None)
-            except queue.Empty:
-                self._refresh_due()
-                continue
-            if pid is None or self._stopping.is_set():
-                return
-            try:
-                self._prepare(pid)
-            except Exception as exc:  # a process may vanish at any point; never kill the worker
-                with self._lock:
-                    self._prepared[pid].detail = f"prepare failed: {exc}"
-            if periodic:
-                self._refresh_due()
-
-    def _refresh_due(self) -> None:
-        """Re-dump the perf map of every live JVM whose last refresh is perf_map_refresh seconds old."""
-        now = time.monotonic_ns()
-        for pid, history in list(self._histories.items()):
-            last = history.last_refresh_ns
-            if self._stopping.is_set():
-                return
-            if last is not None and now - last < self.perf_map_refresh * 1e9:
-                continue
-            prepared = self._prepared.get(pid)
-            if prepared is None or prepared.jvm_info is None or not self._alive(pid):
-                continue
-            try:
-                self._refresh_perf_map(pid, prepared.jvm_info, prepared)
-            except Exception as exc:  # noqa: BLE001 - the process may be gone; the next refresh or the end retries
-                prepared.detail = f"refresh failed: {exc}"
-
-    def _history(self, pid: int) -> PerfMapHistory:
-        history = self._histories.get(pid)
-        if history is None:
-            if self._scratch is None:
-                self._scratch = Path(tempfile.mkdtemp(prefix="taskprof-perfmaps-"))
-            history = self._histories[pid] = PerfMapHistory(pid, self._scratch)
-        return history
-
-    def _refresh_perf_map(self, pid: int, info: jvm.JvmInfo, prepared: _Prepared) -> perfmap.PerfMapResult:
-        """Write the map; with the ring buffer, also keep this version for the samples before it."""
-        if self.collection != "ringbuf":
-            return self._write_perf_map(pid, info, prepared)
-        history = self._history(pid)
-        index = history.begin()
-        result = self._write_perf_map(pid, info, prepared)
-        history.finish(index, result.ok)
-        return result
-
     def _alive(self, pid: int) -> bool:
+        """The sampled process (not a later one with its pid) still runs."""
         target = self._targets.get(pid)
         if pid in self._exited:
             return False
-        ticks = _start_ticks(pid)
+        ticks = start_ticks(pid)
         return ticks is not None and (target is None or target.start_ticks in (None, ticks))
 
-    def _prepare(self, pid: int) -> None:
-        prepared = self._prepared[pid]
-        info = jvm.jvm_info(pid)
-        prepared.jvm_info = info
-        if info is not None and not info.preserve_frame_pointer:
-            self.warnings.append(
-                f"pid {pid}: JVM without -XX:+PreserveFramePointer, its Java stacks are broken "
-                f"(see java_unwalkable); restart it with {PFP_FIX}"
-            )
-        if info is not None and self.perf_map_mode != "none":
-            # A JVM found at exec is not attachable for a moment: retry with backoff for ~20 s.
-            delay = 0.25
-            deadline = time.monotonic() + 20
-            while not self._stopping.is_set() and self._alive(pid):
-                result = self._refresh_perf_map(pid, info, prepared)
-                prepared.detail = result.detail
-                if result.ok or time.monotonic() > deadline:
-                    break
-                self._stopping.wait(delay)
-                delay = min(delay * 2, 4.0)
-        elif info is None and time.monotonic() - _process_age_base(pid) < 1.0:
-            self._stopping.wait(1.0)  # just exec'd: let the loader map the libraries first
-        if self._alive(pid) and not self._stopping.is_set():
-            prepared.symbols = ProcessSymbols(pid, eager=True)
-
-    def _use_agent(self, info: jvm.JvmInfo, prepared: _Prepared) -> bool:
-        """The agent for JDK 8/11 (no Compiler.perfmap), or when asked; an unknown version tries jcmd first."""
-        if self.perf_map_mode == "agent" or prepared.agent_loaded:
-            return True
-        return self.perf_map_mode == "auto" and info.major is not None and not info.has_perfmap_command
-
-    def _write_perf_map(self, pid: int, info: jvm.JvmInfo, prepared: _Prepared) -> perfmap.PerfMapResult:
-        if self._use_agent(info, prepared):
-            if prepared.agent_loaded:
-                return perfmap.PerfMapResult(pid, True, "agent", "already loaded")
-            result = perfmap.load_agent(pid)
-            prepared.agent_loaded = result.ok
-        else:
-            result = perfmap.dump_perf_map(pid)
-            if not result.ok and self.perf_map_mode == "auto" and "Unknown diagnostic command" in result.detail:
-                # A JDK older than its release file said (or none was readable): the agent works on all.
-                result = perfmap.load_agent(pid)
-                prepared.agent_loaded = result.ok
-        prepared.perf_map_ok = prepared.perf_map_ok or result.ok
-        return result
-
     # ------------------------------------------------------------ collection
-
-    def _read_counts(self) -> list[tuple[Any, int]]:
-        counts = self._bpf[b"counts"]
-        try:
-            # one syscall per batch on kernels >= 5.6, instead of two per entry
-            return [(k, int(v.value)) for k, v in counts.items_lookup_batch()]
-        except Exception:
-            return [(k, int(v.value)) for k, v in counts.items()]
-
-    def _stack(self, stacks: Any, cache: dict[int, tuple[int, ...]], stack_id: int) -> tuple[int, ...]:
-        frames = cache.get(stack_id)
-        if frames is None:
-            try:
-                leaf = stacks[stacks.Key(stack_id)]
-                ips = []
-                for addr in leaf.ip:
-                    if addr == 0:
-                        break
-                    ips.append(int(addr))
-                frames = tuple(ips)
-            except KeyError:
-                frames = ()
-            cache[stack_id] = frames
-        return frames
-
-    def _symbols_for(self, pid: int) -> tuple[ProcessSymbols, bool]:
-        """A symbol cache for ``pid`` (fresh when alive, else the one prepared) and whether it is ours to free."""
-        prepared = self._prepared.get(pid)
-        alive = self._alive(pid)
-        if alive:
-            info = prepared.jvm_info if prepared and prepared.jvm_info else jvm.jvm_info(pid)
-            if info is not None and self.perf_map_mode != "none":
-                # Again right before symbolization, so code compiled during the window resolves.
-                result = self._refresh_perf_map(pid, info, prepared or _Prepared(jvm_info=info))
-                if not result.ok:
-                    self.warnings.append(
-                        f"pid {pid}: could not write its perf map ({result.method}: {result.detail[:120]}); "
-                        "Java frames show as [unknown]; "
-                        "check that the JVM allows attach (no -XX:+DisableAttachMechanism)"
-                    )
-            symbols = ProcessSymbols(pid)
-            owned = True
-        elif prepared is not None and prepared.symbols is not None:
-            symbols, owned = prepared.symbols, False
-        else:
-            symbols, owned = ProcessSymbols(pid), True
-        if pid not in self._histories:
-            symbols.set_perf_map(perfmap.read_perf_map(pid))
-        return symbols, owned
 
     def collect(self) -> dict[int, CollectedStacks]:
         """Folded stacks (and their timeline) and stats per target PID. Call after stop(); symbolizes now."""
@@ -612,134 +422,22 @@ class StackSampler:
         if self._attached:
             self.stop()
         self._stop_reader()
-        self._stop_worker()
+        self._symbols.stop()
         if self.collection == "ringbuf":
-            return self._collect_ringbuf()
-        return {pid: CollectedStacks(folded, None, stats) for pid, (folded, stats) in self._collect_stackmap().items()}
-
-    def _target_counts(self, pid: int) -> tuple[int, int]:
-        targets = self._bpf[b"targets"]
-        try:
-            target = targets[targets.Key(pid)]
-            return int(target.samples), int(target.dropped)
-        except KeyError:
-            return 0, 0
-
-    def _is_java(self, pid: int, symbols: ProcessSymbols | None) -> bool:
-        prepared = self._prepared.get(pid)
-        return (prepared is not None and prepared.jvm_info is not None) or jvm.is_jvm(pid) or (
-            symbols is not None and (symbols.perf_map is not None or pid in self._histories)
-        )
-
-    def _collect_ringbuf(self) -> dict[int, CollectedStacks]:
-        result: dict[int, CollectedStacks] = {}
-        kernel = KernelSymbols()
-        dropped_total = 0
-        try:
-            for pid in sorted(set(self._targets) | set(self._store.pids())):
-                samples, dropped = self._target_counts(pid)
-                dropped_total += dropped
-                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=self.max_stack_depth, dropped=dropped)
-                folded: Counter[str] = Counter()
-                timeline: Counter[tuple[int, str]] = Counter()
-                if self._store.epochs(pid):
-                    symbols, owned = self._symbols_for(pid)
-                    try:
-                        folder = StackFolder(
-                            symbols, kernel, self.max_stack_depth, self._is_java(pid, symbols), self.kernel_stack_depth
-                        )
-                        history = self._histories.get(pid)
-                        last = self._last_interval()
-                        for epoch in self._store.epochs(pid):
-                            if history is not None:
-                                folder.use_perf_map(history.map_for(epoch))
-                            for key, interval, count in self._store.entries(pid, epoch):
-                                stack = folder.fold(key.comm, key.user, key.kernel, count)
-                                folded[stack] += count
-                                timeline[(interval if last is None else min(interval, last), stack)] += count
-                        stats = replace(stats, **folder.counts)
-                        if history is not None:
-                            stats = replace(stats, perf_map_snapshots=history.snapshots)
-                    finally:
-                        if owned:
-                            symbols.close()
-                    self._store.forget(pid)
-                    if (history := self._histories.get(pid)) is not None:
-                        history.discard()
-                result[pid] = CollectedStacks(folded, timeline, stats)
-        finally:
-            kernel.close()
-        self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in result.items()}, Counter(), dropped_total)
-        return result
-
-    def _collect_stackmap(self) -> dict[int, tuple[Counter[str], SamplerStats]]:
-        stacks_table = self._bpf[b"stack_traces"]
-        stack_cache: dict[int, tuple[int, ...]] = {}
-        by_pid: dict[int, list[tuple[Any, int]]] = {}
-        for key, count in self._read_counts():
-            by_pid.setdefault(int(key.tgid), []).append((key, count))
-        targets_table = self._bpf[b"targets"]
-        kernel = KernelSymbols()
-        result: dict[int, tuple[Counter[str], SamplerStats]] = {}
-        depth = self.max_stack_depth
-        lost_reasons: Counter[int] = Counter()
-        dropped_total = 0
-        try:
-            for pid in sorted(set(self._targets) | set(by_pid)):
-                try:
-                    target = targets_table[targets_table.Key(pid)]
-                    samples, dropped = int(target.samples), int(target.dropped)
-                except KeyError:
-                    samples, dropped = 0, 0
-                dropped_total += dropped
-                folded: Counter[str] = Counter()
-                stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth, dropped=dropped)
-                entries = by_pid.get(pid, [])
-                symbols: ProcessSymbols | None = None
-                owned = False
-                if entries:
-                    symbols, owned = self._symbols_for(pid)
-                prepared = self._prepared.get(pid)
-                is_java = (prepared is not None and prepared.jvm_info is not None) or jvm.is_jvm(pid) or (
-                    symbols is not None and symbols.perf_map is not None
-                )
-                try:
-                    for key, count in entries:
-                        user_frames: list[Frame] | None = None
-                        kernel_names: list[str] | None = []
-                        truncated = False
-                        user_id, kernel_id = int(key.user_stack_id), int(key.kernel_stack_id)
-                        if user_id >= 0:
-                            addrs = self._stack(stacks_table, stack_cache, user_id)
-                            truncated = len(addrs) >= depth
-                            assert symbols is not None
-                            user_frames = [symbols.resolve(a) for a in addrs]
-                        else:
-                            lost_reasons[-user_id] += count
-                            stats = replace(stats, lost_user_stack=stats.lost_user_stack + count)
-                        if kernel_id >= 0:
-                            addrs = self._stack(stacks_table, stack_cache, kernel_id)
-                            truncated = truncated or len(addrs) >= depth
-                            kernel_names = [kernel.resolve(a) for a in addrs]
-                        elif kernel_id != STACK_NONE:
-                            kernel_names = None
-                            lost_reasons[-kernel_id] += count
-                            stats = replace(stats, lost_kernel_stack=stats.lost_kernel_stack + count)
-                        if truncated:
-                            stats = replace(stats, truncated=stats.truncated + count)
-                        if user_frames is not None and is_java_unwalkable(user_frames, truncated, is_java):
-                            stats = replace(stats, java_unwalkable=stats.java_unwalkable + count)
-                        comm = bytes(key.comm).split(b"\0", 1)[0].decode("utf-8", "replace")
-                        user_names = [f.name for f in user_frames] if user_frames is not None else None
-                        folded[fold_stack(comm, user_names, kernel_names)] += count
-                finally:
-                    if owned and symbols is not None:
-                        symbols.close()
-                result[pid] = (folded, stats)
-        finally:
-            kernel.close()
-        self._end_of_run_warnings(result, lost_reasons, dropped_total)
-        return result
+            collected, dropped = collect_ringbuf(
+                self._bpf,
+                self._store,
+                self._symbols,
+                self._targets,
+                self.max_stack_depth,
+                self.kernel_stack_depth,
+                self._last_interval(),
+            )
+            self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in collected.items()}, Counter(), dropped)
+            return collected
+        result, lost, dropped = collect_stackmap(self._bpf, self._symbols, self._targets, self.max_stack_depth)
+        self._end_of_run_warnings(result, lost, dropped)
+        return {pid: CollectedStacks(folded, None, stats) for pid, (folded, stats) in result.items()}
 
     def _end_of_run_warnings(
         self, result: dict[int, tuple[Counter[str], SamplerStats]], lost: Counter[int], dropped: int
@@ -781,17 +479,152 @@ class StackSampler:
                 )
 
 
-def _process_age_base(pid: int) -> float:
-    """Monotonic time the process started (so callers can tell how young it is); now when unknown."""
-    ticks = _start_ticks(pid)
-    if ticks is None:
-        return time.monotonic()
-    try:
-        hz = os.sysconf("SC_CLK_TCK")
-        boot_to_start = ticks / hz
-        with open("/proc/uptime", encoding="ascii") as handle:
-            uptime = float(handle.read().split()[0])
-        return time.monotonic() - (uptime - boot_to_start)
-    except (OSError, ValueError):
-        return time.monotonic()
+# ---------------------------------------------------------------- collection (after the window)
 
+
+def _read_counts(bpf: Any) -> list[tuple[Any, int]]:
+    counts = bpf[b"counts"]
+    try:
+        # one syscall per batch on kernels >= 5.6, instead of two per entry
+        return [(k, int(v.value)) for k, v in counts.items_lookup_batch()]
+    except Exception:  # noqa: BLE001 - no batch lookup in this kernel or bcc: one by one
+        return [(k, int(v.value)) for k, v in counts.items()]
+
+
+def _stack(stacks: Any, cache: dict[int, tuple[int, ...]], stack_id: int) -> tuple[int, ...]:
+    frames = cache.get(stack_id)
+    if frames is None:
+        try:
+            leaf = stacks[stacks.Key(stack_id)]
+            ips = []
+            for addr in leaf.ip:
+                if addr == 0:
+                    break
+                ips.append(int(addr))
+            frames = tuple(ips)
+        except KeyError:
+            frames = ()
+        cache[stack_id] = frames
+    return frames
+
+
+def _target_counts(bpf: Any, pid: int) -> tuple[int, int]:
+    """(samples, dropped) the BPF program counted for ``pid``."""
+    targets = bpf[b"targets"]
+    try:
+        target = targets[targets.Key(pid)]
+        return int(target.samples), int(target.dropped)
+    except KeyError:
+        return 0, 0
+
+
+def collect_ringbuf(
+    bpf: Any,
+    store: StackStore,
+    symbols_of: SymbolPreparer,
+    targets: Iterable[int],
+    max_stack_depth: int,
+    kernel_stack_depth: int,
+    last: int | None,
+) -> tuple[dict[int, CollectedStacks], int]:
+    """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
+    interval), each Java frame named by the perf-map version of its sample's time; and the samples
+    dropped in all (ring buffer full)."""
+    result: dict[int, CollectedStacks] = {}
+    kernel = KernelSymbols()
+    dropped_total = 0
+    try:
+        for pid in sorted(set(targets) | set(store.pids())):
+            samples, dropped = _target_counts(bpf, pid)
+            dropped_total += dropped
+            stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=max_stack_depth, dropped=dropped)
+            folded: Counter[str] = Counter()
+            timeline: Counter[tuple[int, str]] = Counter()
+            if store.epochs(pid):
+                symbols, owned = symbols_of.symbols_for(pid)
+                try:
+                    is_java = symbols_of.is_java(pid, symbols)
+                    folder = StackFolder(symbols, kernel, max_stack_depth, is_java, kernel_stack_depth)
+                    history = symbols_of.histories.get(pid)
+                    for epoch in store.epochs(pid):
+                        if history is not None:
+                            folder.use_perf_map(history.map_for(epoch))
+                        for key, interval, count in store.entries(pid, epoch):
+                            stack = folder.fold(key.comm, key.user, key.kernel, count)
+                            folded[stack] += count
+                            timeline[(interval if last is None else min(interval, last), stack)] += count
+                    stats = replace(stats, **folder.counts)
+                    if history is not None:
+                        stats = replace(stats, perf_map_snapshots=history.snapshots)
+                finally:
+                    if owned:
+                        symbols.close()
+                store.forget(pid)
+                symbols_of.discard_history(pid)
+            result[pid] = CollectedStacks(folded, timeline, stats)
+    finally:
+        kernel.close()
+    return result, dropped_total
+
+
+def collect_stackmap(
+    bpf: Any, symbols_of: SymbolPreparer, targets: Iterable[int], depth: int
+) -> tuple[dict[int, tuple[Counter[str], SamplerStats]], Counter[int], int]:
+    """The stack map's counts folded per PID; the samples lost per reason (errno) and dropped in all."""
+    stacks_table = bpf[b"stack_traces"]
+    stack_cache: dict[int, tuple[int, ...]] = {}
+    by_pid: dict[int, list[tuple[Any, int]]] = {}
+    for key, count in _read_counts(bpf):
+        by_pid.setdefault(int(key.tgid), []).append((key, count))
+    kernel = KernelSymbols()
+    result: dict[int, tuple[Counter[str], SamplerStats]] = {}
+    lost_reasons: Counter[int] = Counter()
+    dropped_total = 0
+    try:
+        for pid in sorted(set(targets) | set(by_pid)):
+            samples, dropped = _target_counts(bpf, pid)
+            dropped_total += dropped
+            folded: Counter[str] = Counter()
+            stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=depth, dropped=dropped)
+            entries = by_pid.get(pid, [])
+            symbols: ProcessSymbols | None = None
+            owned = False
+            if entries:
+                symbols, owned = symbols_of.symbols_for(pid)
+            is_java = symbols_of.is_java(pid, symbols)  # no perf-map versions without the ring buffer
+            try:
+                for key, count in entries:
+                    user_frames: list[Frame] | None = None
+                    kernel_names: list[str] | None = []
+                    truncated = False
+                    user_id, kernel_id = int(key.user_stack_id), int(key.kernel_stack_id)
+                    if user_id >= 0:
+                        addrs = _stack(stacks_table, stack_cache, user_id)
+                        truncated = len(addrs) >= depth
+                        assert symbols is not None
+                        user_frames = [symbols.resolve(a) for a in addrs]
+                    else:
+                        lost_reasons[-user_id] += count
+                        stats = replace(stats, lost_user_stack=stats.lost_user_stack + count)
+                    if kernel_id >= 0:
+                        addrs = _stack(stacks_table, stack_cache, kernel_id)
+                        truncated = truncated or len(addrs) >= depth
+                        kernel_names = [kernel.resolve(a) for a in addrs]
+                    elif kernel_id != STACK_NONE:
+                        kernel_names = None
+                        lost_reasons[-kernel_id] += count
+                        stats = replace(stats, lost_kernel_stack=stats.lost_kernel_stack + count)
+                    if truncated:
+                        stats = replace(stats, truncated=stats.truncated + count)
+                    if user_frames is not None and is_java_unwalkable(user_frames, truncated, is_java):
+                        stats = replace(stats, java_unwalkable=stats.java_unwalkable + count)
+                    comm = bytes(key.comm).split(b"\0", 1)[0].decode("utf-8", "replace")
+                    user_names = [f.name for f in user_frames] if user_frames is not None else None
+                    folded[fold_stack(comm, user_names, kernel_names)] += count
+            finally:
+                if owned and symbols is not None:
+                    symbols.close()
+            result[pid] = (folded, stats)
+    finally:
+        kernel.close()
+    return result, lost_reasons, dropped_total

@@ -322,11 +322,6 @@ def default_spark_master(
     return None
 
 
-def spark_master(cmdline: Sequence[str], default_master: str | None = None) -> str:
-    entry = entry_point(cmdline)
-    return spark_master_from_args(entry.args) or default_master or SPARK_DEFAULT_MASTER
-
-
 # ---------------------------------------------------------------- classification
 
 

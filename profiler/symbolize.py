@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .folded import sanitize_frame
+from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
 from .perfmap import PerfMapLike
 
-KERNEL_SUFFIX = "_[k]"
 UNKNOWN = "[unknown]"
 INTERPRETER = "Interpreter"  # HotSpot's template interpreter: one symbol for every interpreted frame
 LOST_USER = "[lost user stack]"
@@ -129,7 +128,7 @@ def fold_stack(comm: str, user_leaf_first: Sequence[str] | None, kernel_leaf_fir
         frames.append(LOST_KERNEL)
     else:
         frames.extend(sanitize_frame(name) + KERNEL_SUFFIX for name in reversed(kernel_leaf_first))
-    return ";".join(frames)
+    return FRAME_SEPARATOR.join(frames)
 
 
 def _is_perf_map_module(module: str | None) -> bool:

@@ -1,10 +1,11 @@
-"""Match the stacks of one or more runs to tasks on Spark and write summary.csv and per-task stacks.
+"""Match the stacks of one or more runs to tasks and write summary.csv and per-task stacks.
 
 Reads every host's per-PID folded stacks, counters and scope of the given run directories (or bare
-host captures), applies the application profile with the host agent's own matcher inside a PySpark
-job and writes summary.csv (per run, host, PID and task, with host `*` cluster rows),
-tasks/<task>.folded (drill-down input) and unmatched.folded (stacks no task matched, most samples
-first). The raw captures are only read: edit the profile and analyse again as often as needed.
+host captures), applies the application profile with the host agent's own matcher (on Spark, or in
+this process for small inputs on a local master: --engine) and writes summary.csv (per run, host,
+PID and task, with host `*` cluster rows), tasks/<task>.folded (drill-down input) and
+unmatched.folded (stacks no task matched, most samples first). The raw captures are only read:
+edit the profile and analyse again as often as needed.
 --from/--to restrict every row to a sub-window (seconds into the sampling window) of a capture
 with a timeline (format_version 2, stack_collection ringbuf): the whole intervals overlapping it
 are used, and analysis.json says which.
@@ -26,7 +27,7 @@ import re
 from pathlib import Path
 
 from coordinator.timeline import SubWindow
-from profiler.argtypes import existing_dir, existing_file, seconds_into_window
+from profiler.argtypes import existing_dir, existing_file, label, seconds_into_window
 
 _MASTER = re.compile(
     r"^(local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+|mesos://.+)$"
@@ -41,15 +42,8 @@ def master_url(text: str) -> str:
     return text
 
 
-def label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", key):
-        raise argparse.ArgumentTypeError(f"{text!r}: write KEY=VALUE with a key of letters, digits, _ . -")
-    return key, value
-
-
 class AnalyzeCommand:
-    """Match the stacks of one or more runs to tasks on Spark and write summary.csv and per-task stacks."""
+    """Match the stacks of one or more runs to tasks and write summary.csv and per-task stacks."""
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

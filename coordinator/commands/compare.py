@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.analysis import (
-    SUMMARY_FILE,
     TaskTotals,
     cluster_totals,
     compare_runs,
+    existing_summary,
     format_compare_csv,
     format_compare_table,
     read_summary,
@@ -100,12 +100,7 @@ class CompareCommand:
 
     @staticmethod
     def _existing_summary(path: Path) -> Path | None:
-        if path.is_file():
-            return path
-        for candidate in (path / SUMMARY_FILE, path / "analysis" / SUMMARY_FILE):
-            if candidate.is_file():
-                return candidate
-        return None
+        return path if path.is_file() else existing_summary(path)
 
     @staticmethod
     def _analyse(paths: list[Path], profile: Path | None, master: str) -> list[dict[str, TaskTotals]]:

@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..cluster import HostSpec
+    from ..hosts import HostTransport
 
 _HELP = """Check every host of cluster.txt: can it be profiled (privileges, bcc, kernel, tracepoints, PMU, JVMs)?
 
@@ -107,7 +111,7 @@ def doctor_exit_code(reports: Sequence[HostReport]) -> int:
     return 0
 
 
-def _doctor_host(transport: Any, profile: Path, known_spes: Path) -> HostReport:
+def _doctor_host(transport: HostTransport, profile: Path, known_spes: Path) -> HostReport:
     from profiler.errors import ProfilerError
 
     label = transport.spec.label
@@ -132,11 +136,16 @@ def _doctor_host(transport: Any, profile: Path, known_spes: Path) -> HostReport:
         transport.close()
 
 
-def doctor_cluster(hosts: Sequence[Any], profile: Path, known_spes: Path, transport_factory: Any) -> list[HostReport]:
+def doctor_cluster(
+    hosts: Sequence[HostSpec],
+    profile: Path,
+    known_spes: Path,
+    transport_factory: Callable[[HostSpec], HostTransport],
+) -> list[HostReport]:
     """Run the doctor on every host in parallel; reports in cluster order."""
     reports: dict[str, HostReport] = {}
 
-    def one(spec: Any) -> None:
+    def one(spec: HostSpec) -> None:
         reports[spec.label] = _doctor_host(transport_factory(spec), profile, known_spes)
 
     threads = [threading.Thread(target=one, args=(spec,), daemon=True) for spec in hosts]

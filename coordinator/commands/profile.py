@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from profiler.argtypes import bounded, frequency, positive_int
+from profiler.argtypes import (
+    bounded,
+    duration,
+    frequency,
+    interval,
+    label,
+    perf_map_refresh,
+    positive_float,
+    positive_int,
+)
+
+if TYPE_CHECKING:
+    from ..cluster import HostSpec
+    from ..session import ProfileOutcome
 
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
@@ -35,30 +48,13 @@ examples:
   $ xdg-open runs/baseline/report/index.html
 """
 
-LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-
-
-def label(text: str) -> tuple[str, str]:
-    """``key=value`` experiment factor; the value is free text on one line."""
-    key, sep, value = text.partition("=")
-    if not sep or not LABEL_KEY.match(key):
-        raise argparse.ArgumentTypeError(f"{text!r}: write key=value, key of letters, digits, '_', '.', '-'")
-    if len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise argparse.ArgumentTypeError(f"{text!r}: the value must be one line of at most 200 printable characters")
-    return key, value
-
-
-positive_float = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
-non_negative_float = bounded(float, 0.0, 3600.0, "seconds")
-
-
 class ProfileCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
 
-        parser.add_argument("--duration", type=positive_float, required=True, help="sampling window in seconds")
+        parser.add_argument("--duration", type=duration, required=True, help="sampling window in seconds")
         parser.add_argument(
             "--cluster",
             type=Path,
@@ -73,13 +69,13 @@ class ProfileCommand:
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
         parser.add_argument(
             "--interval",
-            type=bounded(float, 0.1, 3600.0, "seconds"),
+            type=interval,
             default=10.0,
             help="seconds per timeline slice (10): the report's time chart, analyze --from/--to",
         )
         parser.add_argument(
             "--perf-map-refresh",
-            type=bounded(float, 0.0, 86400.0, "seconds"),
+            type=perf_map_refresh,
             default=60.0,
             help="seconds between Java perf-map refreshes on every host (60; 0 = at the end only)",
         )
@@ -99,7 +95,7 @@ class ProfileCommand:
         parser.add_argument("--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)")
         parser.add_argument(
             "--start-delay",
-            type=non_negative_float,
+            type=bounded(float, 0.0, 3600.0, "seconds"),
             default=None,
             help="seconds between 'all hosts deployed' and the common start, for BPF compilation (10)",
         )
@@ -139,8 +135,13 @@ class ProfileCommand:
 
     @staticmethod
     def _profile(
-        args: argparse.Namespace, hosts: Any, out: Path, profile: Path, known_spes: Path, labels: dict[str, str]
-    ) -> Any:
+        args: argparse.Namespace,
+        hosts: Sequence[HostSpec],
+        out: Path,
+        profile: Path,
+        known_spes: Path,
+        labels: dict[str, str],
+    ) -> ProfileOutcome:
         from ..hosts import SamplingOptions
         from ..session import profile_cluster
 
@@ -167,7 +168,7 @@ class ProfileCommand:
         )
 
     @staticmethod
-    def _report(outcome: Any) -> int:
+    def _report(outcome: ProfileOutcome) -> int:
         from ..errors import PartialRunError
 
         run_dir = outcome.run_dir

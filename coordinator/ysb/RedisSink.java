@@ -11,10 +11,14 @@ import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.EnumSet;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -107,7 +111,8 @@ public final class RedisSink implements TableProvider {
                         schema,
                         options.getOrDefault("host", "127.0.0.1"),
                         Integer.parseInt(options.getOrDefault("port", "6379")),
-                        options.getOrDefault("prefix", "ysb:"));
+                        options.getOrDefault("prefix", "ysb:"),
+                        Long.parseLong(options.getOrDefault("windowMillis", "0")));
                 }
             };
         }
@@ -116,8 +121,8 @@ public final class RedisSink implements TableProvider {
     static final class RedisStreamingWrite implements StreamingWrite {
         private final RedisWriterFactory factory;
 
-        RedisStreamingWrite(StructType schema, String host, int port, String prefix) {
-            this.factory = new RedisWriterFactory(schema, host, port, prefix);
+        RedisStreamingWrite(StructType schema, String host, int port, String prefix, long windowMillis) {
+            this.factory = new RedisWriterFactory(schema, host, port, prefix, windowMillis);
         }
 
         @Override
@@ -140,16 +145,21 @@ public final class RedisSink implements TableProvider {
         private final String host;
         private final int port;
         private final String prefix;
+        private final long windowMillis;
 
-        RedisWriterFactory(StructType schema, String host, int port, String prefix) {
+        RedisWriterFactory(StructType schema, String host, int port, String prefix, long windowMillis) {
             this.schema = schema;
             this.host = host;
             this.port = port;
             this.prefix = prefix;
+            this.windowMillis = windowMillis;
         }
 
         @Override
         public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
+            if (windowMillis > 0) {
+                return new WindowCacheWriter(schema, host, port, prefix, windowMillis);
+            }
             return new RedisOutputWriter(schema, host, port, prefix);
         }
     }
@@ -180,16 +190,210 @@ public final class RedisSink implements TableProvider {
         private final String prefix;
         private final int campaignColumn;
         private final int windowColumn;
-        private final Socket socket;
-        private final OutputStream out;
-        private final InputStream in;
+        private final RespConnection redis;
         private long written;
 
         RedisOutputWriter(StructType schema, String host, int port, String prefix) {
             this.fields = schema.fields();
             this.prefix = prefix;
-            this.campaignColumn = indexOf("campaign_id");
-            this.windowColumn = indexOf("window_start_ms");
+            this.campaignColumn = indexOf(fields, "campaign_id");
+            this.windowColumn = indexOf(fields, "window_start_ms");
+            this.redis = new RespConnection(host, port);
+        }
+
+        @Override
+        public void write(InternalRow row) throws IOException {
+            byte[] windowKey = utf8(prefix + "window:" + new String(value(fields, row, 0), StandardCharsets.UTF_8));
+            if (campaignColumn > 0 && windowColumn > 0) {
+                registerWindow(redis, prefix, new String(value(fields, row, campaignColumn), StandardCharsets.UTF_8),
+                    value(fields, row, windowColumn), windowKey);
+            }
+            List<byte[]> args = new ArrayList<>(2 + 2 * fields.length);
+            args.add(utf8("HSET"));
+            args.add(windowKey);
+            for (int i = 1; i < fields.length; i++) {
+                args.add(utf8(fields[i].name()));
+                args.add(value(fields, row, i));
+            }
+            redis.call(args);
+            written++;
+        }
+
+        @Override
+        public WriterCommitMessage commit() throws IOException {
+            return new Written(written);
+        }
+
+        @Override
+        public void abort() {
+        }
+
+        @Override
+        public void close() throws IOException {
+            redis.close();
+        }
+    }
+
+    /**
+     * The window of YSB for Spark Continuous Processing, which has no stateful operators: every
+     * writer keeps a WindowCache of (campaign, window start) -> count, latest event time and worst
+     * pre-window latency for the rows of one epoch, and adds it to the window's state in Redis when
+     * the epoch commits (HINCRBY the count; the paper's Spark CP YSB keeps its window state in Redis
+     * the same way). Rows: campaign_id, event_time (epoch ms), pre_window_latency_ms. The connection
+     * stays open across epochs (one per task thread: a continuous task runs for the query's life).
+     * Redis keys as RedisOutputWriter's, so the demo counts windows the same way for both modes.
+     */
+    static final class WindowCacheWriter implements DataWriter<InternalRow> {
+        private static final ThreadLocal<RespConnection> CONNECTION = new ThreadLocal<>();
+        private final String prefix;
+        private final long windowMillis;
+        private final RespConnection redis;
+        private final Map<String, long[]> windowCache = new HashMap<>();
+        private long written;
+
+        WindowCacheWriter(StructType schema, String host, int port, String prefix, long windowMillis) {
+            if (schema.fields().length < 3) {
+                throw new IllegalArgumentException("ysb window sink: needs campaign_id, event_time, pre_window_latency_ms");
+            }
+            this.prefix = prefix;
+            this.windowMillis = windowMillis;
+            RespConnection open = CONNECTION.get();
+            if (open == null || open.isClosed()) {
+                open = new RespConnection(host, port);
+                CONNECTION.set(open);
+            }
+            this.redis = open;
+        }
+
+        @Override
+        public void write(InternalRow row) {
+            String campaign = row.getUTF8String(0).toString();
+            long eventTime = row.getLong(1);
+            long latency = row.isNullAt(2) ? 0 : row.getLong(2);
+            long windowStart = eventTime - Math.floorMod(eventTime, windowMillis);
+            long[] window = windowCache.computeIfAbsent(campaign + ":" + windowStart, k -> new long[3]);
+            window[0]++;
+            window[1] = Math.max(window[1], eventTime);
+            window[2] = Math.max(window[2], latency);
+            written++;
+        }
+
+        @Override
+        public WriterCommitMessage commit() throws IOException {
+            String now = Long.toString(System.currentTimeMillis());
+            for (Map.Entry<String, long[]> entry : windowCache.entrySet()) {
+                String key = entry.getKey();
+                int colon = key.lastIndexOf(':');
+                String campaign = key.substring(0, colon);
+                byte[] windowStart = utf8(key.substring(colon + 1));
+                byte[] windowKey = utf8(prefix + "window:" + key);
+                long[] window = entry.getValue();
+                registerWindow(redis, prefix, campaign, windowStart, windowKey);
+                redis.call(List.of(utf8("HINCRBY"), windowKey, utf8("events"), utf8(Long.toString(window[0]))));
+                redis.call(List.of(utf8("HSET"), windowKey, utf8("campaign_id"), utf8(campaign),
+                    utf8("window_start_ms"), windowStart, utf8("last_event_time"), utf8(Long.toString(window[1])),
+                    utf8("max_pre_window_latency_ms"), utf8(Long.toString(window[2])), utf8("written_at_ms"), utf8(now)));
+            }
+            windowCache.clear();
+            return new Written(written);
+        }
+
+        @Override
+        public void abort() {
+            windowCache.clear();
+        }
+
+        @Override
+        public void close() {
+            // The thread's connection is reused by the next epoch's writer.
+        }
+    }
+
+    /**
+     * YSB's join for Spark Continuous Processing, which has no joins: a lookup in the static
+     * ad -> campaign table, loaded once per executor JVM from the Redis hash the runner filled
+     * (YSB's own setup stores the table in Redis too). Register it with
+     * spark.udf.registerJavaFunction(name, "ysb.RedisSink$CampaignJoin", "string"); the executors
+     * read spark.ysb.redis.host/port and spark.ysb.redis.adsKey from their Spark configuration.
+     */
+    public static final class CampaignJoin implements UDF1<String, String> {
+        private static final long serialVersionUID = 1L;
+        private static volatile Map<String, String> table;
+
+        @Override
+        public String call(String adId) throws IOException {
+            Map<String, String> campaigns = table;
+            if (campaigns == null) {
+                campaigns = load();
+            }
+            return campaigns.get(adId);
+        }
+
+        private static synchronized Map<String, String> load() throws IOException {
+            if (table == null) {
+                SparkConf conf = SparkEnv.get().conf();
+                RespConnection redis = new RespConnection(
+                    conf.get("spark.ysb.redis.host", "127.0.0.1"), conf.getInt("spark.ysb.redis.port", 6379));
+                try {
+                    table = redis.hgetall(utf8(conf.get("spark.ysb.redis.adsKey", "ysb:ad_campaign")));
+                } finally {
+                    redis.close();
+                }
+            }
+            return table;
+        }
+    }
+
+    /** HGET the window in the campaign's hash; when new, HSET it there and LPUSH it on the campaign's list. */
+    static void registerWindow(RespConnection redis, String prefix, String campaign, byte[] windowStart,
+                               byte[] windowKey) throws IOException {
+        byte[] campaignKey = utf8(prefix + "campaign:" + campaign);
+        if (redis.call(List.of(utf8("HGET"), campaignKey, windowStart)) == null) {
+            redis.call(List.of(utf8("HSET"), campaignKey, windowStart, windowKey));
+            redis.call(List.of(utf8("LPUSH"), utf8(prefix + "windows:" + campaign), windowStart));
+        }
+    }
+
+    static int indexOf(StructField[] fields, String name) {
+        for (int i = 1; i < fields.length; i++) {
+            if (fields[i].name().equals(name)) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    static byte[] utf8(String text) {
+        return text.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static byte[] value(StructField[] fields, InternalRow row, int i) {
+        if (row.isNullAt(i)) {
+            return new byte[0];
+        }
+        DataType type = fields[i].dataType();
+        String text;
+        if (type.equals(DataTypes.StringType)) {
+            return row.getUTF8String(i).getBytes();
+        } else if (type.equals(DataTypes.LongType) || type.equals(DataTypes.TimestampType)) {
+            text = Long.toString(row.getLong(i));
+        } else if (type.equals(DataTypes.IntegerType) || type.equals(DataTypes.DateType)) {
+            text = Integer.toString(row.getInt(i));
+        } else if (type.equals(DataTypes.DoubleType)) {
+            text = Double.toString(row.getDouble(i));
+        } else {
+            text = String.valueOf(row.get(i, type));
+        }
+        return text.getBytes(StandardCharsets.UTF_8);
+    }
+
+    /** One RESP connection to Redis: one command, one round trip (no client library). */
+    static final class RespConnection {
+        private final Socket socket;
+        private final OutputStream out;
+        private final InputStream in;
+
+        RespConnection(String host, int port) {
             try {
                 socket = new Socket();
                 socket.connect(new InetSocketAddress(host, port), 10_000);
@@ -202,57 +406,12 @@ public final class RedisSink implements TableProvider {
             }
         }
 
-        private int indexOf(String name) {
-            for (int i = 1; i < fields.length; i++) {
-                if (fields[i].name().equals(name)) {
-                    return i;
-                }
-            }
-            return -1;
+        boolean isClosed() {
+            return socket.isClosed();
         }
 
-        private static byte[] utf8(String text) {
-            return text.getBytes(StandardCharsets.UTF_8);
-        }
-
-        @Override
-        public void write(InternalRow row) throws IOException {
-            byte[] windowKey = utf8(prefix + "window:" + new String(value(row, 0), StandardCharsets.UTF_8));
-            if (campaignColumn > 0 && windowColumn > 0) {
-                String campaign = new String(value(row, campaignColumn), StandardCharsets.UTF_8);
-                byte[] windowStart = value(row, windowColumn);
-                byte[] campaignKey = utf8(prefix + "campaign:" + campaign);
-                List<byte[]> lookup = new ArrayList<>(3);
-                lookup.add(utf8("HGET"));
-                lookup.add(campaignKey);
-                lookup.add(windowStart);
-                if (call(lookup) == null) {
-                    List<byte[]> register = new ArrayList<>(4);
-                    register.add(utf8("HSET"));
-                    register.add(campaignKey);
-                    register.add(windowStart);
-                    register.add(windowKey);
-                    call(register);
-                    List<byte[]> push = new ArrayList<>(3);
-                    push.add(utf8("LPUSH"));
-                    push.add(utf8(prefix + "windows:" + campaign));
-                    push.add(windowStart);
-                    call(push);
-                }
-            }
-            List<byte[]> args = new ArrayList<>(2 + 2 * fields.length);
-            args.add(utf8("HSET"));
-            args.add(windowKey);
-            for (int i = 1; i < fields.length; i++) {
-                args.add(utf8(fields[i].name()));
-                args.add(value(row, i));
-            }
-            call(args);
-            written++;
-        }
-
-        /** One command, one round trip; returns the reply line (null for a nil bulk reply). */
-        private String call(List<byte[]> args) throws IOException {
+        /** Sends one command and returns the reply line (null for a nil bulk reply). */
+        String call(List<byte[]> args) throws IOException {
             writeCommand(args);
             out.flush();
             int kind = in.read();
@@ -282,24 +441,36 @@ public final class RedisSink implements TableProvider {
             return line;
         }
 
-        private byte[] value(InternalRow row, int i) {
-            if (row.isNullAt(i)) {
-                return new byte[0];
+        /** The whole reply of HGETALL as a map (the static ad -> campaign table). */
+        Map<String, String> hgetall(byte[] key) throws IOException {
+            writeCommand(List.of(utf8("HGETALL"), key));
+            out.flush();
+            if (in.read() != '*') {
+                throw new IOException("ysb redis sink: HGETALL did not answer an array");
             }
-            DataType type = fields[i].dataType();
-            String text;
-            if (type.equals(DataTypes.StringType)) {
-                return row.getUTF8String(i).getBytes();
-            } else if (type.equals(DataTypes.LongType) || type.equals(DataTypes.TimestampType)) {
-                text = Long.toString(row.getLong(i));
-            } else if (type.equals(DataTypes.IntegerType) || type.equals(DataTypes.DateType)) {
-                text = Integer.toString(row.getInt(i));
-            } else if (type.equals(DataTypes.DoubleType)) {
-                text = Double.toString(row.getDouble(i));
-            } else {
-                text = String.valueOf(row.get(i, type));
+            int count = Integer.parseInt(readLine());
+            Map<String, String> result = new HashMap<>(Math.max(16, count));
+            for (int i = 0; i + 1 < count; i += 2) {
+                result.put(readBulk(), readBulk());
             }
-            return text.getBytes(StandardCharsets.UTF_8);
+            return result;
+        }
+
+        private String readBulk() throws IOException {
+            if (in.read() != '$') {
+                throw new IOException("ysb redis sink: expected a bulk string");
+            }
+            int length = Integer.parseInt(readLine());
+            byte[] data = new byte[length + 2];
+            int read = 0;
+            while (read < data.length) {
+                int n = in.read(data, read, data.length - read);
+                if (n < 0) {
+                    throw new IOException("ysb redis sink: redis closed the connection");
+                }
+                read += n;
+            }
+            return new String(data, 0, length, StandardCharsets.UTF_8);
         }
 
         private void writeCommand(List<byte[]> args) throws IOException {
@@ -323,17 +494,7 @@ public final class RedisSink implements TableProvider {
             return line.toString();
         }
 
-        @Override
-        public WriterCommitMessage commit() throws IOException {
-            return new Written(written);
-        }
-
-        @Override
-        public void abort() {
-        }
-
-        @Override
-        public void close() throws IOException {
+        void close() throws IOException {
             socket.close();
         }
     }

@@ -16,8 +16,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from coordinator.ysb.campaigns import ad_campaign_mapping
-from coordinator.ysb.pipeline import SinkSpec, build_ysb, start_query
+from coordinator.ysb.pipeline import (
+    SinkSpec,
+    build_ysb,
+    build_ysb_continuous,
+    start_continuous_query,
+    start_query,
+)
 
 
 def _positive_int(text: str) -> int:
@@ -49,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ads-per-campaign", type=_positive_int, default=10)
     parser.add_argument("--partitions", type=_positive_int, default=2, help="generator partitions")
     parser.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval in s (0: back to back)")
+    parser.add_argument("--continuous", action="store_true", help="Continuous Processing (epochs of --trigger s)")
     parser.add_argument("--checkpoint", required=True)
     sink = parser.add_mutually_exclusive_group(required=True)
     sink.add_argument("--redis-port", type=_positive_int)
@@ -60,11 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName("ysb").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    mapping = ad_campaign_mapping(args.campaigns, args.ads_per_campaign)
     spec = SinkSpec("redis", redis_port=args.redis_port) if args.redis_port else SinkSpec("file", path=args.file_sink)
     batch_seconds = args.trigger if args.trigger > 0 else 1.0
-    rows = build_ysb(spark, args.rate, mapping, args.partitions, batch_seconds)
-    query = start_query(rows, spec, args.checkpoint, args.trigger)
+    if args.continuous:
+        rows = build_ysb_continuous(spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions)
+        query = start_continuous_query(rows, spec, args.checkpoint, batch_seconds)
+    else:
+        rows = build_ysb(spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds)
+        query = start_query(rows, spec, args.checkpoint, args.trigger)
 
     deadline = time.monotonic() + args.duration if args.duration > 0 else float("inf")
     last_batch = -1

@@ -12,8 +12,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType
 
-from coordinator.ysb.campaigns import AdCampaign
-
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
 WINDOW = "10 seconds"
@@ -31,6 +29,10 @@ EVENT_SCHEMA = StructType(
 )
 
 
+WINDOW_MS = 10_000
+CAMPAIGN_JOIN_CLASS = "ysb.RedisSink$CampaignJoin"
+
+
 @dataclass(frozen=True)
 class SinkSpec:
     kind: str  # "redis" or "file"
@@ -44,19 +46,70 @@ def _sql_string(value: str) -> str:
 
 
 def _pick(values: Sequence[str], index: Column) -> Column:
-    """``values[index]`` for an index column in 0..len-1. The array is one SQL literal expression (one
-    driver round trip instead of one per element; Spark folds it into a constant)."""
+    """``values[index]`` for an index column in 0..len-1, for the few short value lists of YSB (the
+    array is one literal folded into a constant; keep it small, it travels in every batch's plan)."""
     array = F.expr("array(" + ", ".join(_sql_string(v) for v in values) + ")")
     return F.element_at(array, index + F.lit(1))
 
 
+def _hex(number: Column, width: int) -> Column:
+    return F.lpad(F.lower(F.hex(number)), width, "0")
+
+
+def ad_id_column(ad_index: Column, ads_per_campaign: int) -> Column:
+    """campaigns.ad_id of ad number ``ad_index`` (over all campaigns), as a column expression."""
+    campaign = F.floor(ad_index / F.lit(ads_per_campaign))
+    ad = F.pmod(ad_index, F.lit(ads_per_campaign))
+    return F.concat(_hex(campaign, 8), F.lit("-"), _hex(ad, 4), F.lit("-4000-8000-"), _hex(ad_index, 12))
+
+
+def campaign_id_column(ad_index: Column, ads_per_campaign: int) -> Column:
+    """campaigns.campaign_id of the campaign ad number ``ad_index`` belongs to."""
+    return F.concat(_hex(F.floor(ad_index / F.lit(ads_per_campaign)), 8), F.lit("-0000-4000-a000-000000000000"))
+
+
+def random_uuid() -> Column:
+    """A random UUID string per row, made as YSB's generator makes it (java.util.UUID.randomUUID).
+
+    Not uuid(): Spark gives each uuid() a fresh random seed whenever a plan is analysed, i.e. in every
+    micro-batch, and the generated code inlines the seed (``new RandomUUIDGenerator(<seed>L + ...)``),
+    so each batch's fused stage was new Java source: Janino compiled it and the JIT compiled it again
+    on every executor, for the whole life of the query (half the executors' CPU). reflect() has no
+    seed: the same plan and code every batch. Being nondeterministic, it also keeps the optimizer
+    from pushing the filter on the parsed JSON below the generator, which would make every event's
+    JSON twice (once for the filter, once for the projection).
+    """
+    return F.expr("reflect('java.util.UUID', 'randomUUID')")
+
+
+def wall_clock_ms() -> Column:
+    """The wall clock in epoch ms, read per row when the row is evaluated.
+
+    Not current_timestamp(): in a streaming query Spark replaces it by the batch's start time as a
+    *literal* (CurrentBatchTimestamp), and generated Java code inlines literals, so every micro-batch
+    would compile new classes (see random_uuid). reflect() is nondeterministic, never folded, and
+    gives the same plan in every batch.
+    """
+    return F.expr("reflect('java.lang.System', 'currentTimeMillis')").cast("long")
+
+
+def generate_events_continuous(
+    spark: SparkSession, rate: int, ads: int, ads_per_campaign: int, partitions: int
+) -> DataFrame:
+    """The same events for Continuous Processing, which reads only the ``rate`` source (``rate`` rows per
+    second in wall-clock time, spread over ``partitions`` long-running reader tasks)."""
+    rows = spark.readStream.format("rate").option("rowsPerSecond", rate).option("numPartitions", partitions).load()
+    return rows.select(event_json(ads, ads_per_campaign).alias("value"))
+
+
 def generate_events(
-    spark: SparkSession, rate: int, ad_ids: Sequence[str], partitions: int, batch_seconds: float = 1.0
+    spark: SparkSession, rate: int, ads: int, ads_per_campaign: int, partitions: int, batch_seconds: float = 1.0
 ) -> DataFrame:
     """Ad events as JSON strings, made inside the executors (YSB's Kafka input carries the same JSON):
     one column ``value``. Spark's rate-micro-batch source gives each micro-batch ``rate * batch_seconds``
     rows whose event times advance by ``batch_seconds`` per batch from the start time: a fixed offered
-    load that never builds a backlog, so a slow machine shows up as slower batches, not a growing queue."""
+    load that never builds a backlog, so a slow machine shows up as slower batches, not a growing queue.
+    ``ads`` ads (numbered over all campaigns) are picked uniformly."""
     import time  # noqa: PLC0415 - only the start timestamp
 
     rows = (
@@ -67,10 +120,15 @@ def generate_events(
         .option("advanceMillisPerBatch", max(1, int(batch_seconds * 1000)))
         .load()
     )
+    return rows.select(event_json(ads, ads_per_campaign).alias("value"))
+
+
+def event_json(ads: int, ads_per_campaign: int) -> Column:
+    """One YSB ad event as JSON from the rate source's ``value`` and ``timestamp`` columns."""
     event = F.struct(
-        F.expr("uuid()").alias("user_id"),
-        F.expr("uuid()").alias("page_id"),
-        _pick(ad_ids, F.pmod(F.hash("value", F.lit(11)), F.lit(len(ad_ids)))).alias("ad_id"),
+        random_uuid().alias("user_id"),
+        random_uuid().alias("page_id"),
+        ad_id_column(F.pmod(F.hash("value", F.lit(11)), F.lit(ads)), ads_per_campaign).alias("ad_id"),
         _pick(AD_TYPES, F.pmod(F.hash("value", F.lit(13)), F.lit(len(AD_TYPES)))).alias("ad_type"),
         _pick(EVENT_TYPES, F.pmod(F.hash("value", F.lit(17)), F.lit(len(EVENT_TYPES)))).alias("event_type"),
         F.unix_millis("timestamp").cast("string").alias("event_time"),
@@ -78,7 +136,7 @@ def generate_events(
             ".", *[F.pmod(F.hash("value", F.lit(seed)), F.lit(256)).cast("string") for seed in (19, 23, 29, 31)]
         ).alias("ip_address"),
     )
-    return rows.select(F.to_json(event).alias("value"))
+    return F.to_json(event)
 
 
 def deserialize(raw: DataFrame) -> DataFrame:
@@ -94,27 +152,53 @@ def project(events: DataFrame) -> DataFrame:
     return events.select("ad_id", F.col("event_time").cast("long").alias("event_time"))
 
 
-def campaigns_frame(spark: SparkSession, mapping: Sequence[AdCampaign]) -> DataFrame:
-    """The static ad -> campaign table (the paper's static cache), built once at start-up."""
-    return spark.createDataFrame([(m.ad_id, m.campaign_id) for m in mapping], "ad_id string, campaign_id string")
+def campaigns_frame(spark: SparkSession, campaigns: int, ads_per_campaign: int) -> DataFrame:
+    """The static ad -> campaign table (the paper's static cache), the rows of campaigns.ad_campaign_mapping.
+
+    Made in the JVM from a range, not with createDataFrame from a Python list: a micro-batch query
+    re-reads its static side every batch, and a Python list would cost a Python worker task per batch.
+    """
+    ad_index = F.col("id")
+    return spark.range(campaigns * ads_per_campaign).select(
+        ad_id_column(ad_index, ads_per_campaign).alias("ad_id"),
+        campaign_id_column(ad_index, ads_per_campaign).alias("campaign_id"),
+    )
 
 
 def join_campaigns(events: DataFrame, campaigns: DataFrame) -> DataFrame:
     return events.join(F.broadcast(campaigns), on="ad_id", how="inner")
 
 
+def join_campaigns_continuous(spark: SparkSession, events: DataFrame) -> DataFrame:
+    """The join for Continuous Processing, which supports no joins: a lookup of each ad in the static
+    table (a Java UDF from the sink jar that loads the table from Redis once per executor)."""
+    spark.udf.registerJavaFunction("ysb_campaign_of", CAMPAIGN_JOIN_CLASS, StringType())
+    return events.withColumn("campaign_id", F.call_function("ysb_campaign_of", F.col("ad_id"))).where(
+        F.col("campaign_id").isNotNull()
+    )
+
+
 def enrich(events: DataFrame) -> DataFrame:
     """Event-time column and the pre-window latency (now - event time, ms) of the extended YSB."""
     return events.withColumn("event_ts", F.timestamp_millis("event_time")).withColumn(
-        "pre_window_latency_ms", F.unix_millis(F.current_timestamp()) - F.col("event_time")
+        "pre_window_latency_ms", wall_clock_ms() - F.col("event_time")
     )
 
 
 def window_counts(events: DataFrame, watermark: str = WINDOW) -> DataFrame:
-    """10 s event-time tumbling windows per campaign: count, latest event, worst pre-window latency."""
+    """10 s event-time tumbling windows per campaign: count, latest event, worst pre-window latency.
+
+    The watermark is on the event's window start (event time truncated to 10 s), not on the event time:
+    the same windows, closed at the same point (a window [t, t+10 s) closes once an event of t+20 s or
+    later arrived, either way), but Spark compiles the watermark into the state store's eviction and
+    late-data predicates as a literal, so a watermark that moved every micro-batch made every batch
+    compile two new classes on each executor; now it moves once per window.
+    """
+    window_start_ms = F.col("event_time") - F.pmod(F.col("event_time"), F.lit(WINDOW_MS))
     return (
-        events.withWatermark("event_ts", watermark)
-        .groupBy(F.window("event_ts", WINDOW), "campaign_id")
+        events.withColumn("event_window_ts", F.timestamp_millis(window_start_ms))
+        .withWatermark("event_window_ts", watermark)
+        .groupBy(F.window("event_window_ts", WINDOW), "campaign_id")
         .agg(
             F.count(F.lit(1)).alias("events"),
             F.max("event_time").alias("last_event_time"),
@@ -133,7 +217,24 @@ def sink_rows(windows: DataFrame) -> DataFrame:
         F.col("events"),
         F.col("last_event_time"),
         F.col("max_pre_window_latency_ms"),
-        F.unix_millis(F.current_timestamp()).alias("written_at_ms"),
+        wall_clock_ms().alias("written_at_ms"),
+    )
+
+
+def start_continuous_query(
+    rows: DataFrame, sink: SinkSpec, checkpoint: str, epoch_seconds: float
+) -> StreamingQuery:
+    """Continuous trigger into the Redis sink's window mode: the sink keeps the 10 s window counts
+    (a cache per epoch, added to the window's hash in Redis at each epoch's commit)."""
+    if sink.kind != "redis":
+        raise ValueError("Spark Continuous Processing needs the Redis sink (it keeps the window state)")
+    return (
+        rows.writeStream.option("checkpointLocation", checkpoint).queryName("ysb")
+        .trigger(continuous=f"{epoch_seconds} seconds")
+        .format(sink.sink_jar_class).outputMode("append")
+        .option("host", "127.0.0.1").option("port", str(sink.redis_port)).option("prefix", "ysb:")
+        .option("windowMillis", str(WINDOW_MS))
+        .start()
     )
 
 
@@ -157,9 +258,20 @@ def start_query(rows: DataFrame, sink: SinkSpec, checkpoint: str, trigger_second
 
 
 def build_ysb(
-    spark: SparkSession, rate: int, mapping: Sequence[AdCampaign], partitions: int, batch_seconds: float = 1.0
+    spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int, batch_seconds: float = 1.0
 ) -> DataFrame:
     """The whole YSB transformation from the generator to the sink rows."""
-    raw = generate_events(spark, rate, sorted({m.ad_id for m in mapping}), partitions, batch_seconds)
-    joined = join_campaigns(project(filter_views(deserialize(raw))), campaigns_frame(spark, mapping))
+    raw = generate_events(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions, batch_seconds)
+    views = project(filter_views(deserialize(raw)))
+    joined = join_campaigns(views, campaigns_frame(spark, campaigns, ads_per_campaign))
     return sink_rows(window_counts(enrich(joined)))
+
+
+def build_ysb_continuous(
+    spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int
+) -> DataFrame:
+    """YSB for Continuous Processing up to the sink, which computes the window: campaign_id, event_time,
+    pre_window_latency_ms per view event."""
+    raw = generate_events_continuous(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions)
+    joined = join_campaigns_continuous(spark, project(filter_views(deserialize(raw))))
+    return enrich(joined).select("campaign_id", "event_time", "pre_window_latency_ms")

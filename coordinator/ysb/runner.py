@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -14,7 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
-from coordinator.sparkcluster import LocalSparkCluster, SparkClusterError, SparkSubmitProcess
+from coordinator.sparkcluster import (
+    LocalSparkCluster,
+    SparkClusterError,
+    SparkSubmitProcess,
+    first_error_line,
+    free_port,
+)
+from coordinator.ysb.campaigns import ADS_KEY, AdCampaign, ad_campaign_mapping
 from coordinator.ysb.javabuild import compile_jar
 from coordinator.ysb.redis import RedisServer, redis_server_binary
 from profiler.errors import ConfigError
@@ -85,6 +93,53 @@ def batches_between(batches: list[BatchProgress], start: float, end: float) -> l
     return selected
 
 
+@dataclass(frozen=True)
+class EpochOffset:
+    """One committed epoch of a continuous query reading the ``rate`` source."""
+
+    epoch: int
+    committed_at: float  # unix time the driver wrote its offsets (mtime of offsets/<epoch>)
+    rows: int  # rows the source had produced over all partitions by the end of the epoch
+
+
+def parse_rate_offsets(text: str, partitions: int) -> int:
+    """Rows produced so far from one offsets/<epoch> file of a continuous ``rate`` source.
+
+    The file is "v1", the batch metadata, then the source offset, e.g.
+    {"0":{"value":546966,"runTimeMs":...},"1":{"value":382563,...}}: each partition's reader starts at
+    its partition number and steps ``value`` by the number of partitions per row.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    offsets = json.loads(lines[-1])
+    return sum((int(o["value"]) - int(p)) // partitions for p, o in offsets.items())
+
+
+def read_epoch_offsets(checkpoint: Path, partitions: int) -> list[EpochOffset]:
+    """Committed epochs of a continuous ``rate`` query from its checkpoint (offsets/ and commits/)."""
+    commits, offsets = checkpoint / "commits", checkpoint / "offsets"
+    committed = {p.name for p in commits.glob("[0-9]*")} if commits.is_dir() else set()
+    epochs = []
+    for path in offsets.glob("[0-9]*") if offsets.is_dir() else []:
+        if path.name not in committed:
+            continue
+        try:
+            rows = parse_rate_offsets(path.read_text(), partitions)
+            epochs.append(EpochOffset(int(path.name), path.stat().st_mtime, rows))
+        except (OSError, ValueError, KeyError, IndexError, AttributeError):
+            continue
+    return sorted(epochs, key=lambda e: e.epoch)
+
+
+def epoch_rows_between(epochs: list[EpochOffset], start: float, end: float) -> tuple[int, int] | None:
+    """(rows, epochs) the source produced in the epochs that ended inside [start, end]: the difference of
+    the last epochs before ``start`` and before ``end``; None without an epoch on either side."""
+    before = [e for e in epochs if e.committed_at <= start]
+    inside = [e for e in epochs if start < e.committed_at <= end]
+    if not before or not inside:
+        return None
+    return inside[-1].rows - before[-1].rows, len(inside)
+
+
 def sustained_throughput(batches: list[BatchProgress]) -> float:
     """Events per second the query processed: rows over the busy time of the batches (0 without any)."""
     rows = sum(b.input_rows for b in batches)
@@ -105,6 +160,48 @@ def resolve_sink(requested: str) -> str:
     return requested
 
 
+def _spark_conf(options: YsbOptions) -> dict[str, str]:
+    """The app's Spark configuration. The UI is on (on a free loopback port) because the profiler
+    counts the window's events from its SQL REST API; the retention limits keep the driver's heap
+    flat over hours of one micro-batch per second (the defaults keep 1000 executions, jobs and stages
+    with their plans and task metrics); the profiler's 5 s polling needs only the last few."""
+    cores = options.executor_cores * options.executors
+    return {
+        "spark.executor.cores": str(options.executor_cores),
+        "spark.cores.max": str(cores),
+        "spark.executor.memory": options.executor_memory,
+        "spark.sql.shuffle.partitions": str(max(2, cores)),
+        "spark.sql.streaming.numRecentProgressUpdates": "10",
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(free_port()),
+        "spark.ui.retainedJobs": "200",
+        "spark.ui.retainedStages": "200",
+        "spark.ui.retainedTasks": "2000",
+        "spark.sql.ui.retainedExecutions": "200",
+        "spark.ui.retainedDeadExecutors": "10",
+    }
+
+
+def store_ad_campaigns(redis: RedisServer, mapping: list[AdCampaign]) -> None:
+    """The static ad -> campaign table as one Redis hash, as YSB's setup stores it (the continuous
+    query's join loads it from there)."""
+    with redis.client() as client:
+        client.command("DEL", ADS_KEY)
+        for chunk in range(0, len(mapping), 1000):
+            fields: list[str] = []
+            for row in mapping[chunk : chunk + 1000]:
+                fields += [row.ad_id, row.campaign_id]
+            client.command("HSET", ADS_KEY, *fields)
+
+
+def _app_env() -> dict[str, str]:
+    """The app imports ``coordinator`` from the same tree as this process: a worktree or checkout
+    other than the installed one must not run the installed copy's pipeline."""
+    root = str(YSB_DIR.parent.parent)
+    inherited = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": root + (os.pathsep + inherited if inherited else "")}
+
+
 def build_sink_jar(spark_home: Path, cache_dir: Path | None = None) -> Path:
     """Compile RedisSink.java against this Spark's jars into a jar, cached by source and Spark version."""
     jars = sorted(p.name for p in (spark_home / "jars").glob("spark-sql-api_*.jar")) + sorted(
@@ -121,6 +218,7 @@ class YsbRun:
     options: YsbOptions = field(default_factory=YsbOptions)
     duration: float = 0.0  # the app stops itself after this long (0: until stopped)
     driver_port: int = 0  # fixed driver RPC port (executors' --driver-url names it); 0: Spark picks one
+    continuous: bool = False  # Spark Continuous Processing instead of micro-batches
     sink: str = field(init=False, default="")
     redis: RedisServer | None = field(init=False, default=None)
     app: SparkSubmitProcess | None = field(init=False, default=None)
@@ -142,6 +240,11 @@ class YsbRun:
 
     def start(self) -> YsbRun:
         self.sink = resolve_sink(self.options.sink)
+        if self.continuous and self.sink != "redis":
+            raise ConfigError(
+                "Spark Continuous Processing keeps the YSB window in Redis: install redis-server "
+                "(scripts/setup.sh does) and use --sink auto or redis"
+            )
         self._work = Path(tempfile.mkdtemp(prefix="ysb-", dir=self.cluster.tmp_dir))
         try:
             args = [
@@ -154,46 +257,69 @@ class YsbRun:
                 "--checkpoint", str(self._work / "checkpoint"),
             ]
             jars = ""
+            redis_conf: dict[str, str] = {}
             if self.sink == "redis":
                 self.redis = RedisServer().start()
+                mapping = ad_campaign_mapping(self.options.campaigns, self.options.ads_per_campaign)
+                store_ad_campaigns(self.redis, mapping)
                 args += ["--redis-port", str(self.redis.port)]
                 jars = str(build_sink_jar(self.cluster.spark_home))
+                redis_conf = {"spark.ysb.redis.port": str(self.redis.port), "spark.ysb.redis.adsKey": ADS_KEY}
             else:
                 args += ["--file-sink", str(self.sink_dir)]
-            cores = self.options.executor_cores * self.options.executors
-            conf = {
-                "spark.executor.cores": str(self.options.executor_cores),
-                "spark.cores.max": str(cores),
-                "spark.executor.memory": self.options.executor_memory,
-                "spark.sql.shuffle.partitions": str(max(2, cores)),
-                "spark.sql.streaming.numRecentProgressUpdates": "10",
-            }
+            if self.continuous:
+                args.append("--continuous")
+            conf = _spark_conf(self.options) | redis_conf
             if jars:
                 conf["spark.jars"] = jars
             if self.driver_port:
                 conf["spark.driver.port"] = str(self.driver_port)
-            self.app = self.cluster.submit(APP, args, conf=conf, name="ysb")
+            self.app = self.cluster.submit(APP, args, conf=conf, name="ysb", env=_app_env())
         except BaseException:
             self.stop()
             raise
         return self
 
     def wait_ready(self, timeout: float = 240.0) -> None:
-        """Until the first micro-batch with input rows has gone through the whole pipeline."""
+        """Until the first micro-batch with input rows (continuous: the first epoch's windows) has gone
+        through the whole pipeline."""
         assert self.app is not None
-        self.app.wait_for_output(r"^READY", timeout=timeout)
+        if not self.continuous:
+            self.app.wait_for_output(r"^READY", timeout=timeout)
+            return
+        # A continuous query reports no progress; its sink writes windows when the first epoch commits.
+        deadline = time.monotonic() + timeout
+        while self.redis_windows() == 0:
+            self.check_running()
+            if time.monotonic() > deadline:
+                raise SparkClusterError(
+                    f"{self.app.stderr_path}: the continuous YSB query wrote no window after {timeout:.0f} s; "
+                    "read the log, or raise --ready-timeout"
+                )
+            time.sleep(1.0)
+
+    def epochs(self) -> list[EpochOffset]:
+        """Committed epochs of the continuous query (empty for micro-batches)."""
+        if not self.continuous or self._work is None:
+            return []
+        return read_epoch_offsets(self._work / "checkpoint", self.options.partitions)
 
     def wait_processing(self, seconds: float) -> None:
         """Let the query run for ``seconds``, failing early if the app dies."""
-        assert self.app is not None
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.app.poll() is not None:
-                raise SparkClusterError(
-                    f"{self.app.stderr_path}: the YSB app exited with code {self.app.returncode} while running; "
-                    "read its log"
-                )
+            self.check_running()
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        self.check_running()
+
+    def check_running(self) -> None:
+        """SparkClusterError naming the app's log and the error in it when the app has exited."""
+        assert self.app is not None
+        if self.app.poll() is not None:
+            cause = first_error_line([self.app.stderr_path, self.app.stdout_path]) or "no error line in its log"
+            raise SparkClusterError(
+                f"{self.app.stderr_path}: the YSB app exited with code {self.app.returncode} while running: {cause}"
+            )
 
     def progress(self) -> list[BatchProgress]:
         return parse_progress(self.app.output()) if self.app is not None else []

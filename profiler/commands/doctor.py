@@ -217,7 +217,7 @@ def _tracefs() -> Path | None:
 def check_bcc() -> tuple[Check, object | None]:
     """Import bcc and compile + load a trivial program (what every later BPF step needs)."""
     try:
-        import bcc  # noqa: F401
+        import bcc
     except ImportError as exc:
         return Check(
             "bcc",

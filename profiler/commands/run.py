@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import bounded, frequency, positive_float, positive_int
+from ..argtypes import duration, frequency, interval, perf_map_refresh, positive_int
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -39,7 +39,7 @@ class RunCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--duration", type=positive_float, required=True, help="window length in seconds")
+        parser.add_argument("--duration", type=duration, required=True, help="window length in seconds")
         parser.add_argument("--out", type=Path, help="capture directory (default: ./capture-HOST-TIME)")
         parser.add_argument(
             "--profile", type=Path, default=None, help=f"application profile (default: {DEFAULT_PROFILE})"
@@ -60,13 +60,13 @@ class RunCommand:
         )
         parser.add_argument(
             "--interval",
-            type=bounded(float, 0.1, 3600.0, "seconds"),
+            type=interval,
             default=10.0,
             help="seconds per timeline slice (10): shares and cycles over time, analyze --from/--to",
         )
         parser.add_argument(
             "--perf-map-refresh",
-            type=bounded(float, 0.0, 86400.0, "seconds"),
+            type=perf_map_refresh,
             default=60.0,
             help="seconds between Java perf-map refreshes (60; 0 = at the end only): each sample is named with "
             "the JIT code of its time",

@@ -1,12 +1,17 @@
 """`coordinator demo` end to end on real Spark, real eBPF and real Redis: the YSB tasks show up in
-summary.csv, unmatched stays small, the sink wrote windows, and nothing is left running."""
+summary.csv with the window's events and cycles per event, unmatched stays small, the sink wrote
+windows, nothing is left running, and a workload that dies leaves its logs, named in the error."""
 
 from __future__ import annotations
 
 import csv
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +27,26 @@ def _whole_run_shares(summary_csv: Path) -> dict[str, float]:
     hosts = {r["host"] for r in rows}
     host = "*" if "*" in hosts else hosts.pop()
     return {r["task"]: float(r["share"] or 0.0) for r in rows if r["host"] == host}
+
+
+def _event_rows(summary_csv: Path) -> list[dict[str, str]]:
+    """The workload task rows of the whole run (host "*", pid "*") with their event columns."""
+    with open(summary_csv, newline="") as handle:
+        return [r for r in csv.DictReader(handle) if r["pid"] == "*" and r["host"] == "*" and r["role"] == "workload"]
+
+
+def _assert_events_counted(out: Path, source_prefix: str) -> None:
+    """events.json has a count from the engine, and summary.csv cycles per event for every task."""
+    (events_file,) = out.glob("hosts/*/events.json")
+    events = json.loads(events_file.read_text())
+    assert events["count"] and events["count"] > 0, events
+    assert events["source"].startswith(source_prefix), events
+    rows = _event_rows(out / "summary.csv")
+    assert rows, "no cluster rows in summary.csv"
+    for row in rows:
+        assert int(row["events"]) == events["count"], row
+        if float(row["cycles"] or 0) > 0:
+            assert float(row["cycles_per_event"]) > 0, row
 
 
 def _processes_mentioning(text: str) -> list[tuple[int, str]]:
@@ -53,6 +78,8 @@ def test_demo_profiles_ysb_tasks(tmp_path: Path) -> None:
     for task in REQUIRED_TASKS:
         assert shares.get(task, 0.0) > 0.0, f"{task} has no samples: {shares}"
     assert shares.get("unmatched", 0.0) < 0.20, f"unmatched too large: {shares}"
+    # AND the window's events were counted from the driver's REST API: cycles per event per task
+    _assert_events_counted(out, "spark-rest:")
 
     # AND the pipeline really ran: micro-batches processed and window rows written to the sink
     done = re.search(r"demo: (\d+) micro-batches, (\d+) events .* (\d+) window rows in the sink", result.stdout)
@@ -65,3 +92,67 @@ def test_demo_profiles_ysb_tasks(tmp_path: Path) -> None:
     assert started, result.stdout
     assert _processes_mentioning(started.group(2)) == []
     assert _processes_mentioning(started.group(1)) == []
+
+
+def test_demo_keeps_the_logs_of_a_workload_that_died(tmp_path: Path) -> None:
+    # GIVEN a demo whose query is processing (a long warm-up keeps it from profiling)
+    out = tmp_path / "demo-died"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "demo", "--duration", "20", "--warmup", "600", "--rate", "5000",
+         "--campaigns", "100", "--out", str(out), "--quiet"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        master = None
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            found = re.search(r"demo: Spark master (spark://[\d.:]+)", line)
+            master = found.group(1) if found else master
+            if line.startswith("demo: processing"):
+                break
+        assert master is not None, "the demo never printed its master"
+        # WHEN the driver JVM of the YSB app dies (as it did of OutOfMemoryError)
+        drivers = [
+            proc.pid for proc in psutil.process_iter(["cmdline"])
+            if master in (proc.info["cmdline"] or []) and "org.apache.spark.deploy.SparkSubmit" in proc.info["cmdline"]
+        ]
+        assert drivers, _processes_mentioning(master)
+        for pid in drivers:
+            os.kill(pid, signal.SIGKILL)
+        stdout, stderr = demo.communicate(timeout=300)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    # THEN the demo fails with one line naming the app's log, which exists in the run directory
+    assert demo.returncode not in (0, None), stdout
+    named = re.search(r"(\S+/workload/\S+\.err): the YSB app exited", stderr)
+    assert named, stderr
+    assert Path(named.group(1)).is_file()
+    assert Path(named.group(1)).resolve().is_relative_to(out.resolve())
+    # AND the other logs (master, worker, executors) are kept beside it, nothing keeps running
+    kept = {p.name for p in (out / "workload").rglob("*") if p.is_file()}
+    assert {"master.log", "worker1.log", "stderr"} <= kept, kept
+    time.sleep(1)
+    assert _processes_mentioning(master) == []
+
+
+def test_demo_on_continuous_processing(tmp_path: Path) -> None:
+    # GIVEN nothing; WHEN the demo runs YSB on Spark Continuous Processing
+    out = tmp_path / "demo-cp"
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", "demo", "--spe", "spark-cp", "--duration", "20", "--rate", "5000",
+         "--out", str(out), "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    # THEN the CP profile's tasks got CPU, the sink kept windows in Redis, and the events came from
+    # the query's offsets log (a continuous query has no micro-batches for the REST count)
+    shares = _whole_run_shares(out / "summary.csv")
+    for task in ("Kafka/Source", "Deserialize", "Filter+Projection+Join", "Window"):
+        assert shares.get(task, 0.0) > 0.0, f"{task} has no samples: {shares}"
+    assert shares.get("unmatched", 0.0) < 0.20, f"unmatched too large: {shares}"
+    done = re.search(r"demo: (\d+) epochs, (\d+) events .* (\d+) window rows in the sink", result.stdout)
+    assert done and int(done.group(2)) > 0 and int(done.group(3)) > 0, result.stdout
+    _assert_events_counted(out, "spark-offsets-log")
+    assert json.loads((out / "run.json").read_text())["labels"]["spe"] == "spark-continuous-processing"

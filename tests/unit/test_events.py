@@ -408,11 +408,11 @@ def test_flink_job_manager_read() -> None:
 class _JsonHandler(http.server.BaseHTTPRequestHandler):
     routes: dict[str, Any] = {}
 
-    def do_HEAD(self) -> None:  # noqa: N802 (http.server naming)
+    def do_HEAD(self) -> None:  # http.server naming
         self.send_response(302)
         self.end_headers()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path not in self.routes:
             self.send_error(404)
             return

@@ -10,9 +10,7 @@ from coordinator.flame import (
     StackClassifications,
     build_flamegraph,
     dropped_frame_name,
-    leaf_first_classifier,
     prune_stacks,
-    stacks_of_task,
 )
 from profiler.appprofile import parse_profile
 from profiler.matcher import Matcher
@@ -20,12 +18,12 @@ from profiler.matcher import Matcher
 TASKS = ("Kafka", "Filter", "unmatched")
 
 
-def _frame_tasks(frame: str) -> tuple[str, ...]:
-    return tuple(t for t in ("Kafka", "Filter") if t in frame)
+# A frame belongs to every task whose name it contains (literal patterns).
+MATCHER = Matcher(parse_profile("Kafka: Kafka\nFilter: Filter\n"))
 
 
 def _classifications() -> StackClassifications:
-    return StackClassifications(leaf_first_classifier(_frame_tasks), TASKS)
+    return StackClassifications(MATCHER, TASKS)
 
 
 def _node(tree: list[Any], frames: FrameTable, *path: str) -> list[Any]:
@@ -82,14 +80,14 @@ def test_frame_of_one_task_takes_its_colour_shared_frame_is_mixed_with_breakdown
 
 
 def test_leaf_most_match_decides_like_algorithm_1() -> None:
-    classify = leaf_first_classifier(_frame_tasks)
+    classify = MATCHER.decide
     assert classify(["t", "Kafka.run", "Filter.apply", "x"]) == ("Filter", 2)
     assert classify(["t", "x"]) == ("unmatched", None)
 
 
-def test_classifier_from_the_real_matcher_agrees_with_match() -> None:
+def test_decide_agrees_with_match_and_explain() -> None:
     matcher = Matcher(parse_profile("Kafka: KafkaConsumer\nFilter: FilterExec, re:filter\\d\n"))
-    classify = leaf_first_classifier(matcher.frame_tasks)
+    classify = matcher.decide
     for stack in ("a;KafkaConsumer.poll;b", "a;KafkaConsumer.poll;filter1", "a;b", "FilterExec;KafkaConsumer"):
         task, decider = classify(stack.split(";"))
         assert task == matcher.match(stack)
@@ -112,10 +110,15 @@ def test_pruned_graph_keeps_the_total_and_names_the_option() -> None:
     assert "--max-stacks" in dropped_frame_name(2, 2)
 
 
-def test_stacks_of_task_selects_by_classification() -> None:
+def test_split_by_task_selects_by_classification() -> None:
     counts = {"t;Kafka.poll": 3, "t;Filter.apply": 2, "t;other": 1}
-    assert stacks_of_task(counts, _classifications(), "Kafka") == {"t;Kafka.poll": 3}
-    assert stacks_of_task(counts, _classifications(), "unmatched") == {"t;other": 1}
+    assert _classifications().split_by_task(counts)["Kafka"] == {"t;Kafka.poll": 3}
+    assert _classifications().split_by_task(counts)["unmatched"] == {"t;other": 1}
+
+
+def test_without_a_profile_every_stack_is_unmatched() -> None:
+    classifications = StackClassifications(None, TASKS)
+    assert classifications.classify("t;Kafka.poll") == (TASKS.index("unmatched"), None)
 
 
 def test_deep_stacks_do_not_recurse() -> None:

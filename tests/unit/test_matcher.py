@@ -20,7 +20,6 @@ from profiler.matcher import (
     literal_searcher,
     match_folded_files,
     match_stacks,
-    merge_results,
 )
 
 PROFILE = """\
@@ -140,21 +139,6 @@ def test_match_stacks_counts_multi_task_and_keeps_stacks(matcher: Matcher) -> No
     empty = match_stacks(matcher, {})
     assert empty.total_samples == 0 and empty.share("GC") is None
     assert list(empty.task_samples.values()) == [0] * 8
-
-
-def test_merge_results(matcher: Matcher) -> None:
-    a = match_stacks(matcher, {"t;JacksonParser": 2, "t;x": 1})
-    b = match_stacks(matcher, {"t;JacksonParser": 3, "GC Thread#1;y": 4})
-    merged = merge_results([a, b])
-    assert merged.task_samples["Deserialize"] == 5
-    assert merged.task_samples["GC"] == 4
-    assert merged.unmatched == Counter({"t;x": 1})
-    assert merged.total_samples == 10
-    c = match_stacks(matcher, {"GC Thread#0;JacksonParser": 2})
-    assert merge_results([c, c]).decided_over == Counter({("Deserialize", "GC"): 4})
-    other = match_stacks(Matcher(parse_profile("A: a")), {})
-    with pytest.raises(ValueError):
-        merge_results([a, other])
 
 
 def test_candidate_patterns_are_top_self_frames() -> None:

@@ -191,3 +191,14 @@ def test_shipped_profiles_on_typical_stacks(profile_name: str, stack: str, task:
     profile = load_profile(next(p for p in PROFILES if p.stem == profile_name))
     assert Matcher(profile).match(stack) == task
     assert straightforward_match(profile, stack) == task
+
+
+@pytest.mark.parametrize("profile_path", PROFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("recorded", RECORDED)
+def test_report_colours_as_the_summary_classifies(profile_path: Path, recorded: str) -> None:
+    # The report colours flamegraphs with Matcher.decide; summary.csv counts with classify_mask.
+    matcher = Matcher(load_profile(profile_path))
+    for stack in read_folded(DATA / recorded):
+        task, decider = matcher.decide(stack.split(";"))
+        assert task == matcher.match(stack), stack
+        assert decider == matcher.explain(stack).frame_index, stack

@@ -65,6 +65,7 @@ class FakeSampler:
         self.exited: list[int] = []
         self.started = self.stopped = self.closed = self.window_begun = False
         self.fail_collect = fail_collect
+        self.warnings: list[str] = []
 
     def start(self) -> None:
         self.started = True
@@ -143,6 +144,8 @@ class FakeEvents:
 
 
 class FakeNet:
+    warnings: list[str] = []
+
     def start(self) -> str:
         return "tracepoint"
 

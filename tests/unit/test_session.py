@@ -12,9 +12,10 @@ import pytest
 from coordinator import rundir
 from coordinator.cluster import HostSpec, parse_cluster
 from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
-from coordinator.hosts import FakeHost, FakeScript, ProfilerStatus
+from coordinator.hosts import ProfilerStatus
 from coordinator.session import profile_cluster
 from profiler.errors import ConfigError, OutputExistsError
+from tests.fixtures.fake_host import FakeHost, FakeScript
 
 
 def _specs(n: int) -> list[HostSpec]:
@@ -77,7 +78,7 @@ def test_hosts_start_together_and_run_in_parallel(tmp_path: Path, inputs: tuple[
     began = time.monotonic()
     outcome, fakes = _run(tmp_path, inputs, scripts, duration=1.0)
     assert time.monotonic() - began < 4.0
-    starts = {fake._request.start_at for fake in fakes.values()}  # noqa: SLF001 - inspecting the fake
+    starts = {fake._request.start_at for fake in fakes.values()}  # inspecting the fake
     assert len(starts) == 1 and None not in starts
     assert outcome.complete
 
@@ -211,8 +212,8 @@ def test_plain_progress_prints_one_line_per_change() -> None:
     ]
     # rich shows remote text literally, never as markup
     rich = RichRenderer(io.StringIO())
-    table = rich._table(board)  # noqa: SLF001 - checking the cells
-    assert "[red]cannot connect[/red]" in [str(cell) for cell in table.columns[-1]._cells]  # noqa: SLF001
+    table = rich._table(board)  # checking the cells
+    assert "[red]cannot connect[/red]" in [str(cell) for cell in table.columns[-1]._cells]
 
 
 @pytest.mark.parametrize(

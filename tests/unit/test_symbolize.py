@@ -119,3 +119,33 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
     ):
         with pytest.raises(ConfigError):
             StackSampler(**bad)  # type: ignore[arg-type]
+
+
+def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from profiler import sampler as sampler_module
+
+    sysctl = {"value": 127}
+    busy = {"writes": 0}
+
+    def read_int(path: str) -> int:
+        return sysctl["value"]
+
+    def write_int(path: str, value: int, attempts: int = 30) -> None:
+        if busy["writes"]:
+            busy["writes"] -= 1
+            raise OSError(errno.EBUSY, "busy")
+        sysctl["value"] = value
+
+    monkeypatch.setattr(sampler_module, "_read_int", read_int)
+    monkeypatch.setattr(sampler_module, "_write_int", write_int)
+    warnings: list[str] = []
+    limit = sampler_module.StackDepthLimit(400)
+    assert limit.apply(warnings) == 400 and sysctl["value"] == 400
+    limit.restore(warnings)
+    assert sysctl["value"] == 127 and warnings == []
+    busy["writes"] = 1  # another perf user holds the callchain buffers
+    assert sampler_module.StackDepthLimit(400).apply(warnings) == 127 and sysctl["value"] == 127
+    assert "lower --max-stack-depth" in warnings[0]
+    assert sampler_module.StackDepthLimit(100).apply([]) == 100 and sysctl["value"] == 127

@@ -1,0 +1,222 @@
+"""The stream processing engines `coordinator demo --spe` can run YSB on, behind one small interface.
+
+An engine starts its local cluster and the YSB query, says when the query processes events, names its
+processes (known_spes), its application profile and where the profiler counts its events, and stops
+everything. Adding an engine (Flink) means one class here and one entry in ENGINES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
+
+from coordinator.sparkcluster import LocalSparkCluster, free_port
+from coordinator.ysb.runner import BatchProgress, YsbOptions, YsbRun, batches_between, epoch_rows_between
+
+if TYPE_CHECKING:
+    from profiler.capture import EventCount
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """What the query itself reports for the profiling window (printed by the demo)."""
+
+    units: int  # micro-batches or epochs that finished in the window
+    unit_name: str
+    events: int | None  # input events the query reports for the window (None: it reports none)
+    throughput: str  # one human-readable clause
+    sink_rows: int
+
+
+class YsbEngine(Protocol):
+    """One engine running YSB locally; a context manager that stops everything it started."""
+
+    spe: str  # the run's "spe" label
+    profile: str  # application profile, relative to the source tree (profiler.defaults.data_file)
+    events_source: str  # how the profiler counts the window's events, one line for the demo's output
+    log_dir: Path  # every log of the cluster and the query (kept by the demo when the workload fails)
+
+    def describe(self) -> str: ...
+    def start(self) -> None: ...
+    def wait_ready(self, timeout: float) -> None: ...
+    def wait_processing(self, seconds: float) -> None: ...
+    def check_running(self) -> None: ...
+    def known_spes(self) -> str: ...
+    def workload_pids(self) -> list[int]: ...
+    def managing_pids(self) -> list[int]: ...
+    def window(self, start: float, end: float) -> WindowResult: ...
+    def count_events(self, start: float, end: float) -> EventCount | None: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> YsbEngine: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+def spark_known_spes(master_port: int, driver_port: int) -> str:
+    """A known_spes file that selects only this demo's processes (the machine may run other Spark)."""
+    return "\n".join(
+        [
+            "# coordinator demo: only the processes of this demo's local cluster",
+            "spark  workload  executor  org.apache.spark.executor.CoarseGrainedExecutorBackend"
+            f"  arg=spark://CoarseGrainedScheduler@127.0.0.1:{driver_port}",
+            f"spark  managing  driver   org.apache.spark.deploy.SparkSubmit  arg=spark.driver.port={driver_port}",
+            f"spark  managing  master   org.apache.spark.deploy.master.Master  arg={master_port}",
+            f"spark  managing  worker   org.apache.spark.deploy.worker.Worker  arg=spark://127.0.0.1:{master_port}",
+            "",
+        ]
+    )
+
+
+class _SparkYsb:
+    """YSB on a LocalSparkCluster; the subclasses pick the trigger (micro-batch or continuous)."""
+
+    spe = ""
+    profile = ""
+    events_source = ""
+    continuous = False
+
+    def __init__(self, options: YsbOptions, log_dir: Path) -> None:
+        self.options = options
+        self.log_dir = log_dir
+        self.driver_port = free_port()
+        self.cluster = LocalSparkCluster(
+            worker_cores=options.executors * options.executor_cores,
+            worker_memory=f"{options.executors}g",
+            log_dir=log_dir,
+        )
+        self.ysb: YsbRun | None = None
+
+    def __enter__(self) -> _SparkYsb:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        try:
+            self.cluster.start()
+            self.ysb = YsbRun(self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous)
+            self.ysb.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def describe(self) -> str:
+        return f"Spark master {self.cluster.master_url}"
+
+    def _run(self) -> YsbRun:
+        assert self.ysb is not None, "start() first"
+        return self.ysb
+
+    def wait_ready(self, timeout: float) -> None:
+        self._run().wait_ready(timeout=timeout)
+
+    def wait_processing(self, seconds: float) -> None:
+        self._run().wait_processing(seconds)
+
+    def check_running(self) -> None:
+        self._run().check_running()
+
+    def known_spes(self) -> str:
+        return spark_known_spes(self.cluster.master_port, self.driver_port)
+
+    def workload_pids(self) -> list[int]:
+        return self.cluster.executor_pids()
+
+    def managing_pids(self) -> list[int]:
+        """The driver JVM (the app's process tree holds it and its Python)."""
+        return self.cluster.driver_pids(self._run().app)
+
+    def sink_rows(self) -> int:
+        ysb = self._run()
+        return ysb.redis_windows() if ysb.sink == "redis" else ysb.file_sink_rows()
+
+    def window(self, start: float, end: float) -> WindowResult:
+        raise NotImplementedError
+
+    def count_events(self, start: float, end: float) -> EventCount | None:
+        """The window's events from the query itself, for when the profiler cannot count them (None:
+        the profiler's own count stands)."""
+        return None
+
+    def stop(self) -> None:
+        try:
+            if self.ysb is not None:
+                ysb, self.ysb = self.ysb, None
+                ysb.stop()
+        finally:
+            self.cluster.stop()
+
+
+class SparkStructuredYsb(_SparkYsb):
+    """Spark Structured Streaming, 1 s micro-batches, the stateful 10 s window inside Spark."""
+
+    spe = "spark-structured-streaming"
+    profile = "application_profiles/spark_structured_streaming.txt"
+    events_source = "the driver's SQL REST API (rows its micro-batches read; Spark UI on a free loopback port)"
+
+    def window(self, start: float, end: float) -> WindowResult:
+        from coordinator.ysb.runner import median_processed_rate, sustained_throughput  # noqa: PLC0415
+
+        batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
+        return WindowResult(
+            units=len(batches),
+            unit_name="micro-batches",
+            events=sum(b.input_rows for b in batches),
+            throughput=f"throughput {sustained_throughput(batches):.0f} events/s of busy time, median batch "
+            f"{median_processed_rate(batches):.0f} events/s",
+            sink_rows=self.sink_rows(),
+        )
+
+
+# RateStreamContinuousPartitionReader waits (1000 / rows per second per partition).toLong ms per row:
+# 0 ms, i.e. no throttle at all, above 1000 rows/s per partition.
+RATE_STEP_LIMIT = 1000
+
+
+class SparkContinuousYsb(_SparkYsb):
+    """Spark Continuous Processing, 1 s epochs; Spark has no window here: the sink keeps it in Redis."""
+
+    spe = "spark-continuous-processing"
+    profile = "application_profiles/spark_continuous.txt"
+    events_source = "the query's offsets log (rows the rate source produced in the epochs of the window)"
+    continuous = True
+
+    def count_events(self, start: float, end: float) -> EventCount | None:
+        from profiler.capture import EventCount  # noqa: PLC0415
+
+        counted = epoch_rows_between(self._run().epochs(), start, end)
+        if counted is None:
+            return None
+        rows, epochs = counted
+        detail = (
+            f"rows the rate source produced in the {epochs} epochs committed inside the window (offsets/<epoch> "
+            "of the query's checkpoint, placed by the time the driver wrote them); a continuous query runs no "
+            "micro-batches and reports no progress; resolution: one epoch (1 s) at each end of the window"
+        )
+        return EventCount(rows, "spark-offsets-log", detail, start, end)
+
+    def window(self, start: float, end: float) -> WindowResult:
+        counted = epoch_rows_between(self._run().epochs(), start, end)
+        rows, epochs = counted if counted is not None else (None, 0)
+        rate = f"{rows / (end - start):.0f} events/s" if rows is not None and end > start else "no epochs"
+        if self.options.rate / self.options.partitions > RATE_STEP_LIMIT:
+            # Spark's continuous rate reader sleeps (1000 / rows per s per partition) ms per row, an integer.
+            rate += (
+                f" (unthrottled: above {RATE_STEP_LIMIT} rows/s per partition Spark's continuous rate source "
+                "does not wait between rows, so this is the query's maximum, not --rate)"
+            )
+        return WindowResult(epochs, "epochs", rows, f"throughput {rate}", self.sink_rows())
+
+
+ENGINES: dict[str, type[_SparkYsb]] = {
+    "spark-str": SparkStructuredYsb,
+    "spark-cp": SparkContinuousYsb,
+}
+DEFAULT_ENGINE = "spark-str"
