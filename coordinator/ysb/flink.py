@@ -12,13 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from coordinator.flinkcluster import FlinkClusterError, LocalFlinkCluster
+from coordinator.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
 from coordinator.ysb.campaigns import ad_campaign_mapping
 from coordinator.ysb.javabuild import cache_dir, compile_jar
 from coordinator.ysb.redis import RedisServer
 from coordinator.ysb.runner import YsbOptions
 from profiler.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing import Self  # 3.11; annotations are not evaluated at run time
 
 YSB_DIR = Path(__file__).resolve().parent
 JOB_SOURCE = YSB_DIR / "YsbFlink.java"
@@ -202,7 +206,7 @@ class FlinkYsbEngine:
     profile = "application_profiles/flink.txt"
     events_source = "the Flink REST API (the source operator's numRecordsOut)"
 
-    def __init__(self, options: YsbOptions, log_dir: Path | None = None) -> None:
+    def __init__(self, options: YsbOptions, log_dir: Path) -> None:
         if options.sink == "file":
             raise ConfigError("--sink file: the Flink job writes to Redis only; drop --sink or use --sink redis")
         self.options = YsbFlinkOptions(
@@ -216,12 +220,9 @@ class FlinkYsbEngine:
             taskmanager_java_options=taskmanager_java_options(),
         )
         self.ysb: YsbFlinkRun | None = None
+        self.log_dir = log_dir  # the cluster's logs, conf, pid files and the job's ad file
 
-    @property
-    def log_dir(self) -> Path:
-        return self.cluster.tmp_dir
-
-    def __enter__(self) -> FlinkYsbEngine:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -237,6 +238,7 @@ class FlinkYsbEngine:
 
     def start(self) -> None:
         try:
+            flink_home(say=print)  # installs Flink into the cache on first use
             self.cluster.start()
             self.ysb = YsbFlinkRun(self.cluster, self.options).start()
         except BaseException:

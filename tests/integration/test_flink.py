@@ -5,6 +5,7 @@ task sampled, events counted from the REST API and checked against the job's own
 from __future__ import annotations
 
 import csv
+import json
 import re
 import subprocess
 import sys
@@ -110,10 +111,14 @@ def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) ->
     assert shares.get("unmatched", 1.0) < 0.10, f"unmatched too large: {shares}"
 
     # AND events come from the REST API, about the offered load, and agree with the job's own count
-    done = re.search(r"demo: (\d+) events \(Flink REST API.*own count from its Redis windows: (\d+) in \d+ windows; "
-                     r"(\d+) window", result.stdout)
+    (events_json,) = (out / "hosts").glob("*/events.json")
+    counted = json.loads(events_json.read_text())
+    assert counted["source"].startswith("flink-rest:"), counted
+    rest = int(counted["count"])
+    done = re.search(r"demo: \d+ 10 s windows, (\d+) events in the \d+ s window; .*; (\d+) window rows in the sink",
+                     result.stdout)
     assert done, result.stdout
-    rest, own, windows = (int(g) for g in done.groups())
+    own, windows = (int(g) for g in done.groups())
     assert windows > 0
     assert abs(rest - own) <= 0.05 * own, (rest, own)
     assert 0.5 * 10_000 * duration <= rest <= 1.1 * 10_000 * duration, rest

@@ -81,6 +81,6 @@ def test_taskmanager_java_options_write_a_command_file(tmp_path: Path) -> None:
     assert path.read_text() == "dontinline ysb.*::*\n"
 
 
-def test_the_flink_engine_refuses_the_file_sink_before_starting_anything() -> None:
+def test_the_flink_engine_refuses_the_file_sink_before_starting_anything(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="Redis only"):
-        FlinkYsbEngine(YsbOptions(sink="file"))
+        FlinkYsbEngine(YsbOptions(sink="file"), tmp_path)
