@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-unit test-integration demo lint bench clean
+.PHONY: help setup test test-unit test-integration demo demo-flink lint bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ test-integration: setup ## real eBPF, JVMs, sshd and Spark
 
 demo: setup ## profile a local Spark Structured Streaming YSB pipeline for 60 s and write the report
 	$(VENV)/bin/coordinator demo --duration 60
+
+demo-flink: setup ## the same YSB pipeline on a local Flink cluster, profiled for 60 s
+	$(VENV)/bin/coordinator demo --spe flink --duration 60
 
 lint: setup ## ruff and mypy on both packages
 	$(VENV)/bin/ruff check profiler coordinator tests bench

@@ -30,6 +30,10 @@ FLINK_JOBMANAGER_MARKERS = ("ClusterEntrypoint", "ClusterEntryPoint", "org.apach
 
 SPARK_DEFAULT_UI_PORTS = range(4040, 4140)
 FLINK_DEFAULT_REST_PORT = 8081
+# The JobManager serves metrics from a cache it refreshes only when asked and at most every
+# metrics.fetcher.update-interval (10 s by default): asking every second keeps it fresh and shows
+# when each refresh happened (the moment a new value appears).
+FLINK_POLL_SECONDS = 1.0
 
 Fetch = Callable[[str], Any]
 
@@ -324,6 +328,22 @@ def flink_source_records(aggregated: Any) -> tuple[int, str] | None:
     return None
 
 
+def flink_value_at(points: Sequence[tuple[float, int]], when: float) -> float:
+    """A cumulative counter's value at ``when`` from the (time, value) points where it changed: linear
+    between points, and beyond the first or last point the mean rate over all points (a refresh of
+    the JobManager's cache lands up to one update interval after the window starts or before it ends).
+    Needs two points at different times."""
+    first, last = points[0], points[-1]
+    if when <= first[0] or when >= last[0]:
+        rate = (last[1] - first[1]) / (last[0] - first[0])
+        anchor = first if when <= first[0] else last
+        return anchor[1] + rate * (when - anchor[0])
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t0 <= when <= t1:
+            return v0 + (v1 - v0) * (when - t0) / (t1 - t0) if t1 > t0 else float(v1)
+    return float(last[1])  # unreachable: ``when`` lies between the first and the last point
+
+
 def flink_vertex_records_in(aggregated: Any) -> int | None:
     for entry in aggregated if isinstance(aggregated, list) else []:
         if isinstance(entry, Mapping) and entry.get("id") == "numRecordsIn":
@@ -343,6 +363,9 @@ class FlinkJobManager:
     latest: dict[str, int] = field(default_factory=dict)
     metrics_used: set[str] = field(default_factory=set)
     records_in: dict[str, int] = field(default_factory=dict)  # "<jid>/<vid>" → numRecordsIn at the end
+    # jid → (time first seen, count) each time the JobManager's cached count changed in the window.
+    changes: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -381,6 +404,27 @@ class FlinkJobManager:
             if count is not None:
                 counts[jid] = count
         return counts
+
+    def note(self, counts: Mapping[str, int], seen_at: float) -> None:
+        """Record the counts read at ``seen_at`` where they differ from the last reading: a refresh of
+        the JobManager's metric cache happened since. The reading at the window start is of unknown
+        age, so its value is the baseline, never a change."""
+        for jid, count in counts.items():
+            series = self.changes.setdefault(jid, [])
+            last = series[-1][1] if series else self.baseline.get(jid)
+            if count != last:
+                series.append((seen_at, count))
+
+    def poll(self) -> None:
+        self.note(self.read(), time.time())
+
+    def window_counts(self, start: float, end: float) -> dict[str, int]:
+        """Records per job in [start, end] from the change points (jobs with two or more of them)."""
+        return {
+            jid: max(0, round(flink_value_at(series, end) - flink_value_at(series, start)))
+            for jid, series in self.changes.items()
+            if len(series) >= 2 and series[-1][0] > series[0][0]
+        }
 
 
 # ---------------------------------------------------------------- discovery
@@ -502,6 +546,7 @@ class EventCounter:
         self._notes: list[str] = []
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self._last_spark_poll = 0.0
 
     def start(self, processes: Sequence[ProcessInfo]) -> None:
         self.window_start = time.time()
@@ -565,10 +610,22 @@ class EventCounter:
 
     def _poll_loop(self) -> None:
         self._poll_once()
-        while not self._stop.wait(self.poll_seconds):
-            self._poll_once()
+        while not self._stop.wait(min(self.poll_seconds, FLINK_POLL_SECONDS)):
+            self._poll_flink()
+            if time.monotonic() - self._last_spark_poll >= self.poll_seconds:
+                self._poll_once()
+
+    def _poll_flink(self) -> None:
+        with self._lock:
+            managers = list(self._flink.values())
+        for manager in managers:
+            try:
+                manager.poll()
+            except EndpointError as exc:
+                manager.errors.append(str(exc))
 
     def _poll_once(self) -> None:
+        self._last_spark_poll = time.monotonic()
         with self._lock:
             pending = list(self._pending.values())
             drivers = list(self._spark.values())
@@ -597,7 +654,7 @@ class EventCounter:
         sources: list[str] = []
         details: list[str] = []
         results = [(d.label, self._spark_result(d, window_start, end_time)) for d in self._spark.values()]
-        results += [(m.label, self._flink_result(m)) for m in self._flink.values()]
+        results += [(m.label, self._flink_result(m, window_start, end_time)) for m in self._flink.values()]
         for label, result in results:
             if result is not None:
                 counts.append(result[0])
@@ -630,23 +687,54 @@ class EventCounter:
             detail += f"; last error: {driver.errors[-1]}"
         return sum(batches.values()), detail
 
-    def _flink_result(self, manager: FlinkJobManager) -> tuple[int, str] | None:
+    def _flink_result(self, manager: FlinkJobManager, start: float, end: float) -> tuple[int, str] | None:
         try:
             latest = manager.read(final=True)
         except EndpointError as exc:
             self._notes.append(f"{manager.label}: {exc}")
             return None
+        # The final reading is not a change point: a refresh it shows may have landed any time since
+        # the poller's last reading, which can be seconds before finish() is called.
         if not latest and not manager.baseline:
             self._notes.append(f"{manager.label}: no running job with record metrics")
             return None
-        total = sum(count - manager.baseline.get(jid, 0) for jid, count in latest.items())
+        estimated = manager.window_counts(start, end)
+        # A job whose cached count changed once (a window about as short as the update interval, or a
+        # job that started late) falls back to end minus start reading. One that never changed tells
+        # nothing: both readings may be the same stale cache entry.
+        stale = sorted(jid for jid in latest if jid not in estimated and not manager.changes.get(jid))
+        naive = {
+            jid: count - manager.baseline.get(jid, 0)
+            for jid, count in latest.items()
+            if jid not in estimated and jid not in stale
+        }
+        if stale and not estimated and not naive:
+            self._notes.append(
+                f"{manager.label}: the JobManager's metric cache did not refresh during the "
+                f"{end - start:.0f} s window (metrics.fetcher.update-interval, 10 s by default); "
+                "profile for longer"
+            )
+            return None
+        total = sum(estimated.values()) + sum(naive.values())
         ended = sorted(set(manager.baseline) - set(latest))
         records_in = ", ".join(f"{key}={value}" for key, value in sorted(manager.records_in.items()))
+        refreshes = sum(len(series) for series in manager.changes.values())
         detail = (
             f"records emitted by the source operators of {len(latest)} running jobs "
-            f"({', '.join(sorted(manager.metrics_used)) or 'no metric'}, summed over subtasks), end minus start "
-            f"reading; numRecordsIn per vertex at the end: {records_in or 'none'}"
+            f"({', '.join(sorted(manager.metrics_used)) or 'no metric'}, summed over subtasks); the JobManager's "
+            f"metric cache was polled every {FLINK_POLL_SECONDS:.0f} s and refreshed {refreshes} times in the window; "
+            f"{len(estimated)} jobs counted between the window's ends interpolated over those refreshes"
         )
+        for jid in sorted(estimated):
+            seen = ", ".join(f"{when - start:+.1f} s: {count}" for when, count in manager.changes[jid][:20])
+            detail += f" (job {jid[:8]}: {seen})"
+        if naive:
+            detail += f", {len(naive)} jobs as end minus start reading (too few refreshes: {', '.join(sorted(naive))})"
+        if stale:
+            detail += f", not counted (no refresh in the window): {', '.join(stale)}"
+        detail += f"; numRecordsIn per vertex at the end: {records_in or 'none'}"
+        if manager.errors:
+            detail += f"; last error: {manager.errors[-1]}"
         if ended:
             detail += f"; jobs that ended in the window are not counted: {', '.join(ended)}"
         return max(total, 0), detail

@@ -63,6 +63,10 @@ ln -sfn /usr/lib/python3/dist-packages/bcc "$VENV/debian-bcc/bcc"
 echo "$(cd "$VENV/debian-bcc" && pwd)" > "$site/debian_bcc.pth"
 "$VENV/bin/python" -c 'import bcc' || { say "bcc does not import in $VENV" >&2; exit 4; }
 
+# Flink for `coordinator demo --spe flink`: PyPI's apache-flink distribution, kept out of the venv
+# (it pins pandas<2.3 and pyarrow<21) under ~/.cache/spe-taskprof; a second run finds it there.
+"$VENV/bin/python" -c 'from coordinator.flinkcluster import flink_home; flink_home(say=lambda m: print("setup:", m))'
+
 # The JVMTI perf-map agent for JDKs without Compiler.perfmap.
 if [ -f profiler/agent/Makefile ]; then
   make -s -C profiler/agent >/dev/null

@@ -28,7 +28,10 @@ from_json -> filter views -> projection -> join with the static ad->campaign tab
 (pre-window latency) -> 10 s event-time window count per campaign -> Redis (a private redis-server,
 when installed; a CSV file sink otherwise). --spe spark-str (default) runs it on Structured
 Streaming with 1 s micro-batches and Spark's stateful window; --spe spark-cp on Continuous
-Processing, where Spark has no window: the sink keeps the window counts in Redis, as in the paper.
+Processing, where Spark has no window: the sink keeps the window counts in Redis, as in the paper;
+--spe flink runs it as a Java DataStream job on a local Flink 2.3 cluster (a JobManager and
+--executors 1-slot TaskManagers from PyPI's apache-flink distribution, installed into
+~/.cache/spe-taskprof on first use) and profiles the TaskManagers.
 Once the query processes events and the warm-up is over, profiles the executors for --duration
 seconds with the engine's shipped profile, counts the events of the window, writes summary.csv
 (cycles per event per task) and the HTML report into the run directory, prints the throughput,
@@ -39,6 +42,7 @@ examples:
   $ coordinator demo
   $ coordinator demo --duration 30 --rate 10000 --out runs/demo --force
   $ coordinator demo --spe spark-cp --duration 60
+  $ coordinator demo --spe flink --duration 60
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   then:
@@ -150,8 +154,8 @@ class DemoCommand:
 
         parser.add_argument(
             "--spe", choices=sorted(ENGINES), default=DEFAULT_ENGINE,
-            help=f"stream processing engine: spark-str (Structured Streaming micro-batches) or spark-cp "
-            f"(Continuous Processing) ({DEFAULT_ENGINE})",
+            help=f"stream processing engine: spark-str (Structured Streaming micro-batches), spark-cp "
+            f"(Continuous Processing) or flink ({DEFAULT_ENGINE})",
         )
         parser.add_argument("--duration", type=_duration, default=60.0, help="seconds to profile (60)")
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
@@ -164,7 +168,9 @@ class DemoCommand:
             default=30.0,
             help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
         )
-        parser.add_argument("--executors", type=_executors, default=2, help="1-core executors (2)")
+        parser.add_argument(
+            "--executors", type=_executors, default=2, help="1-core executors; 1-slot TaskManagers for flink (2)"
+        )
         parser.add_argument(
             "--sink", choices=("auto", "redis", "file"), default="auto", help="auto: Redis when redis-server exists"
         )

@@ -2,17 +2,20 @@
 
 An engine starts its local cluster and the YSB query, says when the query processes events, names its
 processes (known_spes), its application profile and where the profiler counts its events, and stops
-everything. Adding an engine (Flink) means one class here and one entry in ENGINES.
+everything. Adding an engine means one class here and one entry in ENGINES (Flink's lives in
+coordinator/ysb/flink.py, with its cluster in coordinator/flinkcluster.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from coordinator.sparkcluster import LocalSparkCluster, free_port
+from coordinator.ysb.flink import FlinkYsbEngine, JobWindow
 from coordinator.ysb.runner import BatchProgress, YsbOptions, YsbRun, batches_between, epoch_rows_between
 
 if TYPE_CHECKING:
@@ -215,8 +218,41 @@ class SparkContinuousYsb(_SparkYsb):
         return WindowResult(epochs, "epochs", rows, f"throughput {rate}", self.sink_rows())
 
 
-ENGINES: dict[str, type[_SparkYsb]] = {
+class FlinkYsb(FlinkYsbEngine):
+    """Flink 2.3 standalone, the YSB job in Java (coordinator/ysb/flink.py); the profiler counts the
+    events from the JobManager's REST API, the job's own count (its Redis windows) backs it up."""
+
+    def __init__(self, options: YsbOptions, log_dir: Path) -> None:
+        super().__init__(options, log_dir)
+        self._job: tuple[float, float, JobWindow] | None = None
+
+    def _job_window(self, start: float, end: float) -> JobWindow:
+        if self._job is None or self._job[:2] != (start, end):
+            self._job = (start, end, self.job_window(start, end))
+        return self._job[2]
+
+    def window(self, start: float, end: float) -> WindowResult:
+        job = self._job_window(start, end)
+        rate = job.events / (end - start) if end > start else 0.0
+        return WindowResult(
+            job.windows, "10 s windows", job.events, f"throughput {rate:.0f} events/s by the job's own count",
+            job.sink_rows,
+        )
+
+    def count_events(self, start: float, end: float) -> EventCount | None:
+        from profiler.capture import EventCount  # noqa: PLC0415
+
+        job = self._job_window(start, end)
+        detail = (
+            "the job's own count: the views in its Redis windows times three (every third generated event is a "
+            "view), the windows at the ends by their overlap with the window"
+        )
+        return EventCount(job.events, "ysb-redis-windows", detail, start, end)
+
+
+ENGINES: dict[str, Callable[[YsbOptions, Path], YsbEngine]] = {
     "spark-str": SparkStructuredYsb,
     "spark-cp": SparkContinuousYsb,
+    "flink": FlinkYsb,
 }
 DEFAULT_ENGINE = "spark-str"

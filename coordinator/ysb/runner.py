@@ -4,15 +4,12 @@ spark-submit, the ready handshake and the throughput read from the app's PROGRES
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,11 +21,11 @@ from coordinator.sparkcluster import (
     SparkSubmitProcess,
     first_error_line,
     free_port,
-    java_home,
 )
 from coordinator.ysb.campaigns import ADS_KEY, AdCampaign, ad_campaign_mapping
+from coordinator.ysb.javabuild import compile_jar
 from coordinator.ysb.redis import RedisServer, redis_server_binary
-from profiler.errors import CapabilityError, ConfigError
+from profiler.errors import ConfigError
 
 YSB_DIR = Path(__file__).resolve().parent
 APP = YSB_DIR / "app.py"
@@ -205,41 +202,12 @@ def _app_env() -> dict[str, str]:
     return {"PYTHONPATH": root + (os.pathsep + inherited if inherited else "")}
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "spe-taskprof"
-
-
 def build_sink_jar(spark_home: Path, cache_dir: Path | None = None) -> Path:
     """Compile RedisSink.java against this Spark's jars into a jar, cached by source and Spark version."""
-    source = SINK_SOURCE.read_bytes()
     jars = sorted(p.name for p in (spark_home / "jars").glob("spark-sql-api_*.jar")) + sorted(
         p.name for p in (spark_home / "jars").glob("spark-sql_*.jar")
     )
-    key = hashlib.sha256(source + "\n".join(jars).encode()).hexdigest()[:16]
-    cache = cache_dir or _cache_dir()
-    jar = cache / f"ysb-redis-sink-{key}.jar"
-    if jar.exists():
-        return jar
-    javac = java_home() / "bin" / "javac"
-    if not javac.exists():
-        raise CapabilityError(f"{javac}: no javac; install a JDK (openjdk-17-jdk-headless), not only a JRE")
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ysb-sink-") as build:
-        result = subprocess.run(
-            [str(javac), "-nowarn", "-encoding", "UTF-8", "-d", build, "-cp", str(spark_home / "jars" / "*"),
-             str(SINK_SOURCE)],
-            capture_output=True, text=True, timeout=300,
-        )
-        if result.returncode != 0:
-            raise CapabilityError(f"{SINK_SOURCE}: javac failed: {result.stderr.strip().splitlines()[-1:]}")
-        partial = jar.with_suffix(f".{os.getpid()}.tmp")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
-            for path in sorted(Path(build).rglob("*.class")):
-                archive.write(path, path.relative_to(build).as_posix())
-        partial.replace(jar)  # atomic: concurrent builders never see half a jar
-    return jar
+    return compile_jar(SINK_SOURCE, str(spark_home / "jars" / "*"), "ysb-redis-sink", jars, cache_dir)
 
 
 @dataclass

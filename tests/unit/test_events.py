@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ from profiler.events import (
     flink_running_jobs,
     flink_source_records,
     flink_source_vertices,
+    flink_value_at,
     http_json,
     parse_batch_description,
     parse_execution_list,
@@ -350,11 +352,49 @@ def test_flink_counter_reports_source_records_of_the_window(monkeypatch: pytest.
     counter = EventCounter(fetch=rest, poll_seconds=0.05)
     counter.start([jobmanager])
     rest.routes.update(_flink_routes(source_out=6000.0, filtered_out=2400.0, window_in=2400.0))
+    time.sleep(0.3)  # the poller sees the one refresh; one refresh counts as end minus start reading
     result = counter.finish(2e9)
     assert result.count == 5000, result
     assert result.source == f"flink-rest:{FLINK}"
     assert "Source__Kafka_Source.numRecordsOut" in result.detail
     assert f"{JID}/{WINDOW_VERTEX}=2400" in result.detail
+
+
+def test_flink_value_at_interpolates_between_refreshes_and_extrapolates_at_the_mean_rate() -> None:
+    points = [(100.0, 1000), (110.0, 3000), (120.0, 4000)]
+    assert flink_value_at(points, 105.0) == 2000
+    assert flink_value_at(points, 120.0) == 4000
+    # Beyond the points: the mean rate over all of them (3000 records in 20 s).
+    assert flink_value_at(points, 90.0) == 1000 - 1500
+    assert flink_value_at(points, 124.0) == 4000 + 600
+
+
+def test_flink_counter_counts_between_the_window_ends_not_the_stale_cache() -> None:
+    # GIVEN a JobManager whose cache still held a value from long before the window at the start
+    # reading, then refreshed every 10 s while the source emitted 100 records per second
+    manager = FlinkJobManager(FLINK, FakeRest({}))
+    manager.baseline = {JID: 50}
+    for seen_at, count in [(1000.4, 50), (1001.0, 10_100), (1005.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]:
+        manager.note({JID: count}, seen_at)
+    # WHEN the window [1000, 1025] is counted
+    counts = manager.window_counts(1000.0, 1025.0)
+    # THEN the count is the rate times the window (2500), not end minus start reading (12 050)
+    assert counts == {JID: 2500}
+    assert manager.changes[JID] == [(1001.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]
+
+
+def test_flink_counter_gives_no_count_when_the_cache_never_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a JobManager whose cached count stays the same through a short window
+    rest = FakeRest(_flink_routes(source_out=1000.0, filtered_out=400.0, window_in=400.0))
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK)
+    jobmanager = ProcessInfo(7, "managing", "flink", "jobmanager", "flink",
+                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
+    counter = EventCounter(fetch=rest, poll_seconds=0.05)
+    counter.start([jobmanager])
+    # WHEN the window ends; THEN the count is unknown (not 0) and the reason names the cache
+    result = counter.finish(2e9)
+    assert result.count is None, result
+    assert "did not refresh" in result.detail
 
 
 def test_flink_job_manager_read() -> None:
