@@ -11,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from profiler.argtypes import bounded
+from profiler.argtypes import bounded, duration, frequency, positive_int
 from profiler.errors import ProfilerError
 
 if TYPE_CHECKING:
@@ -51,8 +51,6 @@ examples:
 """
 
 
-_positive_int = bounded(int, 1)
-_duration = bounded(float, 1.0, 86400.0, "seconds")
 _non_negative = bounded(float, 0.0, 86400.0, "seconds")
 _executors = bounded(int, 1, 8, "local executors")
 
@@ -157,11 +155,11 @@ class DemoCommand:
             help=f"stream processing engine: spark-str (Structured Streaming micro-batches), spark-cp "
             f"(Continuous Processing) or flink ({DEFAULT_ENGINE})",
         )
-        parser.add_argument("--duration", type=_duration, default=60.0, help="seconds to profile (60)")
+        parser.add_argument("--duration", type=duration, default=60.0, help="seconds to profile (60)")
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
-        parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second (20000)")
-        parser.add_argument("--campaigns", type=_positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)")
+        parser.add_argument("--rate", type=positive_int, default=20_000, help="generated events per second (20000)")
+        parser.add_argument("--campaigns", type=positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)")
         parser.add_argument(
             "--warmup",
             type=_non_negative,
@@ -174,9 +172,9 @@ class DemoCommand:
         parser.add_argument(
             "--sink", choices=("auto", "redis", "file"), default="auto", help="auto: Redis when redis-server exists"
         )
-        parser.add_argument("--frequency", type=_positive_int, default=99, help="samples per second per CPU (99)")
+        parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument(
-            "--ready-timeout", type=_duration, default=600.0, help="seconds to wait for the first events (600)"
+            "--ready-timeout", type=duration, default=600.0, help="seconds to wait for the first events (600)"
         )
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
 
