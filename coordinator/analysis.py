@@ -306,7 +306,11 @@ def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tupl
     for run in runs:
         if not run.profile_copies:
             raise ConfigError(f"{run.directory}: no application_profile.txt copy in the run; pass --profile FILE")
-        texts.setdefault(run.profile_copies[0].read_text(encoding="utf-8"), run.profile_copies[0])
+        copy = capture.contained(run.directory, run.profile_copies[0])
+        try:
+            texts.setdefault(copy.read_text(encoding="utf-8"), copy)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CaptureFormatError(f"{copy}: cannot read the profile copy ({exc}); pass --profile FILE") from None
     if len(texts) > 1:
         names = ", ".join(str(p) for p in texts.values())
         raise ConfigError(f"{names}: the runs were profiled with different application profiles; pass --profile FILE")
@@ -611,6 +615,8 @@ def read_summary(path: Path) -> list[dict[str, str]]:
         raise CaptureFormatError(
             f"{path}: cannot read ({exc.strerror or exc}); run `coordinator analyze` first"
         ) from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise CaptureFormatError(f"{path}: not a summary.csv ({exc}); re-run `coordinator analyze`") from None
     if rows and not {"run", "host", "pid", "task", "samples", "cycles"} <= set(rows[0]):
         raise CaptureFormatError(f"{path}: not a summary.csv (missing columns); re-run `coordinator analyze`")
     return rows
@@ -650,6 +656,17 @@ def cluster_totals(rows: Iterable[Mapping[str, Any]], run: str | None = None) ->
             share=samples / all_samples if all_samples else None,
         )
     return out
+
+
+def summary_totals(path: Path) -> dict[str, TaskTotals]:
+    """``cluster_totals`` of the one run of a summary.csv file; any problem names the file."""
+    rows = read_summary(path)
+    try:
+        return cluster_totals(rows)
+    except ValueError as exc:
+        raise CaptureFormatError(f"{path}: {exc}; re-run `coordinator analyze`") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _int(value: Any) -> int:

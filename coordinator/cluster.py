@@ -203,4 +203,8 @@ def load_cluster(path: Path | str) -> list[HostSpec]:
         ) from None
     except UnicodeDecodeError:
         raise config_error(str(path), None, "not UTF-8 text", "save it as plain text") from None
+    except OSError as exc:
+        raise config_error(
+            str(path), None, f"cannot read the cluster file ({exc.strerror or exc})", "pass a text file to --cluster"
+        ) from None
     return parse_cluster(text.splitlines(), str(path))

@@ -26,6 +26,7 @@ from profiler.capture import (
     CaptureFormatError,
     CounterDelta,
     ProcessInfo,
+    contained,
     is_capture_dir,
     iter_timeline,
     read_capture,
@@ -117,8 +118,10 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             return [dict(row) for row in csv.DictReader(handle)]
-    except csv.Error as exc:
+    except (csv.Error, UnicodeDecodeError) as exc:
         raise CaptureFormatError(f"{path}: not valid CSV ({exc}); re-run `coordinator analyze`") from None
+    except OSError as exc:
+        raise CaptureFormatError(f"{path}: cannot read ({exc.strerror or exc}); re-run `coordinator analyze`") from None
 
 
 def _host_state(outcome: HostOutcome | None, capture_dir: Path) -> tuple[str, str, Capture | None]:
@@ -171,20 +174,21 @@ def load_run(path: Path) -> RunData:
     # `coordinator analyze` writes into the run directory, or <capture>/analysis/ for a bare capture.
     summary = existing_summary(path)
     if summary is not None:
-        rows, source = _read_csv(summary), SUMMARY_FILE
+        rows, source = _read_csv(contained(path, summary)), SUMMARY_FILE
         if any(row.get("run") == run_id for row in rows):  # an analysis of several runs: this one's rows
             rows = [row for row in rows if row.get("run") == run_id]
     else:
         source = "host results"
         for host in hosts:
             if host.capture is not None:
-                result = host.capture.directory / result_file_name(host.capture.meta.host)
+                directory = host.capture.directory
+                result = contained(directory, directory / result_file_name(host.capture.meta.host))
                 if result.is_file():
                     rows.extend(_read_csv(result))
     profile_text, profile_source, window = _analysis_record(summary)
     candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
     for candidate in candidates if profile_text is None else ():
-        if candidate.is_file():
+        if contained(path, candidate).is_file():
             profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
             break
     return RunData(
@@ -228,8 +232,9 @@ class TimelineInput:
     window_cycles: Mapping[int, float | None] = field(default_factory=dict)  # counters.json, for PIDs without deltas
 
 
-def load_timeline(capture: Capture) -> TimelineInput | None:
-    """The time chart's input of a capture; None when it has no timeline (v1, stack map)."""
+def load_timeline(capture: Capture, problems: list[str] | None = None) -> TimelineInput | None:
+    """The time chart's input of a capture; None when it has no timeline (v1, stack map). An
+    unreadable counters timeline is added to ``problems`` (the health panel)."""
     if timeline.timeline_problem(capture.meta) is not None:
         return None
     entries: dict[int, Iterable[tuple[int, str, int]]] = {}
@@ -241,8 +246,10 @@ def load_timeline(capture: Capture) -> TimelineInput | None:
         entries[process.pid] = iter_timeline(path)  # a generator: the file is read when build_view uses it
         try:
             rows = read_counters_timeline(capture.directory, process.pid)
-        except CaptureFormatError:
+        except CaptureFormatError as exc:
             rows = None  # the chart then shows samples and share only for this host
+            if problems is not None:
+                problems.append(f"{capture.meta.host} PID {process.pid}: time chart without cycles: {exc}")
         if rows is not None:
             deltas[process.pid] = rows
     window_cycles = {pid: c.cycles for pid, c in capture.counters.items() if pid in entries}
@@ -1150,7 +1157,7 @@ def render_report(
     stacks = {
         h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
     }
-    timelines = {h.name: load_timeline(h.capture) for h in run.hosts if h.capture is not None}
+    timelines = {h.name: load_timeline(h.capture, problems) for h in run.hosts if h.capture is not None}
     view = build_view(
         run,
         stacks,

@@ -6,14 +6,13 @@ docs/capture-format.md ("Coordinator run directory") describes the same layout f
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import atomic_write_text, read_json_file
+from profiler.capture import atomic_write_text, expect_json, from_json_object, is_safe_name, read_json_file
 from profiler.errors import CaptureFormatError
 
 RUN_FORMAT_VERSION = 1
@@ -84,13 +83,13 @@ def new_run_id(now: float | None = None) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
 
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
-
-
 def host_capture_dir(run_dir: Path, host: str) -> Path:
     """Where the capture of ``host`` (its cluster.txt entry label) lives inside a run directory."""
-    if not _SAFE_NAME.match(host) or ".." in host:
-        raise CaptureFormatError(f"{run_dir}: host label {host!r} is not a safe directory name")
+    if not is_safe_name(host):
+        raise CaptureFormatError(
+            f"{Path(run_dir) / RUN_FILE}: host label {host!r} is not a safe directory name; "
+            "fix the entry or re-run the profile"
+        )
     return Path(run_dir) / HOSTS_DIR / host
 
 
@@ -112,31 +111,25 @@ def write_run(run_dir: Path, info: RunInfo) -> None:
     atomic_write_text(Path(run_dir) / RUN_FILE, text)
 
 
-def _known(cls: type, payload: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in payload.items() if k in names}
-
-
 def read_run(run_dir: Path) -> RunInfo:
     path = Path(run_dir) / RUN_FILE
     payload = read_json_file(path, "is this a run directory written by `coordinator profile`?", "re-run the profile")
+    payload = expect_json(payload, dict, path, "the file", "re-run the profile")
     version = payload.get("format_version")
-    if version != RUN_FORMAT_VERSION:
+    if version != RUN_FORMAT_VERSION or isinstance(version, bool):
         raise CaptureFormatError(
             f"{path}: format_version {version!r}, this version reads {RUN_FORMAT_VERSION}; "
             "use a matching coordinator version"
         )
-    try:
-        hosts = tuple(
-            HostOutcome(**dict(_known(HostOutcome, h), roles=tuple(h.get("roles", ())))) for h in payload["hosts"]
-        )
-        return RunInfo(
-            **dict(
-                _known(RunInfo, payload),
-                labels=dict(payload.get("labels", {})),
-                versions=dict(payload.get("versions", {})),
-                hosts=hosts,
-            )
-        )
-    except (TypeError, KeyError) as exc:
-        raise CaptureFormatError(f"{path}: {exc}; written by an incompatible coordinator version") from None
+    advice = "written by an incompatible coordinator version"
+    hosts = []
+    for entry in expect_json(payload.get("hosts"), list, path, "hosts", advice):
+        entry = expect_json(entry, dict, path, "a host entry", advice)
+        roles = expect_json(entry.get("roles", []), list, path, "roles", advice)
+        hosts.append(from_json_object(HostOutcome, dict(entry, roles=tuple(roles)), path, advice))
+    labels = expect_json(payload.get("labels", {}), dict, path, "labels", advice)
+    versions = expect_json(payload.get("versions", {}), dict, path, "versions", advice)
+    info: RunInfo = from_json_object(
+        RunInfo, dict(payload, labels=dict(labels), versions=dict(versions), hosts=tuple(hosts)), path, advice
+    )
+    return info

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from profiler import __version__, capture
 from profiler.appprofile import load_profile
-from profiler.errors import OutputExistsError, ProfilerError
+from profiler.errors import OutputExistsError, ProfilerError, config_error
 from profiler.spes import load_known_spes
 
 from . import rundir
@@ -478,7 +478,7 @@ def profile_cluster(
     out_dir = Path(out_dir)
     for path, what in ((profile, "application profile"), (known_spes, "known_spes file")):
         if not Path(path).is_file():
-            raise ProfilerError(f"{path}: {what} not found; pass an existing file")
+            raise config_error(str(path), None, f"{what} not found or not a file", "pass an existing file")
     # Parsed here, with the user's own paths in any error, before a host is touched: every host would
     # otherwise fail the same way, naming a temporary copy on the remote side.
     load_profile(profile)

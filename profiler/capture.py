@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CaptureFormatError
+from .folded import is_count, parse_line
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # v1: no timeline, no perf-map refresh; everything else reads the same
@@ -272,6 +275,26 @@ def pid_dir(capture_dir: Path, pid: int) -> Path:
     return capture_dir / PIDS_DIR / str(pid)
 
 
+# A host label, as a directory name of a run and a file name prefix: one path level, no control characters.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,254}")
+
+
+def is_safe_name(text: object) -> bool:
+    return isinstance(text, str) and _SAFE_NAME.fullmatch(text) is not None and ".." not in text
+
+
+def contained(root: Path, path: Path) -> Path:
+    """``path`` when it resolves inside ``root`` (a capture or run directory). A capture never holds
+    links, so one that leads out (to /etc/shadow, another run) is refused before it is read."""
+    real_root = Path(root).resolve()
+    real = Path(path).resolve()
+    if real != real_root and real_root not in real.parents:
+        raise CaptureFormatError(
+            f"{path}: a link out of {root}; a capture holds its own files only, copy the file in instead"
+        )
+    return path
+
+
 def write_meta(capture_dir: Path, meta: RunMeta) -> None:
     atomic_write_text(capture_dir / META_FILE, _json_dump(asdict(meta)))
 
@@ -304,7 +327,7 @@ def write_overhead(capture_dir: Path, overhead: Overhead) -> None:
 
 
 def timeline_path(capture_dir: Path, pid: int) -> Path:
-    return pid_dir(capture_dir, pid) / TIMELINE_FILE
+    return _pid_file(capture_dir, pid, TIMELINE_FILE)
 
 
 def format_timeline(counts: Mapping[tuple[int, str], int]) -> str:
@@ -352,74 +375,145 @@ def read_json_file(path: Path, if_missing: str, if_invalid: str) -> Any:
         raise CaptureFormatError(f"{path}: missing; {if_missing}") from None
     except json.JSONDecodeError as exc:
         raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); {if_invalid}") from None
+    except UnicodeDecodeError as exc:
+        raise CaptureFormatError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}); {if_invalid}") from None
+    except OSError as exc:
+        raise CaptureFormatError(f"{path}: cannot read ({exc.strerror or exc}); {if_missing}") from None
 
 
-def _load_json(path: Path) -> Any:
-    return read_json_file(path, "is this a capture directory written by `profiler run`?", "re-run the capture")
+def _load_json(capture_dir: Path, path: Path) -> Any:
+    return read_json_file(
+        contained(capture_dir, path), "is this a capture directory written by `profiler run`?", "re-run the capture"
+    )
 
 
-def _from_dict(cls: type, payload: Mapping[str, Any], path: Path) -> Any:
+_JSON_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "true/false"),
+    (int, "a number"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "an object"),
+)
+# Field annotations (strings: `from __future__ import annotations`) checked against JSON values;
+# containers (tuple[...], Mapping[...]) are converted and checked by the reader that builds them.
+_SIMPLE_TYPES: Mapping[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "None": (type(None),),
+}
+
+
+def json_kind(value: Any) -> str:
+    return next((name for kind, name in _JSON_KINDS if isinstance(value, kind)), "null")
+
+
+def expect_json(value: Any, kind: type, path: Path, what: str, advice: str = "re-run the capture") -> Any:
+    """``value`` when it is of JSON ``kind`` (dict or list), else a CaptureFormatError naming ``path``."""
+    if not isinstance(value, kind):
+        wanted = dict((k, n) for k, n in _JSON_KINDS)[kind]
+        raise CaptureFormatError(f"{path}: {what} is {json_kind(value)}, expected {wanted}; {advice}")
+    return value
+
+
+def _type_problem(cls: type, payload: Mapping[str, Any]) -> str | None:
+    for item in fields(cls):
+        names = [part.strip() for part in str(item.type).split("|")]
+        if item.name not in payload or not all(name in _SIMPLE_TYPES for name in names):
+            continue
+        value = payload[item.name]
+        allowed = tuple(kind for name in names for kind in _SIMPLE_TYPES[name])
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            return f"{item.name} is {json_kind(value)}, expected {' or '.join(names)}"
+    return None
+
+
+def from_json_object(
+    cls: type, payload: Any, path: Path, advice: str = "the capture was written by an incompatible version"
+) -> Any:
+    """A record dataclass from a JSON object: unknown keys ignored, wrong JSON types a CaptureFormatError."""
+    payload = expect_json(payload, dict, path, "a record", advice)
+    problem = _type_problem(cls, payload)
+    if problem is not None:
+        raise CaptureFormatError(f"{path}: {problem}; {advice}")
     known = {f.name for f in fields(cls)}
     try:
         return cls(**{k: v for k, v in payload.items() if k in known})
     except TypeError as exc:
-        raise CaptureFormatError(f"{path}: {exc}; the capture was written by an incompatible version") from None
+        raise CaptureFormatError(f"{path}: {exc}; {advice}") from None
 
 
 def read_meta(capture_dir: Path) -> RunMeta:
     path = capture_dir / META_FILE
-    payload = _load_json(path)
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     version = payload.get("format_version")
-    if version not in READABLE_VERSIONS:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise CaptureFormatError(
             f"{path}: format_version {version!r}, this version reads {', '.join(map(str, READABLE_VERSIONS))}; "
             "use a matching profiler version"
         )
     if version == 1:
         payload.setdefault("stack_collection", "stackmap")
-    payload["warnings"] = tuple(payload.get("warnings", ()))
-    meta: RunMeta = _from_dict(RunMeta, payload, path)
+    payload["warnings"] = tuple(expect_json(payload.get("warnings", []), list, path, "warnings"))
+    meta: RunMeta = from_json_object(RunMeta, payload, path)
+    if not is_safe_name(meta.host):
+        raise CaptureFormatError(f"{path}: host {meta.host!r} is not a safe directory name; re-run the capture")
+    if not (math.isfinite(meta.interval) and meta.interval > 0):
+        raise CaptureFormatError(
+            f"{path}: interval {meta.interval!r} is not a positive number of seconds; re-run the capture"
+        )
+    for name in ("start_time", "end_time"):
+        if not math.isfinite(getattr(meta, name)):
+            raise CaptureFormatError(f"{path}: {name} is not a finite number; re-run the capture")
     return meta
 
 
 def read_scope(capture_dir: Path) -> list[ProcessInfo]:
     path = capture_dir / SCOPE_FILE
-    return [_from_dict(ProcessInfo, row, path) for row in _load_json(path)]
+    rows = expect_json(_load_json(capture_dir, path), list, path, "the file")
+    return [from_json_object(ProcessInfo, row, path) for row in rows]
+
+
+def _pid_file(capture_dir: Path, pid: int, name: str) -> Path:
+    return contained(capture_dir, pid_dir(capture_dir, pid) / name)
 
 
 def read_counters(capture_dir: Path, pid: int) -> PidCounters | None:
-    path = pid_dir(capture_dir, pid) / COUNTERS_FILE
+    path = _pid_file(capture_dir, pid, COUNTERS_FILE)
     if not path.exists():
         return None
-    payload = _load_json(path)
-    payload["events"] = {name: _from_dict(CounterValue, value, path) for name, value in payload["events"].items()}
-    counters: PidCounters = _from_dict(PidCounters, payload, path)
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    events = expect_json(payload.get("events"), dict, path, "events")
+    payload["events"] = {name: from_json_object(CounterValue, value, path) for name, value in events.items()}
+    counters: PidCounters = from_json_object(PidCounters, payload, path)
     return counters
 
 
 def read_sampler_stats(capture_dir: Path, pid: int) -> SamplerStats | None:
-    path = pid_dir(capture_dir, pid) / SAMPLER_FILE
-    return _from_dict(SamplerStats, _load_json(path), path) if path.exists() else None
+    path = _pid_file(capture_dir, pid, SAMPLER_FILE)
+    return from_json_object(SamplerStats, _load_json(capture_dir, path), path) if path.exists() else None
 
 
 def read_net(capture_dir: Path, pid: int) -> NetStats | None:
-    path = pid_dir(capture_dir, pid) / NET_FILE
-    return _from_dict(NetStats, _load_json(path), path) if path.exists() else None
+    path = _pid_file(capture_dir, pid, NET_FILE)
+    return from_json_object(NetStats, _load_json(capture_dir, path), path) if path.exists() else None
 
 
 def read_events(capture_dir: Path) -> EventCount | None:
     path = capture_dir / EVENTS_FILE
-    return _from_dict(EventCount, _load_json(path), path) if path.exists() else None
+    return from_json_object(EventCount, _load_json(capture_dir, path), path) if path.exists() else None
 
 
 def read_overhead(capture_dir: Path) -> Overhead | None:
     path = capture_dir / OVERHEAD_FILE
     if not path.exists():
         return None
-    payload = _load_json(path)
-    points = payload.get("timeline") or []
-    payload["timeline"] = tuple(_from_dict(OverheadPoint, point, path) for point in points)
-    overhead: Overhead = _from_dict(Overhead, payload, path)
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    points = expect_json(payload.get("timeline") or [], list, path, "timeline")
+    payload["timeline"] = tuple(from_json_object(OverheadPoint, point, path) for point in points)
+    overhead: Overhead = from_json_object(Overhead, payload, path)
     return overhead
 
 
@@ -427,17 +521,17 @@ def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
     """(interval, folded stack, count) per line of a timeline.folded; a bad line is a CaptureFormatError."""
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
-            line = line.rstrip("\n")
+            line = line.rstrip("\r\n")
             if not line:
                 continue
             head, _, rest = line.partition(" ")
-            stack, _, count = rest.rpartition(" ")
             try:
-                yield int(head), stack, int(count)
+                parsed = parse_line(rest) if is_count(head) else None
             except ValueError:
-                raise CaptureFormatError(
-                    f"{path}:{number}: not '<interval> <stack> <count>'; re-run the capture"
-                ) from None
+                parsed = None
+            if parsed is None:
+                raise CaptureFormatError(f"{path}:{number}: not '<interval> <stack> <count>'; re-run the capture")
+            yield int(head), parsed[0], parsed[1]
 
 
 def read_timeline(
@@ -455,15 +549,16 @@ def read_timeline(
 
 
 def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | None:
-    path = pid_dir(capture_dir, pid) / COUNTERS_TIMELINE_FILE
+    path = _pid_file(capture_dir, pid, COUNTERS_TIMELINE_FILE)
     if not path.exists():
         return None
-    payload = _load_json(path)
-    return [_from_dict(CounterDelta, row, path) for row in payload.get("rows", [])]
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    rows = expect_json(payload.get("rows", []), list, path, "rows")
+    return [from_json_object(CounterDelta, row, path) for row in rows]
 
 
 def stacks_path(capture_dir: Path, pid: int) -> Path:
-    return pid_dir(capture_dir, pid) / STACKS_FILE
+    return _pid_file(capture_dir, pid, STACKS_FILE)
 
 
 @dataclass(frozen=True)

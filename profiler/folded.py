@@ -9,6 +9,8 @@ from pathlib import Path
 from .errors import CaptureFormatError
 
 FRAME_SEPARATOR = ";"
+# A sample count fits the int64 columns of the analysis; a larger one is a corrupt file, not a count.
+MAX_COUNT = 2**63 - 1
 # Suffix of kernel frames in a folded stack (user frames have none).
 KERNEL_SUFFIX = "_[k]"
 
@@ -19,9 +21,14 @@ def parse_line(line: str) -> tuple[str, int] | None:
     if not line.strip():
         return None
     stack, sep, count = line.rpartition(" ")
-    if not sep or not stack or not count.isdigit():
+    if not sep or not stack or not is_count(count):
         raise ValueError(f"not a folded stack line (expected 'frame;frame count'): {line[:80]!r}")
     return stack, int(count)
+
+
+def is_count(text: str) -> bool:
+    """ASCII digits only (str.isdigit also takes '²', which int() refuses), at most MAX_COUNT."""
+    return text.isascii() and text.isdigit() and int(text) <= MAX_COUNT
 
 
 def parse_source_line(line: str, number: int, source: str) -> tuple[str, int] | None:

@@ -406,7 +406,9 @@ class StackAccumulator:
             frames = raw.split(FRAME_SEPARATOR)
             leaf, space, count_text = frames[-1].rpartition(" ")
             count_text = count_text.rstrip("\r\n")
-            if not (space and count_text.isdigit() and (leaf or len(frames) > 1)):
+            # isascii: str.isdigit takes '²'; 18 digits stay below folded.MAX_COUNT (the slow path checks more)
+            if not (space and count_text.isascii() and count_text.isdigit() and len(count_text) <= 18
+                    and (leaf or len(frames) > 1)):
                 self._add_unusual_line(raw, number, source)
                 continue
             count = int(count_text)

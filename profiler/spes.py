@@ -109,6 +109,9 @@ def _strip_comment(line: str) -> str:
 def load_known_spes(path: str | os.PathLike[str]) -> tuple[SpeKind, ...]:
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise config_error(str(path), None, problem, "save it as UTF-8") from None
     except OSError as exc:
         raise config_error(
             str(path), None, f"cannot read ({exc.strerror or exc})", "pass an existing file to --known-spes"

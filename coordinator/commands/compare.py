@@ -21,12 +21,11 @@ from typing import Any
 
 from coordinator.analysis import (
     TaskTotals,
-    cluster_totals,
     compare_runs,
     existing_summary,
     format_compare_csv,
     format_compare_table,
-    read_summary,
+    summary_totals,
 )
 from profiler.capture import atomic_write_text
 
@@ -89,7 +88,7 @@ class CompareCommand:
                 totals[i] = result
         for i, summary in enumerate(summaries):
             if summary is not None:
-                totals[i] = cluster_totals(read_summary(summary))
+                totals[i] = summary_totals(summary)
         rows = compare_runs(totals[0], totals[1], args.level)
         print(format_compare_table(rows, "A", "B"), end="")
         print(f"A = {args.run_a}\nB = {args.run_b}\n* = share differs beyond sampling error (p < {args.level})")
@@ -111,12 +110,12 @@ class CompareCommand:
         with tempfile.TemporaryDirectory(prefix="taskprof-compare-") as scratch, spark_session(master) as spark:
             for index, path in enumerate(paths):
                 if path.is_file():
-                    results.append(cluster_totals(read_summary(path)))
+                    results.append(summary_totals(path))
                     continue
                 output = analyze(
                     [path], out_dir=Path(scratch) / str(index), profile=profile, master=master, spark=spark
                 )
-                results.append(cluster_totals(read_summary(output.summary_csv)))
+                results.append(summary_totals(output.summary_csv))
         return results
 
 

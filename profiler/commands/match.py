@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
-from ..capture import PIDS_DIR, STACKS_FILE, atomic_write_text
+from ..capture import PIDS_DIR, STACKS_FILE, atomic_write_text, contained
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import ConfigError, OutputExistsError
 from ..matcher import MatchResult
@@ -40,7 +40,7 @@ def stack_files(inputs: Sequence[Path]) -> list[Path]:
                     f"{path}: no {PIDS_DIR}/*/{STACKS_FILE} below this directory; "
                     "pass folded files, a capture directory or a run directory"
                 )
-            files.extend(found)
+            files.extend(contained(path, found_file) for found_file in found)
         else:
             files.append(path)
     # The same file named twice would count its samples twice.

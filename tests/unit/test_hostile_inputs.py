@@ -1,0 +1,560 @@
+"""Hostile inputs corpus: every input file and argument of the CLIs, broken on purpose.
+
+Each case builds its inputs in a sandbox (tmp_path/sandbox, also the working directory), runs the
+real CLI in this process and checks what a user would see: the expected exit code, exactly one line
+on stderr when it fails (``prog command: error: file[:line]: ...``, or argparse's usage + error),
+no traceback, no hang (an alarm guards every case) and no file written outside the sandbox's output
+directories. docs/reliability.md counts these cases per class; keep its table in step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from coordinator import cli as coordinator_cli
+from profiler import cli as profiler_cli
+from tests.fixtures.captures import (
+    KNOWN_PROFILE,
+    TINY_PID_100,
+    PidSpec,
+    write_capture,
+    write_run_dir,
+)
+
+OK = 0
+BAD_INPUT = 2  # ConfigError, and argparse's own errors
+BAD_CAPTURE = 6  # CaptureFormatError
+GUARD_SECONDS = 60  # a hang fails the case instead of CI; no case comes near it
+
+# Paths that an escape (traversal, absolute label) would write; each must still be absent afterwards.
+ESCAPE_NAME = "HOSTILE-ESCAPE"
+SHADOW = "/etc/shadow"
+
+RUN = "runs/r1"  # the sandbox's run directory (relative to the sandbox)
+HOST_DIR = f"{RUN}/hosts/h1"
+PID_DIR = f"{HOST_DIR}/pids/100"
+UNREACHABLE_CLUSTER = "127.0.0.1:1 worker\n"  # nothing listens there: validation must fail first
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile input: ``build`` prepares the sandbox and returns the CLI's argv."""
+
+    name: str
+    cli: str  # "profiler" or "coordinator"
+    build: Callable[[Path], list[str]]
+    codes: tuple[int, ...]  # accepted exit codes
+    stderr_names: str = ""  # a text the error line must contain (the file's name), when it fails
+
+
+# ---------------------------------------------------------------- sandbox builders
+
+
+def write(path: Path, content: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    path.write_bytes(content)
+    return path
+
+
+def tiny_run(sandbox: Path, timeline: bool = False) -> Path:
+    spec = TINY_PID_100
+    options: dict[str, object] = {}
+    if timeline:
+        parts = {interval: dict(TINY_PID_100.stacks) for interval in range(3)}
+        spec = PidSpec(pid=100, timeline=parts, cycles=1e9)
+        options = {"stack_collection": "ringbuf", "duration": 30.0}
+    return write_run_dir(sandbox / RUN, "r1", {"h1": [spec]}, **options)
+
+
+def bare_capture(sandbox: Path) -> Path:
+    return write_capture(sandbox / "cap", "h1", [TINY_PID_100])
+
+
+def run_with(relative: str, content: bytes | str, timeline: bool = False) -> Callable[[Path], Path]:
+    """A tiny run whose file ``relative`` (below the run directory) is replaced by ``content``."""
+
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox, timeline)
+        write(run / relative, content)
+        return run
+
+    return build
+
+
+def run_json_with(**changes: object) -> Callable[[Path], Path]:
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox)
+        payload = json.loads((run / "run.json").read_text())
+        payload.update(changes)
+        (run / "run.json").write_text(json.dumps(payload))
+        return run
+
+    return build
+
+
+def run_with_link(relative: str, target: str) -> Callable[[Path], Path]:
+    """A tiny run whose file ``relative`` is a symlink to ``target`` (absolute, or below the sandbox)."""
+
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox)
+        link = run / relative
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        destination = Path(target) if target.startswith("/") else sandbox / target
+        if not destination.is_absolute() or not str(destination).startswith("/etc"):
+            write(destination, "outside;the;run 5\n")
+        link.symlink_to(destination)
+        return run
+
+    return build
+
+
+def analyze(make_run: Callable[[Path], Path], *extra: str) -> Callable[[Path], list[str]]:
+    return lambda sandbox: ["analyze", str(make_run(sandbox)), *extra]
+
+
+def report(make_run: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    return lambda sandbox: ["report", str(make_run(sandbox))]
+
+
+def match_file(content: bytes | str) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        profile = write(sandbox / "profile.txt", KNOWN_PROFILE)
+        return ["match", "--profile", str(profile), str(write(sandbox / "in.folded", content))]
+
+    return build
+
+
+def match_run(make_run: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        profile = write(sandbox / "profile.txt", KNOWN_PROFILE)
+        return ["match", "--profile", str(profile), str(make_run(sandbox))]
+
+    return build
+
+
+def compare_summary(content: bytes | str) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        good = write(sandbox / "a.csv", "run,host,pid,task,samples,cycles\nr,*,*,Kafka,5,10\nr,*,*,*,5,10\n")
+        return ["compare", str(good), str(write(sandbox / "b.csv", content))]
+
+    return build
+
+
+def profile_cmd(
+    cluster: bytes | str = UNREACHABLE_CLUSTER,
+    profile: bytes | str | None = None,
+    known: bytes | str | None = None,
+    *extra: str,
+) -> Callable[[Path], list[str]]:
+    """`coordinator profile` with one bad input and hosts that cannot be reached: the input error must come first."""
+
+    def build(sandbox: Path) -> list[str]:
+        argv = ["profile", "--duration", "1", "--quiet", "--no-analyze", "--connect-timeout", "1"]
+        argv += ["--out", str(sandbox / "out"), "--known-hosts", str(sandbox / "known_hosts")]
+        argv += ["--cluster", str(write(sandbox / "cluster.txt", cluster))]
+        if profile is not None:
+            argv += ["--profile", str(write(sandbox / "profile.txt", profile))]
+        if known is not None:
+            argv += ["--known-spes", str(write(sandbox / "known_spes.txt", known))]
+        return argv + list(extra)
+
+    return build
+
+
+def doctor_cmd(cluster: bytes | str) -> Callable[[Path], list[str]]:
+    return lambda sandbox: ["doctor", "--cluster", str(write(sandbox / "cluster.txt", cluster))]
+
+
+# ---------------------------------------------------------------- the corpus
+
+LONG_FRAME = "x" * (4 * 1024 * 1024)  # a 4 MB line
+FOLDED: list[tuple[str, bytes | str, int]] = [
+    ("nul-in-frame", b"a;b\x00c 5\n", OK),
+    ("invalid-utf8", b"a;\xff\xfeb 5\n", OK),
+    ("crlf", "a;b 5\r\nc;d 2\r\n", OK),
+    ("cr-only", "a;b 5\rc;d 2\r", OK),
+    ("bom", "\ufeffa;b 5\n", OK),
+    ("4mb-line", f"a;{LONG_FRAME} 3\n", OK),
+    ("empty-file", "", OK),
+    ("zero-count", "a;b 0\n", OK),
+    ("no-count", "a;b\n", BAD_CAPTURE),
+    ("count-only", " 5\n", BAD_CAPTURE),
+    ("negative-count", "a;b -5\n", BAD_CAPTURE),
+    ("plus-count", "a;b +5\n", BAD_CAPTURE),
+    ("float-count", "a;b 5.0\n", BAD_CAPTURE),
+    ("huge-count", "a;b 99999999999999999999999999999\n", BAD_CAPTURE),
+    ("superscript-count", "a;b \u00b2\n", BAD_CAPTURE),
+    ("arabic-digit-count", "a;b \u0663\n", BAD_CAPTURE),
+    ("tab-separated", "a;b\t5\n", BAD_CAPTURE),
+    ("binary-garbage", bytes(range(256)) * 4, BAD_CAPTURE),
+]
+
+TIMELINE: list[tuple[str, str, int]] = [
+    ("interval-not-a-number", "x a;b 1\n", BAD_CAPTURE),
+    ("no-count", "0 a;b\n", BAD_CAPTURE),
+    ("negative-count", "0 a;b -1\n", BAD_CAPTURE),
+    ("negative-interval", "-1 a;b 1\n", BAD_CAPTURE),
+    ("huge-count", "0 a;b 99999999999999999999999999999\n", BAD_CAPTURE),
+    ("no-stack", "0 7\n", BAD_CAPTURE),
+]
+
+JSON_GARBAGE: list[tuple[str, str]] = [
+    ("not-json", "{not json"),
+    ("list", "[]"),
+    ("null", "null"),
+    ("string", '"x"'),
+    ("nan", "NaN"),
+]
+
+META_FIELDS: list[tuple[str, dict[str, object]]] = [
+    ("format-version-99", {"format_version": 99}),
+    ("format-version-string", {"format_version": "2"}),
+    ("start-time-string", {"start_time": "yesterday"}),
+    ("end-time-null", {"end_time": None}),
+    ("frequency-list", {"frequency": [99]}),
+    ("interval-zero", {"interval": 0, "stack_collection": "ringbuf", "format_version": 2}),
+    ("interval-negative", {"interval": -10, "stack_collection": "ringbuf", "format_version": 2}),
+    ("host-traversal", {"host": "../../../etc/passwd"}),
+    ("host-absolute", {"host": "/etc/passwd"}),
+    ("warnings-number", {"warnings": 5}),
+]
+
+PER_PID_JSON: list[tuple[str, str, str]] = [
+    ("counters-empty-object", "counters.json", "{}"),
+    ("counters-events-string", "counters.json", '{"pid": 100, "events": "x", "cycles": 1, "cycles_estimated": false}'),
+    (
+        "counters-cycles-string",
+        "counters.json",
+        '{"pid": 100, "events": {}, "cycles": "many", "cycles_estimated": false}',
+    ),
+    ("sampler-samples-string", "sampler.json", '{"pid": 100, "samples": "many"}'),
+    ("sampler-list", "sampler.json", "[1, 2]"),
+    ("counters-timeline-list", "counters_timeline.json", "[]"),
+    ("counters-timeline-rows-string", "counters_timeline.json", '{"interval": 10, "rows": "x"}'),
+    ("counters-timeline-row-types", "counters_timeline.json", '{"interval": 10, "rows": [{"interval": "a"}]}'),
+]
+
+HOST_JSON: list[tuple[str, str, str]] = [
+    ("scope-object", "scope.json", '{"pid": 100}'),
+    (
+        "scope-pid-traversal",
+        "scope.json",
+        '[{"pid": "../../../../etc", "role": "workload", "engine": "spark", "kind": "executor", "user": "u", '
+        '"cmdline": "c", "first_seen": 0, "last_seen": 1}]',
+    ),
+    ("scope-row-string", "scope.json", '["x"]'),
+    ("events-list", "events.json", "[]"),
+    ("events-count-string", "events.json", '{"count": "many", "source": "x"}'),
+    ("overhead-timeline-number", "overhead.json", '{"timeline": 5}'),
+    ("overhead-list", "overhead.json", "[]"),
+]
+
+RUN_JSON: list[tuple[str, dict[str, object]]] = [
+    ("format-version-string", {"format_version": "1"}),
+    ("hosts-string", {"hosts": "h1"}),
+    ("hosts-of-numbers", {"hosts": [1]}),
+    ("host-traversal", {"hosts": [{"host": "../../x", "address": "local", "state": "ok"}]}),
+    ("host-absolute", {"hosts": [{"host": "/etc", "address": "local", "state": "ok"}]}),
+    ("host-slash", {"hosts": [{"host": "a/b", "address": "local", "state": "ok"}]}),
+    ("host-newline", {"hosts": [{"host": "h1\n", "address": "local", "state": "ok"}]}),
+    ("host-nul", {"hosts": [{"host": "h\u0000", "address": "local", "state": "ok"}]}),
+    ("labels-string", {"labels": "abc"}),
+    ("labels-list", {"labels": [1, 2]}),
+    ("run-id-traversal", {"run_id": "../../" + ESCAPE_NAME}),
+    ("run-id-number", {"run_id": 5}),
+    ("duration-string", {"duration": "ten"}),
+]
+
+CLUSTER: list[tuple[str, bytes | str]] = [
+    ("empty", ""),
+    ("nul-in-host", b"work\x00er1 worker\n"),
+    ("name-traversal", "127.0.0.1:1 name=../../x\n"),
+    ("name-absolute", "127.0.0.1:1 name=/etc/passwd\n"),
+    ("name-slash", "127.0.0.1:1 name=a/b\n"),
+    ("name-nul", b"127.0.0.1:1 name=a\x00b\n"),
+    ("host-with-slash", "a/b:22\n"),
+    ("port-out-of-range", "127.0.0.1:99999\n"),
+    ("bad-user", "r;m -rf@127.0.0.1:1\n"),
+    ("unknown-key", "127.0.0.1:1 proxy=x\n"),
+    ("python-injection", "127.0.0.1:1 python=/usr/bin/python3;reboot\n"),
+    ("invalid-utf8", b"\xff\xfe127.0.0.1:1\n"),
+    ("1mb-line", "h" * (1024 * 1024) + "\n"),
+    ("cr-separated-duplicate", "127.0.0.1:1\r127.0.0.1:1\n"),
+]
+
+PROFILES: list[tuple[str, bytes | str]] = [
+    ("empty", ""),
+    ("invalid-utf8", b"Task: \xff\xfe\n"),
+    ("bad-regex", "Task: re:(unclosed\n"),
+    ("reserved-name", "unmatched: x\n"),
+]
+
+KNOWN_SPES: list[tuple[str, bytes | str]] = [
+    ("empty", ""),
+    ("invalid-utf8", b"spark workload executor \xff\xfe\n"),
+    ("too-few-fields", "spark workload\n"),
+    ("nul", b"spark workload exec\x00utor X\n"),
+]
+
+COMPARE_SUMMARIES: list[tuple[str, bytes | str, int]] = [
+    ("garbage", "no,csv,here\n1,2,3\n", BAD_CAPTURE),
+    ("nul", b"run,host,pid,task,samples,cycles\nr,*,*,K\x00afka,5,10\nr,*,*,*,5,10\n", OK),
+    ("invalid-utf8", b"run,host,pid,task,samples,cycles\nr,*,*,\xff,5,10\n", BAD_CAPTURE),
+    ("samples-not-a-number", "run,host,pid,task,samples,cycles\nr,*,*,Kafka,many,10\nr,*,*,*,5,10\n", BAD_CAPTURE),
+    ("empty", "", BAD_INPUT),
+]
+
+
+def corpus() -> Iterator[Case]:
+    for name, content, code in FOLDED:
+        yield Case(f"folded/{name}/match", "profiler", match_file(content), (code,), "in.folded")
+        if name in ("nul-in-frame", "invalid-utf8", "no-count", "negative-count", "huge-count", "superscript-count"):
+            yield Case(
+                f"folded/{name}/analyze",
+                "coordinator",
+                analyze(run_with("hosts/h1/pids/100/stacks.folded", content)),
+                (code,),
+                "stacks.folded",
+            )
+    for name, content, code in TIMELINE:
+        make = run_with("hosts/h1/pids/100/timeline.folded", content, timeline=True)
+        yield Case(
+            f"timeline/{name}/analyze",
+            "coordinator",
+            analyze(make, "--from", "0", "--to", "10"),
+            (code,),
+            "timeline.folded",
+        )
+        yield Case(f"timeline/{name}/report", "coordinator", report(make), (OK, code), "timeline.folded")
+    for file_name in (
+        "meta.json",
+        "scope.json",
+        "counters.json",
+        "sampler.json",
+        "events.json",
+        "overhead.json",
+        "counters_timeline.json",
+        "run.json",
+    ):
+        relative = {
+            "run.json": "run.json",
+            "meta.json": "hosts/h1/meta.json",
+            "scope.json": "hosts/h1/scope.json",
+            "events.json": "hosts/h1/events.json",
+            "overhead.json": "hosts/h1/overhead.json",
+        }.get(file_name, f"hosts/h1/pids/100/{file_name}")
+        for name, content in JSON_GARBAGE:
+            timeline = file_name == "counters_timeline.json"  # read only for a sub-window
+            make = run_with(relative, content, timeline)
+            window = ("--from", "0", "--to", "10") if timeline else ()
+            codes = (OK,) if (file_name, name) == ("scope.json", "list") else (BAD_CAPTURE,)  # [] is no process
+            yield Case(f"{file_name}/{name}/analyze", "coordinator", analyze(make, *window), codes, file_name)
+            yield Case(f"{file_name}/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), file_name)
+    for name, changes in META_FIELDS:
+        make = meta_with(changes)
+        yield Case(f"meta.json/{name}/analyze", "coordinator", analyze(make), (BAD_CAPTURE,), "meta.json")
+        yield Case(f"meta.json/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), "meta.json")
+    for name, file_name, content in PER_PID_JSON + HOST_JSON:
+        relative = (
+            f"hosts/h1/{file_name}"
+            if file_name in ("scope.json", "events.json", "overhead.json")
+            else (f"hosts/h1/pids/100/{file_name}")
+        )
+        make = run_with(relative, content, timeline=file_name == "counters_timeline.json")
+        window = ("--from", "0", "--to", "10") if file_name == "counters_timeline.json" else ()
+        yield Case(f"{file_name}/{name}/analyze", "coordinator", analyze(make, *window), (BAD_CAPTURE,), file_name)
+        yield Case(f"{file_name}/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), file_name)
+    for name, changes in RUN_JSON:
+        make = run_json_with(**changes)
+        codes = (OK,) if name == "run-id-traversal" else (BAD_CAPTURE,)  # the id is a value, never a path
+        yield Case(f"run.json/{name}/analyze", "coordinator", analyze(make), codes, "run.json")
+        yield Case(f"run.json/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), "")
+    for name, relative, target in (
+        ("stacks-to-shadow", "hosts/h1/pids/100/stacks.folded", SHADOW),
+        ("stacks-outside-run", "hosts/h1/pids/100/stacks.folded", "outside/stacks.folded"),
+        ("meta-to-shadow", "hosts/h1/meta.json", SHADOW),
+        ("counters-to-shadow", "hosts/h1/pids/100/counters.json", SHADOW),
+        ("profile-copy-to-shadow", "application_profile.txt", SHADOW),
+        ("host-profile-copy-to-shadow", "hosts/h1/application_profile.txt", SHADOW),
+    ):
+        make = run_with_link(relative, target)
+        # a host's profile copy is read only when the run has none
+        codes = (OK, BAD_CAPTURE) if name.startswith("host-profile") else (BAD_CAPTURE,)
+        yield Case(f"symlink/{name}/analyze", "coordinator", analyze(make), codes, Path(relative).name)
+        yield Case(f"symlink/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), "")
+        if relative.endswith("stacks.folded"):
+            yield Case(f"symlink/{name}/match", "profiler", match_run(make), (BAD_CAPTURE,), "stacks.folded")
+    for name, text in CLUSTER:
+        yield Case(f"cluster.txt/{name}/profile", "coordinator", profile_cmd(text), (BAD_INPUT,), "cluster.txt")
+        yield Case(f"cluster.txt/{name}/doctor", "coordinator", doctor_cmd(text), (BAD_INPUT,), "cluster.txt")
+    yield Case("cluster.txt/directory/profile", "coordinator", cluster_is_directory, (BAD_INPUT,), "cluster.txt")
+    for name, text in PROFILES:
+        yield Case(f"profile/{name}/profile", "coordinator", profile_cmd(profile=text), (BAD_INPUT,), "profile.txt")
+        yield Case(f"profile/{name}/analyze", "coordinator", analyze_with_profile(text), (BAD_INPUT,), "profile.txt")
+        yield Case(f"profile/{name}/match", "profiler", match_with_profile(text), (BAD_INPUT,), "profile.txt")
+    # A NUL inside a pattern is a legal (never matching) pattern (test_appprofile); it must not break anything.
+    yield Case("profile/nul/analyze", "coordinator", analyze_with_profile(b"Task: a\x00b\n"), (OK,), "")
+    yield Case("profile/nul/match", "profiler", match_with_profile(b"Task: a\x00b\n"), (OK,), "")
+    yield Case("profile/directory/profile", "coordinator", profile_is_directory, (BAD_INPUT,), "profile")
+    for name, text in KNOWN_SPES:
+        yield Case(f"known_spes/{name}/profile", "coordinator", profile_cmd(known=text), (BAD_INPUT,), "known_spes.txt")
+    for name, text, code in COMPARE_SUMMARIES:
+        yield Case(f"summary.csv/{name}/compare", "coordinator", compare_summary(text), (code,), "b.csv")
+    for name, value in (
+        ("newline", "load=5\nk"),
+        ("nul", "load=a\x00b"),
+        ("traversal-key", "../../x=1"),
+        ("slash-key", "a/b=1"),
+        ("no-equals", "load"),
+        ("too-long", "load=" + "x" * 201),
+    ):
+        yield Case(
+            f"label/{name}/profile",
+            "coordinator",
+            profile_cmd(UNREACHABLE_CLUSTER, None, None, "--label", value),
+            (BAD_INPUT,),
+            "",
+        )
+        yield Case(f"label/{name}/analyze", "coordinator", analyze(tiny_run, "--label", value), (BAD_INPUT,), "")
+    yield Case(
+        "label/traversal-value/analyze",
+        "coordinator",
+        analyze(tiny_run, "--label", "k=../../" + ESCAPE_NAME),
+        (OK,),
+        "",
+    )
+    yield Case(
+        "label/absolute-value/analyze", "coordinator", analyze(tiny_run, "--label", "k=/tmp/" + ESCAPE_NAME), (OK,), ""
+    )
+    yield Case(
+        "capture/bare-meta-host-traversal/report", "coordinator", bare_capture_meta_host, (BAD_CAPTURE,), "meta.json"
+    )
+
+
+def meta_with(changes: dict[str, object]) -> Callable[[Path], Path]:
+    def build(sandbox: Path) -> Path:
+        timeline = changes.get("stack_collection") == "ringbuf"
+        run = tiny_run(sandbox, timeline)
+        meta = run / "hosts/h1/meta.json"
+        payload = json.loads(meta.read_text())
+        payload.update(changes)
+        meta.write_text(json.dumps(payload))
+        return run
+
+    return build
+
+
+def cluster_is_directory(sandbox: Path) -> list[str]:
+    (sandbox / "cluster.txt").mkdir()
+    argv = profile_cmd()(sandbox / "unused")
+    return [*argv[: argv.index("--cluster")], "--cluster", str(sandbox / "cluster.txt")]
+
+
+def profile_is_directory(sandbox: Path) -> list[str]:
+    (sandbox / "profile").mkdir()
+    return [*profile_cmd()(sandbox), "--profile", str(sandbox / "profile")]
+
+
+def analyze_with_profile(text: bytes | str) -> Callable[[Path], list[str]]:
+    return lambda sandbox: ["analyze", str(tiny_run(sandbox)), "--profile", str(write(sandbox / "profile.txt", text))]
+
+
+def match_with_profile(text: bytes | str) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        stacks = write(sandbox / "in.folded", "a;b 5\n")
+        return ["match", "--profile", str(write(sandbox / "profile.txt", text)), str(stacks)]
+
+    return build
+
+
+def bare_capture_meta_host(sandbox: Path) -> list[str]:
+    directory = bare_capture(sandbox)
+    meta = directory / "meta.json"
+    payload = json.loads(meta.read_text())
+    payload["host"] = "../../" + ESCAPE_NAME
+    meta.write_text(json.dumps(payload))
+    write(sandbox / (ESCAPE_NAME + "_result.csv"), "host,pid\n")  # what the traversal would read
+    return ["report", str(directory)]
+
+
+CASES = list(corpus())
+# Reports of inputs that are odd but harmless: nothing to flag.
+REPORT_UNFLAGGED = {
+    "scope.json/list/report",  # [] is a capture without processes
+    "run.json/run-id-traversal/report",  # the id is shown, never used as a path
+    "symlink/host-profile-copy-to-shadow/report",  # the run's own copy comes first; the link is not read
+}
+
+
+# ---------------------------------------------------------------- the check
+
+
+def _files(root: Path) -> set[Path]:
+    return {Path(dirpath) / name for dirpath, dirs, names in os.walk(root) for name in (*names, *dirs)}
+
+
+@pytest.fixture
+def alarm() -> Iterator[None]:
+    def hang(signum: int, frame: object) -> None:
+        raise AssertionError(f"no answer within {GUARD_SECONDS} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(GUARD_SECONDS)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_hostile_input(
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], alarm: None
+) -> None:
+    # GIVEN a sandbox with the hostile input, as the working directory
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    monkeypatch.chdir(sandbox)
+    argv = case.build(sandbox)
+    before = _files(tmp_path)
+    main = profiler_cli.main if case.cli == "profiler" else coordinator_cli.main
+
+    # WHEN the real CLI runs on it
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse rejects an argument
+        code = exc.code if isinstance(exc.code, int) else 1
+    err = capsys.readouterr().err
+
+    # THEN the exit code is the expected one, with one error line and no traceback
+    assert "Traceback" not in err, err
+    assert code in case.codes, f"exit {code}, expected {case.codes}: {err}"
+    lines = [line for line in err.splitlines() if line.strip()]
+    if code != OK:
+        errors = [line for line in lines if ": error: " in line]
+        assert len(errors) == 1, err
+        if not errors[0].startswith("usage:"):  # argparse prints its usage lines first
+            assert lines[-1] == errors[0], err
+            if not any(line.startswith("usage:") for line in lines):
+                assert len(lines) == 1, err
+        assert case.stderr_names in errors[0], err
+        assert SHADOW not in err or "root:" not in err, "the content of a linked file leaked into the message"
+    if code == OK and argv[0] == "report":  # the report draws what it can and flags the rest
+        summary = json.loads((sandbox / RUN / "report" / "report.json").read_text())
+        flagged = summary["health_problems"] or any(host["state"] != "ok" for host in summary["hosts"])
+        assert flagged or case.name in REPORT_UNFLAGGED, summary
+    # AND nothing was written outside the sandbox, nor at the places an escape would write
+    written = _files(tmp_path) - before
+    outputs = [sandbox / RUN, sandbox / "out", sandbox / "cap"]
+    assert all(any(out == path or out in path.parents for out in outputs) for path in written), sorted(written)
+    assert not (tmp_path / ESCAPE_NAME).exists()
+    assert not Path("/tmp", ESCAPE_NAME).exists()
