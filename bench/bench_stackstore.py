@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.stackstore import StackStore  # noqa: E402
+from profiler.stackstore import StackStore
 
 SECOND = 10**9
 

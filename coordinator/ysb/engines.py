@@ -165,7 +165,7 @@ class SparkStructuredYsb(_SparkYsb):
     events_source = "the driver's SQL REST API (rows its micro-batches read; Spark UI on a free loopback port)"
 
     def window(self, start: float, end: float) -> WindowResult:
-        from coordinator.ysb.runner import median_processed_rate, sustained_throughput  # noqa: PLC0415
+        from coordinator.ysb.runner import median_processed_rate, sustained_throughput
 
         batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
         return WindowResult(
@@ -192,7 +192,7 @@ class SparkContinuousYsb(_SparkYsb):
     continuous = True
 
     def count_events(self, start: float, end: float) -> EventCount | None:
-        from profiler.capture import EventCount  # noqa: PLC0415
+        from profiler.capture import EventCount
 
         counted = epoch_rows_between(self._run().epochs(), start, end)
         if counted is None:
@@ -240,7 +240,7 @@ class FlinkYsb(FlinkYsbEngine):
         )
 
     def count_events(self, start: float, end: float) -> EventCount | None:
-        from profiler.capture import EventCount  # noqa: PLC0415
+        from profiler.capture import EventCount
 
         job = self._job_window(start, end)
         detail = (

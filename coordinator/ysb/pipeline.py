@@ -110,7 +110,7 @@ def generate_events(
     rows whose event times advance by ``batch_seconds`` per batch from the start time: a fixed offered
     load that never builds a backlog, so a slow machine shows up as slower batches, not a growing queue.
     ``ads`` ads (numbered over all campaigns) are picked uniformly."""
-    import time  # noqa: PLC0415 - only the start timestamp
+    import time
 
     rows = (
         spark.readStream.format("rate-micro-batch")
