@@ -162,8 +162,8 @@ NETTY = "org.apache.flink.shaded.netty4.io.netty.channel.epoll"
          "Kafka/Source"),
         ("spark_continuous", "Executor task l;Interpreter;void org.apache.spark.sql.execution.streaming.continuous."
          "EpochCoordinatorRef.ask(java.lang.Object)", "ClusterCommunication"),
-        ("spark_continuous", "Executor task l;Interpreter;java.lang.Object java.util.concurrent."
-         "ArrayBlockingQueue.poll(long, java.util.concurrent.TimeUnit)", "Wait"),
+        # Java frames as captures spell them (symbolize.java_frame_name): pkg.Class::method
+        ("spark_continuous", "Executor task l;Interpreter;java.util.concurrent.ArrayBlockingQueue::poll", "Wait"),
         # generic JVM
         ("jvm_generic", "main;Interpreter;Interpreter", "Interpreter"),
         ("jvm_generic", "VM Thread;start_thread;VMThread::run();SafepointSynchronize::begin()", "Safepoints"),
