@@ -63,7 +63,9 @@ def test_counters_follow_threads_created_after_add_pid() -> None:
 
     assert cpu_used > 0.9, f"the workload did not burn CPU ({cpu_used:.2f}s)"
     assert counters.cpu_seconds is not None
-    assert counters.cpu_seconds == pytest.approx(cpu_used, rel=0.10)
+    # psutil's times are tick-based (4 ms) and drift past 10 % on a loaded machine (1.32 s measured against
+    # 1.20 s once); a thread the counters missed would be a third of the work (0.4 of 1.2 s)
+    assert counters.cpu_seconds == pytest.approx(cpu_used, rel=0.15)
     task_clock = counters.events["task-clock"]
     assert task_clock.supported and task_clock.running_ns == task_clock.enabled_ns  # software: never multiplexed
     assert counters.get("context-switches") is not None and counters.get("page-faults") is not None
