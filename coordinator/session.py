@@ -467,22 +467,12 @@ def profile_cluster(
     starts. The analysis (summary.csv, report) runs when ``analyze``; its failure is reported in
     ``analysis_error``, the captures stay.
 
-    Not split yet (139 lines, 19 parameters): its signature is called by the demo branches; it gets
-    an options object and named steps when the remote code moves to coordinator/remote/.
+    Steps: check the inputs, create the run directory, start every host, release them together,
+    wait for their captures, analyse. Its 19 parameters become an options object when the remote
+    code moves to coordinator/remote/ (issue 16).
     """
-    if not hosts:
-        raise ProfilerError("no hosts to profile; add lines to cluster.txt")
-    labels_seen = [h.label for h in hosts]
-    if len(set(labels_seen)) != len(labels_seen):
-        raise ProfilerError(f"duplicate host labels {labels_seen}; give each entry a distinct name=")
+    _check_inputs(hosts, profile, known_spes)
     out_dir = Path(out_dir)
-    for path, what in ((profile, "application profile"), (known_spes, "known_spes file")):
-        if not Path(path).is_file():
-            raise config_error(str(path), None, f"{what} not found or not a file", "pass an existing file")
-    # Parsed here, with the user's own paths in any error, before a host is touched: every host would
-    # otherwise fail the same way, naming a temporary copy on the remote side.
-    load_profile(profile)
-    load_known_spes(known_spes)
     prepare_run_dir(out_dir, force)
     shutil.copyfile(profile, out_dir / rundir.PROFILE_COPY)
     _write_cluster_copy(out_dir, hosts, cluster_file)
@@ -498,18 +488,7 @@ def profile_cluster(
         pids=tuple(pids),
         sampling=sampling or SamplingOptions(),
     )
-    info = RunInfo(
-        run_id=out_dir.name,
-        cluster_file=str(cluster_file) if cluster_file is not None else "",
-        profile_name=Path(profile).name,
-        duration=float(duration),
-        frequency=int(frequency),
-        labels=dict(labels),
-        versions=_versions(),
-        start_time=time.time(),
-        complete=False,
-        hosts=tuple(HostOutcome(h.label, h.address, h.roles) for h in hosts),
-    )
+    info = _first_run_info(out_dir, hosts, request, labels, cluster_file)
     rundir.write_run(out_dir, info)
 
     board = ProgressBoard([h.label for h in hosts])
@@ -525,32 +504,10 @@ def profile_cluster(
         try:
             for worker in workers:
                 worker.start()
-            ready_deadline = time.monotonic() + READY_TIMEOUT
-            while not control.go.is_set():
-                if all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline:
-                    start_at = time.time() + delay
-                    log.write("*", f"all hosts ready; sampling starts at {start_at:.3f} (coordinator clock)")
-                    control.release(start_at)
-                    info = replace(info, start_time=start_at)
-                    break
-                if control.stop.is_set():
-                    control.release(time.time())
-                    break
-                renderer.refresh(board)
-                time.sleep(0.1)
-            # Results are complete once every host is fetched; clean-ups continue beside the analysis.
-            window_end = (control.start_at or time.time()) + float(duration)
-            while not all(w.collected.is_set() for w in workers):
-                if (
-                    analyze
-                    and warmup is None
-                    and len(workers) * float(duration) >= SPARK_WARMUP_HOST_SECONDS
-                    and (time.time() >= window_end or control.stop.is_set())
-                ):
-                    warmup = SparkWarmup.start_if_available()
-                renderer.refresh(board)
-                for worker in workers:
-                    worker.collected.wait(0.2 / len(workers))
+            start_at = _start_together(workers, control, board, renderer, log, delay)
+            if start_at is not None:
+                info = replace(info, start_time=start_at)
+            warmup = _wait_collected(workers, control, board, renderer, float(duration), analyze)
         finally:
             renderer.stop(board)
 
@@ -575,6 +532,95 @@ def profile_cluster(
         rundir.write_run(out_dir, final)
         outcome = replace(outcome, info=final)
     return outcome
+
+
+def _first_run_info(
+    out_dir: Path,
+    hosts: Sequence[HostSpec],
+    request: RunRequest,
+    labels: Mapping[str, str],
+    cluster_file: Path | None,
+) -> RunInfo:
+    """run.json as written before any host starts (complete: false until every host is ok)."""
+    return RunInfo(
+        run_id=out_dir.name,
+        cluster_file=str(cluster_file) if cluster_file is not None else "",
+        profile_name=request.profile.name,
+        duration=request.duration,
+        frequency=request.frequency,
+        labels=dict(labels),
+        versions=_versions(),
+        start_time=time.time(),
+        complete=False,
+        hosts=tuple(HostOutcome(h.label, h.address, h.roles) for h in hosts),
+    )
+
+
+def _check_inputs(hosts: Sequence[HostSpec], profile: Path, known_spes: Path) -> None:
+    """Everything the user gave is checked before a host is touched."""
+    if not hosts:
+        raise ProfilerError("no hosts to profile; add lines to cluster.txt")
+    labels_seen = [h.label for h in hosts]
+    if len(set(labels_seen)) != len(labels_seen):
+        raise ProfilerError(f"duplicate host labels {labels_seen}; give each entry a distinct name=")
+    for path, what in ((profile, "application profile"), (known_spes, "known_spes file")):
+        if not Path(path).is_file():
+            raise config_error(str(path), None, f"{what} not found or not a file", "pass an existing file")
+    # Parsed here, with the user's own paths in any error, before a host is touched: every host would
+    # otherwise fail the same way, naming a temporary copy on the remote side.
+    load_profile(profile)
+    load_known_spes(known_spes)
+
+
+def _start_together(
+    workers: Sequence[HostWorker],
+    control: RunControl,
+    board: ProgressBoard,
+    renderer: Renderer,
+    log: RunLog,
+    delay: float,
+) -> float | None:
+    """Release every host at one moment once all are ready (or the wait timed out); the start time,
+    or None when a stop came first."""
+    ready_deadline = time.monotonic() + READY_TIMEOUT
+    while not control.go.is_set():
+        if all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline:
+            start_at = time.time() + delay
+            log.write("*", f"all hosts ready; sampling starts at {start_at:.3f} (coordinator clock)")
+            control.release(start_at)
+            return start_at
+        if control.stop.is_set():
+            control.release(time.time())
+            return None
+        renderer.refresh(board)
+        time.sleep(0.1)
+    return None
+
+
+def _wait_collected(
+    workers: Sequence[HostWorker],
+    control: RunControl,
+    board: ProgressBoard,
+    renderer: Renderer,
+    duration: float,
+    analyze: bool,
+) -> SparkWarmup | None:
+    """Until every host's capture is home; clean-ups continue beside the analysis. A Spark session for
+    a large analysis is warmed up once the window is over."""
+    warmup: SparkWarmup | None = None
+    window_end = (control.start_at or time.time()) + duration
+    while not all(w.collected.is_set() for w in workers):
+        if (
+            analyze
+            and warmup is None
+            and len(workers) * duration >= SPARK_WARMUP_HOST_SECONDS
+            and (time.time() >= window_end or control.stop.is_set())
+        ):
+            warmup = SparkWarmup.start_if_available()
+        renderer.refresh(board)
+        for worker in workers:
+            worker.collected.wait(0.2 / len(workers))
+    return warmup
 
 
 class SparkWarmup(threading.Thread):
