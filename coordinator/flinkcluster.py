@@ -36,6 +36,7 @@ from coordinator.sparkcluster import (
     die_with_parent,
     free_port,
     java_home,
+    live_process_tree,
 )
 from coordinator.ysb.javabuild import cache_dir
 from profiler.errors import CapabilityError, ProfilerError
@@ -418,16 +419,7 @@ class LocalFlinkCluster:
     def all_pids(self) -> list[int]:
         """Every live process this cluster started and their descendants."""
         roots = ([self.jobmanager.process.pid] if self.jobmanager else []) + [w.process.pid for w in self.workers]
-        pids: set[int] = set()
-        for root in roots:
-            try:
-                proc = psutil.Process(root)
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    pids.add(root)
-                pids.update(c.pid for c in proc.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE)
-            except psutil.NoSuchProcess:
-                continue
-        return sorted(pids)
+        return live_process_tree(roots)
 
     def stop(self) -> None:
         """Kill the TaskManagers, then the JobManager, and wait for every one. Idempotent."""

@@ -156,6 +156,20 @@ def _wait_for_file_pattern(
         time.sleep(0.2)
 
 
+def live_process_tree(roots: Sequence[int]) -> list[int]:
+    """The live (non-zombie) processes among ``roots`` and all their descendants."""
+    pids: set[int] = set()
+    for root in roots:
+        try:
+            proc = psutil.Process(root)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                pids.add(root)
+            pids.update(c.pid for c in proc.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE)
+        except psutil.NoSuchProcess:
+            continue
+    return sorted(pids)
+
+
 def _terminate_group(process: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM the process group, then SIGKILL it after ``grace`` seconds, and reap the leader."""
     if process.poll() is None:
@@ -543,16 +557,7 @@ class LocalSparkCluster:
     def all_pids(self) -> list[int]:
         """Every live process this cluster started (daemons, apps and all their descendants)."""
         roots = self.daemon_pids() + [a.pid for a in self.apps]
-        pids: set[int] = set()
-        for root in roots:
-            try:
-                proc = psutil.Process(root)
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    pids.add(root)
-                pids.update(c.pid for c in proc.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE)
-            except psutil.NoSuchProcess:
-                continue
-        return sorted(pids)
+        return live_process_tree(roots)
 
     def stop(self) -> None:
         """Kill apps, then Workers (their executors), then the Master; wait for every one. Idempotent."""
