@@ -67,7 +67,7 @@ class TreeCpu:
 
 def one(master: str, archive: Path, out: Path) -> dict[str, object]:
     """Run in a fresh process: session start-up, then the analysis; numbers as a dict."""
-    from coordinator.pipeline import analyze, spark_session
+    from coordinator.analysis.engines import analyze, spark_session
 
     runs = sorted(p for p in archive.iterdir() if (p / "run.json").is_file())
     lines = sum(sum(1 for _ in p.open()) for p in archive.rglob("stacks.folded"))

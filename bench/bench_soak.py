@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from coordinator.ysb import jvmstats  # noqa: E402
-from coordinator.ysb.engines import DEFAULT_ENGINE, ENGINES  # noqa: E402
-from coordinator.ysb.runner import YsbOptions  # noqa: E402
+from coordinator.workloads.ysb import jvmstats  # noqa: E402
+from coordinator.workloads.ysb.engines import DEFAULT_ENGINE, ENGINES  # noqa: E402
+from coordinator.workloads.ysb.runner import YsbOptions  # noqa: E402
 
 RESULTS = ROOT / "docs" / "benchmarks" / "soak.md"
 

@@ -65,7 +65,7 @@ echo "$(cd "$VENV/debian-bcc" && pwd)" > "$site/debian_bcc.pth"
 
 # Flink for `coordinator demo --spe flink`: PyPI's apache-flink distribution, kept out of the venv
 # (it pins pandas<2.3 and pyarrow<21) under ~/.cache/spe-taskprof; a second run finds it there.
-"$VENV/bin/python" -c 'from coordinator.flinkcluster import flink_home; flink_home(say=lambda m: print("setup:", m))'
+"$VENV/bin/python" -c 'from coordinator.workloads.flinkcluster import flink_home; flink_home(say=lambda m: print("setup:", m))'
 
 # The JVMTI perf-map agent for JDKs without Compiler.perfmap.
 if [ -f profiler/agent/Makefile ]; then

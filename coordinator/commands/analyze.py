@@ -26,7 +26,7 @@ import argparse
 import re
 from pathlib import Path
 
-from coordinator.timeline import SubWindow
+from coordinator.analysis.timeline import SubWindow
 from profiler.argtypes import existing_dir, existing_file, label, seconds_into_window
 
 _MASTER = re.compile(
@@ -104,7 +104,7 @@ class AnalyzeCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from coordinator.pipeline import analyze
+        from coordinator.analysis.engines import analyze
 
         window = SubWindow(args.window_from, args.window_to)  # --from < --to, else a ConfigError
         output = analyze(
@@ -134,7 +134,7 @@ class AnalyzeCommand:
             f" --profile FILE{' --out ' + str(args.out) if args.out else ''}{_window_args(window)}"
         )
         if len(args.run_dirs) == 1 and output.out_dir == Path(args.run_dirs[0]):
-            from coordinator.report import render_report
+            from coordinator.report.render import render_report
 
             index = render_report(output.out_dir)
             print(f"wrote {index}")

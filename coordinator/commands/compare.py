@@ -19,17 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis import (
-    TaskTotals,
-    compare_runs,
-    existing_summary,
-    format_compare_csv,
-    format_compare_table,
-    summary_totals,
-)
+from coordinator.analysis.compare import compare_runs, format_compare_csv, format_compare_table
+from coordinator.analysis.rows import TaskTotals, existing_summary, summary_totals
+from coordinator.commands.analyze import existing_file, master_url
 from profiler.capture import atomic_write_text
-
-from .analyze import existing_file, master_url
 
 
 def run_or_summary(text: str) -> Path:
@@ -104,7 +97,7 @@ class CompareCommand:
     @staticmethod
     def _analyse(paths: list[Path], profile: Path | None, master: str) -> list[dict[str, TaskTotals]]:
         """Analyse runs into a scratch directory with one Spark session; the runs are not written to."""
-        from coordinator.pipeline import analyze, spark_session
+        from coordinator.analysis.engines import analyze, spark_session
 
         results: list[dict[str, Any]] = []
         with tempfile.TemporaryDirectory(prefix="taskprof-compare-") as scratch, spark_session(master) as spark:

@@ -15,10 +15,9 @@ from profiler.argtypes import bounded, duration, frequency, positive_int
 from profiler.errors import ProfilerError
 
 if TYPE_CHECKING:
+    from coordinator.remote.session import ProfileOutcome
+    from coordinator.workloads.ysb.engines import WindowResult, YsbEngine
     from profiler.capture import EventCount
-
-    from ..session import ProfileOutcome
-    from ..ysb.engines import WindowResult, YsbEngine
 
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
 
@@ -69,7 +68,7 @@ def _is_failed_demo(run_dir: Path) -> bool:
 def _prepare_out(out: Path, force: bool) -> None:
     """Refuse (or, with --force, clear) an existing run before starting anything; profile_cluster then
     finds an empty directory. A failed demo's leftovers can be replaced with --force like a run."""
-    from ..session import prepare_run_dir
+    from coordinator.remote.session import prepare_run_dir
 
     if force and _is_failed_demo(out):
         shutil.rmtree(out)
@@ -123,9 +122,8 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     """Where the profiler could not count the window's events from the engine (Spark Continuous
     Processing runs no micro-batches for the REST count), write the count the query itself gives;
     the profiler's reason stays in the detail. Returns the events.json files written."""
+    from coordinator.rundir import host_capture_dir
     from profiler.capture import EventCount, read_events, write_events
-
-    from ..rundir import host_capture_dir
 
     written = []
     for host in outcome.info.hosts:
@@ -148,7 +146,7 @@ class DemoCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        from ..ysb.engines import DEFAULT_ENGINE, ENGINES
+        from coordinator.workloads.ysb.engines import DEFAULT_ENGINE, ENGINES
 
         parser.add_argument(
             "--spe", choices=sorted(ENGINES), default=DEFAULT_ENGINE,
@@ -179,9 +177,9 @@ class DemoCommand:
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..rundir import new_run_id
-        from ..ysb.engines import ENGINES
-        from ..ysb.runner import YsbOptions
+        from coordinator.rundir import new_run_id
+        from coordinator.workloads.ysb.engines import ENGINES
+        from coordinator.workloads.ysb.runner import YsbOptions
 
         out = args.out or Path("runs") / f"demo-{new_run_id()}"
         created = not out.exists()
@@ -216,10 +214,10 @@ class DemoCommand:
     ) -> tuple[ProfileOutcome, WindowResult, float]:
         """Start the engine and its query, warm up, profile, stop everything; also the query's own
         report of the profiling window."""
+        from coordinator.remote.cluster import local_host
+        from coordinator.remote.hosts import RunRequest
+        from coordinator.remote.session import RunOptions, analyze_run, profile_cluster
         from profiler.defaults import data_file
-
-        from ..cluster import local_host
-        from ..session import analyze_run, profile_cluster
 
         say = print  # a few lines; --quiet only drops the per-host progress lines
         with engine:
@@ -231,20 +229,15 @@ class DemoCommand:
             say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
             known_spes = scratch / "known_spes.txt"
             known_spes.write_text(engine.known_spes())
-            outcome = profile_cluster(
-                [local_host()],
-                duration=args.duration,
-                out_dir=out,
+            request = RunRequest(
+                duration=float(args.duration),
+                frequency=int(args.frequency),
                 profile=data_file(engine.profile),
                 known_spes=known_spes,
-                frequency=args.frequency,
-                labels={
-                    "workload": "ysb", "spe": engine.spe, "rate": str(args.rate), "campaigns": str(args.campaigns)
-                },
-                progress=not args.quiet,
-                analyze=False,
-                force=args.force,
             )
+            labels = {"workload": "ysb", "spe": engine.spe, "rate": str(args.rate), "campaigns": str(args.campaigns)}
+            options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
+            outcome = profile_cluster([local_host()], request, out, options)
             engine.check_running()  # a workload that died inside the window leaves a meaningless profile
             # The sampling window (shorter when Ctrl-C stopped it early).
             started = outcome.info.start_time or 0.0

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..cluster import HostSpec
-    from ..hosts import HostTransport
+    from coordinator.remote.cluster import HostSpec
+    from coordinator.remote.hosts import HostTransport
 
 _HELP = """Check every host of cluster.txt: can it be profiled (privileges, bcc, kernel, tracepoints, PMU, JVMs)?
 
@@ -102,7 +102,7 @@ def format_doctor_table(reports: Sequence[HostReport]) -> str:
 
 
 def doctor_exit_code(reports: Sequence[HostReport]) -> int:
-    from ..errors import HostUnreachable
+    from coordinator.errors import HostUnreachable
 
     if any(r.error for r in reports):
         return HostUnreachable.exit_code
@@ -173,10 +173,9 @@ class DoctorCommand:
         parser.add_argument("--json", action="store_true", help="print {host: [checks]} as JSON")
 
     def run(self, args: argparse.Namespace) -> int:
+        from coordinator.remote.cluster import default_cluster_file
+        from coordinator.remote.session import load_cluster, make_transport
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
-
-        from ..cluster import default_cluster_file
-        from ..session import load_cluster, make_transport
 
         args.cluster = args.cluster or default_cluster_file()
         hosts = load_cluster(args.cluster)

@@ -20,8 +20,8 @@ from profiler.argtypes import (
 )
 
 if TYPE_CHECKING:
-    from ..cluster import HostSpec
-    from ..session import ProfileOutcome
+    from coordinator.remote.cluster import HostSpec
+    from coordinator.remote.session import ProfileOutcome
 
 _HELP = """Profile every host of cluster.txt at the same time and bring the results home.
 
@@ -106,11 +106,10 @@ class ProfileCommand:
         parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines (for scripts)")
 
     def run(self, args: argparse.Namespace) -> int:
+        from coordinator.remote.cluster import default_cluster_file
+        from coordinator.remote.session import load_cluster
+        from coordinator.rundir import new_run_id
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
-
-        from ..cluster import default_cluster_file
-        from ..rundir import new_run_id
-        from ..session import load_cluster
 
         args.cluster = args.cluster or default_cluster_file()
         hosts = load_cluster(args.cluster)
@@ -121,7 +120,7 @@ class ProfileCommand:
         try:
             outcome = self._profile(args, hosts, out, profile, known_spes, labels)
         except KeyboardInterrupt:
-            from ..rundir import is_run_dir
+            from coordinator.rundir import is_run_dir
 
             if not is_run_dir(out):
                 raise
@@ -142,34 +141,35 @@ class ProfileCommand:
         known_spes: Path,
         labels: dict[str, str],
     ) -> ProfileOutcome:
-        from ..hosts import SamplingOptions
-        from ..session import profile_cluster
+        from coordinator.remote.hosts import RunRequest, SamplingOptions
+        from coordinator.remote.session import RunOptions, profile_cluster
 
-        return profile_cluster(
-            hosts,
-            duration=args.duration,
-            out_dir=out,
-            profile=profile,
-            known_spes=known_spes,
-            frequency=args.frequency,
+        request = RunRequest(
+            duration=float(args.duration),
+            frequency=int(args.frequency),
+            profile=Path(profile),
+            known_spes=Path(known_spes),
             net=args.net,
-            labels=labels,
-            accept_new_hosts=args.accept_new_hosts,
-            progress=not args.quiet,
-            analyze=not args.no_analyze,
             events=args.events,
-            force=args.force,
-            pids=args.pid,
-            cluster_file=args.cluster,
-            known_hosts=args.known_hosts,
-            start_delay=args.start_delay,
-            connect_timeout=args.connect_timeout,
+            pids=tuple(args.pid),
             sampling=SamplingOptions(interval=args.interval, perf_map_refresh=args.perf_map_refresh),
         )
+        options = RunOptions(
+            labels=labels,
+            cluster_file=args.cluster,
+            known_hosts=args.known_hosts,
+            accept_new_hosts=args.accept_new_hosts,
+            connect_timeout=args.connect_timeout,
+            start_delay=args.start_delay,
+            progress=not args.quiet,
+            analyze=not args.no_analyze,
+            force=args.force,
+        )
+        return profile_cluster(hosts, request, out, options)
 
     @staticmethod
     def _report(outcome: ProfileOutcome) -> int:
-        from ..errors import PartialRunError
+        from coordinator.errors import PartialRunError
 
         run_dir = outcome.run_dir
         for warning in outcome.warnings:

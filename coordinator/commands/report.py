@@ -18,7 +18,7 @@ from pathlib import Path
 
 from profiler.argtypes import existing_dir
 
-DEFAULT_MAX_STACKS = 3000  # keep in step with coordinator.flame.DEFAULT_MAX_STACKS (not imported: lazy)
+DEFAULT_MAX_STACKS = 3000  # keep in step with coordinator.report.flame.DEFAULT_MAX_STACKS (not imported: lazy)
 
 
 def max_stacks(text: str) -> int:
@@ -61,7 +61,7 @@ class ReportCommand:
     def run(self, args: argparse.Namespace) -> int:
         import json
 
-        from ..report import format_bytes, render_report
+        from coordinator.report.render import format_bytes, render_report
 
         index = render_report(args.run_dir, args.out, max_stacks=args.max_stacks, force=args.force)
         summary = json.loads((index.parent / "report.json").read_text(encoding="utf-8"))
@@ -75,7 +75,7 @@ class ReportCommand:
                 "largest stacks; --max-stacks N changes that (0 keeps all)"
             )
         if args.publish is not None:
-            from ..publish import publish
+            from coordinator.report.publish import publish
 
             published = publish(index.parent, args.publish)
             print(f"report: published {published} and {args.publish / 'index.html'}")

@@ -40,7 +40,7 @@ class ServeCommand:
         import signal
         from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-        from ..errors import ConfigError
+        from coordinator.errors import ConfigError
 
         handler = functools.partial(SimpleHTTPRequestHandler, directory=str(args.directory))
         try:

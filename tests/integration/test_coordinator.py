@@ -22,9 +22,9 @@ import pytest
 
 from coordinator import rundir
 from coordinator.cli import main as coordinator_main
-from coordinator.cluster import parse_cluster
 from coordinator.errors import HostKeyError, PartialRunError
-from coordinator.ssh import SshHost, SshOptions
+from coordinator.remote.cluster import parse_cluster
+from coordinator.remote.ssh import SshHost, SshOptions
 from profiler.errors import OutputExistsError
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port, generate_key, public_key_line

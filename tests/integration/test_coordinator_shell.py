@@ -1,4 +1,4 @@
-"""The remote shell lines of coordinator/deploy.py run in a real POSIX sh (no SSH needed)."""
+"""The remote shell lines of coordinator/remote/deploy.py run in a real POSIX sh (no SSH needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from coordinator import deploy
+from coordinator.remote import deploy
 
 
 def test_probe_and_cleanup_lines_run_in_sh(tmp_path: Path) -> None:

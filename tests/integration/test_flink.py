@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from coordinator.flinkcluster import LocalFlinkCluster
+from coordinator.workloads.flinkcluster import LocalFlinkCluster
 from profiler.scope import ScopeAnalyzer
 from profiler.spes import default_known_spes_path, load_known_spes
 

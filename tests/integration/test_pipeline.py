@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.analysis import read_inputs
+from coordinator.analysis.engines import analyze, choose_engine, spark_session
+from coordinator.analysis.inputs import read_inputs
+from coordinator.analysis.timeline import SubWindow
 from coordinator.cli import main as coordinator_main
-from coordinator.pipeline import analyze, choose_engine, spark_session
-from coordinator.timeline import SubWindow
 from profiler import capture
 from profiler.aggregate import aggregate_host
 from profiler.appprofile import parse_profile

@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from coordinator.publish import publish
-from coordinator.report import render_report
+from coordinator.report.publish import publish
+from coordinator.report.render import render_report
 from tests.fixtures.browser import Chromium
 from tests.fixtures.report import HOSTILE_FRAMES, make_run_dir
 
@@ -193,8 +193,8 @@ def test_time_chart_and_sub_window_in_headless_chromium(
     assert chromium.errors() == []
 
     # GIVEN a run analysed for a sub-window
-    from coordinator.pipeline import analyze
-    from coordinator.timeline import SubWindow
+    from coordinator.analysis.engines import analyze
+    from coordinator.analysis.timeline import SubWindow
 
     analyze([timeline_run], engine="in-process", window=SubWindow(12, 19))
     chromium.open(render_report(timeline_run).as_uri())

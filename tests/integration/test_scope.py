@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.sparkcluster import LocalSparkCluster
+from coordinator.workloads.sparkcluster import LocalSparkCluster
 from profiler.capture import ProcessInfo
 from profiler.scope import ScopeAnalyzer
 from profiler.spes import default_known_spes_path, load_known_spes, parse_known_spes

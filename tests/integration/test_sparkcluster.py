@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from coordinator.sparkcluster import EXECUTOR_MAIN_CLASS, LocalSparkCluster
+from coordinator.workloads.sparkcluster import EXECUTOR_MAIN_CLASS, LocalSparkCluster
 from tests.fixtures.spark import BUSY_JOB, submit_busy_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_cluster_runs_job_on_executor_and_adds_worker(spark_cluster: LocalSparkC
 _CTRL_C_SCRIPT = """
 import json, sys, time
 sys.path.insert(0, {repo!r})
-from coordinator.sparkcluster import LocalSparkCluster
+from coordinator.workloads.sparkcluster import LocalSparkCluster
 with LocalSparkCluster() as cluster:
     app = cluster.submit({job!r}, ["--seconds", "120"])
     app.wait_for_output("^READY", timeout=180)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from coordinator.ysb.redis import RedisError, RedisServer
+from coordinator.workloads.ysb.redis import RedisError, RedisServer
 
 
 def test_private_redis_server_round_trip_and_stop() -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import analysis
-from coordinator.analysis import PidTaskCounts, TaskTotals
+from coordinator.analysis import compare, inputs
+from coordinator.analysis import rows as summary_rows
+from coordinator.analysis.inputs import PidTaskCounts
+from coordinator.analysis.rows import TaskTotals
 from profiler.capture import EventCount
 from profiler.errors import ConfigError
 from tests.fixtures.captures import (
@@ -26,7 +28,7 @@ from tests.fixtures.captures import (
 TASKS = ("Kafka", "Deserialize", "GC", "unmatched")
 
 
-def _tiny(tmp_path: Path) -> analysis.RunInput:
+def _tiny(tmp_path: Path) -> inputs.RunInput:
     run_dir = write_run_dir(
         tmp_path / "tiny",
         "tiny",
@@ -34,11 +36,11 @@ def _tiny(tmp_path: Path) -> analysis.RunInput:
         labels={"load": "10k", "engine": "spark"},
         events={"h1": 1000},
     )
-    (run,) = analysis.read_inputs([run_dir])
+    (run,) = inputs.read_inputs([run_dir])
     return run
 
 
-def _counts(run: analysis.RunInput) -> dict[int, PidTaskCounts]:
+def _counts(run: inputs.RunInput) -> dict[int, PidTaskCounts]:
     """What the Spark job returns for tiny_run, written out by hand."""
     keys = {p.process.pid: p.key for p in run.pids}
     return {
@@ -69,7 +71,7 @@ def test_read_inputs_types_the_run(tmp_path: Path) -> None:
 def test_three_stacks_give_exact_shares_and_cycles(tmp_path: Path) -> None:
     # GIVEN pid 100 with 60/30/10 samples in Kafka/Deserialize/GC and 1e9 cycles
     run = _tiny(tmp_path)
-    rows = analysis.run_rows(run, TASKS, _counts(run))
+    rows = summary_rows.run_rows(run, TASKS, _counts(run))
     # THEN shares are the sample fractions and cycles share × PID cycles, exactly
     kafka = _find(rows, "h1", 100, "Kafka")
     assert (kafka["samples"], kafka["share"], kafka["cycles"]) == (60, 0.6, 0.6e9)
@@ -88,7 +90,7 @@ def test_three_stacks_give_exact_shares_and_cycles(tmp_path: Path) -> None:
 
 def test_cluster_rows_sum_cycles_and_pool_samples(tmp_path: Path) -> None:
     run = _tiny(tmp_path)
-    rows = analysis.run_rows(run, TASKS, _counts(run))
+    rows = summary_rows.run_rows(run, TASKS, _counts(run))
     kafka = _find(rows, "*", "*", "Kafka")
     # 60 + 25 samples of 200; cycles 0.6e9 + 0.25 × 4e8
     assert kafka["samples"] == 85
@@ -133,7 +135,7 @@ def test_group_rows_over_hosts_with_estimated_and_missing_cycles() -> None:
         pid_row("c", 3, "unmatched", 0, 0.0, True),
         pid_row("c", 3, "*", 0, 0.0, True),
     ]
-    out = analysis.group_rows("r", "*", ("T", "unmatched"), rows, events=None, host_state=None)
+    out = summary_rows.group_rows("r", "*", ("T", "unmatched"), rows, events=None, host_state=None)
     t = next(r for r in out if r["task"] == "T")
     assert (t["samples"], t["share"], t["cycles"], t["cycles_estimated"]) == (40, 0.4, 300.0, True)
     assert t["engine"] == "flink"
@@ -147,23 +149,23 @@ def test_group_rows_without_measured_cycles_stay_empty() -> None:
         {"run": "r", "host": "a", "pid": 1, "role": "workload", "task": t, "samples": s, "cycles": None}
         for t, s in (("T", 5), ("unmatched", 5), ("*", 10))
     ]
-    out = analysis.group_rows("r", "a", ("T", "unmatched"), rows, events=10, host_state="ok")
+    out = summary_rows.group_rows("r", "a", ("T", "unmatched"), rows, events=10, host_state="ok")
     assert all(r["cycles"] is None and r["cycles_per_event"] is None for r in out)
     assert out[0]["share"] == 0.5
 
 
 def test_run_events_takes_the_largest_count_never_the_sum() -> None:
     counts = [EventCount(1000, "spark-rest"), EventCount(None, "none"), None, EventCount(1000, "spark-rest")]
-    assert analysis.run_events(counts) == 1000
-    assert analysis.run_events([None, EventCount(None, "none")]) is None
+    assert inputs.run_events(counts) == 1000
+    assert inputs.run_events([None, EventCount(None, "none")]) is None
 
 
 def test_failed_host_is_listed_with_its_state(tmp_path: Path) -> None:
     run_dir = write_run_dir(
         tmp_path / "r", "r", {"h1": [TINY_PID_200]}, failed_hosts={"h9": "unreachable: connection refused"}
     )
-    (run,) = analysis.read_inputs([run_dir])
-    rows = analysis.run_rows(run, TASKS, {})
+    (run,) = inputs.read_inputs([run_dir])
+    rows = summary_rows.run_rows(run, TASKS, {})
     failed = _find(rows, "h9", "*", "*")
     assert failed["host_state"] == "failed" and failed["samples"] is None
     assert _find(rows, "h1", "*", "*")["host_state"] == "ok"
@@ -173,46 +175,46 @@ def test_failed_host_is_listed_with_its_state(tmp_path: Path) -> None:
 
 def test_bare_capture_is_a_one_host_run(tmp_path: Path) -> None:
     capture_dir = write_capture(tmp_path / "cap", "node7", [PidSpec(9, {"a;b": 1}, cycles=1.0)])
-    (run,) = analysis.read_inputs([capture_dir])
+    (run,) = inputs.read_inputs([capture_dir])
     assert run.run == "cap" and [h.host for h in run.hosts] == ["node7"]
     assert run.profile_copies == (capture_dir / "application_profile.txt",)
 
 
 def test_inputs_reject_unknown_directories_and_duplicate_run_ids(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="neither a run directory"):
-        analysis.read_inputs([tmp_path])
+        inputs.read_inputs([tmp_path])
     a = write_run_dir(tmp_path / "a", "same", {"h": [TINY_PID_200]})
     b = write_run_dir(tmp_path / "b", "same", {"h": [TINY_PID_200]})
     with pytest.raises(ConfigError, match="also the run id"):
-        analysis.read_inputs([a, b])
+        inputs.read_inputs([a, b])
 
 
 def test_profile_resolution(tmp_path: Path) -> None:
     a = write_run_dir(tmp_path / "a", "a", {"h": [TINY_PID_200]})
     b = write_run_dir(tmp_path / "b", "b", {"h": [TINY_PID_200]}, profile_text="Other: x\n")
-    runs = analysis.read_inputs([a, b])
+    runs = inputs.read_inputs([a, b])
     with pytest.raises(ConfigError, match="different application profiles"):
-        analysis.resolve_profile_text(runs, None)
-    text, source = analysis.resolve_profile_text(runs[:1], None)
+        inputs.resolve_profile_text(runs, None)
+    text, source = inputs.resolve_profile_text(runs[:1], None)
     assert text == KNOWN_PROFILE and source.endswith("a/application_profile.txt")
     edited = tmp_path / "p.txt"
     edited.write_text("X: y\n")
-    assert analysis.resolve_profile_text(runs, edited) == ("X: y\n", str(edited))
+    assert inputs.resolve_profile_text(runs, edited) == ("X: y\n", str(edited))
 
 
 def test_label_columns_never_shadow_fixed_columns() -> None:
-    run = analysis.RunInput("r", Path("."), {"engine": "flink", "load": "1", "label_x": "2"}, (), ())
-    assert analysis.label_columns([run]) == {"engine": "label_engine", "label_x": "label_label_x", "load": "load"}
+    run = inputs.RunInput("r", Path("."), {"engine": "flink", "load": "1", "label_x": "2"}, (), ())
+    assert summary_rows.label_columns([run]) == {"engine": "label_engine", "label_x": "label_label_x", "load": "load"}
 
 
 def test_summary_csv_is_deterministic_and_labelled(tmp_path: Path) -> None:
     run = _tiny(tmp_path)
-    rows = analysis.run_rows(run, TASKS, _counts(run))
-    columns = analysis.label_columns([run])
-    text = analysis.format_summary(rows, columns)
-    assert text == analysis.format_summary(analysis.run_rows(run, TASKS, _counts(run)), columns)
+    rows = summary_rows.run_rows(run, TASKS, _counts(run))
+    columns = summary_rows.label_columns([run])
+    text = summary_rows.format_summary(rows, columns)
+    assert text == summary_rows.format_summary(summary_rows.run_rows(run, TASKS, _counts(run)), columns)
     parsed = list(csv.DictReader(io.StringIO(text)))
-    assert list(parsed[0])[: len(analysis.SUMMARY_COLUMNS)] == list(analysis.SUMMARY_COLUMNS)
+    assert list(parsed[0])[: len(summary_rows.SUMMARY_COLUMNS)] == list(summary_rows.SUMMARY_COLUMNS)
     assert {r["label_engine"] for r in parsed} == {"spark"} and {r["load"] for r in parsed} == {"10k"}
     first = parsed[0]
     assert (first["host"], first["pid"], first["task"]) == ("*", "*", "Kafka")
@@ -220,7 +222,7 @@ def test_summary_csv_is_deterministic_and_labelled(tmp_path: Path) -> None:
 
 
 def test_task_file_names_are_safe_and_unique() -> None:
-    names = analysis.task_file_names(["Filter+Projection+Join", "JIT compiler", "a/b", "a b", "..", "A_B"])
+    names = summary_rows.task_file_names(["Filter+Projection+Join", "JIT compiler", "a/b", "a b", "..", "A_B"])
     assert names["Filter+Projection+Join"] == "Filter+Projection+Join.folded"
     assert names["JIT compiler"] == "JIT_compiler.folded"
     assert names["a/b"] == "a_b.folded" and names["a b"] == "a_b_2.folded"
@@ -242,7 +244,7 @@ def test_compare_flags_a_large_share_difference_only() -> None:
         "New": TaskTotals(5, 10000, 1.0e6, 0.0005),
         "*": TaskTotals(10000, 10000, 1.2e10, 1.0),
     }
-    rows = {r["task"]: r for r in analysis.compare_runs(a, b)}
+    rows = {r["task"]: r for r in compare.compare_runs(a, b)}
     assert list(rows) == ["T", "U", "New", "*"]
     t = rows["T"]
     assert t["significant"] is True and t["z"] > 8
@@ -251,22 +253,22 @@ def test_compare_flags_a_large_share_difference_only() -> None:
     assert rows["U"]["significant"] is False and rows["U"]["p_value"] > 0.5
     assert rows["New"]["samples_a"] == 0 and rows["New"]["cycles_a"] is None and rows["New"]["cycles_delta"] is None
     assert rows["*"]["z"] is None
-    text = analysis.format_compare_table(list(rows.values()), "A", "B")
+    text = compare.format_compare_table(list(rows.values()), "A", "B")
     assert "T " in text and "+50.0%" in text
-    csv_text = analysis.format_compare_csv(list(rows.values()))
-    assert csv_text.splitlines()[0] == ",".join(analysis.COMPARE_COLUMNS)
+    csv_text = compare.format_compare_csv(list(rows.values()))
+    assert csv_text.splitlines()[0] == ",".join(compare.COMPARE_COLUMNS)
 
 
 def test_cluster_totals_from_summary_rows(tmp_path: Path) -> None:
     run = _tiny(tmp_path)
-    text = analysis.format_summary(analysis.run_rows(run, TASKS, _counts(run)), {})
+    text = summary_rows.format_summary(summary_rows.run_rows(run, TASKS, _counts(run)), {})
     path = tmp_path / "summary.csv"
     path.write_text(text)
-    totals = analysis.cluster_totals(analysis.read_summary(path))
+    totals = summary_rows.cluster_totals(summary_rows.read_summary(path))
     assert totals["Kafka"] == TaskTotals(85, 200, 7.0e8, 0.425)
     assert totals["*"].samples == 200
     with pytest.raises(ConfigError, match="2 runs"):
-        analysis.cluster_totals([{"host": "*", "pid": "*", "run": "a"}, {"host": "*", "pid": "*", "run": "b"}])
+        summary_rows.cluster_totals([{"host": "*", "pid": "*", "run": "a"}, {"host": "*", "pid": "*", "run": "b"}])
 
 
 def test_command_argument_types() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.analysis.engines import analyze
+from coordinator.analysis.timeline import SubWindow
 from coordinator.cli import main as coordinator_main
-from coordinator.pipeline import analyze
-from coordinator.timeline import SubWindow
 from tests.fixtures.captures import (
     TIMELINE_OPTIONS,
     PidSpec,

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import deploy, rundir
-from coordinator.cluster import HostSpec, load_cluster, parse_cluster
+from coordinator import rundir
+from coordinator.remote import deploy
+from coordinator.remote.cluster import HostSpec, load_cluster, parse_cluster
 from profiler.errors import CaptureFormatError, ConfigError
 
 

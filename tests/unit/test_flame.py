@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.flame import (
+from coordinator.report.flame import (
     MIXED,
     FrameTable,
     StackClassifications,

@@ -7,14 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.flinkcluster import (
+from coordinator.workloads.flinkcluster import (
     JOBMANAGER_MAIN_CLASS,
     TASKMANAGER_MAIN_CLASS,
     LocalFlinkCluster,
     _shipped_java_opts,
 )
-from coordinator.ysb.flink import FlinkYsbEngine, events_between, flink_known_spes, taskmanager_java_options
-from coordinator.ysb.runner import YsbOptions
+from coordinator.workloads.ysb.flink import (
+    FlinkYsbEngine,
+    events_between,
+    flink_known_spes,
+    taskmanager_java_options,
+)
+from coordinator.workloads.ysb.runner import YsbOptions
 from profiler.errors import ConfigError
 from profiler.spes import classify, default_known_spes_path, load_known_spes, parse_known_spes
 

@@ -6,7 +6,7 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
-from coordinator.report import render_report
+from coordinator.report.render import render_report
 from tests.fixtures.report import HOSTILE_FRAMES, PROFILE, make_run_dir
 
 HOSTILE_TASK = "\"><img src=x onerror=window.__pwned=4> '"

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main
-from coordinator.flame import MIXED
-from coordinator.publish import list_published, publish
-from coordinator.report import REPORT_MARKER, VENDOR_FILES, load_run, render_report
+from coordinator.report.flame import MIXED
+from coordinator.report.load import load_run
+from coordinator.report.publish import list_published, publish
+from coordinator.report.render import REPORT_MARKER, VENDOR_FILES, render_report
 from coordinator.rundir import host_capture_dir
 from profiler.capture import result_file_name
 from profiler.errors import CaptureFormatError, OutputExistsError

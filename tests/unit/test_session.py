@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from coordinator import rundir
-from coordinator.cluster import HostSpec, parse_cluster
 from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
-from coordinator.hosts import ProfilerStatus
-from coordinator.session import profile_cluster
+from coordinator.remote.cluster import HostSpec, parse_cluster
+from coordinator.remote.hosts import ProfilerStatus, RunRequest
+from coordinator.remote.session import RunOptions, profile_cluster
 from profiler.errors import ConfigError, OutputExistsError
 from tests.fixtures.fake_host import FakeHost, FakeScript
 
@@ -40,18 +40,17 @@ def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScrip
         return fakes[spec.label]
 
     out = kwargs.pop("out", tmp_path / "run")
-    outcome = profile_cluster(
-        specs,
-        duration=kwargs.pop("duration", 0.6),
-        out_dir=out,
-        profile=inputs[0],
-        known_spes=inputs[1],
+    request = RunRequest(
+        duration=float(kwargs.pop("duration", 0.6)), frequency=99, profile=inputs[0], known_spes=inputs[1]
+    )
+    options = RunOptions(
         analyze=False,
         transport_factory=factory,
         start_delay=kwargs.pop("start_delay", 0.2),
         stream=io.StringIO(),
         **kwargs,
     )
+    outcome = profile_cluster(specs, request, out, options)
     return outcome, fakes
 
 
@@ -194,7 +193,7 @@ def test_doctor_table_joins_hosts_and_lists_fixes() -> None:
 
 
 def test_plain_progress_prints_one_line_per_change() -> None:
-    from coordinator.progress import PlainRenderer, ProgressBoard, RichRenderer
+    from coordinator.remote.progress import PlainRenderer, ProgressBoard, RichRenderer
 
     board = ProgressBoard(["a", "b"])
     stream = io.StringIO()
@@ -237,8 +236,10 @@ def test_bad_profile_or_known_spes_fails_before_any_host_is_touched(
     # WHEN profiling THEN one ConfigError names the user's file and line; no host, no run directory
     with pytest.raises(ConfigError) as failure:
         profile_cluster(
-            _specs(2), duration=0.5, out_dir=tmp_path / "run", profile=inputs[0], known_spes=inputs[1],
-            analyze=False, transport_factory=factory, stream=io.StringIO(),
+            _specs(2),
+            RunRequest(duration=0.5, frequency=99, profile=inputs[0], known_spes=inputs[1]),
+            tmp_path / "run",
+            RunOptions(analyze=False, transport_factory=factory, stream=io.StringIO()),
         )
     assert expected in str(failure.value) and str(tmp_path) in str(failure.value)
     assert failure.value.exit_code == ConfigError.exit_code

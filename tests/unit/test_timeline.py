@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import timeline
-from coordinator.report import build_view, load_run, load_timeline, render_report
-from coordinator.timeline import IntervalSpan, SubWindow
+from coordinator.analysis import timeline
+from coordinator.analysis.timeline import IntervalSpan, SubWindow
+from coordinator.report.load import load_run, load_timeline
+from coordinator.report.render import render_report
+from coordinator.report.view import build_view
 from profiler.appprofile import parse_profile
 from profiler.capture import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
 from profiler.errors import ConfigError
@@ -142,7 +144,7 @@ def test_report_of_a_capture_without_timeline_says_so(crafted_run: Path) -> None
 
 
 def test_report_of_a_sub_window_shows_it_and_its_stacks_only(tmp_path: Path) -> None:
-    from coordinator.pipeline import analyze
+    from coordinator.analysis.engines import analyze
 
     run_dir = write_run_dir(tmp_path / "r", "r", timeline_hosts(), **TIMELINE_OPTIONS)
     analyze([run_dir], engine="in-process", window=SubWindow(0, 10))
@@ -172,7 +174,7 @@ def test_unreadable_timeline_is_a_health_problem(tmp_path: Path) -> None:
 
 def test_time_chart_series_match_the_summary(tmp_path: Path) -> None:
     # the chart's samples per task, summed over intervals, are the summary's samples per task
-    from coordinator.pipeline import analyze
+    from coordinator.analysis.engines import analyze
 
     run_dir = write_run_dir(tmp_path / "r", "r", timeline_hosts(), **TIMELINE_OPTIONS)
     analyze([run_dir], engine="in-process")

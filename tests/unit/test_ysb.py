@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.ysb.campaigns import ad_campaign_mapping, campaign_ids
-from coordinator.ysb.engines import spark_known_spes as demo_known_spes
-from coordinator.ysb.redis import encode_command
-from coordinator.ysb.runner import BatchProgress, parse_progress, resolve_sink, sustained_throughput
+from coordinator.workloads.ysb.campaigns import ad_campaign_mapping, campaign_ids
+from coordinator.workloads.ysb.engines import spark_known_spes as demo_known_spes
+from coordinator.workloads.ysb.redis import encode_command
+from coordinator.workloads.ysb.runner import BatchProgress, parse_progress, resolve_sink, sustained_throughput
 from profiler.errors import ConfigError
 
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.report.render import REPORT_MARKER, REPORT_META, _asset, template_environment
 from profiler.capture import atomic_write_text, read_json_file, replace_dir
 from profiler.errors import CaptureFormatError, ConfigError
-
-from .report import REPORT_MARKER, REPORT_META, _asset, template_environment
 
 INDEX_FILE = "index.html"
 _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,199}$")

@@ -1,7 +1,5 @@
-"""Pure pieces of the analysis pipeline: summary rows, host and cluster totals, run labels, the
-run comparison and CSV text, plus the one function that reads run directories into typed inputs.
-
-docs/summary-format.md describes summary.csv; coordinator/pipeline.py runs the matching on Spark.
+"""Summary rows of an analysis: per PID, per host and cluster totals, run labels, summary.csv's text and
+reading it back. Pure: typed inputs in, rows out (docs/summary-format.md).
 """
 
 from __future__ import annotations
@@ -12,20 +10,19 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.analysis import timeline
+from coordinator.analysis.inputs import HostInput, PidInput, PidTaskCounts, RunInput
+from coordinator.analysis.timeline import SubWindow
 from profiler import capture
 from profiler.aggregate import aggregate_pid
-from profiler.capture import ALL_TASKS, RESULT_COLUMNS, EventCount, NetStats, PidCounters, ProcessInfo
+from profiler.capture import ALL_TASKS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
-from profiler.folded import read_folded
 from profiler.matcher import MatchResult
-from profiler.stats import share_ci95, two_proportion_z
-
-from . import timeline
-from .timeline import IntervalSpan, SubWindow
+from profiler.stats import share_ci95
 
 SUMMARY_FILE = "summary.csv"
 # A bare host capture is never written to: `coordinator analyze` puts its analysis in this subdirectory.
@@ -57,275 +54,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 _ADDITIVE = ("cycles", "cpu_seconds", "instructions", "stalled_cycles_frontend", "stalled_cycles_backend")
 _NET = ("bytes_sent", "bytes_received", "bytes_sent_external", "bytes_received_external")
 
-COMPARE_COLUMNS: tuple[str, ...] = (
-    "task",
-    "cycles_a",
-    "cycles_b",
-    "cycles_delta",
-    "cycles_relative_delta",
-    "share_a",
-    "share_b",
-    "share_delta",
-    "samples_a",
-    "samples_b",
-    "z",
-    "p_value",
-    "significant",
-)
-SIGNIFICANCE_LEVEL = 0.05
-
-
-# ---------------------------------------------------------------- typed inputs
-
-
-@dataclass(frozen=True)
-class PidInput:
-    """One process of one host capture; ``stacks`` is None for managing PIDs or missing files."""
-
-    key: int  # position in the analysis, the join key inside the Spark job
-    run: str
-    host: str
-    process: ProcessInfo
-    stacks: Path | None  # stacks.folded, or timeline.folded when ``intervals`` is set
-    counters: PidCounters | None
-    net: NetStats | None
-    intervals: tuple[int, int] | None = None  # sub-window: read only these intervals (inclusive)
-    counters_source: str | None = None  # sub-window: how the counters were restricted (timeline.COUNTERS_*)
-
-
-@dataclass(frozen=True)
-class HostInput:
-    host: str
-    state: str  # "ok", "partial" or "failed" (no capture)
-    reason: str
-    capture_dir: Path | None
-    events: EventCount | None
-    pids: tuple[PidInput, ...] = ()
-    span: IntervalSpan | None = None  # the intervals used when a sub-window was asked for
-
-
-@dataclass(frozen=True)
-class RunInput:
-    run: str
-    directory: Path
-    labels: Mapping[str, str]
-    hosts: tuple[HostInput, ...]
-    profile_copies: tuple[Path, ...]  # application profile copies found in the run, preferred first
-
-    @property
-    def events(self) -> int | None:
-        return run_events(h.events for h in self.hosts)
-
-    @property
-    def pids(self) -> tuple[PidInput, ...]:
-        return tuple(p for h in self.hosts for p in h.pids)
-
-
-@dataclass(frozen=True)
-class PidTaskCounts:
-    """What the Spark job returns per workload PID: samples and multi-task samples per task."""
-
-    samples: Mapping[str, int] = field(default_factory=dict)
-    multi: Mapping[str, int] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------- reading run directories (I/O)
-
-
-def _capture_pids(
-    run: str, host: str, capture_dir: Path, first_key: int, window: SubWindow | None
-) -> tuple[tuple[PidInput, ...], IntervalSpan | None]:
-    """The PIDs of one host capture, restricted to the sub-window when one is asked for (a capture
-    without a timeline is a ConfigError here, before any stack is read)."""
-    info = capture.read_capture(capture_dir)
-    span = None
-    if window is not None and window.requested:
-        problem = timeline.timeline_problem(info.meta)
-        if problem is not None:
-            raise ConfigError(
-                f"{capture_dir}: {problem}; --from/--to need a format_version 2 capture with stack_collection "
-                "ringbuf, analyse this one without them"
-            )
-        span = timeline.resolve_span(window, info.meta, str(capture_dir))
-    pids = []
-    for offset, process in enumerate(sorted(info.processes, key=lambda p: p.pid)):
-        stacks = capture.stacks_path(capture_dir, process.pid)
-        pid = PidInput(
-            key=first_key + offset,
-            run=run,
-            host=host,
-            process=process,
-            stacks=stacks if process.sampled and stacks.is_file() else None,
-            counters=info.counters.get(process.pid),
-            net=info.net.get(process.pid),
-        )
-        if span is not None:
-            pid = _restrict_pid(pid, capture_dir, span)
-        pids.append(pid)
-    return tuple(pids), span
-
-
-def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidInput:
-    """A PID restricted to the span: stacks from timeline.folded, counters from counters_timeline.json.
-    Without a counters timeline the counters stay the window totals, marked COUNTERS_SCALED (see
-    _apply_sample_fractions); network bytes have no timeline and become "not measured"."""
-    if span.whole:  # the same numbers as no sub-window at all: counters.json is exact
-        return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
-    stacks = None
-    if pid.stacks is not None:
-        stacks = capture.timeline_path(capture_dir, pid.process.pid)
-        if not stacks.is_file():
-            raise ConfigError(f"{stacks}: missing beside {pid.stacks.name}; re-run the capture or drop --from/--to")
-    deltas = capture.read_counters_timeline(capture_dir, pid.process.pid)
-    counters, source = pid.counters, None
-    if counters is None:
-        source = None
-    elif deltas is not None:
-        counters, source = timeline.window_counters(counters, deltas, span), timeline.COUNTERS_TIMELINE
-    elif stacks is not None:
-        source = timeline.COUNTERS_SCALED  # scaled once every input is known to be valid
-    else:
-        counters, source = timeline.unmeasured_counters(counters), timeline.COUNTERS_NONE
-    return replace(
-        pid, stacks=stacks, intervals=(span.first, span.last), counters=counters, net=None, counters_source=source
-    )
-
-
-def _apply_sample_fractions(run: RunInput) -> RunInput:
-    """Counters of PIDs without a counters timeline: window totals × the PID's sub-window share of
-    its samples (reads those PIDs' timeline.folded)."""
-    hosts = []
-    for host in run.hosts:
-        if host.span is None or host.span.whole:
-            hosts.append(host)
-            continue
-        pids = []
-        for pid in host.pids:
-            counters = pid.counters
-            if pid.counters_source == timeline.COUNTERS_SCALED and counters is not None and pid.stacks:
-                per_interval = timeline.interval_samples(capture.iter_timeline(pid.stacks))
-                fraction = timeline.sample_fraction(per_interval, host.span)
-                if fraction is None:
-                    pid = replace(
-                        pid, counters=timeline.unmeasured_counters(counters), counters_source=timeline.COUNTERS_NONE
-                    )
-                else:
-                    pid = replace(pid, counters=timeline.scaled_counters(counters, fraction))
-            pids.append(pid)
-        hosts.append(replace(host, pids=tuple(pids)))
-    return replace(run, hosts=tuple(hosts))
-
-
-def read_pid_stacks(path: Path, intervals: tuple[int, int] | None) -> Counter[str]:
-    """The stacks of one PID: the whole stacks.folded, or the timeline.folded lines of the
-    intervals ``first..last`` merged. Both engines read through this one function."""
-    if intervals is None:
-        return read_folded(path)
-    first, last = intervals
-    counts: Counter[str] = Counter()
-    for interval, stack, count in capture.iter_timeline(path):
-        if first <= interval <= last:
-            counts[stack] += count
-    return counts
-
-
-def _read_run_json(run_dir: Path) -> tuple[str, dict[str, str], list[tuple[str, str, str]]]:
-    """(run id, labels, [(host, state, reason)]) from run.json; the one place that reads it."""
-    from coordinator.rundir import read_run
-
-    info = read_run(run_dir)
-    hosts = [(h.host, h.state, h.reason) for h in info.hosts]
-    if not hosts:  # an interrupted run may not have listed its hosts yet: trust the directories
-        hosts = [(p.name, "ok", "") for p in sorted((run_dir / "hosts").glob("*")) if p.is_dir()]
-    return info.run_id or run_dir.name, {str(k): str(v) for k, v in info.labels.items()}, hosts
-
-
-def read_inputs(
-    paths: Sequence[Path], labels: Mapping[str, str] | None = None, window: SubWindow | None = None
-) -> list[RunInput]:
-    """Every run directory (run.json) or bare host capture (meta.json) as typed inputs, in the
-    given order. PID keys are unique over all inputs. With a ``window`` every host is restricted
-    to the intervals overlapping it (HostInput.span); events (engine totals for the whole window)
-    are then unknown unless the span is the whole window."""
-    from coordinator.rundir import RUN_FILE, host_capture_dir
-
-    runs: list[RunInput] = []
-    next_key = 0
-    seen: dict[str, Path] = {}
-    for raw_path in paths:
-        path = Path(raw_path)
-        if (path / RUN_FILE).is_file():
-            run_id, run_labels, host_list = _read_run_json(path)
-            hosts = []
-            copies = [path / capture.PROFILE_COPY]
-            for host, state, reason in sorted(host_list):
-                capture_dir = host_capture_dir(path, host)
-                if state == "failed" or not capture.is_capture_dir(capture_dir):
-                    why = reason or ("no capture in " + str(capture_dir) if state != "failed" else "")
-                    hosts.append(HostInput(host, "failed", why, None, None))
-                    continue
-                pids, span = _capture_pids(run_id, host, capture_dir, next_key, window)
-                next_key += len(pids)
-                events = capture.read_events(capture_dir) if span is None or span.whole else None
-                hosts.append(HostInput(host, state, reason, capture_dir, events, pids, span))
-                copies.append(capture_dir / capture.PROFILE_COPY)
-        elif capture.is_capture_dir(path):
-            meta = capture.read_meta(path)
-            run_id, run_labels = path.resolve().name, {}
-            pids, span = _capture_pids(run_id, meta.host, path, next_key, window)
-            next_key += len(pids)
-            state = "ok" if meta.stopped_by != "error" else "partial"
-            events = capture.read_events(path) if span is None or span.whole else None
-            hosts = [HostInput(meta.host, state, "", path, events, pids, span)]
-            copies = [path / capture.PROFILE_COPY]
-        else:
-            raise ConfigError(
-                f"{path}: neither a run directory (run.json) nor a host capture (meta.json); "
-                "give a directory written by `coordinator profile` or `profiler run`"
-            )
-        if run_id in seen:
-            raise ConfigError(
-                f"{path}: run id {run_id!r} is also the run id of {seen[run_id]}; analyse them separately"
-            )
-        seen[run_id] = path
-        merged_labels = dict(run_labels)
-        merged_labels.update(labels or {})
-        runs.append(RunInput(run_id, path, merged_labels, tuple(hosts), tuple(c for c in copies if c.is_file())))
-    return [_apply_sample_fractions(run) for run in runs]
-
-
-def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tuple[str, str]:
-    """(profile text, where it came from): ``profile`` when given, else the runs' own copy, which
-    must be the same text in every run."""
-    if profile is not None:
-        try:
-            return Path(profile).read_text(encoding="utf-8"), str(profile)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{profile}: cannot read the application profile ({exc}); check the path") from None
-    texts: dict[str, Path] = {}
-    for run in runs:
-        if not run.profile_copies:
-            raise ConfigError(f"{run.directory}: no application_profile.txt copy in the run; pass --profile FILE")
-        copy = capture.contained(run.directory, run.profile_copies[0])
-        try:
-            texts.setdefault(copy.read_text(encoding="utf-8"), copy)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CaptureFormatError(f"{copy}: cannot read the profile copy ({exc}); pass --profile FILE") from None
-    if len(texts) > 1:
-        names = ", ".join(str(p) for p in texts.values())
-        raise ConfigError(f"{names}: the runs were profiled with different application profiles; pass --profile FILE")
-    ((text, source),) = texts.items()
-    return text, str(source)
-
-
 # ---------------------------------------------------------------- pure row math
-
-
-def run_events(counts: Iterable[EventCount | None]) -> int | None:
-    """Events of a run: the largest count any host reported. Engine metrics (Spark driver, Flink
-    REST) count the whole query, so several hosts report the same number; never add them."""
-    known = [c.count for c in counts if c is not None and c.count is not None]
-    return max(known) if known else None
 
 
 def match_result(task_names: Sequence[str], counts: PidTaskCounts) -> MatchResult:
@@ -643,12 +372,12 @@ def cluster_totals(rows: Iterable[Mapping[str, Any]], run: str | None = None) ->
     cluster = [r for r in cluster if r.get("run") == run]
     if not cluster:
         raise ConfigError(f"run {run!r} has no cluster rows in the summary; re-run `coordinator analyze`")
-    all_samples = next((_int(r.get("samples")) for r in cluster if r.get("task") == ALL), None)
+    all_samples = next((cell_int(r.get("samples")) for r in cluster if r.get("task") == ALL), None)
     if all_samples is None:
-        all_samples = sum(_int(r.get("samples")) for r in cluster if r.get("task") != ALL)
+        all_samples = sum(cell_int(r.get("samples")) for r in cluster if r.get("task") != ALL)
     out: dict[str, TaskTotals] = {}
     for row in cluster:
-        samples = _int(row.get("samples"))
+        samples = cell_int(row.get("samples"))
         out[str(row["task"])] = TaskTotals(
             samples=samples,
             all_samples=all_samples,
@@ -669,89 +398,5 @@ def summary_totals(path: Path) -> dict[str, TaskTotals]:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def _int(value: Any) -> int:
+def cell_int(value: Any) -> int:
     return int(cell_number(value) or 0)
-
-
-def compare_runs(
-    a: Mapping[str, TaskTotals], b: Mapping[str, TaskTotals], level: float = SIGNIFICANCE_LEVEL
-) -> list[dict[str, Any]]:
-    """Per task (A's order, then tasks only B has, ``*`` last): cycles and share in both runs, deltas
-    (B − A), and the pooled two-proportion z-test of the shares; ``significant`` when p < ``level``."""
-    tasks = [t for t in a if t != ALL] + [t for t in b if t not in a and t != ALL]
-    if ALL in a or ALL in b:
-        tasks.append(ALL)
-    empty = TaskTotals(0, 0, None, None)
-    rows = []
-    for task in tasks:
-        ta, tb = a.get(task, empty), b.get(task, empty)
-        n_a = ta.all_samples or next((t.all_samples for t in a.values()), 0)
-        n_b = tb.all_samples or next((t.all_samples for t in b.values()), 0)
-        row: dict[str, Any] = dict.fromkeys(COMPARE_COLUMNS)
-        row.update(task=task, samples_a=ta.samples, samples_b=tb.samples)
-        row["cycles_a"], row["cycles_b"] = ta.cycles, tb.cycles
-        if ta.cycles is not None and tb.cycles is not None:
-            row["cycles_delta"] = tb.cycles - ta.cycles
-            row["cycles_relative_delta"] = (tb.cycles - ta.cycles) / ta.cycles if ta.cycles else None
-        share_a = ta.samples / n_a if n_a else None
-        share_b = tb.samples / n_b if n_b else None
-        row["share_a"], row["share_b"] = share_a, share_b
-        if share_a is not None and share_b is not None:
-            row["share_delta"] = share_b - share_a
-        if task != ALL and n_a and n_b:
-            z, p = two_proportion_z(tb.samples, n_b, ta.samples, n_a)
-            row["z"], row["p_value"] = z, p
-            row["significant"] = p < level
-        rows.append(row)
-    return rows
-
-
-def format_compare_csv(rows: Iterable[Mapping[str, Any]]) -> str:
-    return capture.format_result_csv(rows, COMPARE_COLUMNS)
-
-
-def format_compare_table(rows: Sequence[Mapping[str, Any]], name_a: str, name_b: str) -> str:
-    """A plain-text table for the terminal (the CSV has full precision)."""
-    header = (
-        "task",
-        f"cycles {name_a}",
-        f"cycles {name_b}",
-        "Δ cycles",
-        "Δ %",
-        f"share {name_a}",
-        f"share {name_b}",
-        "p",
-        "",
-    )
-    lines = [header]
-    for row in rows:
-        rel = row.get("cycles_relative_delta")
-        lines.append(
-            (
-                str(row["task"]),
-                _human(row.get("cycles_a")),
-                _human(row.get("cycles_b")),
-                _human(row.get("cycles_delta")),
-                "" if rel is None else f"{rel * 100:+.1f}%",
-                _pct(row.get("share_a")),
-                _pct(row.get("share_b")),
-                "" if row.get("p_value") is None else f"{row['p_value']:.3g}",
-                "*" if row.get("significant") else "",
-            )
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines) + "\n"
-
-
-def _pct(value: Any) -> str:
-    return "" if value is None else f"{value * 100:.2f}%"
-
-
-def _human(value: Any) -> str:
-    if value is None:
-        return ""
-    magnitude = abs(value)
-    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if magnitude >= limit:
-            return f"{value / limit:.3g}{suffix}"
-    return f"{value:.3g}" if not float(value).is_integer() else str(int(value))

@@ -3,7 +3,7 @@
 An engine starts its local cluster and the YSB query, says when the query processes events, names its
 processes (known_spes), its application profile and where the profiler counts its events, and stops
 everything. Adding an engine means one class here and one entry in ENGINES (Flink's lives in
-coordinator/ysb/flink.py, with its cluster in coordinator/flinkcluster.py).
+coordinator/workloads/ysb/flink.py, with its cluster in coordinator/workloads/flinkcluster.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from coordinator.sparkcluster import LocalSparkCluster, free_port
-from coordinator.ysb.flink import FlinkYsbEngine, JobWindow
-from coordinator.ysb.runner import BatchProgress, YsbOptions, YsbRun, batches_between, epoch_rows_between
+from coordinator.workloads.sparkcluster import LocalSparkCluster, free_port
+from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow
+from coordinator.workloads.ysb.runner import (
+    BatchProgress,
+    YsbOptions,
+    YsbRun,
+    batches_between,
+    epoch_rows_between,
+)
 
 if TYPE_CHECKING:
     from profiler.capture import EventCount
@@ -165,7 +171,7 @@ class SparkStructuredYsb(_SparkYsb):
     events_source = "the driver's SQL REST API (rows its micro-batches read; Spark UI on a free loopback port)"
 
     def window(self, start: float, end: float) -> WindowResult:
-        from coordinator.ysb.runner import median_processed_rate, sustained_throughput
+        from coordinator.workloads.ysb.runner import median_processed_rate, sustained_throughput
 
         batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
         return WindowResult(
@@ -219,7 +225,7 @@ class SparkContinuousYsb(_SparkYsb):
 
 
 class FlinkYsb(FlinkYsbEngine):
-    """Flink 2.3 standalone, the YSB job in Java (coordinator/ysb/flink.py); the profiler counts the
+    """Flink 2.3 standalone, the YSB job in Java (coordinator/workloads/ysb/flink.py); the profiler counts the
     events from the JobManager's REST API, the job's own count (its Redis windows) backs it up."""
 
     def __init__(self, options: YsbOptions, log_dir: Path) -> None:

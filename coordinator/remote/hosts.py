@@ -1,7 +1,7 @@
 """One interface to a cluster host: deploy the agent, start/poll/stop the profiler, fetch, clean up.
 
 ``LocalHost`` runs the profiler as a local subprocess (the bare ``localhost`` entry); ``SshHost``
-(coordinator/ssh.py) does the same over SSH; tests script behaviours with ``tests.fixtures.fake_host``.
+(coordinator/remote/ssh.py) does the same over SSH; tests script behaviours with ``tests.fixtures.fake_host``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.remote import deploy
+from coordinator.remote.cluster import HostSpec
+from coordinator.remote.deploy import RemoteLayout
 from profiler.capture import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
-
-from . import deploy
-from .cluster import HostSpec
-from .deploy import RemoteLayout
 
 STATES = ("starting", "waiting", "sampling", "writing", "done", "failed")
 

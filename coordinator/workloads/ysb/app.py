@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from coordinator.ysb.pipeline import (
+from coordinator.workloads.ysb.pipeline import (
     SinkSpec,
     build_ysb,
     build_ysb_continuous,

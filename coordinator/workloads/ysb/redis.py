@@ -124,7 +124,7 @@ class RedisServer:
         binary = redis_server_binary()
         if binary is None:
             raise CapabilityError("redis-server not found; install Debian's redis-server (scripts/setup.sh does)")
-        from coordinator.sparkcluster import die_with_parent, free_port  # here: no import cycle
+        from coordinator.workloads.sparkcluster import die_with_parent, free_port  # here: no import cycle
 
         self.port = self.port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="ysb-redis-"))

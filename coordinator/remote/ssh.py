@@ -21,10 +21,10 @@ from pathlib import Path
 
 import paramiko
 
-from . import deploy
-from .cluster import HostSpec
-from .errors import HostKeyError, HostUnreachable, ProfilerError
-from .hosts import CommandResult, HostTransport, ProfilerStatus, RunRequest, TransportLost
+from coordinator.errors import HostKeyError, HostUnreachable, ProfilerError
+from coordinator.remote import deploy
+from coordinator.remote.cluster import HostSpec
+from coordinator.remote.hosts import CommandResult, HostTransport, ProfilerStatus, RunRequest, TransportLost
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")

@@ -24,13 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.analysis.inputs import PidTaskCounts, RunInput, read_inputs, read_pid_stacks, resolve_profile_text
+from coordinator.analysis.rows import (
+    ANALYSIS_FILE,
+    BARE_CAPTURE_ANALYSIS_DIR,
+    SUMMARY_FILE,
+    TASKS_DIR,
+    UNMATCHED_FILE,
+    analysis_record,
+    format_summary,
+    label_columns,
+    run_rows,
+    task_file_names,
+    window_notes,
+)
+from coordinator.analysis.timeline import SubWindow
 from profiler.appprofile import parse_profile
 from profiler.capture import UNMATCHED, atomic_write_text, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
-
-from . import analysis
-from .analysis import PidTaskCounts, RunInput
-from .timeline import SubWindow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,7 +83,7 @@ class AnalysisOutput:
     out_dir: Path
     analysis_json: Path
     stats: AnalysisStats
-    window_notes: tuple[str, ...] = ()  # the sub-window used per host (analysis.window_notes)
+    window_notes: tuple[str, ...] = ()  # the sub-window used per host (window_notes)
 
 
 # ---------------------------------------------------------------- session
@@ -98,7 +109,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 def _code_zip(directory: Path) -> Path:
     """profiler/ and coordinator/ as one zip, so executors on other machines import the same matcher."""
     archive = directory / "taskprof-code.zip"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the directory holding profiler/ and coordinator/
     with zipfile.ZipFile(archive, "w") as zf:
         for package in ("profiler", "coordinator"):
             for path in sorted((root / package).rglob("*.py")):
@@ -194,7 +205,7 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
 def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """(pid_key, path, first, last) rows in, (pid_key, digest, stack, samples, error) rows out: one
     row per distinct stack of each file (of the intervals first..last of a timeline.folded when they
-    are set, see analysis.read_pid_stacks), keyed by a 128-bit BLAKE2b digest of the stack. The text itself
+    are set, see read_pid_stacks), keyed by a 128-bit BLAKE2b digest of the stack. The text itself
     travels only with the first occurrence in this partition (the same stacks recur in every
     executor of an archive), so the JVM hashes and shuffles 16-byte keys, not kilobyte strings.
     A file that cannot be read gives one row with an empty digest and ``error`` set."""
@@ -202,7 +213,7 @@ def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
 
     import pyarrow as pa
 
-    from coordinator.analysis import read_pid_stacks
+    from coordinator.analysis.inputs import read_pid_stacks
 
     rows: list[tuple[int, bytes, str | None, int, str | None]] = []
     digests: dict[str, bytes] = {}
@@ -413,7 +424,7 @@ def _default_out_dir(runs: Sequence[RunInput]) -> Path:
     run = runs[0]
     if (run.directory / "run.json").is_file():
         return run.directory
-    return run.directory / analysis.BARE_CAPTURE_ANALYSIS_DIR  # a bare host capture stays untouched
+    return run.directory / BARE_CAPTURE_ANALYSIS_DIR  # a bare host capture stays untouched
 
 
 def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
@@ -476,7 +487,7 @@ def run_analysis(
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
     try:
-        file_names = analysis.task_file_names(profile.task_names)
+        file_names = task_file_names(profile.task_names)
         counts: dict[int, PidTaskCounts] = {}
         distinct = samples = 0
         if files:
@@ -491,7 +502,7 @@ def run_analysis(
                     raise CaptureFormatError(errors[0] + more)
                 distinct, samples = _write_task_files(
                     scratch / "tasks",
-                    scratch / analysis.UNMATCHED_FILE,
+                    scratch / UNMATCHED_FILE,
                     task_names,
                     file_names,
                     sorted_task_stacks(matched),
@@ -499,7 +510,7 @@ def run_analysis(
             finally:
                 matched.unpersist()
         else:
-            _write_task_files(scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, iter(()))
+            _write_task_files(scratch / "tasks", scratch / UNMATCHED_FILE, task_names, file_names, iter(()))
         _write_summary(
             scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
         )
@@ -522,14 +533,14 @@ def _write_summary(
 ) -> None:
     """summary.csv and analysis.json beside the task files in ``scratch``, then all moved into place."""
     ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
-    rows = [row for run in ordered_runs for row in analysis.run_rows(run, task_names, counts)]
-    atomic_write_text(scratch / analysis.SUMMARY_FILE, analysis.format_summary(rows, analysis.label_columns(runs)))
+    rows = [row for run in ordered_runs for row in run_rows(run, task_names, counts)]
+    atomic_write_text(scratch / SUMMARY_FILE, format_summary(rows, label_columns(runs)))
     atomic_write_text(
-        scratch / analysis.ANALYSIS_FILE,
-        analysis.analysis_record(runs, profile_text, profile_source, file_names, master, window),
+        scratch / ANALYSIS_FILE,
+        analysis_record(runs, profile_text, profile_source, file_names, master, window),
     )
-    replace_dir(scratch / "tasks", out_dir / analysis.TASKS_DIR)  # old task files of a previous profile go
-    for name in (analysis.UNMATCHED_FILE, analysis.ANALYSIS_FILE, analysis.SUMMARY_FILE):
+    replace_dir(scratch / "tasks", out_dir / TASKS_DIR)  # old task files of a previous profile go
+    for name in (UNMATCHED_FILE, ANALYSIS_FILE, SUMMARY_FILE):
         os.replace(scratch / name, out_dir / name)
 
 
@@ -558,7 +569,7 @@ def run_analysis_in_process(
             if pid.stacks is None:
                 continue
             try:
-                folded = analysis.read_pid_stacks(pid.stacks, pid.intervals)
+                folded = read_pid_stacks(pid.stacks, pid.intervals)
             except OSError as exc:
                 raise CaptureFormatError(f"{pid.stacks}: cannot read ({exc.strerror or exc}); check the file") from None
             samples: dict[str, int] = {}
@@ -579,14 +590,14 @@ def run_analysis_in_process(
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
     try:
-        file_names = analysis.task_file_names(profile.task_names)
+        file_names = task_file_names(profile.task_names)
         ordered = (
             (index, stack, count)
             for index, stacks in enumerate(per_task)
             for stack, count in sorted(stacks.items(), key=lambda item: (-item[1], item[0]))
         )
         distinct, total = _write_task_files(
-            scratch / "tasks", scratch / analysis.UNMATCHED_FILE, task_names, file_names, ordered
+            scratch / "tasks", scratch / UNMATCHED_FILE, task_names, file_names, ordered
         )
         _write_summary(
             scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
@@ -644,8 +655,8 @@ def analyze(
     """
     if not run_dirs:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
-    runs = analysis.read_inputs([Path(p) for p in run_dirs], labels, window)
-    profile_text, profile_source = analysis.resolve_profile_text(runs, profile)
+    runs = read_inputs([Path(p) for p in run_dirs], labels, window)
+    profile_text, profile_source = resolve_profile_text(runs, profile)
     parse_profile(profile_text, profile_source)  # a bad profile fails before Spark starts
     target = Path(out_dir) if out_dir is not None else _default_out_dir(runs)
     _check_out_dir(target, runs)
@@ -672,11 +683,11 @@ def analyze(
         job_seconds=job_seconds,
     )
     return AnalysisOutput(
-        summary_csv=target / analysis.SUMMARY_FILE,
-        tasks_dir=target / analysis.TASKS_DIR,
-        unmatched_file=target / analysis.UNMATCHED_FILE,
+        summary_csv=target / SUMMARY_FILE,
+        tasks_dir=target / TASKS_DIR,
+        unmatched_file=target / UNMATCHED_FILE,
         out_dir=target,
-        analysis_json=target / analysis.ANALYSIS_FILE,
+        analysis_json=target / ANALYSIS_FILE,
         stats=stats,
-        window_notes=tuple(analysis.window_notes(runs)),
+        window_notes=tuple(window_notes(runs)),
     )

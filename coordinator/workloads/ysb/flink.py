@@ -14,11 +14,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from coordinator.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
-from coordinator.ysb.campaigns import ad_campaign_mapping
-from coordinator.ysb.javabuild import cache_dir, compile_jar
-from coordinator.ysb.redis import RedisServer
-from coordinator.ysb.runner import YsbOptions
+from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
+from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
+from coordinator.workloads.ysb.javabuild import cache_dir, compile_jar
+from coordinator.workloads.ysb.redis import RedisServer
+from coordinator.workloads.ysb.runner import YsbOptions
 from profiler.errors import ConfigError
 
 if TYPE_CHECKING:

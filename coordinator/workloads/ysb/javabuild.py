@@ -10,7 +10,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.sparkcluster import java_home
+from coordinator.workloads.sparkcluster import java_home
 from profiler.errors import CapabilityError
 
 

@@ -15,16 +15,16 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
-from coordinator.sparkcluster import (
+from coordinator.workloads.sparkcluster import (
     LocalSparkCluster,
     SparkClusterError,
     SparkSubmitProcess,
     first_error_line,
     free_port,
 )
-from coordinator.ysb.campaigns import ADS_KEY, AdCampaign, ad_campaign_mapping
-from coordinator.ysb.javabuild import compile_jar
-from coordinator.ysb.redis import RedisServer, redis_server_binary
+from coordinator.workloads.ysb.campaigns import ADS_KEY, AdCampaign, ad_campaign_mapping
+from coordinator.workloads.ysb.javabuild import compile_jar
+from coordinator.workloads.ysb.redis import RedisServer, redis_server_binary
 from profiler.errors import ConfigError
 
 YSB_DIR = Path(__file__).resolve().parent

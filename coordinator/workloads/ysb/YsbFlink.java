@@ -50,7 +50,7 @@ import org.apache.flink.util.Collector;
 
 /**
  * The Yahoo Streaming Benchmark on Flink's DataStream API, the same logical pipeline as the Spark
- * demo (coordinator/ysb/pipeline.py) and the paper's Flink job:
+ * demo (coordinator/workloads/ysb/pipeline.py) and the paper's Flink job:
  *
  *   generated JSON ad events -> DeserializeBolt -> EventFilterBolt (views) -> ProjectionBolt
  *   -> RedisJoinBolt (static ad -> campaign cache) -> EnrichBolt (pre-window latency, event time)
@@ -320,7 +320,7 @@ public final class YsbFlink {
     }
 
     /**
-     * YSB's Redis sink, the same commands as the Spark demo's (coordinator/ysb/RedisSink.java), one
+     * YSB's Redis sink, the same commands as the Spark demo's (coordinator/workloads/ysb/RedisSink.java), one
      * synchronous command at a time (YSB uses a plain, unpipelined Jedis connection):
      *   HGET   ysb:campaign:<campaign_id> <window_start_ms>
      *   HSET   ysb:campaign:<campaign_id> <window_start_ms> <window key>   (new windows only)

@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from coordinator.sparkcluster import (
+from coordinator.workloads.sparkcluster import (
     DEFAULT_JAVA_OPTIONS,
     _log_tail,
     _terminate_group,
@@ -38,7 +38,7 @@ from coordinator.sparkcluster import (
     java_home,
     live_process_tree,
 )
-from coordinator.ysb.javabuild import cache_dir
+from coordinator.workloads.ysb.javabuild import cache_dir
 from profiler.errors import CapabilityError, ProfilerError
 
 __all__ = [
@@ -260,7 +260,7 @@ class LocalFlinkCluster:
             (self.tmp_dir / sub).mkdir(exist_ok=True)
         settings = {"env.java.opts.all": _shipped_java_opts((shipped / "config.yaml").read_text())}
         settings.update(self.config())
-        lines = ["# written by coordinator.flinkcluster.LocalFlinkCluster"]
+        lines = ["# written by coordinator.workloads.flinkcluster.LocalFlinkCluster"]
         lines += [f"{key}: {_yaml_scalar(value)}" for key, value in settings.items() if value != ""]
         (conf_dir / "config.yaml").write_text("\n".join(lines) + "\n")
         (conf_dir / "workers").write_text("")

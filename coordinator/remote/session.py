@@ -13,21 +13,27 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from coordinator import rundir
+from coordinator.errors import HostKeyError, PartialRunError
+from coordinator.remote.cluster import HostSpec, load_cluster
+from coordinator.remote.hosts import (
+    HostTransport,
+    LocalHost,
+    ProfilerStatus,
+    RunRequest,
+    TransportLost,
+    one_line,
+)
+from coordinator.remote.progress import ProgressBoard, Renderer, make_renderer
+from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 from profiler import __version__, capture
 from profiler.appprofile import load_profile
 from profiler.errors import OutputExistsError, ProfilerError, config_error
 from profiler.spes import load_known_spes
-
-from . import rundir
-from .cluster import HostSpec, load_cluster
-from .errors import HostKeyError, PartialRunError
-from .hosts import HostTransport, LocalHost, ProfilerStatus, RunRequest, SamplingOptions, TransportLost, one_line
-from .progress import ProgressBoard, Renderer, make_renderer
-from .rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
 
@@ -66,7 +72,7 @@ def make_transport(
     def factory(spec: HostSpec) -> HostTransport:
         if spec.is_local:
             return LocalHost(spec)
-        from .ssh import DEFAULT_KNOWN_HOSTS, SshHost, SshOptions
+        from coordinator.remote.ssh import DEFAULT_KNOWN_HOSTS, SshHost, SshOptions
 
         return SshHost(
             spec,
@@ -433,71 +439,58 @@ class _SigintToStop:
             signal.signal(signal.SIGINT, self.previous)
 
 
-def profile_cluster(
-    hosts: Sequence[HostSpec],
-    duration: float,
-    out_dir: Path,
-    profile: Path,
-    known_spes: Path,
-    frequency: int = 99,
-    net: bool = False,
-    labels: Mapping[str, str] = {},  # read only
-    accept_new_hosts: bool = False,
-    progress: bool = True,
-    analyze: bool = True,
-    events: int | None = None,
-    *,
-    force: bool = False,
-    pids: Sequence[int] = (),
-    cluster_file: Path | None = None,
-    known_hosts: Path | None = None,
-    start_delay: float | None = None,
-    connect_timeout: float = 10.0,
-    transport_factory: TransportFactory | None = None,
-    stream: IO[str] | None = None,
-    sampling: SamplingOptions | None = None,
-) -> ProfileOutcome:
-    """Profile ``hosts`` for ``duration`` seconds into the run directory ``out_dir``.
+@dataclass(frozen=True)
+class RunOptions:
+    """How the coordinator runs a profile, beside what every host is asked (``RunRequest``)."""
 
-    ``out_dir`` is the run directory itself (created; a non-empty one only replaced with ``force``, and
-    only if it is a run directory). ``events`` (events the application processed in the window) is
-    passed to every host. ``pids`` are sampled on every host in addition to the scope's processes.
-    Returns the outcome; never raises for host failures (they are in ``info.hosts``, and make
-    ``exit_code`` PartialRunError.exit_code). Raises OutputExistsError/ProfilerError before anything
-    starts. The analysis (summary.csv, report) runs when ``analyze``; its failure is reported in
-    ``analysis_error``, the captures stay.
+    labels: Mapping[str, str] = field(default_factory=dict)  # written to run.json
+    cluster_file: Path | None = None  # copied into the run directory
+    known_hosts: Path | None = None
+    accept_new_hosts: bool = False
+    connect_timeout: float = 10.0
+    transport_factory: TransportFactory | None = None  # tests script hosts with this
+    start_delay: float | None = None  # seconds between "every host ready" and the common start
+    progress: bool = True
+    stream: IO[str] | None = None  # where progress goes (stderr)
+    analyze: bool = True  # summary.csv and the report once the captures are in
+    force: bool = False  # replace an existing run directory
+
+
+def profile_cluster(
+    hosts: Sequence[HostSpec], request: RunRequest, out_dir: Path, options: RunOptions | None = None
+) -> ProfileOutcome:
+    """Profile ``hosts`` as ``request`` says (duration, frequency, profile, known_spes, net, events,
+    extra ``pids``, sampling) into the run directory ``out_dir``.
+
+    ``out_dir`` is the run directory itself (created; a non-empty one only replaced with
+    ``options.force``, and only if it is a run directory). Returns the outcome; never raises for host
+    failures (they are in ``info.hosts``, and make ``exit_code`` PartialRunError.exit_code). Raises
+    OutputExistsError/ProfilerError before anything starts. The analysis (summary.csv, report) runs
+    when ``options.analyze``; its failure is reported in ``analysis_error``, the captures stay.
 
     Steps: check the inputs, create the run directory, start every host, release them together,
-    wait for their captures, analyse. Its 19 parameters become an options object when the remote
-    code moves to coordinator/remote/ (issue 16).
+    wait for their captures, analyse.
     """
-    _check_inputs(hosts, profile, known_spes)
+    options = options or RunOptions()
+    _check_inputs(hosts, request.profile, request.known_spes)
     out_dir = Path(out_dir)
-    prepare_run_dir(out_dir, force)
-    shutil.copyfile(profile, out_dir / rundir.PROFILE_COPY)
-    _write_cluster_copy(out_dir, hosts, cluster_file)
+    prepare_run_dir(out_dir, options.force)
+    shutil.copyfile(request.profile, out_dir / rundir.PROFILE_COPY)
+    _write_cluster_copy(out_dir, hosts, options.cluster_file)
 
-    factory = transport_factory or make_transport(known_hosts, accept_new_hosts, connect_timeout)
-    request = RunRequest(
-        duration=float(duration),
-        frequency=int(frequency),
-        profile=Path(profile),
-        known_spes=Path(known_spes),
-        net=net,
-        events=events,
-        pids=tuple(pids),
-        sampling=sampling or SamplingOptions(),
+    factory = options.transport_factory or make_transport(
+        options.known_hosts, options.accept_new_hosts, options.connect_timeout
     )
-    info = _first_run_info(out_dir, hosts, request, labels, cluster_file)
+    info = _first_run_info(out_dir, hosts, request, options.labels, options.cluster_file)
     rundir.write_run(out_dir, info)
 
     board = ProgressBoard([h.label for h in hosts])
-    renderer = make_renderer(progress, stream)
+    renderer = make_renderer(options.progress, options.stream)
     log = RunLog(out_dir / LOG_FILE)
     control = RunControl()
-    finish_grace = max(60.0, 0.25 * duration)
+    finish_grace = max(60.0, 0.25 * request.duration)
     workers = [HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace) for spec in hosts]
-    delay = DEFAULT_START_DELAY if start_delay is None else start_delay
+    delay = DEFAULT_START_DELAY if options.start_delay is None else options.start_delay
     warmup: SparkWarmup | None = None
     renderer.start()
     with _SigintToStop(control, renderer):
@@ -507,7 +500,7 @@ def profile_cluster(
             start_at = _start_together(workers, control, board, renderer, log, delay)
             if start_at is not None:
                 info = replace(info, start_time=start_at)
-            warmup = _wait_collected(workers, control, board, renderer, float(duration), analyze)
+            warmup = _wait_collected(workers, control, board, renderer, request.duration, options.analyze)
         finally:
             renderer.stop(board)
 
@@ -518,7 +511,7 @@ def profile_cluster(
         outcome = ProfileOutcome(out_dir, info.complete, exit_code, info, warnings=warnings)
         control.analysing = True
         try:
-            if analyze and any(h.has_capture for h in info.hosts):
+            if options.analyze and any(h.has_capture for h in info.hosts):
                 outcome = _analyze(outcome, warmup, log)
         finally:
             if warmup is not None:
@@ -644,7 +637,7 @@ class SparkWarmup(threading.Thread):
 
     def run(self) -> None:
         try:
-            from . import pipeline
+            from coordinator.analysis import engines as pipeline
 
             with pipeline.spark_session() as spark:
                 self.session = spark
@@ -676,7 +669,8 @@ def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None, log: Ru
     summary: Path | None = None
     report_index: Path | None = None
     try:
-        from . import pipeline, report
+        from coordinator.analysis import engines as pipeline
+        from coordinator.report.render import render_report
 
         spark = warmup.take() if warmup is not None else None
         if log is not None and warmup is not None:
@@ -693,7 +687,7 @@ def _analyze(outcome: ProfileOutcome, warmup: SparkWarmup | None = None, log: Ru
         summary = Path(result.summary_csv)
         if log is not None:
             log.write("*", f"analysis: {summary.name} written at {time.time():.3f}")
-        report_index = Path(report.render_report(outcome.run_dir))
+        report_index = Path(render_report(outcome.run_dir))
         if log is not None:
             log.write("*", f"analysis: report written at {time.time():.3f}")
     except ProfilerError as exc:

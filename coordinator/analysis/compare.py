@@ -1,0 +1,112 @@
+"""Comparison of two analysed runs, task by task: cycle and share deltas with a two-proportion test
+(`coordinator compare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from coordinator.analysis.rows import ALL, TaskTotals
+from profiler import capture
+from profiler.stats import two_proportion_z
+
+COMPARE_COLUMNS: tuple[str, ...] = (
+    "task",
+    "cycles_a",
+    "cycles_b",
+    "cycles_delta",
+    "cycles_relative_delta",
+    "share_a",
+    "share_b",
+    "share_delta",
+    "samples_a",
+    "samples_b",
+    "z",
+    "p_value",
+    "significant",
+)
+SIGNIFICANCE_LEVEL = 0.05
+
+def compare_runs(
+    a: Mapping[str, TaskTotals], b: Mapping[str, TaskTotals], level: float = SIGNIFICANCE_LEVEL
+) -> list[dict[str, Any]]:
+    """Per task (A's order, then tasks only B has, ``*`` last): cycles and share in both runs, deltas
+    (B − A), and the pooled two-proportion z-test of the shares; ``significant`` when p < ``level``."""
+    tasks = [t for t in a if t != ALL] + [t for t in b if t not in a and t != ALL]
+    if ALL in a or ALL in b:
+        tasks.append(ALL)
+    empty = TaskTotals(0, 0, None, None)
+    rows = []
+    for task in tasks:
+        ta, tb = a.get(task, empty), b.get(task, empty)
+        n_a = ta.all_samples or next((t.all_samples for t in a.values()), 0)
+        n_b = tb.all_samples or next((t.all_samples for t in b.values()), 0)
+        row: dict[str, Any] = dict.fromkeys(COMPARE_COLUMNS)
+        row.update(task=task, samples_a=ta.samples, samples_b=tb.samples)
+        row["cycles_a"], row["cycles_b"] = ta.cycles, tb.cycles
+        if ta.cycles is not None and tb.cycles is not None:
+            row["cycles_delta"] = tb.cycles - ta.cycles
+            row["cycles_relative_delta"] = (tb.cycles - ta.cycles) / ta.cycles if ta.cycles else None
+        share_a = ta.samples / n_a if n_a else None
+        share_b = tb.samples / n_b if n_b else None
+        row["share_a"], row["share_b"] = share_a, share_b
+        if share_a is not None and share_b is not None:
+            row["share_delta"] = share_b - share_a
+        if task != ALL and n_a and n_b:
+            z, p = two_proportion_z(tb.samples, n_b, ta.samples, n_a)
+            row["z"], row["p_value"] = z, p
+            row["significant"] = p < level
+        rows.append(row)
+    return rows
+
+
+def format_compare_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    return capture.format_result_csv(rows, COMPARE_COLUMNS)
+
+
+def format_compare_table(rows: Sequence[Mapping[str, Any]], name_a: str, name_b: str) -> str:
+    """A plain-text table for the terminal (the CSV has full precision)."""
+    header = (
+        "task",
+        f"cycles {name_a}",
+        f"cycles {name_b}",
+        "Δ cycles",
+        "Δ %",
+        f"share {name_a}",
+        f"share {name_b}",
+        "p",
+        "",
+    )
+    lines = [header]
+    for row in rows:
+        rel = row.get("cycles_relative_delta")
+        lines.append(
+            (
+                str(row["task"]),
+                _human(row.get("cycles_a")),
+                _human(row.get("cycles_b")),
+                _human(row.get("cycles_delta")),
+                "" if rel is None else f"{rel * 100:+.1f}%",
+                _pct(row.get("share_a")),
+                _pct(row.get("share_b")),
+                "" if row.get("p_value") is None else f"{row['p_value']:.3g}",
+                "*" if row.get("significant") else "",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines) + "\n"
+
+
+def _pct(value: Any) -> str:
+    return "" if value is None else f"{value * 100:.2f}%"
+
+
+def _human(value: Any) -> str:
+    if value is None:
+        return ""
+    magnitude = abs(value)
+    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}" if not float(value).is_integer() else str(int(value))

@@ -1,0 +1,267 @@
+"""Run directories and bare captures read into typed inputs for the analysis, restricted to a sub-window
+when asked; the application profile each run is matched with.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from coordinator.analysis import timeline
+from coordinator.analysis.timeline import IntervalSpan, SubWindow
+from profiler import capture
+from profiler.capture import EventCount, NetStats, PidCounters, ProcessInfo
+from profiler.errors import CaptureFormatError, ConfigError
+from profiler.folded import read_folded
+
+# ---------------------------------------------------------------- typed inputs
+
+
+def run_events(counts: Iterable[EventCount | None]) -> int | None:
+    """Events of a run: the largest count any host reported. Engine metrics (Spark driver, Flink
+    REST) count the whole query, so several hosts report the same number; never add them."""
+    known = [c.count for c in counts if c is not None and c.count is not None]
+    return max(known) if known else None
+
+
+@dataclass(frozen=True)
+class PidInput:
+    """One process of one host capture; ``stacks`` is None for managing PIDs or missing files."""
+
+    key: int  # position in the analysis, the join key inside the Spark job
+    run: str
+    host: str
+    process: ProcessInfo
+    stacks: Path | None  # stacks.folded, or timeline.folded when ``intervals`` is set
+    counters: PidCounters | None
+    net: NetStats | None
+    intervals: tuple[int, int] | None = None  # sub-window: read only these intervals (inclusive)
+    counters_source: str | None = None  # sub-window: how the counters were restricted (timeline.COUNTERS_*)
+
+
+@dataclass(frozen=True)
+class HostInput:
+    host: str
+    state: str  # "ok", "partial" or "failed" (no capture)
+    reason: str
+    capture_dir: Path | None
+    events: EventCount | None
+    pids: tuple[PidInput, ...] = ()
+    span: IntervalSpan | None = None  # the intervals used when a sub-window was asked for
+
+
+@dataclass(frozen=True)
+class RunInput:
+    run: str
+    directory: Path
+    labels: Mapping[str, str]
+    hosts: tuple[HostInput, ...]
+    profile_copies: tuple[Path, ...]  # application profile copies found in the run, preferred first
+
+    @property
+    def events(self) -> int | None:
+        return run_events(h.events for h in self.hosts)
+
+    @property
+    def pids(self) -> tuple[PidInput, ...]:
+        return tuple(p for h in self.hosts for p in h.pids)
+
+
+@dataclass(frozen=True)
+class PidTaskCounts:
+    """What the Spark job returns per workload PID: samples and multi-task samples per task."""
+
+    samples: Mapping[str, int] = field(default_factory=dict)
+    multi: Mapping[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- reading run directories (I/O)
+
+
+def _capture_pids(
+    run: str, host: str, capture_dir: Path, first_key: int, window: SubWindow | None
+) -> tuple[tuple[PidInput, ...], IntervalSpan | None]:
+    """The PIDs of one host capture, restricted to the sub-window when one is asked for (a capture
+    without a timeline is a ConfigError here, before any stack is read)."""
+    info = capture.read_capture(capture_dir)
+    span = None
+    if window is not None and window.requested:
+        problem = timeline.timeline_problem(info.meta)
+        if problem is not None:
+            raise ConfigError(
+                f"{capture_dir}: {problem}; --from/--to need a format_version 2 capture with stack_collection "
+                "ringbuf, analyse this one without them"
+            )
+        span = timeline.resolve_span(window, info.meta, str(capture_dir))
+    pids = []
+    for offset, process in enumerate(sorted(info.processes, key=lambda p: p.pid)):
+        stacks = capture.stacks_path(capture_dir, process.pid)
+        pid = PidInput(
+            key=first_key + offset,
+            run=run,
+            host=host,
+            process=process,
+            stacks=stacks if process.sampled and stacks.is_file() else None,
+            counters=info.counters.get(process.pid),
+            net=info.net.get(process.pid),
+        )
+        if span is not None:
+            pid = _restrict_pid(pid, capture_dir, span)
+        pids.append(pid)
+    return tuple(pids), span
+
+
+def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidInput:
+    """A PID restricted to the span: stacks from timeline.folded, counters from counters_timeline.json.
+    Without a counters timeline the counters stay the window totals, marked COUNTERS_SCALED (see
+    _apply_sample_fractions); network bytes have no timeline and become "not measured"."""
+    if span.whole:  # the same numbers as no sub-window at all: counters.json is exact
+        return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
+    stacks = None
+    if pid.stacks is not None:
+        stacks = capture.timeline_path(capture_dir, pid.process.pid)
+        if not stacks.is_file():
+            raise ConfigError(f"{stacks}: missing beside {pid.stacks.name}; re-run the capture or drop --from/--to")
+    deltas = capture.read_counters_timeline(capture_dir, pid.process.pid)
+    counters, source = pid.counters, None
+    if counters is None:
+        source = None
+    elif deltas is not None:
+        counters, source = timeline.window_counters(counters, deltas, span), timeline.COUNTERS_TIMELINE
+    elif stacks is not None:
+        source = timeline.COUNTERS_SCALED  # scaled once every input is known to be valid
+    else:
+        counters, source = timeline.unmeasured_counters(counters), timeline.COUNTERS_NONE
+    return replace(
+        pid, stacks=stacks, intervals=(span.first, span.last), counters=counters, net=None, counters_source=source
+    )
+
+
+def _apply_sample_fractions(run: RunInput) -> RunInput:
+    """Counters of PIDs without a counters timeline: window totals × the PID's sub-window share of
+    its samples (reads those PIDs' timeline.folded)."""
+    hosts = []
+    for host in run.hosts:
+        if host.span is None or host.span.whole:
+            hosts.append(host)
+            continue
+        pids = []
+        for pid in host.pids:
+            counters = pid.counters
+            if pid.counters_source == timeline.COUNTERS_SCALED and counters is not None and pid.stacks:
+                per_interval = timeline.interval_samples(capture.iter_timeline(pid.stacks))
+                fraction = timeline.sample_fraction(per_interval, host.span)
+                if fraction is None:
+                    pid = replace(
+                        pid, counters=timeline.unmeasured_counters(counters), counters_source=timeline.COUNTERS_NONE
+                    )
+                else:
+                    pid = replace(pid, counters=timeline.scaled_counters(counters, fraction))
+            pids.append(pid)
+        hosts.append(replace(host, pids=tuple(pids)))
+    return replace(run, hosts=tuple(hosts))
+
+
+def read_pid_stacks(path: Path, intervals: tuple[int, int] | None) -> Counter[str]:
+    """The stacks of one PID: the whole stacks.folded, or the timeline.folded lines of the
+    intervals ``first..last`` merged. Both engines read through this one function."""
+    if intervals is None:
+        return read_folded(path)
+    first, last = intervals
+    counts: Counter[str] = Counter()
+    for interval, stack, count in capture.iter_timeline(path):
+        if first <= interval <= last:
+            counts[stack] += count
+    return counts
+
+
+def _read_run_json(run_dir: Path) -> tuple[str, dict[str, str], list[tuple[str, str, str]]]:
+    """(run id, labels, [(host, state, reason)]) from run.json; the one place that reads it."""
+    from coordinator.rundir import read_run
+
+    info = read_run(run_dir)
+    hosts = [(h.host, h.state, h.reason) for h in info.hosts]
+    if not hosts:  # an interrupted run may not have listed its hosts yet: trust the directories
+        hosts = [(p.name, "ok", "") for p in sorted((run_dir / "hosts").glob("*")) if p.is_dir()]
+    return info.run_id or run_dir.name, {str(k): str(v) for k, v in info.labels.items()}, hosts
+
+
+def read_inputs(
+    paths: Sequence[Path], labels: Mapping[str, str] | None = None, window: SubWindow | None = None
+) -> list[RunInput]:
+    """Every run directory (run.json) or bare host capture (meta.json) as typed inputs, in the
+    given order. PID keys are unique over all inputs. With a ``window`` every host is restricted
+    to the intervals overlapping it (HostInput.span); events (engine totals for the whole window)
+    are then unknown unless the span is the whole window."""
+    from coordinator.rundir import RUN_FILE, host_capture_dir
+
+    runs: list[RunInput] = []
+    next_key = 0
+    seen: dict[str, Path] = {}
+    for raw_path in paths:
+        path = Path(raw_path)
+        if (path / RUN_FILE).is_file():
+            run_id, run_labels, host_list = _read_run_json(path)
+            hosts = []
+            copies = [path / capture.PROFILE_COPY]
+            for host, state, reason in sorted(host_list):
+                capture_dir = host_capture_dir(path, host)
+                if state == "failed" or not capture.is_capture_dir(capture_dir):
+                    why = reason or ("no capture in " + str(capture_dir) if state != "failed" else "")
+                    hosts.append(HostInput(host, "failed", why, None, None))
+                    continue
+                pids, span = _capture_pids(run_id, host, capture_dir, next_key, window)
+                next_key += len(pids)
+                events = capture.read_events(capture_dir) if span is None or span.whole else None
+                hosts.append(HostInput(host, state, reason, capture_dir, events, pids, span))
+                copies.append(capture_dir / capture.PROFILE_COPY)
+        elif capture.is_capture_dir(path):
+            meta = capture.read_meta(path)
+            run_id, run_labels = path.resolve().name, {}
+            pids, span = _capture_pids(run_id, meta.host, path, next_key, window)
+            next_key += len(pids)
+            state = "ok" if meta.stopped_by != "error" else "partial"
+            events = capture.read_events(path) if span is None or span.whole else None
+            hosts = [HostInput(meta.host, state, "", path, events, pids, span)]
+            copies = [path / capture.PROFILE_COPY]
+        else:
+            raise ConfigError(
+                f"{path}: neither a run directory (run.json) nor a host capture (meta.json); "
+                "give a directory written by `coordinator profile` or `profiler run`"
+            )
+        if run_id in seen:
+            raise ConfigError(
+                f"{path}: run id {run_id!r} is also the run id of {seen[run_id]}; analyse them separately"
+            )
+        seen[run_id] = path
+        merged_labels = dict(run_labels)
+        merged_labels.update(labels or {})
+        runs.append(RunInput(run_id, path, merged_labels, tuple(hosts), tuple(c for c in copies if c.is_file())))
+    return [_apply_sample_fractions(run) for run in runs]
+
+
+def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tuple[str, str]:
+    """(profile text, where it came from): ``profile`` when given, else the runs' own copy, which
+    must be the same text in every run."""
+    if profile is not None:
+        try:
+            return Path(profile).read_text(encoding="utf-8"), str(profile)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{profile}: cannot read the application profile ({exc}); check the path") from None
+    texts: dict[str, Path] = {}
+    for run in runs:
+        if not run.profile_copies:
+            raise ConfigError(f"{run.directory}: no application_profile.txt copy in the run; pass --profile FILE")
+        copy = capture.contained(run.directory, run.profile_copies[0])
+        try:
+            texts.setdefault(copy.read_text(encoding="utf-8"), copy)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CaptureFormatError(f"{copy}: cannot read the profile copy ({exc}); pass --profile FILE") from None
+    if len(texts) > 1:
+        names = ", ".join(str(p) for p in texts.values())
+        raise ConfigError(f"{names}: the runs were profiled with different application profiles; pass --profile FILE")
+    ((text, source),) = texts.items()
+    return text, str(source)
+

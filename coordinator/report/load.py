@@ -1,0 +1,232 @@
+"""Reading a run directory (or one bare host capture) for the report: outcomes, captures, summary rows,
+stacks and time series.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator.analysis import timeline
+from coordinator.analysis.inputs import read_pid_stacks
+from coordinator.analysis.rows import SUMMARY_FILE, existing_summary
+from coordinator.rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
+from profiler.capture import (
+    PROFILE_COPY,
+    Capture,
+    CaptureFormatError,
+    CounterDelta,
+    contained,
+    is_capture_dir,
+    iter_timeline,
+    read_capture,
+    read_counters_timeline,
+    result_file_name,
+    stacks_path,
+    timeline_path,
+)
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class HostData:
+    """One host of the run: its outcome and, when readable, its capture."""
+
+    name: str
+    state: str  # "ok", "failed", "partial", "missing" (no capture directory), "unreadable"
+    reason: str
+    capture: Capture | None
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything the report shows, read from disk once."""
+
+    directory: Path
+    run_id: str
+    bare_capture: bool
+    info: RunInfo | None
+    hosts: tuple[HostData, ...]
+    rows: tuple[Mapping[str, str], ...]  # summary.csv rows, or the hosts' <host>_result.csv rows
+    rows_source: str  # "summary.csv" or "host results"
+    profile_text: str | None
+    profile_source: str | None
+    window: Mapping[str, Any] | None = None  # analysis.json "window" (analyze --from/--to), or None
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.info.labels if self.info is not None else {}
+
+    def host_intervals(self, host: str) -> tuple[int, int] | None:
+        """The intervals the analysis used for ``host`` (None: the whole window)."""
+        for entry in (self.window or {}).get("hosts", ()):
+            if entry.get("run") == self.run_id and entry.get("host") == host and not entry.get("whole_window"):
+                return int(entry["first_interval"]), int(entry["last_interval"])
+        return None
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return [dict(row) for row in csv.DictReader(handle)]
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise CaptureFormatError(f"{path}: not valid CSV ({exc}); re-run `coordinator analyze`") from None
+    except OSError as exc:
+        raise CaptureFormatError(f"{path}: cannot read ({exc.strerror or exc}); re-run `coordinator analyze`") from None
+
+
+def _host_state(outcome: HostOutcome | None, capture_dir: Path) -> tuple[str, str, Capture | None]:
+    if not is_capture_dir(capture_dir):
+        if outcome is not None and not outcome.has_capture:
+            return outcome.state, outcome.reason, None
+        return "missing", f"no capture in {capture_dir}", None
+    try:
+        capture = read_capture(capture_dir)
+    except CaptureFormatError as exc:
+        return "unreadable", str(exc), None
+    if outcome is None:
+        return HOST_OK, "", capture
+    return outcome.state, outcome.reason, capture
+
+
+def load_run(path: Path) -> RunData:
+    """Read a run directory (run.json) or a bare host capture (meta.json)."""
+    path = Path(path)
+    if is_run_dir(path):
+        info = read_run(path)
+        hosts: list[HostData] = []
+        for outcome in info.hosts:
+            try:
+                capture_dir = host_capture_dir(path, outcome.host)
+            except CaptureFormatError as exc:
+                hosts.append(HostData(outcome.host, "unreadable", str(exc), None))
+                continue
+            state, reason, capture = _host_state(outcome, capture_dir)
+            hosts.append(HostData(outcome.host, state, reason, capture))
+        known = {h.host for h in info.hosts}
+        hosts_root = path / "hosts"
+        if hosts_root.is_dir():  # captures on disk that run.json does not list (copied in by hand)
+            for extra in sorted(p for p in hosts_root.iterdir() if p.is_dir() and p.name not in known):
+                state, reason, capture = _host_state(None, extra)
+                hosts.append(HostData(extra.name, state, reason, capture))
+        run_id, bare = info.run_id, False
+    elif is_capture_dir(path):
+        capture = read_capture(path)
+        info = None
+        hosts = [HostData(capture.meta.host, HOST_OK, "", capture)]
+        run_id = path.resolve().name  # as `coordinator analyze` names a bare capture's run
+        bare = True
+    else:
+        raise CaptureFormatError(
+            f"{path}: neither a run directory (run.json) nor a host capture (meta.json); "
+            "pass a directory written by `coordinator profile` or `profiler run`"
+        )
+    rows: list[dict[str, str]] = []
+    # `coordinator analyze` writes into the run directory, or <capture>/analysis/ for a bare capture.
+    summary = existing_summary(path)
+    if summary is not None:
+        rows, source = _read_csv(contained(path, summary)), SUMMARY_FILE
+        if any(row.get("run") == run_id for row in rows):  # an analysis of several runs: this one's rows
+            rows = [row for row in rows if row.get("run") == run_id]
+    else:
+        source = "host results"
+        for host in hosts:
+            if host.capture is not None:
+                directory = host.capture.directory
+                result = contained(directory, directory / result_file_name(host.capture.meta.host))
+                if result.is_file():
+                    rows.extend(_read_csv(result))
+    profile_text, profile_source, window = read_analysis_record(summary)
+    candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
+    for candidate in candidates if profile_text is None else ():
+        if contained(path, candidate).is_file():
+            profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
+            break
+    return RunData(
+        path, run_id, bare, info, tuple(hosts), tuple(rows), source, profile_text, profile_source, window
+    )
+
+
+def load_stacks(
+    capture: Capture, problems: list[str] | None = None, intervals: tuple[int, int] | None = None
+) -> dict[int, dict[str, int]]:
+    """Folded stacks of every workload PID of a capture (PIDs without a stacks file are left out);
+    with ``intervals`` only those of timeline.folded, as `analyze --from/--to` used them.
+
+    An unreadable stacks file leaves that PID out and is reported in ``problems`` (the health panel)
+    instead of failing the whole report."""
+    stacks: dict[int, dict[str, int]] = {}
+    for process in capture.processes:
+        if not process.sampled:
+            continue
+        path = (stacks_path if intervals is None else timeline_path)(capture.directory, process.pid)
+        if not path.is_file():
+            continue
+        try:
+            stacks[process.pid] = dict(read_pid_stacks(path, intervals))
+        except (CaptureFormatError, OSError) as exc:
+            if problems is None:
+                raise
+            problems.append(f"{capture.meta.host} PID {process.pid}: stacks left out: {exc}")
+    return stacks
+
+
+@dataclass(frozen=True)
+class TimelineInput:
+    """What the time chart of one host reads: each workload PID's timeline entries (read lazily,
+    once) and counters timeline."""
+
+    interval: float
+    duration: float
+    entries: Mapping[int, Iterable[tuple[int, str, int]]]
+    deltas: Mapping[int, Sequence[CounterDelta]] = field(default_factory=dict)
+    window_cycles: Mapping[int, float | None] = field(default_factory=dict)  # counters.json, for PIDs without deltas
+
+
+def load_timeline(capture: Capture, problems: list[str] | None = None) -> TimelineInput | None:
+    """The time chart's input of a capture; None when it has no timeline (v1, stack map). An
+    unreadable counters timeline is added to ``problems`` (the health panel)."""
+    if timeline.timeline_problem(capture.meta) is not None:
+        return None
+    entries: dict[int, Iterable[tuple[int, str, int]]] = {}
+    deltas: dict[int, Sequence[CounterDelta]] = {}
+    for process in capture.processes:
+        path = timeline_path(capture.directory, process.pid)
+        if not process.sampled or not path.is_file():
+            continue
+        entries[process.pid] = iter_timeline(path)  # a generator: the file is read when build_view uses it
+        try:
+            rows = read_counters_timeline(capture.directory, process.pid)
+        except CaptureFormatError as exc:
+            rows = None  # the chart then shows samples and share only for this host
+            if problems is not None:
+                problems.append(f"{capture.meta.host} PID {process.pid}: time chart without cycles: {exc}")
+        if rows is not None:
+            deltas[process.pid] = rows
+    window_cycles = {pid: c.cycles for pid, c in capture.counters.items() if pid in entries}
+    return TimelineInput(capture.meta.interval, capture.meta.duration, entries, deltas, window_cycles)
+
+
+def read_analysis_record(summary: Path | None) -> tuple[str | None, str | None, Mapping[str, Any] | None]:
+    """The profile summary.csv was computed with (analysis.json beside it), so that colours and tables
+    agree after `coordinator analyze --profile EDITED`, and its sub-window (``--from/--to``);
+    (None, None, None) when there is no analysis."""
+    if summary is None:
+        return None, None, None
+    record = summary.parent / "analysis.json"
+    try:
+        payload = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None, None
+    if not isinstance(payload, dict):
+        return None, None, None
+    window = payload.get("window") if isinstance(payload.get("window"), dict) else None
+    text = payload.get("profile_text")
+    if not isinstance(text, str):
+        return None, None, window
+    return text, str(payload.get("profile_source") or record), window

@@ -1,0 +1,89 @@
+"""Typed records of the report's view (task lines, process lines, health lines, host sections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskLine:
+    task: str
+    color: str
+    samples: float | None
+    share: float | None
+    share_ci95: float | None
+    cycles: float | None
+    cycles_estimated: bool
+    cpu_seconds: float | None
+    events: float | None = None
+    cycles_per_event: float | None = None
+
+
+@dataclass(frozen=True)
+class ProcessLine:
+    host: str
+    pid: int
+    role: str
+    engine: str
+    kind: str
+    cmdline: str
+    samples: float | None
+    cycles: float | None
+    cycles_estimated: bool
+    cpu_seconds: float | None
+    instructions: float | None
+    ipc: float | None
+    preserve_frame_pointer: bool | None
+    jvm_version: str | None
+    exited: bool
+    lost: int
+    truncated: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HealthLine:
+    level: str  # "ok", "warn", "bad", "info"
+    topic: str
+    text: str
+
+
+@dataclass(frozen=True)
+class HostSection:
+    name: str
+    state: str
+    reason: str
+    hostname: str
+    kernel: str
+    window: str
+    cycles_source: str
+    warnings: tuple[str, ...]
+    tasks: tuple[TaskLine, ...]
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """What the templates show: tables as records, the JavaScript payload as one JSON object."""
+
+    title: str
+    run_id: str
+    bare_capture: bool
+    meta: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    health: tuple[HealthLine, ...]
+    cluster_tasks: tuple[TaskLine, ...]
+    cluster_tasks_note: str
+    events_note: str  # events processed in the window and where the number came from, or ""
+    show_cycles_per_event: bool
+    hosts: tuple[HostSection, ...]
+    processes: tuple[ProcessLine, ...]
+    candidates: tuple[tuple[str, int, float], ...]
+    unmatched_samples: int
+    profile_text: str | None
+    profile_source: str | None
+    payload: dict[str, Any]
+    task_names: tuple[str, ...]
+
+

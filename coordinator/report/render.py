@@ -1,0 +1,155 @@
+"""The report's entry point: build the view of a run, render it with the package's templates, copy the
+vendored assets and write the report directory atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from coordinator.report.flame import DEFAULT_MAX_STACKS
+from coordinator.report.formats import format_bytes, format_number, format_share, format_si
+from coordinator.report.load import RunData, load_run, load_stacks, load_timeline
+from coordinator.report.model import ReportView
+from coordinator.report.view import build_view
+from profiler.capture import (
+    UNMATCHED,
+    replace_dir,
+)
+from profiler.errors import OutputExistsError
+
+REPORT_MARKER = ".spe-taskprof-report"
+REPORT_META = "report.json"
+# Files copied beside every report so it works offline (from coordinator.templates).
+STATIC_FILES: tuple[str, ...] = ("report.js", "report.css")
+VENDOR_FILES: tuple[str, ...] = (
+    "d3.min.js",
+    "d3-flamegraph.min.js",
+    "d3-flamegraph.css",
+    "d3.LICENSE",
+    "d3-flamegraph.LICENSE",
+    "VERSIONS",
+)
+# ---------------------------------------------------------------- rendering
+
+
+def template_environment() -> Any:
+    """jinja2 over the templates shipped in the package; autoescaping on for every template."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("coordinator.templates", "."),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["si"] = format_si
+    env.filters["share"] = format_share
+    env.filters["number"] = format_number
+    env.filters["bytes"] = format_bytes
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
+    return env
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("coordinator.templates").joinpath(name).read_bytes()
+
+
+def _copy_assets(target: Path) -> None:
+    for name in STATIC_FILES:
+        (target / name).write_bytes(_asset(name))
+    (target / "vendor").mkdir()
+    for name in VENDOR_FILES:
+        (target / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
+
+
+def payload_size(view: ReportView) -> int:
+    """Bytes of the JSON the page carries (shown on the page and in report.json)."""
+    return len(json.dumps(view.payload, separators=(",", ":")).encode("utf-8"))
+
+
+def render_html(view: ReportView, payload_bytes: int | None = None) -> str:
+    """The report page."""
+    env = template_environment()
+    size = payload_size(view) if payload_bytes is None else payload_bytes
+    return str(env.get_template("report.html").render(view=view, payload=view.payload, payload_bytes=size))
+
+
+def report_summary(view: ReportView, run: RunData, payload_bytes: int = 0) -> dict[str, Any]:
+    """report.json beside the page: what the runs index of ``--publish`` lists."""
+    start = run.info.start_time if run.info is not None else None
+    if start is None:
+        start = next((h.capture.meta.start_time for h in run.hosts if h.capture is not None), None)
+    top = sorted(
+        (line for line in view.cluster_tasks if line.share is not None and line.task != UNMATCHED),
+        key=lambda line: -(line.share or 0.0),
+    )[:3]
+    return {
+        "run_id": view.run_id,
+        "start_time": start,
+        "labels": dict(view.labels),
+        "hosts": [{"name": h.name, "state": h.state} for h in view.hosts],
+        "top_tasks": [{"task": line.task, "share": line.share} for line in top],
+        "unmatched_share": next((line.share for line in view.cluster_tasks if line.task == UNMATCHED), None),
+        "health_problems": sum(1 for line in view.health if line.level in ("warn", "bad")),
+        "rendered_at": time.time(),
+        "payload_bytes": payload_bytes,
+        "flamegraphs": len(view.payload["graphs"]),
+        "flamegraphs_pruned": sum(1 for g in view.payload["graphs"] if g["droppedStacks"]),
+        "max_stacks": view.payload["maxStacks"],
+    }
+
+
+def render_report(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    max_stacks: int = DEFAULT_MAX_STACKS,
+    *,
+    force: bool = False,
+) -> Path:
+    """Render the report of a run directory or host capture; returns the path of its index.html.
+
+    ``out_dir`` defaults to ``run_dir/report``. A previous report there is replaced atomically; any
+    other existing directory needs ``force``.
+    """
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "report"
+    if out_dir.exists() and not (out_dir / REPORT_MARKER).exists() and not force:
+        raise OutputExistsError(f"{out_dir}: exists and is not a report; choose another --out or pass --force")
+    run = load_run(run_dir)
+    problems: list[str] = []
+    stacks = {
+        h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
+    }
+    timelines = {h.name: load_timeline(h.capture, problems) for h in run.hosts if h.capture is not None}
+    view = build_view(
+        run,
+        stacks,
+        max_stacks=max_stacks,
+        problems=problems,
+        timelines={name: t for name, t in timelines.items() if t is not None},
+    )
+    payload_bytes = payload_size(view)
+    html = render_html(view, payload_bytes)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    try:
+        _copy_assets(staging)
+        (staging / "index.html").write_text(html, encoding="utf-8")
+        (staging / REPORT_META).write_text(
+            json.dumps(report_summary(view, run, payload_bytes), indent=1) + "\n", encoding="utf-8"
+        )
+        (staging / REPORT_MARKER).write_text("written by coordinator report\n", encoding="utf-8")
+        os.chmod(staging, 0o755)
+        replace_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir / "index.html"
