@@ -40,6 +40,12 @@ class OutputExistsError(ProfilerError):
     exit_code = 5
 
 
+class OutputWriteError(ProfilerError):
+    """The capture could not be written (disk full, read-only filesystem)."""
+
+    exit_code = 10
+
+
 class CaptureFormatError(ProfilerError):
     """A capture directory is missing files or has an unknown format version."""
 

@@ -38,7 +38,7 @@ from .capture import (
     ProcessInfo,
     RunMeta,
 )
-from .errors import OutputExistsError, PrivilegeError
+from .errors import OutputExistsError, OutputWriteError, PrivilegeError
 from .folded import format_folded
 from .matcher import Matcher, MatchResult, match_stacks
 from .stackstore import CollectedStacks
@@ -255,7 +255,25 @@ class StatusWriter:
             "error": self.error,
             "time": now,
         }
-        capture.atomic_write_text(self.path, json.dumps(payload) + "\n")
+        self._write(self.path, json.dumps(payload) + "\n")
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        """Best effort: a status that cannot be written must never end the run. On a full disk the new
+        copy has no room, but the old file's page does: overwrite it in place (a reader may catch it
+        half-written and polls again), so "failed: no space left" still reaches the coordinator."""
+        try:
+            # 0644: a coordinator logged in as a non-root user (sudo) reads it over SFTP
+            capture.atomic_write_text(path, text, mode=0o644)
+            return
+        except OSError:
+            pass
+        try:
+            with open(path, "r+", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.truncate()
+        except OSError:
+            pass
 
     def samples(self) -> int | None:
         """Samples so far (None when the sampler cannot say); never raises."""
@@ -378,6 +396,17 @@ def clamp_intervals(timeline: Counter[tuple[int, str]], last: int) -> Counter[tu
     return clamped
 
 
+def _write_failure(out: Path, exc: OSError) -> OutputWriteError:
+    try:
+        free = f"{shutil.disk_usage(out).free // 1024} KiB free there"
+    except OSError:
+        free = "free space unknown"
+    return OutputWriteError(
+        f"{out}: writing the capture failed: {exc.strerror or exc} ({free}); the samples of this window are "
+        "lost; free space in that filesystem (the coordinator writes into TMPDIR of the SSH session) and re-run"
+    )
+
+
 def _own_rss() -> int:
     try:
         return rss_bytes(Path("/proc/self/status").read_text())
@@ -436,6 +465,8 @@ class Runner:
         finally:
             try:
                 self._write_capture(components, profile)
+            except OSError as exc:  # a full disk: one line with the fix instead of a traceback
+                failure = failure or _write_failure(out, exc)
             finally:
                 self._close(components)
                 self._add_late_warnings(components)
