@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -416,6 +417,33 @@ def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -
     return checks
 
 
+def check_python_modules() -> Check:
+    """bcc and psutil importable by this interpreter (no compilation: the quick part of the bcc row)."""
+    missing = []
+    # An emptied bcc directory still imports (a namespace package): ask for what the sampler uses.
+    for module, name, package in (("bcc", "BPF", "python3-bpfcc"), ("psutil", "Process", "python3-psutil")):
+        try:
+            getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            missing.append((module, package, str(exc)))
+    if missing:
+        names = ", ".join(f"{module} ({problem})" for module, _package, problem in missing)
+        packages = " ".join(package for _module, package, _problem in missing)
+        return Check("python-modules", FAIL, f"not importable: {names}", f"install {packages} for this python3")
+    return Check("python-modules", OK, "bcc, psutil")
+
+
+def preflight_checks() -> list[Check]:
+    """What must hold before a coordinator starts this host (a second, no BPF compilation): root or
+    the capabilities, bcc and psutil, kernel headers. A fail here refuses the host before sampling."""
+    release = platform.release()
+    return [
+        privilege_check(os.geteuid(), _cap_eff()),
+        check_python_modules(),
+        headers_check(release, Path(f"/lib/modules/{release}/build"), Path("/sys/kernel/kheaders.tar.xz")),
+    ]
+
+
 class DoctorCommand:
     """Check that this host can be profiled: privileges, bcc, kernel, tracepoints, PMU, JVMs.
 
@@ -430,9 +458,12 @@ class DoctorCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the checks as a JSON list")
+        parser.add_argument(
+            "--preflight", action="store_true", help="only privileges, bcc/psutil and kernel headers (no compilation)"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
-        checks = run_checks()
+        checks = preflight_checks() if args.preflight else run_checks()
         if args.json:
             print(json.dumps([asdict(check) for check in checks], indent=1))
         else:
