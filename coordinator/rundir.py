@@ -40,6 +40,9 @@ class HostOutcome:
     clock_offset: float | None = None  # seconds, host clock minus coordinator clock
     start_time: float | None = None  # sampling window on the host (host clock, unix seconds)
     end_time: float | None = None
+    # The host's private work directory while it may still hold the capture (set at deploy, cleared once
+    # cleaned up): what `coordinator fetch` recovers after the coordinator died or lost the host.
+    workdir: str = ""
 
     @property
     def ok(self) -> bool:

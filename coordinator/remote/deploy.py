@@ -265,13 +265,23 @@ def fetch_command(layout: RemoteLayout, needs_sudo: bool) -> str:
     return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} -cf - ."
 
 
+def check_workdir(workdir: str) -> str:
+    """Refuse anything that is not one of our mktemp directories, whatever the remote (or a run.json) said."""
+    if (
+        not workdir.startswith("/")
+        or f"/{TEMP_PREFIX}." not in workdir
+        or any(c in workdir for c in "'\"\\$`\n\0")
+        or workdir.endswith("/")
+        or ".." in workdir
+    ):
+        raise ValueError(f"refusing to use {workdir!r} as a work directory")
+    return workdir
+
+
 def cleanup_command(layout: RemoteLayout, needs_sudo: bool, stop_wait: int = 30) -> str:
     """One round trip: stop a still-running profiler (SIGINT, then SIGKILL after ``stop_wait`` s), then
     remove the work directory."""
-    workdir = layout.workdir
-    # Refuse anything that is not one of our mktemp directories, whatever the remote said.
-    if f"/{TEMP_PREFIX}." not in workdir or "'" in workdir or workdir.endswith("/") or ".." in workdir:
-        raise ValueError(f"refusing to remove {workdir!r}")
+    workdir = check_workdir(layout.workdir)
     sudo = sudo_prefix(needs_sudo)
     alive = alive_command(layout, needs_sudo)
     return (

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,6 +138,15 @@ class HostTransport(ABC):
     def deploy(self, profile: Path, known_spes: Path) -> None:
         """Create the private work directory and ship the agent and input files."""
 
+    @property
+    @abstractmethod
+    def work_directory(self) -> str | None:
+        """The private work directory on the host once deployed (None before, and after clean-up)."""
+
+    @abstractmethod
+    def attach(self, workdir: str) -> None:
+        """Take over the work directory of an earlier run (``coordinator fetch``), after connect()."""
+
     @abstractmethod
     def start_profiler(self, request: RunRequest) -> None: ...
 
@@ -223,6 +233,14 @@ class LocalHost(HostTransport):
         shutil.copyfile(profile, self.layout.profile)
         shutil.copyfile(known_spes, self.layout.known_spes)
 
+    @property
+    def work_directory(self) -> str | None:
+        return None if self.workdir is None else str(self.workdir)
+
+    def attach(self, workdir: str) -> None:
+        deploy.check_workdir(workdir)
+        self.workdir = Path(workdir)
+
     def start_profiler(self, request: RunRequest) -> None:
         layout = self.layout
         args = self.run_args(layout, request)
@@ -243,12 +261,31 @@ class LocalHost(HostTransport):
             return None
 
     def profiler_alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        return self._attached_pid() is not None
+
+    def _attached_pid(self) -> int | None:
+        """The profiler of an attached work directory (an earlier coordinator's child): the pid its status
+        file names, while that process still runs with our status file on its command line."""
+        status = self.read_status()
+        if status is None or status.pid is None:
+            return None
+        try:
+            cmdline = Path(f"/proc/{int(status.pid)}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            return None
+        return int(status.pid) if self.layout.status.encode() in cmdline else None
 
     def signal_profiler(self, signal_name: str) -> bool:
         if not self.profiler_alive():
             return False
-        assert self.process is not None
+        if self.process is None:
+            pid = self._attached_pid()
+            if pid is None:
+                return False
+            os.kill(pid, getattr(signal, f"SIG{signal_name}"))
+            return True
         self.process.send_signal(getattr(signal, f"SIG{signal_name}"))
         return True
 
@@ -274,6 +311,13 @@ class LocalHost(HostTransport):
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
     def cleanup(self) -> None:
+        if self.process is None and self.workdir is not None and self.signal_profiler("INT"):
+            for _ in range(100):  # an attached profiler is not our child: poll its end
+                if not self.profiler_alive():
+                    break
+                time.sleep(0.2)
+            else:
+                self.signal_profiler("KILL")
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:

@@ -32,7 +32,7 @@ from coordinator.remote.progress import ProgressBoard, Renderer, make_renderer
 from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 from profiler import __version__, capture
 from profiler.appprofile import load_profile
-from profiler.errors import OutputExistsError, ProfilerError, config_error
+from profiler.errors import CapabilityError, OutputExistsError, ProfilerError, config_error
 from profiler.spes import load_known_spes
 
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
@@ -42,6 +42,7 @@ DEFAULT_START_DELAY = 10.0  # seconds after every host is deployed: covers BPF c
 READY_TIMEOUT = 120.0  # connect + deploy budget per host before the others start without it
 LOG_FILE = "coordinator.log"
 LATE_START_TOLERANCE = 0.5  # seconds after the common start a host may begin without a warning
+NOT_COLLECTED = "not collected"  # a host's reason in run.json until its outcome is known
 
 TransportFactory = Callable[[HostSpec], HostTransport]
 
@@ -144,6 +145,7 @@ class HostWorker(threading.Thread):
         board: ProgressBoard,
         log: RunLog,
         finish_grace: float,
+        reconnect_window: float = 60.0,
     ) -> None:
         super().__init__(name=f"host-{transport.spec.label}", daemon=True)
         self.transport = transport
@@ -154,10 +156,15 @@ class HostWorker(threading.Thread):
         self.board = board
         self.log = log
         self.finish_grace = finish_grace
+        self.reconnect_window = reconnect_window  # seconds a lost host is retried beyond the profiler's end
         self.ready = threading.Event()
         self.collected = threading.Event()  # the outcome is known; only the clean-up may still run
         self.outcome = HostOutcome(
-            host=self.spec.label, address=transport.address, roles=self.spec.roles, state=HOST_FAILED, reason="not run"
+            host=self.spec.label,
+            address=transport.address,
+            roles=self.spec.roles,
+            state=HOST_FAILED,
+            reason=NOT_COLLECTED,
         )
         self.stop_sent = False
         self.warnings: list[str] = []
@@ -176,7 +183,8 @@ class HostWorker(threading.Thread):
     def _reconnect(self, deadline: float) -> bool:
         """Reconnect until ``deadline`` (coordinator monotonic clock); the remote profiler keeps running."""
         attempt = 0
-        while time.monotonic() < deadline:
+        # At least one attempt: a command that blocked on a silent link may have outlasted the deadline.
+        while attempt == 0 or time.monotonic() < deadline:
             attempt += 1
             self._phase("reconnecting", f"attempt {attempt}")
             try:
@@ -217,12 +225,18 @@ class HostWorker(threading.Thread):
 
     def _cleanup(self) -> None:
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + self.reconnect_window
             self._with_reconnect(self.transport.cleanup, deadline)
             self.log.write(self.spec.label, "cleaned up")
+            self.outcome = replace(self.outcome, workdir="")
         except Exception as exc:  # noqa: BLE001 - report, never mask the outcome
             self.log.write(self.spec.label, f"cleanup failed: {exc}")
             note = f"cleanup failed, check the host for leftovers: {exc}"
+            if self.outcome.workdir:
+                note = (
+                    f"not cleaned up ({exc}): {self.outcome.workdir} stays on the host; "
+                    f"`coordinator fetch {self.run_dir}` fetches what it holds and removes it"
+                )
             reason = f"{self.outcome.reason}; {note}" if self.outcome.reason else note
             self.outcome = replace(self.outcome, reason=reason)
         finally:
@@ -240,6 +254,12 @@ class HostWorker(threading.Thread):
         self.outcome = replace(self.outcome, clock_offset=round(offset, 6))
         self.log.write(self.spec.label, f"clock offset {offset:+.6f} s")
         transport.deploy(self.request.profile, self.request.known_spes)
+        self.outcome = replace(
+            self.outcome,
+            workdir=transport.work_directory or "",
+            reason=f"{NOT_COLLECTED}: the coordinator stopped first; try `coordinator fetch {self.run_dir}`",
+        )
+        self._preflight()
         self._phase("ready")
         self.ready.set()
         while not self.control.go.wait(0.2):
@@ -252,11 +272,35 @@ class HostWorker(threading.Thread):
         request = replace(self.request, start_at=start_at)
         self._phase("starting")
         transport.start_profiler(request)
-        status = self._watch(start_at or time.time())
+        try:
+            status = self._watch(start_at or time.time())
+        except TransportLost as exc:
+            self._fail(f"connection lost and not re-established: {exc}")
+            return
         self._collect(status)
 
+    def _preflight(self) -> None:
+        """Refuse a host that cannot sample (no root or sudo, no bcc, no kernel headers) before the common
+        start, with the reason and the fix, instead of a profiler failing there once the others sample."""
+        result = self.transport.run_profiler(["doctor", "--preflight", "--json"], timeout=60)
+        if result.returncode == 0:
+            return
+        from coordinator.commands.doctor import parse_doctor_output
+
+        try:
+            failed = [c for c in parse_doctor_output(result.stdout) if c["status"] == "fail"]
+        except ValueError:
+            failed = []
+        if failed:
+            problems = "; ".join(f"{c['check']}: {c['detail']} (fix: {c['fix']})" for c in failed)
+        else:
+            problems = _error_line(result.stderr or result.stdout) or f"exit code {result.returncode}"
+        where = self.spec.source or self.spec.label
+        raise CapabilityError(f"{where}: cannot profile {self.transport.address}: {problems}")
+
     def _watch(self, start_at: float) -> ProfilerStatus | None:
-        """Poll the status file until the profiler finishes; forward a stop; survive connection drops."""
+        """Poll the status file until the profiler finishes; forward a stop; survive connection drops
+        (TransportLost once the host stayed unreachable beyond the reconnect window)."""
         transport = self.transport
         window_end = start_at + self.request.duration
         stop_deadline = window_end + self.finish_grace  # coordinator wall clock
@@ -265,7 +309,8 @@ class HostWorker(threading.Thread):
         kill_at: float | None = None
         while True:
             now = time.time()
-            reconnect_until = time.monotonic() + max(30.0, stop_deadline + 60 - now)
+            retry = max(self.reconnect_window / 2, stop_deadline + self.reconnect_window - now)
+            reconnect_until = time.monotonic() + retry
             if self.control.stop.is_set() and not self.stop_sent:
                 self.stop_sent = True
                 self._phase("stopping", "asked the profiler to stop (SIGINT)")
@@ -279,13 +324,15 @@ class HostWorker(threading.Thread):
                 self._with_reconnect(lambda: transport.signal_profiler("KILL"), reconnect_until)
                 self.outcome = replace(self.outcome, reason="profiler did not stop; killed")
                 return last
-            try:
-                status = self._with_reconnect(transport.read_status, reconnect_until)
-            except TransportLost as exc:
-                self._fail(f"connection lost and not re-established: {exc}")
-                return None
+            status = self._with_reconnect(transport.read_status, reconnect_until)
             if status is not None:
                 last = status
+                # A host that starts late (BPF compilation slower than the start delay) gets its whole
+                # window before the grace; one stuck compiling is waited for READY_TIMEOUT at most.
+                if status.state == "sampling":
+                    stop_deadline = max(stop_deadline, now - status.elapsed + self.request.duration + self.finish_grace)
+                elif status.state == "starting" and now < start_at + READY_TIMEOUT:
+                    stop_deadline = max(stop_deadline, now + self.request.duration + self.finish_grace)
                 phase = "stopping" if self.stop_sent and not status.finished else status.state
                 self.board.update(
                     self.spec.label,
@@ -310,7 +357,7 @@ class HostWorker(threading.Thread):
                         return final
                     tail = self._with_reconnect(lambda: transport.log_tail(5), reconnect_until).strip()
                     self.log.write(self.spec.label, f"profiler exited without finishing; log:\n{tail}")
-                    last_line = _error_line(tail)
+                    last_line = _error_line(tail) if _has_error(tail) else _vanished(final or last)
                     self.outcome = replace(self.outcome, reason=f"profiler exited early: {last_line}")
                     return final or ProfilerStatus("failed", error=last_line)
             interval = (
@@ -326,7 +373,7 @@ class HostWorker(threading.Thread):
     def _collect(self, status: ProfilerStatus | None) -> None:
         self._phase("fetching")
         dest = rundir.host_capture_dir(self.run_dir, self.spec.label)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 2 * self.reconnect_window
         try:
             self._with_reconnect(lambda: self.transport.fetch_capture(dest), deadline)
         except TransportLost as exc:
@@ -335,7 +382,7 @@ class HostWorker(threading.Thread):
         if not capture.is_capture_dir(dest):
             if dest.is_dir() and not any(dest.iterdir()):
                 dest.rmdir()
-            reason = self.outcome.reason if self.outcome.reason != "not run" else ""
+            reason = self.outcome.reason if not self.outcome.reason.startswith(NOT_COLLECTED) else ""
             error = status.error if status is not None and status.error else reason or "no meta.json written"
             self._fail(f"profiler failed: {error}")
             return
@@ -376,6 +423,20 @@ class HostWorker(threading.Thread):
                 "took longer than the start delay); raise --start-delay"
             )
             self.log.write(self.spec.label, self.warnings[-1])
+
+
+def _has_error(log_tail: str) -> bool:
+    return any(word in log_tail.lower() for word in ("error", "traceback"))
+
+
+def _vanished(last: ProfilerStatus | None) -> str:
+    """A profiler gone without a word (SIGKILL, the OOM killer): what its last status said."""
+    where = ""
+    if last is not None and last.state == "sampling":
+        where = f" {last.elapsed:.1f} s into the window"
+        if last.samples is not None:
+            where += f" with {last.samples} samples, which were lost with it"
+    return f"the process vanished without an error{where} (killed: SIGKILL or the OOM killer?)"
 
 
 def _error_line(log_tail: str) -> str:
@@ -454,6 +515,8 @@ class RunOptions:
     stream: IO[str] | None = None  # where progress goes (stderr)
     analyze: bool = True  # summary.csv and the report once the captures are in
     force: bool = False  # replace an existing run directory
+    finish_grace: float | None = None  # seconds after the window before a silent profiler is stopped
+    reconnect_window: float = 60.0  # seconds a lost host is retried beyond that (tests shorten both)
 
 
 def profile_cluster(
@@ -488,8 +551,12 @@ def profile_cluster(
     renderer = make_renderer(options.progress, options.stream)
     log = RunLog(out_dir / LOG_FILE)
     control = RunControl()
-    finish_grace = max(60.0, 0.25 * request.duration)
-    workers = [HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace) for spec in hosts]
+    finish_grace = max(60.0, 0.25 * request.duration) if options.finish_grace is None else options.finish_grace
+    workers = [
+        HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace, options.reconnect_window)
+        for spec in hosts
+    ]
+    progress = RunJsonWriter(out_dir, info)
     delay = DEFAULT_START_DELAY if options.start_delay is None else options.start_delay
     warmup: SparkWarmup | None = None
     renderer.start()
@@ -497,10 +564,11 @@ def profile_cluster(
         try:
             for worker in workers:
                 worker.start()
-            start_at = _start_together(workers, control, board, renderer, log, delay)
+            start_at = _start_together(workers, control, board, renderer, log, delay, progress)
             if start_at is not None:
                 info = replace(info, start_time=start_at)
-            warmup = _wait_collected(workers, control, board, renderer, request.duration, options.analyze)
+                progress.info = replace(progress.info, start_time=start_at)
+            warmup = _wait_collected(workers, control, board, renderer, request.duration, options.analyze, progress)
         finally:
             renderer.stop(board)
 
@@ -565,6 +633,21 @@ def _check_inputs(hosts: Sequence[HostSpec], profile: Path, known_spes: Path) ->
     load_known_spes(known_spes)
 
 
+class RunJsonWriter:
+    """run.json rewritten by the main thread whenever a host's outcome changes, so a coordinator killed
+    mid-run leaves each host's work directory and state behind for `coordinator fetch`."""
+
+    def __init__(self, run_dir: Path, info: RunInfo) -> None:
+        self.run_dir = run_dir
+        self.info = info
+
+    def refresh(self, workers: Sequence[HostWorker]) -> None:
+        info = self.info.with_hosts(tuple(w.outcome for w in workers))
+        if info != self.info:
+            rundir.write_run(self.run_dir, info)
+            self.info = info
+
+
 def _start_together(
     workers: Sequence[HostWorker],
     control: RunControl,
@@ -572,14 +655,18 @@ def _start_together(
     renderer: Renderer,
     log: RunLog,
     delay: float,
+    progress: RunJsonWriter,
 ) -> float | None:
     """Release every host at one moment once all are ready (or the wait timed out); the start time,
     or None when a stop came first."""
     ready_deadline = time.monotonic() + READY_TIMEOUT
     while not control.go.is_set():
+        progress.refresh(workers)
         if all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline:
             start_at = time.time() + delay
             log.write("*", f"all hosts ready; sampling starts at {start_at:.3f} (coordinator clock)")
+            progress.info = replace(progress.info, start_time=start_at)
+            progress.refresh(workers)
             control.release(start_at)
             return start_at
         if control.stop.is_set():
@@ -597,6 +684,7 @@ def _wait_collected(
     renderer: Renderer,
     duration: float,
     analyze: bool,
+    progress: RunJsonWriter,
 ) -> SparkWarmup | None:
     """Until every host's capture is home; clean-ups continue beside the analysis. A Spark session for
     a large analysis is warmed up once the window is over."""
@@ -611,6 +699,7 @@ def _wait_collected(
         ):
             warmup = SparkWarmup.start_if_available()
         renderer.refresh(board)
+        progress.refresh(workers)
         for worker in workers:
             worker.collected.wait(0.2 / len(workers))
     return warmup

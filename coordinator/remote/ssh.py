@@ -37,6 +37,10 @@ class SshOptions:
     accept_new_hosts: bool = False
     connect_timeout: float = 10.0
     keepalive: int = 5  # seconds between keepalive packets, so a dead peer is noticed
+    # A silent peer (link down, packets dropped) keeps the TCP connection "up" for ~15 minutes of
+    # retransmissions; the kernel drops it once sent data stays unacknowledged this long (TCP_USER_TIMEOUT,
+    # the keepalives guarantee there is some), and the transport reconnects.
+    dead_peer_timeout: float = 20.0
     command_timeout: float = 60.0
     identity: Path | None = None  # default key for hosts without identity=
 
@@ -154,6 +158,7 @@ class SshHost(HostTransport):
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(self.options.keepalive)
+            _set_user_timeout(transport.sock, self.options.dead_peer_timeout)
         with self._lock:
             self.client = client
             self._sftp = None
@@ -182,6 +187,8 @@ class SshHost(HostTransport):
             if self._sftp is None:
                 try:
                     self._sftp = self._client().open_sftp()
+                    # A silent network (link down, packets dropped) must not block a poll for ever.
+                    self._sftp.get_channel().settimeout(self.options.command_timeout)  # type: ignore[union-attr]
                 except (OSError, EOFError, paramiko.SSHException) as exc:
                     raise TransportLost(f"{self.spec.label}: SFTP to {self.address} failed ({exc})") from None
             return self._sftp
@@ -204,7 +211,8 @@ class SshHost(HostTransport):
         except socket.timeout:
             raise TransportLost(f"{self.spec.label}: command timed out after {timeout:g} s on {self.address}") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise TransportLost(f"{self.spec.label}: SSH to {self.address} failed ({exc})") from None
+            reason = exc or type(exc).__name__
+            raise TransportLost(f"{self.spec.label}: SSH to {self.address} failed ({reason})") from None
         return CommandResult(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     # ------------------------------------------------------------------ the profiler
@@ -286,6 +294,19 @@ class SshHost(HostTransport):
         if unpacked.returncode != 0:
             raise HostUnreachable(f"{spec.source}: unpacking the agent failed on {self.address}: {unpacked.stderr}")
 
+    @property
+    def work_directory(self) -> str | None:
+        return self.workdir
+
+    def attach(self, workdir: str) -> None:
+        """Take over an earlier run's work directory: whether sudo is needed is asked again."""
+        deploy.check_workdir(workdir)
+        probe = self.exec("id -u")
+        if probe.returncode != 0 or not probe.stdout.strip().isdigit():
+            raise HostUnreachable(f"{self.spec.source}: `id -u` failed on {self.address}: {probe.stderr.strip()}")
+        self.needs_sudo = int(probe.stdout.strip()) != 0
+        self.workdir = workdir
+
     def _remove_workdir_quietly(self, workdir: str) -> None:
         try:
             self.exec(deploy.cleanup_command(deploy.RemoteLayout(workdir), False), timeout=20)
@@ -306,7 +327,7 @@ class SshHost(HostTransport):
                 text = handle.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return None
-        except (OSError, EOFError, paramiko.SSHException) as exc:
+        except (OSError, EOFError, paramiko.SSHException, socket.timeout) as exc:
             with self._lock:
                 self._sftp = None
             raise TransportLost(f"{self.spec.label}: reading status from {self.address} failed ({exc})") from None
@@ -325,7 +346,7 @@ class SshHost(HostTransport):
         dest.mkdir(parents=True, exist_ok=True)
         try:
             channel = self._client().get_transport().open_session(timeout=30)  # type: ignore[union-attr]
-            channel.settimeout(120)
+            channel.settimeout(self.options.command_timeout)  # seconds without a byte, not for the whole
             channel.exec_command(deploy.fetch_command(self.layout, self.needs_sudo))
             stream = channel.makefile("rb")
             with tarfile.open(fileobj=stream, mode="r|") as archive:
@@ -336,7 +357,9 @@ class SshHost(HostTransport):
             if status == -1:
                 raise TransportLost(f"{self.spec.label}: connection to {self.address} closed during the fetch")
         except (OSError, EOFError, paramiko.SSHException, tarfile.TarError) as exc:
-            raise TransportLost(f"{self.spec.label}: fetching the capture from {self.address} failed ({exc})") from None
+            raise TransportLost(
+                f"{self.spec.label}: fetching the capture from {self.address} failed ({exc or type(exc).__name__})"
+            ) from None
         if status != 0:
             raise TransportLost(f"{self.spec.label}: tar failed on {self.address}: {err}")
 
@@ -359,6 +382,14 @@ class SshHost(HostTransport):
         if done.returncode != 0:
             raise ProfilerError(f"{self.spec.label}: cleanup on {self.address} failed: {done.stderr.strip()}")
         self.workdir = None
+
+
+def _set_user_timeout(sock: object, seconds: float) -> None:
+    if isinstance(sock, socket.socket) and hasattr(socket, "TCP_USER_TIMEOUT"):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
+        except OSError:
+            pass  # not TCP (a proxy command): the keepalives and command timeouts still bound a stall
 
 
 def _local_user() -> str:

@@ -64,8 +64,9 @@ def test_all_hosts_ok_gives_complete_run_and_exit_0(tmp_path: Path, inputs: tupl
     assert info.hosts[0].clock_offset == pytest.approx(0.25)
     assert info.hosts[0].roles == ("worker",)
     for fake in fakes.values():
-        assert fake.calls[:3] == ["connect", "deploy", "start"]
+        assert fake.calls[:4] == ["connect", "deploy", "profiler doctor --preflight --json", "start"]
         assert fake.cleaned
+    assert [h.workdir for h in info.hosts] == ["", ""], "a cleaned-up host names no work directory"
     assert (outcome.run_dir / rundir.PROFILE_COPY).read_text() == inputs[0].read_text()
     assert (outcome.run_dir / rundir.CLUSTER_COPY).is_file()
     assert rundir.host_capture_dir(outcome.run_dir, "10.0.0.1_2200").joinpath("meta.json").is_file()
@@ -244,3 +245,44 @@ def test_bad_profile_or_known_spes_fails_before_any_host_is_touched(
     assert expected in str(failure.value) and str(tmp_path) in str(failure.value)
     assert failure.value.exit_code == ConfigError.exit_code
     assert touched == [] and not (tmp_path / "run").exists()
+
+
+def test_host_failing_the_preflight_is_refused_before_the_start_with_the_reason(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(preflight_fail="bcc not importable (No module named 'bcc')")}
+    outcome, fakes = _run(tmp_path, inputs, {**scripts, "10.0.0.2_2201": FakeScript()})
+    assert outcome.exit_code == PartialRunError.exit_code
+    refused, other = rundir.read_run(outcome.run_dir).hosts
+    assert refused.state == "failed" and "python-modules: bcc not importable" in refused.reason
+    assert "start" not in fakes["10.0.0.1_2200"].calls and fakes["10.0.0.1_2200"].cleaned
+    assert other.state == "ok"
+
+
+def test_run_json_names_each_work_directory_while_the_run_is_under_way(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN a run whose run.json is read while the hosts sample (what a killed coordinator leaves)
+    seen: list[rundir.RunInfo] = []
+    out = tmp_path / "run"
+
+    def watch() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not seen:
+            try:
+                info = rundir.read_run(out)
+            except Exception:  # noqa: BLE001 - not written yet
+                info = None
+            if info is not None and all(h.workdir for h in info.hosts):
+                seen.append(info)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    outcome, _fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, duration=1.0, out=out)
+    watcher.join()
+    # THEN it named the work directory and the recovery command, and the final one names none
+    (host,) = seen[0].hosts
+    assert host.workdir == "/tmp/taskprof.fake-10.0.0.1_2200" and "coordinator fetch" in host.reason
+    assert seen[0].start_time is not None
+    assert rundir.read_run(outcome.run_dir).hosts[0].workdir == ""

@@ -1,0 +1,39 @@
+"""`coordinator fetch` on run directories that need no host: nothing to fetch, a hostile work directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator import rundir
+from coordinator.cli import main as coordinator_main
+from coordinator.rundir import HostOutcome, RunInfo
+
+
+def _run_dir(tmp_path: Path, workdir: str, state: str = "ok") -> Path:
+    run_dir = tmp_path / "run"
+    (run_dir / rundir.HOSTS_DIR).mkdir(parents=True)
+    (run_dir / rundir.CLUSTER_COPY).write_text("root@10.0.0.1 worker name=node1\n")
+    info = RunInfo("run", "cluster.txt", "p.txt", 8.0, 99, start_time=1.0)
+    host = HostOutcome("node1", "root@10.0.0.1:22", ("worker",), state, "", workdir=workdir)
+    rundir.write_run(run_dir, info.with_hosts((host,)))
+    return run_dir
+
+
+def test_nothing_to_fetch_when_no_host_left_a_work_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _run_dir(tmp_path, "")
+    assert coordinator_main(["fetch", str(run_dir), "--quiet"]) == 0
+    assert "nothing to fetch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("workdir", ["/etc", "/tmp/taskprof.x; rm -rf /", "/tmp/taskprof.x/../../etc", "relative"])
+def test_a_work_directory_that_is_not_ours_is_refused_before_any_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workdir: str
+) -> None:
+    run_dir = _run_dir(tmp_path, workdir, state="failed")
+    assert coordinator_main(["fetch", str(run_dir), "--quiet"]) == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run.json" in err[0] and "not a work directory" in err[0]
