@@ -286,9 +286,38 @@ class StatusWriter:
 # ------------------------------------------------------------------ BPF statistics
 
 
+_SYS_BPF = {"x86_64": 321, "aarch64": 280}
+_BPF_ENABLE_STATS, _BPF_STATS_RUN_TIME = 32, 0
+
+
+def _bpf_stats_fd() -> int | None:
+    """BPF run-time statistics held on by a file descriptor (Linux 5.8+): the kernel turns them off
+    when it closes, even after a SIGKILL, where a sysctl we set would stay on for every BPF program."""
+    number = _SYS_BPF.get(platform.machine())
+    if number is None:
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = (ctypes.c_uint32 * 16)(_BPF_STATS_RUN_TIME)
+        fd = int(libc.syscall(number, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr)))
+    except (OSError, AttributeError):
+        return None
+    return fd if fd >= 0 else None
+
+
 @contextmanager
 def bpf_stats_enabled() -> Iterator[bool]:
-    """Turn on kernel.bpf_stats_enabled for the window (restored after); yields whether it is on."""
+    """BPF run-time statistics on for the window (off after); yields whether they are on. The
+    kernel.bpf_stats_enabled sysctl (set, then restored) only where the fd way is missing."""
+    fd = _bpf_stats_fd()
+    if fd is not None:
+        try:
+            yield True
+        finally:
+            os.close(fd)
+        return
     path = Path("/proc/sys/kernel/bpf_stats_enabled")
     try:
         before = path.read_text().strip()
