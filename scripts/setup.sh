@@ -16,7 +16,8 @@ fi
 
 # Debian packages the profiler, its tests, the demo and the report tests use.
 PKGS=(bpfcc-tools python3-bpfcc python3-psutil linux-perf bpftool openjdk-17-jdk-headless
-      build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server)
+      build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server
+      sudo libfaketime)  # the fault tests: a non-root SSH user with sudo -n, a host clock 30 s ahead
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
