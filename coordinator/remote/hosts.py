@@ -255,6 +255,8 @@ class LocalHost(HostTransport):
         )
 
     def read_status(self) -> ProfilerStatus | None:
+        if self.workdir is None:  # not deployed, or cleaned up
+            return None
         try:
             return ProfilerStatus.from_json(Path(self.layout.status).read_text(encoding="utf-8"))
         except OSError:
@@ -271,11 +273,15 @@ class LocalHost(HostTransport):
         status = self.read_status()
         if status is None or status.pid is None:
             return None
+        proc = Path(f"/proc/{int(status.pid)}")
         try:
-            cmdline = Path(f"/proc/{int(status.pid)}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             return None
-        return int(status.pid) if self.layout.status.encode() in cmdline else None
+        # as deploy.alive_command: an empty command line (exec or exit under way) still counts until a zombie
+        ours = self.layout.status.encode() in cmdline or (not cmdline and state not in ("Z", "X"))
+        return int(status.pid) if ours else None
 
     def signal_profiler(self, signal_name: str) -> bool:
         if not self.profiler_alive():

@@ -37,3 +37,36 @@ def test_a_work_directory_that_is_not_ours_is_refused_before_any_connection(
     assert coordinator_main(["fetch", str(run_dir), "--quiet"]) == 6
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run.json" in err[0] and "not a work directory" in err[0]
+
+
+def test_local_host_takes_over_a_work_directory_left_by_a_dead_coordinator(tmp_path: Path) -> None:
+    # GIVEN a work directory whose "profiler" (a process naming the status file, as `profiler run
+    # --status-file` does) outlived the coordinator that started it
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from coordinator.remote.cluster import parse_cluster
+    from coordinator.remote.hosts import LocalHost
+
+    workdir = Path(tempfile.mkdtemp(prefix="taskprof.", dir=tmp_path))
+    status = workdir / "status.json"
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(status)])
+    try:
+        status.write_text(json.dumps({"state": "sampling", "pid": orphan.pid}))
+        (workdir / "out").mkdir()
+        (workdir / "out" / "meta.json").write_text("{}")
+        host = LocalHost(parse_cluster(["localhost"], "cluster.txt")[0])
+        # WHEN a new LocalHost attaches to it
+        host.attach(str(workdir))
+        # THEN it sees the profiler alive, fetches what is there, stops it and removes the directory
+        assert host.profiler_alive() and host.read_status() is not None
+        host.fetch_capture(tmp_path / "fetched")
+        assert (tmp_path / "fetched" / "meta.json").is_file()
+        host.cleanup()
+        assert orphan.wait(10) is not None and not workdir.exists()
+        assert not host.profiler_alive()
+    finally:
+        orphan.kill()
+        orphan.wait()
