@@ -286,3 +286,28 @@ def test_run_json_names_each_work_directory_while_the_run_is_under_way(
     assert host.workdir == "/tmp/taskprof.fake-10.0.0.1_2200" and "coordinator fetch" in host.reason
     assert seen[0].start_time is not None
     assert rundir.read_run(outcome.run_dir).hosts[0].workdir == ""
+
+
+def test_host_lost_beyond_the_reconnect_window_keeps_its_work_directory_for_fetch(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    lost_script = FakeScript(lose_connection_at=0.2, reconnect_failures=10**6)
+    scripts = {"10.0.0.1_2200": lost_script, "10.0.0.2_2201": FakeScript()}
+    began = time.monotonic()
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=0.6, finish_grace=0.2, reconnect_window=0.5)
+    assert time.monotonic() - began < 10, "the reconnect window bounds the wait"
+    assert outcome.exit_code == PartialRunError.exit_code
+    lost, other = rundir.read_run(outcome.run_dir).hosts
+    assert lost.state == "failed" and lost.reason.startswith("connection lost and not re-established")
+    assert lost.workdir == "/tmp/taskprof.fake-10.0.0.1_2200" and "coordinator fetch" in lost.reason
+    assert "fetch" not in fakes["10.0.0.1_2200"].calls, "no fetch is tried once the host is given up"
+    assert other.state == "ok" and other.workdir == ""
+
+
+def test_a_host_compiling_longer_than_start_delay_and_grace_is_not_stopped_early(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(compile_seconds=1.5)}
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=0.6, finish_grace=0.3)
+    assert outcome.complete, outcome.info.hosts
+    assert "signal INT" not in fakes["10.0.0.1_2200"].calls
