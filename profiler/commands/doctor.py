@@ -454,6 +454,7 @@ class DoctorCommand:
     examples:
       sudo profiler doctor
       sudo profiler doctor --json
+      sudo profiler doctor --preflight --json   # what coordinator profile asks every host before the start
     """
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
