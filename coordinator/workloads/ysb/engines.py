@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from coordinator.workloads.processes import Lifecycle, free_port
 from coordinator.workloads.sparkcluster import LocalSparkCluster
 from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow
-from coordinator.workloads.ysb.runner import (
+from coordinator.workloads.ysb.spark import (
     BatchProgress,
     YsbOptions,
     YsbRun,
@@ -163,7 +163,7 @@ class SparkStructuredYsb(_SparkYsb):
     events_source = "the driver's SQL REST API (rows its micro-batches read; Spark UI on a free loopback port)"
 
     def window(self, start: float, end: float) -> WindowResult:
-        from coordinator.workloads.ysb.runner import median_processed_rate, sustained_throughput
+        from coordinator.workloads.ysb.spark import median_processed_rate, sustained_throughput
 
         batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
         return WindowResult(

@@ -19,7 +19,7 @@ from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import cache_dir, compile_jar
 from coordinator.workloads.ysb.redis import RedisServer
-from coordinator.workloads.ysb.runner import YsbOptions
+from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
 
 if TYPE_CHECKING:
