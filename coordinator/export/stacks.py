@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.capture import UNMATCHED
 from profiler.errors import ConfigError
 from profiler.folded import FRAME_SEPARATOR, sanitize_frame
 from profiler.matcher import Matcher
+
+if TYPE_CHECKING:
+    from coordinator.report.load import RunData
 
 TASK_FRAME_PREFIX = "[task: "  # the task as a root frame: "[task: Kafka]" (speedscope, folded)
 
@@ -167,30 +171,40 @@ def _cell(row: Mapping[str, str] | None, column: str) -> float | None:
 
 def load_export_set(run_dir: Path) -> ExportSet:
     """The stacks of every sampled process of a run directory (or bare capture), matched with the
-    profile summary.csv was computed with and restricted to its sub-window, as the report draws them.
-    CPU seconds and cycles per process come from summary.csv's PID `*` rows (the analysis's own
-    numbers, sub-window included), else from the capture's counters."""
+    profile summary.csv was computed with and restricted to its sub-window, as the report draws them."""
     from coordinator.report.load import load_run, load_stacks
-    from profiler.appprofile import parse_profile
 
     run = load_run(run_dir)
     if run.profile_text is None:
         raise ConfigError(f"{run_dir}: no application profile in the run; run `coordinator analyze {run_dir}` first")
-    matcher = Matcher(parse_profile(run.profile_text, run.profile_source or "<profile>"))
+    stacks = {
+        h.name: load_stacks(h.capture, None, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
+    }
+    return export_set_of(run, stacks)
+
+
+def export_set_of(run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> ExportSet:
+    """The ExportSet of a loaded run and its stacks (host -> pid -> stack -> samples, as the report
+    loads them). CPU seconds and cycles per process come from summary.csv's PID `*` rows (the
+    analysis's own numbers, sub-window included), else from the capture's counters. Needs the run's
+    profile (``run.profile_text``)."""
+    from profiler.appprofile import parse_profile
+
+    matcher = Matcher(parse_profile(run.profile_text or "", run.profile_source or "<profile>"))
     totals = _pid_totals(run.rows)
     per_process: list[tuple[ExportProcess, Mapping[str, int]]] = []
     starts, durations = [], []
     for host in run.hosts:
-        if host.capture is None:
+        if host.capture is None or host.name not in stacks:
             continue
         meta = host.capture.meta
         starts.append(meta.start_time)
         durations.append(meta.duration)
-        stacks = load_stacks(host.capture, None, run.host_intervals(host.name))
         by_pid = {p.pid: p for p in host.capture.processes}
-        for pid in sorted(stacks):
+        for pid, counts in sorted(stacks[host.name].items()):
             info = by_pid[pid]
             counters = host.capture.counters.get(pid)
+            # <host>_result.csv rows (a run not analysed yet) have no run column
             row = totals.get((run.run_id, host.name, str(pid))) or totals.get(("", host.name, str(pid)))
             if row is not None:
                 cpu, cycles = _cell(row, "cpu_seconds"), _cell(row, "cycles")
@@ -207,18 +221,17 @@ def load_export_set(run_dir: Path) -> ExportSet:
                 engine=info.engine,
                 kind=info.kind,
                 frequency=float(meta.frequency) if meta.frequency else None,
-                samples=sum(c for c in stacks[pid].values() if c > 0),
+                samples=sum(c for c in counts.values() if c > 0),
                 cpu_seconds=cpu,
                 cycles=cycles,
                 cycles_estimated=estimated,
             )
-            per_process.append((process, stacks[pid]))
-    collected = collect_stacks(per_process, matcher)
+            per_process.append((process, counts))
     return ExportSet(
         run_id=run.run_id,
         task_names=matcher.result_names,
         processes=tuple(p for p, _ in per_process),
-        stacks=tuple(collected),
+        stacks=tuple(collect_stacks(per_process, matcher)),
         start_time=min(starts) if starts else None,
         duration=max(durations) if durations else None,
         window=_window_text(run.window),
@@ -238,6 +251,7 @@ __all__ = [
     "ExportSet",
     "TaskStack",
     "collect_stacks",
+    "export_set_of",
     "frame_names",
     "load_export_set",
     "select",

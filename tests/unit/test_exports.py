@@ -333,3 +333,32 @@ def test_summary_needs_an_analysis(tiny_run: Path, capsys: pytest.CaptureFixture
 def test_analyze_print(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(tiny_run), "--engine", "in-process", "--print"]) == 0
     assert "run tiny: all hosts" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the report's links
+
+
+def test_report_links_every_flamegraph_to_the_run_exports(analysed_tiny: Path) -> None:
+    from coordinator.report.render import render_report
+    from tests.fixtures.report import read_payload
+
+    index = render_report(analysed_tiny)
+    payload = read_payload(index)
+    links = payload["exports"]
+    assert isinstance(links, dict)
+    assert links["files"] == {"speedscope": "exports/tiny.speedscope.json", "pprof": "exports/tiny.pb.gz"}
+    graph_keys = {g["key"] for g in payload["graphs"]}  # type: ignore[attr-defined]
+    assert set(links["graphs"]) == graph_keys
+    assert links["graphs"]["pid:h1:100"] == {
+        "speedscope": "profile “h1 PID 100 (spark executor)”",
+        "pprof": "go tool pprof -tagfocus=host=^h1$ -tagfocus=pid=^100$ -http=: exports/tiny.pb.gz",
+    }
+    assert links["graphs"]["task:Kafka"]["pprof"].startswith("go tool pprof -tagfocus=task=^Kafka$ ")
+    # the files beside the page are the run's exports, and report.json counts them
+    report = index.parent
+    export = load_export_set(analysed_tiny)
+    assert (report / "exports/tiny.pb.gz").read_bytes() == render(export, "pprof")
+    document = json.loads((report / "exports/tiny.speedscope.json").read_text(encoding="utf-8"))
+    validate_speedscope(document)
+    meta = json.loads((report / "report.json").read_text(encoding="utf-8"))
+    assert meta["exports_bytes"] == sum(p.stat().st_size for p in (report / "exports").iterdir())
