@@ -14,9 +14,10 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 3
 fi
 
-# Debian packages the profiler, its tests, the demo and the report tests use.
+# Debian packages the profiler, its tests, the demo and the report tests use (golang-go: `go tool
+# pprof` reads the pprof exports in tests/integration/test_exports_pprof_go.py).
 PKGS=(bpfcc-tools python3-bpfcc python3-psutil linux-perf bpftool openjdk-17-jdk-headless
-      build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server)
+      build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server golang-go)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,11 +10,12 @@ from typing import Any
 from coordinator.export.stacks import ExportSet
 
 
-def _tagfocus(**labels: str) -> str:
-    """pprof's filter for exact label values (-tagfocus takes a regular expression)."""
+def _tagfocus(key: str, value: str) -> str:
+    """pprof's filter for one exact label value: -tagfocus takes a regular expression, and one key
+    (a second -tagfocus replaces the first)."""
     import re
 
-    return " ".join(f"-tagfocus={key}=^{re.escape(value)}$" for key, value in labels.items())
+    return f"-tagfocus={key}=^{re.escape(value)}$"
 
 
 def graph_links(graph_keys: Iterable[str], export: ExportSet, files: Mapping[str, str]) -> dict[str, Any]:
@@ -27,14 +28,14 @@ def graph_links(graph_keys: Iterable[str], export: ExportSet, files: Mapping[str
         kind, _, rest = key.partition(":")
         if kind == "pid":
             host, _, pid = rest.rpartition(":")
-            focus = _tagfocus(host=host, pid=pid)
+            focus = _tagfocus("process", f"{host}:{pid}")
             profile = labels.get((host, pid), "")
             speedscope = f"profile “{profile}”" if profile else ""
         elif kind == "host":
-            focus = _tagfocus(host=rest)
+            focus = _tagfocus("host", rest)
             speedscope = f"the profiles of {rest}"
         elif kind == "task":
-            focus = _tagfocus(task=rest)
+            focus = _tagfocus("task", rest)
             speedscope = f"root frame [task: {rest}] in each profile"
         else:
             continue

@@ -1,7 +1,7 @@
 """pprof export: a gzip-compressed ``perftools.profiles.Profile`` (google/pprof's profile.proto,
 vendored beside this module with the protobuf classes protoc generated from it) whose samples carry
-the labels Pyroscope and ``go tool pprof -tags/-tagfocus`` filter by: run, host, pid, role, engine,
-kind, thread and task. Pure: an ExportSet in, a message or bytes out.
+the labels Pyroscope and ``go tool pprof -tags/-tagfocus`` filter by: run, host, pid, process
+(host:pid), role, engine, kind, thread and task. Pure: an ExportSet in, a message or bytes out.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from coordinator.export import profile_pb2
 
 # Label keys on every sample, in this order (docs/exports.md).
-LABEL_KEYS: tuple[str, ...] = ("run", "host", "pid", "role", "engine", "kind", "thread", "task")
+# ``process`` is host:pid: pprof's -tagfocus filters on one label key, so a PID of one host needs one key.
+LABEL_KEYS: tuple[str, ...] = ("run", "host", "pid", "process", "role", "engine", "kind", "thread", "task")
 SAMPLES_TYPE = ("samples", "count")
 CPU_TYPE = ("cpu", "nanoseconds")
 CYCLES_TYPE = ("cycles", "count")
@@ -72,7 +73,7 @@ def comments(export: ExportSet, with_cycles: bool) -> list[str]:
 def build_profile(export: ExportSet) -> profile_pb2.Profile:
     """The Profile message: sample types samples/count, cpu/nanoseconds and, when any process has
     cycles, cycles/count; one Sample per (process, stack), leaf first, with its labels. A frame is
-    one Function and one Location (no addresses or mappings: the stacks are symbolized already)."""
+    one Function and one Location (no addresses: the stacks are symbolized already)."""
     from coordinator.export import profile_pb2
 
     string = StringTable()
@@ -89,6 +90,9 @@ def build_profile(export: ExportSet) -> profile_pb2.Profile:
         profile.time_nanos = round(export.start_time * 1e9)
     if export.duration is not None:
         profile.duration_nanos = round(export.duration * 1e9)
+    # One mapping for every location, flagged as symbolized: pprof then neither looks for a binary
+    # to symbolize with nor warns that the main binary's name is unknown.
+    profile.mapping.add(id=1, filename=string("[spe-taskprof folded stacks]"), has_functions=True)
     locations: dict[str, int] = {}
     for stack in export.stacks:
         sample = profile.sample.add()
@@ -98,7 +102,7 @@ def build_profile(export: ExportSet) -> profile_pb2.Profile:
                 location_id = locations[frame] = len(locations) + 1
                 name = string(frame)
                 profile.function.add(id=location_id, name=name, system_name=name)
-                profile.location.add(id=location_id).line.add(function_id=location_id)
+                profile.location.add(id=location_id, mapping_id=1).line.add(function_id=location_id)
             sample.location_id.append(location_id)
         values = [stack.count, _cpu_ns(stack, period)]
         if with_cycles:
@@ -115,7 +119,10 @@ def build_profile(export: ExportSet) -> profile_pb2.Profile:
 def _label_values(stack: TaskStack) -> tuple[str, ...]:
     process = stack.process
     pid = str(process.pid)
-    return (process.run, process.host, pid, process.role, process.engine, process.kind, stack.thread, stack.task)
+    return (
+        process.run, process.host, pid, f"{process.host}:{pid}", process.role, process.engine, process.kind,
+        stack.thread, stack.task,
+    )
 
 
 def encode(profile: Any) -> bytes:

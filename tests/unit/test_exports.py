@@ -5,7 +5,6 @@ pprof file parses back with the protobuf library; `coordinator summary` and `ana
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 from collections import Counter
@@ -20,81 +19,22 @@ from coordinator.export.files import render
 from coordinator.export.pprof import LABEL_KEYS, build_profile, decode
 from coordinator.export.speedscope import build_speedscope
 from coordinator.export.stacks import TASK_FRAME_PREFIX, load_export_set, select
-from profiler.capture import ALL_TASKS
 from profiler.errors import ConfigError
 from profiler.folded import iter_folded, read_folded
 from tests.fixtures.captures import PidSpec, write_run_dir
+from tests.fixtures.exports import (
+    assert_exports_agree_with_summary,
+    cluster_task_samples,
+    pid_task_samples,
+    pid_task_value,
+    pprof_totals,
+    speedscope_task_samples,
+    summary_rows,
+    validate_speedscope,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 REPO = Path(__file__).resolve().parent.parent.parent
-SCHEMA = DATA / "speedscope" / "file-format-schema.json"
-
-
-# ---------------------------------------------------------------- helpers: what summary.csv says
-
-
-def summary_rows(run_dir: Path) -> list[dict[str, str]]:
-    with open(run_dir / "summary.csv", encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def pid_task_samples(rows: list[dict[str, str]]) -> dict[tuple[str, int, str], int]:
-    """(host, pid, task) -> samples of summary.csv's PID task rows (no `*` rows, no zeros)."""
-    return {
-        (r["host"], int(r["pid"]), r["task"]): int(r["samples"])
-        for r in rows
-        if r["pid"] != ALL_TASKS and r["task"] != ALL_TASKS and r["samples"] not in ("", "0")
-    }
-
-
-def pid_task_value(rows: list[dict[str, str]], column: str) -> dict[tuple[str, int, str], float]:
-    return {
-        (r["host"], int(r["pid"]), r["task"]): float(r[column])
-        for r in rows
-        if r["pid"] != ALL_TASKS and r["task"] != ALL_TASKS and r[column] not in ("", "0")
-    }
-
-
-def cluster_task_samples(rows: list[dict[str, str]]) -> dict[str, int]:
-    return {
-        r["task"]: int(r["samples"])
-        for r in rows
-        if r["host"] == ALL_TASKS and r["task"] != ALL_TASKS and r["samples"] not in ("", "0")
-    }
-
-
-def pprof_totals(profile: object, value_index: int) -> dict[tuple[str, int, str], float]:
-    """(host, pid, task) -> sum of one value over the samples, from the labels of a parsed profile."""
-    strings = profile.string_table  # type: ignore[attr-defined]
-    totals: Counter[tuple[str, int, str]] = Counter()
-    for sample in profile.sample:  # type: ignore[attr-defined]
-        labels = {strings[label.key]: strings[label.str] for label in sample.label}
-        totals[labels["host"], int(labels["pid"]), labels["task"]] += sample.value[value_index]
-    return dict(totals)
-
-
-def speedscope_task_samples(document: dict, per_task: bool) -> dict[tuple[str, int, str], int]:
-    """(host, pid, task) -> weights, from profile names ("h1 PID 100 (spark executor)[: task T]") and
-    the root frame ``[task: T]`` (or the profile name's task with ``per_task``)."""
-    frames = document["shared"]["frames"]
-    totals: Counter[tuple[str, int, str]] = Counter()
-    for profile in document["profiles"]:
-        host, _, rest = profile["name"].partition(" PID ")
-        pid = int(rest.split(" ", 1)[0])
-        for stack, weight in zip(profile["samples"], profile["weights"]):
-            if per_task:
-                task = profile["name"].rpartition(": task ")[2]
-            else:
-                root = frames[stack[0]]["name"]
-                assert root.startswith(TASK_FRAME_PREFIX)
-                task = root[len(TASK_FRAME_PREFIX) : -1]
-            totals[host, pid, task] += weight
-    return dict(totals)
-
-
-def validate_speedscope(document: dict) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
-    jsonschema.validate(document, json.loads(SCHEMA.read_text(encoding="utf-8")))
 
 
 # ---------------------------------------------------------------- runs
@@ -157,6 +97,10 @@ def test_pprof_round_trip_agrees_with_summary(recorded_run: Path) -> None:
     assert node2 and all(s.value[1] == s.value[0] * period and s.value[2] == 0 for s in node2)
     assert any("node2 PID 5100" in strings[c] for c in profile.comment)
     assert any("cycles estimated" in strings[c] and "PID 4200" in strings[c] for c in profile.comment)
+
+
+def test_every_export_of_recorded_stacks_agrees_with_summary(recorded_run: Path) -> None:
+    assert_exports_agree_with_summary(recorded_run)
 
 
 def test_pprof_labels_and_locations(analysed_tiny: Path) -> None:
@@ -351,7 +295,7 @@ def test_report_links_every_flamegraph_to_the_run_exports(analysed_tiny: Path) -
     assert set(links["graphs"]) == graph_keys
     assert links["graphs"]["pid:h1:100"] == {
         "speedscope": "profile “h1 PID 100 (spark executor)”",
-        "pprof": "go tool pprof -tagfocus=host=^h1$ -tagfocus=pid=^100$ -http=: exports/tiny.pb.gz",
+        "pprof": "go tool pprof -tagfocus=process=^h1:100$ -http=: exports/tiny.pb.gz",
     }
     assert links["graphs"]["task:Kafka"]["pprof"].startswith("go tool pprof -tagfocus=task=^Kafka$ ")
     # the files beside the page are the run's exports, and report.json counts them
