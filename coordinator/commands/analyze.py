@@ -147,7 +147,7 @@ class AnalyzeCommand:
             print(f"  open the report: {index}")
         print("  compare two runs: coordinator compare RUN_A RUN_B")
         if args.print_table:
-            from coordinator.commands.summary import print_summary
+            from coordinator.report.terminal import print_summary
 
             print_summary(output.out_dir)
         return 0

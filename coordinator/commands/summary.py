@@ -14,7 +14,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from profiler.argtypes import existing_dir
 
@@ -36,28 +35,10 @@ class SummaryCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from coordinator.report.terminal import print_summary
+
         print_summary(args.run_dir, hosts=args.hosts or bool(args.host), pids=args.pids, only_hosts=args.host)
         return 0
-
-
-def print_summary(run_dir: Path, hosts: bool = False, pids: bool = False, only_hosts: list[str] | None = None) -> None:
-    """Print the task tables of ``run_dir``'s summary.csv (also `analyze --print`)."""
-    from coordinator.analysis.rows import existing_summary, read_summary
-    from coordinator.report.terminal import print_tables, task_tables
-    from profiler.errors import ConfigError
-
-    summary = existing_summary(Path(run_dir))
-    if summary is None:
-        raise ConfigError(f"{run_dir}: no summary.csv; run `coordinator analyze {run_dir}` first")
-    rows = read_summary(summary)
-    levels = ("cluster",) + (("host",) if hosts else ()) + (("pid",) if pids else ())
-    known = sorted({row.get("host", "") for row in rows} - {"", "*"})
-    for host in only_hosts or ():
-        if host not in known:
-            raise ConfigError(f"host {host}: not in {summary}; choose from: {', '.join(known)}")
-    tables = task_tables(rows, levels, only_hosts or ())
-    print(f"{summary}:")
-    print_tables(tables)
 
 
 COMMAND = SummaryCommand

@@ -5,14 +5,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.analysis.rows import BARE_CAPTURE_ANALYSIS_DIR
 from coordinator.export.stacks import ExportSet
-from profiler.capture import atomic_write_bytes, atomic_write_text, is_capture_dir
+from profiler.capture import atomic_write_bytes, atomic_write_text, is_capture_dir, replace_dir
 from profiler.errors import ConfigError, OutputExistsError
 
 FORMATS: tuple[str, ...] = ("speedscope", "pprof", "folded")
@@ -81,12 +84,18 @@ def write_export(
             raise OutputExistsError(f"{out}: is a directory; choose a file name with --out")
         atomic_write_bytes(out, content, mode)
         return [out]
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in content.items():
-        atomic_write_text(out / name, text, mode)
-        written.append(out / name)
-    return written
+    # A directory of per-task files is replaced whole: files of another profile's tasks do not linger.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    try:
+        for name, text in content.items():
+            atomic_write_text(staging / name, text, mode)
+        os.chmod(staging, 0o755)
+        replace_dir(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [out / name for name in content]
 
 
 def sizes(paths: Sequence[Path]) -> int:

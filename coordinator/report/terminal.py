@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
-from coordinator.analysis.rows import cell_number
+from coordinator.analysis.rows import cell_number, existing_summary, read_summary
 from coordinator.report.formats import format_share, format_si
 from profiler.capture import ALL_TASKS
+from profiler.errors import ConfigError
 
 COLUMNS: tuple[str, ...] = ("task", "samples", "share ± 95 % CI", "cycles", "CPU s", "cycles/event", "multi-task")
 
@@ -102,3 +104,24 @@ def print_tables(tables: Sequence[TaskTable], stream: IO[str] | None = None, wid
         for note in table_data.notes:
             console.print(Text(f"  {note}"))
         console.print()
+
+
+def print_summary(
+    run_dir: Path,
+    hosts: bool = False,
+    pids: bool = False,
+    only_hosts: Sequence[str] = (),
+    stream: IO[str] | None = None,
+) -> None:
+    """Print the task tables of ``run_dir``'s summary.csv (`coordinator summary`, `analyze --print`)."""
+    summary = existing_summary(Path(run_dir))
+    if summary is None:
+        raise ConfigError(f"{run_dir}: no summary.csv; run `coordinator analyze {run_dir}` first")
+    rows = read_summary(summary)
+    known = sorted({row.get("host", "") for row in rows} - {"", ALL_TASKS})
+    for host in only_hosts:
+        if host not in known:
+            raise ConfigError(f"host {host}: not in {summary}; choose from: {', '.join(known)}")
+    levels = ("cluster",) + (("host",) if hosts else ()) + (("pid",) if pids else ())
+    print(f"{summary}:", file=stream)
+    print_tables(task_tables(rows, levels, only_hosts), stream)

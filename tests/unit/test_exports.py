@@ -306,3 +306,27 @@ def test_report_links_every_flamegraph_to_the_run_exports(analysed_tiny: Path) -
     validate_speedscope(document)
     meta = json.loads((report / "report.json").read_text(encoding="utf-8"))
     assert meta["exports_bytes"] == sum(p.stat().st_size for p in (report / "exports").iterdir())
+
+
+def test_export_of_a_run_not_analysed_yet(tiny_run: Path) -> None:
+    # no summary.csv: the run's profile copy and the capture's counters (tests/fixtures/captures.py TINY_*)
+    export = load_export_set(tiny_run)
+    assert export.task_samples() == {
+        ("h1", 100, "Kafka"): 60, ("h1", 100, "Deserialize"): 30, ("h1", 100, "GC"): 10,
+        ("h1", 200, "Kafka"): 25, ("h1", 200, "unmatched"): 75,
+    }
+    profile = decode(render(export, "pprof"))  # type: ignore[arg-type]
+    assert pprof_totals(profile, 1)["h1", 100, "Kafka"] == 300_000_000  # 0.6 × 0.5 s
+    assert pprof_totals(profile, 2)["h1", 200, "unmatched"] == 300_000_000  # 0.75 × 4e8 cycles
+
+
+def test_per_task_directory_is_replaced_whole(analysed_tiny: Path) -> None:
+    out = analysed_tiny / "per-task"
+    assert main(["export", str(analysed_tiny), "--format", "folded", "--per-task", "--out", str(out)]) == 0
+    (out / "Old task.folded").write_text("x 1\n", encoding="utf-8")
+    assert main(["export", str(analysed_tiny), "--format", "folded", "--per-task", "--out", str(out)]) == 5
+    assert main(["export", str(analysed_tiny), "--format", "folded", "--per-task", "--out", str(out), "--force"]) == 0
+    assert "Old task.folded" not in {p.name for p in out.iterdir()}
+    assert (out / "Kafka.folded").read_text(encoding="utf-8") == (analysed_tiny / "tasks/Kafka.folded").read_text(
+        encoding="utf-8"
+    )
