@@ -15,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Debian packages the profiler, its tests, the demo and the report tests use (golang-go: `go tool
-# pprof` reads the pprof exports in tests/integration/test_exports_pprof_go.py).
+# pprof` reads the pprof exports in tests/integration/test_exports_tools.py).
 PKGS=(bpfcc-tools python3-bpfcc python3-psutil linux-perf bpftool openjdk-17-jdk-headless
       build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server golang-go)
 missing=()

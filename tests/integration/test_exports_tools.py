@@ -1,9 +1,11 @@
-"""Our pprof export read by pprof itself: `go tool pprof` (Debian's golang-go, installed by
-scripts/setup.sh) gives summary.csv's samples per task and per PID, filters by label, and shows the
-comments, without warnings."""
+"""Our exports read by the tools they are for: `go tool pprof` (Debian's golang-go, installed by
+scripts/setup.sh) gives summary.csv's samples per task and per PID, filters by label and shows the
+comments without warnings; flamegraph.pl (vendored in tests/data/flamegraph, run with Debian's perl)
+draws the folded export with summary.csv's samples per task."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ from tests.fixtures.exports import cluster_task_samples, pid_task_samples, summa
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPO = Path(__file__).resolve().parents[2]
 GO = shutil.which("go") or "/usr/bin/go"
+FLAMEGRAPH_PL = DATA / "flamegraph" / "flamegraph.pl"
 
 
 def go_pprof(tmp_path: Path, *args: str) -> str:
@@ -85,3 +88,24 @@ def test_go_tool_pprof_reads_the_export_like_summary_csv(tmp_path: Path, exporte
     comments = go_pprof(tmp_path, "-comments", str(pprof_file))
     assert "spe-taskprof run recorded: samples per task as in summary.csv" in comments
     assert "node1 PID 4200 (spark executor)" in comments  # no cycles for that one
+
+
+def test_flamegraph_pl_draws_the_folded_export_like_summary_csv(tmp_path: Path, exported: tuple[Path, Path]) -> None:
+    run_dir, _ = exported
+    folded = tmp_path / "recorded.folded"
+    assert main(["export", str(run_dir), "--format", "folded", "--out", str(folded)]) == 0
+    result = subprocess.run(
+        ["perl", str(FLAMEGRAPH_PL), str(folded)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    # the root frames are the tasks: their titles carry summary.csv's cluster samples
+    titles = [html.unescape(t) for t in re.findall(r"<title>([^<]*)</title>", result.stdout)]
+    per_task = {}
+    for title in titles:
+        found = re.fullmatch(r"\[task: (.+)\] \(([\d,]+) samples?, [\d.]+%\)", title)
+        if found:
+            per_task[found.group(1)] = int(found.group(2).replace(",", ""))
+    rows = summary_rows(run_dir)
+    assert per_task == cluster_task_samples(rows)
+    total = sum(per_task.values())
+    assert f"all ({total:,} samples, 100%)" in titles
