@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.capture import UNMATCHED
+from profiler.capture import ALL_TASKS
 from profiler.errors import ConfigError
 from profiler.folded import FRAME_SEPARATOR, sanitize_frame
 from profiler.matcher import Matcher
@@ -159,7 +159,7 @@ def _pid_totals(rows: Iterable[Mapping[str, str]]) -> dict[tuple[str, str, str],
     return {
         (row.get("run", ""), row.get("host", ""), row.get("pid", "")): row
         for row in rows
-        if row.get("task") == "*" and row.get("pid") not in (None, "", "*")
+        if row.get("task") == ALL_TASKS and row.get("pid") not in (None, "", ALL_TASKS)
     }
 
 
@@ -246,7 +246,6 @@ def _window_text(window: Mapping[str, object] | None) -> str | None:
 
 
 __all__ = [
-    "UNMATCHED",
     "ExportProcess",
     "ExportSet",
     "TaskStack",
