@@ -26,6 +26,7 @@ setup(
         "coordinator.remote",
         "coordinator.analysis",
         "coordinator.report",
+        "coordinator.export",
         "coordinator.workloads",
         "coordinator.workloads.ysb",
         "coordinator.templates",
@@ -43,12 +44,18 @@ setup(
         "coordinator.templates": ["*.html", "*.css", "*.js", "vendor/*"],
         "coordinator.application_profiles": ["*.txt"],
         "coordinator.workloads.ysb": ["*.java"],
+        # pprof's profile.proto (Apache-2.0) beside the classes protoc generated from it
+        "coordinator.export": ["profile.proto", "profile.proto.LICENSE", "profile_pb2.pyi"],
     },
     data_files=[("share/spe-taskprof", ["known_spes.txt", "cluster.txt"] + sorted(glob("application_profiles/*.txt")))],
     install_requires=["psutil>=5.9"],
     extras_require={
-        "coordinator": ["paramiko>=3", "jinja2>=3", "pyspark>=4,<5", "pandas>=2", "pyarrow>=14", "rich>=13"],
-        "dev": ["pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel"],
+        "coordinator": [
+            "paramiko>=3", "jinja2>=3", "pyspark>=4,<5", "pandas>=2", "pyarrow>=14", "rich>=13",
+            # coordinator/export/profile_pb2.py was generated for protobuf 7.35.1 (scripts/gen-pprof-proto.sh)
+            "protobuf>=7.35.1,<8",
+        ],
+        "dev": ["pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel", "jsonschema>=4"],
     },
     entry_points={
         "console_scripts": [

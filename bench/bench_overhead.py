@@ -280,7 +280,7 @@ def report(windows: list[Window], args: argparse.Namespace, command: str) -> str
         "",
         "| measure | median | range | goal |",
         "|---|---|---|---|",
-        f"| throughput loss with `profiler run -F {args.frequency}` | {pct(loss_prof)} | {spread(loss_prof)} "
+        f"| throughput loss with `profiler run --frequency {args.frequency}` | {pct(loss_prof)} | {spread(loss_prof)} "
         "| ≤ 0.5 % |",
     ]
     if loss_perf:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from coordinator.workloads.ysb import jvmstats  # noqa: E402
 from coordinator.workloads.ysb.engines import DEFAULT_ENGINE, ENGINES  # noqa: E402
-from coordinator.workloads.ysb.runner import YsbOptions  # noqa: E402
+from coordinator.workloads.ysb.spark import YsbOptions  # noqa: E402
 
 RESULTS = ROOT / "docs" / "benchmarks" / "soak.md"
 

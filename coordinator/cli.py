@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 from profiler.cli import build_parser, dispatch
 
-COMMAND_ORDER: tuple[str, ...] = ("profile", "fetch", "analyze", "compare", "report", "serve", "doctor", "demo")
+COMMAND_ORDER: tuple[str, ...] = (
+    "profile", "fetch", "analyze", "summary", "compare", "report", "export", "serve", "doctor", "demo"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

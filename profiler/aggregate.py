@@ -1,7 +1,7 @@
 """Pre-aggregation (Algorithm 1, lines 22-24): task shares per PID turned into result rows.
 
 Pure: match results and counters in, ``<host>_result.csv`` rows out (keys of capture.RESULT_COLUMNS,
-semantics in docs/capture-format.md). The host agent and the PySpark pipeline both call it.
+semantics in docs/capture-format.md). The host agent and the analysis (on Spark or in process) both call it.
 """
 
 from __future__ import annotations

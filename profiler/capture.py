@@ -241,11 +241,16 @@ class CounterDelta:
 def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
     """Write a file so a reader sees the old or the new content, never half of it. The file is
     private (0600) unless ``mode`` says otherwise (0o644 for what a web server serves)."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None) -> None:
+    """``atomic_write_text`` for binary content (a gzip-compressed pprof profile)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)

@@ -1,8 +1,8 @@
 """Algorithm 1 of the paper: map every folded stack onto one task of an application profile.
 
 Leaf-first: the frame nearest the leaf that matches any pattern decides; within that frame the task
-listed earliest in the profile wins. Pure and deterministic; the host agent and the PySpark pipeline
-call the same code. docs/matching.md states every rule.
+listed earliest in the profile wins. Pure and deterministic; the host agent, the analysis (on Spark
+or in process) and the report call the same code. docs/matching.md states every rule.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 3
 fi
 
-# Debian packages the profiler, its tests, the demo and the report tests use.
+# Debian packages the profiler, its tests, the demo and the report tests use (golang-go: `go tool
+# pprof` reads the pprof exports in tests/integration/test_exports_tools.py).
 PKGS=(bpfcc-tools python3-bpfcc python3-psutil linux-perf bpftool openjdk-17-jdk-headless
-      build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server
+      build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server golang-go
       sudo libfaketime)  # the fault tests: a non-root SSH user with sudo -n, a host clock 30 s ahead
 missing=()
 for p in "${PKGS[@]}"; do

@@ -102,6 +102,28 @@
     return typeof name === 'string' && name.toLowerCase().indexOf(term.toLowerCase()) !== -1;
   }
 
+  // Links to the run's speedscope and pprof files beside the page, and what to pick in them for
+  // this graph (docs/exports.md); paths and hints come from the payload, put in as text and href.
+  function renderExportLinks(key) {
+    var box = document.getElementById('graph-exports');
+    var exportsData = data.exports;
+    box.textContent = '';
+    if (!exportsData || !exportsData.files) return;
+    var hints = (exportsData.graphs || {})[key] || {};
+    box.appendChild(document.createTextNode('Open in other tools: '));
+    ['speedscope', 'pprof'].forEach(function (format) {
+      var href = exportsData.files[format];
+      if (!href) return;
+      if (box.childNodes.length > 1) box.appendChild(document.createTextNode(' · '));
+      var link = el('a', 'export-link', format + ' file');
+      link.setAttribute('href', href);
+      link.setAttribute('download', '');
+      link.dataset.format = format;
+      box.appendChild(link);
+      if (hints[format]) box.appendChild(document.createTextNode(' (' + hints[format] + ')'));
+    });
+  }
+
   function renderGraph(key) {
     var graph = graphsByKey[key];
     var container = document.getElementById('flame');
@@ -119,6 +141,7 @@
         ' samples) are drawn as one frame: raise --max-stacks (now ' + data.maxStacks + ') to see them';
     }
     info.textContent = infoText;
+    renderExportLinks(key);
     if (!graph.samples) { container.appendChild(el('p', 'empty', 'no samples')); return; }
     var width = Math.max(600, container.clientWidth || 1100);
     var chart = flamegraph()

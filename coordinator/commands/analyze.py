@@ -14,7 +14,7 @@ need python3 with pyarrow and numpy; the code is shipped with the job).
 
 examples:
   coordinator analyze runs/20260122-014700
-  coordinator analyze runs/20260122-014700 --profile my_profile.txt
+  coordinator analyze runs/20260122-014700 --profile my_profile.txt --print
   coordinator analyze runs/20260122-014700 --from 300 --to 600 --out analysis/steady-state
   coordinator analyze runs/* --out analysis/all-runs --master local[2]
   coordinator analyze runs/* --out /shared/analysis --master spark://head:7077
@@ -102,6 +102,12 @@ class AnalyzeCommand:
             help="end of the sub-window, seconds into the sampling window (default: its end); "
             "whole timeline intervals overlapping [--from, --to) are used",
         )
+        parser.add_argument(
+            "--print",
+            dest="print_table",
+            action="store_true",
+            help="also print the task table in the terminal (as `coordinator summary`)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.analysis.engines import analyze
@@ -140,6 +146,10 @@ class AnalyzeCommand:
             print(f"wrote {index}")
             print(f"  open the report: {index}")
         print("  compare two runs: coordinator compare RUN_A RUN_B")
+        if args.print_table:
+            from coordinator.report.terminal import print_summary
+
+            print_summary(output.out_dir)
         return 0
 
 

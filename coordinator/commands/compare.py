@@ -3,8 +3,9 @@
 Per task: cycles and share of all samples in run A and run B, the delta (B - A) and relative delta of
 cycles, and a pooled two-proportion z-test of the shares; a task is marked `*` when the share
 difference is larger than the sampling error (p < 0.05). Uses each run's summary.csv (cluster rows,
-host `*`); runs without one, or all runs when --profile is given, are analysed first on Spark
-(nothing is written into the runs then). A side may also be a summary.csv file of one run.
+host `*`); runs without one, or all runs when --profile is given, are analysed first, as `analyze`
+does: in this process when small and the master is local, else on Spark (nothing is written into
+the runs then). A side may also be a summary.csv file of one run.
 
 examples:
   coordinator compare runs/baseline runs/tuned
@@ -15,6 +16,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,8 +78,8 @@ class CompareCommand:
         totals: list[dict[str, TaskTotals]] = [{}, {}]
         missing = [i for i, s in enumerate(summaries) if s is None]
         if missing:
-            totals_from_spark = self._analyse([sides[i] for i in missing], args.profile, args.master)
-            for i, result in zip(missing, totals_from_spark):
+            analysed = self._analyse([sides[i] for i in missing], args.profile, args.master)
+            for i, result in zip(missing, analysed):
                 totals[i] = result
         for i, summary in enumerate(summaries):
             if summary is not None:
@@ -96,18 +98,22 @@ class CompareCommand:
 
     @staticmethod
     def _analyse(paths: list[Path], profile: Path | None, master: str) -> list[dict[str, TaskTotals]]:
-        """Analyse runs into a scratch directory with one Spark session; the runs are not written to."""
-        from coordinator.analysis.engines import analyze, spark_session
+        """Analyse runs into a scratch directory; the runs are not written to. Small runs on a local
+        master are analysed in this process (as `analyze` does); one Spark session serves the rest."""
+        from coordinator.analysis.engines import analyze, choose_engine, spark_session
+        from coordinator.analysis.inputs import read_inputs
 
+        run_dirs = [path for path in paths if not path.is_file()]
+        needs_spark = bool(run_dirs) and choose_engine("auto", master, read_inputs(run_dirs)) == "spark"
         results: list[dict[str, Any]] = []
-        with tempfile.TemporaryDirectory(prefix="taskprof-compare-") as scratch, spark_session(master) as spark:
+        with contextlib.ExitStack() as stack:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="taskprof-compare-")))
+            spark = stack.enter_context(spark_session(master)) if needs_spark else None
             for index, path in enumerate(paths):
                 if path.is_file():
                     results.append(summary_totals(path))
                     continue
-                output = analyze(
-                    [path], out_dir=Path(scratch) / str(index), profile=profile, master=master, spark=spark
-                )
+                output = analyze([path], out_dir=scratch / str(index), profile=profile, master=master, spark=spark)
                 results.append(summary_totals(output.summary_csv))
         return results
 

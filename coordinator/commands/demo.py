@@ -179,7 +179,7 @@ class DemoCommand:
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.rundir import new_run_id
         from coordinator.workloads.ysb.engines import ENGINES
-        from coordinator.workloads.ysb.runner import YsbOptions
+        from coordinator.workloads.ysb.spark import YsbOptions
 
         out = args.out or Path("runs") / f"demo-{new_run_id()}"
         created = not out.exists()

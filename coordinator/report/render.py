@@ -9,10 +9,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from coordinator.export.files import Selection
+from coordinator.export.stacks import ExportSet
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.formats import format_bytes, format_number, format_share, format_si
 from coordinator.report.load import RunData, load_run, load_stacks, load_timeline
@@ -20,6 +24,7 @@ from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
 from profiler.capture import (
     UNMATCHED,
+    atomic_write_bytes,
     replace_dir,
 )
 from profiler.errors import OutputExistsError
@@ -107,6 +112,27 @@ def report_summary(view: ReportView, run: RunData, payload_bytes: int = 0) -> di
     }
 
 
+def export_files(
+    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]
+) -> tuple[ExportSet, dict[str, tuple[str, bytes]]] | None:
+    """The run's speedscope and pprof exports the flamegraphs link to (format -> (path relative to
+    the report, content)); None without a profile or stacks. One file per format for the whole run,
+    not one per graph: the report grows by about one copy of the stacks (docs/exports.md)."""
+    from coordinator.export.files import EXPORTS_DIR, SUFFIXES, render
+    from coordinator.export.stacks import export_set_of
+
+    if run.profile_text is None or not any(stacks.values()):
+        return None
+    export = export_set_of(run, stacks)
+    stem = Selection().stem(run.run_id)
+    files = {}
+    for fmt in ("speedscope", "pprof"):
+        content = render(export, fmt)
+        assert isinstance(content, bytes)  # one file per format without --per-task
+        files[fmt] = (f"{EXPORTS_DIR}/{stem}{SUFFIXES[fmt]}", content)
+    return export, files
+
+
 def render_report(
     run_dir: Path,
     out_dir: Path | None = None,
@@ -136,16 +162,25 @@ def render_report(
         problems=problems,
         timelines={name: t for name, t in timelines.items() if t is not None},
     )
+    exports = export_files(run, stacks)
+    if exports:
+        from coordinator.export.links import graph_links
+
+        paths = {fmt: path for fmt, (path, _) in exports[1].items()}
+        links = graph_links((g["key"] for g in view.payload["graphs"]), exports[0], paths)
+        view = replace(view, payload={**view.payload, "exports": links})
     payload_bytes = payload_size(view)
     html = render_html(view, payload_bytes)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
     try:
         _copy_assets(staging)
+        for relative, content in (exports[1].values() if exports else ()):
+            atomic_write_bytes(staging / relative, content, 0o644)
         (staging / "index.html").write_text(html, encoding="utf-8")
-        (staging / REPORT_META).write_text(
-            json.dumps(report_summary(view, run, payload_bytes), indent=1) + "\n", encoding="utf-8"
-        )
+        summary = report_summary(view, run, payload_bytes)
+        summary["exports_bytes"] = sum(len(content) for _, content in exports[1].values()) if exports else 0
+        (staging / REPORT_META).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         (staging / REPORT_MARKER).write_text("written by coordinator report\n", encoding="utf-8")
         os.chmod(staging, 0o755)
         replace_dir(staging, out_dir)

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,17 +26,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import psutil
-
-from coordinator.workloads.sparkcluster import (
-    DEFAULT_JAVA_OPTIONS,
-    _log_tail,
-    _terminate_group,
-    die_with_parent,
+from coordinator.workloads.processes import (
+    Lifecycle,
     free_port,
-    java_home,
     live_process_tree,
+    log_tail,
+    scratch_dir,
+    spawn_logged,
+    stop_all,
+    terminate_group,
 )
+from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS, java_home
 from coordinator.workloads.ysb.javabuild import cache_dir
 from profiler.errors import CapabilityError, ProfilerError
 
@@ -132,7 +131,7 @@ class FlinkProcess:
 
 
 @dataclass
-class LocalFlinkCluster:
+class LocalFlinkCluster(Lifecycle):
     """Context manager: a standalone JobManager and ``taskmanagers`` TaskManagers on 127.0.0.1.
 
     Each TaskManager has ``slots`` slots; every JVM runs with -XX:+PreserveFramePointer
@@ -162,10 +161,6 @@ class LocalFlinkCluster:
     _keep_logs: bool = field(init=False, default=False)
     _env: dict[str, str] = field(init=False, default_factory=dict)
     _home: Path | None = field(init=False, default=None)
-
-    def __enter__(self) -> LocalFlinkCluster:
-        self.start()
-        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -197,12 +192,7 @@ class LocalFlinkCluster:
         if self.jobmanager is not None:
             return self
         home = self.home
-        if self.log_dir is not None:
-            self._tmp = Path(self.log_dir)
-            self._tmp.mkdir(parents=True, exist_ok=True)
-        else:
-            self._tmp = Path(tempfile.mkdtemp(prefix="flink-local-"))
-            self._owns_tmp = True
+        self._tmp, self._owns_tmp = scratch_dir(self.log_dir, "flink-local-")
         self.rest_port = free_port()
         self.rpc_port = free_port()
         conf_dir = self._write_conf(home)
@@ -270,16 +260,8 @@ class LocalFlinkCluster:
     def _spawn(self, role: str, log_path: Path) -> FlinkProcess:
         # start-foreground: the script execs flink-console.sh, which execs the JVM, so the child we
         # hold is the JVM itself (its own process group, SIGTERM when we die).
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                [str(self.home / "bin" / f"{role}.sh"), "start-foreground"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                cwd=self.tmp_dir,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - only setsid and prctl, no locks
-            )
+        argv = [str(self.home / "bin" / f"{role}.sh"), "start-foreground"]
+        process = spawn_logged(argv, log_path, self._env, self.tmp_dir)
         return FlinkProcess(process, log_path, role)
 
     def rest(self, path: str, method: str = "GET", body: bytes | None = None, content_type: str = "") -> Any:
@@ -297,7 +279,7 @@ class LocalFlinkCluster:
             if proc.process.poll() is not None:
                 raise FlinkClusterError(
                     f"{proc.log_path}: Flink {proc.role} exited with code {proc.process.returncode}; "
-                    f"its log ends: {_log_tail(proc.log_path)}"
+                    f"its log ends: {log_tail(proc.log_path)}"
                 )
 
     def _wait_rest(self) -> None:
@@ -344,7 +326,7 @@ class LocalFlinkCluster:
 
     def remove_taskmanager(self, worker: FlinkProcess) -> None:
         """Stop one TaskManager (its process group); the JobManager notices after its heartbeat timeout."""
-        _terminate_group(worker.process, _STOP_GRACE_S)
+        terminate_group(worker.process, _STOP_GRACE_S)
         self.workers.remove(worker)
 
     # --- jobs ------------------------------------------------------------------------------------
@@ -423,18 +405,8 @@ class LocalFlinkCluster:
 
     def stop(self) -> None:
         """Kill the TaskManagers, then the JobManager, and wait for every one. Idempotent."""
-        leftovers: list[psutil.Process] = []
-        with contextlib.suppress(psutil.Error):
-            leftovers = [psutil.Process(p) for p in self.all_pids()]
-        for worker in reversed(self.workers):
-            _terminate_group(worker.process, _STOP_GRACE_S)
-        if self.jobmanager is not None:
-            _terminate_group(self.jobmanager.process, _STOP_GRACE_S)
-        for proc in leftovers:
-            with contextlib.suppress(psutil.Error):
-                if proc.is_running():
-                    proc.kill()
-        psutil.wait_procs(leftovers, timeout=5)
+        jobmanager = [self.jobmanager.process] if self.jobmanager is not None else []
+        stop_all([*(w.process for w in reversed(self.workers)), *jobmanager], self.all_pids(), _STOP_GRACE_S)
         self.jobmanager = None
         self.workers.clear()
         self.jobs.clear()

@@ -7,26 +7,33 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import psutil
 
+from coordinator.workloads.processes import (
+    Lifecycle,
+    die_with_parent,
+    first_error_line,
+    free_port,
+    live_process_tree,
+    log_tail,
+    scratch_dir,
+    spawn_logged,
+    stop_all,
+    terminate_group,
+)
 from profiler.errors import CapabilityError, ProfilerError
 
 __all__ = [
@@ -36,8 +43,6 @@ __all__ = [
     "WorkerProcess",
     "spark_home",
     "java_home",
-    "free_port",
-    "die_with_parent",
     "EXECUTOR_MAIN_CLASS",
     "DEFAULT_JAVA_OPTIONS",
 ]
@@ -47,7 +52,6 @@ EXECUTOR_MAIN_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 DEFAULT_JAVA_OPTIONS = "-XX:+PreserveFramePointer"
 _START_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 10.0
-_PR_SET_PDEATHSIG = 1
 
 
 class SparkClusterError(ProfilerError):
@@ -81,54 +85,6 @@ def java_home() -> Path:
     return Path(os.path.realpath(java)).parent.parent
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (Spark retries the next port if it is taken)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def die_with_parent() -> None:
-    """Run in the child before exec: new session (own process group) and SIGTERM when we die.
-
-    The death signal keeps a killed test runner from leaving JVMs behind; a Worker's shutdown hook
-    then stops its executors. It fires when the *thread* that started the child exits, so start
-    clusters from a long-lived thread (normally the main thread).
-    """
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def _log_tail(path: Path, lines: int = 3) -> str:
-    """The last non-empty lines of a log, joined on one line (error messages are one line)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-    return " | ".join(tail) or "(empty log)"
-
-
-# "java.lang.OutOfMemoryError: Java heap space", "TypeError: ...", "org.apache...SparkException: ..."
-_ERROR_LINE = re.compile(r"(?:^|\s)(?:[\w$]+\.)*[\w$]*(?:Error|Exception)(?::\s|$)")
-
-
-def first_error_line(logs: Sequence[Path]) -> str | None:
-    """The first line of the first log that names an error or exception class (the cause, usually;
-    the lines after it are the consequences and the shutdown), or None."""
-    for path in logs:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if _ERROR_LINE.search(line):
-                return line.strip()
-    return None
-
-
 def _wait_for_file_pattern(
     path: Path,
     pattern: re.Pattern[str],
@@ -145,7 +101,7 @@ def _wait_for_file_pattern(
             return match
         if process is not None and process.poll() is not None:
             logs = [log_hint, path] if log_hint is not None else [path]
-            cause = first_error_line(logs) or f"its log ends: {_log_tail(logs[0])}"
+            cause = first_error_line(logs) or f"its log ends: {log_tail(logs[0])}"
             raise SparkClusterError(
                 f"{logs[0]}: {what} exited with code {process.returncode} before it was ready: {cause}"
             )
@@ -154,36 +110,6 @@ def _wait_for_file_pattern(
                 f"{path}: {what} not ready after {timeout:.0f} s; read the log, or raise the timeout"
             )
         time.sleep(0.2)
-
-
-def live_process_tree(roots: Sequence[int]) -> list[int]:
-    """The live (non-zombie) processes among ``roots`` and all their descendants."""
-    pids: set[int] = set()
-    for root in roots:
-        try:
-            proc = psutil.Process(root)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                pids.add(root)
-            pids.update(c.pid for c in proc.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE)
-        except psutil.NoSuchProcess:
-            continue
-    return sorted(pids)
-
-
-def _terminate_group(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM the process group, then SIGKILL it after ``grace`` seconds, and reap the leader."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    # Children may outlive the leader (a Python driver, an executor): kill whatever is left in the group.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=grace)
 
 
 class SparkSubmitProcess(subprocess.Popen):  # type: ignore[type-arg]
@@ -213,7 +139,7 @@ class WorkerProcess:
 
 
 @dataclass
-class LocalSparkCluster:
+class LocalSparkCluster(Lifecycle):
     """Context manager: a standalone Master and one Worker on 127.0.0.1, on free ports.
 
     ``submit()`` runs spark-submit against it (frame pointers on in driver and executors);
@@ -241,15 +167,6 @@ class LocalSparkCluster:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def __enter__(self) -> LocalSparkCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     @property
     def tmp_dir(self) -> Path:
         if self._tmp is None:
@@ -265,12 +182,7 @@ class LocalSparkCluster:
     def start(self) -> LocalSparkCluster:
         if self._master is not None:
             return self
-        if self.log_dir is not None:
-            self._tmp = Path(self.log_dir)
-            self._tmp.mkdir(parents=True, exist_ok=True)
-        else:
-            self._tmp = Path(tempfile.mkdtemp(prefix="spark-local-"))
-            self._owns_tmp = True
+        self._tmp, self._owns_tmp = scratch_dir(self.log_dir, "spark-local-")
         self._env = self._build_env()
         atexit.register(self.stop)
         try:
@@ -310,16 +222,7 @@ class LocalSparkCluster:
         return env
 
     def _spawn(self, argv: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                cwd=self.tmp_dir,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - only setsid and prctl, no locks
-            )
+        return spawn_logged(argv, log_path, self._env, self.tmp_dir)
 
     def _start_master(self) -> None:
         spark_class = str(self.spark_home / "bin" / "spark-class")
@@ -397,7 +300,7 @@ class LocalSparkCluster:
 
     def remove_worker(self, worker: WorkerProcess) -> None:
         """Stop one Worker and the executors it runs (its process group); the others keep running."""
-        _terminate_group(worker.process, _STOP_GRACE_S)
+        terminate_group(worker.process, _STOP_GRACE_S)
         self.workers.remove(worker)
 
     def master_state(self) -> dict[str, object]:
@@ -495,7 +398,7 @@ class LocalSparkCluster:
 
     def stop_app(self, app: SparkSubmitProcess, grace: float = _STOP_GRACE_S) -> int | None:
         """Terminate a submitted app (driver JVM and its Python) and wait for its executors to go."""
-        _terminate_group(app, grace)
+        terminate_group(app, grace)
         deadline = time.monotonic() + 30
         while self.executor_pids() and not self._other_apps_running(app) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -561,21 +464,9 @@ class LocalSparkCluster:
 
     def stop(self) -> None:
         """Kill apps, then Workers (their executors), then the Master; wait for every one. Idempotent."""
-        leftovers: list[psutil.Process] = []
-        with contextlib.suppress(psutil.Error):
-            leftovers = [psutil.Process(p) for p in self.all_pids()]
-        for app in self.apps:
-            _terminate_group(app, _STOP_GRACE_S)
-        for worker in reversed(self.workers):
-            _terminate_group(worker.process, _STOP_GRACE_S)
-        if self._master is not None:
-            _terminate_group(self._master, _STOP_GRACE_S)
-        # Anything that left its group (none should) is killed by pid.
-        for proc in leftovers:
-            with contextlib.suppress(psutil.Error):
-                if proc.is_running():
-                    proc.kill()
-        psutil.wait_procs(leftovers, timeout=5)
+        master = [self._master] if self._master is not None else []
+        groups = [*self.apps, *(w.process for w in reversed(self.workers)), *master]
+        stop_all(groups, self.all_pids(), _STOP_GRACE_S)
         # Forget them: a second stop() must not signal process groups whose ids may have been reused.
         self._master = None
         self.apps.clear()

@@ -1,6 +1,7 @@
 """`coordinator demo` end to end on real Spark, real eBPF and real Redis: the YSB tasks show up in
 summary.csv with the window's events and cycles per event, unmatched stays small, the sink wrote
-windows, nothing is left running, and a workload that dies leaves its logs, named in the error."""
+windows, its exports agree with summary.csv, nothing is left running, and a workload that dies
+leaves its logs, named in the error."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from tests.fixtures.exports import assert_exports_agree_with_summary
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED_TASKS = ("Deserialize", "Filter+Projection+Join", "Window", "Sink")
@@ -80,6 +83,8 @@ def test_demo_profiles_ysb_tasks(tmp_path: Path) -> None:
     assert shares.get("unmatched", 0.0) < 0.20, f"unmatched too large: {shares}"
     # AND the window's events were counted from the driver's REST API: cycles per event per task
     _assert_events_counted(out, "spark-rest:")
+    # AND its speedscope, pprof and folded exports agree with summary.csv task by task (docs/exports.md)
+    assert_exports_agree_with_summary(out)
 
     # AND the pipeline really ran: micro-batches processed and window rows written to the sink
     done = re.search(r"demo: (\d+) micro-batches, (\d+) events .* (\d+) window rows in the sink", result.stdout)

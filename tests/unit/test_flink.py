@@ -19,7 +19,7 @@ from coordinator.workloads.ysb.flink import (
     flink_known_spes,
     taskmanager_java_options,
 )
-from coordinator.workloads.ysb.runner import YsbOptions
+from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
 from profiler.spes import classify, default_known_spes_path, load_known_spes, parse_known_spes
 

@@ -8,7 +8,7 @@ import pytest
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping, campaign_ids
 from coordinator.workloads.ysb.engines import spark_known_spes as demo_known_spes
 from coordinator.workloads.ysb.redis import encode_command
-from coordinator.workloads.ysb.runner import BatchProgress, parse_progress, resolve_sink, sustained_throughput
+from coordinator.workloads.ysb.spark import BatchProgress, parse_progress, resolve_sink, sustained_throughput
 from profiler.errors import ConfigError
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.commands.demo import keep_logs, log_files, with_kept_logs
-from coordinator.workloads.sparkcluster import SparkClusterError, first_error_line
+from coordinator.workloads.processes import first_error_line
+from coordinator.workloads.sparkcluster import SparkClusterError
 from coordinator.workloads.ysb import jvmstats
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping, ad_id, campaign_id
-from coordinator.workloads.ysb.runner import epoch_rows_between, parse_rate_offsets, read_epoch_offsets
+from coordinator.workloads.ysb.spark import epoch_rows_between, parse_rate_offsets, read_epoch_offsets
 
 STAT = "4242 (C2 CompilerThre) S 1 2 3 4 5 6 7 8 9 10 1500 250 0 0 20 0 1 0 100 0 0"
 

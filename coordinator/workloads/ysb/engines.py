@@ -14,9 +14,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from coordinator.workloads.sparkcluster import LocalSparkCluster, free_port
+from coordinator.workloads.processes import Lifecycle, free_port
+from coordinator.workloads.sparkcluster import LocalSparkCluster
 from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow
-from coordinator.workloads.ysb.runner import (
+from coordinator.workloads.ysb.spark import (
     BatchProgress,
     YsbOptions,
     YsbRun,
@@ -79,7 +80,7 @@ def spark_known_spes(master_port: int, driver_port: int) -> str:
     )
 
 
-class _SparkYsb:
+class _SparkYsb(Lifecycle):
     """YSB on a LocalSparkCluster; the subclasses pick the trigger (micro-batch or continuous)."""
 
     spe = ""
@@ -97,15 +98,6 @@ class _SparkYsb:
             log_dir=log_dir,
         )
         self.ysb: YsbRun | None = None
-
-    def __enter__(self) -> _SparkYsb:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         try:
@@ -171,7 +163,7 @@ class SparkStructuredYsb(_SparkYsb):
     events_source = "the driver's SQL REST API (rows its micro-batches read; Spark UI on a free loopback port)"
 
     def window(self, start: float, end: float) -> WindowResult:
-        from coordinator.workloads.ysb.runner import median_processed_rate, sustained_throughput
+        from coordinator.workloads.ysb.spark import median_processed_rate, sustained_throughput
 
         batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
         return WindowResult(

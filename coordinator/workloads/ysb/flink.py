@@ -15,10 +15,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
+from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import cache_dir, compile_jar
 from coordinator.workloads.ysb.redis import RedisServer
-from coordinator.workloads.ysb.runner import YsbOptions
+from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,22 +84,13 @@ def events_between(window_views: Mapping[str, int], start: float, end: float) ->
 
 
 @dataclass
-class YsbFlinkRun:
+class YsbFlinkRun(Lifecycle):
     """Context manager: the YSB job running on ``cluster`` (and its redis-server) until stop()."""
 
     cluster: LocalFlinkCluster
     options: YsbFlinkOptions = field(default_factory=YsbFlinkOptions)
     redis: RedisServer | None = field(init=False, default=None)
     job_id: str = field(init=False, default="")
-
-    def __enter__(self) -> YsbFlinkRun:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def start(self) -> YsbFlinkRun:
         try:

@@ -10,9 +10,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Union
 
+from coordinator.workloads.processes import Lifecycle, die_with_parent, free_port
 from profiler.errors import CapabilityError, ProfilerError
 
 RespValue = Union[str, int, bytes, None, list["RespValue"]]
@@ -104,28 +104,17 @@ class RespClient:
 
 
 @dataclass
-class RedisServer:
+class RedisServer(Lifecycle):
     """Context manager: ``redis-server`` on 127.0.0.1 and a free port, no persistence, data in a tmp dir."""
 
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _dir: Path | None = field(init=False, default=None)
 
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     def start(self, timeout: float = 20.0) -> RedisServer:
         binary = redis_server_binary()
         if binary is None:
             raise CapabilityError("redis-server not found; install Debian's redis-server (scripts/setup.sh does)")
-        from coordinator.workloads.sparkcluster import die_with_parent, free_port  # here: no import cycle
-
         self.port = self.port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="ysb-redis-"))
         with open(self._dir / "redis.log", "wb") as log:

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 
+from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.sparkcluster import (
     LocalSparkCluster,
     SparkClusterError,
@@ -211,7 +211,7 @@ def build_sink_jar(spark_home: Path, cache_dir: Path | None = None) -> Path:
 
 
 @dataclass
-class YsbRun:
+class YsbRun(Lifecycle):
     """Context manager: the YSB query running on ``cluster`` (and its redis-server) until stop()."""
 
     cluster: LocalSparkCluster
@@ -223,15 +223,6 @@ class YsbRun:
     redis: RedisServer | None = field(init=False, default=None)
     app: SparkSubmitProcess | None = field(init=False, default=None)
     _work: Path | None = field(init=False, default=None)
-
-    def __enter__(self) -> YsbRun:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def sink_dir(self) -> Path:

@@ -1,0 +1,127 @@
+"""The task tables of summary.csv in a terminal (rich), for ``coordinator summary`` and
+``analyze --print``: the report's cluster, host and PID tables without a browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from coordinator.analysis.rows import cell_number, existing_summary, read_summary
+from coordinator.report.formats import format_share, format_si
+from profiler.capture import ALL_TASKS
+from profiler.errors import ConfigError
+
+COLUMNS: tuple[str, ...] = ("task", "samples", "share ± 95 % CI", "cycles", "CPU s", "cycles/event", "multi-task")
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    """One table: the task rows (then the `*` total) of one (run, host, pid) level."""
+
+    title: str
+    lines: tuple[tuple[str, ...], ...]  # cells in COLUMNS order
+    notes: tuple[str, ...] = ()
+
+
+def _cells(row: Mapping[str, str]) -> tuple[str, ...]:
+    def number(column: str) -> float | None:
+        return cell_number(row.get(column), lenient=True)
+
+    cycles = format_si(number("cycles"))
+    if row.get("cycles_estimated") == "1" and cycles != "—":
+        cycles += " (est.)"
+    samples = number("samples")
+    return (
+        "total" if row.get("task") == ALL_TASKS else row.get("task", ""),
+        "—" if samples is None else f"{int(samples):,}",
+        format_share(number("share"), number("share_ci95")),
+        cycles,
+        format_si(number("cpu_seconds")),
+        format_si(number("cycles_per_event")),
+        format_si(number("multi_task_samples")),
+    )
+
+
+def _level(row: Mapping[str, str]) -> str:
+    if row.get("host") == ALL_TASKS:
+        return "cluster"
+    return "host" if row.get("pid") == ALL_TASKS else "pid"
+
+
+def task_tables(
+    rows: Iterable[Mapping[str, str]],
+    levels: Sequence[str] = ("cluster",),
+    hosts: Sequence[str] = (),
+) -> list[TaskTable]:
+    """Tables of summary.csv rows in file order: per run its cluster table, then (``levels``) host
+    and PID tables, only of ``hosts`` when given. A failed host is one line saying so."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, str]]] = {}
+    for row in rows:
+        level = _level(row)
+        if level not in levels or (level != "cluster" and hosts and row.get("host") not in hosts):
+            continue
+        groups.setdefault((row.get("run", ""), row.get("host", ""), row.get("pid", "")), []).append(row)
+    tables = []
+    for (run, host, pid), group in groups.items():
+        first = group[0]
+        if host == ALL_TASKS:
+            title = f"run {run}: all hosts"
+        elif pid == ALL_TASKS:
+            title = f"run {run}: host {host}"
+        else:
+            title = f"run {run}: host {host} PID {pid} ({first.get('role', '')} {first.get('engine', '')})".rstrip()
+        notes = []
+        if first.get("host_state") not in (None, "", "ok"):
+            notes.append(f"host state: {first.get('host_state')}")
+        events = cell_number(first.get("events"), lenient=True)
+        if events is not None and host == ALL_TASKS:
+            notes.append(f"events in the window: {events:,.0f}")
+        if first.get("role") == "managing":
+            notes.append("managing process: not sampled")
+        tables.append(TaskTable(title, tuple(_cells(row) for row in group), tuple(notes)))
+    return tables
+
+
+def print_tables(tables: Sequence[TaskTable], stream: IO[str] | None = None, width: int | None = None) -> None:
+    """The tables with rich: aligned columns on a terminal, plain text in a pipe. Task names and
+    labels come from files: printed as text, never as rich markup."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(file=stream, highlight=False, width=width, soft_wrap=False)
+    for table_data in tables:
+        table: Any = Table(title=Text(table_data.title), title_justify="left", box=None, pad_edge=False)
+        for index, column in enumerate(COLUMNS):
+            table.add_column(column, justify="left" if index == 0 else "right", no_wrap=index != 0)
+        for cells in table_data.lines:
+            style = "bold" if cells[0] == "total" else ""
+            table.add_row(*(Text(cell) for cell in cells), style=style)
+        console.print(table)
+        for note in table_data.notes:
+            console.print(Text(f"  {note}"))
+        console.print()
+
+
+def print_summary(
+    run_dir: Path,
+    hosts: bool = False,
+    pids: bool = False,
+    only_hosts: Sequence[str] = (),
+    stream: IO[str] | None = None,
+) -> None:
+    """Print the task tables of ``run_dir``'s summary.csv (`coordinator summary`, `analyze --print`)."""
+    summary = existing_summary(Path(run_dir))
+    if summary is None:
+        raise ConfigError(f"{run_dir}: no summary.csv; run `coordinator analyze {run_dir}` first")
+    rows = read_summary(summary)
+    known = sorted({row.get("host", "") for row in rows} - {"", ALL_TASKS})
+    for host in only_hosts:
+        if host not in known:
+            raise ConfigError(f"host {host}: not in {summary}; choose from: {', '.join(known)}")
+    levels = ("cluster",) + (("host",) if hosts else ()) + (("pid",) if pids else ())
+    print(f"{summary}:", file=stream)
+    print_tables(task_tables(rows, levels, only_hosts), stream)
