@@ -175,3 +175,50 @@ def test_demo_campaign_arguments() -> None:
     for bad in (["--rates", "5000,5000"], ["--rates", "0,10"], ["--rates", ","], ["--rate", "5", "--rates", "5,6"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+# ---------------------------------------------------------------- compare: differential flamegraph
+
+
+def test_diff_flamegraph_known_answer() -> None:
+    from coordinator.report.flame import FrameTable, build_diff_flamegraph
+
+    # GIVEN A: 80 x;a + 20 x;b, and B: 40 x;a + 60 x;b (same total, B moved samples from a to b)
+    frames = FrameTable()
+    graph = build_diff_flamegraph({"x;a": 80, "x;b": 20}, {"x;a": 40, "x;b": 60, "y": 0}, frames)
+    name, a, b, delta, significant, children = graph.tree
+    assert (frames.names[name], a, b, delta, significant) == ("all", 100, 100, 0.0, 0)
+    ((x, xa, xb, xdelta, xsig, grandchildren),) = children
+    assert (frames.names[x], xa, xb, xdelta, xsig) == ("x", 100, 100, 0.0, 0)
+    by_name = {frames.names[c[0]]: c for c in grandchildren}
+    assert by_name["a"][1:5] == [80, 40, -0.4, 1]  # share fell 40 points: significant
+    assert by_name["b"][1:5] == [20, 60, 0.4, 1]
+    assert [frames.names[c[0]] for c in grandchildren] == ["a", "b"]  # widest first
+    # AND a small change in a small sample is not significant
+    small = build_diff_flamegraph({"x;a": 5, "x;b": 5}, {"x;a": 6, "x;b": 4}, FrameTable())
+    assert [c[4] for c in small.tree[5][0][5]] == [0, 0]
+
+
+def test_compare_out_writes_table_and_differential_flamegraph(tmp_path: Path) -> None:
+    from tests.fixtures.captures import GC_STACK, JSON_STACK, KAFKA_STACK, PidSpec
+
+    # GIVEN two analysed runs whose GC share doubled
+    run_a = write_run_dir(tmp_path / "a", "a", {"h1": [PidSpec(1, {KAFKA_STACK: 500, JSON_STACK: 300, GC_STACK: 200})]})
+    run_b = write_run_dir(tmp_path / "b", "b", {"h1": [PidSpec(1, {KAFKA_STACK: 500, JSON_STACK: 100, GC_STACK: 400})]})
+    for run in (run_a, run_b):
+        analyze([run], engine="in-process")
+    # WHEN compare writes its page
+    out = tmp_path / "cmp"
+    assert coordinator_main(["compare", str(run_a), str(run_b), "--out", str(out)]) == 0
+    # THEN compare.csv and the page with the merged tree are there, GC grew significantly
+    rows = {r["task"]: r for r in _csv((out / "compare.csv").read_text())}
+    assert rows["GC"]["significant"] == "1" and float(rows["GC"]["share_delta"]) == pytest.approx(0.2)
+    html = (out / "index.html").read_text()
+    start = html.index('id="compare-data" type="application/json">') + len('id="compare-data" type="application/json">')
+    payload = json.loads(html[start : html.index("</script>", start)])
+    assert (payload["samplesA"], payload["samplesB"]) == (1000, 1000)
+    assert "GC Thread#0" in payload["frames"]
+    assert (out / "vendor" / "d3-flamegraph.min.js").is_file()
+    # AND a second comparison replaces the page; a directory that is not one is refused
+    assert coordinator_main(["compare", str(run_a), str(run_b), "--out", str(out)]) == 0
+    assert coordinator_main(["compare", str(run_a), str(run_b), "--out", str(run_a)]) != 0
