@@ -101,7 +101,7 @@
     });
     if (!container.querySelector('svg')) {
       d3.select(container).append('p').attr('class', 'note')
-        .text('No cycles per event: the runs have no event count (events.json) or no cycles.');
+        .text('No cycles per event: no run counted events in its window (events.json: none, or 0) or measured cycles.');
     }
   }
 

@@ -334,22 +334,24 @@ def run_campaign(args: argparse.Namespace) -> int:
     check_out(out / CAMPAIGN_DIR, args.force)
     rates = args.rates or [args.rate]
     run_dirs: list[Path] = []
+    exit_code = 0
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
     try:
         for spe in args.spe:
-            run_dirs += _campaign_engine(args, out, spe, rates)
+            levels, level_code = _campaign_engine(args, out, spe, rates)
+            run_dirs += levels
+            exit_code = max(exit_code, level_code)
     except KeyboardInterrupt:
         print("coordinator demo: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous_term)
-    return _campaign_page(out / CAMPAIGN_DIR, run_dirs)
+    return max(exit_code, _campaign_page(out / CAMPAIGN_DIR, run_dirs))
 
 
-def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> list[Path]:
-    """One engine's cluster, started once; one profiled and analysed run per rate."""
-    from dataclasses import replace
-
+def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> tuple[list[Path], int]:
+    """One engine's cluster, started once; one profiled and analysed run per rate. Returns the run
+    directories and the worst exit code of their analyses (print_result)."""
     from coordinator.remote.session import analyze_run
     from coordinator.workloads.ysb.engines import ENGINES
     from coordinator.workloads.ysb.runner import YsbOptions
@@ -358,25 +360,30 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
         rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1
     )
     done: list[Path] = []
+    exit_code = 0
     with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch:
         log_dir = Path(scratch) / WORKLOAD_DIR
-        level = _level_dir(out, spe, rates[0])
+        level, created = _level_dir(out, spe, rates[0]), False
         try:
-            with ENGINES[spe](replace(options), log_dir) as engine:
+            with ENGINES[spe](options, log_dir) as engine:
                 print(f"demo: {engine.describe()} (logs {engine.log_dir}); rates {', '.join(map(str, rates))}")
                 for index, rate in enumerate(rates):
                     level = _level_dir(out, spe, rate)
+                    created = not level.exists()
                     _prepare_out(level, args.force)
                     if index:
                         print(f"demo: restarting the query at {rate} events/s on the same cluster")
                         engine.restart_query(rate)
                     outcome, window, elapsed = DemoCommand.profile_running(args, level, engine, Path(scratch), rate)
                     keep_logs(log_dir, level / WORKLOAD_DIR, suffix=".out")
-                    DemoCommand.print_result(analyze_run(outcome), window, elapsed)
+                    exit_code = max(exit_code, DemoCommand.print_result(analyze_run(outcome), window, elapsed))
                     done.append(level)
         except ProfilerError as exc:
             raise with_kept_logs(exc, log_dir, keep_logs(log_dir, level / WORKLOAD_DIR)) from exc
-    return done
+        except BaseException:
+            _remove_unused(level, created)
+            raise
+    return done, exit_code
 
 
 def _campaign_page(target: Path, run_dirs: list[Path]) -> int:
