@@ -9,7 +9,9 @@
   var palette = ['#0b5cad', '#cf222e', '#1a7f37', '#9a6700', '#8250df', '#bf3989', '#0a7d8c', '#57606a'];
   var seriesColor = d3.scaleOrdinal(data.seriesValues, palette);
   var W = 320, H = 210, M = { top: 24, right: 14, bottom: 38, left: 58 };
-  var fmt = d3.format('.3~s');
+  var si = d3.format('.3~s'), plain = d3.format('.3~g');
+  // SI prefixes for large numbers (cycles), plain digits below 1000 (IPC: 0.5, not 500m).
+  function fmt(v) { return Math.abs(v) >= 1000 ? si(v) : plain(v); }
 
   function xKey(p) { return data.numeric ? p.xValue : p.x; }
 
@@ -33,10 +35,10 @@
   }
 
   function axes(svg, x, y, yLabel) {
-    var xAxis = data.numeric ? d3.axisBottom(x).ticks(4, '~s') : d3.axisBottom(x);
+    var xAxis = data.numeric ? d3.axisBottom(x).ticks(4).tickFormat(fmt) : d3.axisBottom(x);
     svg.append('g').attr('class', 'axis x').attr('transform', 'translate(0,' + (H - M.bottom) + ')').call(xAxis);
     svg.append('g').attr('class', 'axis y').attr('transform', 'translate(' + M.left + ',0)')
-      .call(d3.axisLeft(y).ticks(5, '~s'));
+      .call(d3.axisLeft(y).ticks(5).tickFormat(fmt));
     svg.append('text').attr('class', 'axis-label').attr('x', (M.left + W - M.right) / 2).attr('y', H - 4)
       .attr('text-anchor', 'middle').text(data.by);
     svg.append('text').attr('class', 'axis-label').attr('transform', 'rotate(-90)')
