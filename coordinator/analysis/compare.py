@@ -1,14 +1,16 @@
-"""Comparison of two analysed runs, task by task: cycle and share deltas with a two-proportion test
-(`coordinator compare`).
+"""Comparison of two analysed runs, task by task: cycle and share deltas with a two-proportion test,
+and the stacks of each analysis for the differential flamegraph (`coordinator compare`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.rows import ALL, TaskTotals
+from coordinator.analysis.rows import ALL, TASKS_DIR, UNMATCHED_FILE, TaskTotals
 from profiler import capture
+from profiler.errors import CaptureFormatError
 from profiler.stats import two_proportion_z
 
 COMPARE_COLUMNS: tuple[str, ...] = (
@@ -27,6 +29,7 @@ COMPARE_COLUMNS: tuple[str, ...] = (
     "significant",
 )
 SIGNIFICANCE_LEVEL = 0.05
+
 
 def compare_runs(
     a: Mapping[str, TaskTotals], b: Mapping[str, TaskTotals], level: float = SIGNIFICANCE_LEVEL
@@ -110,3 +113,23 @@ def _human(value: Any) -> str:
         if magnitude >= limit:
             return f"{value / limit:.3g}{suffix}"
     return f"{value:.3g}" if not float(value).is_integer() else str(int(value))
+
+
+def analysis_stacks(analysis_dir: Path) -> dict[str, int]:
+    """Every workload stack of an analysis (tasks/*.folded and unmatched.folded, each stack in exactly
+    one of them): the input of compare's differential flamegraph."""
+    from profiler.folded import read_folded
+
+    paths = sorted((analysis_dir / TASKS_DIR).glob("*.folded")) + [analysis_dir / UNMATCHED_FILE]
+    merged: dict[str, int] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            for stack, count in read_folded(path).items():
+                merged[stack] = merged.get(stack, 0) + count
+        except OSError as exc:
+            raise CaptureFormatError(
+                f"{path}: cannot read ({exc.strerror or exc}); re-run `coordinator analyze`"
+            ) from None
+    return merged

@@ -35,7 +35,9 @@ Once the query processes events and the warm-up is over, profiles the executors 
 seconds with the engine's shipped profile, counts the events of the window, writes summary.csv
 (cycles per event per task) and the HTML report into the run directory, prints the throughput,
 and stops everything it started (also on Ctrl-C). If the workload fails, its logs are kept in
-<run>/workload/. Needs root for eBPF; expect about a minute of start-up.
+<run>/workload/. --rates (or several --spe) make a campaign: one profile per rate on the same
+cluster, <out>/<spe>-<rate>/ each, then <out>/campaign/ with campaign.csv and its page.
+Needs root for eBPF; expect about a minute of start-up.
 
 examples:
   $ coordinator demo
@@ -44,6 +46,7 @@ examples:
   $ coordinator demo --spe flink --duration 60
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
+  $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
   then:
   $ xdg-open runs/demo/report/index.html
   $ coordinator analyze runs/demo --profile my_edited_profile.txt
@@ -51,6 +54,27 @@ examples:
 
 
 _non_negative = bounded(float, 0.0, 86400.0, "seconds")
+
+
+def rate_list(text: str) -> list[int]:
+    """``5000,10000,20000``: positive event rates, each once, in the order given."""
+    rates = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not rates or len(set(rates)) != len(rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct rates separated by commas, e.g. 5000,10000,20000")
+    return rates
+
+
+def spe_list(text: str) -> list[str]:
+    """``spark-str`` or ``spark-str,flink``: engines of coordinator/workloads/ysb/engines.py, each once."""
+    from coordinator.workloads.ysb.engines import ENGINES
+
+    spes = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [spe for spe in spes if spe not in ENGINES]
+    if not spes or unknown or len(set(spes)) != len(spes):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: choose from {', '.join(sorted(ENGINES))}, separated by commas, each once"
+        )
+    return spes
 _executors = bounded(int, 1, 8, "local executors")
 
 # The workload's logs inside the run directory: all of them when the workload failed, otherwise
@@ -149,14 +173,21 @@ class DemoCommand:
         from coordinator.workloads.ysb.engines import DEFAULT_ENGINE, ENGINES
 
         parser.add_argument(
-            "--spe", choices=sorted(ENGINES), default=DEFAULT_ENGINE,
-            help=f"stream processing engine: spark-str (Structured Streaming micro-batches), spark-cp "
-            f"(Continuous Processing) or flink ({DEFAULT_ENGINE})",
+            "--spe", type=spe_list, default=[DEFAULT_ENGINE], metavar="SPE[,SPE...]",
+            help=f"stream processing engine: {', '.join(sorted(ENGINES))}: spark-str (Structured Streaming "
+            f"micro-batches), spark-cp (Continuous Processing) or flink ({DEFAULT_ENGINE}); several, "
+            "comma-separated, make a campaign",
         )
         parser.add_argument("--duration", type=duration, default=60.0, help="seconds to profile (60)")
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
-        parser.add_argument("--rate", type=positive_int, default=20_000, help="generated events per second (20000)")
+        rates = parser.add_mutually_exclusive_group()
+        rates.add_argument("--rate", type=positive_int, default=20_000, help="generated events per second (20000)")
+        rates.add_argument(
+            "--rates", type=rate_list, metavar="R1,R2,...",
+            help="a campaign: one profile per rate (and per --spe) on the same running cluster, then the "
+            "campaign page of cycles per event per task against the rate (docs/campaigns.md)",
+        )
         parser.add_argument("--campaigns", type=positive_int, default=1000, help="YSB campaigns, 10 ads each (1000)")
         parser.add_argument(
             "--warmup",
@@ -181,6 +212,8 @@ class DemoCommand:
         from coordinator.workloads.ysb.engines import ENGINES
         from coordinator.workloads.ysb.spark import YsbOptions
 
+        if args.rates is not None or len(args.spe) > 1:
+            return run_campaign(args)
         out = args.out or Path("runs") / f"demo-{new_run_id()}"
         created = not out.exists()
         _prepare_out(out, args.force)
@@ -192,7 +225,7 @@ class DemoCommand:
             with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch:
                 log_dir = Path(scratch) / WORKLOAD_DIR
                 try:
-                    engine = ENGINES[args.spe](options, log_dir)
+                    engine = ENGINES[args.spe[0]](options, log_dir)
                     outcome, window, elapsed = self._profile(args, out, engine, Path(scratch))
                 except ProfilerError as exc:
                     raise with_kept_logs(exc, log_dir, keep_logs(log_dir, out / WORKLOAD_DIR)) from exc
@@ -206,48 +239,60 @@ class DemoCommand:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous_term)
-        return self._print_result(outcome, window, elapsed)
+        return self.print_result(outcome, window, elapsed)
 
-    @staticmethod
+    @classmethod
     def _profile(
-        args: argparse.Namespace, out: Path, engine: YsbEngine, scratch: Path
+        cls, args: argparse.Namespace, out: Path, engine: YsbEngine, scratch: Path
     ) -> tuple[ProfileOutcome, WindowResult, float]:
         """Start the engine and its query, warm up, profile, stop everything; also the query's own
         report of the profiling window."""
+        from coordinator.remote.session import analyze_run
+
+        with engine:
+            print(f"demo: {engine.describe()} (logs {engine.log_dir})")
+            outcome, window, elapsed = cls.profile_running(args, out, engine, scratch, args.rate)
+        return analyze_run(outcome), window, elapsed
+
+    @staticmethod
+    def profile_running(
+        args: argparse.Namespace, out: Path, engine: YsbEngine, scratch: Path, rate: int
+    ) -> tuple[ProfileOutcome, WindowResult, float]:
+        """On a started engine: wait for the query, warm up, profile into ``out`` (not analysed yet:
+        remote.session.analyze_run); the query's own report of the window and its length. Also each
+        level of a campaign (coordinator/workloads/ysb/campaign.py)."""
         from coordinator.remote.cluster import local_host
         from coordinator.remote.hosts import RunRequest
-        from coordinator.remote.session import RunOptions, analyze_run, profile_cluster
+        from coordinator.remote.session import RunOptions, profile_cluster
         from profiler.defaults import data_file
 
         say = print  # a few lines; --quiet only drops the per-host progress lines
-        with engine:
-            say(f"demo: {engine.describe()} (logs {engine.log_dir})")
-            say(f"demo: YSB on {engine.spe} at {args.rate} events/s; waiting for the query to process events")
-            engine.wait_ready(args.ready_timeout)
-            say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
-            engine.wait_processing(args.warmup)
-            say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
-            known_spes = scratch / "known_spes.txt"
-            known_spes.write_text(engine.known_spes())
-            request = RunRequest(
-                duration=float(args.duration),
-                frequency=int(args.frequency),
-                profile=data_file(engine.profile),
-                known_spes=known_spes,
-            )
-            labels = {"workload": "ysb", "spe": engine.spe, "rate": str(args.rate), "campaigns": str(args.campaigns)}
-            options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
-            outcome = profile_cluster([local_host()], request, out, options)
-            engine.check_running()  # a workload that died inside the window leaves a meaningless profile
-            # The sampling window (shorter when Ctrl-C stopped it early).
-            started = outcome.info.start_time or 0.0
-            ended = min(outcome.info.end_time or started + args.duration, started + args.duration)
-            window = engine.window(started, ended)
-            fill_event_counts(outcome, engine.count_events(started, ended))
-        return analyze_run(outcome), window, max(0.0, ended - started)
+        say(f"demo: YSB on {engine.spe} at {rate} events/s; waiting for the query to process events")
+        engine.wait_ready(args.ready_timeout)
+        say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
+        engine.wait_processing(args.warmup)
+        say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
+        known_spes = scratch / "known_spes.txt"
+        known_spes.write_text(engine.known_spes())
+        request = RunRequest(
+            duration=float(args.duration),
+            frequency=int(args.frequency),
+            profile=data_file(engine.profile),
+            known_spes=known_spes,
+        )
+        labels = {"workload": "ysb", "spe": engine.spe, "rate": str(rate), "campaigns": str(args.campaigns)}
+        options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
+        outcome = profile_cluster([local_host()], request, out, options)
+        engine.check_running()  # a workload that died inside the window leaves a meaningless profile
+        # The sampling window (shorter when Ctrl-C stopped it early).
+        started = outcome.info.start_time or 0.0
+        ended = min(outcome.info.end_time or started + args.duration, started + args.duration)
+        window = engine.window(started, ended)
+        fill_event_counts(outcome, engine.count_events(started, ended))
+        return outcome, window, max(0.0, ended - started)
 
     @staticmethod
-    def _print_result(outcome: ProfileOutcome, window: WindowResult, elapsed: float) -> int:
+    def print_result(outcome: ProfileOutcome, window: WindowResult, elapsed: float) -> int:
         events = "no event count" if window.events is None else f"{window.events} events"
         print(
             f"demo: {window.units} {window.unit_name}, {events} in the {elapsed:.0f} s window; "
@@ -266,6 +311,96 @@ class DemoCommand:
             print(f"wrote {outcome.report}")
             print(f"next: open {outcome.report}")
         return int(outcome.exit_code)
+
+
+CAMPAIGN_DIR = "campaign"
+
+
+def _level_dir(out: Path, spe: str, rate: int) -> Path:
+    return out / f"{spe}-{rate}"
+
+
+def run_campaign(args: argparse.Namespace) -> int:
+    """``--rates`` / several ``--spe``: per engine one cluster, and on it one profile per rate (the
+    query restarted at each rate: YsbEngine.restart_query), each into ``<out>/<spe>-<rate>/``; then
+    all of them analysed together into ``<out>/campaign/`` with campaign.csv and the campaign page."""
+    from coordinator.commands.campaign import check_out
+    from coordinator.rundir import new_run_id
+    from profiler.errors import OutputExistsError
+
+    out = args.out or Path("runs") / f"demo-campaign-{new_run_id()}"
+    if out.exists() and any(out.iterdir()) and not args.force:
+        raise OutputExistsError(f"{out}: exists and is not empty; choose another --out or add --force")
+    check_out(out / CAMPAIGN_DIR, args.force)
+    rates = args.rates or [args.rate]
+    run_dirs: list[Path] = []
+    exit_code = 0
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
+    try:
+        for spe in args.spe:
+            levels, level_code = _campaign_engine(args, out, spe, rates)
+            run_dirs += levels
+            exit_code = max(exit_code, level_code)
+    except KeyboardInterrupt:
+        print("coordinator demo: interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    return max(exit_code, _campaign_page(out / CAMPAIGN_DIR, run_dirs))
+
+
+def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> tuple[list[Path], int]:
+    """One engine's cluster, started once; one profiled and analysed run per rate. Returns the run
+    directories and the worst exit code of their analyses (print_result)."""
+    from coordinator.remote.session import analyze_run
+    from coordinator.workloads.ysb.engines import ENGINES
+    from coordinator.workloads.ysb.spark import YsbOptions
+
+    options = YsbOptions(
+        rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1
+    )
+    done: list[Path] = []
+    exit_code = 0
+    with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch:
+        log_dir = Path(scratch) / WORKLOAD_DIR
+        level, created = _level_dir(out, spe, rates[0]), False
+        try:
+            with ENGINES[spe](options, log_dir) as engine:
+                print(f"demo: {engine.describe()} (logs {engine.log_dir}); rates {', '.join(map(str, rates))}")
+                for index, rate in enumerate(rates):
+                    level = _level_dir(out, spe, rate)
+                    created = not level.exists()
+                    _prepare_out(level, args.force)
+                    if index:
+                        print(f"demo: restarting the query at {rate} events/s on the same cluster")
+                        engine.restart_query(rate)
+                    outcome, window, elapsed = DemoCommand.profile_running(args, level, engine, Path(scratch), rate)
+                    keep_logs(log_dir, level / WORKLOAD_DIR, suffix=".out")
+                    exit_code = max(exit_code, DemoCommand.print_result(analyze_run(outcome), window, elapsed))
+                    done.append(level)
+        except ProfilerError as exc:
+            raise with_kept_logs(exc, log_dir, keep_logs(log_dir, level / WORKLOAD_DIR)) from exc
+        except BaseException:
+            _remove_unused(level, created)
+            raise
+    return done, exit_code
+
+
+def _campaign_page(target: Path, run_dirs: list[Path]) -> int:
+    """All levels analysed together (the same pipeline as coordinator analyze) and the campaign page."""
+    from coordinator.analysis.engines import analyze
+    from coordinator.commands.campaign import check_out, write_campaign
+
+    check_out(target, True)
+    output = analyze(run_dirs, out_dir=target)
+    csv_path, index, _ = write_campaign(target, "rate", None)
+    print(f"wrote {output.summary_csv}")
+    print(f"wrote {csv_path}")
+    print(f"wrote {index}")
+    print(f"next: open {index}")
+    runs = " ".join(map(str, run_dirs))
+    print(f"  the same figures again, or by another label: coordinator campaign {runs} --by rate --out {target}")
+    return 0
 
 
 COMMAND = DemoCommand

@@ -15,6 +15,7 @@ from typing import Any
 from profiler.capture import UNMATCHED
 from profiler.folded import FRAME_SEPARATOR
 from profiler.matcher import Matcher
+from profiler.stats import two_proportion_z
 
 # Colour index of a frame whose samples went to more than one task (drawn neutral).
 MIXED = -1
@@ -296,3 +297,62 @@ def merge_counts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
             merged[stack] = merged.get(stack, 0) + count
     return merged
 
+
+# ---------------------------------------------------------------- differential flamegraph (compare)
+
+
+@dataclass(frozen=True)
+class DiffFlameGraph:
+    """Two runs' stacks in one tree, for `coordinator compare`.
+
+    ``tree`` is ``[frame, a, b, delta, significant, children]``: samples through the frame in run A
+    and run B (inclusive), the change of its share of all samples (B − A, as a fraction) and 1 when
+    the pooled two-proportion z-test (profiler.stats) rejects equal shares at the given level.
+    """
+
+    tree: list[Any]
+    samples_a: int
+    samples_b: int
+    dropped_stacks: int  # stacks left out of either side by max_stacks (their samples still count in the totals)
+    level: float
+
+
+def build_diff_flamegraph(
+    stacks_a: Mapping[str, int],
+    stacks_b: Mapping[str, int],
+    frames: FrameTable,
+    level: float = 0.05,
+    max_stacks: int = DEFAULT_MAX_STACKS,
+) -> DiffFlameGraph:
+    """Merge both runs' folded stacks into one tree; shares are of each run's total samples."""
+    kept_a, kept_b = prune_stacks(stacks_a, max_stacks), prune_stacks(stacks_b, max_stacks)
+    total_a = sum(c for c in stacks_a.values() if c > 0)
+    total_b = sum(c for c in stacks_b.values() if c > 0)
+    root: list[Any] = [0, 0, {}]  # a, b, children by frame name
+    for side, kept in ((0, kept_a.kept), (1, kept_b.kept)):
+        for stack, count in kept.items():
+            node = root
+            node[side] += count
+            for frame in stack.split(FRAME_SEPARATOR):
+                node = node[2].setdefault(frame, [0, 0, {}])
+                node[side] += count
+    tree = _diff_node(frames, "all", root, total_a, total_b, level)
+    return DiffFlameGraph(tree, total_a, total_b, kept_a.dropped_stacks + kept_b.dropped_stacks, level)
+
+
+def _diff_node(frames: FrameTable, name: str, node: list[Any], total_a: int, total_b: int, level: float) -> list[Any]:
+    """One node and its subtree (depth: a stack's frames, at most a few hundred)."""
+    a, b = node[0], node[1]
+    share_a = a / total_a if total_a else 0.0
+    share_b = b / total_b if total_b else 0.0
+    _, p_value = two_proportion_z(b, total_b, a, total_a)
+    # Widest first, then by name: the same inputs draw the same picture.
+    children = sorted(node[2].items(), key=lambda item: (-(item[1][0] + item[1][1]), item[0]))
+    return [
+        frames.intern(name),
+        a,
+        b,
+        round(share_b - share_a, 6),
+        1 if p_value < level else 0,
+        [_diff_node(frames, child_name, child, total_a, total_b, level) for child_name, child in children],
+    ]

@@ -161,3 +161,37 @@ def test_demo_on_continuous_processing(tmp_path: Path) -> None:
     assert done and int(done.group(2)) > 0 and int(done.group(3)) > 0, result.stdout
     _assert_events_counted(out, "spark-offsets-log")
     assert json.loads((out / "run.json").read_text())["labels"]["spe"] == "spark-continuous-processing"
+
+
+def test_demo_campaign_over_two_rates(tmp_path: Path) -> None:
+    # GIVEN nothing; WHEN the demo runs a campaign of two short profiles on one cluster
+    out = tmp_path / "demo-campaign"
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", "demo", "--rates", "5000,10000", "--duration", "20", "--warmup", "10",
+         "--out", str(out), "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
+    )
+    assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+    # THEN one cluster served both rates (one master line), each rate is a run with its rate label
+    masters = re.findall(r"demo: Spark master (spark://[\d.:]+) \(logs (\S+)\)", result.stdout)
+    assert len(masters) == 1, result.stdout
+    assert "restarting the query at 10000 events/s on the same cluster" in result.stdout
+    for rate in ("5000", "10000"):
+        run = json.loads((out / f"spark-str-{rate}" / "run.json").read_text())
+        assert run["labels"]["rate"] == rate and run["labels"]["spe"] == "spark-structured-streaming"
+        _assert_events_counted(out / f"spark-str-{rate}", "spark-rest:")
+
+    # AND campaign.csv has one row per run and task, with cycles per event and an interval for the tasks
+    with open(out / "campaign" / "campaign.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    runs = {r["run"] for r in rows}
+    assert len(runs) == 2 and {r["rate"] for r in rows} == {"5000", "10000"}
+    tasks = [r["task"] for r in rows if r["run"] == min(runs)]
+    assert len(rows) == 2 * len(tasks) and len(set(tasks)) == len(tasks)
+    for task in REQUIRED_TASKS:
+        for row in (r for r in rows if r["task"] == task):
+            assert float(row["cycles_per_event"]) > 0 and float(row["cycles_per_event_ci95"]) > 0, row
+    assert (out / "campaign" / "report" / "index.html").is_file()
+    assert re.search(r"^wrote .*campaign/report/index.html", result.stdout, re.MULTILINE), result.stdout
+    assert _processes_mentioning(masters[0][0]) == []

@@ -151,8 +151,8 @@ def test_demo_engine_is_a_choice_list() -> None:
 
     parser = argparse.ArgumentParser()
     DemoCommand().prepare_parser(parser)
-    assert parser.parse_args([]).spe == DEFAULT_ENGINE == "spark-str"
-    assert parser.parse_args(["--spe", "spark-cp"]).spe == "spark-cp"
+    assert parser.parse_args([]).spe == [DEFAULT_ENGINE] == ["spark-str"]
+    assert parser.parse_args(["--spe", "spark-cp"]).spe == ["spark-cp"]
     assert {"spark-str", "spark-cp"} <= set(ENGINES)
     assert {ENGINES[name].profile for name in ENGINES} == {
         "application_profiles/spark_structured_streaming.txt", "application_profiles/spark_continuous.txt",

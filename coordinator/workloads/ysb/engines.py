@@ -9,14 +9,14 @@ coordinator/workloads/ysb/flink.py, with its cluster in coordinator/workloads/fl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from coordinator.workloads.processes import Lifecycle, free_port
 from coordinator.workloads.sparkcluster import LocalSparkCluster
-from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow
+from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow, YsbFlinkRun
 from coordinator.workloads.ysb.spark import (
     BatchProgress,
     YsbOptions,
@@ -58,6 +58,7 @@ class YsbEngine(Protocol):
     def managing_pids(self) -> list[int]: ...
     def window(self, start: float, end: float) -> WindowResult: ...
     def count_events(self, start: float, end: float) -> EventCount | None: ...
+    def restart_query(self, rate: int) -> None: ...
     def stop(self) -> None: ...
     def __enter__(self) -> YsbEngine: ...
     def __exit__(
@@ -110,6 +111,17 @@ class _SparkYsb(Lifecycle):
 
     def describe(self) -> str:
         return f"Spark master {self.cluster.master_url}"
+
+    def restart_query(self, rate: int) -> None:
+        """Stop the query and start it again at ``rate`` events/s on the same running cluster (a
+        campaign's next level). Spark's executors belong to the application: they are new JVMs."""
+        if self.ysb is not None:
+            ysb, self.ysb = self.ysb, None
+            ysb.stop()
+        self.options = replace(self.options, rate=rate)
+        self.driver_port = free_port()
+        self.ysb = YsbRun(self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous)
+        self.ysb.start()
 
     def _run(self) -> YsbRun:
         assert self.ysb is not None, "start() first"
@@ -223,6 +235,15 @@ class FlinkYsb(FlinkYsbEngine):
     def __init__(self, options: YsbOptions, log_dir: Path) -> None:
         super().__init__(options, log_dir)
         self._job: tuple[float, float, JobWindow] | None = None
+
+    def restart_query(self, rate: int) -> None:
+        """Cancel the job and submit it again at ``rate`` events/s to the same TaskManagers."""
+        if self.ysb is not None:
+            ysb, self.ysb = self.ysb, None
+            ysb.stop()
+        self.options = replace(self.options, rate=rate)
+        self._job = None
+        self.ysb = YsbFlinkRun(self.cluster, self.options).start()
 
     def _job_window(self, start: float, end: float) -> JobWindow:
         if self._job is None or self._job[:2] != (start, end):
