@@ -194,6 +194,7 @@ class RunMeta:
     warnings: tuple[str, ...] = ()
     format_version: int = FORMAT_VERSION
     stack_collection: str = "stackmap"  # "ringbuf" (every sample to user space) or "stackmap" (v1 way)
+    stack_walk: str = "kernel"  # "bpf" (our walker, profiler/bpf/stack_walk.c) or "kernel" (bpf_get_stack)
     interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
     intervals: int = 0  # timeline slices of the window (0: no timeline, e.g. v1)
     perf_map_refresh: float = 0.0  # seconds between Java perf-map refreshes; 0 = at the end only

@@ -37,7 +37,7 @@ from typing import Any
 
 from .capture import DEFAULT_INTERVAL, SamplerStats
 from .errors import CapabilityError, ConfigError, PrivilegeError
-from .stackstore import CollectedStacks, StackStore, parse_record
+from .stackstore import CollectedStacks, StackStore, parse_record, parse_walk_record
 from .symbolize import Frame, KernelSymbols, ProcessSymbols, StackFolder, fold_stack, is_java_unwalkable
 from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
 
@@ -45,6 +45,10 @@ STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_
 MAX_TARGETS = 4096
 PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
 COLLECTIONS = ("auto", "ringbuf", "stackmap")
+STACK_WALKS = ("auto", "bpf", "kernel")  # bpf: our walker (bpf/stack_walk.c); kernel: bpf_get_stack
+DEFAULT_DEPTH = {"bpf": 1024, "kernel": 127}  # frames kept per user stack when --max-stack-depth is not given
+CHUNK_FRAMES = 128  # frames per program of the walker's tail-call chain
+WALK_LIMIT = CHUNK_FRAMES * 34  # the first program and 33 tail calls (the kernel's MAX_TAIL_CALL_CNT)
 READ_PERIOD = 0.2  # seconds between ring-buffer drains
 KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the one users raise
 RINGBUF_SECONDS = 2.0  # the buffer holds this long of samples at full rate: ten drain periods
@@ -131,14 +135,24 @@ class StackSampler:
     def __init__(
         self,
         frequency: int = 99,
-        max_stack_depth: int = 127,
+        max_stack_depth: int | None = None,
         stack_storage_size: int = 16384,
         perf_map_mode: str = "auto",
         count_map_size: int | None = None,
         collection: str = "auto",
         interval: float = DEFAULT_INTERVAL,
         perf_map_refresh: float = 60.0,
+        stack_walk: str = "auto",
     ) -> None:
+        if stack_walk not in STACK_WALKS:
+            raise ConfigError(f"stack walk {stack_walk!r}: use one of {', '.join(STACK_WALKS)}")
+        if collection == "stackmap" and stack_walk == "bpf":
+            raise ConfigError("--stack-walk bpf needs the ring buffer: drop --stack-collection stackmap")
+        self.requested_walk = "kernel" if collection == "stackmap" else stack_walk
+        self.stack_walk = "kernel" if self.requested_walk == "kernel" else "bpf"  # what start() loaded
+        self.requested_depth = max_stack_depth
+        if max_stack_depth is None:
+            max_stack_depth = DEFAULT_DEPTH[self.stack_walk]
         if frequency <= 0:
             raise ConfigError(f"frequency {frequency}: must be a positive number of Hz; use e.g. --frequency 99")
         if not 1 <= max_stack_depth <= 65535:
@@ -184,8 +198,18 @@ class StackSampler:
 
     @property
     def record_size(self) -> int:
-        """Bytes of one ring-buffer record (struct sample_t)."""
-        return 40 + 8 * (self.max_stack_depth + self.kernel_stack_depth)
+        """Bytes of the largest ring-buffer record (struct sample_t; the walker's records are as long as used)."""
+        header = 48 if self.stack_walk == "bpf" else 40
+        return header + 8 * (self.max_stack_depth + self.kernel_stack_depth)
+
+    @property
+    def walk_slots(self) -> tuple[int, int]:
+        """(leaf, root) frames the walker keeps of a stack deeper than max_stack_depth: a quarter for the
+        root end (a power of two: the ring's index is masked), the rest for the leaf end."""
+        root = 1
+        while root * 2 <= max(1, self.max_stack_depth // 4):
+            root *= 2
+        return self.max_stack_depth - root, root
 
     def ringbuf_pages(self, cpus: int | None = None) -> int:
         """A power of two of pages holding RINGBUF_SECONDS of samples from every CPU."""
@@ -199,7 +223,19 @@ class StackSampler:
     def bpf_text(self, collection: str | None = None) -> str:
         """The generated BPF C, as compiled (``--print-bpf``)."""
         collection = collection or self.collection
-        if collection == "ringbuf":
+        if collection == "walker":
+            name = "bpf/stack_walk.c"
+            leaf, root = self.walk_slots
+            values = {
+                "LEAF_SLOTS": leaf,
+                "ROOT_SLOTS": root,
+                "WALK_LIMIT": max(WALK_LIMIT, self.max_stack_depth),
+                "CHUNK_FRAMES": CHUNK_FRAMES,
+                "KERNEL_STACK_DEPTH": self.kernel_stack_depth,
+                "MAX_TARGETS": MAX_TARGETS,
+                "RINGBUF_PAGES": self.ringbuf_pages(),
+            }
+        elif collection == "ringbuf":
             name = "bpf/stack_ringbuf.c"
             values = {
                 "MAX_STACK_DEPTH": self.max_stack_depth,
@@ -215,7 +251,11 @@ class StackSampler:
                 "COUNTS_SIZE": self.count_map_size,
                 "MAX_TARGETS": MAX_TARGETS,
             }
-        source = resources.files("profiler").joinpath(name).read_text(encoding="utf-8")
+        package = resources.files("profiler")
+        source = package.joinpath(name).read_text(encoding="utf-8")
+        # Inlined, so that --print-bpf shows the whole program and bcc needs no include path.
+        cfi = package.joinpath("bpf/cfi_step.h").read_text(encoding="utf-8")
+        source = source.replace('#include "cfi_step.h"\n', cfi)
         header = "".join(f"#define {key} {value}\n" for key, value in values.items())
         return header + source
 
@@ -231,7 +271,6 @@ class StackSampler:
             from bcc import BPF, PerfSWConfig, PerfType
         except ImportError as exc:
             raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
-        self.max_stack_depth = self._depth.apply(self.warnings)
         try:
             self._bpf = self._load(BPF)
             self._bpf.attach_perf_event(
@@ -255,7 +294,21 @@ class StackSampler:
         self._symbols.start(keep_history=self.collection == "ringbuf")
 
     def _load(self, bpf_class: Any) -> Any:
-        """Compile the ring-buffer program, or the stack-map one when asked or when the kernel lacks ring buffers."""
+        """Compile the walker, else the ring-buffer program, else the stack-map one (as asked and as loadable)."""
+        if self.requested_walk != "kernel":
+            try:
+                return self._load_walker(bpf_class)
+            except Exception as exc:
+                if self.requested_walk == "bpf":
+                    raise
+                self.warnings.append(
+                    f"own stack walker unavailable ({str(exc).strip()[:120]}); stacks walked by bpf_get_stack "
+                    "instead (interpreted Java frames unnamed, deep stacks cut at the leaf end)"
+                )
+                self.stack_walk = "kernel"
+                if self.requested_depth is None:
+                    self.max_stack_depth = DEFAULT_DEPTH["kernel"]
+        self.max_stack_depth = self._depth.apply(self.warnings)
         if self.requested_collection != "stackmap":
             try:
                 self.collection = "ringbuf"
@@ -270,7 +323,23 @@ class StackSampler:
         self.collection = "stackmap"
         return bpf_class(text=self.bpf_text("stackmap").encode())
 
+    def _load_walker(self, bpf_class: Any) -> Any:
+        """The walker and its tail-call chain (walk_more in walk_progs[0])."""
+        self.collection = "ringbuf"
+        self.stack_walk = "bpf"
+        bpf = bpf_class(text=self.bpf_text("walker").encode())
+        try:
+            more = bpf.load_func(b"walk_more", bpf_class.PERF_EVENT)
+            bpf[b"walk_progs"][ct.c_int(0)] = ct.c_int(more.fd)
+            bpf.load_func(b"on_cpu_clock", bpf_class.PERF_EVENT)
+        except Exception:
+            bpf.cleanup()
+            raise
+        return bpf
+
     def _source_name(self) -> str:
+        if self.stack_walk == "bpf":
+            return "profiler/bpf/stack_walk.c"
         return "profiler/bpf/stack_ringbuf.c" if self.collection == "ringbuf" else "profiler/bpf/stack_sampler.c"
 
     # ------------------------------------------------------------ ring buffer (reader thread)
@@ -288,9 +357,14 @@ class StackSampler:
 
     def _on_sample(self, _ctx: Any, data: Any, size: int) -> int:
         try:
-            tgid, tid, time_ns, comm, user, kernel = parse_record(ct.string_at(data, size), self.max_stack_depth)
+            record = ct.string_at(data, size)
+            walk_end = 0
+            if self.stack_walk == "bpf":
+                tgid, tid, time_ns, comm, user, kernel, walk_end = parse_walk_record(record, *self.walk_slots)
+            else:
+                tgid, tid, time_ns, comm, user, kernel = parse_record(record, self.max_stack_depth)
             epoch = self._symbols.epoch_at(tgid, time_ns)
-            self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch)
+            self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end)
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
             self.reader_errors += 1
         return 0

@@ -20,6 +20,24 @@ from .capture import SamplerStats
 # struct sample_t of profiler/bpf/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
 RECORD_HEADER = struct.Struct("<IIQii16s")
 
+# struct sample_t of profiler/bpf/stack_walk.c: the same header, then user frames walked and why the walk ended.
+WALK_HEADER = struct.Struct("<IIQii16sII")
+
+# A stored user frame of the walker: a pc, an interpreted Java frame's Method* with the top bit set, or (put
+# here in parse_walk_record) the count of frames cut from the middle of a too-deep stack with the two top bits.
+INTERPRETED_TAG = 1 << 63
+GAP_TAG = 3 << 62
+TAG_MASK = 3 << 62
+
+# Why the walker stopped (WALK_* in profiler/bpf/stack_walk.c): the cause a cut stack is counted under.
+WALK_ENDS = (
+    "root",
+    "depth limit",
+    "unreadable frame pointer",
+    "frame pointer below the stack pointer",
+    "CFI step failed",
+)
+
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
 RawStack = bytes | int
 
@@ -30,6 +48,7 @@ class StackKey:
     comm: bytes
     user: RawStack
     kernel: RawStack  # STACK_NONE in user mode
+    walk_end: int = 0  # the walker's WALK_ENDS index (0: root, also for bpf_get_stack's stacks)
 
 
 # Counter keys pack (stack id, interval, epoch) into one int: a tuple per entry would cost ~100 bytes more.
@@ -50,6 +69,32 @@ def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, 
     user: RawStack = record[user_at : user_at + user_bytes] if user_bytes >= 0 else user_bytes
     kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
     return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel
+
+
+def parse_walk_record(
+    record: bytes, leaf_slots: int, root_slots: int
+) -> tuple[int, int, int, bytes, RawStack, RawStack, int]:
+    """(tgid, tid, time_ns, comm, user, kernel, walk end) of one record of the walker.
+
+    User frames come first, the kernel's right after them. A walk longer than the slots kept the
+    ``leaf_slots`` leaf-most frames in order and the last ``root_slots`` in a ring: they are put back in
+    walk order here, with one GAP_TAG frame between leaf and root saying how many frames were cut.
+    """
+    tgid, tid, time_ns, user_bytes, kernel_bytes, comm, walked, walk_end = WALK_HEADER.unpack_from(record)
+    user_at = WALK_HEADER.size
+    user: RawStack = user_bytes
+    kernel_at = user_at
+    if user_bytes >= 0:
+        kernel_at = user_at + user_bytes
+        user = record[user_at:kernel_at]
+        slots = leaf_slots + root_slots
+        if walked > slots:
+            ring = user[8 * leaf_slots :]
+            start = 8 * ((walked - leaf_slots) % root_slots)
+            gap = struct.pack("<Q", GAP_TAG | (walked - slots))
+            user = user[: 8 * leaf_slots] + gap + ring[start:] + ring[:start]
+    kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
+    return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel, walk_end
 
 
 class StackStore:
@@ -79,9 +124,19 @@ class StackStore:
         return raw
 
     def add(
-        self, tgid: int, tid: int, comm: bytes, time_ns: int, user: RawStack, kernel: RawStack, epoch: int = 0
-    ) -> None:
-        key = StackKey(tgid, comm, self._intern(user), self._intern(kernel))
+        self,
+        tgid: int,
+        tid: int,
+        comm: bytes,
+        time_ns: int,
+        user: RawStack,
+        kernel: RawStack,
+        epoch: int = 0,
+        walk_end: int = 0,
+    ) -> bool:
+        """Count one sample; True when its user stack was not seen before (callers look at new ones only)."""
+        new_user = isinstance(user, bytes) and user not in self._stacks
+        key = StackKey(tgid, comm, self._intern(user), self._intern(kernel), walk_end)
         key_id = self._keys.get(key)
         if key_id is None:
             key_id = self._keys[key] = len(self._key_list)
@@ -93,6 +148,7 @@ class StackStore:
         epoch = min(epoch, (1 << EPOCH_BITS) - 1)
         counts[(key_id << (INTERVAL_BITS + EPOCH_BITS)) | (interval << EPOCH_BITS) | epoch] += 1
         self.samples += 1
+        return new_user
 
     @property
     def distinct_stacks(self) -> int:

@@ -57,6 +57,7 @@ class FakeSampler:
     """Hands back fixed stacks, all in timeline interval 0 (the real sampler is tested in integration)."""
 
     collection = "ringbuf"
+    stack_walk = "bpf"
     max_stack_depth = 127
 
     def __init__(self, stacks: dict[int, Counter[str]], fail_collect: bool = False) -> None:

@@ -107,7 +107,14 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
     ring = sampler.bpf_text("ringbuf")
     assert "#define MAX_STACK_DEPTH 300" in ring and "#define KERNEL_STACK_DEPTH 127" in ring
     assert f"#define RINGBUF_PAGES {sampler.ringbuf_pages()}" in ring and "ringbuf_reserve" in ring
-    assert sampler.record_size == 40 + 8 * (300 + 127)
+    assert sampler.record_size == 48 + 8 * (300 + 127)  # the walker's header (the default walk)
+    assert StackSampler(max_stack_depth=300, stack_walk="kernel").record_size == 40 + 8 * (300 + 127)
+    walker = sampler.bpf_text("walker")
+    assert sampler.walk_slots == (236, 64)
+    assert "#define LEAF_SLOTS 236" in walker and "#define ROOT_SLOTS 64" in walker
+    assert "static __always_inline int cfi_step(struct unwind_regs *regs)" in walker  # the header inlined
+    assert '#include "cfi_step.h"' not in walker
+    assert StackSampler().max_stack_depth == 1024 and StackSampler(stack_walk="kernel").max_stack_depth == 127
     for bad in (
         {"frequency": 0},
         {"max_stack_depth": 0},
@@ -116,6 +123,8 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
         {"collection": "x"},
         {"interval": 0},
         {"perf_map_refresh": -1},
+        {"stack_walk": "x"},
+        {"stack_walk": "bpf", "collection": "stackmap"},
     ):
         with pytest.raises(ConfigError):
             StackSampler(**bad)  # type: ignore[arg-type]
