@@ -142,6 +142,12 @@ class SamplerStats:
     java_frames: int = 0  # Java (JIT-memory) frames seen, weighted by samples
     java_frames_unresolved: int = 0  # of those, frames no perf map named ([unknown])
     perf_map_snapshots: int = 0  # perf-map versions used to symbolize this PID
+    # Our walker (stack_walk "bpf"): interpreted frames and how many got their Method* named, weighted by samples;
+    # frames left unnamed and samples whose stack was cut (never reached a thread's start), each by cause.
+    interpreted_frames: int = 0
+    interpreted_named: int = 0
+    interpreted_unnamed: dict[str, int] = field(default_factory=dict)
+    stacks_cut: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

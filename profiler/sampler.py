@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
+import struct
 import threading
 import time
 from collections import Counter
@@ -37,7 +38,8 @@ from typing import Any
 
 from .capture import DEFAULT_INTERVAL, SamplerStats
 from .errors import CapabilityError, ConfigError, PrivilegeError
-from .stackstore import CollectedStacks, StackStore, parse_record, parse_walk_record
+from .hotspot import JvmNames, VMLayout
+from .stackstore import INTERPRETED_TAG, TAG_MASK, CollectedStacks, StackStore, parse_record, parse_walk_record
 from .symbolize import Frame, KernelSymbols, ProcessSymbols, StackFolder, fold_stack, is_java_unwalkable
 from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
 
@@ -176,7 +178,10 @@ class StackSampler:
         self.collection = "stackmap" if collection == "stackmap" else "ringbuf"  # what start() loaded
         self.interval = interval
         self.warnings: list[str] = []
-        self._symbols = SymbolPreparer(perf_map_mode, perf_map_refresh, self._alive, self.warnings)
+        self._jvms = JvmNames(self._publish_jvm)
+        self._symbols = SymbolPreparer(
+            perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm
+        )
         self._store = StackStore(int(interval * 1e9))
         self._ring_callback: Any = None
         self._reader: threading.Thread | None = None
@@ -364,14 +369,30 @@ class StackSampler:
             else:
                 tgid, tid, time_ns, comm, user, kernel = parse_record(record, self.max_stack_depth)
             epoch = self._symbols.epoch_at(tgid, time_ns)
-            self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end)
+            new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end)
+            if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
+                self._jvms.note_stack(tgid, interpreted_methods(user))
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
             self.reader_errors += 1
         return 0
 
+    def _attach_jvm(self, pid: int) -> bool:
+        """A JVM entered the scope (symbol worker): read its vmStructs so the walker names interpreted frames."""
+        return self.stack_walk == "bpf" and self._jvms.attach(pid)
+
+    def _publish_jvm(self, pid: int, layout: VMLayout) -> None:
+        if self._bpf is None:
+            raise RuntimeError("sampler not started")
+        jvms = self._bpf[b"jvms"]
+        entry = jvms.Leaf()
+        entry.interpreter_start, entry.interpreter_end = layout.interpreter
+        entry.method_slot = layout.method_slot
+        jvms[jvms.Key(pid)] = entry
+
     def _drain(self) -> None:
         if self._bpf is not None:
             self._bpf.ring_buffer_consume()
+            self._jvms.poll_unloads()
 
     def _read_loop(self) -> None:
         while not self._reader_stop.wait(READ_PERIOD):
@@ -454,6 +475,7 @@ class StackSampler:
                 self._bpf = None
                 self._attached = False
         self._symbols.close()
+        self._jvms.close()
         self._depth.restore(self.warnings)
         self._closed = True
 
@@ -502,6 +524,7 @@ class StackSampler:
                 self._bpf,
                 self._store,
                 self._symbols,
+                self._jvms if self.stack_walk == "bpf" else None,
                 self._targets,
                 self.max_stack_depth,
                 self.kernel_stack_depth,
@@ -592,18 +615,25 @@ def _target_counts(bpf: Any, pid: int) -> tuple[int, int]:
         return 0, 0
 
 
+def interpreted_methods(user: bytes) -> list[int]:
+    """The Method* pointers of a walker stack's interpreted frames."""
+    values = struct.unpack(f"<{len(user) // 8}Q", user)
+    return [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
+
+
 def collect_ringbuf(
     bpf: Any,
     store: StackStore,
     symbols_of: SymbolPreparer,
+    jvms: JvmNames | None,
     targets: Iterable[int],
     max_stack_depth: int,
     kernel_stack_depth: int,
     last: int | None,
 ) -> tuple[dict[int, CollectedStacks], int]:
     """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
-    interval), each Java frame named by the perf-map version of its sample's time; and the samples
-    dropped in all (ring buffer full)."""
+    interval), each Java frame named by the perf-map version of its sample's time, interpreted frames by
+    ``jvms`` (our walker; None: bpf_get_stack's stacks); and the samples dropped in all (ring buffer full)."""
     result: dict[int, CollectedStacks] = {}
     kernel = KernelSymbols()
     dropped_total = 0
@@ -615,19 +645,30 @@ def collect_ringbuf(
             folded: Counter[str] = Counter()
             timeline: Counter[tuple[int, str]] = Counter()
             if store.epochs(pid):
+                if jvms is not None:
+                    jvms.final_check(pid)
                 symbols, owned = symbols_of.symbols_for(pid)
                 try:
                     is_java = symbols_of.is_java(pid, symbols)
-                    folder = StackFolder(symbols, kernel, max_stack_depth, is_java, kernel_stack_depth)
+                    folder = StackFolder(
+                        symbols,
+                        kernel,
+                        max_stack_depth,
+                        is_java,
+                        kernel_stack_depth,
+                        walker=jvms is not None,
+                        methods=jvms.namers.get(pid) if jvms is not None else None,
+                        no_methods_cause=jvms.unnamed_cause(pid) if jvms is not None else "",
+                    )
                     history = symbols_of.histories.get(pid)
                     for epoch in store.epochs(pid):
                         if history is not None:
                             folder.use_perf_map(history.map_for(epoch))
                         for key, interval, count in store.entries(pid, epoch):
-                            stack = folder.fold(key.comm, key.user, key.kernel, count)
+                            stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
                             folded[stack] += count
                             timeline[(interval if last is None else min(interval, last), stack)] += count
-                    stats = replace(stats, **folder.counts)
+                    stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)
                 finally:

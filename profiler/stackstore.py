@@ -6,6 +6,10 @@ samples: each distinct (process, thread name, user addresses, kernel addresses) 
 (address tuples interned as bytes; the thread id is not kept: threads of one pool share their stacks,
 and the folded output names threads by name), and a sample adds one to a counter keyed by one int
 packing (stack, interval, perf-map epoch).
+
+Deep stacks do not cost their depth each: a user stack longer than CHUNK_FRAMES is kept as a tuple of
+interned chunks of CHUNK_FRAMES frames counted from the root, so stacks that differ only near the leaf
+(the usual case: one thread's root frames under many leaves) share every chunk but the leaf-most.
 """
 
 from __future__ import annotations
@@ -40,14 +44,23 @@ WALK_ENDS = (
 
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
 RawStack = bytes | int
+# As stored: a deep user stack is a tuple of chunks (leaf-most first; joined, the raw addresses).
+StoredStack = bytes | int | tuple[bytes, ...]
+CHUNK_FRAMES = 32
+CHUNK_BYTES = 8 * CHUNK_FRAMES
+
+
+def stack_bytes(stored: bytes | tuple[bytes, ...]) -> bytes:
+    """The raw addresses of a stored stack."""
+    return stored if isinstance(stored, bytes) else b"".join(stored)
 
 
 @dataclass(frozen=True, slots=True)
 class StackKey:
     tgid: int
     comm: bytes
-    user: RawStack
-    kernel: RawStack  # STACK_NONE in user mode
+    user: StoredStack
+    kernel: StoredStack  # STACK_NONE in user mode
     walk_end: int = 0  # the walker's WALK_ENDS index (0: root, also for bpf_get_stack's stacks)
 
 
@@ -105,7 +118,8 @@ class StackStore:
             raise ValueError("interval must be positive")
         self.interval_ns = interval_ns
         self.origin_ns: int | None = None  # monotonic time the window started; set by begin()
-        self._stacks: dict[bytes, bytes] = {}  # interning: equal address tuples share one object
+        self._chunks: dict[bytes, bytes] = {}  # interning: equal address runs share one object
+        self._deep: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}  # equal deep stacks share one tuple
         self._keys: dict[StackKey, int] = {}
         self._key_list: list[StackKey] = []
         self._counts: dict[int, Counter[int]] = {}  # tgid -> packed (key id, interval, epoch) -> samples
@@ -118,10 +132,25 @@ class StackStore:
         origin = self.origin_ns if self.origin_ns is not None else time_ns
         return max(0, (time_ns - origin) // self.interval_ns)
 
-    def _intern(self, raw: RawStack) -> RawStack:
-        if isinstance(raw, bytes):
-            return self._stacks.setdefault(raw, raw)
-        return raw
+    def _intern(self, raw: RawStack) -> tuple[StoredStack, bool]:
+        """The stored form of ``raw`` and whether it is new."""
+        if isinstance(raw, int):
+            return raw, False
+        if len(raw) <= CHUNK_BYTES:
+            known = self._chunks.get(raw)
+            if known is None:
+                known = self._chunks[raw] = raw
+                return known, True
+            return known, False
+        head = len(raw) % CHUNK_BYTES  # chunks counted from the root: the leaf-most one may be shorter
+        parts = [raw[:head]] if head else []
+        parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
+        chunks = tuple(self._chunks.setdefault(part, part) for part in parts)
+        known_deep = self._deep.get(chunks)
+        if known_deep is None:
+            self._deep[chunks] = chunks
+            return chunks, True
+        return known_deep, False
 
     def add(
         self,
@@ -135,8 +164,8 @@ class StackStore:
         walk_end: int = 0,
     ) -> bool:
         """Count one sample; True when its user stack was not seen before (callers look at new ones only)."""
-        new_user = isinstance(user, bytes) and user not in self._stacks
-        key = StackKey(tgid, comm, self._intern(user), self._intern(kernel), walk_end)
+        stored_user, new_user = self._intern(user)
+        key = StackKey(tgid, comm, stored_user, self._intern(kernel)[0], walk_end)
         key_id = self._keys.get(key)
         if key_id is None:
             key_id = self._keys[key] = len(self._key_list)
@@ -157,7 +186,7 @@ class StackStore:
     @property
     def stored_bytes(self) -> int:
         """Bytes of raw addresses held (the part that grows with distinct stacks)."""
-        return sum(len(raw) for raw in self._stacks)
+        return sum(len(raw) for raw in self._chunks)
 
     def pids(self) -> list[int]:
         return sorted(self._counts)
