@@ -149,6 +149,29 @@ class SamplerStats:
     interpreted_unnamed: dict[str, int] = field(default_factory=dict)
     stacks_cut: dict[str, int] = field(default_factory=dict)
 
+    def stack_health(self) -> str | None:
+        """One line: samples cut before the thread's start and interpreted frames unnamed, each by cause
+        (None when there is nothing to say: no samples, nothing cut, nothing unnamed)."""
+        parts = []
+        cut = sum(self.stacks_cut.values())
+        if self.samples and cut:
+            causes = ", ".join(
+                f"{cause} {100 * n / self.samples:.1f} %" for cause, n in sorted(self.stacks_cut.items(), key=_by_count)
+            )
+            parts.append(f"{100 * cut / self.samples:.1f} % of samples cut ({causes})")
+        unnamed = sum(self.interpreted_unnamed.values())
+        if self.interpreted_frames and unnamed:
+            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.interpreted_unnamed.items(), key=_by_count))
+            parts.append(
+                f"{100 * unnamed / self.interpreted_frames:.1f} % of {self.interpreted_frames} interpreted frames "
+                f"unnamed ({causes})"
+            )
+        return "; ".join(parts) or None
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
 
 @dataclass(frozen=True)
 class NetStats:

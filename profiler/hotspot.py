@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import ProfilerError
+from .errors import VMStructsError
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
 X86_64_METHOD_SLOT = -3  # frame::interpreter_frame_method_offset (words from fp), JDK 8+ on x86_64
@@ -70,10 +70,6 @@ _TABLE_SYMBOLS = (
     "gHotSpotVMIntConstantEntryValueOffset",
 )
 _MAX_ENTRIES = 20000  # a JDK has about 2,000 struct entries: more means we are reading garbage
-
-
-class VMStructsError(ProfilerError):
-    """The JVM's vmStructs could not be read (not HotSpot, no libjvm.so symbols, memory unreadable)."""
 
 
 # ---------------------------------------------------------------- ELF (dynamic symbols of libjvm.so)

@@ -40,7 +40,15 @@ from .capture import DEFAULT_INTERVAL, SamplerStats
 from .errors import CapabilityError, ConfigError, PrivilegeError
 from .hotspot import JvmNames, VMLayout
 from .stackstore import INTERPRETED_TAG, TAG_MASK, CollectedStacks, StackStore, parse_record, parse_walk_record
-from .symbolize import Frame, KernelSymbols, ProcessSymbols, StackFolder, fold_stack, is_java_unwalkable
+from .symbolize import (
+    CUT_NATIVE,
+    Frame,
+    KernelSymbols,
+    ProcessSymbols,
+    StackFolder,
+    fold_stack,
+    is_java_unwalkable,
+)
 from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
@@ -568,6 +576,20 @@ class StackSampler:
                 self.warnings.append(
                     f"pid {pid}: {stats.java_frames_unresolved / stats.java_frames:.0%} of Java frames have no name "
                     "in any perf-map version; lower --perf-map-refresh (code freed between refreshes)"
+                )
+            unnamed = sum(stats.interpreted_unnamed.values())
+            if stats.interpreted_frames and unnamed / stats.interpreted_frames >= 0.05:
+                cause = max(stats.interpreted_unnamed.items(), key=lambda item: item[1])[0]
+                detail = self._jvms.errors.get(pid, "")
+                self.warnings.append(
+                    f"pid {pid}: {unnamed / stats.interpreted_frames:.0%} of interpreted Java frames unnamed, mostly: "
+                    f"{cause}{f' ({detail[:160]})' if detail else ''}; see docs/unwinding.md"
+                )
+            native_cut = stats.stacks_cut.get(CUT_NATIVE, 0)
+            if stats.samples and native_cut / stats.samples >= 0.05:
+                self.warnings.append(
+                    f"pid {pid}: {native_cut / stats.samples:.0%} of stacks end at a native frame before the thread's "
+                    "start (code without frame pointers, e.g. glibc); the task frames above it are lost"
                 )
             if stats.samples and stats.truncated / stats.samples >= 0.01:
                 self.warnings.append(
