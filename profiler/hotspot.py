@@ -76,35 +76,44 @@ _MAX_ENTRIES = 20000  # a JDK has about 2,000 struct entries: more means we are 
 
 
 def elf_symbols(path: str, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
-    """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr."""
+    """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr.
+
+    Reads only the headers and the symbol and string tables (libjvm.so is ~20 MB)."""
     with open(path, "rb") as handle:
-        data = handle.read()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise VMStructsError(f"{path}: not a 64-bit little-endian ELF file")
-    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
-    base_vaddr = 0
-    for index in range(phnum):
-        p_type, _flags, p_offset, p_vaddr = struct.unpack_from("<IIQQ", data, phoff + index * phentsize)
-        if p_type == 1 and p_offset == 0:  # PT_LOAD mapping the file's start
-            base_vaddr = p_vaddr
-            break
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    wanted = set(names)
-    found: dict[str, int] = {}
-    for sh_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
-        for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
-            if kind != sh_type or entsize == 0:
-                continue
-            strtab_offset = sections[link][4]
-            for at in range(offset, offset + size, entsize):
-                st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", data, at)
-                end = data.index(b"\0", strtab_offset + st_name)
-                name = data[strtab_offset + st_name : end].decode("ascii", "replace")
-                if name in wanted and name not in found:
-                    found[name] = st_value
-        if wanted <= found.keys():
-            break
+
+        def read(offset: int, size: int) -> bytes:
+            handle.seek(offset)
+            return handle.read(size)
+
+        head = read(0, 64)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            raise VMStructsError(f"{path}: not a 64-bit little-endian ELF file")
+        phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+        base_vaddr = 0
+        program_headers = read(phoff, phnum * phentsize)
+        for index in range(phnum):
+            p_type, _flags, p_offset, p_vaddr = struct.unpack_from("<IIQQ", program_headers, index * phentsize)
+            if p_type == 1 and p_offset == 0:  # PT_LOAD mapping the file's start
+                base_vaddr = p_vaddr
+                break
+        section_headers = read(shoff, shnum * shentsize)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", section_headers, i * shentsize) for i in range(shnum)]
+        wanted = set(names)
+        found: dict[str, int] = {}
+        for sh_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
+            for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+                if kind != sh_type or entsize == 0:
+                    continue
+                table = read(offset, size)
+                strings = read(sections[link][4], sections[link][5])
+                for at in range(0, size, entsize):
+                    st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", table, at)
+                    name = strings[st_name : strings.index(b"\0", st_name)].decode("ascii", "replace")
+                    if name in wanted and name not in found:
+                        found[name] = st_value
+            if wanted <= found.keys():
+                break
     return found, base_vaddr
 
 
@@ -381,10 +390,12 @@ def _namespace_pid(pid: int) -> int:
 
 @dataclass
 class HsPerfCounter:
-    """One long counter of a JVM's hsperfdata file (-XX:+UsePerfData, the default), read by offset."""
+    """One long counter of a JVM's hsperfdata file (-XX:+UsePerfData, the default), read by offset
+    (the file stays open: it is read every drain)."""
 
     path: str
     offset: int
+    fd: int | None = None
 
     @classmethod
     def find(cls, pid: int, name: str) -> HsPerfCounter | None:
@@ -403,11 +414,17 @@ class HsPerfCounter:
 
     def read(self) -> int | None:
         try:
-            with open(self.path, "rb") as handle:
-                data = os.pread(handle.fileno(), 8, self.offset)
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            data = os.pread(self.fd, 8, self.offset)
         except OSError:
             return None
         return int.from_bytes(data, "little") if len(data) == 8 else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _counter_offset(path: str, name: str) -> int | None:
@@ -473,16 +490,17 @@ class JvmNames:
         return True
 
     def note_stack(self, pid: int, methods: list[int]) -> None:
-        """Name the Method* pointers of a new stack now; read those named before again (reused memory)."""
+        """Name the Method* pointers of a new stack now. Without an unload counter to watch, those named
+        before are read again too (their memory may have been reused since)."""
         namer = self.namers.get(pid)
         if namer is None:
             return
         with self._lock:
             for method in methods:
-                if method in namer.names:
-                    namer.recheck(method)
-                else:
+                if method not in namer.names:
                     namer.name(method)
+                elif namer.unloads is None:
+                    namer.recheck(method)
 
     def poll_unloads(self) -> None:
         """Each drain: a JVM that unloaded classes gets every name read again."""
@@ -506,4 +524,6 @@ class JvmNames:
         with self._lock:
             for namer in self.namers.values():
                 namer.memory.close()
+                if namer.unloads is not None:
+                    namer.unloads.close()
             self.namers.clear()

@@ -457,6 +457,12 @@ class StackSampler:
         """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""
         with self._lock:
             self._exited.add(pid)
+        if self._bpf is not None and self.stack_walk == "bpf":
+            jvms = self._bpf[b"jvms"]
+            try:
+                del jvms[jvms.Key(pid)]  # a later process with this pid is not that JVM
+            except KeyError:
+                pass
 
     def stop(self) -> None:
         """Detach the perf events (the window ends); the maps stay readable for collect()."""

@@ -158,3 +158,25 @@ def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypat
     assert sampler_module.StackDepthLimit(400).apply(warnings) == 127 and sysctl["value"] == 127
     assert "lower --max-stack-depth" in warnings[0]
     assert sampler_module.StackDepthLimit(100).apply([]) == 100 and sysctl["value"] == 127
+
+
+def test_walker_that_cannot_load_falls_back_to_bpf_get_stack_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from profiler import sampler as sampler_module
+
+    class FakeBPF:
+        PERF_EVENT = 7
+
+        def __init__(self, text: bytes) -> None:
+            if b"stack_walk.c" in text or b"walk_more" in text:
+                raise Exception("verifier says no")
+            self.text = text
+
+    monkeypatch.setattr(sampler_module, "_read_int", lambda path: 127)
+    sampler = StackSampler()
+    loaded = sampler._load(FakeBPF)
+    assert b"ringbuf_reserve" in loaded.text
+    assert sampler.stack_walk == "kernel" and sampler.collection == "ringbuf" and sampler.max_stack_depth == 127
+    assert "own stack walker unavailable (verifier says no)" in sampler.warnings[0]
+    # asked for by name, the walker's failure is the error
+    with pytest.raises(Exception, match="verifier"):
+        StackSampler(stack_walk="bpf")._load(FakeBPF)
