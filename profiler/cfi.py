@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -26,19 +26,40 @@ from typing import Any
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
 
-MAX_MAPPINGS = 128  # CFI_MAX_MAPPINGS in bpf/cfi_step.h
-MAX_ROWS_PER_ELF = 1 << 22  # what CFI_ROW_STEPS can search
+PAGE_SHIFT = 8  # CFI_PAGE_SHIFT
+MAX_ROWS_PER_PAGE = 1 << 7  # what CFI_PAGE_STEPS halvings can search
 DEFAULT_MAX_ROWS = 1 << 20  # 8 MiB of rows: libjvm.so holds ~190 k, libc ~28 k
+DEFAULT_MAX_PAGES = 1 << 20  # 8 MiB of pages: libjvm.so needs ~53 k (its 13 MB of code in 256-byte pages)
 DEFAULT_MAX_PROCS = 4096
+DEFAULT_MAX_BLOCKS = 1 << 18
 REFRESH_SECONDS = 10.0
 ROW = struct.Struct("<IHBb")  # struct cfi_row
-MAPPING = struct.Struct("<QQQII")  # struct cfi_mapping
-PROC_HEADER = struct.Struct("<II")  # struct cfi_proc before its mappings
+MAPPING = struct.Struct("<QQQIIII")  # struct cfi_mapping
+MAPPING_KEY = struct.Struct("<II8s")  # struct cfi_mapping_key: prefix length, pid, address big-endian
+PAGE = struct.Struct("<II")  # struct cfi_page
 
 # Why a native frame's step could not use a table (health causes, also in docs/unwinding.md).
 CAUSE_NO_CFI = "no_cfi"  # the ELF has no .eh_frame, or the table did not fit
 CAUSE_MISS = "lookup_miss"  # the ELF has a table but no FDE covers the address
 CAUSE_STEP_FAILED = "step_failed"  # a rule this unwinder does not evaluate, or the stack was unreadable
+
+
+def page_index(addresses: Sequence[int], first_row: int) -> bytes:
+    """The page entries (struct cfi_page) of one ELF whose rows start at ``first_row`` in cfi_rows:
+    page p covers [addresses[0] + p·256, +256) and lists the row covering its first byte and the rows
+    starting inside it. Raises ValueError when a page has more rows than the BPF search can take."""
+    low, high = addresses[0], addresses[-1]
+    out = bytearray()
+    row = 0
+    for page_start in range(low, high + 1, 1 << PAGE_SHIFT):
+        while row + 1 < len(addresses) and addresses[row + 1] <= page_start:
+            row += 1
+        last = bisect.bisect_left(addresses, page_start + (1 << PAGE_SHIFT), row) - 1
+        count = last - row + 1
+        if count > MAX_ROWS_PER_PAGE:
+            raise ValueError(f"{count} rows in the page at {page_start:#x}")
+        out += PAGE.pack(first_row + row, count)
+    return bytes(out)
 
 
 def pack_rows(addresses: Iterable[int], rules: Iterable[Rule]) -> bytes:
@@ -50,6 +71,18 @@ def pack_rows(addresses: Iterable[int], rules: Iterable[Rule]) -> bytes:
             kind, cfa, rbp8 = CFA_UNSUPPORTED, 0, 0
         out += ROW.pack(address, cfa, kind, rbp8)
     return bytes(out)
+
+
+def aligned_blocks(start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) as the fewest (address, prefix bits of 64) blocks aligned to their power-of-two size."""
+    blocks = []
+    while start < end:
+        size = start & -start if start else 1 << 63
+        while size > end - start:
+            size >>= 1
+        blocks.append((start, 64 - size.bit_length() + 1))
+        start += size
+    return blocks
 
 
 @dataclass(frozen=True)
@@ -94,6 +127,8 @@ class ElfTable:
     path: str
     first_row: int = 0
     rows: int = 0
+    first_page: int = 0
+    pages: int = 0
     segments: tuple[tuple[int, int, int], ...] = ()
     cause: str | None = None
     parse_seconds: float = 0.0
@@ -114,15 +149,23 @@ class CfiHealth:
 class CfiLoader:
     """Fills cfi_rows / cfi_procs of a loaded BPF program for a changing set of processes."""
 
-    def __init__(self, bpf: Any, max_rows: int = DEFAULT_MAX_ROWS, refresh: float = REFRESH_SECONDS) -> None:
+    def __init__(
+        self,
+        bpf: Any,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        max_pages: int = DEFAULT_MAX_PAGES,
+        refresh: float = REFRESH_SECONDS,
+    ) -> None:
         self._bpf = bpf
         self.max_rows = max_rows
+        self.max_pages = max_pages
         self.refresh = refresh
         self.rows_used = 0
+        self.pages_used = 0
         self.tables: dict[tuple[Any, ...], ElfTable] = {}
         self._mappings: dict[int, list[tuple[ExecMapping, ElfTable, int]]] = {}
         self._signatures: dict[int, tuple[tuple[int, int, int, str], ...]] = {}
-        self._generation = 0
+        self._keys: dict[int, set[bytes]] = {}  # trie keys written per process
         self._lock = threading.Lock()
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -131,10 +174,21 @@ class CfiLoader:
     # ------------------------------------------------------------ program text
 
     @staticmethod
-    def bpf_header(max_rows: int = DEFAULT_MAX_ROWS, max_procs: int = DEFAULT_MAX_PROCS) -> str:
+    def bpf_header(
+        max_rows: int = DEFAULT_MAX_ROWS,
+        max_pages: int = DEFAULT_MAX_PAGES,
+        max_blocks: int = DEFAULT_MAX_BLOCKS,
+        max_procs: int = DEFAULT_MAX_PROCS,
+    ) -> str:
         """profiler/bpf/cfi_step.h with its sizes, to put before the walker that calls cfi_step()."""
         text = resources.files("profiler").joinpath("bpf/cfi_step.h").read_text(encoding="utf-8")
-        return f"#define CFI_MAX_ROWS {max_rows}\n#define CFI_MAX_PROCS {max_procs}\n" + text
+        sizes = {
+            "CFI_MAX_ROWS": max_rows,
+            "CFI_MAX_PAGES": max_pages,
+            "CFI_MAX_BLOCKS": max_blocks,
+            "CFI_MAX_PROCS": max_procs,
+        }
+        return "".join(f"#define {name} {value}\n" for name, value in sizes.items()) + text
 
     # ------------------------------------------------------------ processes
 
@@ -188,11 +242,7 @@ class CfiLoader:
             if bias is not None:
                 entries.append((mapping, table, bias))
         entries.sort(key=lambda entry: entry[0].start)
-        if len(entries) > MAX_MAPPINGS:
-            # keep the ELFs with most rows: big libraries are where time goes
-            entries = sorted(sorted(entries, key=lambda e: -e[1].rows)[:MAX_MAPPINGS], key=lambda e: e[0].start)
-            self.warnings.append(f"pid {pid}: {len(mappings)} executable mappings, tables for {MAX_MAPPINGS} only")
-        self._write_proc(pid, entries)
+        self._write_mappings(pid, entries)
         with self._lock:
             self._mappings[pid] = entries
             self._signatures[pid] = signature
@@ -203,15 +253,30 @@ class CfiLoader:
         with self._lock:
             self._signatures.pop(pid, None)
 
-    def _write_proc(self, pid: int, entries: list[tuple[ExecMapping, ElfTable, int]]) -> None:
-        self._generation += 1
-        procs = self._bpf[b"cfi_procs"]
-        blob = bytearray(PROC_HEADER.pack(len(entries), self._generation))
+    def _write_mappings(self, pid: int, entries: list[tuple[ExecMapping, ElfTable, int]]) -> None:
+        """The process's mappings into the trie: new blocks first, then the blocks of gone mappings removed."""
+        trie = self._bpf[b"cfi_mappings"]
+        written: set[bytes] = set()
         for mapping, table, bias in entries:
-            blob += MAPPING.pack(mapping.start, mapping.end, bias & 0xFFFFFFFFFFFFFFFF, table.first_row, table.rows)
-        leaf = procs.Leaf()
-        ct.memmove(ct.byref(leaf), bytes(blob), len(blob))
-        procs[procs.Key(pid)] = leaf
+            low = table.addresses[0] if table.pages else 0
+            value = MAPPING.pack(
+                mapping.start, mapping.end, bias & 0xFFFFFFFFFFFFFFFF, low, table.first_page, table.pages, 0
+            )
+            leaf = trie.Leaf.from_buffer_copy(value)
+            for address, bits in aligned_blocks(mapping.start, mapping.end):
+                key_bytes = MAPPING_KEY.pack(32 + bits, pid, address.to_bytes(8, "big"))
+                try:
+                    trie[trie.Key.from_buffer_copy(key_bytes)] = leaf
+                except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception: the trie is full
+                    self.warnings.append(f"pid {pid}: mapping {mapping.path} not listed for unwinding ({exc})")
+                    break
+                written.add(key_bytes)
+        for stale in self._keys.get(pid, set()) - written:
+            try:
+                del trie[trie.Key.from_buffer_copy(stale)]
+            except KeyError:
+                pass
+        self._keys[pid] = written
 
     # ------------------------------------------------------------ ELF tables
 
@@ -258,31 +323,44 @@ class CfiLoader:
         if not addresses:
             table.cause = f"{CAUSE_NO_CFI}: no .eh_frame"
             return table
-        if len(addresses) > MAX_ROWS_PER_ELF or max(addresses) > 0xFFFFFFFF:
-            table.cause = f"{CAUSE_NO_CFI}: table too large ({len(addresses)} rows)"
+        if addresses[-1] > 0xFFFFFFFF:
+            table.cause = f"{CAUSE_NO_CFI}: code above 4 GiB in the ELF"
             return table
-        if self.rows_used + len(addresses) > self.max_rows:
-            table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows ({self.max_rows} rows)"
-            self.warnings.append(f"{path}: unwind table of {len(addresses)} rows does not fit ({self.max_rows} rows)")
+        try:
+            pages = page_index(addresses, self.rows_used)
+        except ValueError as exc:
+            table.cause = f"{CAUSE_NO_CFI}: {exc} (at most {MAX_ROWS_PER_PAGE})"
             return table
-        self._write_rows(self.rows_used, pack_rows(addresses, rules))
+        page_count = len(pages) // PAGE.size
+        if self.rows_used + len(addresses) > self.max_rows or self.pages_used + page_count > self.max_pages:
+            table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
+            self.warnings.append(
+                f"{path}: unwind table of {len(addresses)} rows and {page_count} pages does not fit "
+                f"({self.max_rows} rows, {self.max_pages} pages in all)"
+            )
+            return table
+        self._write_array(b"cfi_rows", self.rows_used, pack_rows(addresses, rules), ROW.size)
+        self._write_array(b"cfi_pages", self.pages_used, pages, PAGE.size)
         table.first_row, table.rows = self.rows_used, len(addresses)
+        table.first_page, table.pages = self.pages_used, page_count
         table.addresses = array("Q", addresses)
         table.kinds = bytes(rule.kind for rule in rules)
         self.rows_used += len(addresses)
+        self.pages_used += page_count
         table.parse_seconds = time.process_time() - began
         return table
 
-    def _write_rows(self, first: int, packed: bytes) -> None:
-        rows_map = self._bpf[b"cfi_rows"]
-        count = len(packed) // ROW.size
-        keys = (rows_map.Key * count).from_buffer_copy(array("I", range(first, first + count)).tobytes())
-        values = (rows_map.Leaf * count).from_buffer_copy(packed)
+    def _write_array(self, name: bytes, first: int, packed: bytes, size: int) -> None:
+        """Entries [first, first + n) of a BPF array from packed bytes, in one syscall where possible."""
+        table = self._bpf[name]
+        count = len(packed) // size
+        keys = (table.Key * count).from_buffer_copy(array("I", range(first, first + count)).tobytes())
+        values = (table.Leaf * count).from_buffer_copy(packed)
         try:
-            rows_map.items_update_batch(keys, values)
+            table.items_update_batch(keys, values)
         except Exception:  # noqa: BLE001 - no batch update in this kernel: one by one
             for index in range(count):
-                rows_map[keys[index]] = values[index]
+                table[keys[index]] = values[index]
 
     # ------------------------------------------------------------ health
 
@@ -317,6 +395,5 @@ class CfiLoader:
 
     def memory_bytes(self) -> int:
         """Kernel memory of the maps (preallocated rows, the process entries in use)."""
-        proc_size = PROC_HEADER.size + MAX_MAPPINGS * MAPPING.size
-        return self.max_rows * ROW.size + len(self._mappings) * proc_size
-
+        blocks = sum(len(keys) for keys in self._keys.values())
+        return self.max_rows * ROW.size + self.max_pages * PAGE.size + blocks * (MAPPING_KEY.size + MAPPING.size)

@@ -6,7 +6,8 @@
 // path is measured with CLOCK_THREAD_CPUTIME_ID and printed at the end as the truth.
 //
 // usage: fpless_split SECONDS ALPHA_WEIGHT BETA_WEIGHT
-// prints "ready <pid>" when working, then "alpha_ns beta_ns" after SECONDS.
+// prints "ready" when working, then "alpha_ns beta_ns" after SECONDS, then exits at the end of stdin
+// (so a test can still name the addresses of the process).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,5 +79,7 @@ int main(int argc, char **argv) {
     pthread_join(thread, NULL);
     printf("%lld %lld\n", spent_ns[0], spent_ns[1]);
     fflush(stdout);
+    while (getchar() != EOF)
+        ;
     return 0;
 }
