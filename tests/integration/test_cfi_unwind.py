@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,3 +74,45 @@ def test_fpless_call_paths_split_like_the_truth(walker: CfiWalker, fpless_binary
     measured = alpha / (alpha + beta)
     z = (measured - truth) / math.sqrt(truth * (1 - truth) / (alpha + beta))
     assert abs(z) <= 4, f"alpha share {measured:.3f} vs truth {truth:.3f} (z = {z:.2f}, n = {alpha + beta})"
+
+
+GLIBC_FUTEX = ("__futex_abstimed_wait_common", "pthread_cond_signal", "pthread_cond_wait", "__lll_lock_wake")
+
+
+def test_jvm_in_glibc_futex_reaches_its_thread_start(walker: CfiWalker, tmp_path: Path) -> None:
+    # GIVEN a JVM (frame pointers in Java code, none in glibc) whose two threads hand a token back and
+    # forth with park/unpark: their CPU is in glibc's futex paths and in the kernel below them
+    from profiler.symbolize import ProcessSymbols
+    from tests.fixtures.jvm import java_home
+
+    javac, java = java_home() / "bin" / "javac", java_home() / "bin" / "java"
+    subprocess.run([str(javac), "-d", str(tmp_path), str(WORKLOADS / "FutexPingPong.java")], check=True, timeout=180)
+    process = subprocess.Popen(
+        [str(java), "-XX:+PreserveFramePointer", "-cp", str(tmp_path), "com.example.FutexPingPong", "120"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "READY"
+        walker.add_pid(process.pid)
+        # WHEN 5 s of its samples are walked (user- and kernel-mode samples alike)
+        walker.walks()
+        time.sleep(5)
+        walks = [walk for walk in walker.walks() if walk.tgid == process.pid]
+        symbols = ProcessSymbols(process.pid)
+        try:
+            stacks = Counter(tuple(symbols.resolve(pc).name for pc in walk.pcs) + (str(walk.end),) for walk in walks)
+        finally:
+            symbols.close()
+    finally:
+        if process.stdin:
+            process.stdin.close()
+        process.wait(timeout=60)
+    # THEN nearly every stack walks out of glibc, through libjvm and the Java frames, to clone3
+    assert len(walks) >= 200, f"only {len(walks)} samples"
+    whole = sum(n for stack, n in stacks.items() if stack[-2] == "clone3" and stack[-1] == str(END_CFI))
+    in_futex = sum(n for stack, n in stacks.items() if any(f.startswith(GLIBC_FUTEX) for f in stack))
+    assert in_futex >= 0.3 * len(walks), stacks.most_common(5)
+    assert whole / len(walks) >= 0.98, stacks.most_common(8)
