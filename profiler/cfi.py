@@ -166,7 +166,8 @@ class CfiLoader:
         self._mappings: dict[int, list[tuple[ExecMapping, ElfTable, int]]] = {}
         self._signatures: dict[int, tuple[tuple[int, int, int, str], ...]] = {}
         self._keys: dict[int, set[bytes]] = {}  # trie keys written per process
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _mappings for cause_at()
+        self._load_lock = threading.Lock()  # one load_pid() at a time (the worker and prepare_unwinding)
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self.warnings: list[str] = []
@@ -227,6 +228,10 @@ class CfiLoader:
 
     def load_pid(self, pid: int) -> bool:
         """(Re)write ``pid``'s mappings and any new ELF tables; False when the process is gone."""
+        with self._load_lock:
+            return self._load_pid(pid)
+
+    def _load_pid(self, pid: int) -> bool:
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
                 mappings = parse_maps(handle.read())

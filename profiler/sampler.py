@@ -31,12 +31,13 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 from .capture import DEFAULT_INTERVAL, SamplerStats
+from .cfi import CfiLoader
 from .errors import CapabilityError, ConfigError, PrivilegeError
 from .hotspot import JvmNames, VMLayout
 from .stackstore import INTERPRETED_TAG, TAG_MASK, CollectedStacks, StackStore, parse_record, parse_walk_record
@@ -197,6 +198,7 @@ class StackSampler:
         self._stopped_ns: int | None = None
         self.reader_errors = 0
         self._bpf: Any = None
+        self._cfi: CfiLoader | None = None  # unwind tables for the walker (profiler/cfi.py)
         self._attached = False
         self._targets: dict[int, _Target] = {}
         self._exited: set[int] = set()
@@ -267,8 +269,7 @@ class StackSampler:
         package = resources.files("profiler")
         source = package.joinpath(name).read_text(encoding="utf-8")
         # Inlined, so that --print-bpf shows the whole program and bcc needs no include path.
-        cfi = package.joinpath("bpf/cfi_step.h").read_text(encoding="utf-8")
-        source = source.replace('#include "cfi_step.h"\n', cfi)
+        source = source.replace('#include "cfi_step.h"\n', CfiLoader.bpf_header())
         header = "".join(f"#define {key} {value}\n" for key, value in values.items())
         return header + source
 
@@ -348,6 +349,8 @@ class StackSampler:
         except Exception:
             bpf.cleanup()
             raise
+        self._cfi = CfiLoader(bpf)
+        self._cfi.start()
         return bpf
 
     def _source_name(self) -> str:
@@ -431,6 +434,8 @@ class StackSampler:
             targets[key]
         except KeyError:
             targets[key] = targets.Leaf()  # zeroed counters
+        if self._cfi is not None:
+            self._cfi.add_pid(pid)  # its unwind tables, in the loader's thread
 
     def sample_count(self, pid: int) -> int:
         """Samples of ``pid`` so far (one map lookup, no symbolization): lets callers watch progress."""
@@ -453,6 +458,13 @@ class StackSampler:
         """
         self._symbols.prepare(pid)
 
+    def prepare_unwinding(self, pids: Sequence[int]) -> None:
+        """Load the unwind tables of processes about to be sampled, now (call before the window: a
+        process's samples before its tables are in walk by frame pointers only and stop in glibc)."""
+        if self._cfi is not None:
+            for pid in pids:
+                self._cfi.load_pid(pid)
+
     def pid_exited(self, pid: int) -> None:
         """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""
         with self._lock:
@@ -463,6 +475,8 @@ class StackSampler:
                 del jvms[jvms.Key(pid)]  # a later process with this pid is not that JVM
             except KeyError:
                 pass
+        if self._cfi is not None:
+            self._cfi.forget_pid(pid)
 
     def stop(self) -> None:
         """Detach the perf events (the window ends); the maps stay readable for collect()."""
@@ -474,6 +488,8 @@ class StackSampler:
             self._stopped_ns = time.monotonic_ns()
         self._stop_reader()
         self._symbols.stop()
+        if self._cfi is not None:
+            self._cfi.stop()
 
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
@@ -482,6 +498,8 @@ class StackSampler:
             self._reader.join(timeout=30)
             self._reader = None
         self._symbols.stop()
+        if self._cfi is not None:
+            self._cfi.stop()
         if self._bpf is not None:
             try:
                 self._bpf.cleanup()

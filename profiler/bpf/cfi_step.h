@@ -9,18 +9,12 @@
 // Placeholders (defaults below) replaced by profiler/cfi.py: CFI_MAX_ROWS, CFI_MAX_PAGES, CFI_MAX_BLOCKS,
 // CFI_MAX_PROCS.
 // Needs only bounded loops (Linux 5.3); no bpf_loop (bcc 0.26 cannot pass a callback).
-
-#ifndef CFI_STEP_H
-#define CFI_STEP_H
-
-#ifndef UNWIND_REGS_DECLARED
-#define UNWIND_REGS_DECLARED
-struct unwind_regs {
-    u64 pc;
-    u64 sp;
-    u64 fp;
-};
-#endif
+//
+// Contract with the walker (profiler/bpf/stack_walk.c, which defines
+// `struct unwind_regs { u64 pc; u64 sp; u64 fp; }` before including this file): cfi_step(regs) returns
+// one of the UNWIND_CFI_* below.
+#ifndef SPE_CFI_STEP_H
+#define SPE_CFI_STEP_H
 
 #define UNWIND_CFI_DONE 1   // regs now hold the caller's pc, sp, fp
 #define UNWIND_CFI_NONE 0   // no table covers regs->pc: take the frame-pointer step
@@ -41,9 +35,6 @@ struct unwind_regs {
 #endif
 #define CFI_PAGE_SHIFT 8      // CFI_PAGE_SIZE = 256 bytes (profiler/cfi.py: PAGE_SHIFT)
 #define CFI_PAGE_STEPS 7      // a page's rows are searched in 7 halvings: at most 128 (libjvm.so: 43)
-
-// Keeps clang from dropping a mask it can prove redundant but the verifier cannot.
-#define CFI_BARRIER(var) asm volatile("" : "+r"(var))
 
 // Row kinds: profiler/ehframe.py (CFA_*) has the same numbers.
 #define CFI_GAP 0

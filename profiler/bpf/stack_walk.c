@@ -140,6 +140,10 @@ static __always_inline int walk_one(struct walk_state *state, struct sample_t *s
         state->end = WALK_CFI_FAIL;
         return 1;
     }
+    if (cfi == UNWIND_CFI_END) {  // the frame's CFI says it is outermost (clone3, _start)
+        state->end = WALK_ROOT;
+        return 1;
+    }
     return fp_step(state);
 }
 
