@@ -116,3 +116,40 @@ def test_jvm_in_glibc_futex_reaches_its_thread_start(walker: CfiWalker, tmp_path
     in_futex = sum(n for stack, n in stacks.items() if any(f.startswith(GLIBC_FUTEX) for f in stack))
     assert in_futex >= 0.3 * len(walks), stacks.most_common(5)
     assert whole / len(walks) >= 0.98, stacks.most_common(8)
+
+
+def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) -> None:
+    # GIVEN the FP-less program (3:1 over two paths) and the product's sampler with its own walker
+    from profiler.sampler import StackSampler
+
+    process = subprocess.Popen(
+        [str(fpless_binary), "6", "3", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        with StackSampler(frequency=499, stack_walk="bpf") as sampler:
+            sampler.start()
+            sampler.prepare_unwinding([process.pid])
+            sampler.add_pid(process.pid)
+            sampler.begin_window()
+            # WHEN it samples until the program has done its 6 s of CPU
+            alpha_ns, beta_ns = (int(value) for value in process.stdout.readline().split())
+            sampler.stop()
+            collected = sampler.collect()[process.pid]
+    finally:
+        if process.stdin:
+            process.stdin.close()
+        process.wait(timeout=30)
+    folded, stats = collected.folded, collected.stats
+    # THEN the stacks are whole and no sample is cut at a native frame ...
+    whole = {stack: n for stack, n in folded.items() if ";clone3;start_thread;worker;" in stack}
+    assert stats.samples >= 300, f"only {stats.samples} samples"
+    assert sum(whole.values()) / stats.samples >= 0.98, folded.most_common(5)
+    assert stats.native_cut_no_cfi + stats.native_cut_lookup_miss + stats.native_cut_step_failed <= 0.01 * stats.samples
+    # ... and the paths split as the thread's own CPU clock says
+    alpha = sum(n for stack, n in whole.items() if ";path_alpha;leaf" in stack)
+    beta = sum(n for stack, n in whole.items() if ";path_beta;leaf" in stack)
+    truth = alpha_ns / (alpha_ns + beta_ns)
+    z = (alpha / (alpha + beta) - truth) / math.sqrt(truth * (1 - truth) / (alpha + beta))
+    assert abs(z) <= 4, f"alpha share {alpha / (alpha + beta):.3f} vs truth {truth:.3f} (z = {z:.2f})"
