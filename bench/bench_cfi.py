@@ -7,8 +7,14 @@ the others stopped (a CFI step failed, a frame-pointer read failed, the chain en
 pointer, the depth ran out); the table load time and size per ELF; the BPF program's time per sample
 (kernel.bpf_stats_enabled is switched on for the window).
 
+With --capture DIR (a host capture, e.g. runs/<id>/hosts/localhost) it reads the product's own
+folded stacks instead: per workload PID, the share of samples whose stack reaches a thread start frame
+(one of the three outermost user frames, as the sampler's java_unwalkable rule), and sampler.json's
+native_cut_* counts.
+
 usage: .venv/bin/python bench/bench_cfi.py --match TaskManagerRunner [--seconds 30] [--no-cfi]
        .venv/bin/python bench/bench_cfi.py --pid 1234 --pid 5678
+       .venv/bin/python bench/bench_cfi.py --capture runs/<id>/hosts/localhost
 """
 
 from __future__ import annotations
@@ -129,6 +135,36 @@ def report(walker: CfiWalker, pids: list[int], seconds: float, load_seconds: flo
         print(f"    map memory preallocated: {loader.memory_bytes() / 2**20:.1f} MiB")
 
 
+def capture_report(capture_dir: Path) -> None:
+    """Whole-stack shares of a capture's workload PIDs, from their stacks.folded and sampler.json."""
+    import json
+
+    from profiler.symbolize import ROOT_WINDOW, THREAD_ROOTS
+
+    for pid_dir in sorted((capture_dir / "pids").iterdir()):
+        folded = pid_dir / "stacks.folded"
+        if not folded.exists():
+            continue
+        total = reached = 0
+        ends: Counter[str] = Counter()
+        for line in folded.read_text().splitlines():
+            stack, _, count_text = line.rpartition(" ")
+            count = int(count_text)
+            user = [frame for frame in stack.split(";")[1:] if not frame.endswith("_[k]")]
+            total += count
+            if any(frame.split("(")[0] in THREAD_ROOTS for frame in user[:ROOT_WINDOW]):
+                reached += count
+            else:
+                ends[user[0] if user else "(no user frame)"] += count
+        stats = json.loads((pid_dir / "sampler.json").read_text())
+        cuts = {key: value for key, value in stats.items() if key.startswith("native_cut")}
+        print(
+            f"pid {pid_dir.name}: {total} samples, {100 * reached / max(total, 1):.2f} % reach a thread start; "
+            f"{100 * (total - reached) / max(total, 1):.2f} % do not, outermost frames: {ends.most_common(5)}; "
+            f"{cuts or 'no native_cut_* (stack_walk kernel)'}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pid", type=int, action="append", default=[])
@@ -137,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frequency", type=int, default=99)
     parser.add_argument("--depth", type=int, default=128, help="a power of two")
     parser.add_argument("--no-cfi", action="store_true", help="frame-pointer steps only (today's walk)")
+    parser.add_argument("--capture", type=Path, help="report on a host capture directory instead")
     args = parser.parse_args(argv)
+    if args.capture:
+        capture_report(args.capture)
+        return 0
     pids = args.pid + (matching_pids(args.match) if args.match else [])
     if not pids:
         parser.error("no process: give --pid or a --match that finds one")

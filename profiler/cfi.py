@@ -285,13 +285,15 @@ class CfiLoader:
 
     # ------------------------------------------------------------ ELF tables
 
-    def _open_image(self, pid: int, mapping: ExecMapping) -> tuple[tuple[Any, ...], bytes]:
-        """(identity, bytes) of the mapped file, read through the process's view of it (containers)."""
+    def _read_info(self, pid: int, mapping: ExecMapping) -> tuple[tuple[Any, ...], ehframe.ElfInfo | None]:
+        """(identity, headers and .eh_frame) of the mapped file, read through the process's view of it
+        (containers); None instead of the headers when a table for the identity exists already."""
         if mapping.path == "[vdso]":
             with open(f"/proc/{pid}/mem", "rb") as mem:
                 mem.seek(mapping.start)
                 image = mem.read(mapping.end - mapping.start)
-            return ("vdso", os.uname().release, len(image)), image
+            key: tuple[Any, ...] = ("vdso", os.uname().release, len(image))
+            return key, None if key in self.tables else ehframe.read_elf_info(image)
         path = f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
         try:
             stat = os.stat(path)
@@ -300,31 +302,33 @@ class CfiLoader:
             stat = os.stat(path)
         key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if key in self.tables:
-            return key, b""
+            return key, None
         with open(path, "rb") as handle:
-            return key, handle.read()
+            return key, ehframe.read_elf_file(handle)
 
     def _table_for(self, pid: int, mapping: ExecMapping) -> ElfTable:
+        began = time.process_time()
         try:
-            key, image = self._open_image(pid, mapping)
+            key, info = self._read_info(pid, mapping)
         except OSError as exc:
             return ElfTable(("unreadable", mapping.path), mapping.path, cause=f"unreadable ({exc.strerror})")
-        table = self.tables.get(key)
-        if table is not None:
-            return table
-        table = self._parse(key, mapping.path, image)
+        except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
+            return ElfTable(("unparsable", mapping.path), mapping.path, cause=f"{CAUSE_NO_CFI}: {exc}")
+        if info is None:
+            return self.tables[key]
+        table = self._parse(key, mapping.path, info)
+        table.parse_seconds = time.process_time() - began
         self.tables[key] = table
         return table
 
-    def _parse(self, key: tuple[Any, ...], path: str, image: bytes) -> ElfTable:
-        began = time.process_time()
+    def _parse(self, key: tuple[Any, ...], path: str, info: ehframe.ElfInfo) -> ElfTable:
+        """The ELF's table built and written into cfi_rows / cfi_pages (when there is room)."""
         try:
-            info = ehframe.read_elf_info(image)
             addresses, rules = ehframe.build_table(ehframe.iter_fdes(info))
         except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
-            return ElfTable(key, path, cause=f"{CAUSE_NO_CFI}: {exc}")
+            return ElfTable(key, path, segments=info.exec_segments, cause=f"{CAUSE_NO_CFI}: {exc}")
         # The vDSO is mapped from its first byte: its segment is found by offset 0.
-        table = ElfTable(key, path, segments=info.exec_segments, parse_seconds=time.process_time() - began)
+        table = ElfTable(key, path, segments=info.exec_segments)
         if not addresses:
             table.cause = f"{CAUSE_NO_CFI}: no .eh_frame"
             return table
@@ -352,7 +356,6 @@ class CfiLoader:
         table.kinds = bytes(rule.kind for rule in rules)
         self.rows_used += len(addresses)
         self.pages_used += page_count
-        table.parse_seconds = time.process_time() - began
         return table
 
     def _write_array(self, name: bytes, first: int, packed: bytes, size: int) -> None:
