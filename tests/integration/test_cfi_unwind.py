@@ -153,3 +153,31 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
     truth = alpha_ns / (alpha_ns + beta_ns)
     z = (alpha / (alpha + beta) - truth) / math.sqrt(truth * (1 - truth) / (alpha + beta))
     assert abs(z) <= 4, f"alpha share {alpha / (alpha + beta):.3f} vs truth {truth:.3f} (z = {z:.2f})"
+
+
+def test_sampler_loads_tables_of_a_process_found_mid_window(fpless_binary: Path) -> None:
+    # GIVEN a sampling window already running; WHEN the FP-less program starts and is added only then
+    # (the loader's worker builds its tables while it is sampled)
+    from profiler.sampler import StackSampler
+
+    with StackSampler(frequency=499, stack_walk="bpf") as sampler:
+        sampler.start()
+        sampler.begin_window()
+        process = subprocess.Popen(
+            [str(fpless_binary), "5", "1", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "ready"
+            sampler.add_pid(process.pid)
+            process.stdout.readline()
+            sampler.stop()
+            stats = sampler.collect()[process.pid].stats
+        finally:
+            if process.stdin:
+                process.stdin.close()
+            process.wait(timeout=30)
+    # THEN only the samples before its tables were in are cut (the libraries' tables are built within a second)
+    cut = stats.native_cut_no_cfi + stats.native_cut_lookup_miss + stats.native_cut_step_failed
+    assert stats.samples >= 200
+    assert cut <= 0.2 * stats.samples, stats
