@@ -10,7 +10,7 @@ pointer, the depth ran out); the table load time and size per ELF; the BPF progr
 With --capture DIR (a host capture, e.g. runs/<id>/hosts/localhost) it reads the product's own
 folded stacks instead: per workload PID, the share of samples whose stack reaches a thread start frame
 (one of the three outermost user frames, as the sampler's java_unwalkable rule), and sampler.json's
-native_cut_* counts.
+stacks_cut counts (the causes of docs/unwinding.md).
 
 usage: .venv/bin/python bench/bench_cfi.py --match TaskManagerRunner [--seconds 30] [--no-cfi]
        .venv/bin/python bench/bench_cfi.py --pid 1234 --pid 5678
@@ -157,11 +157,11 @@ def capture_report(capture_dir: Path) -> None:
             else:
                 ends[user[0] if user else "(no user frame)"] += count
         stats = json.loads((pid_dir / "sampler.json").read_text())
-        cuts = {key: value for key, value in stats.items() if key.startswith("native_cut")}
+        cuts = stats.get("stacks_cut")
         print(
             f"pid {pid_dir.name}: {total} samples, {100 * reached / max(total, 1):.2f} % reach a thread start; "
             f"{100 * (total - reached) / max(total, 1):.2f} % do not, outermost frames: {ends.most_common(5)}; "
-            f"{cuts or 'no native_cut_* (stack_walk kernel)'}"
+            f"stacks_cut {cuts}"
         )
 
 

@@ -18,13 +18,14 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
+from .symbolize import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
 
 PAGE_SHIFT = 8  # CFI_PAGE_SHIFT
 MAX_ROWS_PER_PAGE = 1 << 7  # what CFI_PAGE_STEPS halvings can search
@@ -400,6 +401,16 @@ class CfiLoader:
                     return None
                 return CAUSE_MISS if kind == CFA_GAP else CAUSE_STEP_FAILED
         return None
+
+    def cut_cause_of(self, pid: int) -> Callable[[int], str | None]:
+        """For StackFolder: the CUT_* cause of a stack of ``pid`` that ends at a native frame at ``pc``."""
+        causes = {CAUSE_NO_CFI: CUT_NO_CFI, CAUSE_MISS: CUT_CFI_MISS, CAUSE_STEP_FAILED: CUT_CFI}
+
+        def cause(pc: int) -> str | None:
+            found = self.cause_at(pid, pc)
+            return causes[found] if found is not None else None
+
+        return cause
 
     def memory_bytes(self) -> int:
         """Kernel memory of the maps (preallocated rows, the process entries in use)."""

@@ -42,7 +42,9 @@ from .errors import CapabilityError, ConfigError, PrivilegeError
 from .hotspot import JvmNames, VMLayout
 from .stackstore import INTERPRETED_TAG, TAG_MASK, CollectedStacks, StackStore, parse_record, parse_walk_record
 from .symbolize import (
+    CUT_CFI_MISS,
     CUT_NATIVE,
+    CUT_NO_CFI,
     Frame,
     KernelSymbols,
     ProcessSymbols,
@@ -561,6 +563,7 @@ class StackSampler:
                 self.max_stack_depth,
                 self.kernel_stack_depth,
                 self._last_interval(),
+                self._cfi,
             )
             self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in collected.items()}, Counter(), dropped)
             return collected
@@ -609,7 +612,7 @@ class StackSampler:
                     f"pid {pid}: {unnamed / stats.interpreted_frames:.0%} of interpreted Java frames unnamed, mostly: "
                     f"{cause}{f' ({detail[:160]})' if detail else ''}; see docs/unwinding.md"
                 )
-            native_cut = stats.stacks_cut.get(CUT_NATIVE, 0)
+            native_cut = sum(stats.stacks_cut.get(cause, 0) for cause in (CUT_NATIVE, CUT_NO_CFI, CUT_CFI_MISS))
             if stats.samples and native_cut / stats.samples >= 0.05:
                 self.warnings.append(
                     f"pid {pid}: {native_cut / stats.samples:.0%} of stacks end at a native frame before the thread's "
@@ -676,10 +679,12 @@ def collect_ringbuf(
     max_stack_depth: int,
     kernel_stack_depth: int,
     last: int | None,
+    cfi: CfiLoader | None = None,
 ) -> tuple[dict[int, CollectedStacks], int]:
     """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
     interval), each Java frame named by the perf-map version of its sample's time, interpreted frames by
-    ``jvms`` (our walker; None: bpf_get_stack's stacks); and the samples dropped in all (ring buffer full)."""
+    ``jvms`` (our walker; None: bpf_get_stack's stacks), stacks ending at a native frame told apart by
+    ``cfi``'s tables; and the samples dropped in all (ring buffer full)."""
     result: dict[int, CollectedStacks] = {}
     kernel = KernelSymbols()
     dropped_total = 0
@@ -705,6 +710,7 @@ def collect_ringbuf(
                         walker=jvms is not None,
                         methods=jvms.namers.get(pid) if jvms is not None else None,
                         no_methods_cause=jvms.unnamed_cause(pid) if jvms is not None else "",
+                        native_cause=cfi.cut_cause_of(pid) if cfi is not None else None,
                     )
                     history = symbols_of.histories.get(pid)
                     for epoch in store.epochs(pid):

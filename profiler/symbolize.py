@@ -21,7 +21,7 @@ import os
 import re
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,6 +289,8 @@ CUT_DEPTH_LEAF = "depth limit (root end cut)"
 CUT_NATIVE = "ended at a native frame"
 CUT_JAVA = "ended at a Java frame"
 CUT_CFI = "CFI step failed"
+CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/cfi.py
+CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
 WALK_CFI_FAIL = WALK_ENDS.index("CFI step failed")
 
 
@@ -341,6 +343,7 @@ class StackFolder:
         walker: bool = False,
         methods: MethodNamer | None = None,
         no_methods_cause: str = NO_METHOD_SLOT,
+        native_cause: Callable[[int], str | None] | None = None,
     ) -> None:
         self.symbols = symbols
         self.kernel = kernel
@@ -350,6 +353,7 @@ class StackFolder:
         self.walker = walker  # stacks of our walker: tagged frames, truncation by gap frame
         self.methods = methods
         self.no_methods_cause = no_methods_cause  # why interpreter frames stay unnamed when methods is None
+        self.native_cause = native_cause  # outermost pc -> a CUT_* cause finer than CUT_NATIVE, or None
         self._user: dict[tuple[StoredStack, int], _UserStack] = {}
         self.interpreted_unnamed: Counter[str] = Counter()
         self.stacks_cut: Counter[str] = Counter()
@@ -433,6 +437,8 @@ class StackFolder:
         stack.java_frames = java
         stack.unresolved = unresolved
         stack.cut = cut_cause(frames, gap, truncated and not self.walker, walk_end)
+        if stack.cut == CUT_NATIVE and self.native_cause is not None and addrs:
+            stack.cut = self.native_cause(addrs[-1]) or CUT_NATIVE
         return stack
 
     def _kernel_stack(self, raw: StoredStack) -> tuple[list[str] | None, bool]:
@@ -444,9 +450,7 @@ class StackFolder:
             names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(flat)]
         return names, len(flat) // 8 >= self.kernel_depth
 
-    def fold(
-        self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0
-    ) -> str:
+    def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
         user = self._user_stack(user_raw, walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
         counts = self.counts

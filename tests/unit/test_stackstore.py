@@ -23,7 +23,18 @@ from profiler.stackstore import (
     parse_walk_record,
     stack_bytes,
 )
-from profiler.symbolize import CUT_DEPTH, CUT_JAVA, CUT_NATIVE, STACK_NONE, Frame, StackFolder, gap_frame, raw_addresses
+from profiler.symbolize import (
+    CUT_CFI_MISS,
+    CUT_DEPTH,
+    CUT_JAVA,
+    CUT_NATIVE,
+    CUT_NO_CFI,
+    STACK_NONE,
+    Frame,
+    StackFolder,
+    gap_frame,
+    raw_addresses,
+)
 from profiler.timeline import CounterReading, counter_deltas, rss_bytes
 
 
@@ -247,3 +258,22 @@ def test_walker_stacks_name_interpreted_frames_mark_gaps_and_count_causes() -> N
     assert fields["interpreted_unnamed"] == {STALE: 2, NO_METHOD_SLOT: 2}
     assert fields["stacks_cut"] == {CUT_DEPTH: 1, CUT_NATIVE: 4, CUT_JAVA: 5}
     assert fields["truncated"] == 1  # only the stack with a gap: a 6-frame stack is not cut by itself
+
+
+def test_stacks_ending_at_a_native_frame_are_told_apart_by_the_unwind_tables() -> None:
+    # GIVEN walks that ended at native frames: 3 in an ELF without .eh_frame, 4 in no FDE, 5 outermost by CFI
+    symbols = FakeSymbols({3: "memcpy", 4: "asm_helper", 5: "weird", 1: "start_thread"}, {10: "a.B::m"})
+    causes = {3: CUT_NO_CFI, 4: CUT_CFI_MISS}
+    folder = StackFolder(
+        symbols,  # type: ignore[arg-type]
+        FakeKernel(),  # type: ignore[arg-type]
+        depth=8,
+        java_process=True,
+        walker=True,
+        native_cause=causes.get,
+    )
+    for outermost, count in ((3, 2), (4, 3), (5, 1)):
+        folder.fold(b"w", raw(10, outermost), STACK_NONE, count)
+    folder.fold(b"w", raw(10, 1), STACK_NONE, 7)  # reached the thread's start: not cut
+    # THEN each has its cause; one the tables know nothing about stays "ended at a native frame"
+    assert folder.stats_fields["stacks_cut"] == {CUT_NO_CFI: 2, CUT_CFI_MISS: 3, CUT_NATIVE: 1}
