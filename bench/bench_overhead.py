@@ -126,7 +126,9 @@ def _wait_status(status: Path, state: str, process: subprocess.Popen[bytes], tim
     raise RuntimeError(f"profiler run not '{state}' after {timeout} s")
 
 
-def window_with_profiler(jvm: OpsJvm, seconds: float, frequency: int, work: Path, rnd: int) -> Window:
+def window_with_profiler(
+    jvm: OpsJvm, seconds: float, frequency: int, work: Path, rnd: int, extra: list[str] | None = None
+) -> Window:
     out = work / f"cap{rnd}"
     status = work / f"status{rnd}.json"
     known_spes = work / "known_spes.txt"
@@ -137,7 +139,7 @@ def window_with_profiler(jvm: OpsJvm, seconds: float, frequency: int, work: Path
     process = subprocess.Popen(
         [sys.executable, "-m", "profiler", "run", "--duration", str(seconds + 2), "--out", str(out), "--force",
          "--pid", str(jvm.pid), "--frequency", str(frequency), "--known-spes", str(known_spes),
-         "--profile", str(profile), "--status-file", str(status), "--no-exec-watch"],
+         "--profile", str(profile), "--status-file", str(status), "--no-exec-watch", *(extra or [])],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace) -> list[Window]:
             base_window(jvm, args.window, -1)  # settle JIT and caches before the first counted window
             for rnd in range(args.rounds):
                 windows.append(base_window(jvm, args.window, rnd))
-                windows.append(window_with_profiler(jvm, args.window, args.frequency, work, rnd))
+                windows.append(window_with_profiler(jvm, args.window, args.frequency, work, rnd, args.profiler_arg))
                 windows.append(base_window(jvm, args.window, rnd))
                 if not args.no_perf:
                     windows.append(window_with_perf(jvm, args.window, args.frequency, work, rnd))
@@ -343,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frequency", type=int, default=99)
     parser.add_argument("--no-perf", action="store_true", help="skip the perf record comparison")
     parser.add_argument("--no-write", action="store_true", help=f"print only; do not write {DOC}")
+    parser.add_argument(
+        "--profiler-arg", action="append", default=[], help="extra option of profiler run (repeatable), "
+        "e.g. --profiler-arg=--stack-walk=kernel"
+    )
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 7)
     args.window = args.window or (10.0 if args.quick else 20.0)

@@ -6,7 +6,9 @@ leaf frames) with a skewed popularity, a fifth of them with a short kernel stack
 10 s intervals and a perf-map epoch per minute; reports the bytes Python allocated per distinct stack
 (tracemalloc). The real captures' figures are in docs/benchmarks/long-window.md.
 
-usage: .venv/bin/python bench/bench_stackstore.py [--samples N] [--pool N]
+``--root-frames 600`` models deep JVM stacks (Scala/Spark recursion: 600 shared frames under each leaf).
+
+usage: .venv/bin/python bench/bench_stackstore.py [--samples N] [--pool N] [--root-frames N]
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=178_000, help="samples over the 900 s window (178000)")
     parser.add_argument("--pool", type=int, default=100_000, help="distinct user stacks to draw from (100000)")
+    parser.add_argument("--root-frames", type=int, default=40, help="frames of each of the 20 shared roots (40)")
     args = parser.parse_args(argv)
     rng = random.Random(1)
-    roots = [[rng.randrange(1 << 40) for _ in range(40)] for _ in range(20)]
+    roots = [[rng.randrange(1 << 40) for _ in range(args.root_frames)] for _ in range(20)]
     pool = []
     for _ in range(args.pool):
         frames = [rng.randrange(1 << 40) for _ in range(rng.randrange(5, 40))] + rng.choice(roots)

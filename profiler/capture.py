@@ -142,6 +142,35 @@ class SamplerStats:
     java_frames: int = 0  # Java (JIT-memory) frames seen, weighted by samples
     java_frames_unresolved: int = 0  # of those, frames no perf map named ([unknown])
     perf_map_snapshots: int = 0  # perf-map versions used to symbolize this PID
+    # Our walker (stack_walk "bpf"): interpreted frames and how many got their Method* named, weighted by samples;
+    # frames left unnamed and samples whose stack was cut (never reached a thread's start), each by cause.
+    interpreted_frames: int = 0
+    interpreted_named: int = 0
+    interpreted_unnamed: dict[str, int] = field(default_factory=dict)
+    stacks_cut: dict[str, int] = field(default_factory=dict)
+
+    def stack_health(self) -> str | None:
+        """One line: samples cut before the thread's start and interpreted frames unnamed, each by cause
+        (None when there is nothing to say: no samples, nothing cut, nothing unnamed)."""
+        parts = []
+        cut = sum(self.stacks_cut.values())
+        if self.samples and cut:
+            causes = ", ".join(
+                f"{cause} {100 * n / self.samples:.1f} %" for cause, n in sorted(self.stacks_cut.items(), key=_by_count)
+            )
+            parts.append(f"{100 * cut / self.samples:.1f} % of samples cut ({causes})")
+        unnamed = sum(self.interpreted_unnamed.values())
+        if self.interpreted_frames and unnamed:
+            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.interpreted_unnamed.items(), key=_by_count))
+            parts.append(
+                f"{100 * unnamed / self.interpreted_frames:.1f} % of {self.interpreted_frames} interpreted frames "
+                f"unnamed ({causes})"
+            )
+        return "; ".join(parts) or None
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
 
 
 @dataclass(frozen=True)
@@ -194,6 +223,7 @@ class RunMeta:
     warnings: tuple[str, ...] = ()
     format_version: int = FORMAT_VERSION
     stack_collection: str = "stackmap"  # "ringbuf" (every sample to user space) or "stackmap" (v1 way)
+    stack_walk: str = "kernel"  # "bpf" (our walker, profiler/bpf/stack_walk.c) or "kernel" (bpf_get_stack)
     interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
     intervals: int = 0  # timeline slices of the window (0: no timeline, e.g. v1)
     perf_map_refresh: float = 0.0  # seconds between Java perf-map refreshes; 0 = at the end only

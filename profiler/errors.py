@@ -52,6 +52,11 @@ class CaptureFormatError(ProfilerError):
     exit_code = 6
 
 
+class VMStructsError(CapabilityError):
+    """A JVM's vmStructs could not be read (not HotSpot, no libjvm.so symbols, memory unreadable): its
+    interpreted frames stay unnamed; never fatal to a run (the sampler counts the cause)."""
+
+
 def config_error(path: str, line: int | None, problem: str, fix: str) -> ConfigError:
     """Build the canonical one-line configuration error: ``file:line: problem; fix``."""
     where = f"{path}:{line}" if line is not None else path

@@ -66,12 +66,13 @@ class RunOptions:
     start_at: float | None = None
     status_file: Path | None = None
     force: bool = False
-    max_stack_depth: int = 127
+    max_stack_depth: int | None = None  # None: 1024 with our walker, 127 with bpf_get_stack
     stack_storage_size: int = 65536
     exec_watch: bool = True
     interval: float = DEFAULT_INTERVAL
     perf_map_refresh: float = 60.0
     stack_collection: str = "auto"
+    stack_walk: str = "auto"
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -91,6 +92,7 @@ class ScopeLike(Protocol):
 
 class SamplerLike(Protocol):
     collection: str  # "ringbuf" or "stackmap", known after start()
+    stack_walk: str  # "bpf" (our walker) or "kernel" (bpf_get_stack), known after start()
     max_stack_depth: int  # the depth the kernel allowed, known after start()
     warnings: list[str]  # end-of-run warnings, each naming the option to change
 
@@ -98,6 +100,7 @@ class SamplerLike(Protocol):
     def begin_window(self) -> None: ...
     def add_pid(self, pid: int) -> None: ...
     def prepare_symbols(self, pid: int) -> None: ...
+    def prepare_unwinding(self, pids: Sequence[int]) -> None: ...
     def pid_exited(self, pid: int) -> None: ...
     def sample_count(self, pid: int) -> int: ...
     def stop(self) -> None: ...
@@ -156,6 +159,7 @@ def real_components(options: RunOptions) -> Components:
         collection=options.stack_collection,
         interval=options.interval,
         perf_map_refresh=options.perf_map_refresh,
+        stack_walk=options.stack_walk,
     )
     net = None
     if options.net:
@@ -512,6 +516,8 @@ class Runner:
             state.net_mode = components.net.start()
         components.scope.start()
         state.exec_watch = components.scope.exec_watch_mode
+        # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
+        components.sampler.prepare_unwinding([p.pid for p in components.scope.processes() if p.sampled])
         release_freed_memory()
         if options.start_at is not None:
             self.status.update("waiting", force=True)
@@ -742,6 +748,7 @@ class Runner:
             profile_name=Path(options.profile).name,
             warnings=tuple(dict.fromkeys(state.warnings)),
             stack_collection=components.sampler.collection,
+            stack_walk=components.sampler.stack_walk,
             interval=options.interval,
             intervals=self._last_interval() + 1 if state.window_started else 0,
             perf_map_refresh=options.perf_map_refresh,

@@ -27,24 +27,41 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
+import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 from .capture import DEFAULT_INTERVAL, SamplerStats
+from .cfi import CfiLoader
 from .errors import CapabilityError, ConfigError, PrivilegeError
-from .stackstore import CollectedStacks, StackStore, parse_record
-from .symbolize import Frame, KernelSymbols, ProcessSymbols, StackFolder, fold_stack, is_java_unwalkable
+from .hotspot import JvmNames, VMLayout
+from .stackstore import INTERPRETED_TAG, TAG_MASK, CollectedStacks, StackStore, parse_record, parse_walk_record
+from .symbolize import (
+    CUT_CFI_MISS,
+    CUT_NATIVE,
+    CUT_NO_CFI,
+    Frame,
+    KernelSymbols,
+    ProcessSymbols,
+    StackFolder,
+    fold_stack,
+    is_java_unwalkable,
+)
 from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
 MAX_TARGETS = 4096
 PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
 COLLECTIONS = ("auto", "ringbuf", "stackmap")
+STACK_WALKS = ("auto", "bpf", "kernel")  # bpf: our walker (bpf/stack_walk.c); kernel: bpf_get_stack
+DEFAULT_DEPTH = {"bpf": 1024, "kernel": 127}  # frames kept per user stack when --max-stack-depth is not given
+CHUNK_FRAMES = 128  # frames per program of the walker's tail-call chain
+WALK_LIMIT = CHUNK_FRAMES * 34  # the first program and 33 tail calls (the kernel's MAX_TAIL_CALL_CNT)
 READ_PERIOD = 0.2  # seconds between ring-buffer drains
 KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the one users raise
 RINGBUF_SECONDS = 2.0  # the buffer holds this long of samples at full rate: ten drain periods
@@ -131,14 +148,24 @@ class StackSampler:
     def __init__(
         self,
         frequency: int = 99,
-        max_stack_depth: int = 127,
+        max_stack_depth: int | None = None,
         stack_storage_size: int = 16384,
         perf_map_mode: str = "auto",
         count_map_size: int | None = None,
         collection: str = "auto",
         interval: float = DEFAULT_INTERVAL,
         perf_map_refresh: float = 60.0,
+        stack_walk: str = "auto",
     ) -> None:
+        if stack_walk not in STACK_WALKS:
+            raise ConfigError(f"stack walk {stack_walk!r}: use one of {', '.join(STACK_WALKS)}")
+        if collection == "stackmap" and stack_walk == "bpf":
+            raise ConfigError("--stack-walk bpf needs the ring buffer: drop --stack-collection stackmap")
+        self.requested_walk = "kernel" if collection == "stackmap" else stack_walk
+        self.stack_walk = "kernel" if self.requested_walk == "kernel" else "bpf"  # what start() loaded
+        self.requested_depth = max_stack_depth
+        if max_stack_depth is None:
+            max_stack_depth = DEFAULT_DEPTH[self.stack_walk]
         if frequency <= 0:
             raise ConfigError(f"frequency {frequency}: must be a positive number of Hz; use e.g. --frequency 99")
         if not 1 <= max_stack_depth <= 65535:
@@ -162,7 +189,10 @@ class StackSampler:
         self.collection = "stackmap" if collection == "stackmap" else "ringbuf"  # what start() loaded
         self.interval = interval
         self.warnings: list[str] = []
-        self._symbols = SymbolPreparer(perf_map_mode, perf_map_refresh, self._alive, self.warnings)
+        self._jvms = JvmNames(self._publish_jvm)
+        self._symbols = SymbolPreparer(
+            perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm
+        )
         self._store = StackStore(int(interval * 1e9))
         self._ring_callback: Any = None
         self._reader: threading.Thread | None = None
@@ -170,6 +200,7 @@ class StackSampler:
         self._stopped_ns: int | None = None
         self.reader_errors = 0
         self._bpf: Any = None
+        self._cfi: CfiLoader | None = None  # unwind tables for the walker (profiler/cfi.py)
         self._attached = False
         self._targets: dict[int, _Target] = {}
         self._exited: set[int] = set()
@@ -184,8 +215,18 @@ class StackSampler:
 
     @property
     def record_size(self) -> int:
-        """Bytes of one ring-buffer record (struct sample_t)."""
-        return 40 + 8 * (self.max_stack_depth + self.kernel_stack_depth)
+        """Bytes of the largest ring-buffer record (struct sample_t; the walker's records are as long as used)."""
+        header = 48 if self.stack_walk == "bpf" else 40
+        return header + 8 * (self.max_stack_depth + self.kernel_stack_depth)
+
+    @property
+    def walk_slots(self) -> tuple[int, int]:
+        """(leaf, root) frames the walker keeps of a stack deeper than max_stack_depth: a quarter for the
+        root end (a power of two: the ring's index is masked), the rest for the leaf end."""
+        root = 1
+        while root * 2 <= max(1, self.max_stack_depth // 4):
+            root *= 2
+        return self.max_stack_depth - root, root
 
     def ringbuf_pages(self, cpus: int | None = None) -> int:
         """A power of two of pages holding RINGBUF_SECONDS of samples from every CPU."""
@@ -199,7 +240,19 @@ class StackSampler:
     def bpf_text(self, collection: str | None = None) -> str:
         """The generated BPF C, as compiled (``--print-bpf``)."""
         collection = collection or self.collection
-        if collection == "ringbuf":
+        if collection == "walker":
+            name = "bpf/stack_walk.c"
+            leaf, root = self.walk_slots
+            values = {
+                "LEAF_SLOTS": leaf,
+                "ROOT_SLOTS": root,
+                "WALK_LIMIT": max(WALK_LIMIT, self.max_stack_depth),
+                "CHUNK_FRAMES": CHUNK_FRAMES,
+                "KERNEL_STACK_DEPTH": self.kernel_stack_depth,
+                "MAX_TARGETS": MAX_TARGETS,
+                "RINGBUF_PAGES": self.ringbuf_pages(),
+            }
+        elif collection == "ringbuf":
             name = "bpf/stack_ringbuf.c"
             values = {
                 "MAX_STACK_DEPTH": self.max_stack_depth,
@@ -215,7 +268,10 @@ class StackSampler:
                 "COUNTS_SIZE": self.count_map_size,
                 "MAX_TARGETS": MAX_TARGETS,
             }
-        source = resources.files("profiler").joinpath(name).read_text(encoding="utf-8")
+        package = resources.files("profiler")
+        source = package.joinpath(name).read_text(encoding="utf-8")
+        # Inlined, so that --print-bpf shows the whole program and bcc needs no include path.
+        source = source.replace('#include "cfi_step.h"\n', CfiLoader.bpf_header())
         header = "".join(f"#define {key} {value}\n" for key, value in values.items())
         return header + source
 
@@ -231,7 +287,6 @@ class StackSampler:
             from bcc import BPF, PerfSWConfig, PerfType
         except ImportError as exc:
             raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
-        self.max_stack_depth = self._depth.apply(self.warnings)
         try:
             self._bpf = self._load(BPF)
             self._bpf.attach_perf_event(
@@ -255,7 +310,21 @@ class StackSampler:
         self._symbols.start(keep_history=self.collection == "ringbuf")
 
     def _load(self, bpf_class: Any) -> Any:
-        """Compile the ring-buffer program, or the stack-map one when asked or when the kernel lacks ring buffers."""
+        """Compile the walker, else the ring-buffer program, else the stack-map one (as asked and as loadable)."""
+        if self.requested_walk != "kernel":
+            try:
+                return self._load_walker(bpf_class)
+            except Exception as exc:
+                if self.requested_walk == "bpf":
+                    raise
+                self.warnings.append(
+                    f"own stack walker unavailable ({str(exc).strip()[:120]}); stacks walked by bpf_get_stack "
+                    "instead (interpreted Java frames unnamed, deep stacks cut at the leaf end)"
+                )
+                self.stack_walk = "kernel"
+                if self.requested_depth is None:
+                    self.max_stack_depth = DEFAULT_DEPTH["kernel"]
+        self.max_stack_depth = self._depth.apply(self.warnings)
         if self.requested_collection != "stackmap":
             try:
                 self.collection = "ringbuf"
@@ -270,7 +339,25 @@ class StackSampler:
         self.collection = "stackmap"
         return bpf_class(text=self.bpf_text("stackmap").encode())
 
+    def _load_walker(self, bpf_class: Any) -> Any:
+        """The walker and its tail-call chain (walk_more in walk_progs[0])."""
+        self.collection = "ringbuf"
+        self.stack_walk = "bpf"
+        bpf = bpf_class(text=self.bpf_text("walker").encode())
+        try:
+            more = bpf.load_func(b"walk_more", bpf_class.PERF_EVENT)
+            bpf[b"walk_progs"][ct.c_int(0)] = ct.c_int(more.fd)
+            bpf.load_func(b"on_cpu_clock", bpf_class.PERF_EVENT)
+        except Exception:
+            bpf.cleanup()
+            raise
+        self._cfi = CfiLoader(bpf)
+        self._cfi.start()
+        return bpf
+
     def _source_name(self) -> str:
+        if self.stack_walk == "bpf":
+            return "profiler/bpf/stack_walk.c"
         return "profiler/bpf/stack_ringbuf.c" if self.collection == "ringbuf" else "profiler/bpf/stack_sampler.c"
 
     # ------------------------------------------------------------ ring buffer (reader thread)
@@ -288,16 +375,37 @@ class StackSampler:
 
     def _on_sample(self, _ctx: Any, data: Any, size: int) -> int:
         try:
-            tgid, tid, time_ns, comm, user, kernel = parse_record(ct.string_at(data, size), self.max_stack_depth)
+            record = ct.string_at(data, size)
+            walk_end = 0
+            if self.stack_walk == "bpf":
+                tgid, tid, time_ns, comm, user, kernel, walk_end = parse_walk_record(record, *self.walk_slots)
+            else:
+                tgid, tid, time_ns, comm, user, kernel = parse_record(record, self.max_stack_depth)
             epoch = self._symbols.epoch_at(tgid, time_ns)
-            self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch)
+            new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end)
+            if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
+                self._jvms.note_stack(tgid, interpreted_methods(user))
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
             self.reader_errors += 1
         return 0
 
+    def _attach_jvm(self, pid: int) -> bool:
+        """A JVM entered the scope (symbol worker): read its vmStructs so the walker names interpreted frames."""
+        return self.stack_walk == "bpf" and self._jvms.attach(pid)
+
+    def _publish_jvm(self, pid: int, layout: VMLayout) -> None:
+        if self._bpf is None:
+            raise RuntimeError("sampler not started")
+        jvms = self._bpf[b"jvms"]
+        entry = jvms.Leaf()
+        entry.interpreter_start, entry.interpreter_end = layout.interpreter
+        entry.method_slot = layout.method_slot
+        jvms[jvms.Key(pid)] = entry
+
     def _drain(self) -> None:
         if self._bpf is not None:
             self._bpf.ring_buffer_consume()
+            self._jvms.poll_unloads()
 
     def _read_loop(self) -> None:
         while not self._reader_stop.wait(READ_PERIOD):
@@ -328,6 +436,8 @@ class StackSampler:
             targets[key]
         except KeyError:
             targets[key] = targets.Leaf()  # zeroed counters
+        if self._cfi is not None:
+            self._cfi.add_pid(pid)  # its unwind tables, in the loader's thread
 
     def sample_count(self, pid: int) -> int:
         """Samples of ``pid`` so far (one map lookup, no symbolization): lets callers watch progress."""
@@ -350,10 +460,25 @@ class StackSampler:
         """
         self._symbols.prepare(pid)
 
+    def prepare_unwinding(self, pids: Sequence[int]) -> None:
+        """Load the unwind tables of processes about to be sampled, now (call before the window: a
+        process's samples before its tables are in walk by frame pointers only and stop in glibc)."""
+        if self._cfi is not None:
+            for pid in pids:
+                self._cfi.load_pid(pid)
+
     def pid_exited(self, pid: int) -> None:
         """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""
         with self._lock:
             self._exited.add(pid)
+        if self._bpf is not None and self.stack_walk == "bpf":
+            jvms = self._bpf[b"jvms"]
+            try:
+                del jvms[jvms.Key(pid)]  # a later process with this pid is not that JVM
+            except KeyError:
+                pass
+        if self._cfi is not None:
+            self._cfi.forget_pid(pid)
 
     def stop(self) -> None:
         """Detach the perf events (the window ends); the maps stay readable for collect()."""
@@ -365,6 +490,8 @@ class StackSampler:
             self._stopped_ns = time.monotonic_ns()
         self._stop_reader()
         self._symbols.stop()
+        if self._cfi is not None:
+            self._cfi.stop()
 
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
@@ -373,6 +500,8 @@ class StackSampler:
             self._reader.join(timeout=30)
             self._reader = None
         self._symbols.stop()
+        if self._cfi is not None:
+            self._cfi.stop()
         if self._bpf is not None:
             try:
                 self._bpf.cleanup()
@@ -380,6 +509,7 @@ class StackSampler:
                 self._bpf = None
                 self._attached = False
         self._symbols.close()
+        self._jvms.close()
         self._depth.restore(self.warnings)
         self._closed = True
 
@@ -428,10 +558,12 @@ class StackSampler:
                 self._bpf,
                 self._store,
                 self._symbols,
+                self._jvms if self.stack_walk == "bpf" else None,
                 self._targets,
                 self.max_stack_depth,
                 self.kernel_stack_depth,
                 self._last_interval(),
+                self._cfi,
             )
             self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in collected.items()}, Counter(), dropped)
             return collected
@@ -471,6 +603,20 @@ class StackSampler:
                 self.warnings.append(
                     f"pid {pid}: {stats.java_frames_unresolved / stats.java_frames:.0%} of Java frames have no name "
                     "in any perf-map version; lower --perf-map-refresh (code freed between refreshes)"
+                )
+            unnamed = sum(stats.interpreted_unnamed.values())
+            if stats.interpreted_frames and unnamed / stats.interpreted_frames >= 0.05:
+                cause = max(stats.interpreted_unnamed.items(), key=lambda item: item[1])[0]
+                detail = self._jvms.errors.get(pid, "")
+                self.warnings.append(
+                    f"pid {pid}: {unnamed / stats.interpreted_frames:.0%} of interpreted Java frames unnamed, mostly: "
+                    f"{cause}{f' ({detail[:160]})' if detail else ''}; see docs/unwinding.md"
+                )
+            native_cut = sum(stats.stacks_cut.get(cause, 0) for cause in (CUT_NATIVE, CUT_NO_CFI, CUT_CFI_MISS))
+            if stats.samples and native_cut / stats.samples >= 0.05:
+                self.warnings.append(
+                    f"pid {pid}: {native_cut / stats.samples:.0%} of stacks end at a native frame before the thread's "
+                    "start (code without frame pointers, e.g. glibc); the task frames above it are lost"
                 )
             if stats.samples and stats.truncated / stats.samples >= 0.01:
                 self.warnings.append(
@@ -518,18 +664,27 @@ def _target_counts(bpf: Any, pid: int) -> tuple[int, int]:
         return 0, 0
 
 
+def interpreted_methods(user: bytes) -> list[int]:
+    """The Method* pointers of a walker stack's interpreted frames."""
+    values = struct.unpack(f"<{len(user) // 8}Q", user)
+    return [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
+
+
 def collect_ringbuf(
     bpf: Any,
     store: StackStore,
     symbols_of: SymbolPreparer,
+    jvms: JvmNames | None,
     targets: Iterable[int],
     max_stack_depth: int,
     kernel_stack_depth: int,
     last: int | None,
+    cfi: CfiLoader | None = None,
 ) -> tuple[dict[int, CollectedStacks], int]:
     """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
-    interval), each Java frame named by the perf-map version of its sample's time; and the samples
-    dropped in all (ring buffer full)."""
+    interval), each Java frame named by the perf-map version of its sample's time, interpreted frames by
+    ``jvms`` (our walker; None: bpf_get_stack's stacks), stacks ending at a native frame told apart by
+    ``cfi``'s tables; and the samples dropped in all (ring buffer full)."""
     result: dict[int, CollectedStacks] = {}
     kernel = KernelSymbols()
     dropped_total = 0
@@ -541,19 +696,31 @@ def collect_ringbuf(
             folded: Counter[str] = Counter()
             timeline: Counter[tuple[int, str]] = Counter()
             if store.epochs(pid):
+                if jvms is not None:
+                    jvms.final_check(pid)
                 symbols, owned = symbols_of.symbols_for(pid)
                 try:
                     is_java = symbols_of.is_java(pid, symbols)
-                    folder = StackFolder(symbols, kernel, max_stack_depth, is_java, kernel_stack_depth)
+                    folder = StackFolder(
+                        symbols,
+                        kernel,
+                        max_stack_depth,
+                        is_java,
+                        kernel_stack_depth,
+                        walker=jvms is not None,
+                        methods=jvms.namers.get(pid) if jvms is not None else None,
+                        no_methods_cause=jvms.unnamed_cause(pid) if jvms is not None else "",
+                        native_cause=cfi.cut_cause_of(pid) if cfi is not None else None,
+                    )
                     history = symbols_of.histories.get(pid)
                     for epoch in store.epochs(pid):
                         if history is not None:
                             folder.use_perf_map(history.map_for(epoch))
                         for key, interval, count in store.entries(pid, epoch):
-                            stack = folder.fold(key.comm, key.user, key.kernel, count)
+                            stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
                             folded[stack] += count
                             timeline[(interval if last is None else min(interval, last), stack)] += count
-                    stats = replace(stats, **folder.counts)
+                    stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)
                 finally:

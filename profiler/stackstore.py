@@ -6,6 +6,10 @@ samples: each distinct (process, thread name, user addresses, kernel addresses) 
 (address tuples interned as bytes; the thread id is not kept: threads of one pool share their stacks,
 and the folded output names threads by name), and a sample adds one to a counter keyed by one int
 packing (stack, interval, perf-map epoch).
+
+Deep stacks do not cost their depth each: a user stack longer than CHUNK_FRAMES is kept as a tuple of
+interned chunks of CHUNK_FRAMES frames counted from the root, so stacks that differ only near the leaf
+(the usual case: one thread's root frames under many leaves) share every chunk but the leaf-most.
 """
 
 from __future__ import annotations
@@ -20,16 +24,44 @@ from .capture import SamplerStats
 # struct sample_t of profiler/bpf/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
 RECORD_HEADER = struct.Struct("<IIQii16s")
 
+# struct sample_t of profiler/bpf/stack_walk.c: the same header, then user frames walked and why the walk ended.
+WALK_HEADER = struct.Struct("<IIQii16sII")
+
+# A stored user frame of the walker: a pc, an interpreted Java frame's Method* with the top bit set, or (put
+# here in parse_walk_record) the count of frames cut from the middle of a too-deep stack with the two top bits.
+INTERPRETED_TAG = 1 << 63
+GAP_TAG = 3 << 62
+TAG_MASK = 3 << 62
+
+# Why the walker stopped (WALK_* in profiler/bpf/stack_walk.c): the cause a cut stack is counted under.
+WALK_ENDS = (
+    "root",
+    "depth limit",
+    "unreadable frame pointer",
+    "frame pointer below the stack pointer",
+    "CFI step failed",
+)
+
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
 RawStack = bytes | int
+# As stored: a deep user stack is a tuple of chunks (leaf-most first; joined, the raw addresses).
+StoredStack = bytes | int | tuple[bytes, ...]
+CHUNK_FRAMES = 32
+CHUNK_BYTES = 8 * CHUNK_FRAMES
+
+
+def stack_bytes(stored: bytes | tuple[bytes, ...]) -> bytes:
+    """The raw addresses of a stored stack."""
+    return stored if isinstance(stored, bytes) else b"".join(stored)
 
 
 @dataclass(frozen=True, slots=True)
 class StackKey:
     tgid: int
     comm: bytes
-    user: RawStack
-    kernel: RawStack  # STACK_NONE in user mode
+    user: StoredStack
+    kernel: StoredStack  # STACK_NONE in user mode
+    walk_end: int = 0  # the walker's WALK_ENDS index (0: root, also for bpf_get_stack's stacks)
 
 
 # Counter keys pack (stack id, interval, epoch) into one int: a tuple per entry would cost ~100 bytes more.
@@ -52,6 +84,32 @@ def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, 
     return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel
 
 
+def parse_walk_record(
+    record: bytes, leaf_slots: int, root_slots: int
+) -> tuple[int, int, int, bytes, RawStack, RawStack, int]:
+    """(tgid, tid, time_ns, comm, user, kernel, walk end) of one record of the walker.
+
+    User frames come first, the kernel's right after them. A walk longer than the slots kept the
+    ``leaf_slots`` leaf-most frames in order and the last ``root_slots`` in a ring: they are put back in
+    walk order here, with one GAP_TAG frame between leaf and root saying how many frames were cut.
+    """
+    tgid, tid, time_ns, user_bytes, kernel_bytes, comm, walked, walk_end = WALK_HEADER.unpack_from(record)
+    user_at = WALK_HEADER.size
+    user: RawStack = user_bytes
+    kernel_at = user_at
+    if user_bytes >= 0:
+        kernel_at = user_at + user_bytes
+        user = record[user_at:kernel_at]
+        slots = leaf_slots + root_slots
+        if walked > slots:
+            ring = user[8 * leaf_slots :]
+            start = 8 * ((walked - leaf_slots) % root_slots)
+            gap = struct.pack("<Q", GAP_TAG | (walked - slots))
+            user = user[: 8 * leaf_slots] + gap + ring[start:] + ring[:start]
+    kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
+    return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel, walk_end
+
+
 class StackStore:
     """Counts per process of (stack key, interval, epoch), fed one sample at a time."""
 
@@ -60,7 +118,8 @@ class StackStore:
             raise ValueError("interval must be positive")
         self.interval_ns = interval_ns
         self.origin_ns: int | None = None  # monotonic time the window started; set by begin()
-        self._stacks: dict[bytes, bytes] = {}  # interning: equal address tuples share one object
+        self._chunks: dict[bytes, bytes] = {}  # interning: equal address runs share one object
+        self._deep: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}  # equal deep stacks share one tuple
         self._keys: dict[StackKey, int] = {}
         self._key_list: list[StackKey] = []
         self._counts: dict[int, Counter[int]] = {}  # tgid -> packed (key id, interval, epoch) -> samples
@@ -73,15 +132,40 @@ class StackStore:
         origin = self.origin_ns if self.origin_ns is not None else time_ns
         return max(0, (time_ns - origin) // self.interval_ns)
 
-    def _intern(self, raw: RawStack) -> RawStack:
-        if isinstance(raw, bytes):
-            return self._stacks.setdefault(raw, raw)
-        return raw
+    def _intern(self, raw: RawStack) -> tuple[StoredStack, bool]:
+        """The stored form of ``raw`` and whether it is new."""
+        if isinstance(raw, int):
+            return raw, False
+        if len(raw) <= CHUNK_BYTES:
+            known = self._chunks.get(raw)
+            if known is None:
+                known = self._chunks[raw] = raw
+                return known, True
+            return known, False
+        head = len(raw) % CHUNK_BYTES  # chunks counted from the root: the leaf-most one may be shorter
+        parts = [raw[:head]] if head else []
+        parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
+        chunks = tuple(self._chunks.setdefault(part, part) for part in parts)
+        known_deep = self._deep.get(chunks)
+        if known_deep is None:
+            self._deep[chunks] = chunks
+            return chunks, True
+        return known_deep, False
 
     def add(
-        self, tgid: int, tid: int, comm: bytes, time_ns: int, user: RawStack, kernel: RawStack, epoch: int = 0
-    ) -> None:
-        key = StackKey(tgid, comm, self._intern(user), self._intern(kernel))
+        self,
+        tgid: int,
+        tid: int,
+        comm: bytes,
+        time_ns: int,
+        user: RawStack,
+        kernel: RawStack,
+        epoch: int = 0,
+        walk_end: int = 0,
+    ) -> bool:
+        """Count one sample; True when its user stack was not seen before (callers look at new ones only)."""
+        stored_user, new_user = self._intern(user)
+        key = StackKey(tgid, comm, stored_user, self._intern(kernel)[0], walk_end)
         key_id = self._keys.get(key)
         if key_id is None:
             key_id = self._keys[key] = len(self._key_list)
@@ -93,6 +177,7 @@ class StackStore:
         epoch = min(epoch, (1 << EPOCH_BITS) - 1)
         counts[(key_id << (INTERVAL_BITS + EPOCH_BITS)) | (interval << EPOCH_BITS) | epoch] += 1
         self.samples += 1
+        return new_user
 
     @property
     def distinct_stacks(self) -> int:
@@ -101,7 +186,7 @@ class StackStore:
     @property
     def stored_bytes(self) -> int:
         """Bytes of raw addresses held (the part that grows with distinct stacks)."""
-        return sum(len(raw) for raw in self._stacks)
+        return sum(len(raw) for raw in self._chunks)
 
     def pids(self) -> list[int]:
         return sorted(self._counts)

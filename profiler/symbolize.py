@@ -20,12 +20,15 @@ import ctypes as ct
 import os
 import re
 import struct
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
+from .hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
 from .perfmap import PerfMapLike
+from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StoredStack, stack_bytes
 
 UNKNOWN = "[unknown]"
 INTERPRETER = "Interpreter"  # HotSpot's template interpreter: one symbol for every interpreted frame
@@ -280,6 +283,22 @@ class KernelSymbols:
             self._cache = None
 
 
+# Causes of a stack cut (SamplerStats.stacks_cut).
+CUT_DEPTH = "depth limit (middle frames cut)"
+CUT_DEPTH_LEAF = "depth limit (root end cut)"
+CUT_NATIVE = "ended at a native frame"
+CUT_JAVA = "ended at a Java frame"
+CUT_CFI = "CFI step failed"
+CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/cfi.py
+CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
+WALK_CFI_FAIL = WALK_ENDS.index("CFI step failed")
+
+
+def gap_frame(frames_cut: int) -> str:
+    """The frame standing for the middle of a stack too deep to keep whole."""
+    return f"[… {frames_cut} frames cut …]"
+
+
 @dataclass
 class _UserStack:
     names: list[str] | None  # leaf first; None: the walk failed
@@ -288,6 +307,23 @@ class _UserStack:
     interpreted_only: bool = False
     java_frames: int = 0
     unresolved: int = 0
+    interpreted: int = 0  # interpreter frames (walker only)
+    interpreted_named: int = 0
+    unnamed: dict[str, int] | None = None  # cause -> interpreter frames left unnamed
+    cut: str | None = None  # why the stack does not reach a thread's start (None: it does, or unknown)
+
+
+def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int) -> str | None:
+    """Why a walk did not reach the thread's start frame, or None when it did (or holds nothing)."""
+    if gap:
+        return CUT_DEPTH
+    if truncated:
+        return CUT_DEPTH_LEAF
+    if walk_end == WALK_CFI_FAIL:
+        return CUT_CFI
+    if not frames or any(frame_base_name(frame.name) in THREAD_ROOTS for frame in frames[-ROOT_WINDOW:]):
+        return None
+    return CUT_JAVA if frames[-1].in_jit_code else CUT_NATIVE
 
 
 class StackFolder:
@@ -298,15 +334,30 @@ class StackFolder:
     """
 
     def __init__(
-        self, symbols: ProcessSymbols, kernel: KernelSymbols, depth: int, java_process: bool, kernel_depth: int = 127
+        self,
+        symbols: ProcessSymbols,
+        kernel: KernelSymbols,
+        depth: int,
+        java_process: bool,
+        kernel_depth: int = 127,
+        walker: bool = False,
+        methods: MethodNamer | None = None,
+        no_methods_cause: str = NO_METHOD_SLOT,
+        native_cause: Callable[[int], str | None] | None = None,
     ) -> None:
         self.symbols = symbols
         self.kernel = kernel
         self.depth = depth
         self.kernel_depth = min(kernel_depth, depth)
         self.java_process = java_process
-        self._user: dict[bytes | int, _UserStack] = {}
-        self._kernel: dict[bytes | int, list[str] | None] = {}
+        self.walker = walker  # stacks of our walker: tagged frames, truncation by gap frame
+        self.methods = methods
+        self.no_methods_cause = no_methods_cause  # why interpreter frames stay unnamed when methods is None
+        self.native_cause = native_cause  # outermost pc -> a CUT_* cause finer than CUT_NATIVE, or None
+        self._user: dict[tuple[StoredStack, int], _UserStack] = {}
+        self.interpreted_unnamed: Counter[str] = Counter()
+        self.stacks_cut: Counter[str] = Counter()
+        self._kernel: dict[StoredStack, list[str] | None] = {}
         self.counts = {
             "lost_user_stack": 0,
             "lost_kernel_stack": 0,
@@ -315,44 +366,92 @@ class StackFolder:
             "interpreted_only": 0,
             "java_frames": 0,
             "java_frames_unresolved": 0,
+            "interpreted_frames": 0,
+            "interpreted_named": 0,
+        }
+
+    @property
+    def stats_fields(self) -> dict[str, object]:
+        """The SamplerStats fields counted so far."""
+        return {
+            **self.counts,
+            "interpreted_unnamed": dict(self.interpreted_unnamed),
+            "stacks_cut": dict(self.stacks_cut),
         }
 
     def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
         self.symbols.set_perf_map(perf_map)
         self._user.clear()
 
-    def _user_stack(self, raw: bytes | int) -> _UserStack:
-        known = self._user.get(raw)
+    def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
+        """(frame, frames cut) of one stored value of the walker: pc, tagged Method*, or gap."""
+        tag = value & TAG_MASK
+        if tag == GAP_TAG:
+            cut = value & ~TAG_MASK
+            return Frame(gap_frame(cut), "gap"), cut
+        if tag:
+            stack.interpreted += 1
+            method = value & ~TAG_MASK
+            name = self.methods.name(method) if self.methods is not None else None
+            if name is not None:
+                stack.interpreted_named += 1
+                return Frame(name + INTERPRETED_MARK, "jit"), 0
+            cause = self.methods.failures.get(method, NO_METHOD_SLOT) if self.methods else self.no_methods_cause
+            unnamed[cause] += 1
+            return Frame(INTERPRETER, "jit"), 0
+        frame = self.symbols.resolve(value)
+        if frame.name == INTERPRETER:  # the walker read no Method* for it
+            stack.interpreted += 1
+            unnamed[self.no_methods_cause if self.methods is None else NO_METHOD_SLOT] += 1
+        return frame, 0
+
+    def _user_stack(self, raw: StoredStack, walk_end: int) -> _UserStack:
+        known = self._user.get((raw, walk_end))
         if known is not None:
             return known
-        if isinstance(raw, int):
-            stack = _UserStack(None)
-        else:
-            addrs = raw_addresses(raw)
-            frames = [self.symbols.resolve(a) for a in addrs]
-            truncated = len(addrs) >= self.depth
-            java, unresolved, interpreted, compiled = java_frame_kinds(frames)
-            stack = _UserStack(
-                [f.name for f in frames],
-                truncated=truncated,
-                unwalkable=is_java_unwalkable(frames, truncated, self.java_process),
-                interpreted_only=interpreted > 0 and compiled == 0,
-                java_frames=java,
-                unresolved=unresolved,
-            )
-        self._user[raw] = stack
+        stack = _UserStack(None) if isinstance(raw, int) else self._resolve_user(raw, walk_end)
+        self._user[(raw, walk_end)] = stack
         return stack
 
-    def _kernel_stack(self, raw: bytes | int) -> tuple[list[str] | None, bool]:
+    def _resolve_user(self, raw: bytes | tuple[bytes, ...], walk_end: int) -> _UserStack:
+        addrs = raw_addresses(stack_bytes(raw))
+        stack = _UserStack(None)
+        gap = 0
+        if self.walker:
+            unnamed: Counter[str] = Counter()
+            frames = []
+            for value in addrs:
+                frame, cut = self._walker_frame(value, stack, unnamed)
+                frames.append(frame)
+                gap += cut
+            stack.unnamed = dict(unnamed)
+            truncated = gap > 0
+        else:
+            frames = [self.symbols.resolve(a) for a in addrs]
+            truncated = len(addrs) >= self.depth
+        java, unresolved, interpreted, compiled = java_frame_kinds(frames)
+        stack.names = [f.name for f in frames]
+        stack.truncated = truncated
+        stack.unwalkable = is_java_unwalkable(frames, truncated, self.java_process)
+        stack.interpreted_only = interpreted > 0 and compiled == 0
+        stack.java_frames = java
+        stack.unresolved = unresolved
+        stack.cut = cut_cause(frames, gap, truncated and not self.walker, walk_end)
+        if stack.cut == CUT_NATIVE and self.native_cause is not None and addrs:
+            stack.cut = self.native_cause(addrs[-1]) or CUT_NATIVE
+        return stack
+
+    def _kernel_stack(self, raw: StoredStack) -> tuple[list[str] | None, bool]:
         if isinstance(raw, int):
             return ([] if raw == STACK_NONE else None), False
         names = self._kernel.get(raw)
+        flat = stack_bytes(raw)
         if names is None:
-            names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(raw)]
-        return names, len(raw) // 8 >= self.kernel_depth
+            names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(flat)]
+        return names, len(flat) // 8 >= self.kernel_depth
 
-    def fold(self, comm: bytes, user_raw: bytes | int, kernel_raw: bytes | int, count: int) -> str:
-        user = self._user_stack(user_raw)
+    def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
+        user = self._user_stack(user_raw, walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
         counts = self.counts
         if user.names is None:
@@ -367,6 +466,12 @@ class StackFolder:
             counts["interpreted_only"] += count
         counts["java_frames"] += user.java_frames * count
         counts["java_frames_unresolved"] += user.unresolved * count
+        counts["interpreted_frames"] += user.interpreted * count
+        counts["interpreted_named"] += user.interpreted_named * count
+        for cause, frames in (user.unnamed or {}).items():
+            self.interpreted_unnamed[cause] += frames * count
+        if user.cut is not None:
+            self.stacks_cut[user.cut] += count
         return fold_stack(comm.decode("utf-8", "replace"), user.names, kernel_names)
 
 

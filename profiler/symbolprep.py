@@ -56,13 +56,19 @@ class SymbolPreparer:
     """
 
     def __init__(
-        self, perf_map_mode: str, perf_map_refresh: float, alive: Callable[[int], bool], warnings: list[str]
+        self,
+        perf_map_mode: str,
+        perf_map_refresh: float,
+        alive: Callable[[int], bool],
+        warnings: list[str],
+        on_jvm: Callable[[int], bool] | None = None,
     ) -> None:
         self.perf_map_mode = perf_map_mode
         self.perf_map_refresh = perf_map_refresh
         self.histories: dict[int, PerfMapHistory] = {}
         self._alive = alive
         self._warnings = warnings
+        self._on_jvm = on_jvm  # a JVM entered the scope: True once its interpreter can be named
         self._keep_history = False
         self._scratch: Path | None = None  # perf-map versions until symbolization
         self._prepared: dict[int, _Prepared] = {}
@@ -175,6 +181,7 @@ class SymbolPreparer:
                 f"pid {pid}: JVM without -XX:+PreserveFramePointer, its Java stacks are broken "
                 f"(see java_unwalkable); restart it with {PFP_FIX}"
             )
+        jvm_known = info is not None and self._on_jvm is not None and self._on_jvm(pid)
         if info is not None and self.perf_map_mode != "none":
             # A JVM found at exec is not attachable for a moment: retry with backoff for ~20 s.
             delay = 0.25
@@ -188,6 +195,8 @@ class SymbolPreparer:
                 delay = min(delay * 2, 4.0)
         elif info is None and time.monotonic() - _process_age_base(pid) < 1.0:
             self._stopping.wait(1.0)  # just exec'd: let the loader map the libraries first
+        if info is not None and not jvm_known and self._on_jvm is not None and self._alive(pid):
+            self._on_jvm(pid)  # again once attachable: a JVM found at exec had no libjvm.so mapped yet
         if self._alive(pid) and not self._stopping.is_set():
             prepared.symbols = ProcessSymbols(pid, eager=True)
 

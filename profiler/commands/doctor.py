@@ -94,12 +94,13 @@ def max_stack_check(value: int | None) -> Check:
             " (or: sysctl -w kernel.perf_event_max_stack=1024)",
         )
     if value < 512:
+        # Our walker (--stack-walk bpf, the default) walks user stacks itself: only kernel stacks (<= 127
+        # frames) and the bpf_get_stack fallback depend on this sysctl.
         return Check(
             "perf_event_max_stack",
-            WARN,
-            f"{value}: Java stacks are often deeper and get truncated at the default depth",
-            "profiler run --max-stack-depth 1024 raises it for the run and restores it after"
-            " (or: sysctl -w kernel.perf_event_max_stack=1024)",
+            OK,
+            f"{value}: enough for our stack walker; with --stack-walk kernel, Java stacks deeper than this are "
+            "truncated (profiler run --max-stack-depth 1024 --stack-walk kernel raises it for the run)",
         )
     return Check("perf_event_max_stack", OK, str(value))
 

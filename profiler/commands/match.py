@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
-from ..capture import PIDS_DIR, STACKS_FILE, atomic_write_text, contained
+from ..capture import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, contained, read_sampler_stats
 from ..defaults import DEFAULT_PROFILE, data_file
-from ..errors import ConfigError, OutputExistsError
+from ..errors import CaptureFormatError, ConfigError, OutputExistsError
 from ..matcher import MatchResult
 from ..stats import share_ci95
 
@@ -45,6 +45,25 @@ def stack_files(inputs: Sequence[Path]) -> list[Path]:
             files.append(path)
     # The same file named twice would count its samples twice.
     return list(dict.fromkeys(p.resolve() for p in files))
+
+
+def format_stack_health(files: Sequence[Path]) -> str:
+    """Per PID of a capture (a pids/PID/stacks.folded beside its sampler.json): what the walk lost."""
+    lines = []
+    for path in files:
+        sampler_file = path.parent / SAMPLER_FILE
+        if path.name != STACKS_FILE or not sampler_file.is_file():
+            continue
+        try:
+            stats = read_sampler_stats(path.parent.parent.parent, int(path.parent.name))
+        except (ValueError, CaptureFormatError):
+            continue
+        health = stats.stack_health() if stats is not None else None
+        if health is not None:
+            lines.append(f"  pid {stats.pid if stats else path.parent.name}: {health}")
+    if not lines:
+        return ""
+    return "\nstack health (see docs/capture-format.md, sampler.json):\n" + "\n".join(lines) + "\n"
 
 
 def format_table(result: MatchResult, top_candidates: Sequence[tuple[str, int]]) -> str:
@@ -150,6 +169,7 @@ class MatchCommand:
             f"{accumulator.entries} stacks"
         )
         print(format_table(result, candidate_patterns(result.unmatched, args.top)), end="")
+        print(format_stack_health(files), end="")
         if args.csv is not None:
             atomic_write_text(args.csv, result_csv(result))
             print(f"wrote {args.csv}")

@@ -56,7 +56,11 @@ class RunCommand:
         parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")
         parser.add_argument("--force", action="store_true", help="replace an existing output directory")
         parser.add_argument(
-            "--max-stack-depth", type=positive_int, default=127, help="frames per stack kept (127; Java wants more)"
+            "--max-stack-depth",
+            type=positive_int,
+            default=None,
+            help="frames per user stack kept (1024 with --stack-walk bpf, 127 with kernel); a deeper stack keeps "
+            "its leaf and root ends (bpf) or its leaf end (kernel)",
         )
         parser.add_argument(
             "--interval",
@@ -79,6 +83,13 @@ class RunCommand:
             "in-kernel stack map (no timeline); auto: ringbuf when the kernel has it",
         )
         parser.add_argument(
+            "--stack-walk",
+            choices=("auto", "bpf", "kernel"),
+            default="auto",
+            help="bpf: our walker (names interpreted Java frames, keeps the root of deep stacks; needs "
+            "--stack-collection ringbuf); kernel: bpf_get_stack; auto: bpf when it loads",
+        )
+        parser.add_argument(
             "--stack-storage-size",
             type=positive_int,
             default=65536,
@@ -98,9 +109,13 @@ class RunCommand:
             from ..sampler import StackSampler
 
             sampler = StackSampler(
-                args.frequency, args.max_stack_depth, args.stack_storage_size, collection=args.stack_collection
+                args.frequency,
+                args.max_stack_depth,
+                args.stack_storage_size,
+                collection=args.stack_collection,
+                stack_walk=args.stack_walk,
             )
-            print(sampler.bpf_text())
+            print(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None))
             if args.net:
                 from ..net import NetTracer
 
@@ -127,6 +142,7 @@ class RunCommand:
             interval=args.interval,
             perf_map_refresh=args.perf_map_refresh,
             stack_collection=args.stack_collection,
+            stack_walk=args.stack_walk,
         )
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from .. import capture

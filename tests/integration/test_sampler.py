@@ -54,6 +54,11 @@ def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
     finally:
         sampler.close()
         sampler.close()  # idempotent
+    # The kernel frees a program held by a prog array (the walker's tail call) when its deferred map
+    # release runs, a moment after close(): larger maps (the CFI tables) make that moment longer.
+    deadline = time.monotonic() + 10
+    while set(ids) & _loaded_prog_ids() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not set(ids) & _loaded_prog_ids()
     assert sampler.prog_ids == []
     folded, stats = folded_and_stats(result[cpu_split_jvm.pid])
@@ -79,7 +84,7 @@ def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
     assert stats.lost_user_stack <= 0.03 * stats.samples, stats
     assert stats.truncated == 0
     assert stats.java_unwalkable <= 0.05 * stats.samples, stats
-    assert stats.max_stack_depth == 127
+    assert stats.max_stack_depth == 1024  # our walker's default (bpf_get_stack's: 127)
 
 
 def test_pid_added_mid_run_is_sampled_and_exited_pid_keeps_its_samples(start_cpu_split_jvm):
@@ -168,7 +173,7 @@ def test_depth_limit_counts_truncated_stacks(start_cpu_split_jvm):
 def test_depth_above_127_raises_the_sysctl_and_restores_it(start_cpu_split_jvm):
     before = _max_stack()
     deep = start_cpu_split_jvm(weights={"alpha": 100}, threads=1, depth=200)
-    sampler = StackSampler(max_stack_depth=400)
+    sampler = StackSampler(max_stack_depth=400, stack_walk="kernel")  # our walker needs no sysctl
     try:
         sampler.start()
         assert _max_stack() >= 400, sampler.warnings
@@ -191,7 +196,7 @@ def test_failed_start_is_reported_and_close_unloads_everything():
     sampler = StackSampler(frequency=10**9)
     with pytest.raises(CapabilityError) as failure:
         sampler.start()
-    assert "stack_ringbuf.c" in str(failure.value)
+    assert "stack_walk.c" in str(failure.value)
     sampler.close()
     assert sampler.prog_ids == []
     assert bpf_programs_held_by({os.getpid()}) == []

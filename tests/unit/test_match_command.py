@@ -109,3 +109,35 @@ def test_force_overwrites(tmp_path: Path, profile: Path) -> None:
     out_csv = write(tmp_path / "x.csv", "old")
     assert main(["match", "--profile", str(profile), str(stacks), "--csv", str(out_csv), "--force"]) == 0
     assert out_csv.read_text().startswith("task,samples,share\n")
+
+
+def test_capture_directory_prints_stack_health_per_pid(
+    tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a capture whose pid 100 lost stacks at native frames and left interpreted frames unnamed
+    from profiler.capture import SamplerStats, write_sampler_stats
+
+    capture = tmp_path / "capture"
+    write(capture / "pids" / "100" / "stacks.folded", "t;JacksonParser.p [i] 8\n")
+    write(capture / "pids" / "200" / "stacks.folded", "t;JacksonParser.p 2\n")
+    write_sampler_stats(
+        capture,
+        SamplerStats(
+            pid=100,
+            samples=200,
+            interpreted_frames=1000,
+            interpreted_named=990,
+            interpreted_unnamed={"stale Method* (class unloaded or memory reused)": 10},
+            stacks_cut={"ended at a native frame": 6, "depth limit (middle frames cut)": 2},
+        ),
+    )
+    write_sampler_stats(capture, SamplerStats(pid=200, samples=50))  # nothing to say
+    assert main(["match", "--profile", str(profile), str(capture)]) == 0
+    printed = capsys.readouterr().out
+    # THEN one health line for pid 100, causes by share, and none for the healthy pid 200
+    assert "stack health" in printed
+    assert (
+        "pid 100: 4.0 % of samples cut (ended at a native frame 3.0 %, depth limit (middle frames cut) 1.0 %); "
+        "1.0 % of 1000 interpreted frames unnamed (stale Method* (class unloaded or memory reused): 10)"
+    ) in printed
+    assert "pid 200" not in printed

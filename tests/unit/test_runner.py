@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ class FakeSampler:
     """Hands back fixed stacks, all in timeline interval 0 (the real sampler is tested in integration)."""
 
     collection = "ringbuf"
+    stack_walk = "bpf"
     max_stack_depth = 127
 
     def __init__(self, stacks: dict[int, Counter[str]], fail_collect: bool = False) -> None:
@@ -81,6 +83,9 @@ class FakeSampler:
 
     def prepare_symbols(self, pid: int) -> None:
         pass
+
+    def prepare_unwinding(self, pids: Sequence[int]) -> None:
+        self.preloaded = list(pids)
 
     def pid_exited(self, pid: int) -> None:
         self.exited.append(pid)

@@ -10,9 +10,31 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import PidCounters
+from profiler.hotspot import NO_METHOD_SLOT, STALE
 from profiler.perfmap_history import PerfMapHistory
-from profiler.stackstore import RECORD_HEADER, StackStore, parse_record
-from profiler.symbolize import STACK_NONE, Frame, StackFolder, raw_addresses
+from profiler.stackstore import (
+    GAP_TAG,
+    INTERPRETED_TAG,
+    RECORD_HEADER,
+    WALK_ENDS,
+    WALK_HEADER,
+    StackStore,
+    parse_record,
+    parse_walk_record,
+    stack_bytes,
+)
+from profiler.symbolize import (
+    CUT_CFI_MISS,
+    CUT_DEPTH,
+    CUT_JAVA,
+    CUT_NATIVE,
+    CUT_NO_CFI,
+    STACK_NONE,
+    Frame,
+    StackFolder,
+    gap_frame,
+    raw_addresses,
+)
 from profiler.timeline import CounterReading, counter_deltas, rss_bytes
 
 
@@ -37,6 +59,28 @@ def test_record_layout_matches_the_bpf_struct() -> None:
     assert parse_record(record(-14, STACK_NONE), user_depth=4)[4:] == (-14, STACK_NONE)
 
 
+def walk_record(frames: list[int], walked: int, kernel: bytes | int = STACK_NONE, end: int = 0) -> bytes:
+    kernel_len = len(kernel) if isinstance(kernel, bytes) else kernel
+    head = WALK_HEADER.pack(10, 11, 5, 8 * len(frames), kernel_len, b"w".ljust(16, b"\0"), walked, end)
+    return head + raw(*frames) + (kernel if isinstance(kernel, bytes) else b"")
+
+
+def test_walker_record_is_as_long_as_used_and_keeps_leaf_and_root_of_a_deep_stack() -> None:
+    # 48-byte header (the 40 of the ring-buffer record, then frames walked and why the walk ended)
+    assert WALK_HEADER.size == 48
+    assert parse_walk_record(walk_record([1, 2], 2, raw(9)), 2, 4) == (10, 11, 5, b"w", raw(1, 2), raw(9), 0)
+    # GIVEN 13 frames walked (leaf 1 .. root 13) into 2 leaf slots and a ring of 4: the ring holds the
+    # last four frames written at slot (i - 2) % 4, so frame 10 (i = 9) sits at ring slot 3
+    ring = [None] * 4
+    for index in range(2, 13):
+        ring[(index - 2) % 4] = index + 1
+    parsed = parse_walk_record(walk_record([1, 2, *ring], 13, end=1), 2, 4)  # type: ignore[list-item]
+    # THEN leaf frames, one gap frame counting the 7 frames cut, the root-most four in walk order
+    assert parsed[4] == raw(1, 2, GAP_TAG | 7, 10, 11, 12, 13)
+    assert WALK_ENDS[parsed[6]] == "depth limit"
+    assert parse_walk_record(walk_record([], 0, -14), 2, 4)[5] == -14
+
+
 def test_raw_addresses_stop_at_the_first_zero() -> None:
     assert raw_addresses(raw(3, 4, 0, 7)) == (3, 4)
     assert raw_addresses(b"") == ()
@@ -59,6 +103,20 @@ def test_store_counts_per_interval_and_epoch_and_keeps_one_copy_of_each_stack() 
     assert store.pids() == [2]
     with pytest.raises(ValueError):
         StackStore(0)
+
+
+def test_deep_stacks_share_their_root_chunks() -> None:
+    # GIVEN 100 stacks 600 frames deep that differ only in their leaf frame
+    root = list(range(1000, 1599))
+    store = StackStore(interval_ns=10)
+    news = [store.add(1, 1, b"t", 0, raw(leaf, *root), STACK_NONE) for leaf in range(1, 101)]
+    assert all(news) and not store.add(1, 1, b"t", 0, raw(1, *root), STACK_NONE)
+    # THEN chunks count from the root: 18 full chunks (576 root frames) held once, and per stack only its
+    # leaf-most chunk (600 % 32 = 24 frames: the leaf and 23 root frames); 23,808 bytes instead of 480,000
+    assert store.distinct_stacks == 100
+    assert store.stored_bytes == 8 * 576 + 100 * 8 * 24
+    stored = {key.user for key, _interval, _count in store.entries(1)}
+    assert {stack_bytes(user) for user in stored} == {raw(leaf, *root) for leaf in range(1, 101)}  # type: ignore[arg-type]
 
 
 class FakeSymbols:
@@ -162,3 +220,60 @@ def test_counter_deltas_between_cumulative_readings() -> None:
         (3, 120.0, None),
     ]
     assert rss_bytes("Name:\tx\nVmRSS:\t  2048 kB\n") == 2 * 1024 * 1024 and rss_bytes("") == 0
+
+
+class FakeNamer:
+    """MethodNamer's interface: names for some Method*, a cause for the others."""
+
+    def __init__(self, names: dict[int, str], failures: dict[int, str]) -> None:
+        self.names, self.failures = names, failures
+
+    def name(self, method: int) -> str | None:
+        return self.names.get(method)
+
+
+def test_walker_stacks_name_interpreted_frames_mark_gaps_and_count_causes() -> None:
+    symbols = FakeSymbols({1: "start_thread", 2: "JavaThread::run", 3: "memcpy"}, {10: "a.B::m", 11: "Interpreter"})
+    namer = FakeNamer({0x5000: "a.B::loop"}, {0x6000: STALE})
+    folder = StackFolder(
+        symbols,  # type: ignore[arg-type]
+        FakeKernel(),  # type: ignore[arg-type]
+        depth=6,
+        java_process=True,
+        walker=True,
+        methods=namer,  # type: ignore[arg-type]
+    )
+    # GIVEN leaf first: an interpreted frame named, one stale, an interpreter pc without Method*, the thread start
+    stack = raw(INTERPRETED_TAG | 0x5000, INTERPRETED_TAG | 0x6000, 11, 2, 1)
+    expected = "w;start_thread;JavaThread::run;Interpreter;Interpreter;a.B::loop [i]"
+    assert folder.fold(b"w", stack, STACK_NONE, 2) == expected
+    # a deep stack: leaf, gap, root
+    deep = raw(10, GAP_TAG | 600, 2, 1)
+    assert folder.fold(b"w", deep, STACK_NONE, 1) == f"w;start_thread;JavaThread::run;{gap_frame(600)};a.B::m"
+    # walks that ended before any thread start: at a native frame, at a Java frame
+    assert folder.fold(b"w", raw(10, 3), STACK_NONE, 4, walk_end=3) == "w;memcpy;a.B::m"
+    folder.fold(b"w", raw(3, 10), STACK_NONE, 5, walk_end=2)
+    fields = folder.stats_fields
+    assert fields["interpreted_frames"] == 3 * 2 and fields["interpreted_named"] == 1 * 2
+    assert fields["interpreted_unnamed"] == {STALE: 2, NO_METHOD_SLOT: 2}
+    assert fields["stacks_cut"] == {CUT_DEPTH: 1, CUT_NATIVE: 4, CUT_JAVA: 5}
+    assert fields["truncated"] == 1  # only the stack with a gap: a 6-frame stack is not cut by itself
+
+
+def test_stacks_ending_at_a_native_frame_are_told_apart_by_the_unwind_tables() -> None:
+    # GIVEN walks that ended at native frames: 3 in an ELF without .eh_frame, 4 in no FDE, 5 outermost by CFI
+    symbols = FakeSymbols({3: "memcpy", 4: "asm_helper", 5: "weird", 1: "start_thread"}, {10: "a.B::m"})
+    causes = {3: CUT_NO_CFI, 4: CUT_CFI_MISS}
+    folder = StackFolder(
+        symbols,  # type: ignore[arg-type]
+        FakeKernel(),  # type: ignore[arg-type]
+        depth=8,
+        java_process=True,
+        walker=True,
+        native_cause=causes.get,
+    )
+    for outermost, count in ((3, 2), (4, 3), (5, 1)):
+        folder.fold(b"w", raw(10, outermost), STACK_NONE, count)
+    folder.fold(b"w", raw(10, 1), STACK_NONE, 7)  # reached the thread's start: not cut
+    # THEN each has its cause; one the tables know nothing about stays "ended at a native frame"
+    assert folder.stats_fields["stacks_cut"] == {CUT_NO_CFI: 2, CUT_CFI_MISS: 3, CUT_NATIVE: 1}

@@ -107,7 +107,14 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
     ring = sampler.bpf_text("ringbuf")
     assert "#define MAX_STACK_DEPTH 300" in ring and "#define KERNEL_STACK_DEPTH 127" in ring
     assert f"#define RINGBUF_PAGES {sampler.ringbuf_pages()}" in ring and "ringbuf_reserve" in ring
-    assert sampler.record_size == 40 + 8 * (300 + 127)
+    assert sampler.record_size == 48 + 8 * (300 + 127)  # the walker's header (the default walk)
+    assert StackSampler(max_stack_depth=300, stack_walk="kernel").record_size == 40 + 8 * (300 + 127)
+    walker = sampler.bpf_text("walker")
+    assert sampler.walk_slots == (236, 64)
+    assert "#define LEAF_SLOTS 236" in walker and "#define ROOT_SLOTS 64" in walker
+    assert "static __always_inline int cfi_step(struct unwind_regs *regs)" in walker  # the header inlined
+    assert '#include "cfi_step.h"' not in walker
+    assert StackSampler().max_stack_depth == 1024 and StackSampler(stack_walk="kernel").max_stack_depth == 127
     for bad in (
         {"frequency": 0},
         {"max_stack_depth": 0},
@@ -116,6 +123,8 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
         {"collection": "x"},
         {"interval": 0},
         {"perf_map_refresh": -1},
+        {"stack_walk": "x"},
+        {"stack_walk": "bpf", "collection": "stackmap"},
     ):
         with pytest.raises(ConfigError):
             StackSampler(**bad)  # type: ignore[arg-type]
@@ -149,3 +158,25 @@ def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypat
     assert sampler_module.StackDepthLimit(400).apply(warnings) == 127 and sysctl["value"] == 127
     assert "lower --max-stack-depth" in warnings[0]
     assert sampler_module.StackDepthLimit(100).apply([]) == 100 and sysctl["value"] == 127
+
+
+def test_walker_that_cannot_load_falls_back_to_bpf_get_stack_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from profiler import sampler as sampler_module
+
+    class FakeBPF:
+        PERF_EVENT = 7
+
+        def __init__(self, text: bytes) -> None:
+            if b"stack_walk.c" in text or b"walk_more" in text:
+                raise Exception("verifier says no")
+            self.text = text
+
+    monkeypatch.setattr(sampler_module, "_read_int", lambda path: 127)
+    sampler = StackSampler()
+    loaded = sampler._load(FakeBPF)
+    assert b"ringbuf_reserve" in loaded.text
+    assert sampler.stack_walk == "kernel" and sampler.collection == "ringbuf" and sampler.max_stack_depth == 127
+    assert "own stack walker unavailable (verifier says no)" in sampler.warnings[0]
+    # asked for by name, the walker's failure is the error
+    with pytest.raises(Exception, match="verifier"):
+        StackSampler(stack_walk="bpf")._load(FakeBPF)

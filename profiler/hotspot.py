@@ -1,0 +1,529 @@
+"""Interpreted Java frames named from outside the JVM: HotSpot's own vmStructs tables read from /proc/PID/mem.
+
+libjvm.so exports ``gHotSpotVMStructs``, ``gHotSpotVMTypes`` and the int/long constant tables (with the
+offsets and strides of their entries) for the serviceability agent. From them this module learns, for
+the running JVM, where its template interpreter's code is (``AbstractInterpreter::_code``, a StubQueue)
+and how to get from a ``Method*`` to ``pkg.Class::method`` (Method → ConstMethod → ConstantPool →
+InstanceKlass → Symbol). Nothing is hard-coded for one JDK except the x86_64 interpreter frame's method
+slot, used only when the JVM does not export ``frame::interpreter_frame_method_offset`` (JDK 8..21 keep
+the Method* three words below the frame pointer; OpenTelemetry's and async-profiler's unwinders rely on
+the same layout).
+
+A Method* seen in a sample may be stale by the time it is read (its class unloaded, the memory reused):
+every name is checked against the pool holder's back-pointer (InstanceKlass::_constants == the
+ConstantPool) and the constant pool's bounds; what fails is counted unnamed with its cause, never
+named from garbage. Names are read when the reader first sees a stack (while the class is alive) and
+read again when a new stack holds the same Method*, when the JVM's count of unloaded classes moves
+(hsperfdata ``java.cls.unloadedClasses``) and at collection: a Method* that named two methods in one
+window (its memory reused for another class) is counted unnamed (REUSED) instead of given either name.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import VMStructsError
+
+INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
+X86_64_METHOD_SLOT = -3  # frame::interpreter_frame_method_offset (words from fp), JDK 8+ on x86_64
+
+# Causes of an interpreted frame left unnamed (SamplerStats.interpreted_unnamed keys).
+UNREADABLE = "Method* unreadable (memory gone or unmapped)"
+STALE = "stale Method* (class unloaded or memory reused)"
+NO_VMSTRUCTS = "JVM's vmStructs not readable"
+NO_METHOD_SLOT = "no Method* read (JVM not attached yet, or its method slot unreadable)"
+REUSED = "Method* reused for another method in the window (class unloaded)"
+
+_WANTED_FIELDS = {
+    ("Method", "_constMethod"),
+    ("ConstMethod", "_constants"),
+    ("ConstMethod", "_name_index"),
+    ("ConstantPool", "_pool_holder"),
+    ("ConstantPool", "_length"),
+    ("InstanceKlass", "_constants"),
+    ("Klass", "_name"),
+    ("Symbol", "_length"),
+    ("Symbol", "_body"),
+    ("AbstractInterpreter", "_code"),
+    ("StubQueue", "_stub_buffer"),
+    ("StubQueue", "_buffer_limit"),
+}
+_TABLE_SYMBOLS = (
+    "gHotSpotVMStructs",
+    "gHotSpotVMStructEntryArrayStride",
+    "gHotSpotVMStructEntryTypeNameOffset",
+    "gHotSpotVMStructEntryFieldNameOffset",
+    "gHotSpotVMStructEntryIsStaticOffset",
+    "gHotSpotVMStructEntryOffsetOffset",
+    "gHotSpotVMStructEntryAddressOffset",
+    "gHotSpotVMTypes",
+    "gHotSpotVMTypeEntryArrayStride",
+    "gHotSpotVMTypeEntryTypeNameOffset",
+    "gHotSpotVMTypeEntrySizeOffset",
+    "gHotSpotVMIntConstants",
+    "gHotSpotVMIntConstantEntryArrayStride",
+    "gHotSpotVMIntConstantEntryNameOffset",
+    "gHotSpotVMIntConstantEntryValueOffset",
+)
+_MAX_ENTRIES = 20000  # a JDK has about 2,000 struct entries: more means we are reading garbage
+
+
+# ---------------------------------------------------------------- ELF (dynamic symbols of libjvm.so)
+
+
+def elf_symbols(path: str, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
+    """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr.
+
+    Reads only the headers and the symbol and string tables (libjvm.so is ~20 MB)."""
+    with open(path, "rb") as handle:
+
+        def read(offset: int, size: int) -> bytes:
+            handle.seek(offset)
+            return handle.read(size)
+
+        head = read(0, 64)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            raise VMStructsError(f"{path}: not a 64-bit little-endian ELF file")
+        phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+        base_vaddr = 0
+        program_headers = read(phoff, phnum * phentsize)
+        for index in range(phnum):
+            p_type, _flags, p_offset, p_vaddr = struct.unpack_from("<IIQQ", program_headers, index * phentsize)
+            if p_type == 1 and p_offset == 0:  # PT_LOAD mapping the file's start
+                base_vaddr = p_vaddr
+                break
+        section_headers = read(shoff, shnum * shentsize)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", section_headers, i * shentsize) for i in range(shnum)]
+        wanted = set(names)
+        found: dict[str, int] = {}
+        for sh_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
+            for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+                if kind != sh_type or entsize == 0:
+                    continue
+                table = read(offset, size)
+                strings = read(sections[link][4], sections[link][5])
+                for at in range(0, size, entsize):
+                    st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", table, at)
+                    name = strings[st_name : strings.index(b"\0", st_name)].decode("ascii", "replace")
+                    if name in wanted and name not in found:
+                        found[name] = st_value
+            if wanted <= found.keys():
+                break
+    return found, base_vaddr
+
+
+def libjvm_mapping(pid: int) -> tuple[str, int] | None:
+    """(path as the process sees it, load address of its file offset 0) of libjvm.so in ``pid``."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].rstrip("\n").endswith("/libjvm.so") and int(parts[2], 16) == 0:
+                    return parts[5].rstrip("\n"), int(parts[0].split("-")[0], 16)
+    except OSError:
+        return None
+    return None
+
+
+# ---------------------------------------------------------------- the target's memory
+
+
+class ProcessMemory:
+    """Reads of another process's memory through /proc/PID/mem (needs ptrace access: root)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+        self._strings: dict[int, str] = {}
+
+    def read(self, address: int, size: int) -> bytes:
+        if address <= 0 or address >= 1 << 47:
+            raise OSError(f"address {address:#x} outside user space")
+        data = os.pread(self._fd, size, address)
+        if len(data) != size:
+            raise OSError(f"short read at {address:#x}")
+        return data
+
+    def u64(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 8), "little")
+
+    def s32(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 4), "little", signed=True)
+
+    def u16(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 2), "little")
+
+    def c_string(self, address: int) -> str:
+        """A NUL-terminated string (vmStructs names; cached: they are static data)."""
+        known = self._strings.get(address)
+        if known is None:
+            chunk = self.read(address, 128)
+            known = chunk.split(b"\0", 1)[0].decode("ascii", "replace")
+            self._strings[address] = known
+        return known
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+# ---------------------------------------------------------------- vmStructs
+
+
+@dataclass(frozen=True)
+class VMLayout:
+    """What the profiler needs of one JVM's vmStructs: field offsets, type sizes, the interpreter's code."""
+
+    fields: dict[tuple[str, str], int]  # (type, field) -> offset (static fields: their address)
+    sizes: dict[str, int]
+    interpreter: tuple[int, int]  # [start, end) of the template interpreter's code
+    method_slot: int  # bytes from an interpreter frame's fp to its Method*
+    method_slot_source: str  # "vmStructs" or "x86_64 default"
+
+    def offset(self, type_name: str, field_name: str) -> int:
+        return self.fields[(type_name, field_name)]
+
+
+def _read_table_entries(memory: ProcessMemory, symbols: dict[str, int]) -> dict[tuple[str, str], int]:
+    stride = symbols["gHotSpotVMStructEntryArrayStride"]
+    entry = memory.u64(symbols["gHotSpotVMStructs"])
+    found: dict[tuple[str, str], int] = {}
+    for _ in range(_MAX_ENTRIES):
+        type_pointer = memory.u64(entry + symbols["gHotSpotVMStructEntryTypeNameOffset"])
+        if type_pointer == 0:
+            return found
+        key = (
+            memory.c_string(type_pointer),
+            memory.c_string(memory.u64(entry + symbols["gHotSpotVMStructEntryFieldNameOffset"])),
+        )
+        if key in _WANTED_FIELDS:
+            is_static = memory.s32(entry + symbols["gHotSpotVMStructEntryIsStaticOffset"])
+            where = "gHotSpotVMStructEntryAddressOffset" if is_static else "gHotSpotVMStructEntryOffsetOffset"
+            found[key] = memory.u64(entry + symbols[where])
+        entry += stride
+    raise VMStructsError("gHotSpotVMStructs has no end marker")
+
+
+def _read_types(memory: ProcessMemory, symbols: dict[str, int], names: set[str]) -> dict[str, int]:
+    stride = symbols["gHotSpotVMTypeEntryArrayStride"]
+    entry = memory.u64(symbols["gHotSpotVMTypes"])
+    sizes: dict[str, int] = {}
+    for _ in range(_MAX_ENTRIES):
+        type_pointer = memory.u64(entry + symbols["gHotSpotVMTypeEntryTypeNameOffset"])
+        if type_pointer == 0:
+            return sizes
+        name = memory.c_string(type_pointer)
+        if name in names:
+            sizes[name] = memory.u64(entry + symbols["gHotSpotVMTypeEntrySizeOffset"])
+        entry += stride
+    raise VMStructsError("gHotSpotVMTypes has no end marker")
+
+
+def _read_int_constant(memory: ProcessMemory, symbols: dict[str, int], wanted: str) -> int | None:
+    stride = symbols["gHotSpotVMIntConstantEntryArrayStride"]
+    entry = memory.u64(symbols["gHotSpotVMIntConstants"])
+    for _ in range(_MAX_ENTRIES):
+        name_pointer = memory.u64(entry + symbols["gHotSpotVMIntConstantEntryNameOffset"])
+        if name_pointer == 0:
+            return None
+        if memory.c_string(name_pointer) == wanted:
+            return memory.s32(entry + symbols["gHotSpotVMIntConstantEntryValueOffset"])
+        entry += stride
+    return None
+
+
+def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
+    """The JVM's layout from its own tables; VMStructsError when it is not a readable HotSpot JVM."""
+    mapping = libjvm_mapping(pid)
+    if mapping is None:
+        raise VMStructsError(f"pid {pid}: no libjvm.so mapped")
+    path, load_address = mapping
+    try:
+        values, base_vaddr = elf_symbols(f"/proc/{pid}/root{path}", _TABLE_SYMBOLS)
+    except (OSError, ValueError, struct.error) as exc:
+        raise VMStructsError(f"pid {pid}: {path}: {exc}") from None
+    missing = [name for name in _TABLE_SYMBOLS if name not in values]
+    if missing:
+        raise VMStructsError(f"pid {pid}: {path} lacks {', '.join(missing)}")
+    bias = load_address - base_vaddr
+    try:
+        symbols = {name: memory.u64(bias + value) for name, value in values.items()}
+        # The pointers to the tables are data; the offsets and strides are the values themselves.
+        for name in ("gHotSpotVMStructs", "gHotSpotVMTypes", "gHotSpotVMIntConstants"):
+            symbols[name] = bias + values[name]
+        fields = _read_table_entries(memory, symbols)
+        sizes = _read_types(memory, symbols, {"ConstantPool"})
+        slot = _read_int_constant(memory, symbols, "frame::interpreter_frame_method_offset")
+        missing_fields = sorted(f"{t}::{f}" for t, f in _WANTED_FIELDS - fields.keys())
+        if missing_fields or "ConstantPool" not in sizes:
+            raise VMStructsError(f"pid {pid}: vmStructs lack {', '.join(missing_fields) or 'ConstantPool size'}")
+        queue = memory.u64(fields[("AbstractInterpreter", "_code")])
+        start = memory.u64(queue + fields[("StubQueue", "_stub_buffer")])
+        limit = memory.s32(queue + fields[("StubQueue", "_buffer_limit")])
+    except OSError as exc:
+        raise VMStructsError(f"pid {pid}: reading vmStructs failed ({exc})") from None
+    return VMLayout(
+        fields=fields,
+        sizes=sizes,
+        interpreter=(start, start + limit),
+        method_slot=8 * (slot if slot is not None else X86_64_METHOD_SLOT),
+        method_slot_source="vmStructs" if slot is not None else "x86_64 default",
+    )
+
+
+# ---------------------------------------------------------------- Method* -> name
+
+
+@dataclass
+class MethodNamer:
+    """Names of one JVM's Method* pointers, memoized; a failed name keeps its cause."""
+
+    memory: ProcessMemory
+    layout: VMLayout
+    names: dict[int, str] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+    unloads: HsPerfCounter | None = None  # the JVM's unloaded-classes counter, when it publishes one
+    unloads_seen: int | None = None
+
+    def _symbol(self, address: int) -> str:
+        length = self.memory.u16(address + self.layout.offset("Symbol", "_length"))
+        body = self.memory.read(address + self.layout.offset("Symbol", "_body"), length) if length else b""
+        return body.decode("utf-8", "replace")
+
+    def _read(self, method: int) -> str | None:
+        """The name, or None when the pointers do not hold together (stale); OSError when unreadable."""
+        layout, memory = self.layout, self.memory
+        const_method = memory.u64(method + layout.offset("Method", "_constMethod"))
+        pool = memory.u64(const_method + layout.offset("ConstMethod", "_constants"))
+        holder = memory.u64(pool + layout.offset("ConstantPool", "_pool_holder"))
+        if memory.u64(holder + layout.offset("InstanceKlass", "_constants")) != pool:
+            return None
+        name_index = memory.u16(const_method + layout.offset("ConstMethod", "_name_index"))
+        pool_length = memory.s32(pool + layout.offset("ConstantPool", "_length"))
+        if not 0 < name_index < pool_length:
+            return None
+        method_symbol = memory.u64(pool + layout.sizes["ConstantPool"] + 8 * name_index)
+        method_name = self._symbol(method_symbol)
+        class_name = self._symbol(memory.u64(holder + layout.offset("Klass", "_name")))
+        if not method_name or not class_name or not method_name.isprintable() or not class_name.isprintable():
+            return None
+        return f"{class_name.replace('/', '.')}::{method_name}"
+
+    def name(self, method: int) -> str | None:
+        """``pkg.Class::method``, or None (the cause is in ``failures[method]``)."""
+        if method in self.names:
+            return self.names[method]
+        if method in self.failures:
+            return None
+        try:
+            name = self._read(method)
+        except OSError:
+            self.failures[method] = UNREADABLE
+            return None
+        if name is None:
+            self.failures[method] = STALE
+            return None
+        self.names[method] = name
+        return name
+
+    def recheck(self, method: int) -> None:
+        """Read a named Method* again: another name now means its memory was reused (REUSED from now on).
+        A read that fails proves nothing (the class may just be gone): the first name stays."""
+        known = self.names.get(method)
+        if known is None:
+            return
+        try:
+            current = self._read(method)
+        except OSError:
+            return
+        if current is not None and current != known:
+            del self.names[method]
+            self.failures[method] = REUSED
+
+    def recheck_all(self) -> None:
+        for method in list(self.names):
+            self.recheck(method)
+
+    def classes_unloaded(self) -> bool:
+        """The JVM unloaded classes since the last call (False when it does not say)."""
+        if self.unloads is None:
+            return False
+        count = self.unloads.read()
+        changed = count is not None and self.unloads_seen is not None and count != self.unloads_seen
+        self.unloads_seen = count if count is not None else self.unloads_seen
+        return changed
+
+
+def open_namer(pid: int) -> MethodNamer:
+    """A namer for ``pid``'s JVM; VMStructsError (or OSError for /proc/PID/mem) when there is none."""
+    memory = ProcessMemory(pid)
+    try:
+        namer = MethodNamer(memory, read_layout(pid, memory), unloads=HsPerfCounter.find(pid, UNLOADED_CLASSES))
+    except Exception:
+        memory.close()
+        raise
+    namer.classes_unloaded()  # the count at the start
+    return namer
+
+
+# ---------------------------------------------------------------- hsperfdata (the JVM's own counters)
+
+UNLOADED_CLASSES = "java.cls.unloadedClasses"
+_PERF_MAGIC = 0xCAFEC0C0
+
+
+def _namespace_pid(pid: int) -> int:
+    """The pid as the process's own pid namespace sees it (the hsperfdata file's name)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
+@dataclass
+class HsPerfCounter:
+    """One long counter of a JVM's hsperfdata file (-XX:+UsePerfData, the default), read by offset
+    (the file stays open: it is read every drain)."""
+
+    path: str
+    offset: int
+    fd: int | None = None
+
+    @classmethod
+    def find(cls, pid: int, name: str) -> HsPerfCounter | None:
+        """The counter ``name`` of ``pid``'s hsperfdata, or None (no file, -XX:-UsePerfData, no such counter)."""
+        root = f"/proc/{pid}/root/tmp"
+        file_name = str(_namespace_pid(pid))
+        try:
+            candidates = [f"{root}/{d}/{file_name}" for d in os.listdir(root) if d.startswith("hsperfdata_")]
+        except OSError:
+            return None
+        for path in candidates:
+            offset = _counter_offset(path, name)
+            if offset is not None:
+                return cls(path, offset)
+        return None
+
+    def read(self) -> int | None:
+        try:
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            data = os.pread(self.fd, 8, self.offset)
+        except OSError:
+            return None
+        return int.from_bytes(data, "little") if len(data) == 8 else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _counter_offset(path: str, name: str) -> int | None:
+    """File offset of the value of the long counter ``name`` (the PerfData entry layout of HotSpot's
+    perfMemory.hpp: prologue with entry_offset and num_entries, then entries with name and data offsets)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    if len(data) < 32 or int.from_bytes(data[:4], "big") != _PERF_MAGIC or data[4] != 1:  # 1: little-endian
+        return None
+    entry_offset, entries = struct.unpack_from("<ii", data, 24)
+    at = entry_offset
+    wanted = name.encode("ascii")
+    for _ in range(max(0, entries)):
+        if at + 20 > len(data):
+            return None
+        length, name_offset, vector_length, data_type, _flags, _units, _variability, data_offset = struct.unpack_from(
+            "<iiibbbbi", data, at
+        )
+        end = data.find(b"\0", at + name_offset)
+        if data[at + name_offset : end] == wanted and vector_length == 0 and data_type == ord("J"):
+            return at + data_offset
+        if length <= 0:
+            return None
+        at += length
+    return None
+
+
+class JvmNames:
+    """The namers of the sampled JVMs, opened by the symbol worker while the window runs.
+
+    ``publish(pid, layout)`` tells the BPF walker where the JVM's interpreter is; ``note_stack`` names
+    the Method* pointers of each new stack as soon as the reader sees it, so a class unloaded later in
+    the window still has its name (a name read at collection only would find freed memory).
+    """
+
+    def __init__(self, publish: Callable[[int, VMLayout], None]) -> None:
+        self._publish = publish
+        self.namers: dict[int, MethodNamer] = {}
+        self.errors: dict[int, str] = {}  # pid -> why it has no namer
+        self._lock = threading.Lock()
+
+    def attach(self, pid: int) -> bool:
+        """Read ``pid``'s vmStructs and publish its interpreter; False (reason in errors) when it cannot."""
+        if pid in self.namers:
+            return True
+        try:
+            namer = open_namer(pid)
+        except (VMStructsError, OSError) as exc:
+            self.errors[pid] = str(exc)
+            return False
+        try:
+            self._publish(pid, namer.layout)
+        except Exception as exc:  # noqa: BLE001 - bcc map errors are plain exceptions
+            namer.memory.close()
+            self.errors[pid] = f"pid {pid}: publishing the interpreter range failed ({exc})"
+            return False
+        with self._lock:
+            self.namers[pid] = namer
+            self.errors.pop(pid, None)
+        return True
+
+    def note_stack(self, pid: int, methods: list[int]) -> None:
+        """Name the Method* pointers of a new stack now. Without an unload counter to watch, those named
+        before are read again too (their memory may have been reused since)."""
+        namer = self.namers.get(pid)
+        if namer is None:
+            return
+        with self._lock:
+            for method in methods:
+                if method not in namer.names:
+                    namer.name(method)
+                elif namer.unloads is None:
+                    namer.recheck(method)
+
+    def poll_unloads(self) -> None:
+        """Each drain: a JVM that unloaded classes gets every name read again."""
+        with self._lock:
+            for namer in self.namers.values():
+                if namer.classes_unloaded():
+                    namer.recheck_all()
+
+    def final_check(self, pid: int) -> None:
+        """At collection, while the process may still run: every name read once more."""
+        namer = self.namers.get(pid)
+        if namer is not None:
+            with self._lock:
+                namer.recheck_all()
+
+    def unnamed_cause(self, _pid: int) -> str:
+        """The cause counted for interpreted frames of a JVM that has no namer (errors[pid] says more)."""
+        return NO_VMSTRUCTS
+
+    def close(self) -> None:
+        with self._lock:
+            for namer in self.namers.values():
+                namer.memory.close()
+                if namer.unloads is not None:
+                    namer.unloads.close()
+            self.namers.clear()

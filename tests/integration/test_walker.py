@@ -1,0 +1,180 @@
+"""Our BPF stack walker (profiler/bpf/stack_walk.c) on real JVMs: interpreted frames named from the JVM's
+vmStructs, deep stacks kept at both ends, classes unloaded under the sampler."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler import hotspot
+from profiler.perfmap import dump_perf_map, read_perf_map
+from profiler.sampler import StackSampler
+from profiler.stackstore import CollectedStacks
+from profiler.symbolize import gap_frame
+from tests.fixtures.jvm import java_home
+
+FRAME = "com.example.CpuSplit::{}"
+MIN_SAMPLES = 1500
+UNLOADER_SOURCE = Path(__file__).resolve().parent.parent / "workloads" / "Unloader.java"
+
+
+def _sample(
+    sampler: StackSampler,
+    pid: int,
+    seconds: float,
+    min_samples: int = 0,
+    on_begin: Callable[[], None] | None = None,
+    limit: float = 60.0,
+) -> CollectedStacks:
+    """Sample ``pid`` for ``seconds`` (longer, up to ``limit``, until ``min_samples``) once its vmStructs are
+    read; ``on_begin`` runs when the window starts (reset the truth counters there)."""
+    try:
+        sampler.start()
+        assert sampler.stack_walk == "bpf", sampler.warnings
+        sampler.add_pid(pid)
+        sampler.prepare_symbols(pid)
+        _wait_attached(sampler, pid)
+        sampler.begin_window()
+        if on_begin is not None:
+            on_begin()
+        began = time.monotonic()
+        time.sleep(seconds)
+        while sampler.sample_count(pid) < min_samples and time.monotonic() - began < limit:
+            time.sleep(1)
+        sampler.stop()
+        return sampler.collect()[pid]
+    finally:
+        sampler.close()
+
+
+def _wait_attached(sampler: StackSampler, pid: int, timeout: float = 60.0) -> None:
+    """The symbol worker read the JVM's vmStructs (samples before that have no Method*)."""
+    deadline = time.monotonic() + timeout
+    while pid not in sampler._jvms.namers and time.monotonic() < deadline:
+        assert pid not in sampler._jvms.errors, sampler._jvms.errors
+        time.sleep(0.2)
+    assert pid in sampler._jvms.namers, "vmStructs not read in time"
+
+
+def _leaf_method(stack: str, methods: list[str]) -> str | None:
+    for frame in reversed(stack.split(";")):
+        bare = frame.removesuffix(hotspot.INTERPRETED_MARK)
+        hit = next((m for m in methods if bare.endswith("::" + m)), None)
+        if hit:
+            return hit
+    return None
+
+
+def test_vmstructs_find_the_interpreter_the_perf_map_names(start_cpu_split_jvm):
+    jvm = start_cpu_split_jvm(threads=1, warmup_ms=500)
+    namer = hotspot.open_namer(jvm.pid)
+    try:
+        assert dump_perf_map(jvm.pid).ok
+        perf_map = read_perf_map(jvm.pid)
+        assert perf_map is not None
+        start, end = namer.layout.interpreter
+        # the template interpreter is one code blob: the perf map's "Interpreter" covers the same range
+        assert perf_map.lookup(start) == "Interpreter" and perf_map.lookup(end - 1) == "Interpreter"
+        assert namer.layout.method_slot == -24  # x86_64: three words below the frame pointer
+    finally:
+        namer.memory.close()
+
+
+def test_xint_jvm_shares_within_sampling_error_and_worker_samples_matched(start_cpu_split_jvm):
+    # GIVEN a JVM running every Java frame in the interpreter (-Xint), burning 50/30/20 in three methods
+    jvm = start_cpu_split_jvm(threads=1, warmup_ms=1000, jvm_flags=("-Xint",))
+    # WHEN sampled at 99 Hz by our walker
+    collected = _sample(StackSampler(), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
+    truth = jvm.shares()
+    folded, stats = collected.folded, collected.stats
+    # THEN the burners are named as interpreted frames
+    frames = {frame for stack in folded for frame in stack.split(";")}
+    for method in jvm.methods:
+        assert FRAME.format(method) + hotspot.INTERPRETED_MARK in frames, sorted(frames)[:40]
+    worker = Counter({stack: n for stack, n in folded.items() if stack.startswith("burner-")})
+    by_method = Counter()
+    for stack, count in worker.items():
+        by_method[_leaf_method(stack, [*jvm.methods, "schedule", "descend"])] += count
+    n = sum(by_method[m] for m in jvm.methods)
+    assert n >= 300, (by_method, stats)
+    for method in jvm.methods:
+        p = truth[method]
+        z = (by_method[method] / n - p) / math.sqrt(p * (1 - p) / n)
+        assert abs(z) <= 4, (method, by_method, truth, z)
+    # a worker sample is unmatched when no CpuSplit frame (burner or its driver) is named in it
+    unmatched = by_method[None]
+    assert unmatched <= 0.02 * sum(worker.values()), (unmatched, sum(worker.values()), stats)
+    assert stats.interpreted_frames > 0
+    assert stats.interpreted_named >= 0.98 * stats.interpreted_frames, stats
+    assert stats.interpreted_named + sum(stats.interpreted_unnamed.values()) == stats.interpreted_frames
+
+
+def test_deep_recursion_keeps_root_frames_whole_and_when_cut(start_cpu_split_jvm):
+    # GIVEN a thread 600 frames deep (interpreted, so each level is a real frame)
+    deep = start_cpu_split_jvm(weights={"alpha": 100}, threads=1, depth=600, warmup_ms=500, jvm_flags=("-Xint",))
+    # WHEN sampled with the default depth (1024) and with 256 frames kept
+    folded = _sample(StackSampler(), deep.pid, 4).folded
+    collected = _sample(StackSampler(max_stack_depth=256), deep.pid, 4)
+    # THEN the default keeps the whole stack: leaf burner to the thread's start, nothing cut
+    burner = {s: n for s, n in folded.items() if s.startswith("burner-") and "burnAlpha" in s}
+    assert burner, folded.most_common(3)
+    assert max(len(s.split(";")) for s in burner) > 600
+    assert all("start_thread" in s and "frames cut" not in s for s in burner), next(iter(burner))[:300]
+    # and 256 frames keep leaf and root with the gap marked
+    cut_burner = [s for s in collected.folded if s.startswith("burner-") and "burnAlpha" in s]
+    assert cut_burner
+    for stack in cut_burner:
+        frames = stack.split(";")
+        assert "start_thread" in frames[:4], frames[:6]
+        assert any(f.startswith("[… ") and f.endswith(" frames cut …]") for f in frames), frames[:80]
+    assert collected.stats.truncated > 0 and collected.stats.stacks_cut.get("depth limit (middle frames cut)")
+    assert gap_frame(7) == "[… 7 frames cut …]"
+
+
+@pytest.fixture
+def unloader_jvm(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """The Unloader workload under -Xint: ChurnA and ChurnB loaded, run and unloaded in turn."""
+    java = java_home() / "bin"
+    subprocess.run([str(java / "javac"), "-d", str(tmp_path), str(UNLOADER_SOURCE)], check=True, timeout=180)
+    argv = [str(java / "java"), "-Xint", "-XX:+UseSerialGC", "-Xmx64m", "-cp", str(tmp_path)]
+    process = subprocess.Popen(
+        [*argv, "com.example.Unloader", "300"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("READY")
+        yield process
+    finally:
+        process.kill()
+        process.wait(30)
+        Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
+
+
+def test_classes_unloaded_in_the_window_are_never_named_wrong(unloader_jvm):
+    # GIVEN ChurnA and ChurnB alternating in the same freed metaspace (one Method* address, two methods)
+    collected = _sample(StackSampler(), unloader_jvm.pid, 8)
+    assert unloader_jvm.stdin is not None and unloader_jvm.stdout is not None
+    unloader_jvm.stdin.write("report\n")
+    report = json.loads(unloader_jvm.stdout.readline())
+    stats = collected.stats
+    # THEN classes were unloaded under the sampler, and every interpreted frame is named or counted by cause
+    assert report["unloaded"] >= 10, report
+    assert stats.interpreted_named + sum(stats.interpreted_unnamed.values()) == stats.interpreted_frames
+    known_causes = {hotspot.UNREADABLE, hotspot.STALE, hotspot.REUSED, hotspot.NO_METHOD_SLOT}
+    assert set(stats.interpreted_unnamed) <= known_causes, stats.interpreted_unnamed
+    # the Method* that named both classes is counted as reused, not given to either class
+    assert stats.interpreted_unnamed.get(hotspot.REUSED, 0) > 0, stats
+    churn = [s for s in collected.folded if s.startswith("churner")]
+    assert churn
+    for stack in churn:
+        names = [f for f in stack.split(";") if "Churn" in f and "ChurnLoader" not in f]
+        # a named Churn frame's method and class agree with its caller's class: never A's spin under B's
+        classes = {f.split("::")[0] for f in names}
+        assert len(classes) <= 1, stack
