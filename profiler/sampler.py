@@ -324,6 +324,7 @@ class StackSampler:
                 self.stack_walk = "kernel"
                 if self.requested_depth is None:
                     self.max_stack_depth = DEFAULT_DEPTH["kernel"]
+                    self._depth = StackDepthLimit(self.max_stack_depth)  # not the walker's deeper default
         self.max_stack_depth = self._depth.apply(self.warnings)
         if self.requested_collection != "stackmap":
             try:

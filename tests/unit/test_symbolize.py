@@ -172,10 +172,13 @@ def test_walker_that_cannot_load_falls_back_to_bpf_get_stack_with_a_warning(monk
             self.text = text
 
     monkeypatch.setattr(sampler_module, "_read_int", lambda path: 127)
+    written: list[tuple[str, int]] = []
+    monkeypatch.setattr(sampler_module, "_write_int", lambda path, value: written.append((path, value)))
     sampler = StackSampler()
     loaded = sampler._load(FakeBPF)
     assert b"ringbuf_reserve" in loaded.text
     assert sampler.stack_walk == "kernel" and sampler.collection == "ringbuf" and sampler.max_stack_depth == 127
+    assert written == []  # the fallback's depth fits the sysctl: nothing raised
     assert "own stack walker unavailable (verifier says no)" in sampler.warnings[0]
     # asked for by name, the walker's failure is the error
     with pytest.raises(Exception, match="verifier"):
