@@ -356,6 +356,16 @@ class StackSampler:
         self._cfi.start()
         return bpf
 
+    def _drop_tail_calls(self) -> None:
+        """Empty the walker's tail-call array now: the kernel drops the array's hold on walk_more only in
+        deferred work after the map's last fd closes, so the program would outlive close() for a moment."""
+        if self.stack_walk != "bpf" or self._bpf is None:
+            return
+        try:
+            del self._bpf[b"walk_progs"][ct.c_int(0)]
+        except (KeyError, OSError):
+            pass
+
     def _source_name(self) -> str:
         if self.stack_walk == "bpf":
             return "profiler/bpf/stack_walk.c"
@@ -505,6 +515,7 @@ class StackSampler:
             self._cfi.stop()
         if self._bpf is not None:
             try:
+                self._drop_tail_calls()
                 self._bpf.cleanup()
             finally:
                 self._bpf = None
