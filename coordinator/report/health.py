@@ -19,6 +19,8 @@ LOST_WARN = 0.01
 INTERPRETED_WARN = 0.05  # "more than a few percent" of samples only in the interpreter (issue 11)
 UNRESOLVED_WARN = 0.05  # Java frames no perf map named
 OVERHEAD_WARN = 0.05  # profiler CPU seconds per second of window, i.e. share of one core
+CUT_WARN = 0.05  # samples whose user stack does not reach the thread's start (issue 21)
+UNNAMED_WARN = 0.05  # interpreted Java frames left unnamed
 
 def health_lines(
     run: RunData,
@@ -35,6 +37,7 @@ def health_lines(
         *_frame_pointer_health(processes),
         *_stacks_health(captures),
         *_sampler_health(captures),
+        *_walk_health(captures),
         *_matching_health(unmatched_share, multi_task_share),
         *_overhead_health(captures),
     ]
@@ -158,6 +161,25 @@ def _overhead_health(captures: Sequence[Capture]) -> list[HealthLine]:
             f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s, "
             f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB",
         ))
+    return lines
+
+
+def _walk_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """One line per PID whose stacks were cut before the thread's start or whose interpreted frames stayed
+    unnamed, with the causes (SamplerStats.stack_health, the line `profiler match` prints too)."""
+    lines = []
+    for capture in captures:
+        for pid in sorted(capture.sampler):
+            stats = capture.sampler[pid]
+            text = stats.stack_health()
+            if text is None:
+                continue
+            cut = sum(stats.stacks_cut.values()) / stats.samples if stats.samples else 0.0
+            unnamed = (
+                sum(stats.interpreted_unnamed.values()) / stats.interpreted_frames if stats.interpreted_frames else 0.0
+            )
+            level = "warn" if cut > CUT_WARN or unnamed > UNNAMED_WARN else "ok"
+            lines.append(HealthLine(level, f"{capture.meta.host} PID {pid} stacks", text))
     return lines
 
 

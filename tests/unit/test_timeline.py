@@ -199,3 +199,23 @@ def test_wall_clock_overshoot_is_no_interval_and_the_final_reading_closes_the_la
     assert [d.interval for d in timeline.clamp_deltas(deltas, 6)] == [0, 1, 2, 3, 4, 5]
     merged = timeline.clamp_deltas([CounterDelta(5, 1.0, None, 0.5), CounterDelta(6, 2.0, None, None)], 6)
     assert merged == [CounterDelta(5, 3.0, None, 0.5)]
+
+
+def test_health_panel_names_cut_stacks_and_unnamed_interpreted_frames_per_pid() -> None:
+    from types import SimpleNamespace
+
+    from coordinator.report.health import _walk_health
+    from profiler.capture import SamplerStats
+
+    # GIVEN one PID with 8 % of its samples cut at a native frame, one with 1 % of frames unnamed, one healthy
+    sampler = {
+        1: SamplerStats(pid=1, samples=100, stacks_cut={"ended at a native frame": 8}),
+        2: SamplerStats(pid=2, samples=100, interpreted_frames=1000, interpreted_unnamed={"stale Method*": 10}),
+        3: SamplerStats(pid=3, samples=100),
+    }
+    capture = SimpleNamespace(meta=SimpleNamespace(host="h1"), sampler=sampler)
+    lines = _walk_health([capture])  # type: ignore[list-item]
+    # THEN a warning for the cut stacks, an ok line for the few unnamed frames, nothing for the healthy PID
+    assert [(line.level, line.topic) for line in lines] == [("warn", "h1 PID 1 stacks"), ("ok", "h1 PID 2 stacks")]
+    assert "8.0 % of samples cut (ended at a native frame 8.0 %)" in lines[0].text
+    assert "1.0 % of 1000 interpreted frames unnamed (stale Method*: 10)" in lines[1].text
