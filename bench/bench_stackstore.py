@@ -7,8 +7,13 @@ leaf frames) with a skewed popularity, a fifth of them with a short kernel stack
 (tracemalloc). The real captures' figures are in docs/benchmarks/long-window.md.
 
 ``--root-frames 600`` models deep JVM stacks (Scala/Spark recursion: 600 shared frames under each leaf).
+``--tasks-per-second N`` names the threads as Spark's executor does, one task (stage, TID) after the
+other, N tasks a second over the 8 threads; ``--names`` says where the name goes: ``context`` (the
+profiler's way: the thread kind in the stack key, the full name a counted context beside it) or
+``in-key`` (the full name in the stack key, what we must not do: every task multiplies the stacks).
 
 usage: .venv/bin/python bench/bench_stackstore.py [--samples N] [--pool N] [--root-frames N]
+                                                  [--tasks-per-second N] [--names context|in-key]
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=178_000, help="samples over the 900 s window (178000)")
     parser.add_argument("--pool", type=int, default=100_000, help="distinct user stacks to draw from (100000)")
     parser.add_argument("--root-frames", type=int, default=40, help="frames of each of the 20 shared roots (40)")
+    parser.add_argument("--tasks-per-second", type=float, default=0.0, help="Spark tasks a second (0: no renames)")
+    parser.add_argument("--names", choices=("context", "in-key"), default="context", help="where task names go")
     args = parser.parse_args(argv)
     rng = random.Random(1)
     roots = [[rng.randrange(1 << 40) for _ in range(args.root_frames)] for _ in range(20)]
@@ -48,12 +55,18 @@ def main(argv: list[str] | None = None) -> int:
         popular = rng.random() < 0.5
         user = pool[int(rng.paretovariate(1.2)) % len(pool)] if popular else pool[rng.randrange(len(pool))]
         kernel_stack: bytes | int = bytes(bytearray(rng.choice(kernel))) if rng.random() < 0.2 else -1
+        thread_name, context = b"Executor task launch worker", None
+        if args.tasks_per_second:
+            task = int(time_ns * args.tasks_per_second / SECOND) // 8 * 8 + sample % 8  # the thread's task now
+            context = f"Executor task launch worker for task {task % 200}.0 in stage {task // 200}.0 (TID {task})"
+            if args.names == "in-key":
+                thread_name, context = context.encode(), None
         # copies, as each ring-buffer record arrives as new bytes
-        store.add(100 + sample % 2, sample % 8, b"Executor task l", time_ns, bytes(bytearray(user)), kernel_stack,
-                  epoch=time_ns // (60 * SECOND))
+        store.add(100 + sample % 2, sample % 8, thread_name, time_ns, bytes(bytearray(user)), kernel_stack,
+                  epoch=time_ns // (60 * SECOND), context=context)
     current, _peak = tracemalloc.get_traced_memory()
     print(
-        f"samples {args.samples}, distinct stacks {store.distinct_stacks}, raw addresses "
+        f"samples {args.samples}, tasks {store.contexts}, distinct stacks {store.distinct_stacks}, raw addresses "
         f"{store.stored_bytes / 2**20:.1f} MiB, allocated {current / 2**20:.1f} MiB = "
         f"{current / max(1, store.distinct_stacks):.0f} bytes per distinct stack"
     )

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CaptureFormatError
-from .folded import is_count, parse_line
+from .folded import MAX_COUNT, is_count, iter_folded, parse_line
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # v1: no timeline, no perf-map refresh; everything else reads the same
+FORMAT_VERSION = 3
+# v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; the rest reads the same
+READABLE_VERSIONS = (1, 2, 3)
 
 META_FILE = "meta.json"
 SCOPE_FILE = "scope.json"
@@ -39,6 +40,7 @@ NET_FILE = "net.json"
 EVENTS_FILE = "events.json"
 TIMELINE_FILE = "timeline.folded"
 COUNTERS_TIMELINE_FILE = "counters_timeline.json"
+CONTEXTS_FILE = "contexts.json"
 DEFAULT_INTERVAL = 10.0
 
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
@@ -148,6 +150,7 @@ class SamplerStats:
     interpreted_named: int = 0
     interpreted_unnamed: dict[str, int] = field(default_factory=dict)
     stacks_cut: dict[str, int] = field(default_factory=dict)
+    thread_names_kernel: int = 0  # (v3) samples whose thread is named by the kernel's 15 bytes only
 
     def stack_health(self) -> str | None:
         """One line: samples cut before the thread's start and interpreted frames unnamed, each by cause
@@ -227,6 +230,7 @@ class RunMeta:
     interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
     intervals: int = 0  # timeline slices of the window (0: no timeline, e.g. v1)
     perf_map_refresh: float = 0.0  # seconds between Java perf-map refreshes; 0 = at the end only
+    thread_names: str = "comm"  # (v3) "uprobe" (renames watched), "jcmd" (names at start only), "comm"
 
     @property
     def duration(self) -> float:
@@ -369,6 +373,18 @@ def format_timeline(counts: Mapping[tuple[int, str], int]) -> str:
     """``<interval> <stack> <count>`` lines, by interval, then most samples first."""
     ordered = sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0][1]))
     return "".join(f"{interval} {stack} {count}\n" for (interval, stack), count in ordered if count > 0)
+
+
+def format_contexts(folded_text: str, contexts: Mapping[tuple[str, str], int]) -> str:
+    """contexts.json: each (context, stack) count, the stack given by its line (1-based) in ``folded_text``
+    (the stacks.folded written beside it), each context once: a stack is not repeated per task."""
+    lines = {stack: number for number, (stack, _count) in enumerate(iter_folded(folded_text.splitlines()), 1)}
+    names = sorted({context for context, _stack in contexts})
+    ids = {name: index for index, name in enumerate(names)}
+    rows = sorted(
+        [ids[context], lines[stack], count] for (context, stack), count in contexts.items() if count > 0
+    )
+    return json.dumps({"stacks": STACKS_FILE, "contexts": names, "rows": rows}, separators=(",", ":")) + "\n"
 
 
 def write_counters_timeline(capture_dir: Path, pid: int, interval: float, rows: Iterable[CounterDelta]) -> None:
@@ -590,6 +606,39 @@ def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | 
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     rows = expect_json(payload.get("rows", []), list, path, "rows")
     return [from_json_object(CounterDelta, row, path) for row in rows]
+
+
+def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | None:
+    """(context, folded stack) -> samples of ``pid`` (v3); None when the capture has no contexts.json."""
+    path = contexts_path(capture_dir, pid)
+    if not path.exists():
+        return None
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    names = expect_json(payload.get("contexts", []), list, path, "contexts")
+    rows = expect_json(payload.get("rows", []), list, path, "rows")
+    stacks_file = stacks_path(capture_dir, pid)
+    with open(stacks_file, encoding="utf-8", errors="replace") as handle:
+        stacks = [stack for stack, _count in iter_folded(handle, str(stacks_file))]
+    counts: Counter[tuple[str, str]] = Counter()
+    for number, row in enumerate(rows, 1):
+        if not (
+            isinstance(row, list)
+            and len(row) == 3
+            and all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row)
+            and 0 <= row[0] < len(names)
+            and 1 <= row[1] <= len(stacks)
+            and 0 <= row[2] <= MAX_COUNT
+            and isinstance(names[row[0]], str)
+        ):
+            raise CaptureFormatError(
+                f"{path}: row {number} is not [context index, stack line of {STACKS_FILE}, count]; re-run the capture"
+            )
+        counts[(names[row[0]], stacks[row[1] - 1])] += row[2]
+    return counts
+
+
+def contexts_path(capture_dir: Path, pid: int) -> Path:
+    return _pid_file(capture_dir, pid, CONTEXTS_FILE)
 
 
 def stacks_path(capture_dir: Path, pid: int) -> Path:

@@ -96,6 +96,9 @@ class SamplerLike(Protocol):
     max_stack_depth: int  # the depth the kernel allowed, known after start()
     warnings: list[str]  # end-of-run warnings, each naming the option to change
 
+    @property
+    def thread_names(self) -> str: ...  # "uprobe", "jcmd" or "comm": where the stacks' thread names came from
+
     def start(self) -> None: ...
     def begin_window(self) -> None: ...
     def add_pid(self, pid: int) -> None: ...
@@ -704,11 +707,16 @@ class Runner:
         out = self.options.out
         matched = {}
         for pid, collected in stacks.items():
-            capture.atomic_write_text(capture.stacks_path(out, pid), format_folded(collected.folded))
+            folded_text = format_folded(collected.folded)
+            capture.atomic_write_text(capture.stacks_path(out, pid), folded_text)
             if collected.timeline is not None:
                 timeline = clamp_intervals(collected.timeline, self._last_interval())
                 capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(timeline))
             capture.write_sampler_stats(out, collected.stats)
+            if collected.contexts:
+                capture.atomic_write_text(
+                    capture.contexts_path(out, pid), capture.format_contexts(folded_text, collected.contexts)
+                )
             matched[pid] = match_stacks(matcher, collected.folded)
         return matched
 
@@ -752,6 +760,7 @@ class Runner:
             interval=options.interval,
             intervals=self._last_interval() + 1 if state.window_started else 0,
             perf_map_refresh=options.perf_map_refresh,
+            thread_names=components.sampler.thread_names,
         )
 
     def _write_overhead(self, post_start: float) -> None:

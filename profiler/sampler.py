@@ -40,7 +40,15 @@ from .capture import DEFAULT_INTERVAL, SamplerStats
 from .cfi import CfiLoader
 from .errors import CapabilityError, ConfigError, PrivilegeError
 from .hotspot import JvmNames, VMLayout
-from .stackstore import INTERPRETED_TAG, TAG_MASK, CollectedStacks, StackStore, parse_record, parse_walk_record
+from .stackstore import (
+    INTERPRETED_TAG,
+    TAG_MASK,
+    CollectedStacks,
+    RawStack,
+    StackStore,
+    parse_record,
+    parse_walk_record,
+)
 from .symbolize import (
     CUT_CFI_MISS,
     CUT_NATIVE,
@@ -53,6 +61,7 @@ from .symbolize import (
     is_java_unwalkable,
 )
 from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
+from .threadwatch import ThreadWatch
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
 MAX_TARGETS = 4096
@@ -156,6 +165,7 @@ class StackSampler:
         interval: float = DEFAULT_INTERVAL,
         perf_map_refresh: float = 60.0,
         stack_walk: str = "auto",
+        thread_names: bool = True,
     ) -> None:
         if stack_walk not in STACK_WALKS:
             raise ConfigError(f"stack walk {stack_walk!r}: use one of {', '.join(STACK_WALKS)}")
@@ -194,6 +204,10 @@ class StackSampler:
             perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm
         )
         self._store = StackStore(int(interval * 1e9))
+        # Full thread names need each sample's tid and time: the ring buffer's, not the stack map's.
+        self._names: ThreadWatch | None = ThreadWatch(self.warnings) if thread_names else None
+        self._pending: list[tuple[int, int, int, bytes, RawStack, RawStack, int]] = []  # last: walk end
+        self._kernel_named: Counter[int] = Counter()  # samples per tgid named by the comm only
         self._ring_callback: Any = None
         self._reader: threading.Thread | None = None
         self._reader_stop = threading.Event()
@@ -305,8 +319,12 @@ class StackSampler:
         if self.collection == "ringbuf":
             self._ring_callback = self._on_sample  # keep a reference: bcc holds only a C pointer
             self._bpf[b"samples"].open_ring_buffer(self._ring_callback)
+            if self._names is not None:
+                self._names.start()
             self._reader = threading.Thread(target=self._read_loop, name="ringbuf-reader", daemon=True)
             self._reader.start()
+        else:
+            self._names = None
         self._symbols.start(keep_history=self.collection == "ringbuf")
 
     def _load(self, bpf_class: Any) -> Any:
@@ -387,15 +405,10 @@ class StackSampler:
     def _on_sample(self, _ctx: Any, data: Any, size: int) -> int:
         try:
             record = ct.string_at(data, size)
-            walk_end = 0
             if self.stack_walk == "bpf":
-                tgid, tid, time_ns, comm, user, kernel, walk_end = parse_walk_record(record, *self.walk_slots)
+                self._pending.append(parse_walk_record(record, *self.walk_slots))
             else:
-                tgid, tid, time_ns, comm, user, kernel = parse_record(record, self.max_stack_depth)
-            epoch = self._symbols.epoch_at(tgid, time_ns)
-            new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end)
-            if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
-                self._jvms.note_stack(tgid, interpreted_methods(user))
+                self._pending.append((*parse_record(record, self.max_stack_depth), 0))
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
             self.reader_errors += 1
         return 0
@@ -414,9 +427,41 @@ class StackSampler:
         jvms[jvms.Key(pid)] = entry
 
     def _drain(self) -> None:
-        if self._bpf is not None:
-            self._bpf.ring_buffer_consume()
-            self._jvms.poll_unloads()
+        """Samples first, then thread renames, then file the samples: a rename precedes its thread's
+        later samples in time, so it is in the second drain whenever the sample is in the first.
+        Samples of a process whose names jcmd is still reading wait for them (a few seconds at most)."""
+        if self._bpf is None:
+            return
+        self._bpf.ring_buffer_consume()
+        names = self._names
+        awaiting: frozenset[int] = frozenset()
+        if names is not None:
+            awaiting = names.awaiting()
+            names.drain()
+        pending, self._pending = self._pending, []
+        for record in pending:
+            if record[0] in awaiting:
+                self._pending.append(record)
+                continue
+            try:
+                self._file(record, names)
+            except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
+                self.reader_errors += 1
+        self._jvms.poll_unloads()
+
+    def _file(self, record: tuple[int, int, int, bytes, RawStack, RawStack, int], names: ThreadWatch | None) -> None:
+        """Count one sample under its thread's name at its time (kind in the stack, context beside it)."""
+        tgid, tid, time_ns, comm, user, kernel, walk_end = record
+        epoch = self._symbols.epoch_at(tgid, time_ns)
+        context = None
+        if names is not None:
+            label = names.label(tgid, tid, time_ns, comm)
+            comm, context = label.kind_bytes, label.context
+            if not label.full:
+                self._kernel_named[tgid] += 1
+        new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end, context)
+        if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
+            self._jvms.note_stack(tgid, interpreted_methods(user))
 
     def _read_loop(self) -> None:
         while not self._reader_stop.wait(READ_PERIOD):
@@ -433,6 +478,15 @@ class StackSampler:
     def distinct_stacks(self) -> int:
         return self._store.distinct_stacks
 
+    @property
+    def thread_names(self) -> str:
+        """Where the stacks' thread names come from: "uprobe" (renames watched), "jcmd" (read once), "comm"."""
+        if self._names is None:
+            return "comm"
+        if self._names.mode == "uprobe":
+            return "uprobe"
+        return "jcmd" if self._names.seeded else "comm"
+
     def add_pid(self, pid: int) -> None:
         """Start sampling ``pid`` (all its threads, also those created later). Safe while sampling."""
         if self._bpf is None:
@@ -441,6 +495,8 @@ class StackSampler:
             if pid in self._targets:
                 return
             self._targets[pid] = _Target(pid, start_ticks(pid))
+        if self._names is not None:
+            self._names.add_pid(pid)
         targets = self._bpf[b"targets"]
         key = targets.Key(pid)
         try:
@@ -499,6 +555,8 @@ class StackSampler:
             self._bpf.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
             self._attached = False
             self._stopped_ns = time.monotonic_ns()
+        if self._names is not None:
+            self._names.stop()  # the last seeds reach the history before the reader's last drain
         self._stop_reader()
         self._symbols.stop()
         if self._cfi is not None:
@@ -513,13 +571,17 @@ class StackSampler:
         self._symbols.stop()
         if self._cfi is not None:
             self._cfi.stop()
-        if self._bpf is not None:
-            try:
-                self._drop_tail_calls()
-                self._bpf.cleanup()
-            finally:
-                self._bpf = None
-                self._attached = False
+        try:
+            if self._names is not None:
+                self._names.close()
+        finally:
+            if self._bpf is not None:
+                try:
+                    self._drop_tail_calls()
+                    self._bpf.cleanup()
+                finally:
+                    self._bpf = None
+                    self._attached = False
         self._symbols.close()
         self._jvms.close()
         self._depth.restore(self.warnings)
@@ -534,18 +596,8 @@ class StackSampler:
     @property
     def prog_ids(self) -> list[int]:
         """Kernel ids of the loaded BPF programs (for bpf_stats run_time_ns)."""
-        if self._bpf is None:
-            return []
-        ids = []
-        for fn in self._bpf.funcs.values():
-            try:
-                with open(f"/proc/self/fdinfo/{fn.fd}", encoding="ascii") as handle:
-                    for line in handle:
-                        if line.startswith("prog_id:"):
-                            ids.append(int(line.split()[1]))
-            except OSError:
-                continue
-        return sorted(ids)
+        names = bpf_prog_ids(self._names.bpf) if self._names is not None else []
+        return sorted(bpf_prog_ids(self._bpf) + names)
 
     def _alive(self, pid: int) -> bool:
         """The sampled process (not a later one with its pid) still runs."""
@@ -577,6 +629,11 @@ class StackSampler:
                 self._last_interval(),
                 self._cfi,
             )
+            if self._names is not None:
+                collected = {
+                    pid: replace(c, stats=replace(c.stats, thread_names_kernel=self._kernel_named[pid]))
+                    for pid, c in collected.items()
+                }
             self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in collected.items()}, Counter(), dropped)
             return collected
         result, lost, dropped = collect_stackmap(self._bpf, self._symbols, self._targets, self.max_stack_depth)
@@ -638,6 +695,22 @@ class StackSampler:
 
 
 # ---------------------------------------------------------------- collection (after the window)
+
+
+def bpf_prog_ids(bpf: Any) -> list[int]:
+    """Kernel ids of a bcc object's loaded programs (none before it loaded)."""
+    if bpf is None:
+        return []
+    ids = []
+    for fn in bpf.funcs.values():
+        try:
+            with open(f"/proc/self/fdinfo/{fn.fd}", encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("prog_id:"):
+                        ids.append(int(line.split()[1]))
+        except OSError:
+            continue
+    return ids
 
 
 def _read_counts(bpf: Any) -> list[tuple[Any, int]]:
@@ -707,6 +780,7 @@ def collect_ringbuf(
             stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=max_stack_depth, dropped=dropped)
             folded: Counter[str] = Counter()
             timeline: Counter[tuple[int, str]] = Counter()
+            contexts: Counter[tuple[str, str]] = Counter()
             if store.epochs(pid):
                 if jvms is not None:
                     jvms.final_check(pid)
@@ -728,10 +802,12 @@ def collect_ringbuf(
                     for epoch in store.epochs(pid):
                         if history is not None:
                             folder.use_perf_map(history.map_for(epoch))
-                        for key, interval, count in store.entries(pid, epoch):
+                        for key, interval, context, count in store.context_entries(pid, epoch):
                             stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
                             folded[stack] += count
                             timeline[(interval if last is None else min(interval, last), stack)] += count
+                            if context is not None:
+                                contexts[(context, stack)] += count
                     stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)
@@ -740,7 +816,7 @@ def collect_ringbuf(
                         symbols.close()
                 store.forget(pid)
                 symbols_of.discard_history(pid)
-            result[pid] = CollectedStacks(folded, timeline, stats)
+            result[pid] = CollectedStacks(folded, timeline, stats, contexts)
     finally:
         kernel.close()
     return result, dropped_total

@@ -2,10 +2,13 @@
 
 The ring-buffer sampler hands every sample here as it drains the buffer; this is the only place that
 grows with the window, and it grows with the number of distinct stacks, not with the number of
-samples: each distinct (process, thread name, user addresses, kernel addresses) is stored once
+samples: each distinct (process, thread kind, user addresses, kernel addresses) is stored once
 (address tuples interned as bytes; the thread id is not kept: threads of one pool share their stacks,
 and the folded output names threads by name), and a sample adds one to a counter keyed by one int
-packing (stack, interval, perf-map epoch).
+packing (stack, interval, perf-map epoch, context). The thread *kind* is the stable part of the
+thread's name (profiler/threadnames.py); a name that carries a unit of work (a Spark task) is the
+sample's *context*, interned once and counted beside the stack, never part of it: a window of 20,000
+tasks still has the distinct stacks of one.
 
 Deep stacks do not cost their depth each: a user stack longer than CHUNK_FRAMES is kept as a tuple of
 interned chunks of CHUNK_FRAMES frames counted from the root, so stacks that differ only near the leaf
@@ -64,9 +67,13 @@ class StackKey:
     walk_end: int = 0  # the walker's WALK_ENDS index (0: root, also for bpf_get_stack's stacks)
 
 
-# Counter keys pack (stack id, interval, epoch) into one int: a tuple per entry would cost ~100 bytes more.
+# Counter keys pack (stack id, context id, interval, epoch) into one int: a tuple per entry would cost
+# ~100 bytes more. Context 0 is "none".
 EPOCH_BITS = 16
 INTERVAL_BITS = 24
+CONTEXT_BITS = 24
+_CONTEXT_SHIFT = INTERVAL_BITS + EPOCH_BITS
+_KEY_SHIFT = CONTEXT_BITS + _CONTEXT_SHIFT
 
 
 def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, RawStack, RawStack]:
@@ -122,7 +129,9 @@ class StackStore:
         self._deep: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}  # equal deep stacks share one tuple
         self._keys: dict[StackKey, int] = {}
         self._key_list: list[StackKey] = []
-        self._counts: dict[int, Counter[int]] = {}  # tgid -> packed (key id, interval, epoch) -> samples
+        self._counts: dict[int, Counter[int]] = {}  # tgid -> packed (key id, context, interval, epoch) -> samples
+        self._contexts: dict[str, int] = {}
+        self._context_list: list[str | None] = [None]
         self.samples = 0
 
     def begin(self, origin_ns: int) -> None:
@@ -152,6 +161,18 @@ class StackStore:
             return chunks, True
         return known_deep, False
 
+    def _context_id(self, context: str | None) -> int:
+        if context is None:
+            return 0
+        found = self._contexts.get(context)
+        if found is None:
+            found = len(self._context_list)
+            if found >= 1 << CONTEXT_BITS:
+                return 0  # 16 million units of work: beyond that samples keep their stacks, not their context
+            self._contexts[context] = found
+            self._context_list.append(context)
+        return found
+
     def add(
         self,
         tgid: int,
@@ -162,8 +183,10 @@ class StackStore:
         kernel: RawStack,
         epoch: int = 0,
         walk_end: int = 0,
+        context: str | None = None,
     ) -> bool:
-        """Count one sample; True when its user stack was not seen before (callers look at new ones only)."""
+        """Count one sample; True when its user stack was not seen before (callers look at new ones only).
+        ``comm`` is the thread's kind (the stacks' root frame), ``context`` its unit of work."""
         stored_user, new_user = self._intern(user)
         key = StackKey(tgid, comm, stored_user, self._intern(kernel)[0], walk_end)
         key_id = self._keys.get(key)
@@ -175,7 +198,8 @@ class StackStore:
             counts = self._counts[tgid] = Counter()
         interval = min(self.interval_of(time_ns), (1 << INTERVAL_BITS) - 1)
         epoch = min(epoch, (1 << EPOCH_BITS) - 1)
-        counts[(key_id << (INTERVAL_BITS + EPOCH_BITS)) | (interval << EPOCH_BITS) | epoch] += 1
+        context_id = self._context_id(context)
+        counts[(key_id << _KEY_SHIFT) | (context_id << _CONTEXT_SHIFT) | (interval << EPOCH_BITS) | epoch] += 1
         self.samples += 1
         return new_user
 
@@ -197,11 +221,21 @@ class StackStore:
 
     def entries(self, tgid: int, epoch: int | None = None) -> Iterator[tuple[StackKey, int, int]]:
         """(key, interval, count) of one process, optionally of one perf-map epoch only."""
+        for key, interval, _context, count in self.context_entries(tgid, epoch):
+            yield key, interval, count
+
+    def context_entries(self, tgid: int, epoch: int | None = None) -> Iterator[tuple[StackKey, int, str | None, int]]:
+        """(key, interval, context, count) of one process; a stack's samples split by their contexts."""
         epoch_mask, interval_mask = (1 << EPOCH_BITS) - 1, (1 << INTERVAL_BITS) - 1
+        context_mask = (1 << CONTEXT_BITS) - 1
         for packed, count in self._counts.get(tgid, Counter()).items():
             if epoch is None or packed & epoch_mask == epoch:
-                key_id = packed >> (INTERVAL_BITS + EPOCH_BITS)
-                yield self._key_list[key_id], (packed >> EPOCH_BITS) & interval_mask, count
+                context = self._context_list[(packed >> _CONTEXT_SHIFT) & context_mask]
+                yield self._key_list[packed >> _KEY_SHIFT], (packed >> EPOCH_BITS) & interval_mask, context, count
+
+    @property
+    def contexts(self) -> int:
+        return len(self._context_list) - 1
 
     def forget(self, tgid: int) -> None:
         """Drop one process's counts once they are symbolized (the interned stacks stay shared)."""
@@ -215,3 +249,4 @@ class CollectedStacks:
     folded: Counter[str]  # folded stack -> samples over the whole window
     timeline: Counter[tuple[int, str]] | None  # (interval, folded stack) -> samples; None: no timestamps
     stats: SamplerStats
+    contexts: Counter[tuple[str, str]] | None = None  # (context, folded stack) -> samples; None: no contexts

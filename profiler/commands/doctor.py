@@ -371,6 +371,40 @@ def check_jcmd() -> Check:
     )
 
 
+def thread_names_check(uprobe_pmu: bool, libjvm: str | None, has_symbol: bool | None) -> Check:
+    """Full Java thread names need uprobes and a libjvm.so that keeps os::set_native_thread_name."""
+    fallback = "stacks keep the kernel's 15-character thread names (or those jcmd reads at the start)"
+    if not uprobe_pmu:
+        return Check("thread-names", WARN, f"no uprobe PMU (CONFIG_UPROBES): {fallback}", "use a kernel with uprobes")
+    if libjvm is None:
+        return Check("thread-names", OK, "uprobes available; no JDK on PATH to check")
+    if not has_symbol:
+        return Check(
+            "thread-names",
+            WARN,
+            f"{libjvm} has no symbol os::set_native_thread_name (stripped): renames unseen, {fallback}",
+            "use a JDK whose libjvm.so keeps its .symtab (Debian's, Temurin's)",
+        )
+    return Check("thread-names", OK, f"uprobes; {libjvm} has os::set_native_thread_name")
+
+
+def check_thread_names() -> Check:
+    from ..threadwatch import SET_NATIVE_THREAD_NAME
+
+    java = shutil.which("java")
+    libjvm = None
+    if java is not None:
+        candidate = Path(os.path.realpath(java)).parent.parent / "lib" / "server" / "libjvm.so"
+        libjvm = str(candidate) if candidate.exists() else None
+    has_symbol = None
+    if libjvm is not None:
+        try:
+            has_symbol = SET_NATIVE_THREAD_NAME.encode() in Path(libjvm).read_bytes()
+        except OSError:
+            has_symbol = False
+    return thread_names_check(Path("/sys/bus/event_source/devices/uprobe").exists(), libjvm, has_symbol)
+
+
 def running_jvms() -> list[tuple[int, str, bool]]:
     import psutil
 
@@ -414,6 +448,7 @@ def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -
     checks.append(max_stack_check(_read_int("/proc/sys/kernel/perf_event_max_stack")))
     checks.append(paranoid_check(_read_int("/proc/sys/kernel/perf_event_paranoid"), privileges.status == OK))
     checks.append(check_jcmd())
+    checks.append(check_thread_names())
     checks.append(frame_pointer_check(jvms()))
     return checks
 

@@ -116,6 +116,10 @@ class RunCommand:
                 stack_walk=args.stack_walk,
             )
             print(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None))
+            if sampler.collection == "ringbuf":
+                from ..threadwatch import ThreadWatch
+
+                print(ThreadWatch([]).bpf_text())
             if args.net:
                 from ..net import NetTracer
 

@@ -75,3 +75,13 @@ def test_exit_code_and_table() -> None:
     assert "fix: do x" in format_table(checks) and "can be profiled" in format_table(checks)
     checks.append(Check("c", FAIL, "broken", "do y"))
     assert exit_code(checks) == 1 and "cannot work" in format_table(checks)
+
+
+def test_thread_names_need_uprobes_and_the_symbol() -> None:
+    from profiler.commands.doctor import thread_names_check
+
+    assert thread_names_check(True, "/jdk/lib/server/libjvm.so", True).status == "ok"
+    stripped = thread_names_check(True, "/jdk/lib/server/libjvm.so", False)
+    assert stripped.status == "warn" and "stripped" in stripped.detail and ".symtab" in stripped.fix
+    assert thread_names_check(False, None, None).status == "warn"
+    assert thread_names_check(True, None, None).status == "ok"

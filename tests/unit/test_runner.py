@@ -60,6 +60,7 @@ class FakeSampler:
     collection = "ringbuf"
     stack_walk = "bpf"
     max_stack_depth = 127
+    thread_names = "comm"
 
     def __init__(self, stacks: dict[int, Counter[str]], fail_collect: bool = False) -> None:
         self.stacks = stacks
@@ -232,7 +233,7 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     runner.run(parse_profile(PROFILE_TEXT))
 
     meta = capture.read_meta(out)
-    assert meta.format_version == 2 and meta.stack_collection == "ringbuf" and meta.interval == 0.4
+    assert meta.format_version == 3 and meta.stack_collection == "ringbuf" and meta.interval == 0.4
     assert components.sampler.window_begun
     # THEN the stacks' timeline sums to the folded stacks
     assert capture.read_timeline(out, 102) == capture.read_timeline(out, 102, first=0, last=0)
