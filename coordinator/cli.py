@@ -1,4 +1,5 @@
-"""Entry point of the user's side: ``coordinator profile|analyze|campaign|compare|report|serve|doctor|demo``."""
+"""Entry point of the user's side: ``coordinator profile|fetch|analyze|summary|campaign|draft-profile|compare|
+report|export|serve|doctor|demo``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Sequence
 from profiler.cli import build_parser, dispatch
 
 COMMAND_ORDER: tuple[str, ...] = (
-    "profile", "fetch", "analyze", "summary", "campaign", "compare", "report", "export", "serve", "doctor", "demo"
+    "profile", "fetch", "analyze", "summary", "campaign", "draft_profile", "compare", "report", "export", "serve",
+    "doctor", "demo",
 )
 
 

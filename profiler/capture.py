@@ -41,6 +41,7 @@ EVENTS_FILE = "events.json"
 TIMELINE_FILE = "timeline.folded"
 COUNTERS_TIMELINE_FILE = "counters_timeline.json"
 CONTEXTS_FILE = "contexts.json"
+SPARK_FILE = "spark.json"
 DEFAULT_INTERVAL = 10.0
 
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
@@ -359,6 +360,21 @@ def write_net(capture_dir: Path, stats: NetStats) -> None:
 
 def write_events(capture_dir: Path, events: EventCount) -> None:
     atomic_write_text(capture_dir / EVENTS_FILE, _json_dump(asdict(events)))
+
+
+def write_spark_plans(capture_dir: Path, payload: Mapping[str, Any]) -> None:
+    atomic_write_text(capture_dir / SPARK_FILE, _json_dump(payload))
+
+
+def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
+    """spark.json (v3): the Spark drivers' stages, jobs and codegen operators; None when absent.
+    Only its shape is checked here; profiler/sparkplan.py's readers skip entries they cannot use."""
+    path = capture_dir / SPARK_FILE
+    if not path.exists():
+        return None
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    expect_json(payload.get("plans", []), list, path, "plans")
+    return dict(payload)
 
 
 def write_overhead(capture_dir: Path, overhead: Overhead) -> None:

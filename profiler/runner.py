@@ -129,6 +129,12 @@ class NetLike(Protocol):
     def close(self) -> None: ...
 
 
+class SparkPlansLike(Protocol):
+    def start(self, processes: Sequence[ProcessInfo]) -> None: ...
+    def add_process(self, process: ProcessInfo) -> None: ...
+    def finish(self) -> dict[str, Any] | None: ...
+
+
 class EventsLike(Protocol):
     def start(self, processes: Sequence[ProcessInfo]) -> None: ...
     def add_process(self, process: ProcessInfo) -> None: ...
@@ -144,6 +150,7 @@ class Components:
     events: EventsLike
     cycles_source: Callable[[], str] = lambda: "estimated"
     prog_ids: Callable[[], list[int]] = lambda: []
+    spark_plans: SparkPlansLike | None = None  # stages, jobs and codegen operators of Spark drivers
 
 
 def real_components(options: RunOptions) -> Components:
@@ -152,6 +159,7 @@ def real_components(options: RunOptions) -> Components:
     from .events import EventCounter
     from .sampler import StackSampler
     from .scope import ScopeAnalyzer
+    from .sparkplan import SparkPlanCollector
     from .spes import load_known_spes
 
     kinds = load_known_spes(options.known_spes)
@@ -190,6 +198,7 @@ def real_components(options: RunOptions) -> Components:
         events=EventCounter(manual_count=options.events),
         cycles_source=cycles_source,
         prog_ids=prog_ids,
+        spark_plans=SparkPlanCollector(),
     )
 
 
@@ -410,6 +419,7 @@ class Collected:
     stacks: dict[int, CollectedStacks] = field(default_factory=dict)
     net: dict[int, NetStats] = field(default_factory=dict)
     events: EventCount | None = None
+    spark_plans: dict[str, Any] | None = None
 
 
 def _own_cpu_seconds() -> float:
@@ -541,6 +551,8 @@ class Runner:
             for process in initial:
                 self._enter(components, process)
             self._guarded("event counting could not start", components.events.start, initial)
+            if components.spark_plans is not None:
+                self._guarded("Spark plans could not be read", components.spark_plans.start, initial)
             self.status.processes = len(initial)
             sampled = [p.pid for p in initial if p.sampled]
             sample_count = components.sampler.sample_count
@@ -562,6 +574,8 @@ class Runner:
                 for process in new:
                     self._enter(components, process)
                     self._guarded("event counting", components.events.add_process, process)
+                    if components.spark_plans is not None:
+                        self._guarded("Spark plans", components.spark_plans.add_process, process)
                     if process.sampled:
                         sampled.append(process.pid)
                 for pid in exited:
@@ -665,6 +679,13 @@ class Runner:
         if events is not None:
             capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
         self._write_results(collected, matched)
+        if collected.spark_plans is not None:
+            capture.write_spark_plans(out, collected.spark_plans)
+            state.warnings.extend(
+                f"Spark REST API: {note}; stage rows keep stage ids only, codegen stages are not named"
+                for note in collected.spark_plans.get("notes", [])[:3]
+                if not collected.spark_plans.get("plans")
+            )
         state.meta = self._meta(components)
         capture.write_meta(out, state.meta)
         self._write_overhead(post_start)
@@ -700,6 +721,11 @@ class Runner:
             collected.events = components.events.finish(state.end_time)
         except Exception as exc:  # noqa: BLE001
             collected.events = EventCount(None, "none", f"event count failed: {exc}")
+        if components.spark_plans is not None:
+            try:
+                collected.spark_plans = components.spark_plans.finish()
+            except Exception as exc:  # noqa: BLE001 - optional: the run goes on without stage names
+                state.warnings.append(f"Spark plans could not be read ({exc.__class__.__name__}: {exc})")
         return collected
 
     def _write_stacks(self, stacks: Mapping[int, CollectedStacks], matcher: Matcher) -> dict[int, MatchResult]:

@@ -121,8 +121,9 @@ class ThreadWatch:
         if key in self._attached:
             return True
         try:
-            self._bpf.attach_uprobe(name=path.encode(), sym=SET_NATIVE_THREAD_NAME.encode(),
-                                    fn_name=b"on_set_native_thread_name")
+            self._bpf.attach_uprobe(
+                name=path.encode(), sym=SET_NATIVE_THREAD_NAME.encode(), fn_name=b"on_set_native_thread_name"
+            )
         except Exception as exc:  # noqa: BLE001 - a stripped libjvm.so has no such symbol
             self._warnings.append(
                 f"pid {pid}: {path.split('/root', 1)[-1]} has no symbol os::set_native_thread_name "

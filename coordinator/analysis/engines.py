@@ -10,6 +10,7 @@ sparkcluster.py and ysb/ import it for their own jobs). The DataFrame steps are 
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import shutil
@@ -40,7 +41,7 @@ from coordinator.analysis.rows import (
 )
 from coordinator.analysis.timeline import SubWindow
 from profiler.appprofile import parse_profile
-from profiler.capture import UNMATCHED, atomic_write_text, replace_dir
+from profiler.capture import UNMATCHED, atomic_write_text, format_result_csv, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 
 if TYPE_CHECKING:
@@ -607,6 +608,38 @@ def run_analysis_in_process(
     return distinct, total
 
 
+def _add_stage_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, profile_source: str) -> None:
+    """Rewrite summary.csv with the runs' Spark stage rows after its other rows (in this process:
+    contexts.json files are small next to the stacks, and each stack is matched once)."""
+    from coordinator.analysis.rows import read_summary
+    from coordinator.analysis.stages import STAGE_COLUMNS, read_pid_stages, read_spark_index, stage_rows
+    from profiler.matcher import Matcher
+
+    profile = parse_profile(profile_text, profile_source)
+    task_names = profile.result_task_names
+    matcher = Matcher(profile)
+    decided: dict[str, str] = {}
+
+    def task_of(stack: str) -> str:
+        task = decided.get(stack)
+        if task is None:
+            task = decided[stack] = task_names[matcher.classify(stack)[0]]
+        return task
+
+    extra = []
+    label_names = label_columns(runs)
+    for run in sorted(runs, key=lambda r: r.run):
+        rows = stage_rows(run.run, task_names, read_pid_stages(run, task_of), read_spark_index(run))
+        labels = {label_names[key]: value for key, value in run.labels.items()}
+        extra += [{**row, **labels} for row in rows]
+    with open(summary, encoding="utf-8", newline="") as handle:
+        header = next(csv.reader(handle))
+    at = header.index("host_state") + 1
+    columns = (*header[:at], *STAGE_COLUMNS, *header[at:])
+    text = format_result_csv([*read_summary(summary), *extra], columns)
+    atomic_write_text(summary, text)
+
+
 def stacks_bytes(runs: Sequence[RunInput]) -> int:
     """Total size of the folded stack files an analysis would read."""
     total = 0
@@ -641,6 +674,7 @@ def analyze(
     spark: SparkSession | None = None,
     engine: str = "auto",
     window: SubWindow | None = None,
+    by: str | None = None,
 ) -> AnalysisOutput:
     """Analyse run directories (or bare host captures) with ``profile`` (default: the runs' own
     copy) on Spark; writes summary.csv, tasks/<task>.folded, unmatched.folded and analysis.json to
@@ -651,10 +685,15 @@ def analyze(
     no JVM) or "auto": Spark when a session is handed in, else in-process for a local master and at
     most IN_PROCESS_MAX_BYTES of stacks. ``window``: restrict every capture to the intervals
     overlapping ``--from``/``--to`` (analysis.json records which); a capture without a timeline
-    is a ConfigError before any stack is read.
+    is a ConfigError before any stack is read. ``by="stage"``: summary.csv gains Spark stage rows
+    (coordinator/analysis/stages.py; whole window only).
     """
     if not run_dirs:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
+    if by not in (None, "stage"):
+        raise ConfigError(f"--by {by!r}: only 'stage' (Spark stages) is known")
+    if by == "stage" and window is not None and window.requested:
+        raise ConfigError("--by stage covers the whole window (stage contexts have no timeline); drop --from/--to")
     runs = read_inputs([Path(p) for p in run_dirs], labels, window)
     profile_text, profile_source = resolve_profile_text(runs, profile)
     parse_profile(profile_text, profile_source)  # a bad profile fails before Spark starts
@@ -672,6 +711,8 @@ def analyze(
             distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master, window)
     else:
         distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master, window)
+    if by == "stage":
+        _add_stage_rows(target / SUMMARY_FILE, runs, profile_text, profile_source)
     job_seconds = time.monotonic() - started - session_seconds
     stats = AnalysisStats(
         runs=len(runs),

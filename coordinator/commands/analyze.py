@@ -9,6 +9,8 @@ edit the profile and analyse again as often as needed.
 --from/--to restrict every row to a sub-window (seconds into the sampling window) of a capture
 with a timeline (format_version 2, stack_collection ringbuf): the whole intervals overlapping it
 are used, and analysis.json says which.
+--by stage adds cluster rows per Spark stage to summary.csv (a capture of format 3: every sample of an
+executor task thread knows its stage; the driver's REST API adds job, query and micro-batch).
 Spark runs in local mode by default; any master URL works for large archives (the executors then
 need python3 with pyarrow and numpy; the code is shipped with the job).
 
@@ -16,6 +18,7 @@ examples:
   coordinator analyze runs/20260122-014700
   coordinator analyze runs/20260122-014700 --profile my_profile.txt --print
   coordinator analyze runs/20260122-014700 --from 300 --to 600 --out analysis/steady-state
+  coordinator analyze runs/20260122-014700 --by stage      # + rows per Spark stage (job, micro-batch)
   coordinator analyze runs/* --out analysis/all-runs --master local[2]
   coordinator analyze runs/* --out /shared/analysis --master spark://head:7077
 """
@@ -109,6 +112,12 @@ class AnalyzeCommand:
             help="also print the task table in the terminal (as `coordinator summary`)",
         )
 
+        parser.add_argument(
+            "--by",
+            choices=("stage",),
+            help="also cut summary.csv by Spark stage (rows with a stage column; whole window only)",
+        )
+
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.analysis.engines import analyze
 
@@ -121,6 +130,7 @@ class AnalyzeCommand:
             labels=dict(args.label) or None,
             engine=args.engine,
             window=window if window.requested else None,
+            by=args.by,
         )
         stats = output.stats
         print(

@@ -40,6 +40,7 @@ def health_lines(
         *_walk_health(captures),
         *_matching_health(unmatched_share, multi_task_share),
         *_overhead_health(captures),
+        *_thread_names_health(captures),
     ]
     for capture in captures:
         for warning in capture.meta.warnings:
@@ -51,6 +52,25 @@ def health_lines(
             "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
         ))
     return tuple(lines)
+
+
+def _thread_names_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """Where the stacks' thread names came from (captures of format 3; older ones have kernel names)."""
+    lines = []
+    for capture in captures:
+        if capture.meta.format_version < 3:
+            continue
+        kernel = sum(stats.thread_names_kernel for stats in capture.sampler.values())
+        samples = sum(stats.samples for stats in capture.sampler.values())
+        share = f"; {kernel / samples:.1%} of samples kept the kernel's 15-character name" if samples else ""
+        if capture.meta.thread_names == "uprobe":
+            lines.append(HealthLine("ok", f"{capture.meta.host} thread names", f"full Java thread names{share}"))
+        else:
+            lines.append(HealthLine(
+                "warn", f"{capture.meta.host} thread names",
+                f"thread names from {capture.meta.thread_names} only (renames not seen){share}; see the warnings",
+            ))
+    return lines
 
 
 def _hosts_health(run: RunData) -> list[HealthLine]:

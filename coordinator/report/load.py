@@ -25,6 +25,7 @@ from profiler.capture import (
     iter_timeline,
     read_capture,
     read_counters_timeline,
+    read_spark_plans,
     result_file_name,
     stacks_path,
     timeline_path,
@@ -57,6 +58,8 @@ class RunData:
     profile_text: str | None
     profile_source: str | None
     window: Mapping[str, Any] | None = None  # analysis.json "window" (analyze --from/--to), or None
+    stage_rows: tuple[Mapping[str, str], ...] = ()  # summary.csv's Spark stage rows (analyze --by stage)
+    spark_plans: tuple[Mapping[str, Any], ...] = ()  # the hosts' spark.json (stages, codegen operators)
 
     @property
     def labels(self) -> Mapping[str, str]:
@@ -141,6 +144,17 @@ def load_run(path: Path) -> RunData:
                 result = contained(directory, directory / result_file_name(host.capture.meta.host))
                 if result.is_file():
                     rows.extend(_read_csv(result))
+    stage_rows = [row for row in rows if row.get("stage")]
+    rows = [row for row in rows if not row.get("stage")]
+    spark_plans = []
+    for host in hosts:
+        if host.capture is not None:
+            try:
+                payload = read_spark_plans(host.capture.directory)
+            except CaptureFormatError:
+                payload = None  # the report shows what it can; stage names are a bonus
+            if payload is not None:
+                spark_plans.append(payload)
     profile_text, profile_source, window = read_analysis_record(summary)
     candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
     for candidate in candidates if profile_text is None else ():
@@ -148,7 +162,18 @@ def load_run(path: Path) -> RunData:
             profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
             break
     return RunData(
-        path, run_id, bare, info, tuple(hosts), tuple(rows), source, profile_text, profile_source, window
+        path,
+        run_id,
+        bare,
+        info,
+        tuple(hosts),
+        tuple(rows),
+        source,
+        profile_text,
+        profile_source,
+        window,
+        tuple(stage_rows),
+        tuple(spark_plans),
     )
 
 

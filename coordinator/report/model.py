@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.analysis.stages import StageLine
+
 
 @dataclass(frozen=True)
 class TaskLine:
@@ -85,5 +87,7 @@ class ReportView:
     profile_source: str | None
     payload: dict[str, Any]
     task_names: tuple[str, ...]
+    stages: tuple[StageLine, ...] = ()  # Spark stages (analyze --by stage)
+    codegen: tuple[tuple[int, str], ...] = ()  # whole-stage-codegen stage N and its operators
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from coordinator.analysis import timeline
 from coordinator.analysis.rows import cell_number, pid_rows_by_task, sum_known
+from coordinator.analysis.stages import annotate_codegen_frames, spark_index, stage_lines
 from coordinator.report import flame
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.formats import format_number
@@ -177,9 +178,15 @@ def build_view(
         max_stacks,
         _multi_task_share(cluster_rows),
     )
+    spark = spark_index(run.spark_plans)
+    health += tuple(
+        HealthLine("warn", "Spark REST API", f"{note}; stages keep their ids only, codegen stages are not named")
+        for note in spark.notes[:3]
+        if not spark.reachable
+    )
     payload: dict[str, Any] = {
         "runId": run.run_id,
-        "frames": frames.names,
+        "frames": annotate_codegen_frames(frames.names, spark),
         "tasks": [{"name": name, "color": colors[name]} for name in task_names],
         "mixedColor": MIXED_COLOR,
         "graphs": [g.to_json() for g in graphs],
@@ -208,6 +215,8 @@ def build_view(
         profile_source=run.profile_source,
         payload=payload,
         task_names=task_names,
+        stages=stage_lines(run.stage_rows),
+        codegen=tuple((n, ", ".join(operators)) for n, operators in sorted(spark.codegen.items())),
     )
 
 

@@ -1,0 +1,72 @@
+"""Draft an application profile for the Spark query of a run, from its plan and its stacks.
+
+Tasks are named after the query's physical operators: one per whole-stage-codegen stage (the
+operators Spark fused into GeneratedIteratorForCodegenStage<N>, from the SQL plan the host agent read
+from the driver's REST API into spark.json), one per operator Spark runs outside generated code
+(scan, JSON, state store, exchange, sink), then the runtime (network, task runtime, GC, JIT) and the
+thread kinds nothing else claims. Only tasks that get samples are kept. It prints the profile and the
+share each task would get on this run, and writes it with --out, for you to edit and analyse with.
+Without spark.json (the REST API was off) codegen stages are listed as "operators unknown".
+
+examples:
+  coordinator draft-profile runs/demo-20261123-1840
+  coordinator draft-profile runs/demo-20261123-1840 --out my_query.txt
+  coordinator analyze runs/demo-20261123-1840 --profile my_query.txt --by stage
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from profiler.argtypes import existing_dir
+
+
+class DraftProfileCommand:
+    __doc__ = __doc__
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "run_dir", type=existing_dir, metavar="RUN_DIR", help="run directory (run.json) or host capture (meta.json)"
+        )
+        parser.add_argument("--out", type=Path, metavar="FILE", help="write the drafted profile to FILE")
+        parser.add_argument("--force", action="store_true", help="replace an existing --out FILE")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from coordinator.analysis.draft import draft_profile
+        from coordinator.analysis.inputs import read_inputs, read_pid_stacks
+        from coordinator.analysis.stages import read_spark_index
+        from profiler.capture import atomic_write_text
+        from profiler.errors import OutputExistsError
+
+        if args.out is not None and args.out.exists() and not args.force:
+            raise OutputExistsError(f"{args.out} exists; pass --force to replace it, or choose another --out")
+        (run,) = read_inputs([args.run_dir], None, None)
+        stacks: Counter[str] = Counter()
+        for pid in run.pids:
+            if pid.stacks is not None:
+                stacks.update(read_pid_stacks(pid.stacks, pid.intervals))
+        index = read_spark_index(run)
+        draft = draft_profile(stacks, index, str(args.run_dir))
+        print(draft.text, end="")
+        print()
+        if not index.reachable:
+            note = index.notes[0] if index.notes else "no spark.json in the captures"
+            print(f"note: no Spark plan ({note}); codegen stages are not named by their operators")
+        print(f"shares on this run ({draft.samples} samples of the workload processes):")
+        for task, samples, share in draft.shares:
+            print(f"  {share:6.1%}  {samples:8d}  {task}")
+        if draft.candidates:
+            leaves = ", ".join(frame for frame, _samples in draft.candidates[:5])
+            print(f"unmatched stacks' leaf frames (candidate patterns): {leaves}")
+        if args.out is not None:
+            atomic_write_text(args.out, draft.text)
+            print(f"wrote {args.out}")
+            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out} --by stage")
+        else:
+            print(f"next: coordinator draft-profile {args.run_dir} --out FILE; edit FILE; analyze with --profile FILE")
+        return 0
+
+
+COMMAND = DraftProfileCommand

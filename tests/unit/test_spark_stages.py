@@ -1,0 +1,125 @@
+"""Spark task context: thread names → stages, the driver's REST payloads (recorded from the demo's
+Spark 4.3 driver in tests/data/spark_rest) → stage/job/batch and codegen operators, stage rows,
+codegen frame names and the drafted profile."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from coordinator.analysis.draft import draft_profile
+from coordinator.analysis.stages import (
+    PidStages,
+    SparkIndex,
+    annotate_codegen_frames,
+    spark_index,
+    stage_lines,
+    stage_rows,
+    stage_task_counts,
+)
+from profiler.capture import UNMATCHED
+from profiler.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread
+
+REST = Path(__file__).resolve().parent.parent / "data" / "spark_rest"
+GEN = "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage{}::processNext"
+TASK_ROOT = "Executor task launch worker"
+
+
+def _load(name: str) -> Any:
+    return json.loads((REST / name).read_text(encoding="utf-8"))
+
+
+def recorded_plan() -> dict[str, Any]:
+    plan = SparkPlan("http://127.0.0.1:4040", "app-1", {}, {}, {})
+    todo = plan.read_listing(_load("stages.json"), _load("jobs.json"), _load("sql.json"))
+    assert 1 in todo
+    plan.executions[1]["codegen"] = codegen_operators(_load("sql_1.json"))
+    return {"format_version": 1, "plans": [plan.to_json()], "notes": []}
+
+
+def test_task_thread_names_give_stage_and_tid() -> None:
+    task = parse_task_thread("Executor task launch worker for task 3.0 in stage 12.1 (TID 56)")
+    assert task is not None and (task.stage, task.stage_attempt, task.partition, task.tid) == (12, 1, 3, 56)
+    assert task.stage_label == "12.1"
+    assert parse_task_thread("Executor task launch worker-0") is None
+    assert codegen_stage_of(GEN.format(12)) == 12 and codegen_stage_of("Foo::bar") is None
+
+
+def test_codegen_operators_from_the_plan_graph_and_from_plan_text() -> None:
+    operators = codegen_operators(_load("sql_1.json"))
+    assert operators[2] == ["Project", "BroadcastHashJoin"]
+    assert operators[4] == ["Filter", "Project", "HashAggregate"]
+    text = {"planDescription": "*(1) Project [a]\n+- *(1) Filter (x)\n   +- *(2) HashAggregate(keys=[])"}
+    assert codegen_operators(text) == {1: ["Project", "Filter"], 2: ["HashAggregate"]}
+
+
+def test_recorded_rest_payloads_join_stage_to_job_execution_and_batch() -> None:
+    index = spark_index([recorded_plan()])
+    assert index.reachable
+    stage = index.stage(0)
+    assert (stage.job, stage.execution, stage.batch, stage.query) == (0, 1, 0, "ysb")
+    assert index.operators(2) == ("Project", "BroadcastHashJoin")
+    assert index.operators(2, stage_id=0) == ("Project", "BroadcastHashJoin")
+    names = annotate_codegen_frames([GEN.format(2), "java.lang.Thread::run"], index)
+    assert names == [GEN.format(2) + " [codegen stage 2: Project, BroadcastHashJoin]", "java.lang.Thread::run"]
+
+
+def test_no_rest_api_leaves_stage_ids_and_says_why() -> None:
+    index = spark_index([{"format_version": 1, "plans": [], "notes": ["no Spark driver REST API answered"]}])
+    assert not index.reachable and index.notes == ("no Spark driver REST API answered",)
+    assert index.stage(7).job is None
+    assert annotate_codegen_frames([GEN.format(2)], index) == [GEN.format(2)]
+
+
+def test_stage_rows_cut_each_executor_by_stage_and_sum_cycles_by_samples() -> None:
+    # GIVEN two executors whose task threads ran stage 0 (two tasks) and stage 1
+    contexts = Counter({
+        ("Executor task launch worker for task 0.0 in stage 0.0 (TID 1)", f"{TASK_ROOT};{GEN.format(2)}"): 6,
+        ("Executor task launch worker for task 1.0 in stage 0.0 (TID 2)", f"{TASK_ROOT};json"): 2,
+        ("Executor task launch worker for task 0.0 in stage 1.0 (TID 3)", f"{TASK_ROOT};state"): 4,
+    })
+    tasks = {f"{TASK_ROOT};{GEN.format(2)}": "Join", f"{TASK_ROOT};json": "Deserialize", f"{TASK_ROOT};state": "Window"}
+    counts = stage_task_counts(contexts, tasks.__getitem__)
+    assert counts == {"0.0": Counter({"Join": 6, "Deserialize": 2}), "1.0": Counter({"Window": 4})}
+    pids = [PidStages(20, 2000.0, 2.0, True, counts), PidStages(10, None, None, None, {"0.0": Counter({"Join": 2})})]
+    # WHEN the rows are made with the driver's view
+    rows = stage_rows("run1", ["Deserialize", "Join", "Window", UNMATCHED], pids, spark_index([recorded_plan()]))
+    by_key = {(r["stage"], r["task"]): r for r in rows}
+    # THEN shares are of the stage's samples, cycles each PID's split by its samples
+    assert by_key[("0.0", "Join")]["samples"] == 8 and by_key[("0.0", "Join")]["share"] == 0.8
+    assert by_key[("0.0", "Join")]["cycles"] == 600.0  # 6/20 of 2000; the second PID has no cycles
+    assert by_key[("0.0", "*")]["samples"] == 10 and by_key[("0.0", "*")]["job"] == 0
+    assert by_key[("0.0", "*")]["batch"] == 0 and by_key[("1.0", "*")]["job"] is None
+    lines = stage_lines({k: str(v) if v is not None else "" for k, v in r.items()} for r in rows)
+    assert [line.stage for line in lines] == ["0.0", "1.0"]
+    assert lines[0].top_tasks == (("Join", 0.8), ("Deserialize", 0.2)) and lines[0].query == "ysb"
+
+
+def test_a_drafted_profile_names_codegen_stages_by_their_operators_and_leaves_little_unmatched() -> None:
+    stacks = Counter({
+        f"{TASK_ROOT};org.apache.spark.executor.Executor$TaskRunner::run;{GEN.format(2)}": 50,
+        f"{TASK_ROOT};org.apache.spark.executor.Executor$TaskRunner::run;{GEN.format(2)};"
+        "org.apache.spark.sql.catalyst.json.JacksonParser::parse": 20,
+        f"{TASK_ROOT};org.apache.spark.executor.Executor$TaskRunner::run;"
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider::put": 10,
+        f"{TASK_ROOT};org.apache.spark.executor.Executor$TaskRunner::run;java.util.HashMap::get": 5,
+        "GC Thread#0;G1ParScanThreadState::trim_queue": 8,
+        "dispatcher-event-loop-1;java.lang.Object::wait": 7,
+    })
+    draft = draft_profile(stacks, spark_index([recorded_plan()]), "test")
+    shares = {task: share for task, _n, share in draft.shares}
+    assert "Codegen 2 (Project + BroadcastHashJoin)" in shares
+    assert shares["JSON parse/format (from_json, to_json)"] == 0.2
+    assert any(task.startswith("State store") for task in shares)
+    assert all(n > 0 for task, n, _s in draft.shares if task != UNMATCHED)  # every task gets samples
+    assert draft.unmatched_share < 0.10
+    assert draft.profile.task_names[0].startswith("JSON")
+
+
+def test_a_draft_without_a_plan_still_separates_codegen_stages() -> None:
+    stacks = Counter({f"{TASK_ROOT};{GEN.format(1)}": 3, f"{TASK_ROOT};{GEN.format(11)}": 2})
+    draft = draft_profile(stacks, SparkIndex())
+    shares = {task: n for task, n, _s in draft.shares}
+    assert shares == {"Codegen 1 (operators unknown)": 3, "Codegen 11 (operators unknown)": 2, UNMATCHED: 0}
