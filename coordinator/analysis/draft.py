@@ -37,6 +37,8 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
      ("org.apache.spark.shuffle", "ShuffleBlockFetcherIterator", "org.apache.spark.storage.ShuffleBlockFetcher",
       "org.apache.spark.sql.execution.UnsafeRowSerializer", "org.apache.spark.storage.DiskBlockObjectWriter")),
     ("Broadcast (BroadcastExchange)", ("BroadcastExchange",), ("org.apache.spark.broadcast", "TorrentBroadcast")),
+    ("Task (de)serialization", (),
+     ("java.io.ObjectInputStream", "java.io.ObjectOutputStream", "org.apache.spark.serializer")),
     ("Sink (WriteToDataSourceV2)", ("WriteToDataSourceV2", "WriteToContinuousDataSource"),
      ("DataWritingSparkTask", "ContinuousWriteRDD", "WriteToDataSourceV2Exec")),
     ("Network (Spark RPC, block transfer)", (),
@@ -119,10 +121,21 @@ def _other_line(stacks: Mapping[str, int], profile_lines: Sequence[str]) -> str 
     roots: Counter[str] = Counter()
     for stack, count in unmatched.items():
         roots[stack.split(FRAME_SEPARATOR, 1)[0]] += count
-    kinds = [root for root, count in roots.most_common() if total and count / total >= OTHER_MIN_SHARE]
+    by_kind: Counter[str] = Counter()
+    for root, count in roots.items():
+        by_kind[_kind_pattern(root)] += count  # pool threads differ only by their numbers
+    kinds = [kind for kind, count in by_kind.most_common() if total and count / total >= OTHER_MIN_SHARE]
     if not kinds:
         return None
-    return f"{OTHER_TASK}: " + ", ".join(_escape(f"re:^{re.escape(kind)}$") for kind in kinds)
+    return f"{OTHER_TASK}: " + ", ".join(_escape(f"re:^{kind}$") for kind in kinds)
+
+
+_REGEX_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def _kind_pattern(thread_name: str) -> str:
+    """A regular expression for a thread name with its numbers generalised (``pool-39`` → ``pool-\\d+``)."""
+    return "\\d+".join(_REGEX_SPECIAL.sub(r"\\\1", part) for part in re.split(r"\d+", thread_name))
 
 
 def draft_profile(stacks: Mapping[str, int], index: SparkIndex, source: str = "") -> Draft:

@@ -319,3 +319,46 @@ def test_event_counting_failure_is_a_warning_not_a_failed_run(tmp_path: Path) ->
     assert meta.stopped_by == "duration"
     assert any("py4j answered garbage" in w for w in meta.warnings)
     assert read_rows(out)
+
+
+class FakeSparkPlans:
+    """A Spark driver whose REST API never answered, and one context-carrying stack (the sampler's part)."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.added: list[int] = []
+
+    def start(self, processes: object) -> None:
+        self.started = [p.pid for p in processes]  # type: ignore[attr-defined]
+
+    def add_process(self, process: ProcessInfo) -> None:
+        self.added.append(process.pid)
+
+    def finish(self) -> dict[str, object]:
+        return {"format_version": 1, "plans": [], "notes": ["no Spark driver REST API answered (drivers: 200)"]}
+
+
+def test_spark_plans_and_contexts_are_written_and_a_missing_rest_api_is_a_warning(tmp_path: Path) -> None:
+    # GIVEN a run whose Spark driver serves no REST API and whose sampler saw one task thread's context
+    runner, components, out = make(tmp_path)
+    components.spark_plans = FakeSparkPlans()
+    task = "Executor task launch worker for task 0.0 in stage 3.0 (TID 7)"
+    original = components.sampler.collect
+
+    def collect_with_context() -> dict[int, CollectedStacks]:
+        collected = original()
+        first = collected[101]
+        contexts = Counter({(task, "main;run;burnAlpha"): 2})
+        return {**collected, 101: CollectedStacks(first.folded, first.timeline, first.stats, contexts)}
+
+    components.sampler.collect = collect_with_context  # type: ignore[method-assign]
+    # WHEN the run ends
+    runner.run(parse_profile(PROFILE_TEXT))
+    # THEN spark.json says why there is no plan, meta.json carries it as a warning, and nothing failed
+    assert capture.read_spark_plans(out) == components.spark_plans.finish()
+    meta = capture.read_meta(out)
+    assert any(w.startswith("Spark REST API: no Spark driver REST API answered") for w in meta.warnings)
+    assert components.spark_plans.started == [101, 200] and components.spark_plans.added == [102]
+    # AND the context refers to its stack in stacks.folded
+    assert capture.read_contexts(out, 101) == Counter({(task, "main;run;burnAlpha"): 2})
+    assert capture.read_contexts(out, 102) is None

@@ -123,3 +123,46 @@ def test_a_draft_without_a_plan_still_separates_codegen_stages() -> None:
     draft = draft_profile(stacks, SparkIndex())
     shares = {task: n for task, n, _s in draft.shares}
     assert shares == {"Codegen 1 (operators unknown)": 3, "Codegen 11 (operators unknown)": 2, UNMATCHED: 0}
+
+
+def _driver(pid: int) -> Any:
+    from profiler.capture import ProcessInfo
+
+    return ProcessInfo(pid, "managing", "spark", "driver", "root", "java org.apache.spark.deploy.SparkSubmit", 0.0, 0.0)
+
+
+def test_collector_without_a_reachable_rest_api_says_why_and_never_fails() -> None:
+    import os
+
+    from profiler.sparkplan import SparkPlanCollector
+
+    # GIVEN a Spark driver (this very process: it listens on no port) and a fetch that is never reached
+    collector = SparkPlanCollector(fetch=lambda url: (_ for _ in ()).throw(AssertionError(url)), poll_seconds=60)
+    collector.start([_driver(os.getpid())])
+    # WHEN the window ends
+    payload = collector.finish()
+    # THEN spark.json holds no plan and one line saying why
+    assert payload is not None and payload["plans"] == []
+    assert "no Spark driver REST API answered" in payload["notes"][0] and str(os.getpid()) in payload["notes"][0]
+    # AND without any Spark driver in the scope there is no spark.json at all
+    assert SparkPlanCollector(poll_seconds=60).finish() is None
+
+
+def test_collector_reads_stages_jobs_and_plans_from_the_rest_api(monkeypatch: Any) -> None:
+    import profiler.sparkplan as sparkplan
+
+    base = "http://127.0.0.1:4040/api/v1/applications/app-1"
+    answers = {
+        f"{base}/stages": _load("stages.json"),
+        f"{base}/jobs": _load("jobs.json"),
+        f"{base}/sql?details=false&planDescription=false&offset=0&length=1000000": _load("sql.json"),
+        f"{base}/sql/0?details=true&planDescription=true": _load("sql_1.json"),
+        f"{base}/sql/1?details=true&planDescription=true": _load("sql_1.json"),
+    }
+    monkeypatch.setattr(sparkplan, "discover_spark", lambda process, fetch: ("http://127.0.0.1:4040", "app-1"))
+    collector = sparkplan.SparkPlanCollector(fetch=answers.__getitem__, poll_seconds=60)
+    collector.start([_driver(1)])
+    payload = collector.finish()
+    assert payload is not None and payload["notes"] == []
+    index = spark_index([payload])
+    assert index.stage(0).batch == 0 and index.operators(4) == ("Filter", "Project", "HashAggregate")
