@@ -61,8 +61,9 @@ def codegen_stage_of(frame: str) -> int | None:
 
 
 def codegen_operators(execution: Mapping[str, Any]) -> dict[int, list[str]]:
-    """Codegen stage N → its operators, top first, from one SQL execution's REST details: the plan
-    graph's nodes (``wholeStageCodegenId``), else the ``*(N) Operator`` lines of ``planDescription``."""
+    """Codegen stage N → its operators, inputs first as the REST API lists the plan graph, from one SQL
+    execution's REST details: the graph's nodes (``wholeStageCodegenId``), else the ``*(N) Operator``
+    lines of ``planDescription``."""
     found: dict[int, list[str]] = {}
     for node in execution.get("nodes") or ():
         if not isinstance(node, Mapping):
@@ -79,6 +80,17 @@ def codegen_operators(execution: Mapping[str, Any]) -> dict[int, list[str]]:
         if name not in operators:
             operators.append(name)
     return found
+
+
+def plan_operators(execution: Mapping[str, Any]) -> list[str]:
+    """Every physical operator of one SQL execution's plan graph, inputs first (the REST API's order),
+    each name once."""
+    names: list[str] = []
+    for node in execution.get("nodes") or ():
+        name = str(node.get("nodeName") or "") if isinstance(node, Mapping) else ""
+        if name and not _CODEGEN_NODE.match(name) and name not in names:
+            names.append(name)
+    return names
 
 
 def _ints(values: Any) -> list[int]:
@@ -212,6 +224,7 @@ class SparkPlanCollector:
             details = self.fetch(f"{base}/sql/{execution_id}?details=true&planDescription=true")
             if isinstance(details, Mapping):
                 plan.executions[execution_id]["codegen"] = codegen_operators(details)
+                plan.executions[execution_id]["operators"] = plan_operators(details)
 
     def finish(self) -> dict[str, Any] | None:
         """The last reading; spark.json's payload (None when no Spark driver was in the scope)."""

@@ -131,19 +131,23 @@ def _other_line(stacks: Mapping[str, int], profile_lines: Sequence[str]) -> str 
 
 
 _REGEX_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _kind_pattern(thread_name: str) -> str:
-    """A regular expression for a thread name with its numbers generalised (``pool-39`` → ``pool-\\d+``)."""
-    return "\\d+".join(_REGEX_SPECIAL.sub(r"\\\1", part) for part in re.split(r"\d+", thread_name))
+    """A regular expression for a thread name with its ids generalised: numbers (``pool-39`` →
+    ``pool-\\d+``) and UUIDs (a streaming query's run id)."""
+
+    def numbers(part: str) -> str:
+        return "\\d+".join(_REGEX_SPECIAL.sub(r"\\\1", piece) for piece in re.split(r"\d+", part))
+
+    return "[0-9a-f-]{36}".join(numbers(part) for part in _UUID.split(thread_name))
 
 
 def draft_profile(stacks: Mapping[str, int], index: SparkIndex, source: str = "") -> Draft:
     """Draft a profile from the stacks of a run's workload processes and its Spark plans."""
     frames = _frames(stacks)
-    plan_operators = {op for ops in index.codegen.values() for op in ops}
-    plan_operators |= {op for by_n in index.codegen_by_execution.values() for ops in by_n.values() for op in ops}
-    lines = _family_lines(frames, plan_operators)
+    lines = _family_lines(frames, set(index.plan_operators))
     # JSON and reflection work runs inside generated code: list them first so that leaf-first and
     # in-frame priority keep them apart; codegen stages come next, the runtime families after them.
     early = [line for line in lines if line.startswith(("JSON", "Reflection"))]

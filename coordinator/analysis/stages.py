@@ -42,6 +42,7 @@ class SparkIndex:
     codegen_by_execution: Mapping[int, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    plan_operators: frozenset[str] = frozenset()  # every operator of every plan read (codegen or not)
 
     @property
     def reachable(self) -> bool:
@@ -73,6 +74,7 @@ def spark_index(payloads: Iterable[Mapping[str, Any]]) -> SparkIndex:
     sources: list[str] = []
     notes: list[str] = []
     stage_jobs: dict[int, int | None] = {}
+    seen_operators: set[str] = set()
     for payload in payloads:
         notes += [str(note) for note in payload.get("notes") or () if isinstance(note, str)]
         for plan in payload.get("plans") or ():
@@ -85,6 +87,9 @@ def spark_index(payloads: Iterable[Mapping[str, Any]]) -> SparkIndex:
             for execution in plan.get("executions") or ():
                 if isinstance(execution, Mapping) and _int(execution.get("execution")) is not None:
                     executions[execution["execution"]] = execution
+                    operators = execution.get("operators")
+                    if isinstance(operators, list):
+                        seen_operators.update(str(op) for op in operators)
                     codegen = execution.get("codegen")
                     if isinstance(codegen, Mapping):
                         by_execution[execution["execution"]] = {
@@ -110,7 +115,10 @@ def spark_index(payloads: Iterable[Mapping[str, Any]]) -> SparkIndex:
         for n, operators in by_n.items():
             usual.setdefault(n, Counter())[operators] += 1
     codegen = {n: variants.most_common(1)[0][0] for n, variants in usual.items()}
-    return SparkIndex(stages, codegen, by_execution, tuple(sources), tuple(dict.fromkeys(notes)))
+    seen_operators |= {op for by_n in by_execution.values() for ops in by_n.values() for op in ops}
+    return SparkIndex(
+        stages, codegen, by_execution, tuple(sources), tuple(dict.fromkeys(notes)), frozenset(seen_operators)
+    )
 
 
 def read_spark_index(run: RunInput) -> SparkIndex:

@@ -20,7 +20,7 @@ from coordinator.analysis.stages import (
     stage_task_counts,
 )
 from profiler.capture import UNMATCHED
-from profiler.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread
+from profiler.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
 
 REST = Path(__file__).resolve().parent.parent / "data" / "spark_rest"
 GEN = "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage{}::processNext"
@@ -36,6 +36,7 @@ def recorded_plan() -> dict[str, Any]:
     todo = plan.read_listing(_load("stages.json"), _load("jobs.json"), _load("sql.json"))
     assert 1 in todo
     plan.executions[1]["codegen"] = codegen_operators(_load("sql_1.json"))
+    plan.executions[1]["operators"] = plan_operators(_load("sql_1.json"))
     return {"format_version": 1, "plans": [plan.to_json()], "notes": []}
 
 
@@ -48,6 +49,7 @@ def test_task_thread_names_give_stage_and_tid() -> None:
 
 
 def test_codegen_operators_from_the_plan_graph_and_from_plan_text() -> None:
+    assert plan_operators(_load("sql_1.json"))[:3] == ["Range", "Filter", "Project"]  # inputs first
     operators = codegen_operators(_load("sql_1.json"))
     assert operators[2] == ["Project", "BroadcastHashJoin"]
     assert operators[4] == ["Filter", "Project", "HashAggregate"]
@@ -112,7 +114,7 @@ def test_a_drafted_profile_names_codegen_stages_by_their_operators_and_leaves_li
     shares = {task: share for task, _n, share in draft.shares}
     assert "Codegen 2 (Project + BroadcastHashJoin)" in shares
     assert shares["JSON parse/format (from_json, to_json)"] == 0.2
-    assert any(task.startswith("State store") for task in shares)
+    assert "State store (StateStoreRestore/Save) [plan StateStoreRestore + StateStoreSave]" in shares
     assert all(n > 0 for task, n, _s in draft.shares if task != UNMATCHED)  # every task gets samples
     assert draft.unmatched_share < 0.10
     assert draft.profile.task_names[0].startswith("JSON")
@@ -166,3 +168,4 @@ def test_collector_reads_stages_jobs_and_plans_from_the_rest_api(monkeypatch: An
     assert payload is not None and payload["notes"] == []
     index = spark_index([payload])
     assert index.stage(0).batch == 0 and index.operators(4) == ("Filter", "Project", "HashAggregate")
+    assert {"MicroBatchScan", "Exchange", "WriteToDataSourceV2"} <= index.plan_operators
