@@ -24,7 +24,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from .jvm import run_jcmd
+from .jvm import is_jvm, run_jcmd
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
 
 SET_NATIVE_THREAD_NAME = "_ZN2os22set_native_thread_nameEPKc"  # os::set_native_thread_name(const char*)
@@ -35,6 +35,7 @@ RENAME_HEADER = struct.Struct("<IIQ")  # struct rename_t of bpf/thread_names.c b
 PRUNE_PERIOD_NS = 10 * 10**9
 PRUNE_LAG_NS = 30 * 10**9  # samples reach user space within seconds; names older than this are history
 JCMD_TIMEOUT = 20.0
+LIBJVM_WAIT = 5.0  # seconds a JVM found at its exec may take to map libjvm.so
 
 
 def libjvm_path(pid: int) -> str | None:
@@ -69,7 +70,7 @@ class ThreadWatch:
         self._pids: set[int] = set()
         self._awaiting: set[int] = set()  # processes whose jcmd seed is still to come
         self._seeds: queue.SimpleQueue[tuple[int, dict[int, str], int]] = queue.SimpleQueue()
-        self._jobs: queue.Queue[int | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[int, str | None] | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._next_prune = 0
         self.events_lost = 0
@@ -103,13 +104,18 @@ class ThreadWatch:
             return
         self._pids.add(pid)
         path = libjvm_path(pid)
-        if path is None:
+        if path is None and not is_jvm(pid):
             return
+        if path is not None:
+            self._watch(pid, path)
+        # a JVM found at its exec maps libjvm.so a moment later: the worker attaches then (path None)
+        self._awaiting.add(pid)
+        self._jobs.put((pid, path))
+
+    def _watch(self, pid: int, path: str) -> None:
         if self._bpf is not None and self._attach(pid, path):
             targets = self._bpf[b"targets"]
             targets[targets.Key(pid)] = ct.c_uint8(1)
-        self._awaiting.add(pid)
-        self._jobs.put(pid)
 
     def _attach(self, pid: int, path: str) -> bool:
         try:
@@ -137,8 +143,14 @@ class ThreadWatch:
         return True
 
     def _seed_loop(self) -> None:
-        while (pid := self._jobs.get()) is not None:
+        while (job := self._jobs.get()) is not None:
+            pid, path = job
             try:
+                if path is None:
+                    path = _wait_for_libjvm(pid)
+                    if path is None:
+                        continue  # exited, or not HotSpot: kernel names
+                    self._watch(pid, path)
                 text = self._jcmd(pid)
                 self._seeds.put((pid, parse_thread_print(text), time.monotonic_ns()))
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
@@ -221,6 +233,13 @@ class ThreadWatch:
     def bpf(self) -> Any:
         """The loaded bcc object (None when not loaded): its programs count in the profiler's overhead."""
         return self._bpf
+
+
+def _wait_for_libjvm(pid: int, seconds: float = LIBJVM_WAIT) -> str | None:
+    deadline = time.monotonic() + seconds
+    while (path := libjvm_path(pid)) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return path
 
 
 def _thread_print(pid: int) -> str:

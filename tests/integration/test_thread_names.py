@@ -9,7 +9,7 @@ from collections import Counter
 
 from profiler.sampler import StackSampler
 from profiler.threadnames import split_name
-from tests.fixtures.renamer import BACKGROUND_THREAD, STAGE_METHODS
+from tests.fixtures.renamer import BACKGROUND_THREAD, STAGE_METHODS, wait_ready
 
 TASK_NAME = re.compile(r"^Executor task launch worker for task \d+\.0 in stage (\d\.0) \(TID (\d+)\)$")
 
@@ -63,3 +63,28 @@ def test_each_sample_is_named_by_the_task_its_thread_ran_then(task_renamer_jvm):
     assert right > 300 and wrong <= 0.01 * (right + wrong), (right, wrong)
     assert sum(result.contexts.values()) == roots["Executor task launch worker"]
     assert result.stats.thread_names_kernel < 0.05 * result.stats.samples
+
+
+def test_a_jvm_that_starts_during_the_window_is_named_from_its_first_threads(start_task_renamer):
+    # GIVEN a sampler already running when the JVM is exec'd, and the JVM added at once (as the exec
+    # watcher does), before it has even mapped libjvm.so
+    sampler = StackSampler()
+    try:
+        sampler.start()
+        sampler.begin_window()
+        jvm = start_task_renamer()
+        sampler.add_pid(jvm.pid)
+        sampler.prepare_symbols(jvm.pid)
+        wait_ready(jvm)
+        time.sleep(6)
+        sampler.stop()
+        result = sampler.collect()[jvm.pid]
+    finally:
+        sampler.close()
+    # THEN its threads carry full names: the uprobe saw them start, nothing needed jcmd
+    roots = Counter()
+    for stack, count in result.folded.items():
+        roots[stack.split(";", 1)[0]] += count
+    assert roots["Executor task launch worker"] > 0 and roots[BACKGROUND_THREAD] > 0, roots.most_common(8)
+    assert result.contexts
+    assert result.stats.thread_names_kernel < 0.05 * result.stats.samples, (result.stats, roots.most_common(8))
