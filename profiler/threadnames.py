@@ -71,18 +71,22 @@ class NameHistory:
     ``renamed`` records a rename seen as it happened; ``seed`` records names read once (jcmd), valid
     from the start unless the thread was renamed before the reading. ``label`` names a sample and
     falls back to the kernel's comm when the full name is unknown or does not agree with the comm (a
-    rename missed): a name is never guessed.
+    rename missed), except for a name only jcmd gave (see ``_seed_only``): a name is never guessed.
     """
 
     def __init__(self) -> None:
         self._times: dict[tuple[int, int], list[int]] = {}
         self._names: dict[tuple[int, int], list[str]] = {}
-        self._labels: dict[tuple[str | None, bytes], ThreadLabel] = {}
+        self._labels: dict[tuple[str | None, bytes, bool], ThreadLabel] = {}
+        # Threads named by jcmd only, never renamed since: HotSpot never gives the kernel the name of a
+        # thread attached through JNI (the launcher's "main" stays "java"), so their comm may differ.
+        self._seed_only: set[tuple[int, int]] = set()
         self.renames = 0
 
     def renamed(self, tgid: int, tid: int, time_ns: int, name: str) -> None:
         times = self._times.setdefault((tgid, tid), [])
         names = self._names.setdefault((tgid, tid), [])
+        self._seed_only.discard((tgid, tid))
         at = bisect.bisect_right(times, time_ns)  # events of one thread arrive in order; this is cheap
         times.insert(at, time_ns)
         names.insert(at, name)
@@ -94,6 +98,8 @@ class NameHistory:
             times = self._times.get((tgid, tid))
             if times and times[0] <= read_at_ns:
                 continue  # a rename seen before the reading knows better; earlier samples keep the comm
+            if not times:
+                self._seed_only.add((tgid, tid))
             self._times.setdefault((tgid, tid), []).insert(0, 0)
             self._names.setdefault((tgid, tid), []).insert(0, name)
 
@@ -107,11 +113,12 @@ class NameHistory:
     def label(self, tgid: int, tid: int, time_ns: int, comm: bytes) -> ThreadLabel:
         """The thread's kind and context at ``time_ns``; the comm when the full name is unknown or stale."""
         name = self.name_at(tgid, tid, time_ns)
-        cached = self._labels.get((name, comm))
+        seed_only = (tgid, tid) in self._seed_only
+        cached = self._labels.get((name, comm, seed_only))
         if cached is None:
             if len(self._labels) > 4096:
                 self._labels.clear()  # per-unit names never repeat: keep the memo small
-            cached = self._labels[(name, comm)] = _label(name, comm)
+            cached = self._labels[(name, comm, seed_only)] = _label(name, comm, seed_only)
         return cached
 
     def prune(self, before_ns: int) -> None:
@@ -128,10 +135,11 @@ class NameHistory:
     def forget(self, tgid: int) -> None:
         for key in [key for key in self._times if key[0] == tgid]:
             del self._times[key], self._names[key]
+            self._seed_only.discard(key)
 
 
-def _label(name: str | None, comm: bytes) -> ThreadLabel:
-    if name is None or comm_of(name) != comm:
+def _label(name: str | None, comm: bytes, seed_only: bool) -> ThreadLabel:
+    if name is None or (comm_of(name) != comm and not seed_only):
         return ThreadLabel(comm.decode("utf-8", "replace"), None, False, comm)
     kind, context = split_name(name)
     return ThreadLabel(kind, context, True, kind.encode("utf-8", "replace"))

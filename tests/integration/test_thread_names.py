@@ -45,8 +45,10 @@ def test_each_sample_is_named_by_the_task_its_thread_ran_then(task_renamer_jvm):
     # THEN the stacks' roots are whole names: the pool's kind and the seeded background thread
     assert roots["Executor task launch worker"] > 300, roots.most_common(8)
     assert roots[BACKGROUND_THREAD] > 100, roots.most_common(8)
-    # a sample taken while jcmd was still reading the names waited for them: no kernel name is left
-    assert not any(root.startswith(("Executor task l", "Long-lived back")) for root in roots if len(root) == 15)
+    # a sample taken while jcmd was still reading the names waited for them; only a pool thread renamed
+    # between the uprobe's attach and jcmd's reading has no known name before that rename (kernel name)
+    assert roots["Long-lived back"] == 0, roots.most_common(8)
+    assert roots["Executor task l"] <= 0.05 * roots["Executor task launch worker"], roots.most_common(8)
     # AND every task sample carries its task's full name, and that name's stage is the stage the stack runs
     assert result.contexts
     tids, right, wrong = set(), 0, 0

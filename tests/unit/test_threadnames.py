@@ -100,3 +100,13 @@ def test_contexts_file_round_trips_through_stack_line_numbers(tmp_path: Path) ->
     capture.atomic_write_text(capture.contexts_path(tmp_path, 42), '{"contexts": ["x"], "rows": [[0, 9, 1]]}')
     with pytest.raises(CaptureFormatError, match=r"contexts.json: row 1 is not"):
         capture.read_contexts(tmp_path, 42)
+
+
+def test_a_thread_whose_java_name_never_reached_the_kernel_keeps_its_jcmd_name() -> None:
+    # the launcher's main thread is "main" in Java and "java" in the kernel, and is never renamed
+    history = NameHistory()
+    history.seed(1, {5: "main"}, read_at_ns=10)
+    assert history.label(1, 5, 20, b"java").kind == "main"
+    # once the uprobe saw it renamed, the comm check applies again
+    history.renamed(1, 5, 30, "worker-1")
+    assert history.label(1, 5, 40, b"java").kind == "java"
