@@ -22,6 +22,9 @@ from .capture import ProcessInfo
 from .events import EndpointError, Fetch, discover_spark, engine_of, http_json, parse_batch_description
 
 POLL_SECONDS = 15.0  # the UI keeps the last spark.ui.retainedStages (1000) stages: read them before eviction
+# SQL plans with details are large (a micro-batch's: ~20 KB) and repeat batch after batch: each reading
+# fetches the newest few not read yet, so a driver with 1000 retained executions is not asked for all.
+DETAILS_PER_POLL = 5
 
 # Executor.TaskRunner: "<pool thread name> for task <partition>.<attempt> in stage <stage>.<attempt> (TID <id>)"
 _TASK_THREAD = re.compile(r" for task (\d+)\.(\d+) in stage (\d+)\.(\d+) \(TID (\d+)\)$")
@@ -220,7 +223,7 @@ class SparkPlanCollector:
         todo = plan.read_listing(
             self.fetch(f"{base}/stages"), self.fetch(f"{base}/jobs"), self.fetch(f"{base}/sql?{listing}")
         )
-        for execution_id in todo:
+        for execution_id in sorted(todo, reverse=True)[:DETAILS_PER_POLL]:
             details = self.fetch(f"{base}/sql/{execution_id}?details=true&planDescription=true")
             if isinstance(details, Mapping):
                 plan.executions[execution_id]["codegen"] = codegen_operators(details)
