@@ -57,9 +57,14 @@ def test_stages_codegen_names_and_a_drafted_profile_on_the_demo(tmp_path: Path, 
         assert all(r["batch"] for r in stage_totals), stage_totals[:3]
     plain = [r for r in rows if not r["stage"]]
     assert plain and {r["task"] for r in plain} >= {"unmatched", "*"}
-    # AND the report names the codegen stages' operators in the flamegraphs
+    # AND the driver's plan gave the codegen stages' operators, and the report names every sampled
+    # codegen frame by them (a short CP window under load may sample none: its generated code can still
+    # be interpreted, as "Interpreter" frames)
+    codegen = [e["codegen"] for p in spark["plans"] for e in p["executions"] if e.get("codegen")]
+    assert codegen, spark["plans"][0]["executions"][:3]
     report = (out / "report" / "index.html").read_text()
-    assert "[codegen stage " in report
+    if "GeneratedIteratorForCodegenStage" in stacks or spe == "spark-str":
+        assert "[codegen stage " in report
 
     # WHEN a profile is drafted and used
     draft = tmp_path / "draft.txt"
