@@ -37,6 +37,7 @@ from .capture import (
     PidCounters,
     ProcessInfo,
     RunMeta,
+    VertexWindow,
 )
 from .errors import OutputExistsError, OutputWriteError, PrivilegeError
 from .folded import format_folded
@@ -127,9 +128,12 @@ class NetLike(Protocol):
 
 
 class EventsLike(Protocol):
-    def start(self, processes: Sequence[ProcessInfo]) -> None: ...
+    warnings: list[str]
+
+    def start(self, processes: Sequence[ProcessInfo], window_start: float | None = None) -> None: ...
     def add_process(self, process: ProcessInfo) -> None: ...
     def finish(self, end_time: float) -> EventCount: ...
+    def vertex_windows(self) -> list[VertexWindow]: ...
 
 
 @dataclass
@@ -407,6 +411,7 @@ class Collected:
     stacks: dict[int, CollectedStacks] = field(default_factory=dict)
     net: dict[int, NetStats] = field(default_factory=dict)
     events: EventCount | None = None
+    flink_vertices: list[VertexWindow] = field(default_factory=list)
 
 
 def _own_cpu_seconds() -> float:
@@ -537,7 +542,7 @@ class Runner:
             initial = components.scope.processes()
             for process in initial:
                 self._enter(components, process)
-            self._guarded("event counting could not start", components.events.start, initial)
+            self._guarded("event counting could not start", components.events.start, initial, state.start_time)
             self.status.processes = len(initial)
             sampled = [p.pid for p in initial if p.sampled]
             sample_count = components.sampler.sample_count
@@ -661,6 +666,8 @@ class Runner:
         events = collected.events
         if events is not None:
             capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
+        if collected.flink_vertices:
+            capture.write_flink_vertices(out, collected.flink_vertices)
         self._write_results(collected, matched)
         state.meta = self._meta(components)
         capture.write_meta(out, state.meta)
@@ -697,6 +704,11 @@ class Runner:
             collected.events = components.events.finish(state.end_time)
         except Exception as exc:  # noqa: BLE001
             collected.events = EventCount(None, "none", f"event count failed: {exc}")
+            state.warnings.append(f"events: the count failed ({exc.__class__.__name__}: {exc}); use --events N")
+        try:
+            collected.flink_vertices = components.events.vertex_windows()
+        except Exception as exc:  # noqa: BLE001
+            state.warnings.append(f"events: Flink's vertex metrics could not be estimated ({exc})")
         return collected
 
     def _write_stacks(self, stacks: Mapping[int, CollectedStacks], matcher: Matcher) -> dict[int, MatchResult]:
@@ -794,6 +806,7 @@ class Runner:
         found = list(components.sampler.warnings)
         if components.net is not None:
             found.extend(components.net.warnings)
+        found.extend(components.events.warnings)
         return found
 
     def _add_late_warnings(self, components: Components) -> None:

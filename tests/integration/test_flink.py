@@ -1,6 +1,7 @@
 """Flink for real: the scope analyzer on a real Flink 2.3 standalone cluster, and `coordinator demo
 --spe flink` end to end (real TaskManagers and JobManager, real eBPF, real Redis): roles, every YSB
-task sampled, events counted from the REST API and checked against the job's own count."""
+task sampled, events counted from the REST API and checked against the job's own count; and a job
+of our own with a known source rate, whose count the REST estimate must match in consecutive windows."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ from pathlib import Path
 import psutil
 
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
+from profiler.capture import EventCount, ProcessInfo, read_events, read_flink_vertices
+from profiler.cli import main as profiler_main
+from profiler.events import EventCounter
 from profiler.scope import ScopeAnalyzer
 from profiler.spes import default_known_spes_path, load_known_spes
+from tests.fixtures.flink import RateWindowJob
 
 REPO = Path(__file__).resolve().parents[2]
 YSB_TASKS = ("Kafka/Source", "Deserialize", "Filter+Projection", "Join", "Enrich", "Window", "Sink")
@@ -129,3 +134,66 @@ def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) ->
     logs = re.search(r"\(logs (\S+)\)", result.stdout)
     assert logs, result.stdout
     assert _processes_mentioning(logs.group(1)) == []
+
+
+def _jobmanager(cluster: LocalFlinkCluster) -> ProcessInfo:
+    pid = cluster.jobmanager_pid()
+    assert pid is not None
+    cmdline = " ".join(psutil.Process(pid).cmdline())
+    return ProcessInfo(pid, "managing", "flink", "jobmanager", "root", cmdline, time.time(), time.time())
+
+
+def _profile_once(cluster: LocalFlinkCluster, out: Path, duration: int) -> tuple[EventCount, float, float]:
+    """`profiler run` on this cluster's processes only (other Flink clusters may run on the machine)."""
+    conf_dir = Path(cluster.tmp_dir) / "conf"
+    known = out.parent / "known_spes.txt"
+    known.write_text(
+        f"flink  workload  taskmanager  org.apache.flink.runtime.taskexecutor.TaskManagerRunner  arg={conf_dir}\n"
+        f"flink  managing  jobmanager  org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
+        f"  arg={conf_dir}\n"
+    )
+    code = profiler_main(["run", "--duration", str(duration), "--out", str(out), "--known-spes", str(known),
+                          "--profile", str(REPO / "application_profiles" / "flink.txt")])
+    assert code == 0
+    counted = read_events(out)
+    assert counted is not None and counted.window_start and counted.window_end
+    return counted, counted.window_start, counted.window_end
+
+
+def test_events_match_the_jobs_own_count_within_3_percent_in_five_consecutive_windows(
+    flink_cluster: LocalFlinkCluster, rate_window_job: RateWindowJob, tmp_path: Path
+) -> None:
+    # GIVEN a job of our own generating 20,000 records/s and counting them itself, on a cluster with
+    # Flink's default metric settings and no other REST client.
+    # WHEN five 30 s windows follow each other: the first through `profiler run` (real eBPF), the
+    # others through the event counter alone
+    duration, results = 30, []
+    for run in range(5):
+        if run == 0:
+            counted, start, end = _profile_once(flink_cluster, tmp_path / "run0", duration)
+        else:
+            counter = EventCounter()
+            start = time.time()
+            counter.start([_jobmanager(flink_cluster)], start)
+            time.sleep(duration)
+            end = time.time()
+            counted = counter.finish(end)
+            assert counter.warnings == []
+        truth = rate_window_job.emitted_between(start, end)
+        results.append((counted, truth))
+    # THEN every count is within 3 % of the job's own count, states its method and uncertainty
+    report = [(c.count, round(t), f"{100 * ((c.count or 0) - t) / t:+.2f} %", c.uncertainty) for c, t in results]
+    print("issue 22 event counts (REST, own, error, uncertainty):", report)
+    for counted, truth in results:
+        assert counted.source.startswith("flink-rest:"), counted
+        assert counted.count is not None and abs(counted.count - truth) <= 0.03 * truth, report
+        assert counted.method == "interpolated between metric-cache refreshes"
+        assert counted.uncertainty is not None and counted.uncertainty < 0.03 * truth, report
+    # AND the profiled run stored Flink's own view of both vertices over the same window
+    vertices = {v.name: v for v in read_flink_vertices(tmp_path / "run0")}
+    assert set(vertices) == {"Source: GenSource -> ToKeyed", "WindowSum -> Discard: Writer"}, vertices
+    window = vertices["WindowSum -> Discard: Writer"]
+    assert window.records_in is not None and abs(window.records_in - results[0][1]) <= 0.03 * results[0][1]
+    for vertex in vertices.values():
+        assert vertex.busy_ms_per_s is not None and vertex.idle_ms_per_s is not None
+        assert 900 <= vertex.busy_ms_per_s + vertex.idle_ms_per_s + (vertex.backpressured_ms_per_s or 0) <= 1010

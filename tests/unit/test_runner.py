@@ -13,7 +13,7 @@ import pytest
 
 from profiler import capture
 from profiler.appprofile import parse_profile
-from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats
+from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats, VertexWindow
 from profiler.runner import Components, Runner, RunOptions
 from profiler.stackstore import CollectedStacks
 
@@ -138,8 +138,13 @@ class FakeCounters:
 
 
 class FakeEvents:
-    def start(self, processes: object) -> None:
+    warnings: list[str] = []
+
+    def start(self, processes: object, window_start: float | None = None) -> None:
         pass
+
+    def vertex_windows(self) -> list[VertexWindow]:
+        return []
 
     def add_process(self, process: ProcessInfo) -> None:
         pass
@@ -309,7 +314,7 @@ def test_warnings_raised_while_closing_reach_meta(tmp_path: Path) -> None:
 def test_event_counting_failure_is_a_warning_not_a_failed_run(tmp_path: Path) -> None:
     runner, components, out = make(tmp_path, duration=0.6)
 
-    def refuse(processes: object) -> None:
+    def refuse(processes: object, window_start: float | None = None) -> None:
         raise ConnectionResetError("py4j answered garbage")
 
     components.events.start = refuse  # type: ignore[method-assign]
