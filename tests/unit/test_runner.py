@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import profiler.events as events_module
 from profiler import capture
 from profiler.appprofile import parse_profile
 from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats, VertexWindow
+from profiler.events import EventCounter
 from profiler.runner import Components, Runner, RunOptions
 from profiler.stackstore import CollectedStacks
 
@@ -322,4 +324,26 @@ def test_event_counting_failure_is_a_warning_not_a_failed_run(tmp_path: Path) ->
     meta = capture.read_meta(out)
     assert meta.stopped_by == "duration"
     assert any("py4j answered garbage" in w for w in meta.warnings)
+    assert read_rows(out)
+
+
+def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a JobManager in the scope whose REST API answers nothing (issue 22, item 6)
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: None)
+    runner, components, out = make(tmp_path, duration=0.6)
+    jobmanager = ProcessInfo(300, "managing", "flink", "jobmanager", "root",
+                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
+    components.scope.initial.append(jobmanager)  # type: ignore[attr-defined]
+    components.events = EventCounter(fetch=lambda url: {}, poll_seconds=0.1)
+    # WHEN the run ends; THEN it is complete, events.json says why there is no count, meta.json has
+    # the health line, and there is no flink.json
+    runner.run(parse_profile(PROFILE_TEXT))
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration"
+    assert any("flink REST API of pid 300 did not answer" in w and "--events N" in w for w in meta.warnings)
+    events = capture.read_events(out)
+    assert events is not None and events.count is None and "pid 300" in events.detail
+    assert not (out / capture.FLINK_FILE).exists()
     assert read_rows(out)
