@@ -163,6 +163,38 @@ def vertex_of_thread(thread: str, vertex_names: Sequence[str]) -> str | None:
     return fitting.pop() if len(fitting) == 1 else None
 
 
+@dataclass(frozen=True)
+class VertexCpu:
+    """A vertex's task threads as we sampled them, beside Flink's own view of the same window."""
+
+    window: VertexWindow
+    samples: int  # of its task threads, on every host
+    on_cpu_ms_per_s: float  # sampled on-CPU time per subtask: samples / Hz / seconds / parallelism
+
+
+def vertex_cpu(
+    thread_samples: Mapping[str, int], vertices: Sequence[VertexWindow], frequency: float, seconds: float
+) -> list[VertexCpu]:
+    """Per vertex, the on-CPU time of its task threads from the samples per thread name (the root frame
+    of the folded stacks, all workload processes): comparable with Flink's busyTimeMsPerSecond, which
+    also counts time a busy task waits (locks, I/O, GC). Vertices of the same name (several jobs) are
+    one, since their threads cannot be told apart."""
+    names = sorted({v.name for v in vertices})
+    per_vertex = dict.fromkeys(names, 0)
+    for thread, count in thread_samples.items():
+        name = vertex_of_thread(thread, names)
+        if name is not None:
+            per_vertex[name] += count
+    found: list[VertexCpu] = []
+    for vertex in vertices:
+        if any(f.window.name == vertex.name for f in found):
+            continue
+        samples = per_vertex[vertex.name]
+        per_second = samples / frequency / seconds / max(vertex.parallelism, 1) * 1000 if frequency and seconds else 0.0
+        found.append(VertexCpu(vertex, samples, per_second))
+    return found
+
+
 # ---------------------------------------------------------------- refreshes and interpolation
 
 

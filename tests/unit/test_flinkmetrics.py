@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from profiler.capture import VertexWindow
 from profiler.flinkmetrics import (
     BASE_POLL_SECONDS,
     FlinkJobManager,
@@ -20,6 +21,7 @@ from profiler.flinkmetrics import (
     parse_task_thread,
     source_operator_metrics,
     update_interval_of,
+    vertex_cpu,
     vertex_of_thread,
 )
 from tests.fixtures.flink_rest import BASE, JID, SOURCE, SOURCE_OPERATOR, WINDOW, FakeJobManager, VirtualClock, drive
@@ -240,3 +242,17 @@ def test_task_threads_map_to_their_vertex_from_full_names_and_from_the_kernels_p
     assert vertex_of_thread("Map -> Filter (", vertices) == "Map -> Filter"
     assert vertex_of_thread("GC Thread#0", vertices) is None
     assert vertex_of_thread("Source: GenSour", ["Source: GenSource -> A", "Source: GenSource -> B"]) is None
+
+
+def test_vertex_cpu_is_the_sampled_on_cpu_time_per_subtask_beside_flinks_busy_time() -> None:
+    # GIVEN two vertices of parallelism 2, a 10 s window at 99 Hz, and samples per thread name as the
+    # stacks' root frames give them (15-character comms, or full names with issue 18's thread names)
+    source = VertexWindow("j", "job", "v1", "Source: GenSource -> ToKeyed", 2, True, busy_ms_per_s=300.0)
+    window = VertexWindow("j", "job", "v2", "WindowSum -> Discard: Writer", 2, False, busy_ms_per_s=500.0)
+    samples = {"Source: GenSour": 594, "WindowSum -> Discard: Writer (1/2)#0": 99, "WindowSum -> Di": 99,
+               "GC Thread#0": 500}
+    # WHEN they are put together
+    found = {v.window.name: v for v in vertex_cpu(samples, [source, window], 99.0, 10.0)}
+    # THEN the source's threads were on CPU 300 ms per second each, the window's 100 (busy 500: waiting)
+    assert found[source.name].samples == 594 and found[source.name].on_cpu_ms_per_s == pytest.approx(300.0)
+    assert found[window.name].samples == 198 and found[window.name].on_cpu_ms_per_s == pytest.approx(100.0)
