@@ -11,10 +11,14 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
 
+from coordinator.analysis.flinkdraft import draft_flink_profile
+from coordinator.report.flinkview import flink_vertex_lines
+from coordinator.report.load import load_run, load_stacks
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
 from profiler.capture import EventCount, ProcessInfo, read_events, read_flink_vertices
 from profiler.cli import main as profiler_main
@@ -130,6 +134,11 @@ def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) ->
     assert {int(row["events"]) for row in whole.values()} == {rest}
     assert float(whole["Deserialize"]["cycles_per_event"]) > 0.0
 
+    # AND Flink's view of its vertices was stored, the report finds each vertex's task threads, and a
+    # profile drafted from the job graph gives at least 3 tasks with samples and under 10 % unmatched
+    (capture_dir,) = (out / "hosts").glob("*")
+    _check_flink_view_and_draft(out, capture_dir)
+
     # AND everything the demo started is gone
     logs = re.search(r"\(logs (\S+)\)", result.stdout)
     assert logs, result.stdout
@@ -197,3 +206,30 @@ def test_events_match_the_jobs_own_count_within_3_percent_in_five_consecutive_wi
     for vertex in vertices.values():
         assert vertex.busy_ms_per_s is not None and vertex.idle_ms_per_s is not None
         assert 900 <= vertex.busy_ms_per_s + vertex.idle_ms_per_s + (vertex.backpressured_ms_per_s or 0) <= 1010
+    # AND its report puts them beside the on-CPU time of each vertex's task threads, found by name
+    run = load_run(tmp_path / "run0")
+    stacks = {h.name: load_stacks(h.capture) for h in run.hosts if h.capture is not None}
+    lines = {line.name: line for line in flink_vertex_lines(run, stacks)}
+    assert set(lines) == set(vertices) and all(line.samples > 0 for line in lines.values()), lines
+    for line in lines.values():
+        assert line.busy_ms_per_s is not None and 0 < line.on_cpu_ms_per_s <= 1000
+    print("issue 22 vertices (busy, on-CPU ms/s per subtask, samples):",
+          [(n, round(v.busy_ms_per_s or 0), round(v.on_cpu_ms_per_s), v.samples) for n, v in lines.items()])
+    _check_flink_view_and_draft(tmp_path / "run0", tmp_path / "run0")
+
+
+def _check_flink_view_and_draft(run_dir: Path, capture_dir: Path) -> None:
+    vertices = read_flink_vertices(capture_dir)
+    assert any(v.source for v in vertices) and len(vertices) >= 2, vertices
+    run = load_run(run_dir)
+    stacks = {h.name: load_stacks(h.capture) for h in run.hosts if h.capture is not None}
+    lines = flink_vertex_lines(run, stacks)
+    assert sum(1 for line in lines if line.samples > 0) >= 2, lines
+    merged: Counter[str] = Counter()
+    for by_pid in stacks.values():
+        for folded in by_pid.values():
+            merged.update(folded)
+    draft = draft_flink_profile(merged, vertices, str(run_dir))
+    with_samples = [task for task, samples, _share in draft.shares if samples and task != "unmatched"]
+    print("issue 22 draft-profile:", [(t, n, f"{s:.1%}") for t, n, s in draft.shares])
+    assert len(with_samples) >= 3 and draft.unmatched_share < 0.10, draft.text
