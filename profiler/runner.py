@@ -540,9 +540,11 @@ class Runner:
             if stats_on:
                 state.bpf_before = bpf_prog_run_stats(components.prog_ids())
             initial = components.scope.processes()
+            # Events first: entering the processes can take seconds (perf maps, symbol caches), and
+            # Flink's first reading should come at the window's start.
+            self._guarded("event counting could not start", components.events.start, initial, state.start_time)
             for process in initial:
                 self._enter(components, process)
-            self._guarded("event counting could not start", components.events.start, initial, state.start_time)
             self.status.processes = len(initial)
             sampled = [p.pid for p in initial if p.sampled]
             sample_count = components.sampler.sample_count

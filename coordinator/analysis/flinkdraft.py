@@ -72,9 +72,18 @@ def _task_name(operator: str) -> str:
     return operator.replace(": ", " - ").replace(",", " ")  # ": " would end the task name
 
 
-def _token(operator: str) -> str:
-    """The word an operator's user function class is likely named after: "Source: GenSource" → GenSource."""
-    return re.sub(r"\W", "", operator.split(": ", 1)[-1])
+def _tokens(operator: str) -> list[str]:
+    """What an operator's user function class is likely named after, lower case: "Source: YSB generator"
+    → ["ysbgenerator", "generator"] (the name without its kind prefix, and its longer words)."""
+    name = operator.split(": ", 1)[-1]
+    words = [w.lower() for w in re.findall(r"[A-Za-z0-9]+", name) if len(w) >= 4]
+    joined = re.sub(r"\W", "", name).lower()
+    return list(dict.fromkeys([joined, *words])) if joined else words
+
+
+def _named_like(simple: str, tokens: Sequence[str]) -> bool:
+    simple = simple.lower()
+    return any(token in simple or (len(simple) > 3 and simple in token) for token in tokens)
 
 
 def _user_classes(frames: Mapping[str, int]) -> dict[str, str]:
@@ -110,9 +119,8 @@ def _chain_patterns(chain: str, frames: Mapping[str, int]) -> list[tuple[str, li
     classes = _user_classes(frames)
     found = []
     for index, operator in enumerate(operators_of(chain)):
-        token = _token(operator).lower()
-        patterns = [q for simple, q in sorted(classes.items()) if token and (
-            token in simple.lower() or (len(simple) > 3 and simple.lower() in token))]
+        tokens = _tokens(operator)
+        patterns = [q for simple, q in sorted(classes.items()) if _named_like(simple, tokens)]
         kind = _kind_of(operator, index)
         found.append((operator, patterns + (_kind_patterns(kind, frames) if kind else [])))
     named = {_kind_of(op, i) for i, op in enumerate(operators_of(chain))}

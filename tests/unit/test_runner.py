@@ -347,3 +347,16 @@ def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_
     assert events is not None and events.count is None and "pid 300" in events.detail
     assert not (out / capture.FLINK_FILE).exists()
     assert read_rows(out)
+
+
+def test_event_counting_starts_at_the_window_start_before_processes_are_entered(tmp_path: Path) -> None:
+    # Entering a JVM prepares its symbols (seconds under load): Flink's first reading must not wait for it.
+    runner, components, out = make(tmp_path, duration=0.3)
+    seen: list[tuple[list[int], float | None]] = []
+
+    def start(processes: object, window_start: float | None = None) -> None:
+        seen.append((list(components.counters.added), window_start))  # type: ignore[attr-defined]
+
+    components.events.start = start  # type: ignore[method-assign]
+    runner.run(parse_profile(PROFILE_TEXT))
+    assert seen == [([], capture.read_meta(out).start_time)]
