@@ -43,6 +43,9 @@ class HostOutcome:
     # The host's private work directory while it may still hold the capture (set at deploy, cleared once
     # cleaned up): what `coordinator fetch` recovers after the coordinator died or lost the host.
     workdir: str = ""
+    events: int | None = None  # events.json of its capture: the count, ± uncertainty, and how
+    events_uncertainty: float | None = None
+    events_method: str = ""
 
     @property
     def ok(self) -> bool:

@@ -38,6 +38,7 @@ COUNTERS_FILE = "counters.json"
 SAMPLER_FILE = "sampler.json"
 NET_FILE = "net.json"
 EVENTS_FILE = "events.json"
+FLINK_FILE = "flink.json"
 TIMELINE_FILE = "timeline.folded"
 COUNTERS_TIMELINE_FILE = "counters_timeline.json"
 CONTEXTS_FILE = "contexts.json"
@@ -195,7 +196,9 @@ class EventCount:
     """Events the engine processed during the window (events.json of a host capture).
 
     ``count`` is None when no source could tell; ``source`` says where the number came from
-    (e.g. "--events", "spark-rest:http://127.0.0.1:4040", "flink-rest:..."), ``detail`` how.
+    (e.g. "--events", "spark-rest:http://127.0.0.1:4040", "flink-rest:..."), ``detail`` how,
+    ``method`` the estimation in a few words, and ``uncertainty`` the count's likely error (± events,
+    about one standard error; None when unknown).
     """
 
     count: int | None
@@ -203,6 +206,29 @@ class EventCount:
     detail: str = ""
     window_start: float | None = None
     window_end: float | None = None
+    method: str = ""
+    uncertainty: float | None = None
+
+
+@dataclass(frozen=True)
+class VertexWindow:
+    """One job vertex over the window, from Flink's own metrics (flink.json of a host capture)."""
+
+    job: str
+    job_name: str
+    vertex: str
+    name: str  # the chain's name, as in its task threads: "Source: GenSource -> ToKeyed"
+    parallelism: int
+    source: bool
+    records_in: float | None = None  # numRecordsIn of the task (summed over subtasks) in the window
+    records_in_uncertainty: float | None = None
+    records_out: float | None = None  # numRecordsOut of the task
+    records_out_uncertainty: float | None = None
+    source_records: float | None = None  # source vertices: what the source operators emitted
+    source_records_uncertainty: float | None = None
+    busy_ms_per_s: float | None = None  # mean over subtasks and over the window
+    backpressured_ms_per_s: float | None = None
+    idle_ms_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -375,6 +401,8 @@ def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     expect_json(payload.get("plans", []), list, path, "plans")
     return dict(payload)
+def write_flink_vertices(capture_dir: Path, vertices: Iterable[VertexWindow]) -> None:
+    atomic_write_text(capture_dir / FLINK_FILE, _json_dump({"vertices": [asdict(v) for v in vertices]}))
 
 
 def write_overhead(capture_dir: Path, overhead: Overhead) -> None:
@@ -573,6 +601,16 @@ def read_events(capture_dir: Path) -> EventCount | None:
     return from_json_object(EventCount, _load_json(capture_dir, path), path) if path.exists() else None
 
 
+def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
+    """Flink's own view of its job vertices over the window (flink.json), empty when absent."""
+    path = capture_dir / FLINK_FILE
+    if not path.exists():
+        return ()
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    entries = expect_json(payload.get("vertices", []), list, path, "vertices")
+    return tuple(from_json_object(VertexWindow, entry, path) for entry in entries)
+
+
 def read_overhead(capture_dir: Path) -> Overhead | None:
     path = capture_dir / OVERHEAD_FILE
     if not path.exists():
@@ -673,6 +711,7 @@ class Capture:
     net: Mapping[int, NetStats] = field(default_factory=dict)
     overhead: Overhead | None = None
     events: EventCount | None = None
+    flink_vertices: tuple[VertexWindow, ...] = ()
 
 
 def read_capture(capture_dir: Path) -> Capture:
@@ -690,7 +729,8 @@ def read_capture(capture_dir: Path) -> Capture:
         if (n := read_net(capture_dir, process.pid)) is not None:
             net[process.pid] = n
     return Capture(
-        capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir), read_events(capture_dir)
+        capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir), read_events(capture_dir),
+        read_flink_vertices(capture_dir),
     )
 
 

@@ -1,5 +1,6 @@
 """Events the engine processed during the window: ``--events N``, or read from the engine itself
-(Spark's SQL REST API for Structured Streaming micro-batches, Flink's REST metrics)."""
+(Spark's SQL REST API for Structured Streaming micro-batches, Flink's REST metrics through
+``flinkmetrics``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .capture import EventCount, ProcessInfo
+from . import flinkmetrics
+from .capture import EventCount, ProcessInfo, VertexWindow
+from .flinkmetrics import FlinkJobManager
 
 SOURCE_MANUAL = "--events"
 SOURCE_NONE = "none"
@@ -30,10 +33,10 @@ FLINK_JOBMANAGER_MARKERS = ("ClusterEntrypoint", "ClusterEntryPoint", "org.apach
 
 SPARK_DEFAULT_UI_PORTS = range(4040, 4140)
 FLINK_DEFAULT_REST_PORT = 8081
-# The JobManager serves metrics from a cache it refreshes only when asked and at most every
-# metrics.fetcher.update-interval (10 s by default): asking every second keeps it fresh and shows
-# when each refresh happened (the moment a new value appears).
-FLINK_POLL_SECONDS = 1.0
+# After the window, wait this much beyond one update interval for a refresh of the JobManager's
+# metric cache that brackets the window's end (else the end is extrapolated).
+FLINK_END_MARGIN_SECONDS = 2.0
+FLINK_TIMEOUT_SECONDS = 5.0
 
 Fetch = Callable[[str], Any]
 
@@ -285,148 +288,6 @@ class SparkDriver:
         return sum(1 for i in range(self.first_relevant, max(self.seen) + 1) if i not in self.seen)
 
 
-# ---------------------------------------------------------------- Flink: pure parsing and one JobManager
-
-
-def flink_running_jobs(overview: Any) -> list[str]:
-    """Job ids of RUNNING jobs in /jobs/overview."""
-    jobs = overview.get("jobs", []) if isinstance(overview, Mapping) else []
-    return [
-        str(job["jid"]) for job in jobs if isinstance(job, Mapping) and job.get("state") == "RUNNING" and "jid" in job
-    ]
-
-
-def flink_source_vertices(plan: Any) -> list[str]:
-    """Vertex ids without inputs in /jobs/<jid>/plan: the sources of the job."""
-    nodes = plan.get("plan", plan).get("nodes", []) if isinstance(plan, Mapping) else []
-    return [str(node["id"]) for node in nodes if isinstance(node, Mapping) and "id" in node and not node.get("inputs")]
-
-
-def flink_record_metric_ids(listing: Any) -> list[str]:
-    """numRecordsIn/numRecordsOut ids (task and operator scope) of /vertices/<vid>/subtasks/metrics."""
-    entries = listing if isinstance(listing, list) else []
-    ids = [str(entry.get("id", "")) for entry in entries if isinstance(entry, Mapping)]
-    return [name for name in ids if name.rsplit(".", 1)[-1] in ("numRecordsIn", "numRecordsOut")]
-
-
-def flink_source_records(aggregated: Any) -> tuple[int, str] | None:
-    """Records a source vertex emitted, from aggregated subtask metrics ([{"id", "sum"}, ...]).
-
-    Prefers the source operator's own numRecordsOut ("Source__<name>.numRecordsOut", summed over
-    subtasks), since chained operators change the task's output count; else the task's numRecordsOut.
-    """
-    sums: dict[str, float] = {}
-    for entry in aggregated if isinstance(aggregated, list) else []:
-        if isinstance(entry, Mapping) and "id" in entry and isinstance(entry.get("sum"), (int, float)):
-            sums[str(entry["id"])] = float(entry["sum"])
-    operator = [(name, value) for name, value in sums.items()
-                if name.endswith(".numRecordsOut") and name.startswith("Source")]
-    if operator:
-        return int(sum(value for _, value in operator)), ",".join(sorted(name for name, _ in operator))
-    if "numRecordsOut" in sums:
-        return int(sums["numRecordsOut"]), "numRecordsOut"
-    return None
-
-
-def flink_value_at(points: Sequence[tuple[float, int]], when: float) -> float:
-    """A cumulative counter's value at ``when`` from the (time, value) points where it changed: linear
-    between points, and beyond the first or last point the mean rate over all points (a refresh of
-    the JobManager's cache lands up to one update interval after the window starts or before it ends).
-    Needs two points at different times."""
-    first, last = points[0], points[-1]
-    if when <= first[0] or when >= last[0]:
-        rate = (last[1] - first[1]) / (last[0] - first[0])
-        anchor = first if when <= first[0] else last
-        return anchor[1] + rate * (when - anchor[0])
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        if t0 <= when <= t1:
-            return v0 + (v1 - v0) * (when - t0) / (t1 - t0) if t1 > t0 else float(v1)
-    return float(last[1])  # unreachable: ``when`` lies between the first and the last point
-
-
-def flink_vertex_records_in(aggregated: Any) -> int | None:
-    for entry in aggregated if isinstance(aggregated, list) else []:
-        if isinstance(entry, Mapping) and entry.get("id") == "numRecordsIn":
-            value = entry.get("sum")
-            if isinstance(value, (int, float)):
-                return int(value)
-    return None
-
-
-@dataclass
-class FlinkJobManager:
-    """Records entering the running jobs of one Flink cluster, from its REST API."""
-
-    base_url: str
-    fetch: Fetch
-    baseline: dict[str, int] = field(default_factory=dict)
-    latest: dict[str, int] = field(default_factory=dict)
-    metrics_used: set[str] = field(default_factory=set)
-    records_in: dict[str, int] = field(default_factory=dict)  # "<jid>/<vid>" → numRecordsIn at the end
-    # jid → (time first seen, count) each time the JobManager's cached count changed in the window.
-    changes: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return f"flink-rest:{self.base_url}"
-
-    def _job_count(self, jid: str, with_records_in: bool) -> int | None:
-        plan = self.fetch(f"{self.base_url}/jobs/{jid}/plan")
-        total: int | None = None
-        vertices = flink_source_vertices(plan)
-        if with_records_in:
-            nodes = plan.get("plan", plan).get("nodes", []) if isinstance(plan, Mapping) else []
-            vertices_all = [str(n["id"]) for n in nodes if isinstance(n, Mapping) and "id" in n]
-        else:
-            vertices_all = []
-        for vid in vertices:
-            base = f"{self.base_url}/jobs/{jid}/vertices/{vid}/subtasks/metrics"
-            names = flink_record_metric_ids(self.fetch(base))
-            if not names:
-                continue
-            found = flink_source_records(self.fetch(f"{base}?get={','.join(names)}&agg=sum"))
-            if found is not None:
-                total = (total or 0) + found[0]
-                self.metrics_used.add(found[1])
-        for vid in vertices_all:
-            records = flink_vertex_records_in(
-                self.fetch(f"{self.base_url}/jobs/{jid}/vertices/{vid}/subtasks/metrics?get=numRecordsIn&agg=sum")
-            )
-            if records is not None:
-                self.records_in[f"{jid}/{vid}"] = records
-        return total
-
-    def read(self, final: bool = False) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for jid in flink_running_jobs(self.fetch(f"{self.base_url}/jobs/overview")):
-            count = self._job_count(jid, with_records_in=final)
-            if count is not None:
-                counts[jid] = count
-        return counts
-
-    def note(self, counts: Mapping[str, int], seen_at: float) -> None:
-        """Record the counts read at ``seen_at`` where they differ from the last reading: a refresh of
-        the JobManager's metric cache happened since. The reading at the window start is of unknown
-        age, so its value is the baseline, never a change."""
-        for jid, count in counts.items():
-            series = self.changes.setdefault(jid, [])
-            last = series[-1][1] if series else self.baseline.get(jid)
-            if count != last:
-                series.append((seen_at, count))
-
-    def poll(self) -> None:
-        self.note(self.read(), time.time())
-
-    def window_counts(self, start: float, end: float) -> dict[str, int]:
-        """Records per job in [start, end] from the change points (jobs with two or more of them)."""
-        return {
-            jid: max(0, round(flink_value_at(series, end) - flink_value_at(series, start)))
-            for jid, series in self.changes.items()
-            if len(series) >= 2 and series[-1][0] > series[0][0]
-        }
-
-
 # ---------------------------------------------------------------- discovery
 
 
@@ -522,25 +383,34 @@ def discover_flink(process: ProcessInfo, fetch: Fetch) -> str | None:
 class EventCounter:
     """Events processed during the window, from ``--events N`` or from the engines' REST APIs.
 
-    ``start(processes)`` marks the window start and takes Flink's first reading; Spark drivers are
-    found and read in a background thread (their REST API can take many seconds to answer first),
-    and polled every ``poll_seconds`` so no micro-batch is evicted from the driver's store unread.
-    ``add_process`` covers drivers/JobManagers that appear mid-window; ``finish(end_time)`` takes
-    the last reading and returns the count for the window.
+    ``start(processes)`` marks the window start; each Flink JobManager found gets a first reading
+    at once and its own polling thread (``flinkmetrics``); Spark drivers are found and read in a
+    background thread (their REST API can take many seconds to answer first), and polled every
+    ``poll_seconds`` so no micro-batch is evicted from the driver's store unread. ``add_process``
+    covers drivers/JobManagers that appear mid-window; ``finish(end_time)`` waits (at most one
+    metric update interval) for a Flink refresh after the end, and returns the count for the window.
+    ``vertex_windows()`` then gives Flink's per-vertex view and ``warnings`` what is missing.
     """
 
     def __init__(
-        self, manual_count: int | None = None, *, fetch: Fetch | None = None, poll_seconds: float = 5.0
+        self, manual_count: int | None = None, *, fetch: Fetch | None = None, poll_seconds: float = 5.0,
+        flink_end_margin: float = FLINK_END_MARGIN_SECONDS,
     ) -> None:
         if manual_count is not None and manual_count < 0:
             raise ValueError("manual_count must be >= 0")
         self.manual_count = manual_count
         self.fetch: Fetch = fetch or http_json
+        # Polls must not hang on a JobManager that stopped answering: the window's end waits for them.
+        self._flink_fetch: Fetch = fetch or (lambda url: http_json(url, timeout=FLINK_TIMEOUT_SECONDS))
         self.poll_seconds = poll_seconds
+        self.flink_end_margin = flink_end_margin
         self.window_start: float | None = None
+        self.window_end: float | None = None
+        self.warnings: list[str] = []
         self._lock = threading.Lock()
         self._spark: dict[str, SparkDriver] = {}
         self._flink: dict[str, FlinkJobManager] = {}
+        self._flink_threads: list[threading.Thread] = []
         self._pending: dict[int, ProcessInfo] = {}  # engine processes whose endpoint is not found yet
         self._considered: list[str] = []
         self._notes: list[str] = []
@@ -548,81 +418,83 @@ class EventCounter:
         self._poller: threading.Thread | None = None
         self._last_spark_poll = 0.0
 
-    def start(self, processes: Sequence[ProcessInfo]) -> None:
-        self.window_start = time.time()
+    def start(self, processes: Sequence[ProcessInfo], window_start: float | None = None) -> None:
+        self.window_start = time.time() if window_start is None else window_start
         if self.manual_count is not None:
             return
         for process in processes:
-            self._add(process, mid_window=False)
+            self._add(process)
         self._poller = threading.Thread(target=self._poll_loop, name="event-counter", daemon=True)
         self._poller.start()
 
     def add_process(self, process: ProcessInfo) -> None:
         if self.manual_count is not None or self.window_start is None:
             return
-        self._add(process, mid_window=process.first_seen >= self.window_start)
+        self._add(process)
 
-    def _add(self, process: ProcessInfo, mid_window: bool) -> None:
+    def _add(self, process: ProcessInfo) -> None:
         engine = engine_of(process)
         if engine is None:
             return
         with self._lock:
             self._considered.append(f"{engine} pid {process.pid}")
-        # Flink counters are cumulative: the first reading must be taken now. Spark batches carry
-        # their own finish times, so the driver can be found later in the background.
-        if engine == "flink" and self._attach(process, engine, mid_window):
+        # Flink's first reading should come at once (it may trigger the refresh that marks the
+        # window's start). Spark batches carry their own finish times: found later in the background.
+        if engine == "flink" and self._attach(process, engine):
             return
         with self._lock:
             self._pending[process.pid] = process
 
-    def _attach(self, process: ProcessInfo, engine: str, mid_window: bool) -> bool:
+    def _attach(self, process: ProcessInfo, engine: str) -> bool:
         assert self.window_start is not None
         try:
             if engine == "spark":
-                found = discover_spark(process, self.fetch)
-                if found is None:
-                    return False
-                base, app_id = found
-                with self._lock:
-                    if base in self._spark:
-                        return True
-                driver = SparkDriver(base, app_id, self.fetch, self.window_start)
-                driver.poll()
-                with self._lock:
-                    self._spark[base] = driver
-                return True
-            base_url = discover_flink(process, self.fetch)
-            if base_url is None:
-                return False
-            with self._lock:
-                if base_url in self._flink:
-                    return True
-            manager = FlinkJobManager(base_url, self.fetch)
-            if not mid_window:
-                manager.baseline = manager.read()
-            with self._lock:
-                self._flink[base_url] = manager
-            return True
+                return self._attach_spark(process)
+            return self._attach_flink(process)
         except EndpointError as exc:
             with self._lock:
                 self._notes.append(str(exc))
             return False
 
+    def _attach_spark(self, process: ProcessInfo) -> bool:
+        assert self.window_start is not None
+        found = discover_spark(process, self.fetch)
+        if found is None:
+            return False
+        base, app_id = found
+        with self._lock:
+            if base in self._spark:
+                return True
+        driver = SparkDriver(base, app_id, self.fetch, self.window_start)
+        driver.poll()
+        with self._lock:
+            self._spark[base] = driver
+        return True
+
+    def _attach_flink(self, process: ProcessInfo) -> bool:
+        base_url = discover_flink(process, self.fetch)
+        if base_url is None:
+            return False
+        with self._lock:
+            if base_url in self._flink:
+                return True
+        manager = FlinkJobManager(base_url, self._flink_fetch)
+        manager.configure()
+        try:
+            manager.poll()
+        except Exception as exc:  # noqa: BLE001 - the poller retries; what it reads later still counts
+            manager.note_error(str(exc))
+        thread = threading.Thread(target=manager.run, args=(self._stop,), name="flink-metrics", daemon=True)
+        with self._lock:
+            self._flink[base_url] = manager
+            self._flink_threads.append(thread)
+        thread.start()
+        return True
+
     def _poll_loop(self) -> None:
         self._poll_once()
-        while not self._stop.wait(min(self.poll_seconds, FLINK_POLL_SECONDS)):
-            self._poll_flink()
-            if time.monotonic() - self._last_spark_poll >= self.poll_seconds:
-                self._poll_once()
-
-    def _poll_flink(self) -> None:
-        with self._lock:
-            managers = list(self._flink.values())
-        for manager in managers:
-            try:
-                manager.poll()
-            except EndpointError as exc:
-                manager.errors.append(str(exc))
+        while not self._stop.wait(self.poll_seconds):
+            self._poll_once()
 
     def _poll_once(self) -> None:
         self._last_spark_poll = time.monotonic()
@@ -631,8 +503,7 @@ class EventCounter:
             drivers = list(self._spark.values())
         for process in pending:
             engine = engine_of(process)
-            mid_window = self.window_start is not None and process.first_seen >= self.window_start
-            if engine is not None and self._attach(process, engine, mid_window):
+            if engine is not None and self._attach(process, engine):
                 with self._lock:
                     self._pending.pop(process.pid, None)
         for driver in drivers:
@@ -642,29 +513,50 @@ class EventCounter:
                 # The driver may have exited; what was read so far still counts.
                 driver.errors.append(str(exc))
 
+    def _wait_for_flink(self, end_time: float) -> None:
+        """Until every JobManager showed a metric refresh after the window's end, at most one update
+        interval and a margin after the end (a refresh at most that late, since we keep asking)."""
+        with self._lock:
+            managers = list(self._flink.values())
+        for manager in managers:
+            deadline = end_time + manager.update_interval + flinkmetrics.SETTLE_SECONDS + self.flink_end_margin
+            manager.wait_for_refresh_after(end_time, max(0.0, deadline - time.time()))
+
     def finish(self, end_time: float) -> EventCount:
         window_start = self.window_start if self.window_start is not None else end_time
+        self.window_end = end_time
         if self.manual_count is not None:
-            return EventCount(self.manual_count, SOURCE_MANUAL, "given on the command line", window_start, end_time)
+            return EventCount(self.manual_count, SOURCE_MANUAL, "given on the command line", window_start, end_time,
+                              method="given", uncertainty=0.0)
+        self._wait_for_flink(end_time)
         self._stop.set()
-        if self._poller is not None:
-            self._poller.join(timeout=120)
+        for thread in [self._poller, *self._flink_threads]:
+            if thread is not None:
+                thread.join(timeout=120)
         self._poll_once()
-        counts: list[int] = []
-        sources: list[str] = []
-        details: list[str] = []
         results = [(d.label, self._spark_result(d, window_start, end_time)) for d in self._spark.values()]
         results += [(m.label, self._flink_result(m, window_start, end_time)) for m in self._flink.values()]
-        for label, result in results:
-            if result is not None:
-                counts.append(result[0])
-                sources.append(label)
-                details.append(result[1])
-        if counts:
-            return EventCount(sum(counts), ",".join(sources), "; ".join(details), window_start, end_time)
-        return EventCount(None, SOURCE_NONE, self._reason(), window_start, end_time)
+        found = [(label, result) for label, result in results if result is not None]
+        self.warnings.extend(self._missing())
+        if found:
+            return EventCount(
+                sum(r.count for _, r in found), ",".join(label for label, _ in found),
+                "; ".join(r.detail for _, r in found), window_start, end_time,
+                method="; ".join(dict.fromkeys(r.method for _, r in found)),
+                uncertainty=sum(r.uncertainty for _, r in found),
+            )
+        return EventCount(None, SOURCE_NONE, self._reason(), window_start, end_time, method="none")
 
-    def _spark_result(self, driver: SparkDriver, start: float, end: float) -> tuple[int, str] | None:
+    def vertex_windows(self) -> list[VertexWindow]:
+        """Flink's own view of every job vertex over the window (empty without a Flink JobManager)."""
+        if self.window_start is None or self.window_end is None:
+            return []
+        return [
+            window for manager in self._flink.values()
+            for window in manager.vertex_windows(self.window_start, self.window_end)
+        ]
+
+    def _spark_result(self, driver: SparkDriver, start: float, end: float) -> _Counted | None:
         if not driver.streaming_seen:
             self._notes.append(f"{driver.label}: application {driver.app_id} ran no Structured Streaming micro-batch")
             return None
@@ -685,59 +577,86 @@ class EventCounter:
             )
         if driver.errors:
             detail += f"; last error: {driver.errors[-1]}"
-        return sum(batches.values()), detail
+        total = sum(batches.values())
+        # A batch counts when it finishes inside the window: about one batch at either end is the error.
+        per_batch = total / len(batches) if batches else 0.0
+        return _Counted(total, detail, "micro-batches finished in the window", per_batch)
 
-    def _flink_result(self, manager: FlinkJobManager, start: float, end: float) -> tuple[int, str] | None:
-        try:
-            latest = manager.read(final=True)
-        except EndpointError as exc:
-            self._notes.append(f"{manager.label}: {exc}")
+    def _flink_result(self, manager: FlinkJobManager, start: float, end: float) -> _Counted | None:
+        counted: dict[str, tuple[float, float, float, list[str]]] = {}
+        uncounted: list[str] = []
+        # A job that ended in the window has no metrics at the end (the counter would be extrapolated).
+        for jid in sorted(manager.last_running):
+            found = manager.source_count(jid, start, end)
+            if found is None:
+                uncounted.append(jid)
+                continue
+            estimate, metrics = found
+            counted[jid] = (max(0.0, estimate.value), estimate.uncertainty, estimate.extrapolated, metrics)
+        if not counted:
+            self._notes.append(self._flink_nothing(manager, start, end))
             return None
-        # The final reading is not a change point: a refresh it shows may have landed any time since
-        # the poller's last reading, which can be seconds before finish() is called.
-        if not latest and not manager.baseline:
-            self._notes.append(f"{manager.label}: no running job with record metrics")
-            return None
-        estimated = manager.window_counts(start, end)
-        # A job whose cached count changed once (a window about as short as the update interval, or a
-        # job that started late) falls back to end minus start reading. One that never changed tells
-        # nothing: both readings may be the same stale cache entry.
-        stale = sorted(jid for jid in latest if jid not in estimated and not manager.changes.get(jid))
-        naive = {
-            jid: count - manager.baseline.get(jid, 0)
-            for jid, count in latest.items()
-            if jid not in estimated and jid not in stale
-        }
-        if stale and not estimated and not naive:
-            self._notes.append(
-                f"{manager.label}: the JobManager's metric cache did not refresh during the "
-                f"{end - start:.0f} s window (metrics.fetcher.update-interval, 10 s by default); "
-                "profile for longer"
-            )
-            return None
-        total = sum(estimated.values()) + sum(naive.values())
-        ended = sorted(set(manager.baseline) - set(latest))
-        records_in = ", ".join(f"{key}={value}" for key, value in sorted(manager.records_in.items()))
-        refreshes = sum(len(series) for series in manager.changes.values())
-        detail = (
-            f"records emitted by the source operators of {len(latest)} running jobs "
-            f"({', '.join(sorted(manager.metrics_used)) or 'no metric'}, summed over subtasks); the JobManager's "
-            f"metric cache was polled every {FLINK_POLL_SECONDS:.0f} s and refreshed {refreshes} times in the window; "
-            f"{len(estimated)} jobs counted between the window's ends interpolated over those refreshes"
+        total = sum(c[0] for c in counted.values())
+        uncertainty = sum(c[1] for c in counted.values())
+        return _Counted(round(total), self._flink_detail(manager, start, end, counted, uncounted),
+                        "interpolated between metric-cache refreshes", uncertainty)
+
+    @staticmethod
+    def _flink_nothing(manager: FlinkJobManager, start: float, end: float) -> str:
+        if manager.errors and not manager.readings:
+            return f"{manager.label}: REST API not readable ({manager.errors[-1]})"
+        if not manager.first_seen:
+            return f"{manager.label}: no running job"
+        return (
+            f"{manager.label}: the JobManager's metric cache refreshed {len(manager.refreshes)} times in and "
+            f"around the {end - start:.0f} s window, two are needed (metrics.fetcher.update-interval "
+            f"{manager.update_interval:.0f} s); profile for longer"
         )
-        for jid in sorted(estimated):
-            seen = ", ".join(f"{when - start:+.1f} s: {count}" for when, count in manager.changes[jid][:20])
-            detail += f" (job {jid[:8]}: {seen})"
-        if naive:
-            detail += f", {len(naive)} jobs as end minus start reading (too few refreshes: {', '.join(sorted(naive))})"
-        if stale:
-            detail += f", not counted (no refresh in the window): {', '.join(stale)}"
-        detail += f"; numRecordsIn per vertex at the end: {records_in or 'none'}"
+
+    @staticmethod
+    def _flink_detail(
+        manager: FlinkJobManager, start: float, end: float,
+        counted: Mapping[str, tuple[float, float, float, list[str]]], uncounted: Sequence[str],
+    ) -> str:
+        refreshes = ", ".join(f"{r.at - start:+.2f}±{r.spread:.2f} s" for r in manager.refreshes[:12])
+        detail = (
+            f"records emitted by the source operators of {len(counted)} running jobs, summed over subtasks; "
+            f"the JobManager's metric cache (refreshed at most every {manager.update_interval:.0f} s, "
+            f"{manager.interval_source}) was polled {manager.readings} times and refreshed at {refreshes} "
+            "from the window's start; each counter interpolated linearly between refreshes at the window's ends"
+        )
+        for jid, (value, uncertainty, extrapolated, metrics) in sorted(counted.items()):
+            detail += f" (job {jid[:8]}: {value:.0f} ± {uncertainty:.0f}, {', '.join(metrics)}"
+            if extrapolated > 0.5:
+                detail += f", {extrapolated:.1f} s extrapolated at the mean rate beyond the refreshes"
+            detail += ")"
+        if uncounted:
+            detail += f"; not counted (fewer than two refreshes): {', '.join(uncounted)}"
+        ended = sorted(set(manager.first_seen) - manager.last_running)
+        if ended:
+            detail += f"; jobs that ended in the window are not counted (their metrics are gone): {', '.join(ended)}"
         if manager.errors:
             detail += f"; last error: {manager.errors[-1]}"
-        if ended:
-            detail += f"; jobs that ended in the window are not counted: {', '.join(ended)}"
-        return max(total, 0), detail
+        return detail
+
+    def _missing(self) -> list[str]:
+        """Health lines: an engine whose REST API answered nothing (no events, no Flink view)."""
+        lines = []
+        for process in self._pending.values():
+            engine = engine_of(process)
+            missing = "no event count" + (" and no Flink vertex metrics" if engine == "flink" else "")
+            lines.append(
+                f"events: the {engine} REST API of pid {process.pid} did not answer (UI/REST disabled or not "
+                f"reachable from this host): {missing}; give the count with --events N"
+            )
+        for manager in self._flink.values():
+            if not manager.refreshes:
+                reason = manager.errors[-1] if manager.errors else "no metric refresh seen"
+                lines.append(f"events: {manager.label} gave no metrics for the window ({reason})")
+            elif manager.errors:
+                lines.append(f"events: {manager.label} failed {manager.failures} times while polling "
+                             f"(last: {manager.errors[-1]}); the count uses the refreshes read")
+        return lines
 
     def _reason(self) -> str:
         if not self._considered:
@@ -750,3 +669,11 @@ class EventCounter:
             )
         parts += self._notes[-3:]
         return "; ".join(parts) + "; give the count with --events N"
+
+
+@dataclass(frozen=True)
+class _Counted:
+    count: int
+    detail: str
+    method: str
+    uncertainty: float

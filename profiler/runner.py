@@ -37,6 +37,7 @@ from .capture import (
     PidCounters,
     ProcessInfo,
     RunMeta,
+    VertexWindow,
 )
 from .errors import OutputExistsError, OutputWriteError, PrivilegeError
 from .folded import format_folded
@@ -136,9 +137,12 @@ class SparkPlansLike(Protocol):
 
 
 class EventsLike(Protocol):
-    def start(self, processes: Sequence[ProcessInfo]) -> None: ...
+    warnings: list[str]
+
+    def start(self, processes: Sequence[ProcessInfo], window_start: float | None = None) -> None: ...
     def add_process(self, process: ProcessInfo) -> None: ...
     def finish(self, end_time: float) -> EventCount: ...
+    def vertex_windows(self) -> list[VertexWindow]: ...
 
 
 @dataclass
@@ -420,6 +424,7 @@ class Collected:
     net: dict[int, NetStats] = field(default_factory=dict)
     events: EventCount | None = None
     spark_plans: dict[str, Any] | None = None
+    flink_vertices: list[VertexWindow] = field(default_factory=list)
 
 
 def _own_cpu_seconds() -> float:
@@ -548,9 +553,11 @@ class Runner:
             if stats_on:
                 state.bpf_before = bpf_prog_run_stats(components.prog_ids())
             initial = components.scope.processes()
+            # Events first: entering the processes can take seconds (perf maps, symbol caches), and
+            # Flink's first reading should come at the window's start.
+            self._guarded("event counting could not start", components.events.start, initial, state.start_time)
             for process in initial:
                 self._enter(components, process)
-            self._guarded("event counting could not start", components.events.start, initial)
             if components.spark_plans is not None:
                 self._guarded("Spark plans could not be read", components.spark_plans.start, initial)
             self.status.processes = len(initial)
@@ -678,6 +685,8 @@ class Runner:
         events = collected.events
         if events is not None:
             capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
+        if collected.flink_vertices:
+            capture.write_flink_vertices(out, collected.flink_vertices)
         self._write_results(collected, matched)
         if collected.spark_plans is not None:
             capture.write_spark_plans(out, collected.spark_plans)
@@ -721,6 +730,11 @@ class Runner:
             collected.events = components.events.finish(state.end_time)
         except Exception as exc:  # noqa: BLE001
             collected.events = EventCount(None, "none", f"event count failed: {exc}")
+            state.warnings.append(f"events: the count failed ({exc.__class__.__name__}: {exc}); use --events N")
+        try:
+            collected.flink_vertices = components.events.vertex_windows()
+        except Exception as exc:  # noqa: BLE001
+            state.warnings.append(f"events: Flink's vertex metrics could not be estimated ({exc})")
         if components.spark_plans is not None:
             try:
                 collected.spark_plans = components.spark_plans.finish()
@@ -829,6 +843,7 @@ class Runner:
         found = list(components.sampler.warnings)
         if components.net is not None:
             found.extend(components.net.warnings)
+        found.extend(components.events.warnings)
         return found
 
     def _add_late_warnings(self, components: Components) -> None:

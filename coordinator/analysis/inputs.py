@@ -19,11 +19,18 @@ from profiler.folded import read_folded
 # ---------------------------------------------------------------- typed inputs
 
 
+def run_event_count(counts: Iterable[EventCount | None]) -> EventCount | None:
+    """The count of a run: the largest any host reported (with its method and uncertainty). Engine
+    metrics (Spark driver, Flink REST) count the whole query, so several hosts report the same
+    number; never add them."""
+    known = [c for c in counts if c is not None and c.count is not None]
+    return max(known, key=lambda c: c.count or 0) if known else None
+
+
 def run_events(counts: Iterable[EventCount | None]) -> int | None:
-    """Events of a run: the largest count any host reported. Engine metrics (Spark driver, Flink
-    REST) count the whole query, so several hosts report the same number; never add them."""
-    known = [c.count for c in counts if c is not None and c.count is not None]
-    return max(known) if known else None
+    """Events of a run (``run_event_count``'s count)."""
+    found = run_event_count(counts)
+    return found.count if found is not None else None
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,10 @@ class RunInput:
     @property
     def events(self) -> int | None:
         return run_events(h.events for h in self.hosts)
+
+    @property
+    def event_count(self) -> EventCount | None:
+        return run_event_count(h.events for h in self.hosts)
 
     @property
     def pids(self) -> tuple[PidInput, ...]:

@@ -47,6 +47,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "multi_task_samples",
     *RESULT_COLUMNS[_PID_COLUMNS_END:],  # network bytes
     "events",
+    "events_uncertainty",
+    "events_method",
     "cycles_per_event",
     "bytes_per_event",
     "host_state",
@@ -202,8 +204,12 @@ def run_rows(run: RunInput, task_names: Sequence[str], counts: Mapping[int, PidT
     out = group_rows(run.run, ALL, task_names, all_pid_rows, events, None)
     for block in host_blocks:
         out.extend(block)
+    counted = run.event_count
     for row in out:
         row["_labels"] = run.labels
+        if counted is not None and row.get("events") is not None:
+            row["events_uncertainty"] = counted.uncertainty
+            row["events_method"] = counted.method or None
     return out
 
 

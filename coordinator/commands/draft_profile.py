@@ -1,4 +1,4 @@
-"""Draft an application profile for the Spark query of a run, from its plan and its stacks.
+"""Draft an application profile for the Spark query or Flink job of a run, from its plan and its stacks.
 
 Tasks are named after the query's physical operators: one per whole-stage-codegen stage (the
 operators Spark fused into GeneratedIteratorForCodegenStage<N>, from the SQL plan the host agent read
@@ -7,6 +7,8 @@ from the driver's REST API into spark.json), one per operator Spark runs outside
 thread kinds nothing else claims. Only tasks that get samples are kept. It prints the profile and the
 share each task would get on this run, and writes it with --out, for you to edit and analyse with.
 Without spark.json (the REST API was off) codegen stages are listed as "operators unknown".
+For a Flink run (flink.json in a capture) the tasks are the job graph's operators, Flink's runtime
+and, per job vertex, what no operator claims ("chain, operator unknown"); docs/matching.md.
 
 examples:
   coordinator draft-profile runs/demo-20261123-1840
@@ -35,6 +37,7 @@ class DraftProfileCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.analysis.draft import draft_profile
+        from coordinator.analysis.flinkdraft import draft_flink_profile, flink_vertices_of
         from coordinator.analysis.inputs import read_inputs, read_pid_stacks
         from coordinator.analysis.stages import read_spark_index
         from profiler.capture import atomic_write_text
@@ -47,11 +50,15 @@ class DraftProfileCommand:
         for pid in run.pids:
             if pid.stacks is not None:
                 stacks.update(read_pid_stacks(pid.stacks, pid.intervals))
+        vertices = flink_vertices_of(run)
         index = read_spark_index(run)
-        draft = draft_profile(stacks, index, str(args.run_dir))
+        if vertices:  # a Flink run: tasks from its job graph (flink.json)
+            draft = draft_flink_profile(stacks, vertices, str(args.run_dir))
+        else:
+            draft = draft_profile(stacks, index, str(args.run_dir))
         print(draft.text, end="")
         print()
-        if not index.reachable:
+        if not vertices and not index.reachable:
             note = index.notes[0] if index.notes else "no spark.json in the captures"
             print(f"note: no Spark plan ({note}); codegen stages are not named by their operators")
         print(f"shares on this run ({draft.samples} samples of the workload processes):")
@@ -63,7 +70,8 @@ class DraftProfileCommand:
         if args.out is not None:
             atomic_write_text(args.out, draft.text)
             print(f"wrote {args.out}")
-            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out} --by stage")
+            by_stage = "" if vertices else " --by stage"
+            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out}{by_stage}")
         else:
             print(f"next: coordinator draft-profile {args.run_dir} --out FILE; edit FILE; analyze with --profile FILE")
         return 0

@@ -401,12 +401,20 @@ class HostWorker(threading.Thread):
                 else f"stopped early ({meta.stopped_by})"
             )
         state = HOST_OK if not reasons else HOST_PARTIAL
+        try:
+            counted = capture.read_events(dest)
+        except ProfilerError as exc:
+            reasons.append(f"unreadable events.json: {exc}")
+            counted = None
         self.outcome = replace(
             self.outcome,
             state=state,
             reason="; ".join(reasons),
             start_time=meta.start_time,
             end_time=meta.end_time,
+            events=counted.count if counted is not None else None,
+            events_uncertainty=counted.uncertainty if counted is not None else None,
+            events_method=counted.method if counted is not None else "",
         )
         self._phase("done" if state == HOST_OK else "partial", self.outcome.reason)
         self._check_start(meta.start_time)

@@ -66,6 +66,24 @@ class HostSection:
 
 
 @dataclass(frozen=True)
+class FlinkVertexLine:
+    """One Flink job vertex: Flink's own times beside the sampled on-CPU time (ms per second per subtask)."""
+
+    name: str
+    job: str
+    parallelism: int
+    source: bool
+    records_in: float | None  # sources: records their source operators emitted
+    records_in_uncertainty: float | None
+    busy_ms_per_s: float | None
+    backpressured_ms_per_s: float | None
+    idle_ms_per_s: float | None
+    on_cpu_ms_per_s: float
+    busy_off_cpu_ms_per_s: float | None  # busy minus on CPU: waiting on locks, I/O, GC while busy
+    samples: int
+
+
+@dataclass(frozen=True)
 class ReportView:
     """What the templates show: tables as records, the JavaScript payload as one JSON object."""
 
@@ -89,5 +107,7 @@ class ReportView:
     task_names: tuple[str, ...]
     stages: tuple[StageLine, ...] = ()  # Spark stages (analyze --by stage)
     codegen: tuple[tuple[int, str], ...] = ()  # whole-stage-codegen stage N and its operators
+    flink_vertices: tuple[FlinkVertexLine, ...] = ()
+    flink_note: str = ""
 
 

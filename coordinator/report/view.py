@@ -14,7 +14,7 @@ from coordinator.analysis.rows import cell_number, pid_rows_by_task, sum_known
 from coordinator.analysis.stages import annotate_codegen_frames, spark_index, stage_lines
 from coordinator.report import flame
 from coordinator.report.flame import DEFAULT_MAX_STACKS
-from coordinator.report.formats import format_number
+from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
 from coordinator.report.health import health_lines
 from coordinator.report.load import RunData, TimelineInput
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
@@ -184,6 +184,7 @@ def build_view(
         for note in spark.notes[:3]
         if not spark.reachable
     )
+    flink_lines = flink_vertex_lines(run, stacks)
     payload: dict[str, Any] = {
         "runId": run.run_id,
         "frames": annotate_codegen_frames(frames.names, spark),
@@ -205,7 +206,7 @@ def build_view(
         health=health,
         cluster_tasks=cluster,
         cluster_tasks_note=note,
-        events_note=_events_note(run, cluster),
+        events_note=events_note(run, next((line.events for line in cluster if line.events is not None), None)),
         show_cycles_per_event=any(line.cycles_per_event is not None for line in cluster),
         hosts=_host_sections(run, rows, task_names, colors),
         processes=processes,
@@ -217,6 +218,8 @@ def build_view(
         task_names=task_names,
         stages=stage_lines(run.stage_rows),
         codegen=tuple((n, ", ".join(operators)) for n, operators in sorted(spark.codegen.items())),
+        flink_vertices=flink_lines,
+        flink_note=flink_note(run, flink_lines),
     )
 
 
@@ -424,18 +427,6 @@ def _window_meta(run: RunData) -> str | None:
     if entries and all(h.get("whole_window") for h in entries):
         text += ", i.e. the whole window"
     return text + "; task tables, charts of tasks per executor and flamegraphs show only it, health the whole window"
-
-
-def _events_note(run: RunData, cluster: Sequence[TaskLine]) -> str:
-    events = next((line.events for line in cluster if line.events is not None), None)
-    sources = sorted({
-        h.capture.events.source for h in run.hosts
-        if h.capture is not None and h.capture.events is not None and h.capture.events.count is not None
-    })
-    if events is None:
-        return ""
-    where = f" (from {', '.join(sources)})" if sources else ""
-    return f"{format_number(events, 0)} events processed in the window{where}"
 
 
 def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:

@@ -7,9 +7,12 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from coordinator.report.publish import publish
 from coordinator.report.render import render_report
 from tests.fixtures.browser import Chromium
+from tests.fixtures.flink_report import flink_run_dir, use_tree_templates
 from tests.fixtures.report import HOSTILE_FRAMES, make_run_dir
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -206,4 +209,30 @@ def test_time_chart_and_sub_window_in_headless_chromium(
     assert float(shade) > 0
     # PID 200 has no counters timeline: its window cycles are split by its samples per interval
     assert chromium.evaluate("document.getElementById('time-unit').value") == "cycles"
+    assert chromium.errors() == []
+
+
+def test_flink_vertices_beside_the_samples_in_chromium(
+    tmp_path: Path, chromium: Chromium, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a Flink run with Flink's own view of its vertices (rendered with this tree's templates)
+    use_tree_templates(monkeypatch)
+    index = render_report(flink_run_dir(tmp_path / "runs"))
+    # WHEN Chromium opens it
+    chromium.open(index.as_uri())
+    chromium.wait_for("document.querySelectorAll('#flink tbody tr').length === 2")
+    # THEN each vertex row shows Flink's busy time and the sampled on-CPU time side by side, on screen
+    rows = chromium.evaluate(
+        "Array.from(document.querySelectorAll('#flink tbody tr')).map(r => [r.dataset.vertex,"
+        " r.querySelector('.flink-busy').textContent, r.querySelector('.flink-on-cpu').textContent,"
+        " r.querySelector('.flink-on-cpu').getBoundingClientRect().left"
+        " - r.querySelector('.flink-busy').getBoundingClientRect().right])"
+    )
+    assert [row[:3] for row in rows] == [["Source: GenSource -> ToKeyed", "180", "150"],
+                                         ["WindowSum -> Discard: Writer", "400", "50"]], rows
+    assert all(0 < row[3] < 400 for row in rows), rows  # the same row, a few columns apart
+    assert chromium.evaluate("document.querySelector('#flink').getBoundingClientRect().height") > 50
+    assert chromium.evaluate("!!document.querySelector('nav.toc a[href=\"#flink\"]')")
+    chromium.evaluate("document.querySelector('#flink').scrollIntoView()")
+    chromium.screenshot(ARTIFACTS / "report-flink.png")
     assert chromium.errors() == []

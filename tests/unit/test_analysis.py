@@ -13,6 +13,7 @@ from coordinator.analysis import compare, inputs
 from coordinator.analysis import rows as summary_rows
 from coordinator.analysis.inputs import PidTaskCounts
 from coordinator.analysis.rows import TaskTotals
+from profiler import capture
 from profiler.capture import EventCount
 from profiler.errors import ConfigError
 from tests.fixtures.captures import (
@@ -298,3 +299,19 @@ def test_commands_are_discovered_with_examples_in_help(capsys: pytest.CaptureFix
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "examples:" in capsys.readouterr().out
+
+
+def test_summary_rows_carry_the_event_count_method_and_uncertainty(tmp_path: Path) -> None:
+    # GIVEN a run whose host counted its events from Flink's REST API with an uncertainty
+    run_dir = write_run_dir(tmp_path / "flink", "flink", {"h1": [TINY_DRIVER, TINY_PID_100, TINY_PID_200]})
+    capture.write_events(run_dir / "hosts" / "h1", EventCount(
+        600_000, "flink-rest:http://127.0.0.1:8081", "detail", method="interpolated between metric-cache refreshes",
+        uncertainty=1250.0))
+    (run,) = inputs.read_inputs([run_dir])
+    # WHEN its summary rows are made; THEN every row with events states how they were counted
+    rows = summary_rows.run_rows(run, TASKS, _counts(run))
+    total = _find(rows, "*", "*", "*")
+    assert (total["events"], total["events_uncertainty"], total["events_method"]) == (
+        600_000, 1250.0, "interpolated between metric-cache refreshes")
+    assert {r["events_uncertainty"] for r in rows if r["events"] is not None} == {1250.0}
+    assert "events_uncertainty,events_method" in summary_rows.format_summary(rows, {})

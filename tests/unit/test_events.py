@@ -1,4 +1,4 @@
-"""Event counting from engine metrics, on JSON recorded from Spark 4.3 and written from Flink's REST docs."""
+"""Event counting from engine metrics, on JSON recorded from Spark 4.3 and a simulated Flink JobManager."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import profiler.events as events_module
+import profiler.flinkmetrics as flinkmetrics
 from profiler.capture import ProcessInfo
 from profiler.events import (
     SOURCE_MANUAL,
@@ -22,17 +23,11 @@ from profiler.events import (
     BatchRows,
     EndpointError,
     EventCounter,
-    FlinkJobManager,
     SparkDriver,
     discover_spark,
     engine_of,
     execution_input_rows,
     executions_to_read,
-    flink_record_metric_ids,
-    flink_running_jobs,
-    flink_source_records,
-    flink_source_vertices,
-    flink_value_at,
     http_json,
     parse_batch_description,
     parse_execution_list,
@@ -41,6 +36,8 @@ from profiler.events import (
     rows_in_window,
     speaks_http,
 )
+from tests.fixtures.flink_rest import BASE as FLINK_BASE
+from tests.fixtures.flink_rest import SOURCE_OPERATOR, FakeJobManager
 
 QUERY = "a40bbe98-00f3-4316-914e-45cfdb72be14"
 RUN = "c4eba0a3-4781-414e-be78-f68acc81df86"
@@ -291,115 +288,78 @@ def test_engine_of_picks_rest_serving_processes_only() -> None:
     assert engine_of(process("manual", "manual", "python3 server.py")) is None
 
 
-# ---------------------------------------------------------------- Flink (JSON shaped after the REST API docs)
+# ---------------------------------------------------------------- Flink (a simulated JobManager, real time)
 
-JID = "5e20cb6b0f357591171dfcca2eea09de"
-SOURCE_VERTEX = "bc764cd8ddf7a0cff126f51c16239658"
-WINDOW_VERTEX = "0a448493b4782967b150582570326227"
-FLINK = "http://127.0.0.1:8081"
-
-OVERVIEW = {"jobs": [
-    {"jid": JID, "name": "ysb", "state": "RUNNING", "start-time": 1795312000000, "tasks": {"running": 4}},
-    {"jid": "00000000000000000000000000000000", "name": "old", "state": "FINISHED"},
-]}
-PLAN = {"plan": {"jid": JID, "name": "ysb", "type": "STREAMING", "nodes": [
-    {"id": WINDOW_VERTEX, "parallelism": 2, "operator": "",
-     "description": "Window(TumblingEventTimeWindows) -&gt; Sink",
-     "inputs": [{"num": 0, "id": SOURCE_VERTEX, "ship_strategy": "HASH", "exchange": "pipelined_bounded"}]},
-    {"id": SOURCE_VERTEX, "parallelism": 2, "operator": "",
-     "description": "Source: Kafka Source -&gt; Filter -&gt; Map", "optimizer_properties": {}},
-]}}
-SOURCE_METRIC_LIST = [{"id": "numRecordsIn"}, {"id": "numRecordsOut"}, {"id": "Source__Kafka_Source.numRecordsOut"},
-                      {"id": "Filter.numRecordsIn"}, {"id": "Filter.numRecordsOut"}, {"id": "numBytesOut"},
-                      {"id": "Source__Kafka_Source.numRecordsOutPerSecond"}]
+JOBMANAGER = ProcessInfo(7, "managing", "flink", "jobmanager", "flink",
+                         "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
 
 
-def _flink_routes(source_out: float, filtered_out: float, window_in: float) -> dict[str, Any]:
-    names = "numRecordsIn,numRecordsOut,Source__Kafka_Source.numRecordsOut,Filter.numRecordsIn,Filter.numRecordsOut"
-    source = f"{FLINK}/jobs/{JID}/vertices/{SOURCE_VERTEX}/subtasks/metrics"
-    return {
-        f"{FLINK}/jobs/overview": OVERVIEW,
-        f"{FLINK}/jobs/{JID}/plan": PLAN,
-        source: SOURCE_METRIC_LIST,
-        f"{source}?get={names}&agg=sum": [
-            {"id": "numRecordsIn", "sum": 0.0}, {"id": "numRecordsOut", "sum": filtered_out},
-            {"id": "Source__Kafka_Source.numRecordsOut", "sum": source_out},
-            {"id": "Filter.numRecordsIn", "sum": source_out}, {"id": "Filter.numRecordsOut", "sum": filtered_out},
-        ],
-        f"{source}?get=numRecordsIn&agg=sum": [{"id": "numRecordsIn", "sum": 0.0}],
-        f"{FLINK}/jobs/{JID}/vertices/{WINDOW_VERTEX}/subtasks/metrics?get=numRecordsIn&agg=sum": [
-            {"id": "numRecordsIn", "min": 10.0, "max": 20.0, "avg": 15.0, "sum": window_in}],
-    }
+@pytest.fixture
+def quick_flink(monkeypatch: pytest.MonkeyPatch) -> FakeJobManager:
+    """A simulated JobManager on the real clock whose metric cache refreshes every 0.5 s, and the
+    poller's pace scaled down to match (the real one: 10 s, 1 s, 50 ms, 1.5 s to settle)."""
+    monkeypatch.setattr(flinkmetrics, "BASE_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(flinkmetrics, "SEARCH_POLL_SECONDS", 0.03)
+    monkeypatch.setattr(flinkmetrics, "FAST_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(flinkmetrics, "FAST_SPAN_SECONDS", 0.2)
+    monkeypatch.setattr(flinkmetrics, "NARROW_SECONDS", 0.03)
+    monkeypatch.setattr(flinkmetrics, "SETTLE_SECONDS", 0.15)
+    monkeypatch.setattr(flinkmetrics, "SETTLE_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK_BASE)
+    return FakeJobManager(time.time, interval=0.5, capture_delay=0.005, visible_delay=(0.008, 0.009),
+                          job_start=time.time() - 60)
 
 
-def test_flink_parsing() -> None:
-    assert flink_running_jobs(OVERVIEW) == [JID]
-    assert flink_source_vertices(PLAN) == [SOURCE_VERTEX]
-    assert flink_record_metric_ids(SOURCE_METRIC_LIST) == [
-        "numRecordsIn", "numRecordsOut", "Source__Kafka_Source.numRecordsOut", "Filter.numRecordsIn",
-        "Filter.numRecordsOut"]
-    assert flink_source_records([{"id": "Source__Kafka_Source.numRecordsOut", "sum": 7.0},
-                                 {"id": "numRecordsOut", "sum": 3.0}]) == (7, "Source__Kafka_Source.numRecordsOut")
-    assert flink_source_records([{"id": "numRecordsOut", "sum": 3.0}]) == (3, "numRecordsOut")
-    assert flink_source_records([]) is None
+def test_flink_counter_counts_the_window_with_method_uncertainty_and_vertex_view(quick_flink: FakeJobManager) -> None:
+    # GIVEN a JobManager whose cache nobody refreshed; WHEN a 3 s window is counted
+    counter = EventCounter(fetch=quick_flink, flink_end_margin=0.5)
+    start = time.time()
+    counter.start([JOBMANAGER], start)
+    time.sleep(3.0)
+    end = time.time()
+    result = counter.finish(end)
+    # THEN the count is the source's within 3 % (about 60,000), with the method and uncertainty
+    truth = quick_flink.emitted(end) - quick_flink.emitted(start)
+    assert result.count is not None and result.count == pytest.approx(truth, rel=0.03), (result, truth)
+    assert result.source == f"flink-rest:{FLINK_BASE}"
+    assert result.method == "interpolated between metric-cache refreshes"
+    assert result.uncertainty is not None and 0 < result.uncertainty < 0.03 * truth
+    assert SOURCE_OPERATOR in result.detail and "refreshed at" in result.detail
+    # AND Flink's view of both vertices over the same window, and nothing to warn about
+    vertices = {v.name: v for v in counter.vertex_windows()}
+    window = vertices["WindowSum -> Discard: Writer"]
+    assert window.records_in == pytest.approx(truth, rel=0.03)
+    assert window.busy_ms_per_s == pytest.approx(250, rel=0.05)
+    assert counter.warnings == []
 
 
-def test_flink_counter_reports_source_records_of_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    rest = FakeRest(_flink_routes(source_out=1000.0, filtered_out=400.0, window_in=400.0))
-    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK)
-    jobmanager = ProcessInfo(7, "managing", "flink", "jobmanager", "flink",
-                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
-    counter = EventCounter(fetch=rest, poll_seconds=0.05)
-    counter.start([jobmanager])
-    rest.routes.update(_flink_routes(source_out=6000.0, filtered_out=2400.0, window_in=2400.0))
-    time.sleep(0.3)  # the poller sees the one refresh; one refresh counts as end minus start reading
-    result = counter.finish(2e9)
-    assert result.count == 5000, result
-    assert result.source == f"flink-rest:{FLINK}"
-    assert "Source__Kafka_Source.numRecordsOut" in result.detail
-    assert f"{JID}/{WINDOW_VERTEX}=2400" in result.detail
+def test_flink_counter_without_a_reachable_rest_api_completes_with_a_health_line(
+    quick_flink: FakeJobManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a JobManager whose REST API does not answer at all
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: None)
+    counter = EventCounter(fetch=quick_flink, flink_end_margin=0.1)
+    counter.start([JOBMANAGER])
+    result = counter.finish(time.time())
+    # THEN no count, a reason, a health line, and no Flink view
+    assert result.count is None and result.source == SOURCE_NONE and result.method == "none"
+    assert "no REST endpoint answered for pid 7" in result.detail
+    assert any("flink REST API of pid 7 did not answer" in line for line in counter.warnings), counter.warnings
+    assert counter.vertex_windows() == []
 
 
-def test_flink_value_at_interpolates_between_refreshes_and_extrapolates_at_the_mean_rate() -> None:
-    points = [(100.0, 1000), (110.0, 3000), (120.0, 4000)]
-    assert flink_value_at(points, 105.0) == 2000
-    assert flink_value_at(points, 120.0) == 4000
-    # Beyond the points: the mean rate over all of them (3000 records in 20 s).
-    assert flink_value_at(points, 90.0) == 1000 - 1500
-    assert flink_value_at(points, 124.0) == 4000 + 600
-
-
-def test_flink_counter_counts_between_the_window_ends_not_the_stale_cache() -> None:
-    # GIVEN a JobManager whose cache still held a value from long before the window at the start
-    # reading, then refreshed every 10 s while the source emitted 100 records per second
-    manager = FlinkJobManager(FLINK, FakeRest({}))
-    manager.baseline = {JID: 50}
-    for seen_at, count in [(1000.4, 50), (1001.0, 10_100), (1005.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]:
-        manager.note({JID: count}, seen_at)
-    # WHEN the window [1000, 1025] is counted
-    counts = manager.window_counts(1000.0, 1025.0)
-    # THEN the count is the rate times the window (2500), not end minus start reading (12 050)
-    assert counts == {JID: 2500}
-    assert manager.changes[JID] == [(1001.0, 10_100), (1011.0, 11_100), (1021.0, 12_100)]
-
-
-def test_flink_counter_gives_no_count_when_the_cache_never_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a JobManager whose cached count stays the same through a short window
-    rest = FakeRest(_flink_routes(source_out=1000.0, filtered_out=400.0, window_in=400.0))
-    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK)
-    jobmanager = ProcessInfo(7, "managing", "flink", "jobmanager", "flink",
-                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
-    counter = EventCounter(fetch=rest, poll_seconds=0.05)
-    counter.start([jobmanager])
-    # WHEN the window ends; THEN the count is unknown (not 0) and the reason names the cache
-    result = counter.finish(2e9)
-    assert result.count is None, result
-    assert "did not refresh" in result.detail
-
-
-def test_flink_job_manager_read() -> None:
-    manager = FlinkJobManager(FLINK, FakeRest(_flink_routes(10.0, 4.0, 4.0)))
-    assert manager.read() == {JID: 10}
+def test_flink_counter_whose_jobmanager_stops_answering_mid_window(quick_flink: FakeJobManager) -> None:
+    # GIVEN a JobManager that answers at the start and goes away a second into the window
+    counter = EventCounter(fetch=quick_flink, flink_end_margin=0.1)
+    counter.start([JOBMANAGER])
+    time.sleep(1.0)
+    quick_flink.reachable = False
+    time.sleep(0.5)
+    result = counter.finish(time.time())
+    # THEN the run still gets a result (the refreshes read before, extrapolated) and a health line
+    assert result.count is not None and result.count > 0
+    assert "extrapolated" in result.detail
+    assert any("failed" in line and "Connection refused" in line for line in counter.warnings), counter.warnings
 
 
 # ---------------------------------------------------------------- HTTP and discovery against in-process servers

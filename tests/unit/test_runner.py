@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import profiler.events as events_module
 from profiler import capture
 from profiler.appprofile import parse_profile
-from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats
+from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats, VertexWindow
+from profiler.events import EventCounter
 from profiler.runner import Components, Runner, RunOptions
 from profiler.stackstore import CollectedStacks
 
@@ -139,8 +141,13 @@ class FakeCounters:
 
 
 class FakeEvents:
-    def start(self, processes: object) -> None:
+    warnings: list[str] = []
+
+    def start(self, processes: object, window_start: float | None = None) -> None:
         pass
+
+    def vertex_windows(self) -> list[VertexWindow]:
+        return []
 
     def add_process(self, process: ProcessInfo) -> None:
         pass
@@ -310,7 +317,7 @@ def test_warnings_raised_while_closing_reach_meta(tmp_path: Path) -> None:
 def test_event_counting_failure_is_a_warning_not_a_failed_run(tmp_path: Path) -> None:
     runner, components, out = make(tmp_path, duration=0.6)
 
-    def refuse(processes: object) -> None:
+    def refuse(processes: object, window_start: float | None = None) -> None:
         raise ConnectionResetError("py4j answered garbage")
 
     components.events.start = refuse  # type: ignore[method-assign]
@@ -362,3 +369,36 @@ def test_spark_plans_and_contexts_are_written_and_a_missing_rest_api_is_a_warnin
     # AND the context refers to its stack in stacks.folded
     assert capture.read_contexts(out, 101) == Counter({(task, "main;run;burnAlpha"): 2})
     assert capture.read_contexts(out, 102) is None
+def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a JobManager in the scope whose REST API answers nothing (issue 22, item 6)
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: None)
+    runner, components, out = make(tmp_path, duration=0.6)
+    jobmanager = ProcessInfo(300, "managing", "flink", "jobmanager", "root",
+                             "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
+    components.scope.initial.append(jobmanager)  # type: ignore[attr-defined]
+    components.events = EventCounter(fetch=lambda url: {}, poll_seconds=0.1)
+    # WHEN the run ends; THEN it is complete, events.json says why there is no count, meta.json has
+    # the health line, and there is no flink.json
+    runner.run(parse_profile(PROFILE_TEXT))
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration"
+    assert any("flink REST API of pid 300 did not answer" in w and "--events N" in w for w in meta.warnings)
+    events = capture.read_events(out)
+    assert events is not None and events.count is None and "pid 300" in events.detail
+    assert not (out / capture.FLINK_FILE).exists()
+    assert read_rows(out)
+
+
+def test_event_counting_starts_at_the_window_start_before_processes_are_entered(tmp_path: Path) -> None:
+    # Entering a JVM prepares its symbols (seconds under load): Flink's first reading must not wait for it.
+    runner, components, out = make(tmp_path, duration=0.3)
+    seen: list[tuple[list[int], float | None]] = []
+
+    def start(processes: object, window_start: float | None = None) -> None:
+        seen.append((list(components.counters.added), window_start))  # type: ignore[attr-defined]
+
+    components.events.start = start  # type: ignore[method-assign]
+    runner.run(parse_profile(PROFILE_TEXT))
+    assert seen == [([], capture.read_meta(out).start_time)]

@@ -14,6 +14,7 @@ from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
 from coordinator.remote.cluster import HostSpec, parse_cluster
 from coordinator.remote.hosts import ProfilerStatus, RunRequest
 from coordinator.remote.session import RunOptions, profile_cluster
+from profiler.capture import EventCount
 from profiler.errors import ConfigError, OutputExistsError
 from tests.fixtures.fake_host import FakeHost, FakeScript
 
@@ -55,13 +56,19 @@ def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScrip
 
 
 def test_all_hosts_ok_gives_complete_run_and_exit_0(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
-    scripts = {"10.0.0.1_2200": FakeScript(clock_offset=0.25), "10.0.0.2_2201": FakeScript()}
+    counted = EventCount(600_000, "flink-rest:x", "d", method="interpolated between metric-cache refreshes",
+                         uncertainty=1200.0)
+    scripts = {"10.0.0.1_2200": FakeScript(clock_offset=0.25), "10.0.0.2_2201": FakeScript(events=counted)}
     outcome, fakes = _run(tmp_path, inputs, scripts)
     assert outcome.complete and outcome.exit_code == 0
     info = rundir.read_run(outcome.run_dir)
     assert info.complete
     assert [h.state for h in info.hosts] == ["ok", "ok"]
     assert info.hosts[0].clock_offset == pytest.approx(0.25)
+    # run.json says each host's event count, its uncertainty and how it was estimated
+    assert (info.hosts[0].events, info.hosts[0].events_method) == (None, "")
+    assert (info.hosts[1].events, info.hosts[1].events_uncertainty, info.hosts[1].events_method) == (
+        600_000, 1200.0, "interpolated between metric-cache refreshes")
     assert info.hosts[0].roles == ("worker",)
     for fake in fakes.values():
         assert fake.calls[:4] == ["connect", "deploy", "profiler doctor --preflight --json", "start"]

@@ -1,0 +1,100 @@
+"""The report's Flink section: Flink's own busy, back-pressured and idle time per job vertex (flink.json
+of the capture of the host whose JobManager answered) beside the time the vertex's task threads were
+sampled on CPU, and the events note with the count's uncertainty."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from coordinator.report.formats import format_number
+from coordinator.report.load import RunData
+from coordinator.report.model import FlinkVertexLine
+from profiler.capture import Capture
+from profiler.flinkmetrics import vertex_cpu
+
+
+def thread_samples(stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> Counter[str]:
+    """Samples per thread name (the folded stacks' root frame) over every sampled process and host."""
+    found: Counter[str] = Counter()
+    for by_pid in stacks.values():
+        for folded in by_pid.values():
+            for stack, count in folded.items():
+                found[stack.split(";", 1)[0]] += count
+    return found
+
+
+def _whole_window(run: RunData) -> bool:
+    """Flink's metrics cover the whole window: a sub-window analysis (analyze --from/--to) gets no section."""
+    if run.window is None:
+        return True
+    entries = [h for h in run.window.get("hosts", ()) if h.get("run") == run.run_id]
+    return bool(entries) and all(h.get("whole_window") for h in entries)
+
+
+def _flink_capture(run: RunData) -> Capture | None:
+    return next((h.capture for h in run.hosts if h.capture is not None and h.capture.flink_vertices), None)
+
+
+def flink_vertex_lines(
+    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]
+) -> tuple[FlinkVertexLine, ...]:
+    """One line per job vertex, sources first; empty without flink.json."""
+    capture = _flink_capture(run)
+    if capture is None or not _whole_window(run):
+        return ()
+    meta = capture.meta
+    found = vertex_cpu(thread_samples(stacks), capture.flink_vertices, meta.frequency, meta.duration)
+    lines = []
+    for vertex in sorted(found, key=lambda v: (not v.window.source, v.window.job_name, v.window.name)):
+        window = vertex.window
+        busy = window.busy_ms_per_s
+        lines.append(FlinkVertexLine(
+            name=window.name,
+            job=window.job_name or window.job[:8],
+            parallelism=window.parallelism,
+            source=window.source,
+            records_in=window.source_records if window.source else window.records_in,
+            records_in_uncertainty=(
+                window.source_records_uncertainty if window.source else window.records_in_uncertainty
+            ),
+            busy_ms_per_s=busy,
+            backpressured_ms_per_s=window.backpressured_ms_per_s,
+            idle_ms_per_s=window.idle_ms_per_s,
+            on_cpu_ms_per_s=vertex.on_cpu_ms_per_s,
+            busy_off_cpu_ms_per_s=max(busy - vertex.on_cpu_ms_per_s, 0.0) if busy is not None else None,
+            samples=vertex.samples,
+        ))
+    return tuple(lines)
+
+
+def flink_note(run: RunData, lines: Sequence[FlinkVertexLine]) -> str:
+    capture = _flink_capture(run)
+    if capture is None or not lines:
+        return ""
+    unmapped = "" if all(line.samples for line in lines) else (
+        "; a vertex without samples: its threads were not found by name (or did not run on a sampled host)"
+    )
+    return (
+        f"{len(lines)} job vertices over the {capture.meta.duration:.0f} s window, mean per subtask; "
+        f"Flink's times from its REST metrics (host {capture.meta.host}), on-CPU from the samples of the "
+        f"vertex's task threads at {capture.meta.frequency} Hz{unmapped}"
+    )
+
+
+def events_note(run: RunData, events: float | None) -> str:
+    """Events processed in the window, where the number came from, ± its uncertainty and how."""
+    counted = [h.capture.events for h in run.hosts if h.capture is not None and h.capture.events is not None]
+    known = [c for c in counted if c.count is not None]
+    if events is None:
+        return ""
+    sources = sorted({c.source for c in known})
+    where = f" (from {', '.join(sources)})" if sources else ""
+    text = f"{format_number(events, 0)} events processed in the window{where}"
+    best = max(known, key=lambda c: c.count or 0) if known else None
+    if best is not None and best.uncertainty is not None and best.count == events:
+        relative = f", {100 * best.uncertainty / events:.2f} %" if events else ""
+        text += f" ± {format_number(best.uncertainty, 0)}{relative}"
+    if best is not None and best.method and best.count == events:
+        text += f", {best.method}"
+    return text
