@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from coordinator.analysis.flinkdraft import draft_flink_profile, flink_vertices_of, operators_of
 from coordinator.analysis.inputs import read_inputs
 from profiler.capture import VertexWindow, write_flink_vertices
@@ -67,3 +69,24 @@ def test_flink_vertices_of_a_run_come_from_its_flink_json(tmp_path: Path) -> Non
     assert flink_vertices_of(run) == (SOURCE, WINDOW)
     (bare,) = read_inputs([run_dir / "hosts" / "h1"])
     assert flink_vertices_of(bare) == ()
+
+
+def test_draft_profile_command_drafts_a_flink_run_from_its_job_graph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a run whose capture has flink.json (its job's vertices)
+    from coordinator.cli import main
+
+    run_dir = write_run_dir(tmp_path / "r", "r", {"h1": [TINY_PID_100]})
+    write_flink_vertices(run_dir / "hosts" / "h1", [SOURCE, WINDOW])
+    out = tmp_path / "drafted.txt"
+    # WHEN draft-profile runs on it
+    assert main(["draft-profile", str(run_dir), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    # THEN the tasks come from the job graph (each vertex's chain), not Spark's plan, and no Spark note is given
+    text = out.read_text()
+    assert "Flink job's operators" in text
+    assert "Source - YSB generator -> DeserializeBolt -> EventFilterBolt (chain, operator unknown):" in text
+    assert "CampaignProcessor -> RedisResultSink - Writer (chain, operator unknown):" in text
+    assert "codegen" not in printed and "no Spark plan" not in printed
+    assert "--by stage" not in printed
