@@ -4,17 +4,14 @@ intervals, a stacked total per series, IPC and a table; written beside campaign.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.analysis.campaign import CampaignRow, figure_data, level_table
 from coordinator.analysis.rows import ALL
-from coordinator.report.render import _asset, template_environment
+from coordinator.report.render import template_environment, write_page
 from coordinator.report.view import task_colors
-from profiler.capture import UNMATCHED, replace_dir
+from profiler.capture import UNMATCHED
 
 CAMPAIGN_TEMPLATE = "campaign.html"
 CAMPAIGN_ASSETS: tuple[str, ...] = ("campaign.js", "report.css")
@@ -40,19 +37,5 @@ def render_campaign_html(rows: Sequence[CampaignRow], by: str, series: str, titl
 def render_campaign(out_dir: Path, rows: Sequence[CampaignRow], by: str, series: str, title: str) -> Path:
     """Write the page and its assets to ``out_dir`` (replaced as a whole); returns its index.html."""
     html = render_campaign_html(rows, by, series, title)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
-        for name in CAMPAIGN_ASSETS:
-            (staging / name).write_bytes(_asset(name))
-        (staging / "vendor").mkdir()
-        for name in CAMPAIGN_VENDOR:
-            (staging / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
-        (staging / "index.html").write_text(html, encoding="utf-8")
-        (staging / CAMPAIGN_MARKER).write_text(json.dumps({"by": by, "series": series}) + "\n", encoding="utf-8")
-        os.chmod(staging, 0o755)
-        replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir / "index.html"
+    marker_text = json.dumps({"by": by, "series": series}) + "\n"
+    return write_page(out_dir, html, CAMPAIGN_ASSETS, CAMPAIGN_VENDOR, CAMPAIGN_MARKER, marker_text)

@@ -4,27 +4,15 @@ within sampling error), offline with the vendored d3 and d3-flame-graph."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from coordinator.report.flame import DEFAULT_MAX_STACKS, FrameTable, build_diff_flamegraph
-from coordinator.report.render import _asset, template_environment
-from profiler.capture import replace_dir
+from coordinator.report.render import VENDOR_FILES, template_environment, write_page
 
 COMPARE_TEMPLATE = "compare.html"
 COMPARE_ASSETS: tuple[str, ...] = ("compare.js", "report.css")
-COMPARE_VENDOR: tuple[str, ...] = (
-    "d3.min.js",
-    "d3-flamegraph.min.js",
-    "d3-flamegraph.css",
-    "d3.LICENSE",
-    "d3-flamegraph.LICENSE",
-    "VERSIONS",
-)
 COMPARE_MARKER = ".spe-taskprof-compare"
 
 
@@ -59,19 +47,4 @@ def render_compare(
         .get_template(COMPARE_TEMPLATE)
         .render(rows=rows, name_a=names[0], name_b=names[1], level=level, payload=payload)
     )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
-        for name in COMPARE_ASSETS:
-            (staging / name).write_bytes(_asset(name))
-        (staging / "vendor").mkdir()
-        for name in COMPARE_VENDOR:
-            (staging / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
-        (staging / "index.html").write_text(html, encoding="utf-8")
-        (staging / COMPARE_MARKER).write_text("written by coordinator compare\n", encoding="utf-8")
-        os.chmod(staging, 0o755)
-        replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir / "index.html"
+    return write_page(out_dir, html, COMPARE_ASSETS, VENDOR_FILES, COMPARE_MARKER, "written by coordinator compare\n")

@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -66,6 +66,29 @@ def template_environment() -> Any:
 def _asset(name: str) -> bytes:
     return resources.files("coordinator.templates").joinpath(name).read_bytes()
 
+
+
+def write_page(
+    out_dir: Path, html: str, assets: Sequence[str], vendor: Sequence[str], marker: str, marker_text: str
+) -> Path:
+    """One standalone page (campaign, comparison) with its assets, written to ``out_dir`` as a whole:
+    staged beside it, then swapped in, so a reader never sees half a page. Returns its index.html."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    try:
+        for name in assets:
+            (staging / name).write_bytes(_asset(name))
+        (staging / "vendor").mkdir()
+        for name in vendor:
+            (staging / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
+        (staging / "index.html").write_text(html, encoding="utf-8")
+        (staging / marker).write_text(marker_text, encoding="utf-8")
+        os.chmod(staging, 0o755)
+        replace_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir / "index.html"
 
 def _copy_assets(target: Path) -> None:
     for name in STATIC_FILES:
