@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
 @pytest.fixture(scope="module")
 def fpless_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("gcc") is None:
-        pytest.skip("gcc not installed")
+        pytest.fail("gcc not installed: scripts/setup.sh installs it (build-essential)")
     binary = tmp_path_factory.mktemp("fpless") / "fpless_split"
     subprocess.run(
         ["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(binary), str(WORKLOADS / "fpless_split.c")],
