@@ -62,25 +62,16 @@ class AnalyzeCommand:
             metavar="FILE",
             help="application profile (default: the copy saved in the run)",
         )
-        parser.add_argument(
-            "--master",
-            type=master_url,
-            default="local[*]",
-            metavar="URL",
-            help="Spark master URL (default: %(default)s)",
+        add_engine_options(
+            parser,
+            "where the job runs: auto (default) runs small inputs on a local master in this process "
+            "with the same code and output, without Spark's start-up; spark always starts Spark",
         )
         parser.add_argument(
             "--out",
             type=Path,
             metavar="DIR",
             help="output directory (default: the run directory; required for several runs)",
-        )
-        parser.add_argument(
-            "--engine",
-            choices=("auto", "spark", "in-process"),
-            default="auto",
-            help="where the job runs: auto (default) runs small inputs on a local master in this process "
-            "with the same code and output, without Spark's start-up; spark always starts Spark",
         )
         parser.add_argument(
             "--label",
@@ -170,3 +161,16 @@ def _window_args(window: SubWindow) -> str:
 
 AnalyzeCommand.__doc__ = __doc__  # the module docstring, with examples, is the help text
 COMMAND = AnalyzeCommand
+
+
+def add_engine_options(parser: argparse.ArgumentParser, engine_help: str) -> None:
+    """--master and --engine of the commands that run the analysis (analyze, campaign): one spelling,
+    one default, the engines of coordinator.analysis.engines.ENGINES."""
+    parser.add_argument(
+        "--master",
+        type=master_url,
+        default="local[*]",
+        metavar="URL",
+        help="Spark master URL (default: %(default)s)",
+    )
+    parser.add_argument("--engine", choices=("auto", "spark", "in-process"), default="auto", help=engine_help)

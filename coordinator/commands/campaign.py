@@ -24,7 +24,7 @@ import argparse
 import os
 from pathlib import Path
 
-from coordinator.commands.analyze import master_url
+from coordinator.commands.analyze import add_engine_options
 from profiler.argtypes import existing_dir, existing_file, label
 from profiler.errors import ConfigError, OutputExistsError
 
@@ -80,19 +80,7 @@ class CampaignCommand:
         parser.add_argument(
             "--profile", type=existing_file, metavar="FILE", help="application profile (default: the runs' own copy)"
         )
-        parser.add_argument(
-            "--master",
-            type=master_url,
-            default="local[*]",
-            metavar="URL",
-            help="Spark master URL (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--engine",
-            choices=("auto", "spark", "in-process"),
-            default="auto",
-            help="where the analysis runs (as for coordinator analyze; default: auto)",
-        )
+        add_engine_options(parser, "where the analysis runs (as for coordinator analyze; default: auto)")
         parser.add_argument(
             "--label",
             type=label,
