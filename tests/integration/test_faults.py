@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from coordinator.remote.cluster import load_cluster
 from coordinator.remote.hosts import RunRequest
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
 from profiler import capture
+from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.faults import (
     HostNetns,
     SshUser,
@@ -41,7 +42,6 @@ from tests.fixtures.faults import (
 from tests.fixtures.jvm import CpuSplitJvm
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sshd import SshdFactory, SshdHost
-from tests.integration.test_coordinator import _Coordinator
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_STACK = Path("/proc/sys/kernel/perf_event_max_stack")
@@ -79,12 +79,7 @@ class Cluster:
 
     def profiler_pids(self, host: SshdHost) -> set[int]:
         """Profilers started in this host's work directories (their command line names it)."""
-        marker = str(host.session_tmp)
-        found = set()
-        for proc in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            if "profiler" in cmdline and marker in cmdline and "--status-file" in cmdline:
-                found.add(proc.pid)
+        found = {p.pid for p in profiler_processes(str(host.session_tmp)) if "--status-file" in p.info["cmdline"]}
         self.seen_profilers.setdefault(host.name, set()).update(found)
         return found
 
@@ -169,16 +164,6 @@ def wait_run_json(out: Path, predicate: Callable[[rundir.RunInfo], bool], timeou
     raise AssertionError(f"run.json not as expected within {timeout} s")
 
 
-@pytest.fixture
-def coordinators() -> Iterator[list[_Coordinator]]:
-    started: list[_Coordinator] = []
-    yield started
-    for child in started:
-        if child.process.poll() is None:
-            child.process.kill()
-            child.process.wait()
-
-
 def test_the_agent_deployed_is_this_tree() -> None:
     assert deploy.package_dir() == REPO / "profiler"
 
@@ -191,11 +176,11 @@ def test_host_profiler_killed_mid_window(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     out = tmp_path / "killed-profiler"
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, 8))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, 8))
     coordinators.append(child)
     # GIVEN both hosts sampling; WHEN node2's profiler is killed with SIGKILL 2 s into the window
     cluster.wait_sampling(["node1", "node2"])
@@ -230,12 +215,12 @@ def test_coordinator_killed_mid_window_profilers_finish_and_fetch_recovers(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     out = tmp_path / "killed-coordinator"
     duration = 8.0
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, duration))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, duration))
     coordinators.append(child)
     # GIVEN both hosts sampling; WHEN the coordinator is killed with SIGKILL 2 s into the window
     cluster.wait_sampling(["node1", "node2"])
@@ -289,7 +274,7 @@ def test_executor_killed_and_replaced_mid_run(
     start_cpu_split_jvm: Callable[..., CpuSplitJvm],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start()])
     inputs[1].write_text("testengine workload executor com.example.CpuSplit\n")  # CpuSplit JVMs are executors
@@ -297,7 +282,7 @@ def test_executor_killed_and_replaced_mid_run(
     out = tmp_path / "replaced-executor"
     args = cli_args(cluster, out, inputs, first.pid, 12)
     args[args.index("--pid") : args.index("--pid") + 2] = []  # found by known_spes, not given
-    child = _Coordinator(args)
+    child = CoordinatorChild(args)
     coordinators.append(child)
     # GIVEN the host sampling the first executor; WHEN it is killed 3 s in and a new one starts
     cluster.wait_sampling(["node1"])
@@ -404,14 +389,14 @@ def test_host_clock_30_s_ahead(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     # GIVEN node2 whose SSH sessions see a wall clock 30 s ahead (libfaketime; monotonic clocks true)
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start(env=clock_ahead_env(30))])
     out = tmp_path / "skewed"
     args = cli_args(cluster, out, inputs, busy_process.pid, 6)
     args[args.index("--start-delay") + 1] = "15"  # both BPF compilations done (slow under load): a fair start
-    child = _Coordinator(args)
+    child = CoordinatorChild(args)
     coordinators.append(child)
     code = child.finish(timeout=180)
     # THEN the offset is measured, both hosts sample the same 6 s, and the run is whole
@@ -440,12 +425,12 @@ def test_remote_disk_full_while_the_capture_is_written(
     inputs: tuple[Path, Path],
     tmp_path: Path,
     small_tmpfs: Callable[[Path, str], Path],
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     full = small_tmpfs(cluster.host("node2").session_tmp, "16m")
     out = tmp_path / "disk-full"
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, 6))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, 6))
     coordinators.append(child)
     # GIVEN both hosts sampling; WHEN node2's TMPDIR (a 16 MB tmpfs) is filled to the last byte
     cluster.wait_sampling(["node1", "node2"])
@@ -479,7 +464,7 @@ def test_hosts_that_cannot_sample_are_refused_and_a_sudo_user_profiles(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     factory = public_sshd_factory
     empty = factory.base / "empty"
@@ -497,7 +482,7 @@ def test_hosts_that_cannot_sample_are_refused_and_a_sudo_user_profiles(
     cluster = make_cluster(factory, hosts, {"sudoer": with_sudo.name, "nosudo": without_sudo.name})
     out = tmp_path / "refused"
     began = time.monotonic()
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, 4))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, 4))
     coordinators.append(child)
     code = child.finish(timeout=180)
     elapsed = time.monotonic() - began
