@@ -30,6 +30,7 @@ from coordinator.remote.cluster import load_cluster
 from coordinator.remote.hosts import RunRequest
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
 from profiler import capture
+from profiler.journal import read_journal
 from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.faults import (
     HostNetns,
@@ -171,6 +172,16 @@ def test_the_agent_deployed_is_this_tree() -> None:
 # ------------------------------------------------------------------ kill -9 of a host profiler
 
 
+def journal_checkpoints(host: SshdHost) -> int:
+    """Whole checkpoints in the journal of the host's profiler (its work directory is local here)."""
+    for path in host.session_tmp.glob("taskprof.*/out/checkpoint/journal.tpj"):
+        try:
+            return len(read_journal(path.read_bytes()).checkpoints)
+        except (OSError, ValueError):
+            return 0
+    return 0
+
+
 def test_host_profiler_killed_mid_window(
     sshd_factory: SshdFactory,
     busy_process: subprocess.Popen[bytes],
@@ -180,27 +191,47 @@ def test_host_profiler_killed_mid_window(
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     out = tmp_path / "killed-profiler"
-    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, 8))
+    child = CoordinatorChild([*cli_args(cluster, out, inputs, busy_process.pid, 12), "--checkpoint", "2"])
     coordinators.append(child)
-    # GIVEN both hosts sampling; WHEN node2's profiler is killed with SIGKILL 2 s into the window
+    # GIVEN both hosts sampling, checkpoints every 2 s; WHEN node2's profiler is killed with SIGKILL once
+    # its journal holds two checkpoints (about 4 s into the 12 s window)
     cluster.wait_sampling(["node1", "node2"])
-    time.sleep(2)
-    (victim,) = cluster.profiler_pids(cluster.host("node2"))
-    before = max(s.get("samples") or 0 for s in cluster.statuses(cluster.host("node2")))
+    node2_host = cluster.host("node2")
+    deadline = time.monotonic() + 60
+    while journal_checkpoints(node2_host) < 2:
+        assert time.monotonic() < deadline, "no two checkpoints within 60 s"
+        time.sleep(0.1)
+    (victim,) = cluster.profiler_pids(node2_host)
+    last = max((s for s in cluster.statuses(node2_host)), key=lambda s: s.get("time") or 0)
+    before, elapsed_before = int(last.get("samples") or 0), float(last.get("elapsed") or 0)
     os.kill(victim, signal.SIGKILL)
     detect = wait_run_json(out, lambda i: i.hosts[1].reason.startswith("profiler"), timeout=60)
     code = child.finish(timeout=120)
-    # THEN node1 is whole, node2 failed with why and how much was lost, the run is partial
+    # THEN node1 is whole; node2 is partial, saying it was killed and what was recovered: the samples
+    # up to its last checkpoint (the journal, symbolized on the host by `profiler recover`)
     assert code == PartialRunError.exit_code, "\n".join(child.lines)
     node1, node2 = rundir.read_run(out).hosts
     assert node1.state == "ok" and sum(samples(out, "node1").values()) > 0
-    assert node2.state == "failed" and "vanished without an error" in node2.reason and "SIGKILL" in node2.reason
+    assert node2.state == "partial", node2
+    assert "vanished without an error" in node2.reason and "SIGKILL" in node2.reason
+    kept = sum(samples(out, "node2").values())
+    assert f"recovered {kept} samples up to" in node2.reason, node2.reason
+    meta = capture.read_meta(rundir.host_capture_dir(out, "node2"))
+    window = meta.end_time - meta.start_time
+    assert meta.stopped_by == "recovered" and 2.0 <= window <= elapsed_before + 2.5, (window, elapsed_before)
+    # the last status (at most a second old at the kill) scaled to the recovered window, ± 2 s of samples
+    assert 0 < kept <= before + 2 * 99 * 2
+    assert kept >= before * min(1.0, window / max(elapsed_before, 0.1)) - 2 * 99 * 2
+    assert any(line.startswith("node2: partial") for line in child.lines), "\n".join(child.lines)
+    assert not (rundir.host_capture_dir(out, "node2") / "checkpoint").exists()
     assert node1.workdir == node2.workdir == ""
     cluster.assert_nothing_left()
     figure(
         "profiler-kill9",
-        samples_before_fault=before,
-        samples_kept=0,
+        samples_at_kill=before,
+        window_at_kill_s=round(elapsed_before, 1),
+        samples_kept=kept,
+        recovered_window_s=round(window, 1),
         other_host_samples=sum(samples(out, "node1").values()),
         detect_s=round(detect, 1),
         exit=code,
