@@ -297,6 +297,42 @@ def test_coordinator_killed_mid_window_profilers_finish_and_fetch_recovers(
     )
 
 
+def test_coordinator_and_a_profiler_killed_fetch_recovers_the_dead_one(
+    sshd_factory: SshdFactory,
+    busy_process: subprocess.Popen[bytes],
+    inputs: tuple[Path, Path],
+    tmp_path: Path,
+    coordinators: list[CoordinatorChild],
+) -> None:
+    cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
+    out = tmp_path / "killed-both"
+    child = CoordinatorChild([*cli_args(cluster, out, inputs, busy_process.pid, 8), "--checkpoint", "2"])
+    coordinators.append(child)
+    # GIVEN both hosts sampling; WHEN the coordinator is killed, then node1's profiler once its journal
+    # holds two checkpoints
+    cluster.wait_sampling(["node1", "node2"])
+    child.process.kill()
+    child.finish(timeout=30)
+    deadline = time.monotonic() + 60
+    while journal_checkpoints(cluster.host("node1")) < 2:
+        assert time.monotonic() < deadline, "no two checkpoints within 60 s"
+        time.sleep(0.1)
+    (victim,) = cluster.profiler_pids(cluster.host("node1"))
+    os.kill(victim, signal.SIGKILL)
+    # AND `coordinator fetch RUN` runs later
+    code = coordinator_main(["fetch", str(out), "--known-hosts", str(cluster.known_hosts), "--quiet"])
+    # THEN node2's whole window is home, node1's up to its last checkpoint, the run partial, nothing left
+    assert code == PartialRunError.exit_code
+    node1, node2 = rundir.read_run(out).hosts
+    assert node2.state == "ok" and node2.workdir == ""
+    kept = sum(samples(out, "node1").values())
+    assert node1.state == "partial" and f"recovered {kept} samples up to" in node1.reason and kept > 0, node1
+    assert node1.workdir == "" and capture.read_meta(rundir.host_capture_dir(out, "node1")).stopped_by == "recovered"
+    cluster.assert_nothing_left()
+    other = sum(samples(out, "node2").values())
+    figure("coordinator-and-profiler-kill9", samples_kept=kept, other_host_samples=other, exit_fetch=code)
+
+
 # ------------------------------------------------------------------ an executor replaced mid-run
 
 
