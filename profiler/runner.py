@@ -647,7 +647,18 @@ class Runner:
         if options.checkpoint <= 0 or components.sampler.collection != "ringbuf":
             return
         journal = CheckpointWriter(checkpoint_dir(options.out))
-        header = {
+        try:
+            journal.begin(self._journal_header(components))
+        except OSError as exc:
+            state.warnings.append(f"checkpoint journal not started ({exc}); a killed run would lose its samples")
+            journal.close()
+            return
+        self.journal = journal
+
+    def _journal_header(self, components: Components) -> dict[str, Any]:
+        """What `profiler recover` needs besides the checkpoints: the run's options and the sampler's facts."""
+        options, state = self.options, self.state
+        return {
             "host": options.host,
             "hostname": socket.gethostname(),
             "kernel": platform.release(),
@@ -668,13 +679,6 @@ class Runner:
             "exec_watch": state.exec_watch,
             "net": state.net_mode,
         }
-        try:
-            journal.begin(header)
-        except OSError as exc:
-            state.warnings.append(f"checkpoint journal not started ({exc}); a killed run would lose its samples")
-            journal.close()
-            return
-        self.journal = journal
 
     def _checkpoint(self, components: Components) -> None:
         """Append a checkpoint; a failure (disk full) ends the journal with a warning, never the run."""

@@ -7,11 +7,13 @@ import ctypes
 import struct
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from profiler import capture
+from profiler.appprofile import parse_profile
 from profiler.capture import CounterValue, PidCounters, ProcessInfo
 from profiler.checkpoint import CheckpointWriter, checkpoint_dir, executable_maps, journal_path
 from profiler.cli import main as profiler_main
@@ -19,8 +21,11 @@ from profiler.elfsyms import OfflineSymbols, demangle, parse_maps, read_elf_symb
 from profiler.errors import CaptureFormatError
 from profiler.journal import Checkpoint, JournalError, encode_checkpoint, encode_header, read_journal
 from profiler.recovery import load_replayed, recover_capture, replay
+from profiler.runner import Components, Runner
 from profiler.stackstore import SamplerCheckpoint, StackStore, StoreDelta
+from profiler.symbolize import Frame
 from profiler.timeline import CounterReading
+from tests.unit.test_runner import PROFILE_TEXT, FakeSampler, make
 
 GONE_PID = 4_000_000  # above pid_max: never a live process
 
@@ -212,3 +217,64 @@ def test_recover_command_keeps_what_the_torn_tail_did_not_reach(tmp_path: Path) 
     assert any("journal's tail was unreadable" in w for w in meta.warnings)
     assert capture.read_sampler_stats(tmp_path, GONE_PID).samples == 10  # type: ignore[union-attr]
     assert not checkpoint_dir(tmp_path).exists()
+
+
+# ---------------------------------------------------------------- the runner's checkpoints (fake components)
+
+
+class JournalSampler(FakeSampler):
+    """FakeSampler whose "reader thread" files 5 samples of pid 101 into a real store before each checkpoint."""
+
+    def __init__(self) -> None:
+        super().__init__({101: Counter({"main;run;burnAlpha": 3})})
+        self.store = filled_store()
+
+    def checkpoint(self) -> SamplerCheckpoint:  # type: ignore[override]
+        for _ in range(5):
+            self.store.add(101, 1, b"main", 0, addrs(0x1000, 0x2000), -1)
+        return SamplerCheckpoint(self.store.take_delta(), 0, {101: 0}, {})
+
+
+class NamedFrames:
+    def resolve(self, addr: int) -> Frame:
+        return Frame({0x1000: "burnAlpha", 0x2000: "run"}.get(addr, "[unknown]"), "native")
+
+    def set_perf_map(self, perf_map: object) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def runner_with_checkpoints(tmp_path: Path, duration: float) -> tuple[Runner, Components, Path]:
+    runner, components, out = make(tmp_path, duration=duration)
+    components.sampler = JournalSampler()
+    runner.options = replace(runner.options, checkpoint=0.5)
+    return runner, components, out
+
+
+def test_the_runner_checkpoints_on_its_ticks_and_drops_the_journal_once_the_capture_is_written(
+    tmp_path: Path,
+) -> None:
+    runner, _components, out = runner_with_checkpoints(tmp_path, 1.6)
+    runner.run(parse_profile(PROFILE_TEXT))
+    overhead = capture.read_overhead(out)
+    assert overhead is not None and 2 <= overhead.checkpoints <= 4 and overhead.checkpoint_bytes > 0
+    assert not checkpoint_dir(out).exists()
+
+
+def test_a_window_cut_short_is_recovered_up_to_its_last_checkpoint(tmp_path: Path) -> None:
+    # GIVEN the window ran (checkpoints on the runner's ticks) but the capture was never written: a kill
+    runner, components, out = runner_with_checkpoints(tmp_path, 1.6)
+    runner._window(components)
+    taken = runner.journal.cost.count if runner.journal is not None else 0
+    assert taken >= 2 and not (out / capture.META_FILE).exists()
+    # WHEN it is recovered
+    result = recover_capture(out, kernel=FakeKernel, symbols=lambda pid, saved: (NamedFrames(), "offline"))
+    # THEN every sample filed before the last checkpoint is there, matched, with the scope and counters
+    assert result.samples == 5 * taken and result.checkpoints == taken
+    assert capture.stacks_path(out, 101).read_text() == f"main;run;burnAlpha {5 * taken}\n"
+    assert {p.pid for p in capture.read_scope(out)} == {101, 102, 200}
+    assert capture.read_counters(out, 101) is not None
+    rows = (out / "h1_result.csv").read_text()
+    assert f"101,workload,spark,Alpha,{5 * taken}," in rows
