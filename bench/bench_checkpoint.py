@@ -189,6 +189,10 @@ def report(runs: list[Run], killed: dict[str, float], args: argparse.Namespace, 
         "|---|---|",
         *(f"| {key.replace('_', ' ')} | {value:.1f} |" for key, value in killed.items()),
         "",
+        "Samples and distinct stacks differ between rows because the machine is shared (the JVM gets less CPU "
+        "under load); the checkpoint columns are the runner's own measurement of its checkpoints (thread CPU "
+        "time and wall time around taking, encoding, appending and fdatasync), read from overhead.json.",
+        "",
         "The first checkpoint carries every distinct stack seen so far, each later one only the stacks new since "
         "and the count deltas, so the journal grows with distinct stacks and touched counters, not with samples.",
     ]

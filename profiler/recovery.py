@@ -10,6 +10,7 @@ perf-map versions either way.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -26,6 +27,7 @@ from .capture import (
     SamplerStats,
     VertexWindow,
     atomic_write_text,
+    is_safe_name,
 )
 from .checkpoint import PERF_MAPS_DIR, checkpoint_dir, journal_path
 from .elfsyms import OfflineSymbols
@@ -69,6 +71,11 @@ def _counters(payload: Mapping[str, Any]) -> PidCounters:
     return _record(PidCounters, {**payload, "events": events})  # type: ignore[no-any-return]
 
 
+def _is_copy_name(name: object) -> bool:
+    """A perf-map copy's name as PerfMapHistory writes it (never a path: a journal names no other file)."""
+    return isinstance(name, str) and re.fullmatch(r"perf-\d+-\d+\.map", name) is not None
+
+
 def replay(journal: JournalRead) -> Replayed:
     """The last whole checkpoint's state, stacks and counts accumulated over all of them (pure).
     Raises ValueError when a checkpoint contradicts the ones before it."""
@@ -81,11 +88,14 @@ def replay(journal: JournalRead) -> Replayed:
         replayed.time = checkpoint.time
         replayed.processes = [_record(ProcessInfo, p) for p in state.get("processes", [])]
         replayed.counters = {int(pid): _counters(c) for pid, c in state.get("counters", {}).items()}
+        pids = [p.pid for p in replayed.processes] + [c.pid for c in replayed.counters.values()]
+        if not all(type(pid) is int and pid > 0 for pid in pids):  # a pid names a directory of the capture
+            raise ValueError("a process or counter record has no valid pid")
         for pid, rows in state.get("readings", {}).items():
             replayed.readings.setdefault(int(pid), []).extend(CounterReading(*row) for row in rows)
         replayed.dropped = {int(pid): int(n) for pid, n in state.get("dropped", {}).items()}
         replayed.perf_maps = {
-            int(pid): [(int(start), name) for start, name in versions]
+            int(pid): [(int(start), name if _is_copy_name(name) else None) for start, name in versions]
             for pid, versions in state.get("perf_maps", {}).items()
         }
         for pid, saved in state.get("maps", {}).items():
@@ -314,6 +324,9 @@ def load_replayed(directory: Path) -> Replayed:
         raise CaptureFormatError(
             f"{path}: a checkpoint contradicts the ones before it ({exc}); re-run the capture"
         ) from None
+    host = replayed.header.get("host", "localhost")
+    if not is_safe_name(host):
+        raise CaptureFormatError(f"{path}: host {host!r} is not a safe directory name; this journal cannot be used")
     if not replayed.checkpoints:
         why = f" ({replayed.damage})" if replayed.damage else ""
         raise CaptureFormatError(

@@ -204,6 +204,7 @@ def test_host_profiler_killed_mid_window(
     (victim,) = cluster.profiler_pids(node2_host)
     last = max((s for s in cluster.statuses(node2_host)), key=lambda s: s.get("time") or 0)
     before, elapsed_before = int(last.get("samples") or 0), float(last.get("elapsed") or 0)
+    killed_at = time.time()  # the hosts share this machine's clock
     os.kill(victim, signal.SIGKILL)
     detect = wait_run_json(out, lambda i: i.hosts[1].reason.startswith("profiler"), timeout=60)
     code = child.finish(timeout=120)
@@ -218,7 +219,7 @@ def test_host_profiler_killed_mid_window(
     assert f"recovered {kept} samples up to" in node2.reason, node2.reason
     meta = capture.read_meta(rundir.host_capture_dir(out, "node2"))
     window = meta.end_time - meta.start_time
-    assert meta.stopped_by == "recovered" and 2.0 <= window <= elapsed_before + 2.5, (window, elapsed_before)
+    assert meta.stopped_by == "recovered" and window >= 2.0 and meta.end_time <= killed_at, (window, elapsed_before)
     # the last status (at most a second old at the kill) scaled to the recovered window, ± 2 s of samples
     assert 0 < kept <= before + 2 * 99 * 2
     assert kept >= before * min(1.0, window / max(elapsed_before, 0.1)) - 2 * 99 * 2

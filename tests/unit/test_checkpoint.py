@@ -278,3 +278,20 @@ def test_a_window_cut_short_is_recovered_up_to_its_last_checkpoint(tmp_path: Pat
     assert capture.read_counters(out, 101) is not None
     rows = (out / "h1_result.csv").read_text()
     assert f"101,workload,spark,Alpha,{5 * taken}," in rows
+
+
+def test_a_hostile_journal_names_no_file_outside_its_directory(tmp_path: Path) -> None:
+    # GIVEN a journal whose host label and perf-map copy name try to leave the directory
+    _store, _header, (first, _second) = two_checkpoints()
+    journal_path(tmp_path).parent.mkdir()
+    journal_path(tmp_path).write_bytes(encode_header({"host": "../../evil"}) + first)
+    with pytest.raises(CaptureFormatError, match="not a safe directory name"):
+        load_replayed(tmp_path)
+    state = {"perf_maps": {"7": [[1, "../../../etc/shadow"], [2, "perf-7-1.map"]]}}
+    hostile = encode_checkpoint(Checkpoint(1.0, StoreDelta(), state))
+    replayed = replay(read_journal(encode_header({}) + hostile))
+    assert replayed.perf_maps == {7: [(1, None), (2, "perf-7-1.map")]}
+    bad_pid = {"processes": [{"pid": "../../x", "role": "workload", "engine": "e", "kind": "k", "user": "u",
+                              "cmdline": "c", "first_seen": 0, "last_seen": 0}]}  # fmt: skip
+    with pytest.raises(ValueError, match="no valid pid"):
+        replay(read_journal(encode_header({}) + encode_checkpoint(Checkpoint(1.0, StoreDelta(), bad_pid))))
