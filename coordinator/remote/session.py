@@ -451,9 +451,12 @@ class HostWorker(threading.Thread):
     def _recovered_note(self, dest: Path, meta: capture.RunMeta) -> str:
         """How much a recovered capture holds: samples, and up to when (coordinator clock)."""
         samples = 0
-        for process in capture.read_scope(dest):
-            stats = capture.read_sampler_stats(dest, process.pid) if process.sampled else None
-            samples += stats.samples if stats is not None else 0
+        try:
+            for process in capture.read_scope(dest):
+                stats = capture.read_sampler_stats(dest, process.pid) if process.sampled else None
+                samples += stats.samples if stats is not None else 0
+        except ProfilerError as exc:  # the analysis will say what is wrong with the capture
+            self.log.write(self.spec.label, f"recovered capture unreadable: {exc}")
         until = meta.end_time - (self.outcome.clock_offset or 0.0)
         stamp = time.strftime("%H:%M:%S", time.localtime(until))
         return (
