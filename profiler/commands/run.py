@@ -6,6 +6,8 @@ then symbolizes, matches stacks to the tasks of the application profile and writ
 <out>/<host>_result.csv. Needs root (or CAP_BPF and CAP_PERFMON), bcc and kernel headers or BTF.
 Overhead: BPF compilation (~2-3 CPU-seconds) happens before the window; sampling at 99 Hz costs well
 under 1 % of a core. SIGINT/SIGTERM end the window early; everything collected is still written.
+Every --checkpoint seconds (30) the samples so far are appended to OUT/checkpoint/journal.tpj: a run
+killed outright (SIGKILL, the OOM killer) is rebuilt up to its last checkpoint by `profiler recover OUT`.
 
 examples:
   profiler run --duration 60 --out /tmp/cap
