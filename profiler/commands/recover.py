@@ -25,8 +25,6 @@ from ..argtypes import existing_dir
 
 
 class RecoverCommand:
-    """Rebuild the capture of a killed `profiler run` from its checkpoint journal."""
-
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:

@@ -38,9 +38,7 @@ def host_label(text: str) -> str:
 
 
 class RunCommand:
-    """Sample this host's stream-engine processes and write a capture directory."""
-
-    __doc__ = __doc__
+    __doc__ = __doc__  # the module's: its examples and the --checkpoint note reach --help
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--duration", type=duration, required=True, help="window length in seconds")
