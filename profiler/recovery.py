@@ -250,6 +250,20 @@ class RecoveredSampler:
     def close(self) -> None:
         return None
 
+    def _refreshed(self, pid: int, history: PerfMapHistory | None) -> PerfMapHistory | None:
+        """A JVM still running: its perf map dumped once more now, as a normal end does, so code compiled
+        after the last saved version is named too (the new version comes after every sample)."""
+        from . import jvm, perfmap
+
+        history = history or PerfMapHistory(pid, self.directory / PERF_MAPS_DIR)
+        try:
+            info = jvm.jvm_info(pid)
+            ok = info is not None and (not info.has_perfmap_command or perfmap.dump_perf_map(pid).ok)
+            history.finish(history.begin(), ok)  # with the agent (JDK 8/11) the map is current already
+        except Exception as exc:  # noqa: BLE001 - the saved versions still name what they can
+            self.warnings.append(f"pid {pid}: its perf map could not be dumped again ({exc}); saved versions used")
+        return history if history.snapshots else None
+
     def collect(self) -> dict[int, CollectedStacks]:
         store, replayed = self.replayed.store, self.replayed
         java = {p.pid for p in replayed.processes if p.jvm_version is not None} | set(replayed.perf_maps)
@@ -271,6 +285,8 @@ class RecoveredSampler:
                 )
                 versions = replayed.perf_maps.get(pid)
                 history = PerfMapHistory.restore(pid, self.directory / PERF_MAPS_DIR, versions) if versions else None
+                if how == "live" and pid in java:
+                    history = self._refreshed(pid, history)
                 folded, timeline, contexts = fold_store(store, pid, folder, history, None)
             finally:
                 symbols.close()

@@ -1,6 +1,7 @@
 """`profiler recover` on a real run killed with SIGKILL: the real sampler (eBPF) writes its checkpoint
 journal while sampling a real JVM; the profiler is killed, then the JVM exits too, so recovery must name
-its frames offline (saved maps + ELF files for native code, saved perf-map versions for Java code).
+its frames offline (saved maps + ELF files for native code, saved perf-map versions for Java code), or
+the JVM runs on and recovery names them the live way (bcc, and its perf map dumped once more).
 
 Prints one `FIGURE` line (pytest -s); docs/reliability.md quotes it.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from profiler import capture
 from profiler.checkpoint import checkpoint_dir, journal_path
@@ -50,9 +52,8 @@ def checkpoints_in(out: Path) -> int:
         return 0
 
 
-def test_killed_run_recovered_after_the_jvm_exited(
-    start_cpu_split_jvm: Callable[..., CpuSplitJvm], tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("jvm_exits", [True, False], ids=["jvm-gone", "jvm-alive"])
+def test_killed_run_recovered(start_cpu_split_jvm: Callable[..., CpuSplitJvm], tmp_path: Path, jvm_exits: bool) -> None:
     jvm = start_cpu_split_jvm(threads=1, warmup_ms=500)
     profile = tmp_path / "profile.txt"
     profile.write_text("Burn: burnAlpha, burnBeta, burnGamma\n")
@@ -68,7 +69,7 @@ def test_killed_run_recovered_after_the_jvm_exited(
     try:
         wait_for(lambda: status_of(status).get("state") == "sampling", 120, "sampling")
         wait_for(lambda: checkpoints_in(out) >= 3, 60, "three checkpoints")
-        # WHEN the profiler is killed with SIGKILL, then the JVM exits too
+        # WHEN the profiler is killed with SIGKILL (then the JVM exits too, or runs on)
         samples_at_kill = int(status_of(status).get("samples") or 0)
         elapsed_at_kill = float(status_of(status).get("elapsed") or 0)
         killed_at = time.time()
@@ -78,8 +79,9 @@ def test_killed_run_recovered_after_the_jvm_exited(
         if profiler.poll() is None:
             profiler.kill()
             profiler.wait(30)
-    jvm.kill()
-    assert not psutil.pid_exists(jvm.pid) and not (out / capture.META_FILE).exists()
+    if jvm_exits:
+        jvm.kill()
+    assert psutil.pid_exists(jvm.pid) != jvm_exits and not (out / capture.META_FILE).exists()
     assert bpf_programs_held_by({profiler.pid}) == [] and MAX_STACK.read_text() == max_stack_before
     journal_bytes = journal_path(out).stat().st_size
     # THEN `profiler recover` writes a capture marked recovered, up to the last checkpoint
@@ -96,7 +98,8 @@ def test_killed_run_recovered_after_the_jvm_exited(
     # samples up to the last checkpoint: the status's count scaled to the recovered window (±2 s of 99 Hz)
     assert 0 < recovered <= samples_at_kill + 200
     assert recovered >= samples_at_kill * window / max(elapsed_at_kill, window) - 200
-    # AND the dead JVM's frames are named: Java methods from the saved perf maps, native ones from ELF files
+    # AND the JVM's frames are named: Java methods from the saved perf maps (and, alive, one dumped now),
+    # native ones from the ELF files (gone) or by bcc (alive)
     folded = capture.stacks_path(out, jvm.pid).read_text()
     lines = [line.rsplit(" ", 1) for line in folded.splitlines()]
     total = sum(int(count) for _stack, count in lines)
@@ -108,7 +111,8 @@ def test_killed_run_recovered_after_the_jvm_exited(
     assert "Burn" in rows
     assert not checkpoint_dir(out).exists()
     print(
-        f"FIGURE recover-offline: samples_at_kill={samples_at_kill}, elapsed_at_kill_s={elapsed_at_kill:.1f}, "
+        f"FIGURE recover-{'offline' if jvm_exits else 'live'}: samples_at_kill={samples_at_kill}, "
+        f"elapsed_at_kill_s={elapsed_at_kill:.1f}, "
         f"recovered_window_s={window:.1f}, samples_recovered={recovered}, burn_named={burn}, "
         f"native_named={native}, unknown_stacks={unknown}, journal_bytes={journal_bytes}, recover_s={recover_s:.1f}"
     )
