@@ -55,6 +55,15 @@ duration = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
 interval = bounded(float, 0.1, 3600.0, "seconds")
 perf_map_refresh = bounded(float, 0.0, 86400.0, "seconds")
 
+
+def checkpoint_period(text: str) -> float:
+    """--checkpoint of profiler run and coordinator profile: 0 (none) or half a second to a day."""
+    value = bounded(float, 0.0, 86400.0, "seconds")(text)
+    if 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"{text!r}: use 0 (no checkpoints) or at least 0.5 seconds")
+    return value
+
+
 LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 

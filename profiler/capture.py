@@ -275,6 +275,10 @@ class Overhead:
     peak_rss_bytes: int = 0
     rss_baseline_bytes: int | None = None  # RSS when the window started (BPF compiled, LLVM heap returned)
     timeline: tuple[OverheadPoint, ...] = ()
+    checkpoints: int = 0  # checkpoint-journal records written during the window (--checkpoint)
+    checkpoint_cpu_seconds: float = 0.0  # the profiler CPU they took (in profiler_cpu_seconds too)
+    checkpoint_seconds: float = 0.0  # their wall time, fsync included
+    checkpoint_bytes: int = 0  # journal bytes written
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from .errors import ProfilerError
 
 # Preferred order in --help; any other module in the commands package is listed after these.
 # Command modules import heavy dependencies (bcc, pyspark) inside run(), never at import time.
-COMMAND_ORDER: tuple[str, ...] = ("run", "doctor", "match")
+COMMAND_ORDER: tuple[str, ...] = ("run", "recover", "doctor", "match")
 
 
 def discover_commands(package: str, order: Sequence[str]) -> list[str]:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import perfmap
+from .capture import atomic_write_bytes
 from .perfmap import PerfMap
 
 
@@ -60,10 +61,25 @@ class PerfMapHistory:
                 return
             target = self.directory / f"perf-{self.pid}-{index}.map"
             self.directory.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            atomic_write_bytes(target, content)  # whole or absent: a kill mid-copy must not leave half a map
             self._files[index] = target
             self._last_digest, self._last_path = digest, target
             return
+
+    def versions(self) -> list[tuple[int, str | None]]:
+        """(refresh start ns, copied file's name or None) of every refresh so far, for the checkpoint journal."""
+        with self._lock:
+            return [(start, path.name if path is not None else None) for start, path in zip(self._starts, self._files)]
+
+    @classmethod
+    def restore(cls, pid: int, directory: Path, versions: list[tuple[int, str | None]]) -> PerfMapHistory:
+        """The history as a checkpoint recorded it (recovery); a copy missing on disk counts as a failed refresh."""
+        history = cls(pid, directory)
+        for start, name in versions:
+            history._starts.append(int(start))
+            path = directory / name if name is not None else None
+            history._files.append(path if path is not None and path.is_file() else None)
+        return history
 
     @property
     def last_refresh_ns(self) -> int | None:

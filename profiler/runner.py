@@ -39,10 +39,11 @@ from .capture import (
     RunMeta,
     VertexWindow,
 )
+from .checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
 from .errors import OutputExistsError, OutputWriteError, PrivilegeError
 from .folded import format_folded
 from .matcher import Matcher, MatchResult, match_stacks
-from .stackstore import CollectedStacks
+from .stackstore import CollectedStacks, SamplerCheckpoint
 from .timeline import CounterReading, counter_deltas, rss_bytes
 
 CAP_PERFMON = 38
@@ -74,6 +75,7 @@ class RunOptions:
     perf_map_refresh: float = 60.0
     stack_collection: str = "auto"
     stack_walk: str = "auto"
+    checkpoint: float = DEFAULT_CHECKPOINT  # seconds between checkpoint-journal records; 0: none
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -109,6 +111,7 @@ class SamplerLike(Protocol):
     def sample_count(self, pid: int) -> int: ...
     def stop(self) -> None: ...
     def collect(self) -> dict[int, CollectedStacks]: ...
+    def checkpoint(self) -> SamplerCheckpoint | None: ...  # what changed since the last call; None: unsupported
     def close(self) -> None: ...
 
 
@@ -175,6 +178,8 @@ def real_components(options: RunOptions) -> Components:
         interval=options.interval,
         perf_map_refresh=options.perf_map_refresh,
         stack_walk=options.stack_walk,
+        checkpoints=options.checkpoint > 0,
+        perf_map_dir=checkpoint_dir(options.out) / PERF_MAPS_DIR if options.checkpoint > 0 else None,
     )
     net = None
     if options.net:
@@ -482,6 +487,7 @@ class Runner:
         self.status = StatusWriter(options.status_file)
         self.status.duration = options.duration
         self.state = WindowState()
+        self.journal: CheckpointWriter | None = None  # the checkpoint journal, open during the window
 
     # signal handling is the command's business; the runner only watches the event
     def request_stop(self) -> None:
@@ -516,6 +522,7 @@ class Runner:
         finally:
             try:
                 self._write_capture(components, profile)
+                self._drop_journal()  # the capture is whole: the journal is not needed
             except OSError as exc:  # a full disk: one line with the fix instead of a traceback
                 failure = failure or _write_failure(out, exc)
             finally:
@@ -556,6 +563,7 @@ class Runner:
             # Events first: entering the processes can take seconds (perf maps, symbol caches), and
             # Flink's first reading should come at the window's start.
             self._guarded("event counting could not start", components.events.start, initial, state.start_time)
+            self._begin_journal(components)
             for process in initial:
                 self._enter(components, process)
             if components.spark_plans is not None:
@@ -567,6 +575,7 @@ class Runner:
             self.status.update("sampling", force=True)
             deadline = state.start_time + options.duration
             next_tick = 1
+            next_checkpoint = state.start_time + options.checkpoint
             while True:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
@@ -577,6 +586,9 @@ class Runner:
                 if self.clock() >= state.start_time + next_tick * options.interval:
                     self._tick(components, next_tick - 1)
                     next_tick += 1
+                if self.journal is not None and self.clock() >= next_checkpoint:
+                    self._checkpoint(components)
+                    next_checkpoint += options.checkpoint
                 new, exited = components.scope.poll()
                 for process in new:
                     self._enter(components, process)
@@ -627,6 +639,80 @@ class Runner:
             )
         )
 
+    # ------------------------------------------------------------------ the checkpoint journal
+
+    def _begin_journal(self, components: Components) -> None:
+        """Open the journal with the run's header (the window has begun: the sampler's facts are known)."""
+        options, state = self.options, self.state
+        if options.checkpoint <= 0 or components.sampler.collection != "ringbuf":
+            return
+        journal = CheckpointWriter(checkpoint_dir(options.out))
+        try:
+            journal.begin(self._journal_header(components))
+        except OSError as exc:
+            state.warnings.append(f"checkpoint journal not started ({exc}); a killed run would lose its samples")
+            journal.close()
+            return
+        self.journal = journal
+
+    def _journal_header(self, components: Components) -> dict[str, Any]:
+        """What `profiler recover` needs besides the checkpoints: the run's options and the sampler's facts."""
+        options, state = self.options, self.state
+        return {
+            "host": options.host,
+            "hostname": socket.gethostname(),
+            "kernel": platform.release(),
+            "profiler_version": __version__,
+            "frequency": options.frequency,
+            "duration": options.duration,
+            "interval": options.interval,
+            "perf_map_refresh": options.perf_map_refresh,
+            "checkpoint": options.checkpoint,
+            "stack_storage_size": options.stack_storage_size,
+            "profile_name": Path(options.profile).name,
+            "profile_text": Path(options.profile).read_text(encoding="utf-8"),
+            "start_time": state.start_time,
+            "max_stack_depth": components.sampler.max_stack_depth,
+            "stack_collection": components.sampler.collection,
+            "stack_walk": components.sampler.stack_walk,
+            "thread_names": components.sampler.thread_names,
+            "exec_watch": state.exec_watch,
+            "net": state.net_mode,
+        }
+
+    def _checkpoint(self, components: Components) -> None:
+        """Append a checkpoint; a failure (disk full) ends the journal with a warning, never the run."""
+        state, journal = self.state, self.journal
+        assert journal is not None
+        try:
+            taken = components.sampler.checkpoint()
+            if taken is None:
+                raise RuntimeError("the sampler has no checkpoints to give")
+            processes = components.scope.processes()
+            counters = dict(state.counters)  # exited processes: their reading at exit
+            for process in processes:
+                if process.pid not in counters:
+                    try:
+                        counters[process.pid] = components.counters.read(process.pid)
+                    except Exception:  # noqa: BLE001 - it just exited; its exit reading comes later
+                        continue
+            exited = [replace(p, exited=True) if p.pid in state.counters else p for p in processes]
+            warnings = [*state.warnings, *components.sampler.warnings]
+            journal.write(taken, exited, counters, state.counter_readings, warnings, components.cycles_source())
+        except Exception as exc:  # noqa: BLE001 - the journal is insurance, the run goes on without it
+            state.warnings.append(
+                f"checkpoint journal stopped after {journal.cost.count} checkpoints ({exc.__class__.__name__}: {exc}); "
+                "a kill from now on loses the samples since"
+            )
+            journal.close()
+            self.journal = None
+
+    def _drop_journal(self) -> None:
+        """The capture is written: the journal and its perf-map copies go."""
+        if self.journal is not None:
+            self.journal.close()
+        shutil.rmtree(checkpoint_dir(self.options.out), ignore_errors=True)
+
     def _guarded(self, what: str, action: Callable[..., object], *args: object) -> None:
         """Optional parts (event counting) must never end a run: a failure becomes a warning."""
         try:
@@ -649,6 +735,8 @@ class Runner:
         if process.sampled:
             actions.append(lambda: components.sampler.add_pid(process.pid))
             actions.append(lambda: components.sampler.prepare_symbols(process.pid))
+            if self.journal is not None:
+                actions.append(lambda: self.journal.note_process(process.pid))  # type: ignore[union-attr]
         if components.net is not None:
             actions.append(lambda: components.net.add_pid(process.pid))  # type: ignore[union-attr]
         return actions
@@ -662,6 +750,14 @@ class Runner:
             self.state.warnings.append(f"pid {pid}: counters unreadable after exit ({exc})")
 
     # ------------------------------------------------------------------ after the window
+
+    def write_capture(self, components: Components, profile: ApplicationProfile) -> None:
+        """Write the capture of what ``components`` hold now, with this runner's state (``profiler
+        recover`` replays a killed run's components and state into it)."""
+        try:
+            self._write_capture(components, profile)
+        finally:
+            self._add_late_warnings(components)
 
     def _write_capture(self, components: Components, profile: ApplicationProfile) -> None:
         """After the window: collect what the components hold, then write the capture directory."""
@@ -820,8 +916,20 @@ class Runner:
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 rss_baseline_bytes=state.rss_baseline,
                 timeline=tuple(state.overhead_points),
+                **self._checkpoint_cost(),
             ),
         )
+
+    def _checkpoint_cost(self) -> dict[str, Any]:
+        cost = self.journal.cost if self.journal is not None else None
+        if cost is None or not cost.count:
+            return {}
+        return {
+            "checkpoints": cost.count,
+            "checkpoint_cpu_seconds": round(cost.cpu_seconds, 4),
+            "checkpoint_seconds": round(cost.seconds, 4),
+            "checkpoint_bytes": cost.bytes,
+        }
 
     def _write_counters(self, counters: dict[int, PidCounters], processes: Sequence[ProcessInfo]) -> None:
         """counters.json per PID, and its per-interval deltas (the final reading closes the last interval)."""
@@ -866,6 +974,8 @@ class Runner:
         return []
 
     def _close(self, components: Components) -> None:
+        if self.journal is not None:
+            self.journal.close()
         for closer in (components.sampler.close, components.scope.close, components.counters.close):
             try:
                 closer()

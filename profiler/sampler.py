@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from .capture import DEFAULT_INTERVAL, SamplerStats
@@ -45,6 +46,7 @@ from .stackstore import (
     TAG_MASK,
     CollectedStacks,
     RawStack,
+    SamplerCheckpoint,
     StackStore,
     parse_record,
     parse_walk_record,
@@ -58,6 +60,7 @@ from .symbolize import (
     ProcessSymbols,
     StackFolder,
     fold_stack,
+    fold_store,
     is_java_unwalkable,
 )
 from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
@@ -166,6 +169,8 @@ class StackSampler:
         perf_map_refresh: float = 60.0,
         stack_walk: str = "auto",
         thread_names: bool = True,
+        checkpoints: bool = False,
+        perf_map_dir: Path | None = None,
     ) -> None:
         if stack_walk not in STACK_WALKS:
             raise ConfigError(f"stack walk {stack_walk!r}: use one of {', '.join(STACK_WALKS)}")
@@ -201,9 +206,11 @@ class StackSampler:
         self.warnings: list[str] = []
         self._jvms = JvmNames(self._publish_jvm)
         self._symbols = SymbolPreparer(
-            perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm
+            perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm, scratch=perf_map_dir
         )
         self._store = StackStore(int(interval * 1e9))
+        self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
+        self._file_lock = threading.Lock()  # the reader thread files samples; checkpoint() takes the delta
         # Full thread names need each sample's tid and time: the ring buffer's, not the stack map's.
         self._names: ThreadWatch | None = ThreadWatch(self.warnings) if thread_names else None
         self._pending: list[tuple[int, int, int, bytes, RawStack, RawStack, int]] = []  # last: walk end
@@ -439,14 +446,15 @@ class StackSampler:
             awaiting = names.awaiting()
             names.drain()
         pending, self._pending = self._pending, []
-        for record in pending:
-            if record[0] in awaiting:
-                self._pending.append(record)
-                continue
-            try:
-                self._file(record, names)
-            except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
-                self.reader_errors += 1
+        with self._file_lock:
+            for record in pending:
+                if record[0] in awaiting:
+                    self._pending.append(record)
+                    continue
+                try:
+                    self._file(record, names)
+                except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
+                    self.reader_errors += 1
         self._jvms.poll_unloads()
 
     def _file(self, record: tuple[int, int, int, bytes, RawStack, RawStack, int], names: ThreadWatch | None) -> None:
@@ -477,6 +485,17 @@ class StackSampler:
     @property
     def distinct_stacks(self) -> int:
         return self._store.distinct_stacks
+
+    def checkpoint(self) -> SamplerCheckpoint | None:
+        """What changed since the last call, for the checkpoint journal; None without the ring buffer (the
+        stack map keeps samples in the kernel) or when checkpoints were not asked for. Called by the
+        runner's thread: the reader thread only waits for the lock while the delta is swapped out."""
+        if self._bpf is None or self.collection != "ringbuf" or not self._store.track_deltas:
+            return None
+        with self._file_lock:
+            delta = self._store.take_delta()
+        dropped = {pid: _target_counts(self._bpf, pid)[1] for pid in list(self._targets)}
+        return SamplerCheckpoint(delta, self._store.origin_ns, dropped, self._symbols.history_versions())
 
     @property
     def thread_names(self) -> str:
@@ -799,15 +818,7 @@ def collect_ringbuf(
                         native_cause=cfi.cut_cause_of(pid) if cfi is not None else None,
                     )
                     history = symbols_of.histories.get(pid)
-                    for epoch in store.epochs(pid):
-                        if history is not None:
-                            folder.use_perf_map(history.map_for(epoch))
-                        for key, interval, context, count in store.context_entries(pid, epoch):
-                            stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
-                            folded[stack] += count
-                            timeline[(interval if last is None else min(interval, last), stack)] += count
-                            if context is not None:
-                                contexts[(context, stack)] += count
+                    folded, timeline, contexts = fold_store(store, pid, folder, history, last)
                     stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)

@@ -76,6 +76,33 @@ _CONTEXT_SHIFT = INTERVAL_BITS + EPOCH_BITS
 _KEY_SHIFT = CONTEXT_BITS + _CONTEXT_SHIFT
 
 
+def pack_count_key(key_id: int, context_id: int, interval: int, epoch: int) -> int:
+    return (key_id << _KEY_SHIFT) | (context_id << _CONTEXT_SHIFT) | (interval << EPOCH_BITS) | epoch
+
+
+def unpack_count_key(packed: int) -> tuple[int, int, int, int]:
+    """(key id, context id, interval, epoch) of a packed counter key."""
+    return (
+        packed >> _KEY_SHIFT,
+        (packed >> _CONTEXT_SHIFT) & ((1 << CONTEXT_BITS) - 1),
+        (packed >> EPOCH_BITS) & ((1 << INTERVAL_BITS) - 1),
+        packed & ((1 << EPOCH_BITS) - 1),
+    )
+
+
+@dataclass(frozen=True)
+class StoreDelta:
+    """What a StackStore gained since the last delta was taken (the checkpoint journal's stack part)."""
+
+    keys: tuple[tuple[int, StackKey], ...] = ()  # (key id, key) first seen since
+    contexts: tuple[tuple[int, str], ...] = ()  # (context id, full thread name) first seen since
+    counts: tuple[tuple[int, int, int], ...] = ()  # (tgid, packed counter key, samples added)
+
+    @property
+    def samples(self) -> int:
+        return sum(count for _tgid, _packed, count in self.counts)
+
+
 def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, RawStack, RawStack]:
     """(tgid, tid, time_ns, comm, user, kernel) of one ring-buffer record.
 
@@ -133,6 +160,11 @@ class StackStore:
         self._contexts: dict[str, int] = {}
         self._context_list: list[str | None] = [None]
         self.samples = 0
+        # The checkpoint journal (profiler/checkpoint.py): counts added since the last take_delta().
+        self.track_deltas = False
+        self._delta: Counter[tuple[int, int]] = Counter()  # (tgid, packed key) -> samples
+        self._keys_taken = 0
+        self._contexts_taken = 1
 
     def begin(self, origin_ns: int) -> None:
         self.origin_ns = origin_ns
@@ -199,9 +231,50 @@ class StackStore:
         interval = min(self.interval_of(time_ns), (1 << INTERVAL_BITS) - 1)
         epoch = min(epoch, (1 << EPOCH_BITS) - 1)
         context_id = self._context_id(context)
-        counts[(key_id << _KEY_SHIFT) | (context_id << _CONTEXT_SHIFT) | (interval << EPOCH_BITS) | epoch] += 1
+        packed = (key_id << _KEY_SHIFT) | (context_id << _CONTEXT_SHIFT) | (interval << EPOCH_BITS) | epoch
+        counts[packed] += 1
+        if self.track_deltas:
+            self._delta[(tgid, packed)] += 1
         self.samples += 1
         return new_user
+
+    def take_delta(self) -> StoreDelta:
+        """Keys, contexts and counts added since the last call (all of them the first time); the caller
+        serialises calls with add(). Memory: the delta holds one entry per counter touched since."""
+        keys = tuple(enumerate(self._key_list[self._keys_taken :], self._keys_taken))
+        contexts = tuple(
+            (i, str(text)) for i, text in enumerate(self._context_list[self._contexts_taken :], self._contexts_taken)
+        )
+        counts = tuple((tgid, packed, count) for (tgid, packed), count in self._delta.items())
+        self._keys_taken, self._contexts_taken = len(self._key_list), len(self._context_list)
+        self._delta = Counter()
+        return StoreDelta(keys, contexts, counts)
+
+    def apply_delta(self, delta: StoreDelta) -> None:
+        """Replay a delta taken from another store (recovery from the journal); ids must follow on."""
+        for key_id, key in delta.keys:
+            if key_id != len(self._key_list):
+                raise ValueError(f"stack id {key_id} out of order (expected {len(self._key_list)})")
+            user = self._intern(key.user)[0] if not isinstance(key.user, tuple) else key.user
+            kernel = self._intern(key.kernel)[0] if not isinstance(key.kernel, tuple) else key.kernel
+            key = StackKey(key.tgid, key.comm, user, kernel, key.walk_end)
+            self._keys[key] = key_id
+            self._key_list.append(key)
+        for context_id, text in delta.contexts:
+            if context_id != len(self._context_list):
+                raise ValueError(f"context id {context_id} out of order (expected {len(self._context_list)})")
+            self._contexts[text] = context_id
+            self._context_list.append(text)
+        for tgid, packed, count in delta.counts:
+            key_id, context_id, _interval, _epoch = unpack_count_key(packed)
+            if key_id >= len(self._key_list) or context_id >= len(self._context_list):
+                raise ValueError(f"a count names stack {key_id} or context {context_id}, never defined")
+            self._counts.setdefault(tgid, Counter())[packed] += count
+            self.samples += count
+
+    def sample_counts(self) -> dict[int, int]:
+        """Samples counted per process."""
+        return {tgid: sum(counts.values()) for tgid, counts in self._counts.items()}
 
     @property
     def distinct_stacks(self) -> int:
@@ -250,3 +323,13 @@ class CollectedStacks:
     timeline: Counter[tuple[int, str]] | None  # (interval, folded stack) -> samples; None: no timestamps
     stats: SamplerStats
     contexts: Counter[tuple[str, str]] | None = None  # (context, folded stack) -> samples; None: no contexts
+
+
+@dataclass(frozen=True)
+class SamplerCheckpoint:
+    """What the sampler hands the checkpoint journal during the window (profiler/checkpoint.py)."""
+
+    stacks: StoreDelta
+    origin_ns: int | None  # CLOCK_MONOTONIC of the window's start: timeline intervals count from it
+    dropped: dict[int, int]  # samples per PID the ring buffer had no room for, so far
+    perf_maps: dict[int, list[tuple[int, str | None]]]  # PID -> perf-map versions (refresh start ns, file name)

@@ -23,12 +23,15 @@ import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
 from .hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
 from .perfmap import PerfMapLike
-from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StoredStack, stack_bytes
+from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StackStore, StoredStack, stack_bytes
+
+if TYPE_CHECKING:
+    from .perfmap_history import PerfMapHistory
 
 UNKNOWN = "[unknown]"
 INTERPRETER = "Interpreter"  # HotSpot's template interpreter: one symbol for every interpreted frame
@@ -326,6 +329,19 @@ def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int)
     return CUT_JAVA if frames[-1].in_jit_code else CUT_NATIVE
 
 
+class SymbolResolver(Protocol):
+    """What StackFolder needs of a process's symbols: ProcessSymbols (bcc, live process) or
+    OfflineSymbols (profiler/elfsyms.py: saved maps and ELF files, process gone)."""
+
+    def resolve(self, addr: int) -> Frame: ...
+    def set_perf_map(self, perf_map: PerfMapLike | None) -> None: ...
+    def close(self) -> None: ...
+
+
+class KernelResolver(Protocol):
+    def resolve(self, addr: int) -> str: ...
+
+
 class StackFolder:
     """Raw stacks of one process to folded lines, counting what the health panel reports.
 
@@ -335,8 +351,8 @@ class StackFolder:
 
     def __init__(
         self,
-        symbols: ProcessSymbols,
-        kernel: KernelSymbols,
+        symbols: SymbolResolver,
+        kernel: KernelResolver,
         depth: int,
         java_process: bool,
         kernel_depth: int = 127,
@@ -473,6 +489,26 @@ class StackFolder:
         if user.cut is not None:
             self.stacks_cut[user.cut] += count
         return fold_stack(comm.decode("utf-8", "replace"), user.names, kernel_names)
+
+
+def fold_store(
+    store: StackStore, pid: int, folder: StackFolder, history: PerfMapHistory | None, last: int | None
+) -> tuple[Counter[str], Counter[tuple[int, str]], Counter[tuple[str, str]]]:
+    """One process's stored samples folded: (stacks, (interval, stack), (context, stack)) -> samples. Each
+    perf-map epoch is named by its version from ``history``; intervals past ``last`` count in it."""
+    folded: Counter[str] = Counter()
+    timeline: Counter[tuple[int, str]] = Counter()
+    contexts: Counter[tuple[str, str]] = Counter()
+    for epoch in store.epochs(pid):
+        if history is not None:
+            folder.use_perf_map(history.map_for(epoch))
+        for key, interval, context, count in store.context_entries(pid, epoch):
+            stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
+            folded[stack] += count
+            timeline[(interval if last is None else min(interval, last), stack)] += count
+            if context is not None:
+                contexts[(context, stack)] += count
+    return folded, timeline, contexts
 
 
 STACK_NONE = -1  # no kernel stack asked for (user-mode sample); see bpf/stack_ringbuf.c

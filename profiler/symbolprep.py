@@ -62,6 +62,7 @@ class SymbolPreparer:
         alive: Callable[[int], bool],
         warnings: list[str],
         on_jvm: Callable[[int], bool] | None = None,
+        scratch: Path | None = None,
     ) -> None:
         self.perf_map_mode = perf_map_mode
         self.perf_map_refresh = perf_map_refresh
@@ -70,7 +71,9 @@ class SymbolPreparer:
         self._warnings = warnings
         self._on_jvm = on_jvm  # a JVM entered the scope: True once its interpreter can be named
         self._keep_history = False
-        self._scratch: Path | None = None  # perf-map versions until symbolization
+        # Perf-map versions until symbolization: a temporary directory, or the checkpoint journal's (kept by a kill)
+        self._scratch: Path | None = scratch
+        self._own_scratch = scratch is None
         self._prepared: dict[int, _Prepared] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[int | None] = queue.Queue()
@@ -108,7 +111,7 @@ class SymbolPreparer:
             if prepared.symbols is not None:
                 prepared.symbols.close()
                 prepared.symbols = None
-        if self._scratch is not None:
+        if self._scratch is not None and self._own_scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
@@ -153,6 +156,10 @@ class SymbolPreparer:
                 self._refresh_perf_map(pid, prepared.jvm_info, prepared)
             except Exception as exc:  # noqa: BLE001 - the process may be gone; the next refresh or the end retries
                 prepared.detail = f"refresh failed: {exc}"
+
+    def history_versions(self) -> dict[int, list[tuple[int, str | None]]]:
+        """Every process's perf-map versions so far (the checkpoint journal names them)."""
+        return {pid: history.versions() for pid, history in list(self.histories.items())}
 
     def _history(self, pid: int) -> PerfMapHistory:
         history = self.histories.get(pid)

@@ -233,7 +233,7 @@ def read_inputs(
             run_id, run_labels = path.resolve().name, {}
             pids, span = _capture_pids(run_id, meta.host, path, next_key, window)
             next_key += len(pids)
-            state = "ok" if meta.stopped_by != "error" else "partial"
+            state = "ok" if meta.stopped_by not in ("error", "recovered") else "partial"
             events = capture.read_events(path) if span is None or span.whole else None
             hosts = [HostInput(meta.host, state, "", path, events, pids, span)]
             copies = [path / capture.PROFILE_COPY]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from profiler.argtypes import (
     bounded,
+    checkpoint_period,
     duration,
     frequency,
     interval,
@@ -52,6 +53,7 @@ class ProfileCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        from profiler.checkpoint import DEFAULT_CHECKPOINT
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
 
         parser.add_argument("--duration", type=duration, required=True, help="sampling window in seconds")
@@ -78,6 +80,13 @@ class ProfileCommand:
             type=perf_map_refresh,
             default=60.0,
             help="seconds between Java perf-map refreshes on every host (60; 0 = at the end only)",
+        )
+        parser.add_argument(
+            "--checkpoint",
+            type=checkpoint_period,
+            default=DEFAULT_CHECKPOINT,
+            help=f"seconds between checkpoints of every host profiler ({DEFAULT_CHECKPOINT:g}; 0 = none): a host "
+            "profiler killed mid-window is recovered up to its last one (the host is 'partial')",
         )
         parser.add_argument("--events", type=positive_int, help="events the application processed in the window")
         parser.add_argument(
@@ -152,7 +161,9 @@ class ProfileCommand:
             net=args.net,
             events=args.events,
             pids=tuple(args.pid),
-            sampling=SamplingOptions(interval=args.interval, perf_map_refresh=args.perf_map_refresh),
+            sampling=SamplingOptions(
+                interval=args.interval, perf_map_refresh=args.perf_map_refresh, checkpoint=args.checkpoint
+            ),
         )
         options = RunOptions(
             labels=labels,

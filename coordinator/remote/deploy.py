@@ -20,6 +20,7 @@ from pathlib import Path
 
 import profiler
 from profiler.capture import DEFAULT_INTERVAL
+from profiler.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 
 BUNDLE_NAME = "bundle.tar.gz"
 PKG_DIR = "pkg"
@@ -174,6 +175,7 @@ def profiler_run_args(
     pids: Sequence[int] = (),
     interval: float = DEFAULT_INTERVAL,
     perf_map_refresh: float = 60.0,
+    checkpoint: float = DEFAULT_CHECKPOINT,
 ) -> list[str]:
     """Arguments of ``profiler run`` for one host (paths inside its work directory)."""
     args = [
@@ -196,6 +198,8 @@ def profiler_run_args(
         repr(float(interval)),
         "--perf-map-refresh",
         repr(float(perf_map_refresh)),
+        "--checkpoint",
+        repr(float(checkpoint)),
         "--force",
     ]
     if start_at is not None:
@@ -262,7 +266,9 @@ def alive_command(layout: RemoteLayout, needs_sudo: bool) -> str:
 
 
 def fetch_command(layout: RemoteLayout, needs_sudo: bool) -> str:
-    return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} -cf - ."
+    """The capture as a tar stream; a checkpoint journal stays on the host (only `profiler recover` there
+    can use it: it names the host's files)."""
+    return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} --exclude=./{CHECKPOINT_DIR} -cf - ."
 
 
 def check_workdir(workdir: str) -> str:

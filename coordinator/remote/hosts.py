@@ -24,6 +24,7 @@ from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec
 from coordinator.remote.deploy import RemoteLayout
 from profiler.capture import DEFAULT_INTERVAL
+from profiler.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 from profiler.errors import ProfilerError
 
 STATES = ("starting", "waiting", "sampling", "writing", "done", "failed")
@@ -95,6 +96,7 @@ class SamplingOptions:
 
     interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
     perf_map_refresh: float = 60.0  # seconds between Java perf-map refreshes; 0 = at the end only
+    checkpoint: float = DEFAULT_CHECKPOINT  # seconds between checkpoint-journal records; 0 = none
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ class HostTransport(ABC):
             pids=request.pids,
             interval=request.sampling.interval,
             perf_map_refresh=request.sampling.perf_map_refresh,
+            checkpoint=request.sampling.checkpoint,
         )
 
     @abstractmethod
@@ -185,6 +188,11 @@ class HostTransport(ABC):
     @abstractmethod
     def run_profiler(self, args: Sequence[str], timeout: float) -> CommandResult:
         """A short foreground ``profiler`` subcommand, e.g. ``doctor --json`` (needs ``deploy`` first)."""
+
+    def recover_capture(self, timeout: float) -> CommandResult:
+        """``profiler recover`` on the work directory's output (a profiler that died without writing its
+        capture left a checkpoint journal there); the transports that deploy a profiler override it."""
+        return CommandResult(1, "", "profiler recover: this transport cannot run it")
 
     @abstractmethod
     def cleanup(self) -> None:
@@ -298,7 +306,8 @@ class LocalHost(HostTransport):
     def fetch_capture(self, dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)
         if Path(self.layout.out).is_dir():  # absent when the profiler failed before writing anything
-            shutil.copytree(self.layout.out, dest, dirs_exist_ok=True)
+            ignore = shutil.ignore_patterns(CHECKPOINT_DIR)  # the journal stays (see deploy.fetch_command)
+            shutil.copytree(self.layout.out, dest, dirs_exist_ok=True, ignore=ignore)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -315,6 +324,9 @@ class LocalHost(HostTransport):
         except subprocess.TimeoutExpired:
             return CommandResult(124, "", f"timed out after {timeout:g} s")
         return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def recover_capture(self, timeout: float) -> CommandResult:
+        return self.run_profiler(["recover", self.layout.out, "--quiet"], timeout)
 
     def cleanup(self) -> None:
         if self.process is None and self.workdir is not None and self.signal_profiler("INT"):

@@ -43,6 +43,7 @@ READY_TIMEOUT = 120.0  # connect + deploy budget per host before the others star
 LOG_FILE = "coordinator.log"
 LATE_START_TOLERANCE = 0.5  # seconds after the common start a host may begin without a warning
 NOT_COLLECTED = "not collected"  # a host's reason in run.json until its outcome is known
+RECOVER_TIMEOUT = 300.0  # seconds `profiler recover` may take on a host (symbolizing a long window)
 
 TransportFactory = Callable[[HostSpec], HostTransport]
 
@@ -379,12 +380,15 @@ class HostWorker(threading.Thread):
         except TransportLost as exc:
             self._fail(f"could not fetch the capture: {exc}")
             return
+        recovery = ""
+        if not capture.is_capture_dir(dest):
+            recovery = self._recover(dest, deadline)
         if not capture.is_capture_dir(dest):
             if dest.is_dir() and not any(dest.iterdir()):
                 dest.rmdir()
             reason = self.outcome.reason if not self.outcome.reason.startswith(NOT_COLLECTED) else ""
             error = status.error if status is not None and status.error else reason or "no meta.json written"
-            self._fail(f"profiler failed: {error}")
+            self._fail(f"profiler failed: {error}" + (f"; {recovery}" if recovery else ""))
             return
         try:
             meta = capture.read_meta(dest)
@@ -392,9 +396,13 @@ class HostWorker(threading.Thread):
             self._fail(f"unreadable capture: {exc}")
             return
         reasons = []
-        if status is None or status.state != "done":
+        if meta.stopped_by == "recovered":
+            died = self.outcome.reason if not self.outcome.reason.startswith(NOT_COLLECTED) else ""
+            reasons.append(died or f"profiler failed: {status.error if status and status.error else 'see the log'}")
+            reasons.append(self._recovered_note(dest, meta))
+        elif status is None or status.state != "done":
             reasons.append(f"profiler failed: {status.error if status and status.error else 'see coordinator.log'}")
-        if meta.stopped_by != "duration":
+        if meta.stopped_by not in ("duration", "recovered"):
             reasons.append(
                 "stopped early by Ctrl-C on the coordinator"
                 if self.control.stop.is_set()
@@ -418,6 +426,43 @@ class HostWorker(threading.Thread):
         )
         self._phase("done" if state == HOST_OK else "partial", self.outcome.reason)
         self._check_start(meta.start_time)
+
+    def _recover(self, dest: Path, deadline: float) -> str:
+        """A profiler that died without writing its capture (SIGKILL, the OOM killer) leaves a checkpoint
+        journal: ``profiler recover`` rebuilds the capture on the host, then it is fetched again. Returns
+        why nothing was recovered ("" when the capture is now home)."""
+        transport = self.transport
+        try:
+            if self._with_reconnect(transport.profiler_alive, deadline):
+                return "not recovered: the profiler still runs"
+            self._phase("recovering", "rebuilding the capture from the profiler's checkpoint journal")
+            result = self._with_reconnect(lambda: transport.recover_capture(RECOVER_TIMEOUT), deadline)
+            if result.returncode != 0:
+                why = _error_line(result.stderr or result.stdout)
+                self.log.write(self.spec.label, f"recovery failed: {why}")
+                return f"nothing recovered: {why}"
+            self.log.write(self.spec.label, f"recovery: {one_line(result.stdout)}")
+            self._phase("fetching", "the recovered capture")
+            self._with_reconnect(lambda: transport.fetch_capture(dest), deadline)
+        except TransportLost as exc:
+            return f"not recovered: {exc}"
+        return ""
+
+    def _recovered_note(self, dest: Path, meta: capture.RunMeta) -> str:
+        """How much a recovered capture holds: samples, and up to when (coordinator clock)."""
+        samples = 0
+        try:
+            for process in capture.read_scope(dest):
+                stats = capture.read_sampler_stats(dest, process.pid) if process.sampled else None
+                samples += stats.samples if stats is not None else 0
+        except ProfilerError as exc:  # the analysis will say what is wrong with the capture
+            self.log.write(self.spec.label, f"recovered capture unreadable: {exc}")
+        until = meta.end_time - (self.outcome.clock_offset or 0.0)
+        stamp = time.strftime("%H:%M:%S", time.localtime(until))
+        return (
+            f"recovered {samples} samples up to {stamp} ({meta.duration:.1f} s into the window, its last checkpoint; "
+            "the samples after it are lost)"
+        )
 
     def _check_start(self, host_start: float) -> None:
         """All hosts should begin within a second: say which host missed the common start and the fix."""
@@ -443,7 +488,7 @@ def _vanished(last: ProfilerStatus | None) -> str:
     if last is not None and last.state == "sampling":
         where = f" {last.elapsed:.1f} s into the window"
         if last.samples is not None:
-            where += f" with {last.samples} samples, which were lost with it"
+            where += f" with {last.samples} samples"
     return f"the process vanished without an error{where} (killed: SIGKILL or the OOM killer?)"
 
 

@@ -374,6 +374,9 @@ class SshHost(HostTransport):
     def run_profiler(self, args: Sequence[str], timeout: float) -> CommandResult:
         return self.exec(deploy.profiler_command(self.layout, self.python, args, self.needs_sudo), timeout)
 
+    def recover_capture(self, timeout: float) -> CommandResult:
+        return self.run_profiler(["recover", self.layout.out, "--quiet"], timeout)
+
     def cleanup(self) -> None:
         if self.workdir is None:
             return

@@ -6,11 +6,14 @@ then symbolizes, matches stacks to the tasks of the application profile and writ
 <out>/<host>_result.csv. Needs root (or CAP_BPF and CAP_PERFMON), bcc and kernel headers or BTF.
 Overhead: BPF compilation (~2-3 CPU-seconds) happens before the window; sampling at 99 Hz costs well
 under 1 % of a core. SIGINT/SIGTERM end the window early; everything collected is still written.
+Every --checkpoint seconds (30) the samples so far are appended to OUT/checkpoint/journal.tpj: a run
+killed outright (SIGKILL, the OOM killer) is rebuilt up to its last checkpoint by `profiler recover OUT`.
 
 examples:
   profiler run --duration 60 --out /tmp/cap
   profiler run --duration 900 --out /tmp/cap --profile my_profile.txt --net
   profiler run --duration 30 --out /tmp/cap --pid 4242 --frequency 199 --force
+  profiler run --duration 900 --out /tmp/cap --checkpoint 10   (killed? profiler recover /tmp/cap)
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import duration, frequency, interval, perf_map_refresh, positive_int
+from ..argtypes import checkpoint_period, duration, frequency, interval, perf_map_refresh, positive_int
+from ..checkpoint import DEFAULT_CHECKPOINT
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -34,9 +38,7 @@ def host_label(text: str) -> str:
 
 
 class RunCommand:
-    """Sample this host's stream-engine processes and write a capture directory."""
-
-    __doc__ = __doc__
+    __doc__ = __doc__  # the module's: its examples and the --checkpoint note reach --help
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--duration", type=duration, required=True, help="window length in seconds")
@@ -96,6 +98,13 @@ class RunCommand:
             help="with --stack-collection stackmap: distinct stacks the BPF map holds (65536; about 1 KB of "
             "kernel memory each at depth 127)",
         )
+        parser.add_argument(
+            "--checkpoint",
+            type=checkpoint_period,
+            default=DEFAULT_CHECKPOINT,
+            help=f"seconds between checkpoints to OUT/checkpoint ({DEFAULT_CHECKPOINT:g}; 0 = none): a run killed "
+            "before writing its capture is rebuilt up to the last one by `profiler recover OUT`",
+        )
         parser.add_argument("--no-exec-watch", action="store_true", help="poll for new processes instead")
         # for the coordinator
         parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
@@ -147,6 +156,7 @@ class RunCommand:
             perf_map_refresh=args.perf_map_refresh,
             stack_collection=args.stack_collection,
             stack_walk=args.stack_walk,
+            checkpoint=args.checkpoint,
         )
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from .. import capture

@@ -12,9 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -26,6 +24,7 @@ from coordinator.errors import HostKeyError, PartialRunError
 from coordinator.remote.cluster import parse_cluster
 from coordinator.remote.ssh import SshHost, SshOptions
 from profiler.errors import OutputExistsError
+from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port, generate_key, public_key_line
 
@@ -54,71 +53,10 @@ def _profile_args(cluster: Path, known_hosts: Path, out: Path, inputs: tuple[Pat
     ]  # fmt: skip
 
 
-def _profiler_processes(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if "profiler" in cmdline and marker in cmdline:
-            found.append(proc)
-    return found
-
-
 def _assert_nothing_left(hosts: list[SshdHost], marker: str) -> None:
     for host in hosts:
         assert host.leftovers() == [], f"{host.name}: work directory left behind: {host.leftovers()}"
-    assert _profiler_processes(marker) == [], "a remote profiler is still running"
-
-
-class _Coordinator:
-    """`coordinator profile` as a child process, its progress lines collected as they come."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.lines: list[str] = []
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", *args],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, predicate: str, count: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            hosts = {line.split(":")[0] for line in self.lines if predicate in line}
-            if len(hosts) >= count:
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"no {count} hosts '{predicate}' within {timeout} s:\n" + "\n".join(self.lines))
-
-    def finish(self, timeout: float) -> int:
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-        self._reader.join(5)
-        return code
-
-
-@pytest.fixture
-def coordinator_process() -> Iterator[list[_Coordinator]]:
-    started: list[_Coordinator] = []
-    yield started
-    for child in started:
-        if child.process.poll() is None:
-            child.process.kill()
-            child.process.wait()
+    assert profiler_processes(marker) == [], "a remote profiler is still running"
 
 
 def test_two_hosts_profiled_end_to_end(
@@ -126,7 +64,7 @@ def test_two_hosts_profiled_end_to_end(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinator_process: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     # GIVEN two sshd "hosts" with known keys
     hosts = [sshd_factory.start(), sshd_factory.start()]
@@ -136,8 +74,8 @@ def test_two_hosts_profiled_end_to_end(
     # WHEN profiled for 3 s by the CLI (a child process: the analysis's Spark JVM ends with it), with
     # a start delay that covers two BPF compilations on this shared 2-core machine
     args = _profile_args(cluster, known_hosts, out, inputs, busy_process.pid)
-    child = _Coordinator([*args, "--duration", "3", "--label", "load=low", "--start-delay", "25"])
-    coordinator_process.append(child)
+    child = CoordinatorChild([*args, "--duration", "3", "--label", "load=low", "--start-delay", "25"])
+    coordinators.append(child)
     code = child.finish(timeout=400)
     # THEN both hosts are ok, in sync, with their captures, and the summary holds both
     info = rundir.read_run(out)
@@ -235,7 +173,7 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinator_process: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     hosts = [sshd_factory.start(), sshd_factory.start()]
     cluster = sshd_factory.cluster_file([h.cluster_line(sshd_factory.user_key) for h in hosts])
@@ -243,12 +181,12 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
     out = tmp_path / "interrupted"
     args = _profile_args(cluster, known_hosts, out, inputs, busy_process.pid)
     args.remove("--quiet")
-    child = _Coordinator([*args, "--duration", "120", "--no-analyze", "--start-delay", "2"])
-    coordinator_process.append(child)
+    child = CoordinatorChild([*args, "--duration", "120", "--no-analyze", "--start-delay", "2"])
+    coordinators.append(child)
     # GIVEN both hosts sampling, each profiler holding its BPF programs
     child.wait_for(": sampling", 2, timeout=90)
     time.sleep(1.5)
-    remote_profilers = {p.pid for p in _profiler_processes(str(sshd_factory.base))}
+    remote_profilers = {p.pid for p in profiler_processes(str(sshd_factory.base))}
     assert len(remote_profilers) == 2 and bpf_programs_held_by(remote_profilers)
     # WHEN the coordinator gets SIGINT (Ctrl-C)
     child.process.send_signal(signal.SIGINT)
@@ -275,7 +213,7 @@ def test_ssh_connection_killed_mid_run_results_still_collected(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinator_process: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     hosts = [sshd_factory.start(), sshd_factory.start()]
     cluster = sshd_factory.cluster_file([h.cluster_line(sshd_factory.user_key) for h in hosts])
@@ -283,8 +221,8 @@ def test_ssh_connection_killed_mid_run_results_still_collected(
     out = tmp_path / "dropped"
     args = _profile_args(cluster, known_hosts, out, inputs, busy_process.pid)
     args.remove("--quiet")
-    child = _Coordinator([*args, "--duration", "6", "--no-analyze", "--start-delay", "2"])
-    coordinator_process.append(child)
+    child = CoordinatorChild([*args, "--duration", "6", "--no-analyze", "--start-delay", "2"])
+    coordinators.append(child)
     child.wait_for(": sampling", 2, timeout=90)
     # WHEN every SSH connection to node1 is cut mid-window (its sshd session processes killed)
     assert hosts[0].kill_sessions() >= 1

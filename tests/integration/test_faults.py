@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,8 @@ from coordinator.remote.cluster import load_cluster
 from coordinator.remote.hosts import RunRequest
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
 from profiler import capture
+from profiler.journal import read_journal
+from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.faults import (
     HostNetns,
     SshUser,
@@ -41,7 +43,6 @@ from tests.fixtures.faults import (
 from tests.fixtures.jvm import CpuSplitJvm
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sshd import SshdFactory, SshdHost
-from tests.integration.test_coordinator import _Coordinator
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_STACK = Path("/proc/sys/kernel/perf_event_max_stack")
@@ -79,12 +80,7 @@ class Cluster:
 
     def profiler_pids(self, host: SshdHost) -> set[int]:
         """Profilers started in this host's work directories (their command line names it)."""
-        marker = str(host.session_tmp)
-        found = set()
-        for proc in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            if "profiler" in cmdline and marker in cmdline and "--status-file" in cmdline:
-                found.add(proc.pid)
+        found = {p.pid for p in profiler_processes(str(host.session_tmp)) if "--status-file" in p.info["cmdline"]}
         self.seen_profilers.setdefault(host.name, set()).update(found)
         return found
 
@@ -169,16 +165,6 @@ def wait_run_json(out: Path, predicate: Callable[[rundir.RunInfo], bool], timeou
     raise AssertionError(f"run.json not as expected within {timeout} s")
 
 
-@pytest.fixture
-def coordinators() -> Iterator[list[_Coordinator]]:
-    started: list[_Coordinator] = []
-    yield started
-    for child in started:
-        if child.process.poll() is None:
-            child.process.kill()
-            child.process.wait()
-
-
 def test_the_agent_deployed_is_this_tree() -> None:
     assert deploy.package_dir() == REPO / "profiler"
 
@@ -186,36 +172,67 @@ def test_the_agent_deployed_is_this_tree() -> None:
 # ------------------------------------------------------------------ kill -9 of a host profiler
 
 
+def journal_checkpoints(host: SshdHost) -> int:
+    """Whole checkpoints in the journal of the host's profiler (its work directory is local here)."""
+    for path in host.session_tmp.glob("taskprof.*/out/checkpoint/journal.tpj"):
+        try:
+            return len(read_journal(path.read_bytes()).checkpoints)
+        except (OSError, ValueError):
+            return 0
+    return 0
+
+
 def test_host_profiler_killed_mid_window(
     sshd_factory: SshdFactory,
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     out = tmp_path / "killed-profiler"
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, 8))
+    child = CoordinatorChild([*cli_args(cluster, out, inputs, busy_process.pid, 12), "--checkpoint", "2"])
     coordinators.append(child)
-    # GIVEN both hosts sampling; WHEN node2's profiler is killed with SIGKILL 2 s into the window
+    # GIVEN both hosts sampling, checkpoints every 2 s; WHEN node2's profiler is killed with SIGKILL once
+    # its journal holds two checkpoints (about 4 s into the 12 s window)
     cluster.wait_sampling(["node1", "node2"])
-    time.sleep(2)
-    (victim,) = cluster.profiler_pids(cluster.host("node2"))
-    before = max(s.get("samples") or 0 for s in cluster.statuses(cluster.host("node2")))
+    node2_host = cluster.host("node2")
+    deadline = time.monotonic() + 60
+    while journal_checkpoints(node2_host) < 2:
+        assert time.monotonic() < deadline, "no two checkpoints within 60 s"
+        time.sleep(0.1)
+    (victim,) = cluster.profiler_pids(node2_host)
+    last = max((s for s in cluster.statuses(node2_host)), key=lambda s: s.get("time") or 0)
+    before, elapsed_before = int(last.get("samples") or 0), float(last.get("elapsed") or 0)
+    killed_at = time.time()  # the hosts share this machine's clock
     os.kill(victim, signal.SIGKILL)
     detect = wait_run_json(out, lambda i: i.hosts[1].reason.startswith("profiler"), timeout=60)
     code = child.finish(timeout=120)
-    # THEN node1 is whole, node2 failed with why and how much was lost, the run is partial
+    # THEN node1 is whole; node2 is partial, saying it was killed and what was recovered: the samples
+    # up to its last checkpoint (the journal, symbolized on the host by `profiler recover`)
     assert code == PartialRunError.exit_code, "\n".join(child.lines)
     node1, node2 = rundir.read_run(out).hosts
     assert node1.state == "ok" and sum(samples(out, "node1").values()) > 0
-    assert node2.state == "failed" and "vanished without an error" in node2.reason and "SIGKILL" in node2.reason
+    assert node2.state == "partial", node2
+    assert "vanished without an error" in node2.reason and "SIGKILL" in node2.reason
+    kept = sum(samples(out, "node2").values())
+    assert f"recovered {kept} samples up to" in node2.reason, node2.reason
+    meta = capture.read_meta(rundir.host_capture_dir(out, "node2"))
+    window = meta.end_time - meta.start_time
+    assert meta.stopped_by == "recovered" and window >= 2.0 and meta.end_time <= killed_at, (window, elapsed_before)
+    # the last status (at most a second old at the kill) scaled to the recovered window, ± 2 s of samples
+    assert 0 < kept <= before + 2 * 99 * 2
+    assert kept >= before * min(1.0, window / max(elapsed_before, 0.1)) - 2 * 99 * 2
+    assert any(line.startswith("node2: partial") for line in child.lines), "\n".join(child.lines)
+    assert not (rundir.host_capture_dir(out, "node2") / "checkpoint").exists()
     assert node1.workdir == node2.workdir == ""
     cluster.assert_nothing_left()
     figure(
         "profiler-kill9",
-        samples_before_fault=before,
-        samples_kept=0,
+        samples_at_kill=before,
+        window_at_kill_s=round(elapsed_before, 1),
+        samples_kept=kept,
+        recovered_window_s=round(window, 1),
         other_host_samples=sum(samples(out, "node1").values()),
         detect_s=round(detect, 1),
         exit=code,
@@ -230,12 +247,12 @@ def test_coordinator_killed_mid_window_profilers_finish_and_fetch_recovers(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     out = tmp_path / "killed-coordinator"
     duration = 8.0
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, duration))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, duration))
     coordinators.append(child)
     # GIVEN both hosts sampling; WHEN the coordinator is killed with SIGKILL 2 s into the window
     cluster.wait_sampling(["node1", "node2"])
@@ -281,6 +298,42 @@ def test_coordinator_killed_mid_window_profilers_finish_and_fetch_recovers(
     )
 
 
+def test_coordinator_and_a_profiler_killed_fetch_recovers_the_dead_one(
+    sshd_factory: SshdFactory,
+    busy_process: subprocess.Popen[bytes],
+    inputs: tuple[Path, Path],
+    tmp_path: Path,
+    coordinators: list[CoordinatorChild],
+) -> None:
+    cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
+    out = tmp_path / "killed-both"
+    child = CoordinatorChild([*cli_args(cluster, out, inputs, busy_process.pid, 8), "--checkpoint", "2"])
+    coordinators.append(child)
+    # GIVEN both hosts sampling; WHEN the coordinator is killed, then node1's profiler once its journal
+    # holds two checkpoints
+    cluster.wait_sampling(["node1", "node2"])
+    child.process.kill()
+    child.finish(timeout=30)
+    deadline = time.monotonic() + 60
+    while journal_checkpoints(cluster.host("node1")) < 2:
+        assert time.monotonic() < deadline, "no two checkpoints within 60 s"
+        time.sleep(0.1)
+    (victim,) = cluster.profiler_pids(cluster.host("node1"))
+    os.kill(victim, signal.SIGKILL)
+    # AND `coordinator fetch RUN` runs later
+    code = coordinator_main(["fetch", str(out), "--known-hosts", str(cluster.known_hosts), "--quiet"])
+    # THEN node2's whole window is home, node1's up to its last checkpoint, the run partial, nothing left
+    assert code == PartialRunError.exit_code
+    node1, node2 = rundir.read_run(out).hosts
+    assert node2.state == "ok" and node2.workdir == ""
+    kept = sum(samples(out, "node1").values())
+    assert node1.state == "partial" and f"recovered {kept} samples up to" in node1.reason and kept > 0, node1
+    assert node1.workdir == "" and capture.read_meta(rundir.host_capture_dir(out, "node1")).stopped_by == "recovered"
+    cluster.assert_nothing_left()
+    other = sum(samples(out, "node2").values())
+    figure("coordinator-and-profiler-kill9", samples_kept=kept, other_host_samples=other, exit_fetch=code)
+
+
 # ------------------------------------------------------------------ an executor replaced mid-run
 
 
@@ -289,7 +342,7 @@ def test_executor_killed_and_replaced_mid_run(
     start_cpu_split_jvm: Callable[..., CpuSplitJvm],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start()])
     inputs[1].write_text("testengine workload executor com.example.CpuSplit\n")  # CpuSplit JVMs are executors
@@ -297,7 +350,7 @@ def test_executor_killed_and_replaced_mid_run(
     out = tmp_path / "replaced-executor"
     args = cli_args(cluster, out, inputs, first.pid, 12)
     args[args.index("--pid") : args.index("--pid") + 2] = []  # found by known_spes, not given
-    child = _Coordinator(args)
+    child = CoordinatorChild(args)
     coordinators.append(child)
     # GIVEN the host sampling the first executor; WHEN it is killed 3 s in and a new one starts
     cluster.wait_sampling(["node1"])
@@ -404,14 +457,14 @@ def test_host_clock_30_s_ahead(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     # GIVEN node2 whose SSH sessions see a wall clock 30 s ahead (libfaketime; monotonic clocks true)
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start(env=clock_ahead_env(30))])
     out = tmp_path / "skewed"
     args = cli_args(cluster, out, inputs, busy_process.pid, 6)
     args[args.index("--start-delay") + 1] = "15"  # both BPF compilations done (slow under load): a fair start
-    child = _Coordinator(args)
+    child = CoordinatorChild(args)
     coordinators.append(child)
     code = child.finish(timeout=180)
     # THEN the offset is measured, both hosts sample the same 6 s, and the run is whole
@@ -440,12 +493,12 @@ def test_remote_disk_full_while_the_capture_is_written(
     inputs: tuple[Path, Path],
     tmp_path: Path,
     small_tmpfs: Callable[[Path, str], Path],
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     full = small_tmpfs(cluster.host("node2").session_tmp, "16m")
     out = tmp_path / "disk-full"
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, 6))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, 6))
     coordinators.append(child)
     # GIVEN both hosts sampling; WHEN node2's TMPDIR (a 16 MB tmpfs) is filled to the last byte
     cluster.wait_sampling(["node1", "node2"])
@@ -479,7 +532,7 @@ def test_hosts_that_cannot_sample_are_refused_and_a_sudo_user_profiles(
     busy_process: subprocess.Popen[bytes],
     inputs: tuple[Path, Path],
     tmp_path: Path,
-    coordinators: list[_Coordinator],
+    coordinators: list[CoordinatorChild],
 ) -> None:
     factory = public_sshd_factory
     empty = factory.base / "empty"
@@ -497,7 +550,7 @@ def test_hosts_that_cannot_sample_are_refused_and_a_sudo_user_profiles(
     cluster = make_cluster(factory, hosts, {"sudoer": with_sudo.name, "nosudo": without_sudo.name})
     out = tmp_path / "refused"
     began = time.monotonic()
-    child = _Coordinator(cli_args(cluster, out, inputs, busy_process.pid, 4))
+    child = CoordinatorChild(cli_args(cluster, out, inputs, busy_process.pid, 4))
     coordinators.append(child)
     code = child.finish(timeout=180)
     elapsed = time.monotonic() - began

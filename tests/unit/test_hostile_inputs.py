@@ -31,6 +31,7 @@ from tests.fixtures.captures import (
 OK = 0
 BAD_INPUT = 2  # ConfigError, and argparse's own errors
 BAD_CAPTURE = 6  # CaptureFormatError
+OUTPUT_EXISTS = 5  # OutputExistsError
 GUARD_SECONDS = 60  # a hang fails the case instead of CI; no case comes near it
 
 # Paths that an escape (traversal, absolute label) would write; each must still be absent afterwards.
@@ -440,6 +441,58 @@ def corpus() -> Iterator[Case]:
     yield Case(
         "capture/bare-meta-host-traversal/report", "coordinator", bare_capture_meta_host, (BAD_CAPTURE,), "meta.json"
     )
+    for name, content in JOURNALS:
+        yield Case(f"journal/{name}/recover", "profiler", recover_journal(content), (BAD_CAPTURE,), "journal.tpj")
+    yield Case("journal/a-directory/recover", "profiler", recover_journal(None), (BAD_CAPTURE,), "journal.tpj")
+    yield Case("journal/link-to-shadow/recover", "profiler", recover_journal(SHADOW), (BAD_CAPTURE,), "journal.tpj")
+    yield Case(
+        "journal/none/recover", "profiler", lambda sandbox: ["recover", str(sandbox)], (BAD_CAPTURE,), "journal.tpj"
+    )
+    yield Case("journal/dir-is-a-capture/recover", "profiler", lambda sandbox: ["recover", str(bare_capture(sandbox))],
+               (OUTPUT_EXISTS,), "meta.json")  # fmt: skip
+
+
+def _journals() -> list[tuple[str, bytes]]:
+    import zlib
+
+    from profiler.journal import Checkpoint, encode_checkpoint, encode_header, encode_record
+    from profiler.stackstore import StoreDelta
+
+    good = encode_checkpoint(Checkpoint(1.0, StoreDelta(), {}))
+    return [
+        ("empty", b""),
+        ("garbage", b"\x00\xff" * 300),
+        ("header-only", encode_header({"host": "h1"})),
+        ("header-not-json", encode_record(1, b"{not json")),
+        ("header-a-list", encode_record(1, b"[1, 2]")),
+        ("version-99", encode_record(1, b'{"journal_version": 99}')),
+        ("host-traversal", encode_header({"host": "../../" + ESCAPE_NAME}) + good),
+        ("checkpoint-first", good),
+        ("torn-first-checkpoint", encode_header({}) + good[:-3]),
+        ("checkpoint-not-zlib", encode_header({}) + encode_record(2, b"not zlib")),
+        ("checkpoint-state-a-list", encode_header({}) + encode_record(2, zlib.compress(b"\x02\x00\x00\x00[]"))),
+    ]
+
+
+JOURNALS = _journals()
+
+
+def recover_journal(content: bytes | str | None) -> Callable[[Path], list[str]]:
+    """`profiler recover out` with out/checkpoint/journal.tpj holding ``content`` (None: a directory;
+    a str: a symbolic link to that path)."""
+
+    def build(sandbox: Path) -> list[str]:
+        journal = sandbox / "out" / "checkpoint" / "journal.tpj"
+        journal.parent.mkdir(parents=True)
+        if content is None:
+            journal.mkdir()
+        elif isinstance(content, str):
+            journal.symlink_to(content)
+        else:
+            journal.write_bytes(content)
+        return ["recover", str(sandbox / "out")]
+
+    return build
 
 
 def meta_with(changes: dict[str, object]) -> Callable[[Path], Path]:

@@ -96,6 +96,9 @@ class FakeSampler:
     def stop(self) -> None:
         self.stopped = True
 
+    def checkpoint(self) -> None:
+        return None  # checkpoints are tested in tests/unit/test_checkpoint.py
+
     def collect(self) -> dict[int, CollectedStacks]:
         if self.fail_collect:
             raise RuntimeError("symbolizer exploded")

@@ -318,3 +318,24 @@ def test_a_host_compiling_longer_than_start_delay_and_grace_is_not_stopped_early
     outcome, fakes = _run(tmp_path, inputs, scripts, duration=0.6, finish_grace=0.3)
     assert outcome.complete, outcome.info.hosts
     assert "signal INT" not in fakes["10.0.0.1_2200"].calls
+
+
+def test_a_killed_profiler_is_recovered_from_its_journal_and_the_host_is_partial(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN node 1's profiler killed 1 s into a 3 s window, its journal recoverable; node 2's without one
+    scripts = {
+        "10.0.0.1_2200": FakeScript(vanish_at=1.0, recovered_samples=77),
+        "10.0.0.2_2201": FakeScript(vanish_at=1.0),
+        "10.0.0.3_2202": FakeScript(),
+    }
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=3.0)
+    recovered, lost, whole = outcome.info.hosts
+    # THEN the recovered host is partial with why and how much, its capture home; the other failed, saying why
+    assert recovered.state == "partial", recovered
+    assert "vanished without an error" in recovered.reason and "recovered 77 samples up to" in recovered.reason
+    assert rundir.host_capture_dir(outcome.run_dir, recovered.host).joinpath("meta.json").exists()
+    assert lost.state == "failed" and "nothing recovered: " in lost.reason and "no whole checkpoint" in lost.reason
+    assert whole.state == "ok" and outcome.exit_code == PartialRunError.exit_code
+    assert fakes[recovered.host].calls.count("recover") == 1 and "recover" not in fakes[whole.host].calls
+    assert all(f.cleaned for f in fakes.values())

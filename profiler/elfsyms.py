@@ -1,0 +1,232 @@
+"""Function symbols of an ELF file on disk, for naming native frames of a process that is gone
+(``profiler recover``): bcc's symbol cache needs the live process, this needs only a saved copy of its
+/proc/PID/maps and the files it names.
+
+An address of the process is turned into a file offset by its mapping, then into the ELF's virtual
+address by the PT_LOAD segment that holds that offset, then named by the nearest function symbol of
+``.symtab`` (or ``.dynsym`` when the file is stripped) that covers it. C++ names are demangled with the
+C++ runtime's ``__cxa_demangle`` as bcc does, so frames read the same as in a live capture.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import BinaryIO
+
+from .perfmap import PerfMapLike
+from .symbolize import UNKNOWN, Frame, java_frame_name
+
+SHT_SYMTAB, SHT_DYNSYM = 2, 11
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+PT_LOAD = 1
+_SYMBOL = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
+
+
+class ElfFormatError(ValueError):
+    """Not a 64-bit little-endian ELF, or its headers point outside the file."""
+
+
+@dataclass(frozen=True)
+class ElfSymbols:
+    """Function symbols of one ELF, sorted by address, and its loadable segments."""
+
+    starts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    names: tuple[str, ...]
+    segments: tuple[tuple[int, int, int], ...]  # (p_offset, p_vaddr, p_filesz) of each PT_LOAD
+
+    def vaddr_of(self, file_offset: int) -> int | None:
+        for p_offset, p_vaddr, p_filesz in self.segments:
+            if p_offset <= file_offset < p_offset + p_filesz:
+                return file_offset - p_offset + p_vaddr
+        return None
+
+    def lookup(self, vaddr: int) -> str | None:
+        """The function whose [start, start + size) holds ``vaddr`` (a size-0 symbol: the nearest below)."""
+        index = bisect.bisect_right(self.starts, vaddr) - 1
+        if index < 0:
+            return None
+        size = self.sizes[index]
+        if size and vaddr >= self.starts[index] + size:
+            return None
+        return self.names[index]
+
+
+def read_elf_symbols(read_at: Callable[[int, int], bytes]) -> ElfSymbols:
+    """ElfSymbols through ``read_at(offset, size)`` (pure: tests pass bytes, callers a file)."""
+    header = read_at(0, 64)
+    if len(header) < 64 or header[:4] != b"\x7fELF":
+        raise ElfFormatError("not an ELF file")
+    if header[4] != 2 or header[5] != 1:
+        raise ElfFormatError("not a 64-bit little-endian ELF")
+    phoff, shoff = struct.unpack_from("<QQ", header, 32)
+    phentsize, phnum, shentsize, shnum, _shstrndx = struct.unpack_from("<HHHHH", header, 54)
+    segments = []
+    program_headers = read_at(phoff, phnum * phentsize)
+    for index in range(min(phnum, len(program_headers) // max(phentsize, 1))):
+        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+            "<IIQQQQ", program_headers, index * phentsize
+        )
+        if p_type == PT_LOAD:
+            segments.append((p_offset, p_vaddr, p_filesz))
+    sections = read_at(shoff, shnum * shentsize) if shoff and shentsize >= 64 else b""
+    headers = [
+        struct.unpack_from("<IIQQQQIIQQ", sections, i * shentsize) for i in range(len(sections) // max(shentsize, 1))
+    ]
+    table = _symbol_table(headers, SHT_SYMTAB) or _symbol_table(headers, SHT_DYNSYM)
+    functions: dict[int, tuple[int, str]] = {}
+    if table is not None:
+        symtab, strtab = table
+        data, strings = read_at(symtab[4], symtab[5]), read_at(strtab[4], strtab[5])
+        for name_at, info, _other, shndx, value, size in _SYMBOL.iter_unpack(data[: len(data) // 24 * 24]):
+            if info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or shndx == 0 or value == 0:
+                continue
+            end = strings.find(b"\0", name_at)
+            name = strings[name_at : end if end >= 0 else len(strings)].decode("utf-8", "replace")
+            if name and (value not in functions or size > functions[value][0]):
+                functions[value] = (size, name)
+    starts = sorted(functions)
+    return ElfSymbols(
+        tuple(starts),
+        tuple(functions[s][0] for s in starts),
+        tuple(functions[s][1] for s in starts),
+        tuple(segments),
+    )
+
+
+def _symbol_table(headers: list[tuple[int, ...]], kind: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(symbol table section, its string table section) of the first section of ``kind``."""
+    for section in headers:
+        if section[1] == kind and section[6] < len(headers):
+            return section, headers[section[6]]
+    return None
+
+
+def read_elf_file(handle: BinaryIO) -> ElfSymbols:
+    def read_at(offset: int, size: int) -> bytes:
+        handle.seek(offset)
+        return handle.read(size)
+
+    return read_elf_symbols(read_at)
+
+
+@lru_cache(maxsize=256)
+def symbols_of_file(path: str) -> ElfSymbols | None:
+    """The file's symbols, parsed once per recovery; None when it is gone or not an ELF."""
+    try:
+        with open(path, "rb") as handle:
+            return read_elf_file(handle)
+    except (OSError, ElfFormatError, struct.error):
+        return None
+
+
+@lru_cache(maxsize=1)
+def _cxa_demangle() -> Callable[..., int] | None:
+    try:
+        runtime = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        function = runtime.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_void_p
+    function.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    return function  # type: ignore[no-any-return]
+
+
+def demangle(name: str) -> str:
+    """A C++ symbol demangled (``_ZN10JavaThread3runEv`` -> ``JavaThread::run()``); others unchanged."""
+    function = _cxa_demangle()
+    if function is None or not name.startswith("_Z"):
+        return name
+    status = ctypes.c_int(0)
+    result = function(name.encode(), None, None, ctypes.byref(status))
+    if not result or status.value != 0:
+        return name
+    try:
+        return ctypes.string_at(result).decode("utf-8", "replace")
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(result))
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    path: str  # "" for anonymous memory
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """The mappings of a /proc/PID/maps text (malformed lines skipped)."""
+    found = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5 or "-" not in parts[0]:
+            continue
+        try:
+            low, high = (int(x, 16) for x in parts[0].split("-", 1))
+            offset = int(parts[2], 16)
+        except ValueError:
+            continue
+        found.append(Mapping(low, high, offset, parts[5].strip() if len(parts) == 6 else ""))
+    return sorted(found, key=lambda m: m.start)
+
+
+class OfflineSymbols:
+    """Names addresses of a process that is gone, from its saved maps, the ELF files on disk and the
+    perf-map version set by StackFolder (the ProcessSymbols interface, without bcc)."""
+
+    def __init__(self, maps_text: str, symbols_of: Callable[[str], ElfSymbols | None] = symbols_of_file) -> None:
+        self.mappings = parse_maps(maps_text)
+        self._starts = [m.start for m in self.mappings]
+        self._symbols_of = symbols_of
+        self.perf_map: PerfMapLike | None = None
+        self._memo: dict[int, Frame] = {}
+
+    def set_perf_map(self, perf_map: PerfMapLike | None) -> None:
+        self.perf_map = perf_map
+        self._memo = {addr: frame for addr, frame in self._memo.items() if frame.kind == "native"}
+
+    def resolve(self, addr: int) -> Frame:
+        frame = self._memo.get(addr)
+        if frame is None:
+            frame = self._memo[addr] = self._resolve(addr)
+        return frame
+
+    def _mapping(self, addr: int) -> Mapping | None:
+        index = bisect.bisect_right(self._starts, addr) - 1
+        if index >= 0 and addr < self.mappings[index].end:
+            return self.mappings[index]
+        return None
+
+    def _resolve(self, addr: int) -> Frame:
+        mapping = self._mapping(addr)
+        if mapping is not None and mapping.path.startswith("/") and not _is_perf_map(mapping.path):
+            symbols = self._symbols_of(mapping.path)
+            vaddr = symbols.vaddr_of(addr - mapping.start + mapping.offset) if symbols is not None else None
+            name = symbols.lookup(vaddr) if symbols is not None and vaddr is not None else None
+            if name is not None:
+                return Frame(demangle(name), "native")
+            return Frame(f"[{os.path.basename(mapping.path)}]", "native")
+        jit_name = self.perf_map.lookup(addr) if self.perf_map is not None else None
+        if jit_name is not None:
+            return Frame(java_frame_name(jit_name), "jit")
+        return Frame(UNKNOWN, "anon" if self.mappings else "unknown")
+
+    def close(self) -> None:
+        return None
+
+
+def _is_perf_map(path: str) -> bool:
+    name = Path(path).name
+    return name.startswith("perf-") and name.endswith(".map")
+
+
+__all__ = ["ElfSymbols", "OfflineSymbols", "demangle", "parse_maps", "read_elf_symbols", "symbols_of_file"]
