@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from . import __version__, capture
 from .aggregate import aggregate_host
 from .appprofile import ApplicationProfile
-from .bpfcompile import release_freed_memory
+from .bpfcompile import release_compiler_pages, release_freed_memory
 from .capture import (
     DEFAULT_INTERVAL,
     EventCount,
@@ -527,6 +527,7 @@ class Runner:
         # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
         components.sampler.prepare_unwinding([p.pid for p in components.scope.processes() if p.sampled])
         release_freed_memory()  # the unwind tables' parse, like every BPF compile before it
+        release_compiler_pages()  # every program is compiled: LLVM's ~85 MB of code is not needed again
         if options.start_at is not None:
             self.status.update("waiting", force=True)
             if self._wait(options.start_at - self.clock()):
