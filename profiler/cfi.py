@@ -325,7 +325,7 @@ class CfiLoader:
     def _parse(self, key: tuple[Any, ...], path: str, info: ehframe.ElfInfo) -> ElfTable:
         """The ELF's table built and written into cfi_rows / cfi_pages (when there is room)."""
         try:
-            addresses, rules = ehframe.build_table(ehframe.iter_fdes(info))
+            addresses, rules = ehframe.build_table(ehframe.iter_fde_refs(info))
         except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
             return ElfTable(key, path, segments=info.exec_segments, cause=f"{CAUSE_NO_CFI}: {exc}")
         # The vDSO is mapped from its first byte: its segment is found by offset 0.
@@ -353,7 +353,7 @@ class CfiLoader:
         self._write_array(b"cfi_pages", self.pages_used, pages, PAGE.size)
         table.first_row, table.rows = self.rows_used, len(addresses)
         table.first_page, table.pages = self.pages_used, page_count
-        table.addresses = array("Q", addresses)
+        table.addresses = addresses
         table.kinds = bytes(rule.kind for rule in rules)
         self.rows_used += len(addresses)
         self.pages_used += page_count

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -66,6 +67,26 @@ class Fde:
     start: int
     end: int
     rows: tuple[tuple[int, Rule], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FdeRef:
+    """One FDE not evaluated yet: its range, and where its CFA program lies in the ELF's ``.eh_frame``.
+    A whole ELF's FDEs are held as refs and evaluated one at a time in address order (``build_table``),
+    so the rows of every FDE never exist at once (libjvm.so: 44 k FDEs, 150 k rows)."""
+
+    start: int
+    end: int
+    info: ElfInfo
+    program: int  # offset of the FDE's instructions in info.eh_frame
+    program_end: int
+    cie: _Cie
+
+    @property
+    def rows(self) -> tuple[tuple[int, Rule], ...]:
+        """(first address, rule) in address order: the FDE's CFA program run now."""
+        instructions = self.info.eh_frame[self.program : self.program_end]
+        return _CfaMachine(self.cie, self.info.eh_frame_addr).run(instructions, self.start)
 
 
 @dataclass(frozen=True)
@@ -255,6 +276,12 @@ def _parse_cie(data: bytes, start: int, end: int, section_addr: int) -> _Cie:
 
 def iter_fdes(info: ElfInfo) -> Iterator[Fde]:
     """Every FDE of the ``.eh_frame`` evaluated into rows, in section order."""
+    for ref in iter_fde_refs(info):
+        yield Fde(ref.start, ref.end, ref.rows)
+
+
+def iter_fde_refs(info: ElfInfo) -> Iterator[FdeRef]:
+    """Every FDE of the ``.eh_frame`` in section order, its rows evaluated only when asked for."""
     data, section_addr = info.eh_frame, info.eh_frame_addr
     cies: dict[int, _Cie] = {}
     pos = 0
@@ -277,7 +304,7 @@ def iter_fdes(info: ElfInfo) -> Iterator[Fde]:
             cie = cies.get(cie_pos)
             if cie is None:
                 cie = cies[cie_pos] = _parse_cie_at(data, cie_pos, section_addr)
-            yield _parse_fde(data, body + 4, end, cie, section_addr)
+            yield _fde_ref(info, body + 4, end, cie)
         pos = end
 
 
@@ -289,15 +316,14 @@ def _parse_cie_at(data: bytes, pos: int, section_addr: int) -> _Cie:
     return _parse_cie(data, pos + header + 4, pos + header + length, section_addr)
 
 
-def _parse_fde(data: bytes, start: int, end: int, cie: _Cie, section_addr: int) -> Fde:
-    reader = _Reader(data, start)
-    pc_begin = reader.pointer(cie.fde_encoding, section_addr)
-    pc_range = reader.pointer(cie.fde_encoding & 0x0F, section_addr)
+def _fde_ref(info: ElfInfo, start: int, end: int, cie: _Cie) -> FdeRef:
+    reader = _Reader(info.eh_frame, start)
+    pc_begin = reader.pointer(cie.fde_encoding, info.eh_frame_addr)
+    pc_range = reader.pointer(cie.fde_encoding & 0x0F, info.eh_frame_addr)
     if cie.has_augmentation_data:
         length = reader.uleb()
         reader.pos += length
-    rows = _CfaMachine(cie, section_addr).run(data[reader.pos : end], pc_begin)
-    return Fde(pc_begin, pc_begin + pc_range, rows)
+    return FdeRef(pc_begin, pc_begin + pc_range, info, reader.pos, end, cie)
 
 
 # ---------------------------------------------------------------- the CFA program
@@ -472,14 +498,16 @@ class _CfaMachine:
 # ---------------------------------------------------------------- the table
 
 
-def build_table(fdes: list[Fde] | Iterator[Fde]) -> tuple[list[int], list[Rule]]:
+def build_table(fdes: Iterable[Fde | FdeRef]) -> tuple[array[int], list[Rule]]:
     """One sorted table for a whole ELF: ``addresses[i]`` is the first address of ``rules[i]``, which
     holds up to ``addresses[i+1]``; addresses no FDE covers are GAP rows, and equal neighbours merge.
 
-    Overlapping FDEs (rare; zero-length ones exist) resolve to the one starting later.
+    Overlapping FDEs (rare; zero-length ones exist) resolve to the one starting later. Each FDE's rows
+    are asked for once, in address order: with FdeRefs only one FDE's rows exist at a time, and the
+    table itself is an unsigned 64-bit array and a list of shared Rule objects.
     """
     ordered = sorted((fde for fde in fdes if fde.end > fde.start), key=lambda fde: fde.start)
-    addresses: list[int] = []
+    addresses: array[int] = array("Q")
     rules: list[Rule] = []
 
     def add(address: int, rule: Rule) -> None:
@@ -506,13 +534,12 @@ def build_table(fdes: list[Fde] | Iterator[Fde]) -> tuple[list[int], list[Rule]]
     return addresses, rules
 
 
-def table_for_elf(image: bytes) -> tuple[list[int], list[Rule]]:
+def table_for_elf(image: bytes) -> tuple[array[int], list[Rule]]:
     """The unwind table of an ELF image (empty when it has no ``.eh_frame``)."""
-    info = read_elf_info(image)
-    return build_table(iter_fdes(info))
+    return build_table(iter_fde_refs(read_elf_info(image)))
 
 
-def lookup(addresses: list[int], rules: list[Rule], address: int) -> Rule:
+def lookup(addresses: Sequence[int], rules: list[Rule], address: int) -> Rule:
     """The rule covering ``address`` (GAP outside the table): what the BPF binary search returns."""
     index = bisect.bisect_right(addresses, address) - 1
     return GAP if index < 0 else rules[index]

@@ -6,6 +6,7 @@ import ctypes
 from pathlib import Path
 from typing import Any, Protocol
 
+from .bpfcompile import compile_program
 from .errors import CapabilityError
 
 BPF_SOURCE = Path(__file__).resolve().parent / "bpf" / "exec_watch.c"
@@ -44,7 +45,7 @@ class ExecWatcher:
         except ImportError as exc:
             raise CapabilityError(f"bcc not importable ({exc}); install python3-bpfcc, or run with polling") from None
         try:
-            self._bpf = BPF(text=bpf_source().encode())
+            self._bpf = compile_program(BPF, bpf_source())
             self._bpf[b"exec_events"].open_ring_buffer(self._on_event)
         except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception on compile/attach failures
             self.close()

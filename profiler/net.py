@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from .bpfcompile import compile_program
 from .capture import NetStats
 from .errors import CapabilityError, PrivilegeError
 
@@ -427,7 +428,7 @@ class NetTracer:
         for mechanism in candidates:
             bpf = None
             try:
-                bpf = BPF(text=self.bpf_text(mechanism).encode())
+                bpf = compile_program(BPF, self.bpf_text(mechanism))
                 if mechanism == MECHANISM_TRACEPOINT:
                     bpf.attach_raw_tracepoint(tp=b"sock_send_length", fn_name=b"net_send")
                     bpf.attach_raw_tracepoint(tp=b"sock_recv_length", fn_name=b"net_recv")

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from . import __version__, capture
 from .aggregate import aggregate_host
 from .appprofile import ApplicationProfile
+from .bpfcompile import release_compiler_pages, release_freed_memory
 from .capture import (
     DEFAULT_INTERVAL,
     EventCount,
@@ -383,17 +384,6 @@ def bpf_prog_run_stats(prog_ids: Sequence[int]) -> tuple[int, int] | None:
     return (run_time, run_count) if seen else None
 
 
-def release_freed_memory() -> None:
-    """Give the heap LLVM left behind back to the kernel (glibc keeps it otherwise): BPF compilation
-    peaks near 180 MB, and symbolization after the window would otherwise stack on top of it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 # ------------------------------------------------------------------ the run
 
 
@@ -543,7 +533,8 @@ class Runner:
         state.exec_watch = components.scope.exec_watch_mode
         # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
         components.sampler.prepare_unwinding([p.pid for p in components.scope.processes() if p.sampled])
-        release_freed_memory()
+        release_freed_memory()  # the unwind tables' parse, like every BPF compile before it
+        release_compiler_pages()  # every program is compiled: LLVM's ~85 MB of code is not needed again
         if options.start_at is not None:
             self.status.update("waiting", force=True)
             if self._wait(options.start_at - self.clock()):

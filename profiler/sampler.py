@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .bpfcompile import compile_program
 from .capture import DEFAULT_INTERVAL, SamplerStats
 from .cfi import CfiLoader
 from .errors import CapabilityError, ConfigError, PrivilegeError
@@ -354,7 +355,7 @@ class StackSampler:
         if self.requested_collection != "stackmap":
             try:
                 self.collection = "ringbuf"
-                return bpf_class(text=self.bpf_text("ringbuf").encode())
+                return compile_program(bpf_class, self.bpf_text("ringbuf"))
             except Exception as exc:
                 if self.requested_collection == "ringbuf":
                     raise
@@ -363,13 +364,13 @@ class StackSampler:
                     "stack map instead (no timeline; long windows may lose stacks; Linux 5.8+ has ring buffers)"
                 )
         self.collection = "stackmap"
-        return bpf_class(text=self.bpf_text("stackmap").encode())
+        return compile_program(bpf_class, self.bpf_text("stackmap"))
 
     def _load_walker(self, bpf_class: Any) -> Any:
         """The walker and its tail-call chain (walk_more in walk_progs[0])."""
         self.collection = "ringbuf"
         self.stack_walk = "bpf"
-        bpf = bpf_class(text=self.bpf_text("walker").encode())
+        bpf = compile_program(bpf_class, self.bpf_text("walker"))
         try:
             more = bpf.load_func(b"walk_more", bpf_class.PERF_EVENT)
             bpf[b"walk_progs"][ct.c_int(0)] = ct.c_int(more.fd)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+from .bpfcompile import compile_program
 from .jvm import is_jvm, run_jcmd
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
 
@@ -86,7 +87,7 @@ class ThreadWatch:
         try:
             from bcc import BPF
 
-            self._bpf = BPF(text=self.bpf_text().encode())
+            self._bpf = compile_program(BPF, self.bpf_text())
             self._callback = self._on_rename  # bcc keeps only a C pointer
             self._bpf[b"renames"].open_ring_buffer(self._callback)
         except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception; thread names are optional

@@ -354,9 +354,24 @@ def read_summary(path: Path, stages: bool = False) -> list[dict[str, str]]:
         ) from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise CaptureFormatError(f"{path}: not a summary.csv ({exc}); re-run `coordinator analyze`") from None
-    if rows and not {"run", "host", "pid", "task", "samples", "cycles"} <= set(rows[0]):
+    if not rows:  # analyze writes at least the cluster's task rows, even for a run without samples
+        raise CaptureFormatError(f"{path}: no rows (an empty or cut summary.csv); re-run `coordinator analyze`")
+    if not {"run", "host", "pid", "task", "samples", "cycles"} <= set(rows[0]):
         raise CaptureFormatError(f"{path}: not a summary.csv (missing columns); re-run `coordinator analyze`")
     return rows if stages else [row for row in rows if not row.get("stage")]
+
+
+def check_numbers(path: Path, rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> None:
+    """Every cell of ``columns`` empty or a finite number, else a CaptureFormatError naming the file, its
+    line (rows as read_summary returns them: the header is line 1, no cell holds a line break) and the column."""
+    for line, row in enumerate(rows, start=2):
+        for column in columns:
+            try:
+                cell_number(row.get(column))
+            except ValueError as exc:
+                raise CaptureFormatError(
+                    f"{path}:{line}: column {column}: {exc}; re-run `coordinator analyze`"
+                ) from None
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class DraftProfileCommand:
         from coordinator.analysis.inputs import read_inputs, read_pid_stacks
         from coordinator.analysis.stages import read_spark_index
         from profiler.capture import atomic_write_text
-        from profiler.errors import OutputExistsError
+        from profiler.errors import ConfigError, OutputExistsError
 
         if args.out is not None and args.out.exists() and not args.force:
             raise OutputExistsError(f"{args.out} exists; pass --force to replace it, or choose another --out")
@@ -50,6 +50,11 @@ class DraftProfileCommand:
         for pid in run.pids:
             if pid.stacks is not None:
                 stacks.update(read_pid_stacks(pid.stacks, pid.intervals))
+        if not stacks:
+            raise ConfigError(
+                f"{args.run_dir}: no stacks of workload processes to draft from; profile a run in which the "
+                "scope finds the engine's workload processes (see scope.json, known_spes.txt)"
+            )
         vertices = flink_vertices_of(run)
         index = read_spark_index(run)
         if vertices:  # a Flink run: tasks from its job graph (flink.json)

@@ -64,6 +64,8 @@ class ExportCommand:
 
         selection = Selection(tuple(args.task), tuple(args.host), tuple(args.pid))
         export = select(load_export_set(args.run_dir), selection.tasks, selection.hosts, selection.pids)
+        for host in export.left_out:
+            print(f"export: warning: not exported: host {host}", file=sys.stderr)
         content = render(export, args.format, args.per_task)
         samples = sum(s.count for s in export.stacks)
         if args.out is not None and str(args.out) == "-":

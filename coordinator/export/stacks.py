@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profiler.capture import ALL_TASKS
-from profiler.errors import ConfigError
+from profiler.errors import CaptureFormatError, ConfigError
 from profiler.folded import FRAME_SEPARATOR, sanitize_frame
 from profiler.matcher import Matcher
 
@@ -88,6 +88,7 @@ class ExportSet:
     start_time: float | None = None  # unix seconds: the earliest host window start
     duration: float | None = None  # seconds: the longest host window
     window: str | None = None  # the analysis's sub-window, as the report describes it
+    left_out: tuple[str, ...] = ()  # "host: why" for each host with no readable capture
 
     def task_samples(self) -> dict[tuple[str, int, str], int]:
         """(host, pid, task) -> samples: what summary.csv's PID rows count."""
@@ -177,10 +178,14 @@ def load_export_set(run_dir: Path) -> ExportSet:
     run = load_run(run_dir)
     if run.profile_text is None:
         raise ConfigError(f"{run_dir}: no application profile in the run; run `coordinator analyze {run_dir}` first")
+    unreadable = [h.reason for h in run.hosts if h.state == "unreadable"]
+    if unreadable and all(h.capture is None for h in run.hosts):
+        raise CaptureFormatError(unreadable[0])  # nothing to export: the damage is the answer, not an empty file
     stacks = {
         h.name: load_stacks(h.capture, None, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
     }
-    return export_set_of(run, stacks)
+    left_out = tuple(f"{h.name}: {h.reason or h.state}" for h in run.hosts if h.capture is None)
+    return replace(export_set_of(run, stacks), left_out=left_out)
 
 
 def export_set_of(run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> ExportSet:

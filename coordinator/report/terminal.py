@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from coordinator.analysis.rows import cell_number, existing_summary, read_summary
+from coordinator.analysis.rows import cell_number, check_numbers, existing_summary, read_summary
 from coordinator.report.formats import format_share, format_si
 from profiler.capture import ALL_TASKS
 from profiler.errors import ConfigError
@@ -24,6 +24,12 @@ class TaskTable:
     title: str
     lines: tuple[tuple[str, ...], ...]  # cells in COLUMNS order
     notes: tuple[str, ...] = ()
+
+
+# The numbers the tables show (and `events`, used in the notes).
+NUMBER_COLUMNS = (
+    "samples", "share", "share_ci95", "cycles", "cpu_seconds", "cycles_per_event", "multi_task_samples", "events",
+)  # fmt: skip
 
 
 def _cells(row: Mapping[str, str]) -> tuple[str, ...]:
@@ -117,7 +123,9 @@ def print_summary(
     summary = existing_summary(Path(run_dir))
     if summary is None:
         raise ConfigError(f"{run_dir}: no summary.csv; run `coordinator analyze {run_dir}` first")
-    rows = read_summary(summary)
+    rows = read_summary(summary, stages=True)
+    check_numbers(summary, rows, NUMBER_COLUMNS)  # a damaged cell is named, never printed as "—"
+    rows = [row for row in rows if not row.get("stage")]
     known = sorted({row.get("host", "") for row in rows} - {"", ALL_TASKS})
     for host in only_hosts:
         if host not in known:

@@ -94,7 +94,7 @@ def test_libc_has_the_expected_kinds() -> None:
     addresses, rules = ehframe.table_for_elf(LIBC.read_bytes())
     kinds = {rule.kind for rule in rules}
     assert {CFA_RSP, CFA_RBP, CFA_PLT, CFA_END}.issubset(kinds)
-    assert addresses == sorted(set(addresses))
+    assert list(addresses) == sorted(set(addresses))
     assert all(a != b for a, b in zip(rules, rules[1:], strict=False))  # equal neighbours merged
     assert CFA_UNSUPPORTED in kinds  # signal trampoline (__restore_rt) is an expression
 

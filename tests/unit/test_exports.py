@@ -253,6 +253,36 @@ def test_export_to_standard_output(analysed_tiny: Path, capsysbinary: pytest.Cap
     assert b"10 samples of 2 process(es) to standard output" in captured.err
 
 
+def test_export_leaves_out_a_damaged_host_and_says_so(recorded_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a run whose node2 capture is damaged after the analysis
+    (recorded_run / "hosts" / "node2" / "meta.json").write_text("{not json", encoding="utf-8")
+    # WHEN it is exported THEN node1 is, and one warning line names node2's damaged file
+    out = recorded_run / "x.folded"
+    assert main(["export", str(recorded_run), "--format", "folded", "--out", str(out)]) == 0
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith("export: warning: not exported: host node2: ")
+    assert "node2/meta.json:1: not valid JSON" in warnings[0]
+    assert out.stat().st_size > 0
+    # AND when every host is damaged, the export is refused with that file, not written empty
+    (recorded_run / "hosts" / "node1" / "meta.json").write_text("[]", encoding="utf-8")
+    assert main(["export", str(recorded_run), "--format", "folded", "--out", str(out), "--force"]) == 6
+    (error,) = capsys.readouterr().err.splitlines()
+    assert "meta.json" in error and error.startswith("coordinator export: error: ")
+
+
+def test_summary_names_a_damaged_cell(analysed_tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = analysed_tiny / "summary.csv"
+    lines = summary.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split(",")
+    cells = lines[2].split(",")
+    cells[header.index("cycles")] = "lots"
+    lines[2] = ",".join(cells)
+    summary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["summary", str(analysed_tiny)]) == 6
+    (error,) = capsys.readouterr().err.splitlines()
+    assert f"{summary}:3: column cycles: 'lots' is not a number" in error
+
+
 def test_export_of_a_bare_capture_goes_to_its_analysis_dir(analysed_tiny: Path) -> None:
     capture_dir = analysed_tiny / "hosts" / "h1"
     assert main(["export", str(capture_dir), "--format", "speedscope"]) == 0

@@ -128,6 +128,23 @@ def report(make_run: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
     return lambda sandbox: ["report", str(make_run(sandbox))]
 
 
+def export(make_run: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    return lambda sandbox: ["export", str(make_run(sandbox)), "--format", "pprof"]
+
+
+def draft(make_run: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    return lambda sandbox: ["draft-profile", str(make_run(sandbox))]
+
+
+def summary_of(content: bytes | str) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        run = tiny_run(sandbox)
+        write(run / "summary.csv", content)
+        return ["summary", str(run)]
+
+    return build
+
+
 def match_file(content: bytes | str) -> Callable[[Path], list[str]]:
     def build(sandbox: Path) -> list[str]:
         profile = write(sandbox / "profile.txt", KNOWN_PROFILE)
@@ -313,7 +330,8 @@ COMPARE_SUMMARIES: list[tuple[str, bytes | str, int]] = [
     ("nul", b"run,host,pid,task,samples,cycles\nr,*,*,K\x00afka,5,10\nr,*,*,*,5,10\n", OK),
     ("invalid-utf8", b"run,host,pid,task,samples,cycles\nr,*,*,\xff,5,10\n", BAD_CAPTURE),
     ("samples-not-a-number", "run,host,pid,task,samples,cycles\nr,*,*,Kafka,many,10\nr,*,*,*,5,10\n", BAD_CAPTURE),
-    ("empty", "", BAD_INPUT),
+    ("empty", "", BAD_CAPTURE),
+    ("header-only", "run,host,pid,task,samples,cycles\n", BAD_CAPTURE),
 ]
 
 
@@ -362,6 +380,13 @@ def corpus() -> Iterator[Case]:
             codes = (OK,) if (file_name, name) == ("scope.json", "list") else (BAD_CAPTURE,)  # [] is no process
             yield Case(f"{file_name}/{name}/analyze", "coordinator", analyze(make, *window), codes, file_name)
             yield Case(f"{file_name}/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), file_name)
+            # a whole-window export never reads the time series; the rest must name the damaged file
+            yield Case(
+                f"{file_name}/{name}/export", "coordinator", export(make), (OK,) if timeline else codes, file_name
+            )
+            # a capture without processes has nothing to draft from: a one-line error, not an empty draft
+            draft_codes = (OK,) if timeline else (BAD_INPUT,) if codes == (OK,) else codes
+            yield Case(f"{file_name}/{name}/draft-profile", "coordinator", draft(make), draft_codes, "")
     for name, changes in META_FIELDS:
         make = meta_with(changes)
         yield Case(f"meta.json/{name}/analyze", "coordinator", analyze(make), (BAD_CAPTURE,), "meta.json")
@@ -412,6 +437,7 @@ def corpus() -> Iterator[Case]:
         yield Case(f"known_spes/{name}/profile", "coordinator", profile_cmd(known=text), (BAD_INPUT,), "known_spes.txt")
     for name, text, code in COMPARE_SUMMARIES:
         yield Case(f"summary.csv/{name}/compare", "coordinator", compare_summary(text), (code,), "b.csv")
+        yield Case(f"summary.csv/{name}/summary", "coordinator", summary_of(text), (code,), "summary.csv")
     for name, value in (
         ("newline", "load=5\nk"),
         ("nul", "load=a\x00b"),

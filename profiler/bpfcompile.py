@@ -1,0 +1,76 @@
+"""Compiling bcc programs without keeping LLVM's memory.
+
+bcc compiles its C with LLVM inside our process: about 90 MB of heap per program, freed when the compile
+ends but kept by glibc's allocator for reuse. A host profiler compiles up to four programs (the walker,
+thread names, exec watch, network) one after the other; without giving that memory back after each
+compile, the second compile stacks on the first one's leftovers and the unwind tables built next stack
+on both. ``compile_program`` returns the heap to the kernel after every compile, so the peak is one
+compile's, not their sum. Once every program is compiled, ``release_compiler_pages`` drops LLVM's and
+clang's code pages from the process: file-backed and clean, about 85 MB of RSS the window never uses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+
+def release_freed_memory() -> None:
+    """Give the heap glibc keeps after large frees back to the kernel (``malloc_trim(0)``); a no-op
+    where libc is not glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def compile_program(bpf_class: Any, text: str) -> Any:
+    """``bpf_class(text=text)`` (bcc's BPF: compile and load), then LLVM's freed heap released."""
+    try:
+        return bpf_class(text=text.encode())
+    finally:
+        release_freed_memory()
+
+
+MADV_DONTNEED = 4
+_COMPILER_LIBRARIES = ("libLLVM", "libclang")
+
+
+def compiler_mappings(smaps_text: str) -> list[tuple[int, int]]:
+    """Address ranges of the LLVM and clang libraries' mappings in ``/proc/self/smaps`` text that hold
+    only clean file pages: not writable, and no anonymous (copied-on-write) page in them. Dropping
+    such a range loses nothing: the next touch reads the file again. Relocated read-only data (RELRO)
+    has anonymous pages and is never listed."""
+    ranges: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    for line in smaps_text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            current = None
+            name = head[5].rsplit("/", 1)[-1] if len(head) == 6 else ""
+            if "w" not in head[1] and name.startswith(_COMPILER_LIBRARIES):
+                low, high = head[0].split("-")
+                current = (int(low, 16), int(high, 16))
+        elif current is not None and line.startswith("Anonymous:"):
+            if line.split()[1] == "0":
+                ranges.append(current)
+            current = None
+    return ranges
+
+
+def release_compiler_pages() -> int:
+    """Once every program is compiled: drop this process's hold on the code and read-only data of LLVM
+    and clang (about 85 MB of RSS, clean file pages that no BPF map operation uses). Their page cache
+    stays the kernel's to keep or reclaim; a later compile faults them back in. Returns the bytes
+    released; 0 where the maps cannot be read or no compiler library is mapped."""
+    try:
+        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as handle:
+            ranges = compiler_mappings(handle.read())
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return 0
+    released = 0
+    for low, high in ranges:
+        if libc.madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+            released += high - low
+    return released

@@ -1,0 +1,44 @@
+"""Which mappings may be dropped after the BPF compiles (pure); tests/integration/test_bpfcompile.py
+drops them in a real process."""
+
+from __future__ import annotations
+
+from profiler.bpfcompile import compiler_mappings
+
+SMAPS = """\
+7f0000000000-7f0000100000 r--p 00000000 fe:01 1001 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1
+Size:               1024 kB
+Rss:                 512 kB
+Anonymous:             0 kB
+7f0000100000-7f0002000000 r-xp 00100000 fe:01 1001 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1
+Size:              31744 kB
+Anonymous:             0 kB
+7f0002000000-7f0002400000 r--p 02000000 fe:01 1001 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1
+Size:               4096 kB
+Anonymous:          4096 kB
+7f0002400000-7f0002500000 rw-p 02400000 fe:01 1001 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1
+Anonymous:             0 kB
+7f0003000000-7f0004000000 r-xp 00000000 fe:01 1002 /usr/lib/llvm-14/lib/libclang-cpp.so.14
+Anonymous:             0 kB
+7f0005000000-7f0005100000 r-xp 00000000 fe:01 1003 /usr/lib/x86_64-linux-gnu/libbcc.so.0.26.0
+Anonymous:             0 kB
+7f0006000000-7f0006100000 rw-p 00000000 00:00 0
+Anonymous:          1024 kB
+7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0                          [vdso]
+Anonymous:             0 kB
+"""
+
+
+def test_only_clean_read_only_mappings_of_llvm_and_clang_are_listed() -> None:
+    assert compiler_mappings(SMAPS) == [
+        (0x7F0000000000, 0x7F0000100000),  # read-only, no copied page
+        (0x7F0000100000, 0x7F0002000000),  # code
+        # not the relocated read-only data (anonymous pages), not the writable data
+        (0x7F0003000000, 0x7F0004000000),  # clang's code
+        # not libbcc (its code serves the maps and symbols during the window), not anonymous memory
+    ]
+
+
+def test_nothing_listed_in_garbage() -> None:
+    assert compiler_mappings("") == []
+    assert compiler_mappings("not smaps\nAnonymous: 0 kB\n7f-7e r-xp\n") == []
