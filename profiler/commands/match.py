@@ -107,9 +107,7 @@ def result_csv(result: MatchResult) -> str:
 
 
 class MatchCommand:
-    """Re-match saved folded stacks with an application profile, without profiling again."""
-
-    __doc__ = __doc__
+    __doc__ = __doc__  # the module's: its examples reach --help (a class docstring would hide them)
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
