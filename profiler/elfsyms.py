@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .perfmap import PerfMapLike
-from .symbolize import UNKNOWN, Frame, java_frame_name
+from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 
 SHT_SYMTAB, SHT_DYNSYM = 2, 11
 STT_FUNC, STT_GNU_IFUNC = 2, 10
@@ -179,7 +179,7 @@ def parse_maps(text: str) -> list[Mapping]:
     return sorted(found, key=lambda m: m.start)
 
 
-class OfflineSymbols:
+class OfflineSymbols(FrameMemo):
     """Names addresses of a process that is gone, from its saved maps, the ELF files on disk and the
     perf-map version set by StackFolder (the ProcessSymbols interface, without bcc)."""
 
@@ -189,16 +189,6 @@ class OfflineSymbols:
         self._symbols_of = symbols_of
         self.perf_map: PerfMapLike | None = None
         self._memo: dict[int, Frame] = {}
-
-    def set_perf_map(self, perf_map: PerfMapLike | None) -> None:
-        self.perf_map = perf_map
-        self._memo = {addr: frame for addr, frame in self._memo.items() if frame.kind == "native"}
-
-    def resolve(self, addr: int) -> Frame:
-        frame = self._memo.get(addr)
-        if frame is None:
-            frame = self._memo[addr] = self._resolve(addr)
-        return frame
 
     def _mapping(self, addr: int) -> Mapping | None:
         index = bisect.bisect_right(self._starts, addr) - 1

@@ -162,7 +162,29 @@ def _same_mount_namespace(pid: int) -> bool:
         return False
 
 
-class ProcessSymbols:
+class FrameMemo:
+    """The frames of the addresses named so far, for a symbolizer's ``_resolve``; the JIT names are
+    forgotten when the perf-map version changes (native names stay)."""
+
+    perf_map: PerfMapLike | None = None
+    _memo: dict[int, Frame]
+
+    def set_perf_map(self, perf_map: PerfMapLike | None) -> None:
+        """Name JIT code with this map from now on (native names stay cached)."""
+        self.perf_map = perf_map
+        self._memo = {addr: frame for addr, frame in self._memo.items() if frame.kind == "native"}
+
+    def resolve(self, addr: int) -> Frame:
+        frame = self._memo.get(addr)
+        if frame is None:
+            frame = self._memo[addr] = self._resolve(addr)
+        return frame
+
+    def _resolve(self, addr: int) -> Frame:
+        raise NotImplementedError
+
+
+class ProcessSymbols(FrameMemo):
     """bcc's symbol cache of one process plus its perf map.
 
     ``eager=True`` prepares the cache now so it still answers after the process exits: it touches
@@ -223,18 +245,6 @@ class ProcessSymbols:
         text = raw.decode("utf-8", "replace") if raw else None
         self._lib.bcc_symbol_free_demangle_name(ct.byref(sym))
         return text, module_text
-
-    def set_perf_map(self, perf_map: PerfMapLike | None) -> None:
-        """Name JIT code with this map from now on (native names stay cached)."""
-        self.perf_map = perf_map
-        self._memo = {addr: frame for addr, frame in self._memo.items() if frame.kind == "native"}
-
-    def resolve(self, addr: int) -> Frame:
-        frame = self._memo.get(addr)
-        if frame is None:
-            frame = self._resolve(addr)
-            self._memo[addr] = frame
-        return frame
 
     def _resolve(self, addr: int) -> Frame:
         name, module = self._resolve_raw(addr)
