@@ -26,7 +26,9 @@ from profiler.matcher import Matcher, candidate_patterns, match_stacks
 OPERATOR_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("source", ("org.apache.flink.streaming.api.operators.SourceOperator", "org.apache.flink.connector.datagen",
                 "org.apache.flink.connector.base.source.reader", "org.apache.flink.connector.kafka.source",
-                "org.apache.flink.api.connector.source")),
+                "org.apache.flink.api.connector.source",
+                # drives the source operator's emitNext, which the JIT often inlines into it
+                "org.apache.flink.streaming.runtime.io.StreamTaskSourceInput")),
     ("window", ("org.apache.flink.streaming.runtime.operators.windowing",)),
     ("sink", ("org.apache.flink.streaming.runtime.operators.sink", "org.apache.flink.streaming.api.functions.sink")),
 )
