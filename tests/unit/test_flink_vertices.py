@@ -227,3 +227,22 @@ def test_by_stage_on_a_flink_run_and_by_vertex_on_another_run_are_one_line_error
     scope.write_text(scope.read_text().replace('"flink"', '"spark"'))
     assert coordinator_main(["analyze", str(run), "--by", "vertex", "--out", str(tmp_path / "b")]) != 0
     assert "for Spark use --by stage" in capsys.readouterr().err
+
+
+def test_placement_without_rest_is_a_warning_and_no_mapping() -> None:
+    from profiler.events import EventCounter
+    from profiler.flinkmetrics import FlinkJobManager, Vertex
+
+    def refuse(url: str) -> object:
+        raise OSError(f"connection refused: {url}")
+
+    # GIVEN a JobManager that stopped answering before the window's end
+    manager = FlinkJobManager("http://127.0.0.1:8081", refuse)
+    manager.vertices[("j", "v")] = Vertex("j", "v", WINDOW, 2, False, ())
+    manager.last_running = {"j"}
+    counter = EventCounter()
+    counter._flink[manager.base_url] = manager
+    # WHEN the placement is asked for; THEN none, and a warning saying what still works
+    assert counter.flink_placement() == ([], [])
+    (warning,) = counter.warnings
+    assert "not mapped to TaskManager ids" in warning and "task threads' names" in warning
