@@ -232,6 +232,33 @@ class VertexWindow:
 
 
 @dataclass(frozen=True)
+class FlinkSubtask:
+    """Where one subtask of a job vertex ran (flink.json v2, from the JobManager's REST API)."""
+
+    job: str
+    vertex: str
+    name: str  # the vertex's chain, as in its task threads
+    subtask: int  # from 1, as in the thread name "<chain> (<subtask>/<parallelism>)#<attempt>"
+    attempt: int
+    taskmanager: str  # the TaskManager's id ("127.0.0.1:40935-75c27a")
+    endpoint: str = ""  # "host:data port"
+
+
+@dataclass(frozen=True)
+class FlinkTaskManager:
+    """A TaskManager of the cluster (flink.json v2) and, when it runs on this host, its PID."""
+
+    id: str
+    data_port: int | None
+    rpc_port: int | None  # of its RPC address ("pekko.tcp://flink@127.0.0.1:40935/...")
+    host: str  # the RPC address's host
+    pid: int | None = None  # the sampled process listening on the data and RPC ports, on this host
+
+
+FLINK_FORMAT_VERSION = 2  # v2 adds subtasks and taskmanagers beside the vertices
+
+
+@dataclass(frozen=True)
 class RunMeta:
     """meta.json of a host capture."""
 
@@ -405,8 +432,19 @@ def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     expect_json(payload.get("plans", []), list, path, "plans")
     return dict(payload)
-def write_flink_vertices(capture_dir: Path, vertices: Iterable[VertexWindow]) -> None:
-    atomic_write_text(capture_dir / FLINK_FILE, _json_dump({"vertices": [asdict(v) for v in vertices]}))
+def write_flink_vertices(
+    capture_dir: Path,
+    vertices: Iterable[VertexWindow],
+    subtasks: Iterable[FlinkSubtask] = (),
+    taskmanagers: Iterable[FlinkTaskManager] = (),
+) -> None:
+    payload = {
+        "format_version": FLINK_FORMAT_VERSION,
+        "vertices": [asdict(v) for v in vertices],
+        "subtasks": [asdict(s) for s in subtasks],
+        "taskmanagers": [asdict(t) for t in taskmanagers],
+    }
+    atomic_write_text(capture_dir / FLINK_FILE, _json_dump(payload))
 
 
 def write_overhead(capture_dir: Path, overhead: Overhead) -> None:
@@ -605,6 +643,20 @@ def read_events(capture_dir: Path) -> EventCount | None:
     return from_json_object(EventCount, _load_json(capture_dir, path), path) if path.exists() else None
 
 
+def read_flink_placement(capture_dir: Path) -> tuple[tuple[FlinkSubtask, ...], tuple[FlinkTaskManager, ...]]:
+    """flink.json's subtasks and TaskManagers (v2); empty for a v1 file or when the REST API did not say."""
+    path = capture_dir / FLINK_FILE
+    if not path.exists():
+        return (), ()
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    subtasks = expect_json(payload.get("subtasks", []), list, path, "subtasks")
+    taskmanagers = expect_json(payload.get("taskmanagers", []), list, path, "taskmanagers")
+    return (
+        tuple(from_json_object(FlinkSubtask, entry, path) for entry in subtasks),
+        tuple(from_json_object(FlinkTaskManager, entry, path) for entry in taskmanagers),
+    )
+
+
 def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
     """Flink's own view of its job vertices over the window (flink.json), empty when absent."""
     path = capture_dir / FLINK_FILE
@@ -716,6 +768,8 @@ class Capture:
     overhead: Overhead | None = None
     events: EventCount | None = None
     flink_vertices: tuple[VertexWindow, ...] = ()
+    flink_subtasks: tuple[FlinkSubtask, ...] = ()  # flink.json v2: where each subtask ran
+    flink_taskmanagers: tuple[FlinkTaskManager, ...] = ()
 
 
 def read_capture(capture_dir: Path) -> Capture:
@@ -734,7 +788,7 @@ def read_capture(capture_dir: Path) -> Capture:
             net[process.pid] = n
     return Capture(
         capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir), read_events(capture_dir),
-        read_flink_vertices(capture_dir),
+        read_flink_vertices(capture_dir), *read_flink_placement(capture_dir),
     )
 
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from . import flinkmetrics
-from .capture import EventCount, ProcessInfo, VertexWindow
+from .capture import EventCount, FlinkSubtask, FlinkTaskManager, ProcessInfo, VertexWindow
 from .flinkmetrics import FlinkJobManager
 
 SOURCE_MANUAL = "--events"
@@ -555,6 +555,24 @@ class EventCounter:
             window for manager in self._flink.values()
             for window in manager.vertex_windows(self.window_start, self.window_end)
         ]
+
+    def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
+        """Where each Flink subtask ran and the TaskManagers (no PIDs yet: the runner knows its processes);
+        a JobManager that does not answer adds a warning and nothing else."""
+        subtasks: list[FlinkSubtask] = []
+        taskmanagers: list[FlinkTaskManager] = []
+        for manager in self._flink.values():
+            try:
+                found, managers = manager.placement()
+            except Exception as exc:  # noqa: BLE001 - the samples still give vertex and subtask by thread name
+                self.warnings.append(
+                    f"{manager.label}: subtasks not mapped to TaskManager ids ({exc}); vertex and subtask "
+                    "still come from the task threads' names"
+                )
+                continue
+            subtasks += found
+            taskmanagers += managers
+        return subtasks, taskmanagers
 
     def _spark_result(self, driver: SparkDriver, start: float, end: float) -> _Counted | None:
         if not driver.streaming_seen:

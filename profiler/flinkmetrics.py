@@ -16,11 +16,11 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .capture import VertexWindow
+from .capture import FlinkSubtask, FlinkTaskManager, VertexWindow
 
 Fetch = Callable[[str], Any]
 SeriesKey = tuple[str, str, str]  # (job id, vertex id, metric id)
@@ -151,9 +151,12 @@ def parse_task_thread(name: str) -> TaskThread | None:
 
 
 def vertex_of_thread(thread: str, vertex_names: Sequence[str]) -> str | None:
-    """The job vertex (its chain name) a task thread runs: from a full thread name, the chain; from the
+    """The job vertex (its chain name) a task thread runs: from the chain itself (the stacks' root frame
+    when the full name was known, profiler/threadnames.py) or a full thread name, the chain; from the
     kernel's 15-character prefix, the one vertex whose thread names start with it (None when it fits
     several, e.g. two vertices named alike, or none)."""
+    if thread in vertex_names:
+        return thread
     parsed = parse_task_thread(thread)
     if parsed is not None and parsed.chain in vertex_names:
         return parsed.chain
@@ -192,6 +195,59 @@ def vertex_cpu(
         samples = per_vertex[vertex.name]
         per_second = samples / frequency / seconds / max(vertex.parallelism, 1) * 1000 if frequency and seconds else 0.0
         found.append(VertexCpu(vertex, samples, per_second))
+    return found
+
+
+# ---------------------------------------------------------------- where subtasks run
+
+_RPC_ADDRESS = re.compile(r"@(?P<host>\[[^\]]+\]|[^:/]+):(?P<port>\d+)/")
+
+
+def vertex_subtasks(jid: str, details: Any) -> list[FlinkSubtask]:
+    """The subtasks of /jobs/<jid>/vertices/<vid> with their TaskManager (REST counts subtasks from 0,
+    thread names from 1: stored as the thread name says)."""
+    if not isinstance(details, Mapping):
+        return []
+    found = []
+    for entry in details.get("subtasks", []):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("subtask"), int):
+            continue
+        attempt = entry.get("attempt")
+        found.append(FlinkSubtask(
+            jid, str(details.get("id", "")), str(details.get("name", "")), entry["subtask"] + 1,
+            attempt if isinstance(attempt, int) else 0, str(entry.get("taskmanager-id", "")),
+            str(entry.get("endpoint", "")),
+        ))
+    return found
+
+
+def taskmanagers_of(listing: Any) -> list[FlinkTaskManager]:
+    """/taskmanagers: each TaskManager's id, data port and RPC address (no PID: that is per host)."""
+    entries = listing.get("taskmanagers", []) if isinstance(listing, Mapping) else []
+    found = []
+    for entry in entries:
+        if not isinstance(entry, Mapping) or "id" not in entry:
+            continue
+        address = _RPC_ADDRESS.search(str(entry.get("path", "")))
+        data_port = entry.get("dataPort")
+        found.append(FlinkTaskManager(
+            str(entry["id"]), data_port if isinstance(data_port, int) and data_port > 0 else None,
+            int(address["port"]) if address else None, address["host"].strip("[]") if address else "",
+        ))
+    return found
+
+
+def taskmanager_pids(
+    taskmanagers: Sequence[FlinkTaskManager], listening: Mapping[int, Collection[int]]
+) -> list[FlinkTaskManager]:
+    """Each TaskManager with the PID (of ``listening``: PID → its LISTEN ports on this host) that listens on
+    its data port and, when known, its RPC port: two ports of one process, so a TaskManager of another
+    host with the same data port is not taken for ours."""
+    found = []
+    for manager in taskmanagers:
+        wanted = {port for port in (manager.data_port, manager.rpc_port) if port is not None}
+        owners = [pid for pid, ports in listening.items() if wanted and wanted <= set(ports)]
+        found.append(replace(manager, pid=owners[0] if len(owners) == 1 else None))
     return found
 
 
@@ -537,6 +593,16 @@ class FlinkJobManager:
         return bool(refreshes) and refreshes[-1].at - TRIGGER_TO_CAPTURE >= when
 
     # -------------------------------------------------------------- the window
+
+    def placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
+        """Where each subtask of the running jobs runs now, and the cluster's TaskManagers (REST; raises)."""
+        subtasks = [
+            subtask
+            for (jid, vid) in sorted(self.vertices)
+            if jid in self.last_running
+            for subtask in vertex_subtasks(jid, self._get(f"/jobs/{jid}/vertices/{vid}"))
+        ]
+        return subtasks, taskmanagers_of(self._get("/taskmanagers"))
 
     def points(self, key: SeriesKey) -> list[Point]:
         return [Point(r.at, r.spread, r.values[key]) for r in self.refreshes if key in r.values]

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
+
 from . import __version__, capture
 from .aggregate import aggregate_host
 from .appprofile import ApplicationProfile
@@ -32,6 +34,8 @@ from .bpfcompile import release_compiler_pages, release_freed_memory
 from .capture import (
     DEFAULT_INTERVAL,
     EventCount,
+    FlinkSubtask,
+    FlinkTaskManager,
     NetStats,
     Overhead,
     OverheadPoint,
@@ -42,6 +46,7 @@ from .capture import (
 )
 from .checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
 from .errors import OutputExistsError, OutputWriteError, PrivilegeError
+from .flinkmetrics import taskmanager_pids
 from .folded import format_folded
 from .matcher import Matcher, MatchResult, match_stacks
 from .stackstore import CollectedStacks, SamplerCheckpoint
@@ -147,6 +152,7 @@ class EventsLike(Protocol):
     def add_process(self, process: ProcessInfo) -> None: ...
     def finish(self, end_time: float) -> EventCount: ...
     def vertex_windows(self) -> list[VertexWindow]: ...
+    def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]: ...
 
 
 @dataclass
@@ -409,6 +415,20 @@ class WindowState:
     meta: RunMeta | None = None
 
 
+def _listening_ports(processes: Sequence[ProcessInfo]) -> dict[int, set[int]]:
+    """Workload PID → the TCP ports it listens on (psutil; a process gone or not readable has none)."""
+    found: dict[int, set[int]] = {}
+    for process in processes:
+        if process.role != "workload":
+            continue
+        try:
+            connections = psutil.Process(process.pid).net_connections("tcp")
+        except psutil.Error:
+            continue
+        found[process.pid] = {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+    return found
+
+
 @dataclass
 class Collected:
     """What the components held at the end of the window, read once before anything is written."""
@@ -420,6 +440,8 @@ class Collected:
     events: EventCount | None = None
     spark_plans: dict[str, Any] | None = None
     flink_vertices: list[VertexWindow] = field(default_factory=list)
+    flink_subtasks: list[FlinkSubtask] = field(default_factory=list)
+    flink_taskmanagers: list[FlinkTaskManager] = field(default_factory=list)
 
 
 def _own_cpu_seconds() -> float:
@@ -773,7 +795,9 @@ class Runner:
         if events is not None:
             capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
         if collected.flink_vertices:
-            capture.write_flink_vertices(out, collected.flink_vertices)
+            capture.write_flink_vertices(
+                out, collected.flink_vertices, collected.flink_subtasks, collected.flink_taskmanagers
+            )
         self._write_results(collected, matched)
         if collected.spark_plans is not None:
             capture.write_spark_plans(out, collected.spark_plans)
@@ -822,6 +846,10 @@ class Runner:
             collected.flink_vertices = components.events.vertex_windows()
         except Exception as exc:  # noqa: BLE001
             state.warnings.append(f"events: Flink's vertex metrics could not be estimated ({exc})")
+        if collected.flink_vertices:
+            subtasks, managers = components.events.flink_placement()
+            collected.flink_subtasks = subtasks
+            collected.flink_taskmanagers = taskmanager_pids(managers, _listening_ports(processes))
         if components.spark_plans is not None:
             try:
                 collected.spark_plans = components.spark_plans.finish()

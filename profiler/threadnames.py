@@ -20,10 +20,13 @@ from dataclasses import dataclass
 
 COMM_BYTES = 15  # the kernel (and HotSpot's os::set_native_thread_name) keep this many bytes of a name
 
-# Names that change with each unit of work: (rule, kind). The kind replaces the name in the stacks; the
-# full name becomes the sample's context. Spark's TaskRunner renames its pool thread per task.
+# Names that carry a unit of work: (rule, kind template, expanded with the rule's groups). The kind
+# replaces the name in the stacks; the full name becomes the sample's context. Spark's TaskRunner
+# renames its pool thread per task; Flink names a task thread "<chain> (<subtask>/<parallelism>)#<attempt>",
+# so that the stacks key it by its job vertex (the chain) and the context tells its subtasks apart.
 PER_UNIT_NAMES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^Executor task launch worker for task \S+ in stage \S+ \(TID \d+\)$"), "Executor task launch worker"),
+    (re.compile(r"^(?P<chain>.+) \(\d+/\d+\)#\d+$"), r"\g<chain>"),
 )
 
 # One thread of `jcmd PID Thread.print`: "name" ... nid=0x4b53 (hex up to JDK 18, decimal from JDK 19).
@@ -60,8 +63,9 @@ class ThreadLabel:
 def split_name(name: str) -> tuple[str, str | None]:
     """(kind, context) of a full thread name: a per-unit name gives its rule's kind and itself."""
     for rule, kind in PER_UNIT_NAMES:
-        if rule.match(name):
-            return kind, name
+        found = rule.match(name)
+        if found:
+            return found.expand(kind), name
     return name, None
 
 

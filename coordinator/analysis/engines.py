@@ -19,6 +19,7 @@ import tempfile
 import time
 import warnings
 import zipfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from coordinator.analysis.rows import (
 )
 from coordinator.analysis.timeline import SubWindow
 from profiler.appprofile import parse_profile
-from profiler.capture import UNMATCHED, atomic_write_text, format_result_csv, replace_dir
+from profiler.capture import UNMATCHED, FlinkSubtask, atomic_write_text, format_result_csv, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 
 if TYPE_CHECKING:
@@ -555,8 +556,6 @@ def run_analysis_in_process(
 ) -> tuple[int, int]:
     """The same job as run_analysis without Spark, for inputs small enough for one process: every
     distinct stack matched once by the same Matcher, the same sums, files and ordering."""
-    from collections import Counter
-
     from profiler.matcher import Matcher
 
     profile = parse_profile(profile_text, profile_source)
@@ -640,6 +639,72 @@ def _add_stage_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, 
     atomic_write_text(summary, text)
 
 
+def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, profile_source: str) -> None:
+    """Rewrite summary.csv with the runs' Flink vertex and subtask rows after its other rows (in this
+    process, as the stage rows: both engines give the same file)."""
+    from coordinator.analysis.flinkdraft import flink_vertices_of
+    from coordinator.analysis.rows import read_summary
+    from coordinator.analysis.vertices import (
+        VERTEX_COLUMNS,
+        ChainOperators,
+        placement_of,
+        read_pid_vertices,
+        vertex_rows,
+    )
+    from profiler.matcher import Matcher
+
+    profile = parse_profile(profile_text, profile_source)
+    task_names = profile.result_task_names
+    matcher = Matcher(profile)
+    decided: dict[str, str] = {}
+
+    def task_of(stack: str) -> str:
+        task = decided.get(stack)
+        if task is None:
+            task = decided[stack] = task_names[matcher.classify(stack)[0]]
+        return task
+
+    extra = []
+    label_names = label_columns(runs)
+    for run in sorted(runs, key=lambda r: r.run):
+        chains = sorted({v.name for v in flink_vertices_of(run)})
+        pids = read_pid_vertices(run, chains)
+        stacks: Counter[str] = Counter()
+        for pid in pids:
+            for by_stack in pid.subtasks.values():
+                stacks.update(by_stack)
+        chains = chains or sorted({thread.chain for pid in pids for thread in pid.subtasks})
+        rows = vertex_rows(run.run, pids, placement_of(_flink_subtasks(run)), task_of, ChainOperators(stacks, chains))
+        labels = {label_names[key]: value for key, value in run.labels.items()}
+        extra += [{**row, **labels} for row in rows]
+    with open(summary, encoding="utf-8", newline="") as handle:
+        header = next(csv.reader(handle))
+    at = header.index("host_state") + 1
+    columns = (*header[:at], *VERTEX_COLUMNS, *header[at:])
+    text = format_result_csv([*read_summary(summary), *extra], columns)
+    atomic_write_text(summary, text)
+
+
+def _flink_subtasks(run: RunInput) -> list[FlinkSubtask]:
+    from profiler.capture import read_flink_placement
+
+    return [s for host in run.hosts if host.capture_dir is not None for s in read_flink_placement(host.capture_dir)[0]]
+
+
+def _check_engine_of_cut(by: str, runs: Sequence[RunInput]) -> None:
+    """--by stage is for Spark runs, --by vertex for Flink runs: one line naming the other option."""
+    from coordinator.analysis.flinkdraft import flink_vertices_of
+
+    for run in runs:
+        flink = bool(flink_vertices_of(run)) or any(pid.process.engine == "flink" for pid in run.pids)
+        if by == "stage" and flink:
+            raise ConfigError(f"--by stage: {run.run} is a Flink run (no Spark stages); use --by vertex")
+        if by == "vertex" and not flink:
+                raise ConfigError(
+                f"--by vertex: {run.run} is not a Flink run (no flink.json, no Flink process); for Spark use --by stage"
+            )
+
+
 def stacks_bytes(runs: Sequence[RunInput]) -> int:
     """Total size of the folded stack files an analysis would read."""
     total = 0
@@ -686,15 +751,18 @@ def analyze(
     most IN_PROCESS_MAX_BYTES of stacks. ``window``: restrict every capture to the intervals
     overlapping ``--from``/``--to`` (analysis.json records which); a capture without a timeline
     is a ConfigError before any stack is read. ``by="stage"``: summary.csv gains Spark stage rows
-    (coordinator/analysis/stages.py; whole window only).
+    (coordinator/analysis/stages.py), ``by="vertex"`` Flink vertex and subtask rows
+    (coordinator/analysis/vertices.py); whole window only.
     """
     if not run_dirs:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
-    if by not in (None, "stage"):
-        raise ConfigError(f"--by {by!r}: only 'stage' (Spark stages) is known")
-    if by == "stage" and window is not None and window.requested:
-        raise ConfigError("--by stage covers the whole window (stage contexts have no timeline); drop --from/--to")
+    if by not in (None, "stage", "vertex"):
+        raise ConfigError(f"--by {by!r}: only 'stage' (Spark stages) and 'vertex' (Flink vertices) are known")
+    if by is not None and window is not None and window.requested:
+        raise ConfigError(f"--by {by} covers the whole window (thread contexts have no timeline); drop --from/--to")
     runs = read_inputs([Path(p) for p in run_dirs], labels, window)
+    if by is not None:
+        _check_engine_of_cut(by, runs)
     profile_text, profile_source = resolve_profile_text(runs, profile)
     parse_profile(profile_text, profile_source)  # a bad profile fails before Spark starts
     target = Path(out_dir) if out_dir is not None else _default_out_dir(runs)
@@ -713,6 +781,8 @@ def analyze(
         distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master, window)
     if by == "stage":
         _add_stage_rows(target / SUMMARY_FILE, runs, profile_text, profile_source)
+    elif by == "vertex":
+        _add_vertex_rows(target / SUMMARY_FILE, runs, profile_text, profile_source)
     job_seconds = time.monotonic() - started - session_seconds
     stats = AnalysisStats(
         runs=len(runs),

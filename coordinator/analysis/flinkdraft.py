@@ -26,7 +26,9 @@ from profiler.matcher import Matcher, candidate_patterns, match_stacks
 OPERATOR_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("source", ("org.apache.flink.streaming.api.operators.SourceOperator", "org.apache.flink.connector.datagen",
                 "org.apache.flink.connector.base.source.reader", "org.apache.flink.connector.kafka.source",
-                "org.apache.flink.api.connector.source")),
+                "org.apache.flink.api.connector.source",
+                # drives the source operator's emitNext, which the JIT often inlines into it
+                "org.apache.flink.streaming.runtime.io.StreamTaskSourceInput")),
     ("window", ("org.apache.flink.streaming.runtime.operators.windowing",)),
     ("sink", ("org.apache.flink.streaming.runtime.operators.sink", "org.apache.flink.streaming.api.functions.sink")),
 )
@@ -42,6 +44,7 @@ RUNTIME: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("JIT compiler", ("re:^C1 CompilerThre", "re:^C2 CompilerThre", "CompileBroker")),
 )
 OTHER_TASK = "Other threads"
+OPERATOR_UNKNOWN = "chain, operator unknown"  # samples of a chain that no operator of it claims
 OTHER_MIN_SHARE = 0.002  # a thread joins "Other threads" once it holds 0.2 % of the samples
 _JAVA_CLASS = re.compile(r"^(?:[\w$]+[./])+(?P<cls>[\w$]+)::[\w$<>]+$")
 _USER_PACKAGES = ("org.apache.flink.", "java.", "jdk.", "sun.", "scala.")
@@ -52,7 +55,7 @@ def operators_of(chain: str) -> list[str]:
     return [part.strip() for part in chain.split(" -> ") if part.strip()]
 
 
-def _task_name(operator: str) -> str:
+def operator_task_name(operator: str) -> str:
     return operator.replace(": ", " - ").replace(",", " ")  # ": " would end the task name
 
 
@@ -95,11 +98,11 @@ def _kind_patterns(kind: str, frames: Mapping[str, int]) -> list[str]:
     return [p for p in patterns if any(p.replace("/", ".") in f.replace("/", ".") for f in frames)]
 
 
-def _chain_patterns(chain: str, frames: Mapping[str, int]) -> list[tuple[str, list[str]]]:
+def operator_patterns(chain: str, frames: Mapping[str, int]) -> list[tuple[str, list[str]]]:
     """Each operator of the chain with its patterns: the job's classes named like it, and Flink's
     classes of its kind. A kind whose classes are in the stacks but that no operator's name gives
     (a window operator named after the user's function, "CampaignProcessor") goes to the first
-    operator that found nothing else."""
+    operator that found nothing else, else to the first operator without a kind of its own."""
     classes = _user_classes(frames)
     found = []
     for index, operator in enumerate(operators_of(chain)):
@@ -111,12 +114,14 @@ def _chain_patterns(chain: str, frames: Mapping[str, int]) -> list[tuple[str, li
     for kind, _patterns in OPERATOR_KINDS:
         present = _kind_patterns(kind, frames)
         empty = next((i for i, (_op, patterns) in enumerate(found) if not patterns), None)
+        if empty is None:
+            empty = next((i for i, op in enumerate(operators_of(chain)) if _kind_of(op, i) is None), None)
         if kind not in named and present and empty is not None and kind != "source":
-            found[empty] = (found[empty][0], present)
+            found[empty] = (found[empty][0], found[empty][1] + present)
     return found
 
 
-def _frames_by_vertex(stacks: Mapping[str, int], names: Sequence[str]) -> dict[str, Counter[str]]:
+def frames_by_vertex(stacks: Mapping[str, int], names: Sequence[str]) -> dict[str, Counter[str]]:
     found: dict[str, Counter[str]] = {name: Counter() for name in names}
     for stack, count in stacks.items():
         frames = stack.split(FRAME_SEPARATOR)
@@ -128,11 +133,14 @@ def _frames_by_vertex(stacks: Mapping[str, int], names: Sequence[str]) -> dict[s
 
 
 def _thread_pattern(chain: str) -> str:
-    """Matches the vertex's task threads by name: the full "<chain> (i/n)#a" or the kernel's 15 bytes."""
-    return "re:^" + re.escape(f"{chain} ("[:COMM_LENGTH])
+    """Matches the vertex's task threads by name: the chain (the stacks' root frame when the full name
+    was known), the full "<chain> (i/n)#a" or the kernel's 15 bytes of it."""
+    if len(chain) >= COMM_LENGTH:
+        return "re:^" + re.escape(chain[:COMM_LENGTH])
+    return "re:^" + re.escape(chain) + r"(?: \(| ?$)"
 
 
-def _escape(pattern: str) -> str:
+def escape_pattern(pattern: str) -> str:
     return pattern.replace(",", "\\,")
 
 
@@ -140,21 +148,21 @@ def draft_lines(stacks: Mapping[str, int], vertices: Sequence[VertexWindow]) -> 
     """The profile's task lines: operators (innermost first within a chain, so that leaf-first
     matching gives a sample to the deepest operator on its stack), each vertex's chain, the runtime."""
     chains = list(dict.fromkeys(v.name for v in sorted(vertices, key=lambda v: not v.source)))
-    by_vertex = _frames_by_vertex(stacks, chains)
+    by_vertex = frames_by_vertex(stacks, chains)
     lines, claimed = [], set()
     for chain in chains:
-        for operator, found in _chain_patterns(chain, by_vertex[chain]):
+        for operator, found in operator_patterns(chain, by_vertex[chain]):
             patterns = [p for p in found if p not in claimed]
             claimed.update(patterns)
             if patterns:
-                lines.append(f"{_task_name(operator)}: {', '.join(_escape(p) for p in patterns)}")
+                lines.append(f"{operator_task_name(operator)}: {', '.join(escape_pattern(p) for p in patterns)}")
     all_frames = Counter(f for stack in stacks for f in stack.split(FRAME_SEPARATOR))
     for name, runtime_patterns in RUNTIME:
         present = [p for p in runtime_patterns if any(_hits(p, frame) for frame in all_frames)]
         if present:
-            lines.append(f"{name}: {', '.join(_escape(p) for p in present)}")
+            lines.append(f"{name}: {', '.join(escape_pattern(p) for p in present)}")
     # Last in the profile and at the stack's root: what no operator or runtime frame above claims.
-    lines += [f"{_task_name(chain)} (chain, operator unknown): {_thread_pattern(chain)}" for chain in chains]
+    lines += [f"{operator_task_name(chain)} ({OPERATOR_UNKNOWN}): {_thread_pattern(chain)}" for chain in chains]
     return lines
 
 
@@ -177,7 +185,7 @@ def _other_line(stacks: Mapping[str, int], lines: Sequence[str]) -> str | None:
     for name, count in threads.items():  # "flink-metrics-5" and "flink-metrics-12" are one kind
         kinds[r"\d+".join(re.escape(part) for part in re.split(r"\d+", name))] += count
     kept = [kind for kind, count in kinds.most_common() if total and count / total >= OTHER_MIN_SHARE]
-    return f"{OTHER_TASK}: {', '.join(_escape('re:^' + kind) for kind in kept)}" if kept else None
+    return f"{OTHER_TASK}: {', '.join(escape_pattern('re:^' + kind) for kind in kept)}" if kept else None
 
 
 def draft_flink_profile(stacks: Mapping[str, int], vertices: Sequence[VertexWindow], source: str) -> Draft:

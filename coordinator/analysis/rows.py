@@ -343,8 +343,8 @@ def cell_number(value: Any, *, lenient: bool = False) -> float | None:
 
 
 def read_summary(path: Path, stages: bool = False) -> list[dict[str, str]]:
-    """summary.csv's rows; Spark stage rows (``analyze --by stage``) only with ``stages``: they cut the
-    same samples again and must never be summed with the others."""
+    """summary.csv's rows; Spark stage rows (``analyze --by stage``) and Flink vertex rows (``--by
+    vertex``) only with ``stages``: they cut the same samples again and must never be summed with the others."""
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             rows = list(csv.DictReader(handle))
@@ -358,7 +358,7 @@ def read_summary(path: Path, stages: bool = False) -> list[dict[str, str]]:
         raise CaptureFormatError(f"{path}: no rows (an empty or cut summary.csv); re-run `coordinator analyze`")
     if not {"run", "host", "pid", "task", "samples", "cycles"} <= set(rows[0]):
         raise CaptureFormatError(f"{path}: not a summary.csv (missing columns); re-run `coordinator analyze`")
-    return rows if stages else [row for row in rows if not row.get("stage")]
+    return rows if stages else [row for row in rows if not row.get("stage") and not row.get("vertex")]
 
 
 def check_numbers(path: Path, rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> None:

@@ -10,7 +10,9 @@ edit the profile and analyse again as often as needed.
 with a timeline (format_version 2, stack_collection ringbuf): the whole intervals overlapping it
 are used, and analysis.json says which.
 --by stage adds cluster rows per Spark stage to summary.csv (a capture of format 3: every sample of an
-executor task thread knows its stage; the driver's REST API adds job, query and micro-batch).
+executor task thread knows its stage; the driver's REST API adds job, query and micro-batch);
+--by vertex adds rows per Flink job vertex, subtask and operator of its chain (each task thread's full
+name "<chain> (i/n)#attempt"; flink.json adds the TaskManager). docs/summary-format.md.
 Spark runs in local mode by default; any master URL works for large archives (the executors then
 need python3 with pyarrow and numpy; the code is shipped with the job).
 
@@ -19,6 +21,7 @@ examples:
   coordinator analyze runs/20260122-014700 --profile my_profile.txt --print
   coordinator analyze runs/20260122-014700 --from 300 --to 600 --out analysis/steady-state
   coordinator analyze runs/20260122-014700 --by stage      # + rows per Spark stage (job, micro-batch)
+  coordinator analyze runs/demo-flink --by vertex          # + rows per Flink vertex, subtask, operator
   coordinator analyze runs/* --out analysis/all-runs --master local[2]
   coordinator analyze runs/* --out /shared/analysis --master spark://head:7077
 """
@@ -105,8 +108,9 @@ class AnalyzeCommand:
 
         parser.add_argument(
             "--by",
-            choices=("stage",),
-            help="also cut summary.csv by Spark stage (rows with a stage column; whole window only)",
+            choices=("stage", "vertex"),
+            help="also cut summary.csv by Spark stage or by Flink job vertex and subtask (rows with a stage or "
+            "vertex column; whole window only)",
         )
 
     def run(self, args: argparse.Namespace) -> int:

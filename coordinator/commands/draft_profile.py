@@ -75,8 +75,8 @@ class DraftProfileCommand:
         if args.out is not None:
             atomic_write_text(args.out, draft.text)
             print(f"wrote {args.out}")
-            by_stage = "" if vertices else " --by stage"
-            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out}{by_stage}")
+            by = " --by vertex" if vertices else " --by stage"
+            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out}{by}")
         else:
             print(f"next: coordinator draft-profile {args.run_dir} --out FILE; edit FILE; analyze with --profile FILE")
         return 0

@@ -41,6 +41,7 @@ def health_lines(
         *_matching_health(unmatched_share, multi_task_share),
         *_overhead_health(captures),
         *_thread_names_health(captures),
+        *_flink_placement_health(captures),
     ]
     for capture in captures:
         for warning in capture.meta.warnings:
@@ -52,6 +53,29 @@ def health_lines(
             "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
         ))
     return tuple(lines)
+
+
+def _flink_placement_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """Whether Flink's subtasks were mapped to TaskManager ids and those to the sampled PIDs (flink.json v2)."""
+    lines = []
+    for capture in captures:
+        if not capture.flink_vertices:
+            continue
+        where = f"{capture.meta.host} Flink subtasks"
+        if not capture.flink_subtasks:
+            lines.append(HealthLine(
+                "warn", where,
+                "the mapping of subtasks to TaskManager ids is missing (REST API not answering at the end, or a "
+                "capture before flink.json v2); vertex and subtask still come from the task threads' names",
+            ))
+            continue
+        local = sum(1 for manager in capture.flink_taskmanagers if manager.pid is not None)
+        lines.append(HealthLine(
+            "ok", where,
+            f"{len(capture.flink_subtasks)} subtasks on {len(capture.flink_taskmanagers)} TaskManagers "
+            f"({local} of them sampled on this host, found by their data and RPC ports)",
+        ))
+    return lines
 
 
 def _thread_names_health(captures: Sequence[Capture]) -> list[HealthLine]:

@@ -60,6 +60,7 @@ class RunData:
     window: Mapping[str, Any] | None = None  # analysis.json "window" (analyze --from/--to), or None
     stage_rows: tuple[Mapping[str, str], ...] = ()  # summary.csv's Spark stage rows (analyze --by stage)
     spark_plans: tuple[Mapping[str, Any], ...] = ()  # the hosts' spark.json (stages, codegen operators)
+    vertex_rows: tuple[Mapping[str, str], ...] = ()  # summary.csv's Flink vertex rows (analyze --by vertex)
 
     @property
     def labels(self) -> Mapping[str, str]:
@@ -145,7 +146,8 @@ def load_run(path: Path) -> RunData:
                 if result.is_file():
                     rows.extend(_read_csv(result))
     stage_rows = [row for row in rows if row.get("stage")]
-    rows = [row for row in rows if not row.get("stage")]
+    vertex_rows = [row for row in rows if row.get("vertex")]
+    rows = [row for row in rows if not row.get("stage") and not row.get("vertex")]
     spark_plans = []
     for host in hosts:
         if host.capture is not None:
@@ -174,6 +176,7 @@ def load_run(path: Path) -> RunData:
         window,
         tuple(stage_rows),
         tuple(spark_plans),
+        tuple(vertex_rows),
     )
 
 

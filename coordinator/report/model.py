@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.analysis.stages import StageLine
+from coordinator.analysis.vertices import SubtaskLine, VertexLine
 
 
 @dataclass(frozen=True)
@@ -109,5 +110,8 @@ class ReportView:
     codegen: tuple[tuple[int, str], ...] = ()  # whole-stage-codegen stage N and its operators
     flink_vertices: tuple[FlinkVertexLine, ...] = ()
     flink_note: str = ""
+    vertex_lines: tuple[VertexLine, ...] = ()  # Flink vertices and their operators (analyze --by vertex)
+    subtask_lines: tuple[SubtaskLine, ...] = ()
+    flink_run: bool = False  # a Flink run: the vertex section says how to get its rows when there are none
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from coordinator.analysis import timeline
 from coordinator.analysis.rows import cell_number, pid_rows_by_task, sum_known
 from coordinator.analysis.stages import annotate_codegen_frames, spark_index, stage_lines
+from coordinator.analysis.vertices import vertex_lines
 from coordinator.report import flame
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
@@ -185,6 +186,7 @@ def build_view(
         if not spark.reachable
     )
     flink_lines = flink_vertex_lines(run, stacks)
+    vertices, subtasks = vertex_lines(run.vertex_rows)
     payload: dict[str, Any] = {
         "runId": run.run_id,
         "frames": annotate_codegen_frames(frames.names, spark),
@@ -220,6 +222,9 @@ def build_view(
         codegen=tuple((n, ", ".join(operators)) for n, operators in sorted(spark.codegen.items())),
         flink_vertices=flink_lines,
         flink_note=flink_note(run, flink_lines),
+        vertex_lines=vertices,
+        subtask_lines=subtasks,
+        flink_run=bool(flink_lines or vertices),
     )
 
 

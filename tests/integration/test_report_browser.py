@@ -12,7 +12,7 @@ import pytest
 from coordinator.report.publish import publish
 from coordinator.report.render import render_report
 from tests.fixtures.browser import Chromium
-from tests.fixtures.flink_report import flink_run_dir, use_tree_templates
+from tests.fixtures.flink_report import flink_run_dir, flink_vertex_run_dir, use_tree_templates
 from tests.fixtures.report import HOSTILE_FRAMES, make_run_dir
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -235,4 +235,39 @@ def test_flink_vertices_beside_the_samples_in_chromium(
     assert chromium.evaluate("!!document.querySelector('nav.toc a[href=\"#flink\"]')")
     chromium.evaluate("document.querySelector('#flink').scrollIntoView()")
     chromium.screenshot(ARTIFACTS / "report-flink.png")
+    assert chromium.errors() == []
+
+
+def test_flink_samples_by_vertex_subtask_and_operator_in_chromium(
+    tmp_path: Path, chromium: Chromium, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a Flink run analysed with --by vertex (two subtasks per vertex, a vertex name with markup)
+    use_tree_templates(monkeypatch)
+    index = render_report(flink_vertex_run_dir(tmp_path / "runs"))
+    # WHEN Chromium opens its report
+    chromium.open(index.as_uri())
+    chromium.wait_for("document.querySelectorAll('#vertices table.subtasks tbody tr').length === 4")
+    # THEN each subtask has its own row with its TaskManager and PID, the markup stays text
+    subtasks = chromium.evaluate(
+        "Array.from(document.querySelectorAll('#vertices table.subtasks tbody tr')).map(r =>"
+        " Array.from(r.cells).slice(0, 6).map(c => c.textContent))"
+    )
+    assert sorted(row[:2] for row in subtasks) == [
+        ["Source: <b>Gen</b> -> ToKeyed", "1/2"], ["Source: <b>Gen</b> -> ToKeyed", "2/2"],
+        ["WindowSum -> Discard: Writer", "1/2"], ["WindowSum -> Discard: Writer", "2/2"],
+    ], subtasks
+    assert {row[3] for row in subtasks if row[0].startswith("Source")} == {"127.0.0.1:40935-75c27a"}
+    assert {row[5] for row in subtasks} == {"2201"}
+    assert chromium.evaluate("document.querySelectorAll('#vertices b').length") == 0
+    # AND per vertex the operators of its chain and what stays "chain, operator unknown"
+    vertices = chromium.evaluate(
+        "Array.from(document.querySelectorAll('#vertices table.vertex-operators tbody tr')).map(r =>"
+        " [r.dataset.vertex, r.cells[3].textContent, r.querySelector('.operator-unknown').textContent])"
+    )
+    by_name = {row[0]: row for row in vertices}
+    assert "WindowSum" in by_name["WindowSum -> Discard: Writer"][1], vertices
+    assert by_name["Source: <b>Gen</b> -> ToKeyed"][2].strip() != "", vertices
+    assert chromium.evaluate("!!document.querySelector('nav.toc a[href=\"#vertices\"]')")
+    chromium.evaluate("document.querySelector('#vertices').scrollIntoView()")
+    chromium.screenshot(ARTIFACTS / "report-flink-vertices.png")
     assert chromium.errors() == []

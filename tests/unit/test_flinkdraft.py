@@ -89,4 +89,4 @@ def test_draft_profile_command_drafts_a_flink_run_from_its_job_graph(
     assert "Source - YSB generator -> DeserializeBolt -> EventFilterBolt (chain, operator unknown):" in text
     assert "CampaignProcessor -> RedisResultSink - Writer (chain, operator unknown):" in text
     assert "codegen" not in printed and "no Spark plan" not in printed
-    assert "--by stage" not in printed
+    assert "--by stage" not in printed and "--by vertex" in printed

@@ -39,3 +39,20 @@ def test_flink_vertices_show_flinks_times_beside_the_sampled_on_cpu_time(tmp_pat
 def test_no_flink_section_without_flink_json(tmp_path: Path, tree_templates: None) -> None:
     index = render.render_report(make_run_dir(tmp_path / "runs", hostile=False))
     assert 'id="flink"' not in index.read_text(encoding="utf-8")
+
+
+def test_health_says_when_subtasks_are_not_mapped_to_taskmanagers(tmp_path: Path, tree_templates: None) -> None:
+    # GIVEN a Flink run whose flink.json has no placement (REST gone at the end), and one that has it
+    from tests.fixtures.flink_report import flink_vertex_run_dir
+
+    for run_dir, expected in ((flink_run_dir(tmp_path / "a"), "warn"), (flink_vertex_run_dir(tmp_path / "b"), "ok")):
+        run = render.load_run(run_dir)
+        view = render.build_view(run, {h.name: render.load_stacks(h.capture) for h in run.hosts if h.capture})
+        # THEN a health line says whether the mapping to TaskManager ids is there
+        (line,) = [h for h in view.health if h.topic.endswith("Flink subtasks")]
+        assert line.level == expected, line
+        if expected == "warn":
+            assert "mapping of subtasks to TaskManager ids is missing" in line.text
+            assert view.flink_run and not view.subtask_lines  # the section says how to get vertex rows
+        else:
+            assert "1 of them sampled on this host" in line.text and len(view.subtask_lines) == 4

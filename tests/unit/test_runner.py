@@ -14,7 +14,17 @@ import pytest
 import profiler.events as events_module
 from profiler import capture
 from profiler.appprofile import parse_profile
-from profiler.capture import CounterValue, EventCount, NetStats, PidCounters, ProcessInfo, SamplerStats, VertexWindow
+from profiler.capture import (
+    CounterValue,
+    EventCount,
+    FlinkSubtask,
+    FlinkTaskManager,
+    NetStats,
+    PidCounters,
+    ProcessInfo,
+    SamplerStats,
+    VertexWindow,
+)
 from profiler.events import EventCounter
 from profiler.runner import Components, Runner, RunOptions
 from profiler.stackstore import CollectedStacks
@@ -151,6 +161,9 @@ class FakeEvents:
 
     def vertex_windows(self) -> list[VertexWindow]:
         return []
+
+    def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
+        return [], []
 
     def add_process(self, process: ProcessInfo) -> None:
         pass

@@ -1,0 +1,248 @@
+"""Flink samples by job vertex, subtask and operator (issue 22): task threads keyed by their chain with the
+full name as context, the REST placement of subtasks on TaskManagers and their PIDs, and the vertex rows
+of `coordinator analyze --by vertex`, on stacks and REST answers recorded from real Flink 2.3 runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from coordinator.analysis.engines import analyze
+from coordinator.analysis.flinkdraft import OPERATOR_UNKNOWN
+from coordinator.analysis.rows import ALL, read_summary
+from coordinator.analysis.vertices import (
+    ChainOperators,
+    PidVertices,
+    placement_of,
+    subtask_stacks,
+    task_thread_of,
+    vertex_lines,
+    vertex_rows,
+)
+from coordinator.cli import main as coordinator_main
+from profiler import capture
+from profiler.capture import FlinkSubtask
+from profiler.flinkmetrics import TaskThread, parse_task_thread, taskmanager_pids, taskmanagers_of, vertex_subtasks
+from profiler.threadnames import NameHistory, comm_of, split_name
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "flink"
+SOURCE = (
+    "Source: YSB generator -> DeserializeBolt -> EventFilterBolt -> ProjectionBolt -> RedisJoinBolt -> EnrichBolt"
+    " -> EventTime"
+)
+WINDOW = "CampaignProcessor -> RedisResultSink: Writer"
+
+
+def _recorded() -> tuple[list[str], list[PidVertices]]:
+    """The YSB demo's task-thread samples per PID (contexts.json joined with stacks.folded)."""
+    payload = json.loads((DATA / "ysb_subtasks.json").read_text())
+    pids = []
+    for pid, entry in sorted(payload["pids"].items()):
+        contexts: Counter[tuple[str, str]] = Counter()
+        for context, stack, count in entry["contexts"]:
+            contexts[(context, stack)] += count
+        subtasks = subtask_stacks(contexts, {}, payload["vertices"])
+        pids.append(PidVertices("localhost", int(pid), entry["samples"], 1e9, 1.0, True, subtasks))
+    return payload["vertices"], pids
+
+
+def test_a_flink_task_thread_is_keyed_by_its_chain_with_the_full_name_as_context() -> None:
+    name = "WindowSum -> Discard: Writer (2/4)#1"
+    assert split_name(name) == ("WindowSum -> Discard: Writer", name)
+    # Spark keeps its rule; other threads stay as they are
+    assert (
+        split_name("Executor task launch worker for task 3.0 in stage 1.0 (TID 7)")[0] == "Executor task launch worker"
+    )
+    assert split_name("Flink Netty Server (0) Thread 0") == ("Flink Netty Server (0) Thread 0", None)
+    history = NameHistory()
+    history.renamed(10, 11, 0, name)
+    label = history.label(10, 11, 5, comm_of(name))
+    assert (label.kind, label.context, label.full) == ("WindowSum -> Discard: Writer", name, True)
+
+
+def test_subtasks_come_from_contexts_and_from_old_full_name_roots_never_from_helper_threads() -> None:
+    chains = ["Map -> Sink: Out"]
+    contexts = Counter(
+        {
+            ("Map -> Sink: Out (2/2)#0", "Map -> Sink: Out;a;b"): 3,
+            ("OutputFlusher for Map -> Sink: Out (2/2)#0", "OutputFlusher for Map -> Sink: Out;c"): 5,
+        }
+    )
+    stacks = {"Map -> Sink: Out (1/2)#1;a": 4, "GC Thread#0;gc": 9}
+    found = subtask_stacks(contexts, stacks, chains)
+    assert found == {
+        TaskThread("Map -> Sink: Out", 2, 2, 0): Counter({"Map -> Sink: Out;a;b": 3}),
+        TaskThread("Map -> Sink: Out", 1, 2, 1): Counter({"Map -> Sink: Out;a": 4}),
+    }
+    assert task_thread_of("Other -> Chain (1/1)#0", chains) is None
+    assert task_thread_of("Other -> Chain (1/1)#0", ()) == parse_task_thread("Other -> Chain (1/1)#0")
+
+
+def test_rest_placement_maps_each_subtask_to_its_taskmanager_and_the_pid_listening_on_its_ports() -> None:
+    # GIVEN the REST answers and LISTEN sockets recorded on a real cluster (2 TaskManagers, parallelism 2)
+    recorded = json.loads((DATA / "rest_placement.json").read_text())
+    vertex_paths = [key for key in recorded if "/vertices/" in key]
+    subtasks = [s for key in vertex_paths for s in vertex_subtasks(key.split("/")[2], recorded[key])]
+    managers = taskmanagers_of(recorded["/taskmanagers"])
+    listening = {int(pid): [port for _ip, port, _state in sockets] for pid, sockets in recorded["listen"].items()}
+    # WHEN the TaskManagers are matched with the processes of this host
+    mapped = {m.id: m.pid for m in taskmanager_pids(managers, listening)}
+    # THEN every subtask (from 1, as in thread names) names a TaskManager, and each TaskManager one PID
+    assert sorted((s.name, s.subtask) for s in subtasks) == [
+        ("Source: GenSource -> ToKeyed", 1),
+        ("Source: GenSource -> ToKeyed", 2),
+        ("WindowSum -> Discard: Writer", 1),
+        ("WindowSum -> Discard: Writer", 2),
+    ]
+    assert {s.taskmanager for s in subtasks} == set(mapped)
+    assert sorted(pid for pid in mapped.values() if pid is not None) == sorted(map(int, recorded["listen"]))
+    for manager in managers:
+        assert manager.host == "127.0.0.1" and manager.rpc_port and manager.data_port
+    # AND a process listening on the data port alone (a TaskManager of another host) is not taken
+    only_data = {1: [managers[0].data_port or 0]}
+    assert [m.pid for m in taskmanager_pids(managers[:1], only_data)] == [None]
+
+
+def test_chain_operators_attribute_samples_leaf_first_and_count_the_rest_unknown() -> None:
+    chains, pids = _recorded()
+    stacks: Counter[str] = Counter()
+    for pid in pids:
+        for by_stack in pid.subtasks.values():
+            stacks.update(by_stack)
+    operators = ChainOperators(stacks, chains)
+    assert operators.operators(SOURCE)[:2] == ("Source: YSB generator", "DeserializeBolt")
+    assert "CampaignProcessor" in operators.operators(WINDOW)
+    # a stack whose leaf side names the window operator goes to it, even below the sink's frames
+    window_stack = next(s for s in stacks if s.startswith(WINDOW) and "WindowOperator" in s.rsplit(";", 3)[-3])
+    assert operators.operator_of(WINDOW, window_stack) == "CampaignProcessor"
+    assert operators.operator_of(WINDOW, f"{WINDOW};java.lang.Thread::run") == OPERATOR_UNKNOWN
+
+
+def test_vertex_rows_give_one_row_per_subtask_and_operator_rows_that_add_up() -> None:
+    chains, pids = _recorded()
+    stacks: Counter[str] = Counter()
+    for pid in pids:
+        for by_stack in pid.subtasks.values():
+            stacks.update(by_stack)
+    placement = placement_of(
+        [FlinkSubtask("j", "v", WINDOW, 1, 0, "tm-a"), FlinkSubtask("j", "v", WINDOW, 2, 0, "tm-b")]
+    )
+    rows = vertex_rows("run1", pids, placement, lambda stack: "Task", ChainOperators(stacks, chains))
+    subtask_totals = [r for r in rows if r["pid"] != ALL and r["task"] == ALL and not r["operator"]]
+    # THEN two subtasks per vertex, each in its own row with its PID, TaskManager and cycles
+    assert sorted((r["vertex"], r["subtask"], r["pid"]) for r in subtask_totals) == [
+        (WINDOW, "1/2", 4771),
+        (WINDOW, "2/2", 4772),
+        (SOURCE, "1/2", 4771),
+        (SOURCE, "2/2", 4772),
+    ]
+    assert {r["taskmanager"] for r in subtask_totals if r["vertex"] == WINDOW} == {"tm-a", "tm-b"}
+    assert all(r["cycles"] and r["samples"] > 0 for r in subtask_totals)
+    for chain in chains:
+        vertex = next(r for r in rows if r["vertex"] == chain and r["pid"] == ALL and not r["operator"])
+        operator_rows = [r for r in rows if r["vertex"] == chain and r["pid"] == ALL and r["operator"]]
+        assert sum(r["samples"] for r in operator_rows) == vertex["samples"]
+        assert sum(r["share"] for r in operator_rows) == pytest.approx(1.0)
+        assert vertex["samples"] == sum(r["samples"] for r in subtask_totals if r["vertex"] == chain)
+    # AND the report's tables read the same rows back from summary.csv's text
+    text_rows = [{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]
+    vertices, subtasks = vertex_lines(text_rows)
+    assert {line.vertex for line in vertices} == set(chains) and len(subtasks) == 4
+    assert all(0.0 <= line.unknown_share < 1.0 for line in vertices)
+
+
+def _flink_run(tmp_path: Path) -> Path:
+    """A bare Flink host capture whose TaskManagers' stacks and contexts are the recorded YSB ones."""
+    host = tmp_path / "node1"
+    host.mkdir(parents=True)
+    chains, pids = _recorded()
+    processes = []
+    for pid in pids:
+        stacks: Counter[str] = Counter()
+        contexts: Counter[tuple[str, str]] = Counter()
+        for thread, by_stack in pid.subtasks.items():
+            name = f"{thread.chain} ({thread.subtask}/{thread.parallelism})#{thread.attempt}"
+            stacks.update(by_stack)
+            contexts.update({(name, s): c for s, c in by_stack.items()})
+        stacks["GC Thread#0;gc_work"] += 7
+        folded = "".join(f"{s} {c}\n" for s, c in sorted(stacks.items(), key=lambda i: (-i[1], i[0])))
+        capture.pid_dir(host, pid.pid).mkdir(parents=True)
+        capture.atomic_write_text(capture.stacks_path(host, pid.pid), folded)
+        capture.atomic_write_text(capture.contexts_path(host, pid.pid), capture.format_contexts(folded, contexts))
+        processes.append(capture.ProcessInfo(pid.pid, "workload", "flink", "taskmanager", "root", "java", 1.0, 31.0))
+    capture.write_scope(host, processes)
+    capture.write_meta(
+        host,
+        capture.RunMeta(
+            "node1",
+            "node1",
+            "6.18",
+            "0.1",
+            99,
+            30.0,
+            1.0,
+            31.0,
+            "duration",
+            "estimated",
+            "tracepoint",
+            thread_names="uprobe",
+        ),
+    )
+    vertices = [capture.VertexWindow("j", "ysb", f"v{i}", chain, 2, i == 0) for i, chain in enumerate(chains)]
+    capture.write_flink_vertices(host, vertices, [FlinkSubtask("j", "v1", WINDOW, 1, 0, "tm-a")])
+    shutil.copy(Path(__file__).resolve().parents[2] / "application_profiles" / "flink.txt", host / capture.PROFILE_COPY)
+    return host
+
+
+def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(tmp_path: Path) -> None:
+    run = _flink_run(tmp_path)
+    texts = []
+    for engine in ("in-process", "spark"):
+        out = tmp_path / engine
+        analyze([run], out_dir=out, engine=engine, by="vertex")
+        texts.append((out / "summary.csv").read_text())
+    assert texts[0] == texts[1]
+    with open(tmp_path / "spark" / "summary.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    subtasks = {(r["vertex"], r["subtask"]) for r in rows if r["vertex"] and r["subtask"] not in ("", "*")}
+    assert len(subtasks) == 4
+    assert {r["taskmanager"] for r in rows if r["vertex"] == WINDOW and r["subtask"] == "1/2"} == {"tm-a"}
+    # vertex rows are never summed with the task rows
+    assert all(not r.get("vertex") for r in read_summary(tmp_path / "spark" / "summary.csv"))
+
+
+def test_by_stage_on_a_flink_run_and_by_vertex_on_another_run_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _flink_run(tmp_path)
+    assert coordinator_main(["analyze", str(run), "--by", "stage", "--out", str(tmp_path / "a")]) != 0
+    assert "use --by vertex" in capsys.readouterr().err
+    (run / capture.FLINK_FILE).unlink()
+    scope = run / "scope.json"
+    scope.write_text(scope.read_text().replace('"flink"', '"spark"'))
+    assert coordinator_main(["analyze", str(run), "--by", "vertex", "--out", str(tmp_path / "b")]) != 0
+    assert "for Spark use --by stage" in capsys.readouterr().err
+
+
+def test_placement_without_rest_is_a_warning_and_no_mapping() -> None:
+    from profiler.events import EventCounter
+    from profiler.flinkmetrics import FlinkJobManager, Vertex
+
+    def refuse(url: str) -> object:
+        raise OSError(f"connection refused: {url}")
+
+    # GIVEN a JobManager that stopped answering before the window's end
+    manager = FlinkJobManager("http://127.0.0.1:8081", refuse)
+    manager.vertices[("j", "v")] = Vertex("j", "v", WINDOW, 2, False, ())
+    manager.last_running = {"j"}
+    counter = EventCounter()
+    counter._flink[manager.base_url] = manager
+    # WHEN the placement is asked for; THEN none, and a warning saying what still works
+    assert counter.flink_placement() == ([], [])
+    (warning,) = counter.warnings
+    assert "not mapped to TaskManager ids" in warning and "task threads' names" in warning
