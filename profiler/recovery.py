@@ -22,6 +22,8 @@ from .capture import (
     PROFILE_COPY,
     CounterValue,
     EventCount,
+    FlinkSubtask,
+    FlinkTaskManager,
     PidCounters,
     ProcessInfo,
     SamplerStats,
@@ -177,6 +179,9 @@ class RecoveredEvents:
 
     def vertex_windows(self) -> list[VertexWindow]:
         return []
+
+    def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
+        return [], []  # read from REST at a window's end, which a killed run never reached
 
 
 SymbolsFor = Callable[[int, tuple[int | None, str] | None], tuple[SymbolResolver, str]]

@@ -847,9 +847,12 @@ class Runner:
         except Exception as exc:  # noqa: BLE001
             state.warnings.append(f"events: Flink's vertex metrics could not be estimated ({exc})")
         if collected.flink_vertices:
-            subtasks, managers = components.events.flink_placement()
-            collected.flink_subtasks = subtasks
-            collected.flink_taskmanagers = taskmanager_pids(managers, _listening_ports(processes))
+            try:
+                subtasks, managers = components.events.flink_placement()
+                collected.flink_subtasks = subtasks
+                collected.flink_taskmanagers = taskmanager_pids(managers, _listening_ports(processes))
+            except Exception as exc:  # noqa: BLE001 - optional: vertices and subtasks still come from thread names
+                state.warnings.append(f"events: Flink subtasks not placed on TaskManagers ({exc})")
         if components.spark_plans is not None:
             try:
                 collected.spark_plans = components.spark_plans.finish()
