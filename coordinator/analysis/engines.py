@@ -20,7 +20,7 @@ import time
 import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -607,15 +607,12 @@ def run_analysis_in_process(
     return distinct, total
 
 
-def _add_stage_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, profile_source: str) -> None:
-    """Rewrite summary.csv with the runs' Spark stage rows after its other rows (in this process:
-    contexts.json files are small next to the stacks, and each stack is matched once)."""
-    from coordinator.analysis.rows import read_summary
-    from coordinator.analysis.stages import STAGE_COLUMNS, read_pid_stages, read_spark_index, stage_rows
+def _task_classifier(profile_text: str, profile_source: str) -> tuple[tuple[str, ...], Callable[[str], str]]:
+    """The profile's result task names, and the task a folded stack is counted in (each stack matched once)."""
     from profiler.matcher import Matcher
 
     profile = parse_profile(profile_text, profile_source)
-    task_names = profile.result_task_names
+    task_names = tuple(profile.result_task_names)
     matcher = Matcher(profile)
     decided: dict[str, str] = {}
 
@@ -625,25 +622,40 @@ def _add_stage_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, 
             task = decided[stack] = task_names[matcher.classify(stack)[0]]
         return task
 
+    return task_names, task_of
+
+
+def _append_cut_rows(summary: Path, extra: Sequence[Mapping[str, Any]], cut_columns: Sequence[str]) -> None:
+    """Rewrite summary.csv with ``extra`` rows (a cut: stage or vertex) after its rows, the cut's columns
+    placed after ``host_state``."""
+    from coordinator.analysis.rows import read_summary
+
+    with open(summary, encoding="utf-8", newline="") as handle:
+        header = next(csv.reader(handle))
+    at = header.index("host_state") + 1
+    columns = (*header[:at], *cut_columns, *header[at:])
+    atomic_write_text(summary, format_result_csv([*read_summary(summary), *extra], columns))
+
+
+def _add_stage_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, profile_source: str) -> None:
+    """Rewrite summary.csv with the runs' Spark stage rows after its other rows (in this process:
+    contexts.json files are small next to the stacks, and each stack is matched once)."""
+    from coordinator.analysis.stages import STAGE_COLUMNS, read_pid_stages, read_spark_index, stage_rows
+
+    task_names, task_of = _task_classifier(profile_text, profile_source)
     extra = []
     label_names = label_columns(runs)
     for run in sorted(runs, key=lambda r: r.run):
         rows = stage_rows(run.run, task_names, read_pid_stages(run, task_of), read_spark_index(run))
         labels = {label_names[key]: value for key, value in run.labels.items()}
         extra += [{**row, **labels} for row in rows]
-    with open(summary, encoding="utf-8", newline="") as handle:
-        header = next(csv.reader(handle))
-    at = header.index("host_state") + 1
-    columns = (*header[:at], *STAGE_COLUMNS, *header[at:])
-    text = format_result_csv([*read_summary(summary), *extra], columns)
-    atomic_write_text(summary, text)
+    _append_cut_rows(summary, extra, STAGE_COLUMNS)
 
 
 def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, profile_source: str) -> None:
     """Rewrite summary.csv with the runs' Flink vertex and subtask rows after its other rows (in this
     process, as the stage rows: both engines give the same file)."""
     from coordinator.analysis.flinkdraft import flink_vertices_of
-    from coordinator.analysis.rows import read_summary
     from coordinator.analysis.vertices import (
         VERTEX_COLUMNS,
         ChainOperators,
@@ -651,19 +663,8 @@ def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str,
         read_pid_vertices,
         vertex_rows,
     )
-    from profiler.matcher import Matcher
 
-    profile = parse_profile(profile_text, profile_source)
-    task_names = profile.result_task_names
-    matcher = Matcher(profile)
-    decided: dict[str, str] = {}
-
-    def task_of(stack: str) -> str:
-        task = decided.get(stack)
-        if task is None:
-            task = decided[stack] = task_names[matcher.classify(stack)[0]]
-        return task
-
+    _task_names, task_of = _task_classifier(profile_text, profile_source)
     extra = []
     label_names = label_columns(runs)
     for run in sorted(runs, key=lambda r: r.run):
@@ -677,12 +678,7 @@ def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str,
         rows = vertex_rows(run.run, pids, placement_of(_flink_subtasks(run)), task_of, ChainOperators(stacks, chains))
         labels = {label_names[key]: value for key, value in run.labels.items()}
         extra += [{**row, **labels} for row in rows]
-    with open(summary, encoding="utf-8", newline="") as handle:
-        header = next(csv.reader(handle))
-    at = header.index("host_state") + 1
-    columns = (*header[:at], *VERTEX_COLUMNS, *header[at:])
-    text = format_result_csv([*read_summary(summary), *extra], columns)
-    atomic_write_text(summary, text)
+    _append_cut_rows(summary, extra, VERTEX_COLUMNS)
 
 
 def _flink_subtasks(run: RunInput) -> list[FlinkSubtask]:
