@@ -191,7 +191,14 @@ def attach_command(pid: int, command: str, *args: str, timeout: float = 30.0) ->
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         try:
-            conn.connect(str(sock_path))
+            try:
+                conn.connect(str(sock_path))
+            except ConnectionRefusedError:
+                # Nobody listens: the file of a JVM killed before it could remove it, whose pid this one
+                # reuses. Removed, the JVM is asked to start its listener like the first time.
+                sock_path.unlink(missing_ok=True)
+                sock_path = _start_attach_listener(pid, min(timeout, 10.0))
+                conn.connect(str(sock_path))
             conn.sendall(request)
             chunks = []
             while chunk := conn.recv(65536):

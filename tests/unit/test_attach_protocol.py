@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -48,6 +49,9 @@ class FakeListener:
 @pytest.fixture
 def listener_path() -> Iterator[Path]:
     path = Path(f"/proc/{os.getpid()}/root/tmp/.java_pid{perfmap._namespace_pid(os.getpid())}")
+    # A JVM killed with SIGKILL leaves its socket file behind; a later process given the same pid (this
+    # test's) would then fail to bind: the stale file is not ours to keep.
+    path.unlink(missing_ok=True)
     yield path
     path.unlink(missing_ok=True)
 
@@ -87,3 +91,29 @@ def test_a_silent_close_is_a_refusal(listener_path: Path) -> None:
 def test_too_many_arguments_are_rejected() -> None:
     with pytest.raises(ValueError):
         perfmap.attach_command(os.getpid(), "jcmd", "a", "b", "c", "d")
+
+
+def test_a_stale_socket_of_a_dead_jvm_is_replaced(listener_path: Path) -> None:
+    # GIVEN the socket file a killed JVM with this pid left behind (bound, nobody listening)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(listener_path))
+    stale.close()
+    # AND a process that, like HotSpot, starts its listener on SIGQUIT when the trigger file exists
+    started: list[FakeListener] = []
+
+    def on_sigquit(signum: int, frame: object) -> None:
+        if not listener_path.exists():
+            started.append(FakeListener(listener_path, b"0\nreturn code: 0\n"))
+
+    previous = signal.signal(signal.SIGQUIT, on_sigquit)
+    try:
+        # WHEN an attach command is sent
+        status, output = perfmap.attach_command(os.getpid(), "jcmd", "VM.version", timeout=5)
+    finally:
+        signal.signal(signal.SIGQUIT, previous)
+        for fake in started:
+            fake.thread.join(5)
+            fake.close()
+    # THEN the stale file was replaced by the listener the signal started, which got the request
+    assert len(started) == 1 and started[0].requests == [b"1\0jcmd\0VM.version\0\0\0"]
+    assert (status, output) == (0, "return code: 0\n")
