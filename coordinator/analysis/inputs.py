@@ -5,9 +5,10 @@ when asked; the application profile each run is matched with.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypedDict
 
 from coordinator.analysis import timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
@@ -78,6 +79,31 @@ class RunInput:
     @property
     def pids(self) -> tuple[PidInput, ...]:
         return tuple(p for h in self.hosts for p in h.pids)
+
+
+def sampled_pids(run: RunInput) -> Iterator[tuple[Path, PidInput]]:
+    """(capture directory, PID) of every sampled PID of the run whose host has a capture."""
+    for host in run.hosts:
+        if host.capture_dir is None:
+            continue
+        for pid in host.pids:
+            if pid.stacks is not None:
+                yield host.capture_dir, pid
+
+
+class CostFields(TypedDict):
+    cycles: float | None
+    cpu_seconds: float | None
+    cycles_estimated: bool | None
+
+
+def cost_fields(counters: PidCounters | None) -> CostFields:
+    """What turns a PID's samples into cycles and CPU seconds (None where not measured)."""
+    if counters is None:
+        return CostFields(cycles=None, cpu_seconds=None, cycles_estimated=None)
+    return CostFields(
+        cycles=counters.cycles, cpu_seconds=counters.cpu_seconds, cycles_estimated=counters.cycles_estimated
+    )
 
 
 @dataclass(frozen=True)
@@ -275,4 +301,3 @@ def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tupl
         raise ConfigError(f"{names}: the runs were profiled with different application profiles; pass --profile FILE")
     ((text, source),) = texts.items()
     return text, str(source)
-

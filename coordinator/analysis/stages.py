@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.inputs import RunInput
+from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler import capture
 from profiler.folded import read_folded
@@ -158,26 +158,12 @@ class PidStages:
 def read_pid_stages(run: RunInput, task_of: Callable[[str], str]) -> list[PidStages]:
     """Every workload PID of the run with a contexts.json (I/O: reads the captures)."""
     out = []
-    for host in run.hosts:
-        if host.capture_dir is None:
+    for capture_dir, pid in sampled_pids(run):
+        contexts = capture.read_contexts(capture_dir, pid.process.pid)
+        if not contexts:
             continue
-        for pid in host.pids:
-            if pid.stacks is None:
-                continue
-            contexts = capture.read_contexts(host.capture_dir, pid.process.pid)
-            if not contexts:
-                continue
-            samples = sum(read_folded(Path(capture.stacks_path(host.capture_dir, pid.process.pid))).values())
-            counters = pid.counters
-            out.append(
-                PidStages(
-                    samples=samples,
-                    cycles=counters.cycles if counters is not None else None,
-                    cpu_seconds=counters.cpu_seconds if counters is not None else None,
-                    cycles_estimated=counters.cycles_estimated if counters is not None else None,
-                    stages=stage_task_counts(contexts, task_of),
-                )
-            )
+        samples = sum(read_folded(Path(capture.stacks_path(capture_dir, pid.process.pid))).values())
+        out.append(PidStages(samples=samples, stages=stage_task_counts(contexts, task_of), **cost_fields(pid.counters)))
     return out
 
 

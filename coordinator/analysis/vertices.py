@@ -21,7 +21,7 @@ from coordinator.analysis.flinkdraft import (
     operator_patterns,
     operator_task_name,
 )
-from coordinator.analysis.inputs import RunInput
+from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler import capture
 from profiler.appprofile import parse_profile
@@ -122,27 +122,18 @@ class PidVertices:
 def read_pid_vertices(run: RunInput, chains: Collection[str]) -> list[PidVertices]:
     """Every workload PID of the run with samples of Flink task threads (I/O: reads the captures)."""
     out = []
-    for host in run.hosts:
-        if host.capture_dir is None:
-            continue
-        for pid in host.pids:
-            if pid.stacks is None:
-                continue
-            stacks = read_folded(Path(capture.stacks_path(host.capture_dir, pid.process.pid)))
-            contexts = capture.read_contexts(host.capture_dir, pid.process.pid) or Counter()
-            subtasks = subtask_stacks(contexts, stacks, chains)
-            if not subtasks:
-                continue
-            counters = pid.counters
+    for capture_dir, pid in sampled_pids(run):
+        stacks = read_folded(Path(capture.stacks_path(capture_dir, pid.process.pid)))
+        contexts = capture.read_contexts(capture_dir, pid.process.pid) or Counter()
+        subtasks = subtask_stacks(contexts, stacks, chains)
+        if subtasks:
             out.append(
                 PidVertices(
-                    host=host.host,
+                    host=pid.host,
                     pid=pid.process.pid,
                     samples=sum(stacks.values()),
-                    cycles=counters.cycles if counters is not None else None,
-                    cpu_seconds=counters.cpu_seconds if counters is not None else None,
-                    cycles_estimated=counters.cycles_estimated if counters is not None else None,
                     subtasks=subtasks,
+                    **cost_fields(pid.counters),
                 )
             )
     return out
