@@ -25,7 +25,7 @@ from typing import Any
 
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
-from .symbolize import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
+from .stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
 
 PAGE_SHIFT = 8  # CFI_PAGE_SHIFT
 MAX_ROWS_PER_PAGE = 1 << 7  # what CFI_PAGE_STEPS halvings can search

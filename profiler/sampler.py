@@ -43,6 +43,9 @@ from .cfi import CfiLoader
 from .errors import CapabilityError, ConfigError, PrivilegeError
 from .hotspot import JvmNames, VMLayout
 from .stackstore import (
+    CUT_CFI_MISS,
+    CUT_NATIVE,
+    CUT_NO_CFI,
     INTERPRETED_TAG,
     TAG_MASK,
     CollectedStacks,
@@ -53,9 +56,6 @@ from .stackstore import (
     parse_walk_record,
 )
 from .symbolize import (
-    CUT_CFI_MISS,
-    CUT_NATIVE,
-    CUT_NO_CFI,
     Frame,
     KernelSymbols,
     ProcessSymbols,

@@ -45,6 +45,15 @@ WALK_ENDS = (
     "CFI step failed",
 )
 
+# Causes of a stack cut (SamplerStats.stacks_cut): the symbolizer and the CFI tables name them.
+CUT_DEPTH = "depth limit (middle frames cut)"
+CUT_DEPTH_LEAF = "depth limit (root end cut)"
+CUT_NATIVE = "ended at a native frame"
+CUT_JAVA = "ended at a Java frame"
+CUT_CFI = "CFI step failed"
+CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/cfi.py
+CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
+
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
 RawStack = bytes | int
 # As stored: a deep user stack is a tuple of chunks (leaf-most first; joined, the raw addresses).

@@ -28,7 +28,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
 from .hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
 from .perfmap import PerfMapLike
-from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StackStore, StoredStack, stack_bytes
+from .stackstore import (
+    CUT_CFI,
+    CUT_DEPTH,
+    CUT_DEPTH_LEAF,
+    CUT_JAVA,
+    CUT_NATIVE,
+    GAP_TAG,
+    TAG_MASK,
+    WALK_ENDS,
+    StackStore,
+    StoredStack,
+    stack_bytes,
+)
 
 if TYPE_CHECKING:
     from .perfmap_history import PerfMapHistory
@@ -296,14 +308,6 @@ class KernelSymbols:
             self._cache = None
 
 
-# Causes of a stack cut (SamplerStats.stacks_cut).
-CUT_DEPTH = "depth limit (middle frames cut)"
-CUT_DEPTH_LEAF = "depth limit (root end cut)"
-CUT_NATIVE = "ended at a native frame"
-CUT_JAVA = "ended at a Java frame"
-CUT_CFI = "CFI step failed"
-CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/cfi.py
-CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
 WALK_CFI_FAIL = WALK_ENDS.index("CFI step failed")
 
 

@@ -13,6 +13,11 @@ from profiler.capture import PidCounters
 from profiler.hotspot import NO_METHOD_SLOT, STALE
 from profiler.perfmap_history import PerfMapHistory
 from profiler.stackstore import (
+    CUT_CFI_MISS,
+    CUT_DEPTH,
+    CUT_JAVA,
+    CUT_NATIVE,
+    CUT_NO_CFI,
     GAP_TAG,
     INTERPRETED_TAG,
     RECORD_HEADER,
@@ -24,11 +29,6 @@ from profiler.stackstore import (
     stack_bytes,
 )
 from profiler.symbolize import (
-    CUT_CFI_MISS,
-    CUT_DEPTH,
-    CUT_JAVA,
-    CUT_NATIVE,
-    CUT_NO_CFI,
     STACK_NONE,
     Frame,
     StackFolder,
