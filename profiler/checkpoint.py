@@ -79,9 +79,17 @@ def checkpoint_state(
     }
 
 
-def _read_maps(pid: int) -> tuple[int | None, str] | None:
-    from .symbolprep import start_ticks
+def start_ticks(pid: int) -> int | None:
+    """/proc/PID/stat starttime: tells a reused pid from the original; None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
+
+def _read_maps(pid: int) -> tuple[int | None, str] | None:
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
             text = executable_maps(handle.read())

@@ -40,6 +40,7 @@ from typing import Any
 from .bpfcompile import compile_program
 from .capture import DEFAULT_INTERVAL, SamplerStats
 from .cfi import CfiLoader
+from .checkpoint import start_ticks
 from .errors import CapabilityError, ConfigError, PrivilegeError
 from .hotspot import JvmNames, VMLayout
 from .stackstore import (
@@ -64,7 +65,7 @@ from .symbolize import (
     fold_store,
     is_java_unwalkable,
 )
-from .symbolprep import PERF_MAP_MODES, SymbolPreparer, start_ticks
+from .symbolprep import PERF_MAP_MODES, SymbolPreparer
 from .threadwatch import ThreadWatch
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import jvm, perfmap
+from .checkpoint import start_ticks
 from .perfmap_history import PerfMapHistory
 from .symbolize import ProcessSymbols
 
@@ -36,16 +37,6 @@ class _Prepared:
     perf_map_ok: bool = False
     symbols: ProcessSymbols | None = None  # eager cache, used if the process is gone at collect()
     detail: str = ""
-
-
-def start_ticks(pid: int) -> int | None:
-    """/proc/PID/stat starttime: tells a reused pid from the original; None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 class SymbolPreparer:
