@@ -21,6 +21,14 @@ setup(
     packages=[
         "profiler",
         "profiler.commands",
+        "profiler.bpf",
+        "profiler.capture",
+        "profiler.engines",
+        "profiler.matching",
+        "profiler.sampling",
+        "profiler.scope",
+        "profiler.symbols",
+        "profiler.unwind",
         "coordinator",
         "coordinator.commands",
         "coordinator.remote",
@@ -39,8 +47,12 @@ setup(
         "coordinator.application_profiles": "application_profiles",
     },
     package_data={
-        # agent/Makefile: perfmap.py builds the perf-map agent from it on the host.
-        "profiler": ["bpf/*.c", "agent/*.c", "agent/Makefile", "known_spes.txt"],
+        # The BPF C beside the Python that loads it; agent/Makefile: perfmap.py builds the perf-map agent
+        # from it on the host.
+        "profiler.sampling": ["*.c"],
+        "profiler.scope": ["*.c", "known_spes.txt"],
+        "profiler.unwind": ["*.h"],
+        "profiler.symbols": ["agent/*.c", "agent/Makefile"],
         "coordinator.templates": ["*.html", "*.css", "*.js", "vendor/*"],
         "coordinator.application_profiles": ["*.txt"],
         "coordinator.workloads.ysb": ["*.java"],

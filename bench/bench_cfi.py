@@ -79,7 +79,7 @@ def prog_stats(walker: CfiWalker) -> tuple[int, int]:
 def reached_start(walks: list[Walk], pids: list[int]) -> dict[int, tuple[int, int, Counter[str]]]:
     """Per process: walks whose outermost frame is a thread start, those with one in the outermost
     three (the sampler's java_unwalkable rule), and the outermost frames of the others."""
-    from profiler.symbolize import ROOT_WINDOW, THREAD_ROOTS, ProcessSymbols
+    from profiler.symbols.symbolize import ROOT_WINDOW, THREAD_ROOTS, ProcessSymbols
 
     result = {}
     for pid in pids:
@@ -139,7 +139,7 @@ def capture_report(capture_dir: Path) -> None:
     """Whole-stack shares of a capture's workload PIDs, from their stacks.folded and sampler.json."""
     import json
 
-    from profiler.symbolize import ROOT_WINDOW, THREAD_ROOTS
+    from profiler.symbols.symbolize import ROOT_WINDOW, THREAD_ROOTS
 
     for pid_dir in sorted((capture_dir / "pids").iterdir()):
         folded = pid_dir / "stacks.folded"

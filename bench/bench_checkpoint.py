@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from bench_overhead import WORKLOAD, OpsJvm, machine_facts  # noqa: E402
 
-from profiler import capture  # noqa: E402
-from profiler.checkpoint import journal_path  # noqa: E402
+from profiler.capture import format as capture  # noqa: E402
+from profiler.capture.checkpoint import journal_path  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks" / "checkpoint.md"
 
@@ -125,8 +125,8 @@ def synthetic(stacks: int, depth: int, intervals: int) -> dict[str, float]:
     import random
     import struct
 
-    from profiler.journal import Checkpoint, encode_checkpoint
-    from profiler.stackstore import StackStore
+    from profiler.capture.journal import Checkpoint, encode_checkpoint
+    from profiler.capture.stackstore import StackStore
 
     rng = random.Random(1)
     store = StackStore(int(10e9))

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from profiler import capture  # noqa: E402
+from profiler.capture import format as capture  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks" / "long-window.md"
 MB = 1024 * 1024

@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from profiler.appprofile import ApplicationProfile, load_profile  # noqa: E402
+from profiler.capture.folded import read_folded  # noqa: E402
 from profiler.cli import main as profiler_main  # noqa: E402
-from profiler.folded import read_folded  # noqa: E402
-from profiler.matcher import Matcher, match_folded_files, match_stacks  # noqa: E402
+from profiler.matching.appprofile import ApplicationProfile, load_profile  # noqa: E402
+from profiler.matching.matcher import Matcher, match_folded_files, match_stacks  # noqa: E402
 
 PROFILE = ROOT / "application_profiles" / "spark_structured_streaming.txt"
 SOURCES = [

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_overhead import REPO, WORKLOAD, OpsJvm, machine_facts
 
-from profiler import capture
+from profiler.capture import format as capture
 
 DOC = REPO / "docs" / "benchmarks" / "memory.md"
 PHASES = ("starting", "sampling", "writing")  # status.json states: compile + tables, window, after it

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from profiler import capture  # noqa: E402
+from profiler.capture import format as capture  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "OpsLoop.java"
 DOC = REPO / "docs" / "benchmarks" / "overhead.md"

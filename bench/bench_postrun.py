@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from coordinator import rundir  # noqa: E402
-from profiler import capture  # noqa: E402
+from profiler.capture import format as capture  # noqa: E402
 from tests.fixtures.sshd import SshdFactory  # noqa: E402
 
 BUSY = "import time\nend = time.time() + 3600\nwhile time.time() < end:\n    sum(i * i for i in range(1000))\n"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.stackstore import StackStore
+from profiler.capture.stackstore import StackStore
 
 SECOND = 10**9
 

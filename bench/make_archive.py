@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from profiler.folded import read_folded  # noqa: E402
+from profiler.capture.folded import read_folded  # noqa: E402
 from tests.fixtures.captures import PidSpec, write_run_dir  # noqa: E402
 
 REAL_STACKS = ROOT / "tests" / "data" / "spark_executor_real.folded"

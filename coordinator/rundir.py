@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import atomic_write_text, expect_json, from_json_object, is_safe_name, read_json_file
+from profiler.capture.format import atomic_write_text, expect_json, from_json_object, is_safe_name, read_json_file
 from profiler.errors import CaptureFormatError
 
 RUN_FORMAT_VERSION = 1

@@ -16,7 +16,7 @@ def data_file(relative: str) -> Path:
     package_dir = Path(__file__).resolve().parent
     candidates = [
         package_dir.parent / relative,  # source tree or a shipped directory with the files beside the package
-        package_dir / Path(relative).name,  # a copy shipped inside the package
+        package_dir / "scope" / Path(relative).name,  # a copy shipped inside the package (known_spes.txt)
         Path(sys.prefix) / "share" / "spe-taskprof" / Path(relative).name,
     ]
     override = os.environ.get("TASKPROF_DATA")

@@ -27,11 +27,12 @@ from typing import Any, Protocol
 
 import psutil
 
-from . import __version__, capture
-from .aggregate import aggregate_host
-from .appprofile import ApplicationProfile
-from .bpfcompile import release_compiler_pages, release_freed_memory
-from .capture import (
+from . import __version__
+from .bpf.compiler import release_compiler_pages, release_freed_memory
+from .capture import format as capture
+from .capture.checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
+from .capture.folded import format_folded
+from .capture.format import (
     DEFAULT_INTERVAL,
     EventCount,
     FlinkSubtask,
@@ -44,13 +45,13 @@ from .capture import (
     RunMeta,
     VertexWindow,
 )
-from .checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
+from .capture.stackstore import CollectedStacks, SamplerCheckpoint
+from .capture.timeline import CounterReading, counter_deltas, rss_bytes
+from .engines.flinkmetrics import taskmanager_pids
 from .errors import OutputExistsError, OutputWriteError, PrivilegeError
-from .flinkmetrics import taskmanager_pids
-from .folded import format_folded
-from .matcher import Matcher, MatchResult, match_stacks
-from .stackstore import CollectedStacks, SamplerCheckpoint
-from .timeline import CounterReading, counter_deltas, rss_bytes
+from .matching.aggregate import aggregate_host
+from .matching.appprofile import ApplicationProfile
+from .matching.matcher import Matcher, MatchResult, match_stacks
 
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -169,12 +170,12 @@ class Components:
 
 def real_components(options: RunOptions) -> Components:
     """Build the real bcc/perf-backed components (imports bcc only here)."""
-    from .counters import CounterGroup
-    from .events import EventCounter
-    from .sampler import StackSampler
-    from .scope import ScopeAnalyzer
-    from .sparkplan import SparkPlanCollector
-    from .spes import load_known_spes
+    from .engines.events import EventCounter
+    from .engines.sparkplan import SparkPlanCollector
+    from .sampling.counters import CounterGroup
+    from .sampling.sampler import StackSampler
+    from .scope.analyzer import ScopeAnalyzer
+    from .scope.spes import load_known_spes
 
     kinds = load_known_spes(options.known_spes)
     sampler = StackSampler(
@@ -190,7 +191,7 @@ def real_components(options: RunOptions) -> Components:
     )
     net = None
     if options.net:
-        from .net import NetTracer
+        from .sampling.net import NetTracer
 
         net = NetTracer()
     counters = CounterGroup()
@@ -1030,9 +1031,9 @@ def stop_on_signals(runner: Runner) -> Iterator[None]:
 
 def validate_inputs(options: RunOptions) -> ApplicationProfile:
     """Every input is checked before any work starts; returns the loaded application profile."""
-    from .appprofile import load_profile
     from .errors import ConfigError
-    from .spes import load_known_spes
+    from .matching.appprofile import load_profile
+    from .scope.spes import load_known_spes
 
     profile = load_profile(options.profile)
     load_known_spes(options.known_spes)

@@ -70,7 +70,7 @@ echo "$(cd "$VENV/debian-bcc" && pwd)" > "$site/debian_bcc.pth"
 "$VENV/bin/python" -c 'from coordinator.workloads.flinkcluster import flink_home; flink_home(say=lambda m: print("setup:", m))'
 
 # The JVMTI perf-map agent for JDKs without Compiler.perfmap.
-if [ -f profiler/agent/Makefile ]; then
-  make -s -C profiler/agent >/dev/null
+if [ -f profiler/symbols/agent/Makefile ]; then
+  make -s -C profiler/symbols/agent >/dev/null
 fi
 say "ready ($VENV)"

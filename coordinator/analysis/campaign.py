@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, cell_number
-from profiler import capture
+from profiler.capture import format as capture
 from profiler.errors import CaptureFormatError, ConfigError
 
 CAMPAIGN_FILE = "campaign.csv"

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.analysis.rows import ALL, TASKS_DIR, UNMATCHED_FILE, TaskTotals
-from profiler import capture
+from profiler.capture import format as capture
 from profiler.errors import CaptureFormatError
-from profiler.stats import two_proportion_z
+from profiler.matching.stats import two_proportion_z
 
 COMPARE_COLUMNS: tuple[str, ...] = (
     "task",
@@ -118,7 +118,7 @@ def _human(value: Any) -> str:
 def analysis_stacks(analysis_dir: Path) -> dict[str, int]:
     """Every workload stack of an analysis (tasks/*.folded and unmatched.folded, each stack in exactly
     one of them): the input of compare's differential flamegraph."""
-    from profiler.folded import read_folded
+    from profiler.capture.folded import read_folded
 
     paths = sorted((analysis_dir / TASKS_DIR).glob("*.folded")) + [analysis_dir / UNMATCHED_FILE]
     merged: dict[str, int] = {}

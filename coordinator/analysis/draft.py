@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator.analysis.stages import SparkIndex
-from profiler.appprofile import ApplicationProfile, parse_profile
-from profiler.capture import UNMATCHED
-from profiler.folded import FRAME_SEPARATOR
-from profiler.matcher import Matcher, candidate_patterns, match_stacks
-from profiler.sparkplan import codegen_stage_of
+from profiler.capture.folded import FRAME_SEPARATOR
+from profiler.capture.format import UNMATCHED
+from profiler.engines.sparkplan import codegen_stage_of
+from profiler.matching.appprofile import ApplicationProfile, parse_profile
+from profiler.matching.matcher import Matcher, candidate_patterns, match_stacks
 
 # Operators Spark runs outside generated code, and the runtime around them: (task name, plan operators
 # that make it relevant, frame patterns). Order is the profile's in-frame priority. A family enters the

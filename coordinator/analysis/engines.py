@@ -41,9 +41,9 @@ from coordinator.analysis.rows import (
     window_notes,
 )
 from coordinator.analysis.timeline import SubWindow
-from profiler.appprofile import parse_profile
-from profiler.capture import UNMATCHED, FlinkSubtask, atomic_write_text, format_result_csv, replace_dir
+from profiler.capture.format import UNMATCHED, FlinkSubtask, atomic_write_text, format_result_csv, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
+from profiler.matching.appprofile import parse_profile
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -269,7 +269,7 @@ def _match_function(profile_broadcast: Any, task_count: int) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from profiler.matcher import Matcher
+        from profiler.matching.matcher import Matcher
 
         matcher = Matcher(parse_profile(profile_broadcast.value, "<application profile>"))
         classify = matcher.classify
@@ -556,7 +556,7 @@ def run_analysis_in_process(
 ) -> tuple[int, int]:
     """The same job as run_analysis without Spark, for inputs small enough for one process: every
     distinct stack matched once by the same Matcher, the same sums, files and ordering."""
-    from profiler.matcher import Matcher
+    from profiler.matching.matcher import Matcher
 
     profile = parse_profile(profile_text, profile_source)
     task_names = profile.result_task_names
@@ -609,7 +609,7 @@ def run_analysis_in_process(
 
 def _task_classifier(profile_text: str, profile_source: str) -> tuple[tuple[str, ...], Callable[[str], str]]:
     """The profile's result task names, and the task a folded stack is counted in (each stack matched once)."""
-    from profiler.matcher import Matcher
+    from profiler.matching.matcher import Matcher
 
     profile = parse_profile(profile_text, profile_source)
     task_names = tuple(profile.result_task_names)
@@ -682,7 +682,7 @@ def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str,
 
 
 def _flink_subtasks(run: RunInput) -> list[FlinkSubtask]:
-    from profiler.capture import read_flink_placement
+    from profiler.capture.format import read_flink_placement
 
     return [s for host in run.hosts if host.capture_dir is not None for s in read_flink_placement(host.capture_dir)[0]]
 

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 
 from coordinator.analysis.draft import Draft
 from coordinator.analysis.inputs import RunInput
-from profiler.appprofile import parse_profile
-from profiler.capture import UNMATCHED, VertexWindow, read_flink_vertices
-from profiler.flinkmetrics import COMM_LENGTH, vertex_of_thread
-from profiler.folded import FRAME_SEPARATOR
-from profiler.matcher import Matcher, candidate_patterns, match_stacks
+from profiler.capture.folded import FRAME_SEPARATOR
+from profiler.capture.format import UNMATCHED, VertexWindow, read_flink_vertices
+from profiler.engines.flinkmetrics import COMM_LENGTH, vertex_of_thread
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher, candidate_patterns, match_stacks
 
 # Flink's own classes per kind of operator: they name an operator's work when the JIT inlined the
 # user's function into them (the YSB demo keeps those frames with -XX:CompileCommand=dontinline).

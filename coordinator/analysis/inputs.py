@@ -12,10 +12,10 @@ from typing import TypedDict
 
 from coordinator.analysis import timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
-from profiler import capture
-from profiler.capture import EventCount, NetStats, PidCounters, ProcessInfo
+from profiler.capture import format as capture
+from profiler.capture.folded import read_folded
+from profiler.capture.format import EventCount, NetStats, PidCounters, ProcessInfo
 from profiler.errors import CaptureFormatError, ConfigError
-from profiler.folded import read_folded
 
 # ---------------------------------------------------------------- typed inputs
 

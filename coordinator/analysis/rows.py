@@ -17,12 +17,12 @@ from typing import Any
 from coordinator.analysis import timeline
 from coordinator.analysis.inputs import HostInput, PidInput, PidTaskCounts, RunInput
 from coordinator.analysis.timeline import SubWindow
-from profiler import capture
-from profiler.aggregate import aggregate_pid
-from profiler.capture import ALL_TASKS, RESULT_COLUMNS
+from profiler.capture import format as capture
+from profiler.capture.format import ALL_TASKS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
-from profiler.matcher import MatchResult
-from profiler.stats import share_ci95
+from profiler.matching.aggregate import aggregate_pid
+from profiler.matching.matcher import MatchResult
+from profiler.matching.stats import share_ci95
 
 SUMMARY_FILE = "summary.csv"
 # A bare host capture is never written to: `coordinator analyze` puts its analysis in this subdirectory.

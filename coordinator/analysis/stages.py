@@ -14,10 +14,10 @@ from typing import Any
 
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
-from profiler import capture
-from profiler.folded import read_folded
-from profiler.sparkplan import codegen_stage_of, parse_task_thread
-from profiler.stats import share_ci95
+from profiler.capture import format as capture
+from profiler.capture.folded import read_folded
+from profiler.engines.sparkplan import codegen_stage_of, parse_task_thread
+from profiler.matching.stats import share_ci95
 
 # summary.csv columns that only stage rows fill (after the fixed columns, before run labels)
 STAGE_COLUMNS: tuple[str, ...] = ("stage", "job", "query", "batch")

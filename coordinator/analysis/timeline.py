@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from profiler.aggregate import INSTRUCTIONS_EVENT
-from profiler.capture import CounterDelta, CounterValue, Overhead, PidCounters, RunMeta
+from profiler.capture.format import CounterDelta, CounterValue, Overhead, PidCounters, RunMeta
 from profiler.errors import ConfigError
+from profiler.matching.aggregate import INSTRUCTIONS_EVENT
 
 # Interval arithmetic tolerates float noise: 0.3 s / 0.1 s must be interval 3, not 2.
 _EPSILON = 1e-9

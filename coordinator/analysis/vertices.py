@@ -23,13 +23,13 @@ from coordinator.analysis.flinkdraft import (
 )
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
-from profiler import capture
-from profiler.appprofile import parse_profile
-from profiler.capture import FlinkSubtask
-from profiler.flinkmetrics import TaskThread, parse_task_thread
-from profiler.folded import FRAME_SEPARATOR, read_folded
-from profiler.matcher import Matcher
-from profiler.stats import share_ci95
+from profiler.capture import format as capture
+from profiler.capture.folded import FRAME_SEPARATOR, read_folded
+from profiler.capture.format import FlinkSubtask
+from profiler.engines.flinkmetrics import TaskThread, parse_task_thread
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher
+from profiler.matching.stats import share_ci95
 
 # summary.csv columns that only vertex rows fill (after the fixed columns, before run labels)
 VERTEX_COLUMNS: tuple[str, ...] = ("vertex", "subtask", "attempt", "taskmanager", "operator")

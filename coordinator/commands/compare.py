@@ -28,7 +28,7 @@ from typing import Any
 from coordinator.analysis.compare import analysis_stacks, compare_runs, format_compare_csv, format_compare_table
 from coordinator.analysis.rows import existing_summary, summary_totals
 from coordinator.commands.analyze import existing_file, master_url
-from profiler.capture import atomic_write_text
+from profiler.capture.format import atomic_write_text
 from profiler.errors import OutputExistsError
 
 COMPARE_CSV = "compare.csv"

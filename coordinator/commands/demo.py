@@ -17,7 +17,7 @@ from profiler.errors import ProfilerError
 if TYPE_CHECKING:
     from coordinator.remote.session import ProfileOutcome
     from coordinator.workloads.ysb.engines import WindowResult, YsbEngine
-    from profiler.capture import EventCount
+    from profiler.capture.format import EventCount
 
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
 
@@ -147,7 +147,7 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     Processing runs no micro-batches for the REST count), write the count the query itself gives;
     the profiler's reason stays in the detail. Returns the events.json files written."""
     from coordinator.rundir import host_capture_dir
-    from profiler.capture import EventCount, read_events, write_events
+    from profiler.capture.format import EventCount, read_events, write_events
 
     written = []
     for host in outcome.info.hosts:

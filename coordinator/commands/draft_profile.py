@@ -40,7 +40,7 @@ class DraftProfileCommand:
         from coordinator.analysis.flinkdraft import draft_flink_profile, flink_vertices_of
         from coordinator.analysis.inputs import read_inputs, read_pid_stacks
         from coordinator.analysis.stages import read_spark_index
-        from profiler.capture import atomic_write_text
+        from profiler.capture.format import atomic_write_text
         from profiler.errors import ConfigError, OutputExistsError
 
         if args.out is not None and args.out.exists() and not args.force:

@@ -53,7 +53,7 @@ class ProfileCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        from profiler.checkpoint import DEFAULT_CHECKPOINT
+        from profiler.capture.checkpoint import DEFAULT_CHECKPOINT
         from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
 
         parser.add_argument("--duration", type=duration, required=True, help="sampling window in seconds")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from coordinator.analysis.rows import BARE_CAPTURE_ANALYSIS_DIR
 from coordinator.export.stacks import ExportSet
-from profiler.capture import atomic_write_bytes, atomic_write_text, is_capture_dir, replace_dir
+from profiler.capture.format import atomic_write_bytes, atomic_write_text, is_capture_dir, replace_dir
 from profiler.errors import ConfigError, OutputExistsError
 
 FORMATS: tuple[str, ...] = ("speedscope", "pprof", "folded")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from coordinator.analysis.rows import task_file_names
 from coordinator.export.stacks import ExportSet, frame_names
-from profiler.folded import FRAME_SEPARATOR, format_folded
+from profiler.capture.folded import FRAME_SEPARATOR, format_folded
 
 
 def folded_text(export: ExportSet) -> str:

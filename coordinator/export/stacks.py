@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.capture import ALL_TASKS
+from profiler.capture.folded import FRAME_SEPARATOR, sanitize_frame
+from profiler.capture.format import ALL_TASKS
 from profiler.errors import CaptureFormatError, ConfigError
-from profiler.folded import FRAME_SEPARATOR, sanitize_frame
-from profiler.matcher import Matcher
+from profiler.matching.matcher import Matcher
 
 if TYPE_CHECKING:
     from coordinator.report.load import RunData
@@ -193,7 +193,7 @@ def export_set_of(run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, i
     loads them). CPU seconds and cycles per process come from summary.csv's PID `*` rows (the
     analysis's own numbers, sub-window included), else from the capture's counters. Needs the run's
     profile (``run.profile_text``)."""
-    from profiler.appprofile import parse_profile
+    from profiler.matching.appprofile import parse_profile
 
     matcher = Matcher(parse_profile(run.profile_text or "", run.profile_source or "<profile>"))
     totals = _pid_totals(run.rows)

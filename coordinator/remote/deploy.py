@@ -19,8 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import profiler
-from profiler.capture import DEFAULT_INTERVAL
-from profiler.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
+from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
+from profiler.capture.format import DEFAULT_INTERVAL
 
 BUNDLE_NAME = "bundle.tar.gz"
 PKG_DIR = "pkg"

@@ -23,8 +23,8 @@ from typing import Any
 from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec
 from coordinator.remote.deploy import RemoteLayout
-from profiler.capture import DEFAULT_INTERVAL
-from profiler.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
+from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
+from profiler.capture.format import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
 
 STATES = ("starting", "waiting", "sampling", "writing", "done", "failed")

@@ -30,10 +30,11 @@ from coordinator.remote.hosts import (
 )
 from coordinator.remote.progress import ProgressBoard, Renderer, make_renderer
 from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
-from profiler import __version__, capture
-from profiler.appprofile import load_profile
+from profiler import __version__
+from profiler.capture import format as capture
 from profiler.errors import CapabilityError, OutputExistsError, ProfilerError, config_error
-from profiler.spes import load_known_spes
+from profiler.matching.appprofile import load_profile
+from profiler.scope.spes import load_known_spes
 
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
 

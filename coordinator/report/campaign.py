@@ -11,7 +11,7 @@ from coordinator.analysis.campaign import CampaignRow, figure_data, level_table
 from coordinator.analysis.rows import ALL
 from coordinator.report.render import template_environment, write_page
 from coordinator.report.view import task_colors
-from profiler.capture import UNMATCHED
+from profiler.capture.format import UNMATCHED
 
 CAMPAIGN_TEMPLATE = "campaign.html"
 CAMPAIGN_ASSETS: tuple[str, ...] = ("campaign.js", "report.css")

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.capture import UNMATCHED
-from profiler.folded import FRAME_SEPARATOR
-from profiler.matcher import Matcher
-from profiler.stats import two_proportion_z
+from profiler.capture.folded import FRAME_SEPARATOR
+from profiler.capture.format import UNMATCHED
+from profiler.matching.matcher import Matcher
+from profiler.matching.stats import two_proportion_z
 
 # Colour index of a frame whose samples went to more than one task (drawn neutral).
 MIXED = -1

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from coordinator.report.formats import format_number
 from coordinator.report.load import RunData
 from coordinator.report.model import FlinkVertexLine
-from profiler.capture import Capture
-from profiler.flinkmetrics import vertex_cpu
+from profiler.capture.format import Capture
+from profiler.engines.flinkmetrics import vertex_cpu
 
 
 def thread_samples(stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> Counter[str]:

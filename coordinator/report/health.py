@@ -9,9 +9,7 @@ from collections.abc import Sequence
 from coordinator.report.load import RunData
 from coordinator.report.model import HealthLine, ProcessLine
 from coordinator.rundir import HOST_OK
-from profiler.capture import (
-    Capture,
-)
+from profiler.capture.format import Capture
 
 # Health thresholds: above these a line turns into a warning.
 UNMATCHED_WARN = 0.20

@@ -15,7 +15,7 @@ from coordinator.analysis import timeline
 from coordinator.analysis.inputs import read_pid_stacks
 from coordinator.analysis.rows import SUMMARY_FILE, existing_summary
 from coordinator.rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
-from profiler.capture import (
+from profiler.capture.format import (
     PROFILE_COPY,
     Capture,
     CaptureFormatError,

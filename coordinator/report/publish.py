@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.report.render import REPORT_MARKER, REPORT_META, _asset, template_environment
-from profiler.capture import atomic_write_text, read_json_file, replace_dir
+from profiler.capture.format import atomic_write_text, read_json_file, replace_dir
 from profiler.errors import CaptureFormatError, ConfigError
 
 INDEX_FILE = "index.html"

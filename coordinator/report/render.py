@@ -22,11 +22,7 @@ from coordinator.report.formats import format_bytes, format_number, format_share
 from coordinator.report.load import RunData, load_run, load_stacks, load_timeline
 from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
-from profiler.capture import (
-    UNMATCHED,
-    atomic_write_bytes,
-    replace_dir,
-)
+from profiler.capture.format import UNMATCHED, atomic_write_bytes, replace_dir
 from profiler.errors import OutputExistsError
 
 REPORT_MARKER = ".spe-taskprof-report"

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from coordinator.analysis.rows import cell_number, check_numbers, existing_summary, read_summary
 from coordinator.report.formats import format_share, format_si
-from profiler.capture import ALL_TASKS
+from profiler.capture.format import ALL_TASKS
 from profiler.errors import ConfigError
 
 COLUMNS: tuple[str, ...] = ("task", "samples", "share ± 95 % CI", "cycles", "CPU s", "cycles/event", "multi-task")

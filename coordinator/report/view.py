@@ -19,14 +19,8 @@ from coordinator.report.flinkview import events_note, flink_note, flink_vertex_l
 from coordinator.report.health import health_lines
 from coordinator.report.load import RunData, TimelineInput
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
-from profiler.capture import (
-    ALL_TASKS,
-    UNMATCHED,
-    Capture,
-    CaptureFormatError,
-    ProcessInfo,
-)
-from profiler.matcher import Matcher
+from profiler.capture.format import ALL_TASKS, UNMATCHED, Capture, CaptureFormatError, ProcessInfo
+from profiler.matching.matcher import Matcher
 
 # Categorical colours for tasks in profile order (Tableau 10, then Tableau 20's light tones).
 TASK_PALETTE: tuple[str, ...] = (
@@ -83,7 +77,7 @@ def aggregate_task_lines(
     """Task totals over PID rows (``*`` rows skipped). Share is by cycles when every PID has them,
     otherwise by samples; the interval is the samples' Wilson interval (one host's or a bare capture's
     view; summary.csv carries the pipeline's own cluster figures)."""
-    from profiler.stats import share_ci95
+    from profiler.matching.stats import share_ci95
 
     by_task = pid_rows_by_task(rows, task_names)
     task_rows = [row for task in task_names for row in by_task[task]]
@@ -143,7 +137,7 @@ def build_view(
 ) -> ReportView:
     """Pure: run data, stacks (host → pid → folded counts) and timelines (host → TimelineInput,
     read once) in, everything the page shows out."""
-    from profiler.appprofile import parse_profile
+    from profiler.matching.appprofile import parse_profile
 
     profile = parse_profile(run.profile_text, run.profile_source or "<profile>") if run.profile_text else None
     profile_tasks = profile.task_names if profile is not None else ()
@@ -230,7 +224,7 @@ def build_view(
 
 def _candidates(unmatched: Mapping[str, int], count: int) -> tuple[tuple[str, int, float], ...]:
     """(leaf frame, samples, share of the unmatched samples) of the ``count`` best candidate patterns."""
-    from profiler.matcher import candidate_patterns
+    from profiler.matching.matcher import candidate_patterns
 
     total = sum(unmatched.values())
     return tuple(
@@ -471,9 +465,9 @@ def _rows_from_capture(
     host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Matcher | None
 ) -> list[dict[str, str]]:
     """<host>_result.csv rows computed like the host agent does (profiler.aggregate), as CSV text cells."""
-    from profiler.aggregate import aggregate_host
-    from profiler.capture import format_result_csv
-    from profiler.matcher import match_stacks
+    from profiler.capture.format import format_result_csv
+    from profiler.matching.aggregate import aggregate_host
+    from profiler.matching.matcher import match_stacks
 
     if matcher is None:
         return []

@@ -330,8 +330,8 @@ def check_btf() -> Check:
 
 
 def check_counters() -> tuple[Check, Check, Check]:
-    from ..counters import CounterGroup, nominal_cpu_hz
     from ..errors import ProfilerError
+    from ..sampling.counters import CounterGroup, nominal_cpu_hz
 
     try:
         probe = CounterGroup().probe()
@@ -389,7 +389,7 @@ def thread_names_check(uprobe_pmu: bool, libjvm: str | None, has_symbol: bool | 
 
 
 def check_thread_names() -> Check:
-    from ..threadwatch import SET_NATIVE_THREAD_NAME
+    from ..scope.threadwatch import SET_NATIVE_THREAD_NAME
 
     java = shutil.which("java")
     libjvm = None
@@ -408,8 +408,8 @@ def check_thread_names() -> Check:
 def running_jvms() -> list[tuple[int, str, bool]]:
     import psutil
 
-    from ..jvm import jvm_info
-    from ..spes import entry_point
+    from ..scope.jvm import jvm_info
+    from ..scope.spes import entry_point
 
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
-from ..capture import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, contained, read_sampler_stats
+from ..capture.format import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, contained, read_sampler_stats
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import CaptureFormatError, ConfigError, OutputExistsError
-from ..matcher import MatchResult
-from ..stats import share_ci95
+from ..matching.matcher import MatchResult
+from ..matching.stats import share_ci95
 
 
 def stack_files(inputs: Sequence[Path]) -> list[Path]:
@@ -138,9 +138,9 @@ class MatchCommand:
         parser.add_argument("--force", action="store_true", help="overwrite existing --csv/--unmatched files")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..appprofile import load_profile
-        from ..folded import format_folded
-        from ..matcher import Matcher, StackAccumulator, candidate_patterns
+        from ..capture.folded import format_folded
+        from ..matching.appprofile import load_profile
+        from ..matching.matcher import Matcher, StackAccumulator, candidate_patterns
 
         if not args.stacks and not args.explain:
             raise ConfigError("nothing to match; pass folded files or capture directories (or --explain STACK)")

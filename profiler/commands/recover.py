@@ -35,7 +35,7 @@ class RecoverCommand:
         parser.add_argument("--quiet", action="store_true", help="print only the summary line")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..checkpoint import checkpoint_dir
+        from ..capture.checkpoint import checkpoint_dir
         from ..recovery import recover_capture
 
         result = recover_capture(args.dir)

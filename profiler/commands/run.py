@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ..argtypes import checkpoint_period, duration, frequency, interval, perf_map_refresh, positive_int
-from ..checkpoint import DEFAULT_CHECKPOINT
+from ..capture.checkpoint import DEFAULT_CHECKPOINT
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -115,7 +115,7 @@ class RunCommand:
         from ..runner import RunOptions, run_capture
 
         if args.print_bpf:
-            from ..sampler import StackSampler
+            from ..sampling.sampler import StackSampler
 
             sampler = StackSampler(
                 args.frequency,
@@ -126,11 +126,11 @@ class RunCommand:
             )
             print(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None))
             if sampler.collection == "ringbuf":
-                from ..threadwatch import ThreadWatch
+                from ..scope.threadwatch import ThreadWatch
 
                 print(ThreadWatch([]).bpf_text())
             if args.net:
-                from ..net import NetTracer
+                from ..sampling.net import NetTracer
 
                 print(NetTracer().bpf_text())
             return 0
@@ -159,7 +159,7 @@ class RunCommand:
             checkpoint=args.checkpoint,
         )
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
-        from .. import capture
+        from ..capture import format as capture
 
         meta = capture.read_meta(out)
         for warning in meta.warnings:

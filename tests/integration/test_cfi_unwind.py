@@ -82,7 +82,7 @@ GLIBC_FUTEX = ("__futex_abstimed_wait_common", "pthread_cond_signal", "pthread_c
 def test_jvm_in_glibc_futex_reaches_its_thread_start(walker: CfiWalker, tmp_path: Path) -> None:
     # GIVEN a JVM (frame pointers in Java code, none in glibc) whose two threads hand a token back and
     # forth with park/unpark: their CPU is in glibc's futex paths and in the kernel below them
-    from profiler.symbolize import ProcessSymbols
+    from profiler.symbols.symbolize import ProcessSymbols
     from tests.fixtures.jvm import java_home
 
     javac, java = java_home() / "bin" / "javac", java_home() / "bin" / "java"
@@ -120,7 +120,7 @@ def test_jvm_in_glibc_futex_reaches_its_thread_start(walker: CfiWalker, tmp_path
 
 def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) -> None:
     # GIVEN the FP-less program (3:1 over two paths) and the product's sampler with its own walker
-    from profiler.sampler import StackSampler
+    from profiler.sampling.sampler import StackSampler
 
     process = subprocess.Popen(
         [str(fpless_binary), "6", "3", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -158,7 +158,7 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
 def test_sampler_loads_tables_of_a_process_found_mid_window(fpless_binary: Path) -> None:
     # GIVEN a sampling window already running; WHEN the FP-less program starts and is added only then
     # (the loader's worker builds its tables while it is sampled)
-    from profiler.sampler import StackSampler
+    from profiler.sampling.sampler import StackSampler
 
     with StackSampler(frequency=499, stack_walk="bpf") as sampler:
         sampler.start()

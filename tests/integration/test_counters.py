@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from profiler.counters import DEFAULT_EVENTS, CounterGroup
+from profiler.sampling.counters import DEFAULT_EVENTS, CounterGroup
 
 # The child starts its CPU-burning threads only after the parent says "go", i.e. after add_pid:
 # their CPU reaches our counters only through inheritance. hashlib releases the GIL on large

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.counters import CounterGroup
+from profiler.sampling.counters import CounterGroup
 
 KEYS = {"check", "status", "detail", "fix"}
 IDLE = (

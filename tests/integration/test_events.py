@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psutil
 
-from profiler.capture import ProcessInfo
-from profiler.events import SOURCE_NONE, EventCounter
+from profiler.capture.format import ProcessInfo
+from profiler.engines.events import SOURCE_NONE, EventCounter
 
 # A local-mode driver: rate source, 1 s micro-batches, a listener that prints each progress: batch id,
 # rows, and when the batch's work (its SQL execution) ended: trigger start + triggerExecution minus

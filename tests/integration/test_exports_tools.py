@@ -16,7 +16,7 @@ import pytest
 
 from coordinator.analysis.engines import analyze
 from coordinator.cli import main
-from profiler.folded import read_folded
+from profiler.capture.folded import read_folded
 from tests.fixtures.captures import PidSpec, write_run_dir
 from tests.fixtures.exports import cluster_task_samples, pid_task_samples, summary_rows
 

@@ -29,8 +29,8 @@ from coordinator.remote import deploy
 from coordinator.remote.cluster import load_cluster
 from coordinator.remote.hosts import RunRequest
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
-from profiler import capture
-from profiler.journal import read_journal
+from profiler.capture import format as capture
+from profiler.capture.journal import read_journal
 from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.faults import (
     HostNetns,

@@ -21,11 +21,11 @@ from coordinator.cli import main as coordinator_main
 from coordinator.report.flinkview import flink_vertex_lines
 from coordinator.report.load import load_run, load_stacks
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
-from profiler.capture import EventCount, ProcessInfo, read_events, read_flink_placement, read_flink_vertices
+from profiler.capture.format import EventCount, ProcessInfo, read_events, read_flink_placement, read_flink_vertices
 from profiler.cli import main as profiler_main
-from profiler.events import EventCounter
-from profiler.scope import ScopeAnalyzer
-from profiler.spes import default_known_spes_path, load_known_spes
+from profiler.engines.events import EventCounter
+from profiler.scope.analyzer import ScopeAnalyzer
+from profiler.scope.spes import default_known_spes_path, load_known_spes
 from tests.fixtures.flink import RateWindowJob
 
 REPO = Path(__file__).resolve().parents[2]

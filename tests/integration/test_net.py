@@ -9,8 +9,8 @@ import psutil
 import pytest
 from bcc import BPF
 
-from profiler.capture import NetStats
-from profiler.net import MECHANISM_KPROBE, MECHANISM_TRACEPOINT, NetTracer
+from profiler.capture.format import NetStats
+from profiler.sampling.net import MECHANISM_KPROBE, MECHANISM_TRACEPOINT, NetTracer
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.netns import HEADER, NetnsPair, Worker, WorkerFactory
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from profiler import jvm, perfmap
-from profiler.sampler import StackSampler
-from profiler.symbolize import java_frame_name
+from profiler.sampling.sampler import StackSampler
+from profiler.scope import jvm
+from profiler.symbols import perfmap
+from profiler.symbols.symbolize import java_frame_name
 from tests.fixtures.jvm import method_counts
 from tests.fixtures.sampling import folded_and_stats
 

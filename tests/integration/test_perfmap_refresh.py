@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.sampler import StackSampler
+from profiler.sampling.sampler import StackSampler
 from tests.fixtures.jvm import java_home
 
 pytestmark = pytest.mark.integration

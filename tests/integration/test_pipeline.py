@@ -23,12 +23,12 @@ from coordinator.analysis.engines import analyze, choose_engine, spark_session
 from coordinator.analysis.inputs import read_inputs
 from coordinator.analysis.timeline import SubWindow
 from coordinator.cli import main as coordinator_main
-from profiler import capture
-from profiler.aggregate import aggregate_host
-from profiler.appprofile import parse_profile
+from profiler.capture import format as capture
+from profiler.capture.folded import format_folded, read_folded
 from profiler.errors import CaptureFormatError
-from profiler.folded import format_folded, read_folded
-from profiler.matcher import Matcher, match_stacks
+from profiler.matching.aggregate import aggregate_host
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher, match_stacks
 from tests.fixtures.captures import (
     GC_STACK,
     JSON_STACK,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler import capture
+from profiler.capture import format as capture
 from tests.fixtures.leaks import bpf_prog_ids_held_by, loaded_bpf_prog_ids
 
 REPO = Path(__file__).resolve().parents[2]

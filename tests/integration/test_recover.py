@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from profiler import capture
-from profiler.checkpoint import checkpoint_dir, journal_path
+from profiler.capture import format as capture
+from profiler.capture.checkpoint import checkpoint_dir, journal_path
+from profiler.capture.journal import read_journal
 from profiler.cli import main as profiler_main
-from profiler.journal import read_journal
 from tests.fixtures.jvm import CpuSplitJvm
 from tests.fixtures.leaks import bpf_programs_held_by
 

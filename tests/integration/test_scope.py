@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.workloads.sparkcluster import LocalSparkCluster
-from profiler.capture import ProcessInfo
-from profiler.scope import ScopeAnalyzer
-from profiler.spes import default_known_spes_path, load_known_spes, parse_known_spes
+from profiler.capture.format import ProcessInfo
+from profiler.scope.analyzer import ScopeAnalyzer
+from profiler.scope.spes import default_known_spes_path, load_known_spes, parse_known_spes
 from tests.fixtures.spark import submit_busy_job
 
 TARGET = "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n"

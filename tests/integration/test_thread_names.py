@@ -7,8 +7,8 @@ import re
 import time
 from collections import Counter
 
-from profiler.sampler import StackSampler
-from profiler.threadnames import split_name
+from profiler.sampling.sampler import StackSampler
+from profiler.scope.threadnames import split_name
 from tests.fixtures.renamer import BACKGROUND_THREAD, STAGE_METHODS, wait_ready
 
 TASK_NAME = re.compile(r"^Executor task launch worker for task \d+\.0 in stage (\d\.0) \(TID (\d+)\)$")

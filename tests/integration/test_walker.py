@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from profiler import hotspot
-from profiler.perfmap import dump_perf_map, read_perf_map
-from profiler.sampler import StackSampler
-from profiler.stackstore import CollectedStacks
-from profiler.symbolize import gap_frame
+from profiler.capture.stackstore import CollectedStacks
+from profiler.sampling.sampler import StackSampler
+from profiler.symbols.perfmap import dump_perf_map, read_perf_map
+from profiler.symbols.symbolize import gap_frame
+from profiler.unwind import hotspot
 from tests.fixtures.jvm import java_home
 
 FRAME = "com.example.CpuSplit::{}"

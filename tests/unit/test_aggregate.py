@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from profiler.aggregate import aggregate_host, aggregate_pid
-from profiler.appprofile import parse_profile
-from profiler.capture import RESULT_COLUMNS, CounterValue, NetStats, PidCounters, ProcessInfo, format_result_csv
-from profiler.matcher import Matcher, match_stacks
-from profiler.stats import share_ci95, two_proportion_z, wilson_interval
+from profiler.capture.format import RESULT_COLUMNS, CounterValue, NetStats, PidCounters, ProcessInfo, format_result_csv
+from profiler.matching.aggregate import aggregate_host, aggregate_pid
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher, match_stacks
+from profiler.matching.stats import share_ci95, two_proportion_z, wilson_interval
 
 MATCHER = Matcher(parse_profile("Kafka: KafkaConsumer\nWindow: HashAggregateExec\nGC: GC Thread\n"))
 # GIVEN three stacks with known counts: 5 Kafka, 3 Window, 2 unmatched; GC gets none

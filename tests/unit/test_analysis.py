@@ -13,8 +13,8 @@ from coordinator.analysis import compare, inputs
 from coordinator.analysis import rows as summary_rows
 from coordinator.analysis.inputs import PidTaskCounts
 from coordinator.analysis.rows import TaskTotals
-from profiler import capture
-from profiler.capture import EventCount
+from profiler.capture import format as capture
+from profiler.capture.format import EventCount
 from profiler.errors import ConfigError
 from tests.fixtures.captures import (
     KNOWN_PROFILE,

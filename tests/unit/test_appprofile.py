@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.appprofile import ApplicationProfile, Pattern, Task, load_profile, parse_profile
 from profiler.errors import ConfigError
+from profiler.matching.appprofile import ApplicationProfile, Pattern, Task, load_profile, parse_profile
 
 
 def test_task_with_several_patterns_and_bare_lines() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler import perfmap
+from profiler.symbols import perfmap
 
 
 class FakeListener:

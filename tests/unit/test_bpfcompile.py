@@ -3,7 +3,7 @@ drops them in a real process."""
 
 from __future__ import annotations
 
-from profiler.bpfcompile import compiler_mappings
+from profiler.bpf.compiler import compiler_mappings
 
 SMAPS = """\
 7f0000000000-7f0000100000 r--p 00000000 fe:01 1001 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1

@@ -27,7 +27,7 @@ from coordinator.analysis.rows import read_summary
 from coordinator.cli import main as coordinator_main
 from coordinator.commands.campaign import varying_label
 from profiler.errors import ConfigError
-from profiler.stats import share_ci95
+from profiler.matching.stats import share_ci95
 from tests.fixtures.captures import multi_run_hosts, write_run_dir
 
 HOSTILE = "</script><img src=x onerror=alert(1)>"

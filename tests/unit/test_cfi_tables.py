@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from profiler import cfi
-from profiler.cfi import ExecMapping, aligned_blocks, load_bias, page_index, parse_maps
-from profiler.ehframe import CFA_RSP, CFA_UNSUPPORTED, Rule
+from profiler.unwind import cfi
+from profiler.unwind.cfi import ExecMapping, aligned_blocks, load_bias, page_index, parse_maps
+from profiler.unwind.ehframe import CFA_RSP, CFA_UNSUPPORTED, Rule
 
 MAPS = """\
 55d1c0a00000-55d1c0a01000 r--p 00000000 08:01 1234 /usr/bin/fpless

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from profiler import capture
-from profiler.appprofile import parse_profile
-from profiler.capture import CounterValue, PidCounters, ProcessInfo
-from profiler.checkpoint import CheckpointWriter, checkpoint_dir, executable_maps, journal_path
+from profiler.capture import format as capture
+from profiler.capture.checkpoint import CheckpointWriter, checkpoint_dir, executable_maps, journal_path
+from profiler.capture.format import CounterValue, PidCounters, ProcessInfo
+from profiler.capture.journal import Checkpoint, JournalError, encode_checkpoint, encode_header, read_journal
+from profiler.capture.stackstore import SamplerCheckpoint, StackStore, StoreDelta
+from profiler.capture.timeline import CounterReading
 from profiler.cli import main as profiler_main
-from profiler.elfsyms import OfflineSymbols, demangle, parse_maps, read_elf_symbols, symbols_of_file
 from profiler.errors import CaptureFormatError
-from profiler.journal import Checkpoint, JournalError, encode_checkpoint, encode_header, read_journal
+from profiler.matching.appprofile import parse_profile
 from profiler.recovery import load_replayed, recover_capture, replay
 from profiler.runner import Components, Runner
-from profiler.stackstore import SamplerCheckpoint, StackStore, StoreDelta
-from profiler.symbolize import Frame
-from profiler.timeline import CounterReading
+from profiler.symbols.elfsyms import OfflineSymbols, demangle, parse_maps, read_elf_symbols, symbols_of_file
+from profiler.symbols.symbolize import Frame
 from tests.unit.test_runner import PROFILE_TEXT, FakeSampler, make
 
 GONE_PID = 4_000_000  # above pid_max: never a live process

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture import CounterValue
-from profiler.counters import (
+from profiler.capture.format import CounterValue
+from profiler.errors import ConfigError
+from profiler.sampling.counters import (
     CounterGroup,
     derive_cycles,
     nominal_cpu_hz,
@@ -17,8 +18,14 @@ from profiler.counters import (
     parse_model_name_hz,
     scale_counts,
 )
-from profiler.errors import ConfigError
-from profiler.perf_event import PERF_TYPE_HARDWARE, EventSpec, PerfEventAttr, RawCount, counting_attr, event_spec
+from profiler.sampling.perf_event import (
+    PERF_TYPE_HARDWARE,
+    EventSpec,
+    PerfEventAttr,
+    RawCount,
+    counting_attr,
+    event_spec,
+)
 
 
 @dataclass

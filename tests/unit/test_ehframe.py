@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler import ehframe
-from profiler.ehframe import CFA_END, CFA_PLT, CFA_RBP, CFA_RSP, CFA_UNSUPPORTED, GAP, Rule
+from profiler.unwind import ehframe
+from profiler.unwind.ehframe import CFA_END, CFA_PLT, CFA_RBP, CFA_RSP, CFA_UNSUPPORTED, GAP, Rule
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 LIBJVM = Path("/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so")

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import profiler.events as events_module
-import profiler.flinkmetrics as flinkmetrics
-from profiler.capture import ProcessInfo
-from profiler.events import (
+import profiler.engines.events as events_module
+import profiler.engines.flinkmetrics as flinkmetrics
+from profiler.capture.format import ProcessInfo
+from profiler.engines.events import (
     SOURCE_MANUAL,
     SOURCE_NONE,
     BatchKey,

@@ -19,8 +19,8 @@ from coordinator.export.files import render
 from coordinator.export.pprof import LABEL_KEYS, build_profile, decode
 from coordinator.export.speedscope import build_speedscope
 from coordinator.export.stacks import TASK_FRAME_PREFIX, load_export_set, select
+from profiler.capture.folded import iter_folded, read_folded
 from profiler.errors import ConfigError
-from profiler.folded import iter_folded, read_folded
 from tests.fixtures.captures import PidSpec, write_run_dir
 from tests.fixtures.exports import (
     assert_exports_agree_with_summary,

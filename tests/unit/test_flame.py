@@ -12,8 +12,8 @@ from coordinator.report.flame import (
     dropped_frame_name,
     prune_stacks,
 )
-from profiler.appprofile import parse_profile
-from profiler.matcher import Matcher
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher
 
 TASKS = ("Kafka", "Filter", "unmatched")
 

@@ -21,7 +21,7 @@ from coordinator.workloads.ysb.flink import (
 )
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
-from profiler.spes import classify, default_known_spes_path, load_known_spes, parse_known_spes
+from profiler.scope.spes import classify, default_known_spes_path, load_known_spes, parse_known_spes
 
 JAVA = ["/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "-Xmx301989882", "-XX:+PreserveFramePointer",
         "-classpath", "/x/lib/flink-dist-2.3.0.jar"]

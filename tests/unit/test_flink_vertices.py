@@ -25,10 +25,16 @@ from coordinator.analysis.vertices import (
     vertex_rows,
 )
 from coordinator.cli import main as coordinator_main
-from profiler import capture
-from profiler.capture import FlinkSubtask
-from profiler.flinkmetrics import TaskThread, parse_task_thread, taskmanager_pids, taskmanagers_of, vertex_subtasks
-from profiler.threadnames import NameHistory, comm_of, split_name
+from profiler.capture import format as capture
+from profiler.capture.format import FlinkSubtask
+from profiler.engines.flinkmetrics import (
+    TaskThread,
+    parse_task_thread,
+    taskmanager_pids,
+    taskmanagers_of,
+    vertex_subtasks,
+)
+from profiler.scope.threadnames import NameHistory, comm_of, split_name
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "flink"
 SOURCE = (
@@ -230,8 +236,8 @@ def test_by_stage_on_a_flink_run_and_by_vertex_on_another_run_are_one_line_error
 
 
 def test_placement_without_rest_is_a_warning_and_no_mapping() -> None:
-    from profiler.events import EventCounter
-    from profiler.flinkmetrics import FlinkJobManager, Vertex
+    from profiler.engines.events import EventCounter
+    from profiler.engines.flinkmetrics import FlinkJobManager, Vertex
 
     def refuse(url: str) -> object:
         raise OSError(f"connection refused: {url}")

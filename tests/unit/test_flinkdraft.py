@@ -9,7 +9,7 @@ import pytest
 
 from coordinator.analysis.flinkdraft import draft_flink_profile, flink_vertices_of, operators_of
 from coordinator.analysis.inputs import read_inputs
-from profiler.capture import VertexWindow, write_flink_vertices
+from profiler.capture.format import VertexWindow, write_flink_vertices
 from tests.fixtures.captures import TINY_PID_100, TINY_PID_200, write_run_dir
 
 SOURCE = VertexWindow("j", "ysb", "v1", "Source: YSB generator -> DeserializeBolt -> EventFilterBolt", 2, True)

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from profiler.capture import VertexWindow
-from profiler.flinkmetrics import (
+from profiler.capture.format import VertexWindow
+from profiler.engines.flinkmetrics import (
     BASE_POLL_SECONDS,
     FlinkJobManager,
     FlinkRestError,

@@ -481,8 +481,8 @@ def corpus() -> Iterator[Case]:
 def _journals() -> list[tuple[str, bytes]]:
     import zlib
 
-    from profiler.journal import Checkpoint, encode_checkpoint, encode_header, encode_record
-    from profiler.stackstore import StoreDelta
+    from profiler.capture.journal import Checkpoint, encode_checkpoint, encode_header, encode_record
+    from profiler.capture.stackstore import StoreDelta
 
     good = encode_checkpoint(Checkpoint(1.0, StoreDelta(), {}))
     return [

@@ -115,7 +115,7 @@ def test_capture_directory_prints_stack_health_per_pid(
     tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN a capture whose pid 100 lost stacks at native frames and left interpreted frames unnamed
-    from profiler.capture import SamplerStats, write_sampler_stats
+    from profiler.capture.format import SamplerStats, write_sampler_stats
 
     capture = tmp_path / "capture"
     write(capture / "pids" / "100" / "stacks.folded", "t;JacksonParser.p [i] 8\n")

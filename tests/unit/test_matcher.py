@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from profiler.appprofile import parse_profile
+from profiler.capture.folded import read_folded
 from profiler.errors import CaptureFormatError
-from profiler.folded import read_folded
-from profiler.matcher import (
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import (
     Matcher,
     StackAccumulator,
     candidate_patterns,

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler.appprofile import ApplicationProfile, load_profile
-from profiler.folded import read_folded
-from profiler.matcher import Matcher, match_stacks
+from profiler.capture.folded import read_folded
+from profiler.matching.appprofile import ApplicationProfile, load_profile
+from profiler.matching.matcher import Matcher, match_stacks
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 PROFILES = sorted((Path(__file__).resolve().parent.parent.parent / "application_profiles").glob("*.txt"))

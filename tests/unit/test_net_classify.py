@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from profiler.capture import NetStats
+from profiler.capture.format import NetStats
 from profiler.errors import CapabilityError
-from profiler.net import (
+from profiler.sampling.net import (
     MECHANISM_KPROBE,
     MECHANISM_TRACEPOINT,
     PEER_EXTERNAL,

@@ -15,9 +15,9 @@ from coordinator.report.load import load_run
 from coordinator.report.publish import list_published, publish
 from coordinator.report.render import REPORT_MARKER, VENDOR_FILES, render_report
 from coordinator.rundir import host_capture_dir
-from profiler.capture import result_file_name
+from profiler.capture.folded import read_folded
+from profiler.capture.format import result_file_name
 from profiler.errors import CaptureFormatError, OutputExistsError
-from profiler.folded import read_folded
 from tests.fixtures.report import HOSTILE_FRAMES, make_run_dir, read_payload, spark_stacks
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"

@@ -13,7 +13,7 @@ import pytest
 
 import coordinator.report.render as render
 from coordinator.analysis.stages import STAGE_COLUMNS
-from profiler.capture import format_result_csv
+from profiler.capture.format import format_result_csv
 from tests.fixtures.report import make_run_dir, read_payload, spark_stacks
 from tests.unit.test_spark_stages import GEN, recorded_plan
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import profiler.events as events_module
-from profiler import capture
-from profiler.appprofile import parse_profile
-from profiler.capture import (
+import profiler.engines.events as events_module
+from profiler.capture import format as capture
+from profiler.capture.format import (
     CounterValue,
     EventCount,
     FlinkSubtask,
@@ -25,9 +24,10 @@ from profiler.capture import (
     SamplerStats,
     VertexWindow,
 )
-from profiler.events import EventCounter
+from profiler.capture.stackstore import CollectedStacks
+from profiler.engines.events import EventCounter
+from profiler.matching.appprofile import parse_profile
 from profiler.runner import Components, Runner, RunOptions
-from profiler.stackstore import CollectedStacks
 
 PROFILE_TEXT = "Alpha: burnAlpha\nBeta: burnBeta\nGC: GC Thread\n"
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from profiler.errors import CapabilityError, ConfigError
-from profiler.scope import ProcSnapshot, ProcStat, ScopeAnalyzer
-from profiler.spes import parse_known_spes
+from profiler.scope.analyzer import ProcSnapshot, ProcStat, ScopeAnalyzer
+from profiler.scope.spes import parse_known_spes
 
 KINDS = parse_known_spes(
     "spark workload executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n"

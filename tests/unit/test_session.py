@@ -14,7 +14,7 @@ from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
 from coordinator.remote.cluster import HostSpec, parse_cluster
 from coordinator.remote.hosts import ProfilerStatus, RunRequest
 from coordinator.remote.session import RunOptions, profile_cluster
-from profiler.capture import EventCount
+from profiler.capture.format import EventCount
 from profiler.errors import ConfigError, OutputExistsError
 from tests.fixtures.fake_host import FakeHost, FakeScript
 

@@ -19,8 +19,8 @@ from coordinator.analysis.stages import (
     stage_rows,
     stage_task_counts,
 )
-from profiler.capture import UNMATCHED
-from profiler.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
+from profiler.capture.format import UNMATCHED
+from profiler.engines.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
 
 REST = Path(__file__).resolve().parent.parent / "data" / "spark_rest"
 GEN = "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage{}::processNext"
@@ -128,7 +128,7 @@ def test_a_draft_without_a_plan_still_separates_codegen_stages() -> None:
 
 
 def _driver(pid: int) -> Any:
-    from profiler.capture import ProcessInfo
+    from profiler.capture.format import ProcessInfo
 
     return ProcessInfo(pid, "managing", "spark", "driver", "root", "java org.apache.spark.deploy.SparkSubmit", 0.0, 0.0)
 
@@ -136,7 +136,7 @@ def _driver(pid: int) -> Any:
 def test_collector_without_a_reachable_rest_api_says_why_and_never_fails() -> None:
     import os
 
-    from profiler.sparkplan import SparkPlanCollector
+    from profiler.engines.sparkplan import SparkPlanCollector
 
     # GIVEN a Spark driver (this very process: it listens on no port) and a fetch that is never reached
     collector = SparkPlanCollector(fetch=lambda url: (_ for _ in ()).throw(AssertionError(url)), poll_seconds=60)
@@ -151,7 +151,7 @@ def test_collector_without_a_reachable_rest_api_says_why_and_never_fails() -> No
 
 
 def test_collector_reads_stages_jobs_and_plans_from_the_rest_api(monkeypatch: Any) -> None:
-    import profiler.sparkplan as sparkplan
+    import profiler.engines.sparkplan as sparkplan
 
     base = "http://127.0.0.1:4040/api/v1/applications/app-1"
     answers = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import ConfigError
-from profiler.spes import (
+from profiler.scope.spes import (
     classify,
     classify_parent,
     default_known_spes_path,
@@ -30,7 +30,7 @@ def kind_of(cmdline: list[str], default_master: str | None = None) -> tuple[str,
 
 
 def test_package_copy_is_identical_to_top_level_file() -> None:
-    assert (REPO / "profiler" / "known_spes.txt").read_text() == (REPO / "known_spes.txt").read_text()
+    assert (REPO / "profiler" / "scope" / "known_spes.txt").read_text() == (REPO / "known_spes.txt").read_text()
 
 
 def test_default_path_is_the_top_level_file_in_a_source_tree() -> None:

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture import PidCounters
-from profiler.hotspot import NO_METHOD_SLOT, STALE
-from profiler.perfmap_history import PerfMapHistory
-from profiler.stackstore import (
+from profiler.capture.format import PidCounters
+from profiler.capture.stackstore import (
     CUT_CFI_MISS,
     CUT_DEPTH,
     CUT_JAVA,
@@ -28,14 +26,10 @@ from profiler.stackstore import (
     parse_walk_record,
     stack_bytes,
 )
-from profiler.symbolize import (
-    STACK_NONE,
-    Frame,
-    StackFolder,
-    gap_frame,
-    raw_addresses,
-)
-from profiler.timeline import CounterReading, counter_deltas, rss_bytes
+from profiler.capture.timeline import CounterReading, counter_deltas, rss_bytes
+from profiler.symbols.perfmap_history import PerfMapHistory
+from profiler.symbols.symbolize import STACK_NONE, Frame, StackFolder, gap_frame, raw_addresses
+from profiler.unwind.hotspot import NO_METHOD_SLOT, STALE
 
 
 def raw(*addrs: int) -> bytes:

@@ -5,16 +5,9 @@ from __future__ import annotations
 import pytest
 
 from profiler.errors import ConfigError
-from profiler.perfmap import parse_perf_map
-from profiler.sampler import StackSampler
-from profiler.symbolize import (
-    LOST_KERNEL,
-    LOST_USER,
-    Frame,
-    fold_stack,
-    is_java_unwalkable,
-    java_frame_name,
-)
+from profiler.sampling.sampler import StackSampler
+from profiler.symbols.perfmap import parse_perf_map
+from profiler.symbols.symbolize import LOST_KERNEL, LOST_USER, Frame, fold_stack, is_java_unwalkable, java_frame_name
 
 
 @pytest.mark.parametrize(
@@ -133,7 +126,7 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
 def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from profiler import sampler as sampler_module
+    from profiler.sampling import sampler as sampler_module
 
     sysctl = {"value": 127}
     busy = {"writes": 0}
@@ -161,7 +154,7 @@ def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypat
 
 
 def test_walker_that_cannot_load_falls_back_to_bpf_get_stack_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    from profiler import sampler as sampler_module
+    from profiler.sampling import sampler as sampler_module
 
     class FakeBPF:
         PERF_EVENT = 7

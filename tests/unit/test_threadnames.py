@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from profiler import capture
+from profiler.capture import format as capture
+from profiler.capture.folded import format_folded
+from profiler.capture.stackstore import StackStore
 from profiler.errors import CaptureFormatError
-from profiler.folded import format_folded
-from profiler.stackstore import StackStore
-from profiler.threadnames import NameHistory, comm_of, parse_thread_print, split_name
+from profiler.scope.threadnames import NameHistory, comm_of, parse_thread_print, split_name
 
 TASK = "Executor task launch worker for task 3.0 in stage 12.0 (TID 56)"
 THREAD_PRINT = '''2026-11-23 18:00:00

@@ -14,10 +14,10 @@ from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from coordinator.report.load import load_run, load_timeline
 from coordinator.report.render import render_report
 from coordinator.report.view import build_view
-from profiler.appprofile import parse_profile
-from profiler.capture import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
+from profiler.capture.format import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
 from profiler.errors import ConfigError
-from profiler.matcher import Matcher
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher
 from tests.fixtures.captures import (
     KAFKA_STACK,
     KNOWN_PROFILE,
@@ -205,7 +205,7 @@ def test_health_panel_names_cut_stacks_and_unnamed_interpreted_frames_per_pid() 
     from types import SimpleNamespace
 
     from coordinator.report.health import _walk_health
-    from profiler.capture import SamplerStats
+    from profiler.capture.format import SamplerStats
 
     # GIVEN one PID with 8 % of its samples cut at a native frame, one with 1 % of frames unnamed, one healthy
     sampler = {

@@ -26,7 +26,7 @@ from coordinator.workloads.ysb.spark import (
 )
 
 if TYPE_CHECKING:
-    from profiler.capture import EventCount
+    from profiler.capture.format import EventCount
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class SparkContinuousYsb(_SparkYsb):
     continuous = True
 
     def count_events(self, start: float, end: float) -> EventCount | None:
-        from profiler.capture import EventCount
+        from profiler.capture.format import EventCount
 
         counted = epoch_rows_between(self._run().epochs(), start, end)
         if counted is None:
@@ -259,7 +259,7 @@ class FlinkYsb(FlinkYsbEngine):
         )
 
     def count_events(self, start: float, end: float) -> EventCount | None:
-        from profiler.capture import EventCount
+        from profiler.capture.format import EventCount
 
         job = self._job_window(start, end)
         detail = (

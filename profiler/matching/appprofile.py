@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .capture import ALL_TASKS, UNMATCHED
-from .errors import config_error
+from ..capture.format import ALL_TASKS, UNMATCHED
+from ..errors import config_error
 
 REGEX_PREFIX = "re:"
 # The first colon followed by a space separates name and patterns, so C++ frames such as

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
+from ..capture.format import UNMATCHED
 from .appprofile import ApplicationProfile, Pattern, literal_key
-from .capture import UNMATCHED
-from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import jvm
-from .errors import CapabilityError
+from ..errors import CapabilityError
+from ..scope import jvm
 
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 AGENT_NAME = "libperfmap_agent.so"

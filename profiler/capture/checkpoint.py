@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .capture import PidCounters, ProcessInfo
+from .format import PidCounters, ProcessInfo
 from .journal import Checkpoint, encode_checkpoint, encode_header
 from .stackstore import SamplerCheckpoint
 from .timeline import CounterReading

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jvm, perfmap
-from .checkpoint import start_ticks
+from ..capture.checkpoint import start_ticks
+from ..scope import jvm
+from . import perfmap
 from .perfmap_history import PerfMapHistory
 from .symbolize import ProcessSymbols
 

@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..capture.format import atomic_write_bytes
 from . import perfmap
-from .capture import atomic_write_bytes
 from .perfmap import PerfMap
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .errors import CapabilityError
+from ..errors import CapabilityError
 
 # DWARF register numbers on x86_64
 REG_RBP, REG_RSP, REG_RA = 6, 7, 16

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .capture import FlinkSubtask, FlinkTaskManager, VertexWindow
+from ..capture.format import FlinkSubtask, FlinkTaskManager, VertexWindow
 
 Fetch = Callable[[str], Any]
 SeriesKey = tuple[str, str, str]  # (job id, vertex id, metric id)

@@ -37,13 +37,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .bpfcompile import compile_program
-from .capture import DEFAULT_INTERVAL, SamplerStats
-from .cfi import CfiLoader
-from .checkpoint import start_ticks
-from .errors import CapabilityError, ConfigError, PrivilegeError
-from .hotspot import JvmNames, VMLayout
-from .stackstore import (
+from ..bpf.compiler import compile_program
+from ..capture.checkpoint import start_ticks
+from ..capture.format import DEFAULT_INTERVAL, SamplerStats
+from ..capture.stackstore import (
     CUT_CFI_MISS,
     CUT_NATIVE,
     CUT_NO_CFI,
@@ -56,7 +53,9 @@ from .stackstore import (
     parse_record,
     parse_walk_record,
 )
-from .symbolize import (
+from ..errors import CapabilityError, ConfigError, PrivilegeError
+from ..scope.threadwatch import ThreadWatch
+from ..symbols.symbolize import (
     Frame,
     KernelSymbols,
     ProcessSymbols,
@@ -65,8 +64,9 @@ from .symbolize import (
     fold_store,
     is_java_unwalkable,
 )
-from .symbolprep import PERF_MAP_MODES, SymbolPreparer
-from .threadwatch import ThreadWatch
+from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
+from ..unwind.cfi import CfiLoader
+from ..unwind.hotspot import JvmNames, VMLayout
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
 MAX_TARGETS = 4096
@@ -264,7 +264,7 @@ class StackSampler:
         """The generated BPF C, as compiled (``--print-bpf``)."""
         collection = collection or self.collection
         if collection == "walker":
-            name = "bpf/stack_walk.c"
+            name = "stack_walk.c"
             leaf, root = self.walk_slots
             values = {
                 "LEAF_SLOTS": leaf,
@@ -276,7 +276,7 @@ class StackSampler:
                 "RINGBUF_PAGES": self.ringbuf_pages(),
             }
         elif collection == "ringbuf":
-            name = "bpf/stack_ringbuf.c"
+            name = "stack_ringbuf.c"
             values = {
                 "MAX_STACK_DEPTH": self.max_stack_depth,
                 "KERNEL_STACK_DEPTH": self.kernel_stack_depth,
@@ -284,14 +284,14 @@ class StackSampler:
                 "RINGBUF_PAGES": self.ringbuf_pages(),
             }
         else:
-            name = "bpf/stack_sampler.c"
+            name = "stack_sampler.c"
             values = {
                 "MAX_STACK_DEPTH": self.max_stack_depth,
                 "STACK_STORAGE_SIZE": self.stack_storage_size,
                 "COUNTS_SIZE": self.count_map_size,
                 "MAX_TARGETS": MAX_TARGETS,
             }
-        package = resources.files("profiler")
+        package = resources.files("profiler.sampling")
         source = package.joinpath(name).read_text(encoding="utf-8")
         # Inlined, so that --print-bpf shows the whole program and bcc needs no include path.
         source = source.replace('#include "cfi_step.h"\n', CfiLoader.bpf_header())

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from ..capture.stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
-from .stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
 
 PAGE_SHIFT = 8  # CFI_PAGE_SHIFT
 MAX_ROWS_PER_PAGE = 1 << 7  # what CFI_PAGE_STEPS halvings can search
@@ -183,7 +183,7 @@ class CfiLoader:
         max_procs: int = DEFAULT_MAX_PROCS,
     ) -> str:
         """profiler/bpf/cfi_step.h with its sizes, to put before the walker that calls cfi_step()."""
-        text = resources.files("profiler").joinpath("bpf/cfi_step.h").read_text(encoding="utf-8")
+        text = resources.files("profiler.unwind").joinpath("cfi_step.h").read_text(encoding="utf-8")
         sizes = {
             "CFI_MAX_ROWS": max_rows,
             "CFI_MAX_PAGES": max_pages,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from .errors import config_error
+from ..errors import config_error
 
 ROLES = ("workload", "managing")
 CONDITION_KEYS = ("master", "class", "arg")
@@ -123,7 +123,7 @@ def default_known_spes_path() -> Path:
     """The top-level known_spes.txt of a source tree, else the copy shipped inside the package."""
     package_dir = Path(__file__).resolve().parent
     candidates = [
-        package_dir.parent / "known_spes.txt",
+        package_dir.parent.parent / "known_spes.txt",
         package_dir / "known_spes.txt",
         Path(sys.prefix) / "share" / "spe-taskprof" / "known_spes.txt",
     ]

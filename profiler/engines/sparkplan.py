@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .capture import ProcessInfo
+from ..capture.format import ProcessInfo
 from .events import EndpointError, Fetch, discover_spark, engine_of, http_json, parse_batch_description
 
 POLL_SECONDS = 15.0  # the UI keeps the last spark.ui.retainedStages (1000) stages: read them before eviction

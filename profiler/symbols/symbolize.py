@@ -25,10 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
-from .hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
-from .perfmap import PerfMapLike
-from .stackstore import (
+from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
+from ..capture.stackstore import (
     CUT_CFI,
     CUT_DEPTH,
     CUT_DEPTH_LEAF,
@@ -41,6 +39,8 @@ from .stackstore import (
     StoredStack,
     stack_bytes,
 )
+from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
+from .perfmap import PerfMapLike
 
 if TYPE_CHECKING:
     from .perfmap_history import PerfMapHistory

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from .bpfcompile import compile_program
-from .capture import NetStats
-from .errors import CapabilityError, PrivilegeError
+from ..bpf.compiler import compile_program
+from ..capture.format import NetStats
+from ..errors import CapabilityError, PrivilegeError
 
 MECHANISM_TRACEPOINT = "tracepoint"
 MECHANISM_KPROBE = "kprobe"
 
-BPF_SOURCE = Path(__file__).parent / "bpf" / "net_trace.c"
+BPF_SOURCE = Path(__file__).parent / "net_trace.c"
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 
 AF_INET = 2

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .capture import SamplerStats
+from .format import SamplerStats
 
 # struct sample_t of profiler/bpf/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
 RECORD_HEADER = struct.Struct("<IIQii16s")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import CaptureFormatError
+from ..errors import CaptureFormatError
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line
 
 FORMAT_VERSION = 3

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .capture import CounterDelta, PidCounters
+from .format import CounterDelta, PidCounters
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from .bpfcompile import compile_program
+from ..bpf.compiler import compile_program
 from .jvm import is_jvm, run_jcmd
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
 
@@ -78,7 +78,7 @@ class ThreadWatch:
         self.seeded = 0  # processes whose names jcmd read
 
     def bpf_text(self) -> str:
-        source = resources.files("profiler").joinpath("bpf/thread_names.c").read_text(encoding="utf-8")
+        source = resources.files("profiler.scope").joinpath("thread_names.c").read_text(encoding="utf-8")
         values = {"NAME_BYTES": NAME_BYTES, "MAX_TARGETS": MAX_TARGETS, "RINGBUF_PAGES": RINGBUF_PAGES}
         return "".join(f"#define {key} {value}\n" for key, value in values.items()) + source
 

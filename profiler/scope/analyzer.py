@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from .capture import ProcessInfo
-from .errors import CapabilityError, ConfigError
+from ..capture.format import ProcessInfo
+from ..errors import CapabilityError, ConfigError
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
     SpeKind,

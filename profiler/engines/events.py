@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..capture.format import EventCount, FlinkSubtask, FlinkTaskManager, ProcessInfo, VertexWindow
 from . import flinkmetrics
-from .capture import EventCount, FlinkSubtask, FlinkTaskManager, ProcessInfo, VertexWindow
 from .flinkmetrics import FlinkJobManager
 
 SOURCE_MANUAL = "--events"

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from .errors import CaptureFormatError
+from ..errors import CaptureFormatError
 
 FRAME_SEPARATOR = ";"
 # A sample count fits the int64 columns of the analysis; a larger one is a corrupt file, not a count.

@@ -6,10 +6,10 @@ import ctypes
 from pathlib import Path
 from typing import Any, Protocol
 
-from .bpfcompile import compile_program
-from .errors import CapabilityError
+from ..bpf.compiler import compile_program
+from ..errors import CapabilityError
 
-BPF_SOURCE = Path(__file__).resolve().parent / "bpf" / "exec_watch.c"
+BPF_SOURCE = Path(__file__).resolve().parent / "exec_watch.c"
 
 
 class ExecSource(Protocol):

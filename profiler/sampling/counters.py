@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .capture import CounterValue, PidCounters
-from .errors import ConfigError
+from ..capture.format import CounterValue, PidCounters
+from ..errors import ConfigError
 from .perf_event import EventSpec, LinuxPerfSyscalls, PerfSyscalls, RawCount, describe_errno, event_spec
 
 DEFAULT_EVENTS: tuple[str, ...] = (

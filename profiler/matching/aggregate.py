@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .capture import ALL_TASKS, RESULT_COLUMNS, NetStats, PidCounters, ProcessInfo
+from ..capture.format import ALL_TASKS, RESULT_COLUMNS, NetStats, PidCounters, ProcessInfo
 from .matcher import MatchResult
 from .stats import share_ci95
 
