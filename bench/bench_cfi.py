@@ -1,7 +1,7 @@
 """How whole are the stacks of running processes with and without .eh_frame unwinding, and what it costs.
 
 Attaches the minimal BPF walker of tests/fixtures/cfi_walker.py (frame-pointer steps, plus the CFI step
-of profiler/bpf/cfi_step.h unless --no-cfi) to the given processes for a window and reports per process:
+of profiler/unwind/cfi_step.h unless --no-cfi) to the given processes for a window and reports per process:
 samples, the share whose walk reached an outermost frame (clone3, _start: the thread's start), and why
 the others stopped (a CFI step failed, a frame-pointer read failed, the chain ended at a zero frame
 pointer, the depth ran out); the table load time and size per ELF; the BPF program's time per sample

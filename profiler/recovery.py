@@ -4,7 +4,7 @@
 classes then stand in for the run's components, so the runner's own writer produces an ordinary
 capture, marked as recovered: window end = the last checkpoint, ``stopped_by: recovered`` and a warning
 saying how much was lost. A process still alive is symbolized the normal way (bcc); a process that is
-gone by its saved maps and the ELF files on disk (profiler/elfsyms.py), its Java frames by the saved
+gone by its saved maps and the ELF files on disk (profiler/symbols/elfsyms.py), its Java frames by the saved
 perf-map versions either way.
 """
 
@@ -40,7 +40,7 @@ from .symbols.elfsyms import OfflineSymbols
 from .symbols.perfmap_history import PerfMapHistory
 from .symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, fold_store
 
-KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampler.py
+KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampling/sampler.py
 NO_METHODS = "not read: the profiler was killed before symbolization (recovered capture)"
 
 

@@ -71,7 +71,7 @@ def subtask_stacks(
 class ChainOperators:
     """Which operator of a chain a stack of the chain's task thread belongs to: per chain, a profile of
     its operators (flinkdraft's patterns from the frames under the chain's threads), the first frame from
-    the leaf that names one wins (profiler/matcher.py); OPERATOR_UNKNOWN when none does."""
+    the leaf that names one wins (profiler/matching/matcher.py); OPERATOR_UNKNOWN when none does."""
 
     def __init__(self, stacks: Mapping[str, int], chains: Sequence[str]) -> None:
         frames = frames_by_vertex(stacks, chains)

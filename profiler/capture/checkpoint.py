@@ -4,7 +4,7 @@ needs to be rebuilt by ``profiler recover`` is appended to ``<out>/checkpoint/jo
 Each checkpoint adds only what changed (new distinct stacks, count deltas, /proc/PID/maps of a process
 when first seen or changed) plus the small state as it is now (scope, counters, perf-map versions); it
 is written by the runner's thread, never the ring-buffer reader's, and fsync'ed so a kill or a crash
-of the host keeps it. The format is profiler/journal.py's; the perf-map versions the sampler copies
+of the host keeps it. The format is profiler/capture/journal.py's; the perf-map versions the sampler copies
 aside live beside the journal (``perfmaps/``). A run that ends normally removes the directory.
 """
 

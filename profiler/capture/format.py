@@ -280,7 +280,7 @@ class RunMeta:
     warnings: tuple[str, ...] = ()
     format_version: int = FORMAT_VERSION
     stack_collection: str = "stackmap"  # "ringbuf" (every sample to user space) or "stackmap" (v1 way)
-    stack_walk: str = "kernel"  # "bpf" (our walker, profiler/bpf/stack_walk.c) or "kernel" (bpf_get_stack)
+    stack_walk: str = "kernel"  # "bpf" (our walker, profiler/sampling/stack_walk.c) or "kernel" (bpf_get_stack)
     interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
     intervals: int = 0  # timeline slices of the window (0: no timeline, e.g. v1)
     perf_map_refresh: float = 0.0  # seconds between Java perf-map refreshes; 0 = at the end only
@@ -425,7 +425,7 @@ def write_spark_plans(capture_dir: Path, payload: Mapping[str, Any]) -> None:
 
 def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
     """spark.json (v3): the Spark drivers' stages, jobs and codegen operators; None when absent.
-    Only its shape is checked here; profiler/sparkplan.py's readers skip entries they cannot use."""
+    Only its shape is checked here; profiler/engines/sparkplan.py's readers skip entries they cannot use."""
     path = capture_dir / SPARK_FILE
     if not path.exists():
         return None

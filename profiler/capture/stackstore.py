@@ -6,7 +6,7 @@ samples: each distinct (process, thread kind, user addresses, kernel addresses) 
 (address tuples interned as bytes; the thread id is not kept: threads of one pool share their stacks,
 and the folded output names threads by name), and a sample adds one to a counter keyed by one int
 packing (stack, interval, perf-map epoch, context). The thread *kind* is the stable part of the
-thread's name (profiler/threadnames.py); a name that carries a unit of work (a Spark task) is the
+thread's name (profiler/scope/threadnames.py); a name that carries a unit of work (a Spark task) is the
 sample's *context*, interned once and counted beside the stack, never part of it: a window of 20,000
 tasks still has the distinct stacks of one.
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 from .format import SamplerStats
 
-# struct sample_t of profiler/bpf/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
+# struct sample_t of profiler/sampling/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
 RECORD_HEADER = struct.Struct("<IIQii16s")
 
-# struct sample_t of profiler/bpf/stack_walk.c: the same header, then user frames walked and why the walk ended.
+# struct sample_t of profiler/sampling/stack_walk.c: the same header, then user frames walked and why the walk ended.
 WALK_HEADER = struct.Struct("<IIQii16sII")
 
 # A stored user frame of the walker: a pc, an interpreted Java frame's Method* with the top bit set, or (put
@@ -36,7 +36,7 @@ INTERPRETED_TAG = 1 << 63
 GAP_TAG = 3 << 62
 TAG_MASK = 3 << 62
 
-# Why the walker stopped (WALK_* in profiler/bpf/stack_walk.c): the cause a cut stack is counted under.
+# Why the walker stopped (WALK_* in profiler/sampling/stack_walk.c): the cause a cut stack is counted under.
 WALK_ENDS = (
     "root",
     "depth limit",
@@ -51,7 +51,7 @@ CUT_DEPTH_LEAF = "depth limit (root end cut)"
 CUT_NATIVE = "ended at a native frame"
 CUT_JAVA = "ended at a Java frame"
 CUT_CFI = "CFI step failed"
-CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/cfi.py
+CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/unwind/cfi.py
 CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
 
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
@@ -169,7 +169,7 @@ class StackStore:
         self._contexts: dict[str, int] = {}
         self._context_list: list[str | None] = [None]
         self.samples = 0
-        # The checkpoint journal (profiler/checkpoint.py): counts added since the last take_delta().
+        # The checkpoint journal (profiler/capture/checkpoint.py): counts added since the last take_delta().
         self.track_deltas = False
         self._delta: Counter[tuple[int, int]] = Counter()  # (tgid, packed key) -> samples
         self._keys_taken = 0
@@ -336,7 +336,7 @@ class CollectedStacks:
 
 @dataclass(frozen=True)
 class SamplerCheckpoint:
-    """What the sampler hands the checkpoint journal during the window (profiler/checkpoint.py)."""
+    """What the sampler hands the checkpoint journal during the window (profiler/capture/checkpoint.py)."""
 
     stacks: StoreDelta
     origin_ns: int | None  # CLOCK_MONOTONIC of the window's start: timeline intervals count from it

@@ -152,7 +152,7 @@ def parse_task_thread(name: str) -> TaskThread | None:
 
 def vertex_of_thread(thread: str, vertex_names: Sequence[str]) -> str | None:
     """The job vertex (its chain name) a task thread runs: from the chain itself (the stacks' root frame
-    when the full name was known, profiler/threadnames.py) or a full thread name, the chain; from the
+    when the full name was known, profiler/scope/threadnames.py) or a full thread name, the chain; from the
     kernel's 15-character prefix, the one vertex whose thread names start with it (None when it fits
     several, e.g. two vertices named alike, or none)."""
     if thread in vertex_names:

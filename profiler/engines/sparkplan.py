@@ -1,7 +1,7 @@
 """Spark's own view of the work the sampled threads did: stage → job → SQL execution (micro-batch) and
 the operators of each whole-stage-codegen stage, read from the driver's REST API during the window.
 
-A Spark task thread's full name (profiler/threadnames.py) says its stage and TID; this module turns a
+A Spark task thread's full name (profiler/scope/threadnames.py) says its stage and TID; this module turns a
 stage id into the job, query and micro-batch it ran for, and ``GeneratedIteratorForCodegenStage<N>``
 into the physical operators Spark fused into it (``*(N) Project``, ``*(N) BroadcastHashJoin``, …).
 Pure parsing on top, ``SparkPlanCollector`` (I/O: the REST API) below; the capture keeps the result as

@@ -1,6 +1,6 @@
 """Per-process network bytes and calls with eBPF (``profiler run --net``), split by peer class.
 
-The kernel side (bpf/net_trace.c) sums bytes per (tgid, peer address); this module classifies the
+The kernel side (net_trace.c) sums bytes per (tgid, peer address); this module classifies the
 peers in user space (loopback / this host / external) and turns the sums into ``NetStats``.
 """
 
@@ -417,7 +417,7 @@ class NetTracer:
             from bcc import BPF
         except ImportError:
             raise CapabilityError(
-                "profiler/net.py: cannot import bcc; install python3-bpfcc (scripts/setup.sh)"
+                "profiler/sampling/net.py: cannot import bcc; install python3-bpfcc (scripts/setup.sh)"
             ) from None
         self._host_addresses = host_addresses()
         errors: list[str] = []

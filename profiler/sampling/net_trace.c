@@ -1,4 +1,4 @@
-// Per-process socket traffic, split by peer address (bcc C; profiler/net.py compiles it).
+// Per-process socket traffic, split by peer address (bcc C; profiler/sampling/net.py compiles it).
 //
 // Two attachment variants share one accounting function:
 //   NET_TRACEPOINT: raw tracepoints sock:sock_send_length / sock:sock_recv_length (kernel >= 6.3).

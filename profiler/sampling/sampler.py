@@ -6,8 +6,8 @@ cpu-clock event). Symbolization happens only in collect(), after stop().
 Two ways to collect (``collection``; "auto" picks the first that loads, recorded in meta.json):
 - "ringbuf" (Linux 5.8+, the default): every sample's raw stacks and timestamp go through a BPF ring
   buffer that a reader thread drains every READ_PERIOD seconds (no wake-up per sample); user space
-  deduplicates them (profiler/stackstore.py), counts them per timeline interval, and names Java frames
-  with the perf-map version of the sample's time (profiler/perfmap_history.py). Nothing has a fixed
+  deduplicates them (profiler/capture/stackstore.py), counts them per timeline interval, and names Java frames
+  with the perf-map version of the sample's time (profiler/symbols/perfmap_history.py). Nothing has a fixed
   number of distinct stacks, so long windows lose nothing; the only losses are the ring buffer full
   (``dropped``) and stacks the kernel could not walk.
 - "stackmap" (the fallback): samples aggregated in the kernel by stack id, as bcc's profile.py does; a
@@ -68,11 +68,11 @@ from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
 from ..unwind.cfi import CfiLoader
 from ..unwind.hotspot import JvmNames, VMLayout
 
-STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see bpf/stack_sampler.c
+STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see stack_sampler.c
 MAX_TARGETS = 4096
 PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
 COLLECTIONS = ("auto", "ringbuf", "stackmap")
-STACK_WALKS = ("auto", "bpf", "kernel")  # bpf: our walker (bpf/stack_walk.c); kernel: bpf_get_stack
+STACK_WALKS = ("auto", "bpf", "kernel")  # bpf: our walker (stack_walk.c); kernel: bpf_get_stack
 DEFAULT_DEPTH = {"bpf": 1024, "kernel": 127}  # frames kept per user stack when --max-stack-depth is not given
 CHUNK_FRAMES = 128  # frames per program of the walker's tail-call chain
 WALK_LIMIT = CHUNK_FRAMES * 34  # the first program and 33 tail calls (the kernel's MAX_TAIL_CALL_CNT)
@@ -155,7 +155,7 @@ class StackSampler:
     """Samples user and kernel stacks of a changing set of processes at a fixed frequency on every CPU.
 
     Owns the BPF program (life cycle, targets, the ring-buffer reader thread); the depth sysctl is a
-    StackDepthLimit's, perf maps and symbol caches a SymbolPreparer's (profiler/symbolprep.py), and
+    StackDepthLimit's, perf maps and symbol caches a SymbolPreparer's (profiler/symbols/symbolprep.py), and
     collect() folds the stacks with collect_ringbuf or collect_stackmap below.
     """
 
@@ -223,7 +223,7 @@ class StackSampler:
         self._stopped_ns: int | None = None
         self.reader_errors = 0
         self._bpf: Any = None
-        self._cfi: CfiLoader | None = None  # unwind tables for the walker (profiler/cfi.py)
+        self._cfi: CfiLoader | None = None  # unwind tables for the walker (profiler/unwind/cfi.py)
         self._attached = False
         self._targets: dict[int, _Target] = {}
         self._exited: set[int] = set()
@@ -395,8 +395,9 @@ class StackSampler:
 
     def _source_name(self) -> str:
         if self.stack_walk == "bpf":
-            return "profiler/bpf/stack_walk.c"
-        return "profiler/bpf/stack_ringbuf.c" if self.collection == "ringbuf" else "profiler/bpf/stack_sampler.c"
+            return "profiler/sampling/stack_walk.c"
+        name = "stack_ringbuf.c" if self.collection == "ringbuf" else "stack_sampler.c"
+        return f"profiler/sampling/{name}"
 
     # ------------------------------------------------------------ ring buffer (reader thread)
 

@@ -5,7 +5,7 @@
 // losses are the kernel's own: the ring buffer full (counted in `dropped` per process) or a stack the
 // kernel could not walk (a negative length).
 //
-// Placeholders replaced by profiler/sampler.py: MAX_STACK_DEPTH, KERNEL_STACK_DEPTH, MAX_TARGETS,
+// Placeholders replaced by profiler/sampling/sampler.py: MAX_STACK_DEPTH, KERNEL_STACK_DEPTH, MAX_TARGETS,
 // RINGBUF_PAGES. Needs BPF_MAP_TYPE_RINGBUF (Linux 5.8); the stack-map program is the fallback.
 #include <uapi/linux/ptrace.h>
 #include <uapi/linux/bpf_perf_event.h>
@@ -20,7 +20,7 @@ struct target_t {
     u64 dropped;  // ring buffer full: the sample is in `samples` only
 };
 
-// Layout read by profiler/stackstore.py (RECORD_HEADER): keep both in step.
+// Layout read by profiler/capture/stackstore.py (RECORD_HEADER): keep both in step.
 struct sample_t {
     u32 tgid;
     u32 tid;

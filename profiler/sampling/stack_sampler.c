@@ -3,7 +3,7 @@
 // samples are aggregated here by (tgid, tid, thread name, user stack id, kernel stack id), as bcc's
 // profile.py does, so user space reads counts once after the window instead of one event per sample.
 //
-// Placeholders replaced by profiler/sampler.py: MAX_STACK_DEPTH, STACK_STORAGE_SIZE, COUNTS_SIZE,
+// Placeholders replaced by profiler/sampling/sampler.py: MAX_STACK_DEPTH, STACK_STORAGE_SIZE, COUNTS_SIZE,
 // MAX_TARGETS.
 #include <uapi/linux/ptrace.h>
 #include <uapi/linux/bpf_perf_event.h>

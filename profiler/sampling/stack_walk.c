@@ -9,9 +9,9 @@
 // keeps its leaf and its root, and user space marks the frames cut between them. A record is sent with
 // bpf_ringbuf_output at the size it uses, so the ring buffer does not grow with the depth allowed.
 //
-// Placeholders replaced by profiler/sampler.py: LEAF_SLOTS, ROOT_SLOTS (a power of two), WALK_LIMIT,
+// Placeholders replaced by profiler/sampling/sampler.py: LEAF_SLOTS, ROOT_SLOTS (a power of two), WALK_LIMIT,
 // CHUNK_FRAMES, KERNEL_STACK_DEPTH, MAX_TARGETS, RINGBUF_PAGES. Needs bpf_task_pt_regs (Linux 5.15), BTF,
-// the ring buffer (5.8) and tail calls; profiler/bpf/stack_ringbuf.c is the fallback.
+// the ring buffer (5.8) and tail calls; profiler/sampling/stack_ringbuf.c is the fallback.
 #include <uapi/linux/ptrace.h>
 #include <uapi/linux/bpf_perf_event.h>
 #include <linux/sched.h>
@@ -20,10 +20,10 @@
 #define USER_SLOTS (LEAF_SLOTS + ROOT_SLOTS)
 
 // A stored frame is a pc (user addresses are below 2^47), or an interpreted frame's Method* with the
-// top bit set. Read by profiler/stackstore.py (INTERPRETED_TAG).
+// top bit set. Read by profiler/capture/stackstore.py (INTERPRETED_TAG).
 #define INTERPRETED_TAG (1ULL << 63)
 
-// Why the walk stopped (struct sample_t.walk_end); names in profiler/stackstore.py (WALK_ENDS).
+// Why the walk stopped (struct sample_t.walk_end); names in profiler/capture/stackstore.py (WALK_ENDS).
 #define WALK_ROOT 0       // a zero frame pointer or return address: the outermost frame
 #define WALK_LIMIT_HIT 1  // WALK_LIMIT frames walked
 #define WALK_FAULT 2      // the frame pointer pointed at unreadable memory
@@ -44,14 +44,14 @@ struct target_t {
     u64 dropped;  // ring buffer full: the sample is in `samples` only
 };
 
-// Per JVM, written by user space from the JVM's own vmStructs (profiler/hotspot.py).
+// Per JVM, written by user space from the JVM's own vmStructs (profiler/unwind/hotspot.py).
 struct jvm_t {
     u64 interpreter_start;  // the template interpreter's code: [start, end)
     u64 interpreter_end;
     s64 method_slot;  // byte offset from a frame's fp to its Method* (frame::interpreter_frame_method_offset * 8)
 };
 
-// Layout read by profiler/stackstore.py (WALK_HEADER): keep both in step.
+// Layout read by profiler/capture/stackstore.py (WALK_HEADER): keep both in step.
 struct sample_t {
     u32 tgid;
     u32 tid;
@@ -80,7 +80,7 @@ struct scratch_t {
 BPF_HASH(targets, u32, struct target_t, MAX_TARGETS);
 BPF_HASH(jvms, u32, struct jvm_t, MAX_TARGETS);
 BPF_PERCPU_ARRAY(scratch, struct scratch_t, 1);
-BPF_PROG_ARRAY(walk_progs, 1);  // [0] = walk_more, set by profiler/sampler.py
+BPF_PROG_ARRAY(walk_progs, 1);  // [0] = walk_more, set by profiler/sampling/sampler.py
 BPF_RINGBUF_OUTPUT(samples, RINGBUF_PAGES);
 
 static __always_inline u32 slot_of(u32 index) {

@@ -1,6 +1,6 @@
 """known_spes.txt: which processes belong to a stream processing engine, and in which role.
 
-Pure parsing and classification; reading /proc is the scope analyzer's job (profiler/scope.py).
+Pure parsing and classification; reading /proc is the scope analyzer's job (profiler/scope/analyzer.py).
 The file format is documented in the header comment of known_spes.txt itself.
 """
 

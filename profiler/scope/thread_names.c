@@ -1,14 +1,14 @@
 // Thread renames of the sampled JVMs: a uprobe on HotSpot's os::set_native_thread_name(const char *),
 // which every Java thread calls at start and Thread.setName calls on the current thread, with the whole
 // name before HotSpot cuts it to the kernel's 15 bytes. Each call of a target process goes to user
-// space (tgid, tid, time, name) through its own ring buffer; profiler/threadwatch.py names samples by it.
+// space (tgid, tid, time, name) through its own ring buffer; profiler/scope/threadwatch.py names samples by it.
 // A separate program from the stack sampler's: neither needs the other's maps.
 //
-// Placeholders replaced by profiler/threadwatch.py: NAME_BYTES, MAX_TARGETS, RINGBUF_PAGES.
+// Placeholders replaced by profiler/scope/threadwatch.py: NAME_BYTES, MAX_TARGETS, RINGBUF_PAGES.
 // Needs uprobes (CONFIG_UPROBES) and BPF_MAP_TYPE_RINGBUF (Linux 5.8).
 #include <uapi/linux/ptrace.h>
 
-// Layout read by profiler/threadwatch.py (RENAME_HEADER): keep both in step.
+// Layout read by profiler/scope/threadwatch.py (RENAME_HEADER): keep both in step.
 struct rename_t {
     u32 tgid;
     u32 tid;

@@ -4,7 +4,7 @@ The kernel keeps 15 bytes of a thread's name (``comm``); engines name threads af
 and rename them as it changes (Spark: ``Executor task launch worker for task 3.0 in stage 12.0 (TID
 56)``, once per task). ``NameHistory`` holds each thread's full names with the time they were set
 (seeded from ``jcmd Thread.print`` for threads older than the window, then every rename the uprobe of
-profiler/threadwatch.py reports), so a sample is named by the name its thread had at the sample's time.
+profiler/scope/threadwatch.py reports), so a sample is named by the name its thread had at the sample's time.
 
 A name then splits into a stable *kind* (the stacks' root frame: ``Executor task launch worker``) and,
 for names that carry a unit of work, a *context* (the full name), kept beside the stacks rather than in

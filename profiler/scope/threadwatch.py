@@ -6,7 +6,7 @@ rename of a target JVM (Spark: one per task), nothing per sample. HotSpot's libj
 kernel's 15-byte names for what could not be named, and a warning says which JVM and why.
 
 Threads older than the window are seeded once from ``jcmd PID Thread.print`` (``nid`` = tid); the
-uprobe is attached before that, so a rename during the reading is not lost (profiler/threadnames.py
+uprobe is attached before that, so a rename during the reading is not lost (profiler/scope/threadnames.py
 decides which of the two holds). The sampler's reader thread calls ``drain()`` before it files the
 samples it just read, so every rename that precedes a sample is known when the sample is named.
 """
@@ -32,7 +32,7 @@ SET_NATIVE_THREAD_NAME = "_ZN2os22set_native_thread_nameEPKc"  # os::set_native_
 NAME_BYTES = 256
 MAX_TARGETS = 4096
 RINGBUF_PAGES = 64  # 256 KiB: ~1000 renames between two drains (a JVM starting names ~30 threads)
-RENAME_HEADER = struct.Struct("<IIQ")  # struct rename_t of bpf/thread_names.c before the name
+RENAME_HEADER = struct.Struct("<IIQ")  # struct rename_t of thread_names.c before the name
 PRUNE_PERIOD_NS = 10 * 10**9
 PRUNE_LAG_NS = 30 * 10**9  # samples reach user space within seconds; names older than this are history
 JCMD_TIMEOUT = 20.0
@@ -93,7 +93,7 @@ class ThreadWatch:
         except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception; thread names are optional
             self._bpf = None
             self._warnings.append(
-                f"thread renames not watched (profiler/bpf/thread_names.c did not load: {str(exc).strip()[:160]}); "
+                f"thread renames not watched (profiler/scope/thread_names.c did not load: {str(exc).strip()[:160]}); "
                 "threads keep the kernel's 15-character names unless jcmd names them; check uprobes (profiler doctor)"
             )
         self._worker = threading.Thread(target=self._seed_loop, name="thread-names", daemon=True)

@@ -3,7 +3,7 @@
 Two ways to get the map, both through HotSpot's dynamic attach mechanism:
 - ``Compiler.perfmap`` (JDK 17+): a one-shot dump of the code cache; repeat it to catch code compiled
   since. Spelling: ``long com.example.CpuSplit.burnAlpha(long, long)``.
-- our JVMTI agent (profiler/agent/perfmap_agent.c, any JDK from 8): loaded once, it appends every
+- our JVMTI agent (profiler/symbols/agent/perfmap_agent.c, any JDK from 8): loaded once, it appends every
   compiled method and stub as it appears. Spelling (perf-map-agent's): ``Lcom/example/CpuSplit;::burnAlpha``.
 symbolize.java_frame_name turns both spellings into ``com.example.CpuSplit::burnAlpha``.
 
@@ -260,7 +260,7 @@ def build_agent(java_home: str | None = None) -> Path:
     if done.returncode != 0 or not agent_path().exists():
         raise CapabilityError(
             f"{AGENT_DIR}/Makefile: building the perf-map agent failed ({done.stderr.strip()[:200]}); "
-            "install build-essential and a JDK (openjdk-17-jdk-headless), then run make -C profiler/agent"
+            "install build-essential and a JDK (openjdk-17-jdk-headless), then run make -C profiler/symbols/agent"
         )
     return agent_path()
 

@@ -345,7 +345,7 @@ def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int)
 
 class SymbolResolver(Protocol):
     """What StackFolder needs of a process's symbols: ProcessSymbols (bcc, live process) or
-    OfflineSymbols (profiler/elfsyms.py: saved maps and ELF files, process gone)."""
+    OfflineSymbols (profiler/symbols/elfsyms.py: saved maps and ELF files, process gone)."""
 
     def resolve(self, addr: int) -> Frame: ...
     def set_perf_map(self, perf_map: PerfMapLike | None) -> None: ...
@@ -525,7 +525,7 @@ def fold_store(
     return folded, timeline, contexts
 
 
-STACK_NONE = -1  # no kernel stack asked for (user-mode sample); see bpf/stack_ringbuf.c
+STACK_NONE = -1  # no kernel stack asked for (user-mode sample); see sampling/stack_ringbuf.c
 
 
 def raw_addresses(raw: bytes) -> tuple[int, ...]:

@@ -4,7 +4,7 @@ A background thread takes each process that entered the scope, dumps its JVM's p
 on JDK 17+, the JVMTI agent on older JDKs; retried while a just-started JVM is not attachable yet) and
 builds an eager symbol cache, used if the process is gone at collection. With the ring buffer it also
 re-dumps every live JVM's map every ``perf_map_refresh`` seconds and keeps each version
-(profiler/perfmap_history.py), so every sample is named with the JIT code of its time.
+(profiler/symbols/perfmap_history.py), so every sample is named with the JIT code of its time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Unwind tables for the BPF stack walker: each target process's executable ELF mappings, their
-``.eh_frame`` tables (profiler/ehframe.py) and the BPF maps of profiler/bpf/cfi_step.h filled with them.
+``.eh_frame`` tables (profiler/unwind/ehframe.py) and the BPF maps of profiler/unwind/cfi_step.h filled with them.
 
 One table per ELF file (device, inode, size, mtime), shared by every process that maps it; each process
 gets a sorted list of its mappings with their load bias. Processes found mid-run are loaded by a worker
@@ -182,7 +182,7 @@ class CfiLoader:
         max_blocks: int = DEFAULT_MAX_BLOCKS,
         max_procs: int = DEFAULT_MAX_PROCS,
     ) -> str:
-        """profiler/bpf/cfi_step.h with its sizes, to put before the walker that calls cfi_step()."""
+        """profiler/unwind/cfi_step.h with its sizes, to put before the walker that calls cfi_step()."""
         text = resources.files("profiler.unwind").joinpath("cfi_step.h").read_text(encoding="utf-8")
         sizes = {
             "CFI_MAX_ROWS": max_rows,

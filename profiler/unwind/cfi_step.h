@@ -1,16 +1,16 @@
 // One unwind step through native code by its call-frame information (.eh_frame), for the stack
-// walker: user space (profiler/cfi.py) parses each mapped ELF's .eh_frame into a sorted table of rows
+// walker: user space (profiler/unwind/cfi.py) parses each mapped ELF's .eh_frame into a sorted table of rows
 // (first address → how to find the caller) in `cfi_rows` with a page index in `cfi_pages`, and lists
 // each target process's executable file mappings (load bias, the ELF's pages) in `cfi_mappings`.
 // A step is a trie lookup for the mapping, a page lookup, a short binary search among the page's rows,
 // and one or two reads of the user stack.
 // docs/unwinding.md explains the table and its limits.
 //
-// Placeholders (defaults below) replaced by profiler/cfi.py: CFI_MAX_ROWS, CFI_MAX_PAGES, CFI_MAX_BLOCKS,
+// Placeholders (defaults below) replaced by profiler/unwind/cfi.py: CFI_MAX_ROWS, CFI_MAX_PAGES, CFI_MAX_BLOCKS,
 // CFI_MAX_PROCS.
 // Needs only bounded loops (Linux 5.3); no bpf_loop (bcc 0.26 cannot pass a callback).
 //
-// Contract with the walker (profiler/bpf/stack_walk.c, which defines
+// Contract with the walker (profiler/sampling/stack_walk.c, which defines
 // `struct unwind_regs { u64 pc; u64 sp; u64 fp; }` before including this file): cfi_step(regs) returns
 // one of the UNWIND_CFI_* below.
 #ifndef SPE_CFI_STEP_H
@@ -33,10 +33,10 @@
 #ifndef CFI_MAX_BLOCKS
 #define CFI_MAX_BLOCKS 262144  // aligned blocks of all processes' mappings (a JVM needs a few hundred)
 #endif
-#define CFI_PAGE_SHIFT 8      // CFI_PAGE_SIZE = 256 bytes (profiler/cfi.py: PAGE_SHIFT)
+#define CFI_PAGE_SHIFT 8      // CFI_PAGE_SIZE = 256 bytes (profiler/unwind/cfi.py: PAGE_SHIFT)
 #define CFI_PAGE_STEPS 7      // a page's rows are searched in 7 halvings: at most 128 (libjvm.so: 43)
 
-// Row kinds: profiler/ehframe.py (CFA_*) has the same numbers.
+// Row kinds: profiler/unwind/ehframe.py (CFA_*) has the same numbers.
 #define CFI_GAP 0
 #define CFI_RSP 1
 #define CFI_RBP 2
@@ -44,7 +44,7 @@
 #define CFI_END 4
 #define CFI_UNSUPPORTED 5
 
-// Layouts written by profiler/cfi.py (ROW, PAGE, MAPPING, MAPPING_KEY): keep both in step.
+// Layouts written by profiler/unwind/cfi.py (ROW, PAGE, MAPPING, MAPPING_KEY): keep both in step.
 struct cfi_row {
     u32 pc;          // first address the row covers, relative to the ELF's virtual addresses
     u16 cfa_offset;  // CFA = base register + cfa_offset (PLT: the slot offset where the push happened)
@@ -79,7 +79,7 @@ struct cfi_mapping_key {
     u64 address_be;
 };
 
-// Steps that did not take the table's path, per process: read by profiler/cfi.py for health.
+// Steps that did not take the table's path, per process: read by profiler/unwind/cfi.py for health.
 struct cfi_health {
     u64 no_table;    // pc in an ELF without .eh_frame: frame-pointer step instead
     u64 miss;        // pc in an ELF with a table, but in no FDE: frame-pointer step instead

@@ -2,7 +2,7 @@
 
 Pure functions over bytes: ``parse_eh_frame`` evaluates every FDE's CFA program into rows (address →
 how to find the caller), ``build_table`` merges the rows of all FDEs into one sorted table that the BPF
-unwinder (profiler/bpf/cfi_step.h) searches. Only the subset x86_64 compilers emit is understood; a
+unwinder (profiler/unwind/cfi_step.h) searches. Only the subset x86_64 compilers emit is understood; a
 rule outside it becomes an ``UNSUPPORTED`` row (the BPF step then fails and says so, never guesses).
 docs/unwinding.md explains the table and its limits.
 """

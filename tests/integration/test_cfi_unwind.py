@@ -1,4 +1,4 @@
-"""Unwinding through code without frame pointers by .eh_frame tables in BPF (profiler/bpf/cfi_step.h),
+"""Unwinding through code without frame pointers by .eh_frame tables in BPF (profiler/unwind/cfi_step.h),
 on real processes, with the minimal walker of tests/fixtures/cfi_walker.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Our BPF stack walker (profiler/bpf/stack_walk.c) on real JVMs: interpreted frames named from the JVM's
+"""Our BPF stack walker (profiler/sampling/stack_walk.c) on real JVMs: interpreted frames named from the JVM's
 vmStructs, deep stacks kept at both ends, classes unloaded under the sampler."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Peer classification, namespace address parsing and the BTF reader of profiler/net.py (no eBPF)."""
+"""Peer classification, namespace address parsing and the BTF reader of profiler/sampling/net.py (no eBPF)."""
 
 from __future__ import annotations
 

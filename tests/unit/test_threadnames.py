@@ -1,4 +1,4 @@
-"""Full thread names over time (profiler/threadnames.py) and the contexts they give the stack store."""
+"""Full thread names over time (profiler/scope/threadnames.py) and the contexts they give the stack store."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 /*
  * JVMTI agent that writes /tmp/perf-<pid>.map for JDKs without `jcmd Compiler.perfmap` (8, 11).
  *
- * Loaded into a running JVM through the attach mechanism (`load` command; profiler/perfmap.py), or at
+ * Loaded into a running JVM through the attach mechanism (`load` command; profiler/symbols/perfmap.py), or at
  * start with -agentpath. On every load it truncates the map, asks the JVM to replay all code already
  * compiled (GenerateEvents), then appends one line per compiled method and generated stub as they
  * appear, so the map stays current until the JVM exits:
