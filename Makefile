@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-unit test-integration demo demo-flink lint bench clean
+.PHONY: help setup test test-unit test-integration demo demo-flink lint import-contract bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -26,9 +26,13 @@ demo: setup ## profile a local Spark Structured Streaming YSB pipeline for 60 s 
 demo-flink: setup ## the same YSB pipeline on a local Flink cluster, profiled for 60 s
 	$(VENV)/bin/coordinator demo --spe flink --duration 60
 
-lint: setup ## ruff and mypy on both packages
+lint: setup ## ruff, mypy and the import contract on both packages
 	$(VENV)/bin/ruff check profiler coordinator tests bench
 	$(VENV)/bin/mypy profiler coordinator
+	@$(MAKE) -s import-contract
+
+import-contract: ## the layers of both packages ([tool.importlinter] in pyproject.toml), without the set-up
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: setup ## run every benchmark under bench/ (results go to docs/benchmarks.md by hand)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -67,7 +67,11 @@ setup(
             # coordinator/export/profile_pb2.py was generated for protobuf 7.35.1 (scripts/gen-pprof-proto.sh)
             "protobuf>=7.35.1,<8",
         ],
-        "dev": ["pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel", "jsonschema>=4"],
+        "dev": [
+            "pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel", "jsonschema>=4",
+            # the layers contract of both packages ([tool.importlinter] in pyproject.toml, `make lint`)
+            "import-linter>=2",
+        ],
     },
     entry_points={
         "console_scripts": [

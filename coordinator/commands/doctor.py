@@ -9,7 +9,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from coordinator.remote.hosts import parse_doctor_output, terminal_text
 
 if TYPE_CHECKING:
     from coordinator.remote.cluster import HostSpec
@@ -43,25 +45,6 @@ class HostReport:
     host: str
     checks: tuple[Mapping[str, str], ...] = ()
     error: str = ""  # host unreachable or doctor unusable
-
-
-def _clean(value: Any) -> str:
-    """Remote text for a terminal table: one line, printable characters only."""
-    text = " ".join(str(value if value is not None else "").split())
-    return "".join(c if c.isprintable() else "?" for c in text)
-
-
-def parse_doctor_output(text: str) -> tuple[Mapping[str, str], ...]:
-    """The JSON list `profiler doctor --json` prints; ValueError when it is something else."""
-    payload = json.loads(text)
-    if not isinstance(payload, list):
-        raise ValueError("not a JSON list")
-    checks = []
-    for item in payload:
-        if not isinstance(item, dict) or "check" not in item or "status" not in item:
-            raise ValueError("an entry lacks check/status")
-        checks.append({key: _clean(item.get(key, "")) for key in ("check", "status", "detail", "fix")})
-    return tuple(checks)
 
 
 def format_doctor_table(reports: Sequence[HostReport]) -> str:
@@ -122,12 +105,12 @@ def _doctor_host(transport: HostTransport, profile: Path, known_spes: Path) -> H
         try:
             return HostReport(label, parse_doctor_output(result.stdout))
         except ValueError as exc:
-            tail = _clean((result.stderr or result.stdout)[-300:])
+            tail = terminal_text((result.stderr or result.stdout)[-300:])
             return HostReport(label, error=f"`profiler doctor --json` gave no usable output ({exc}): {tail}")
     except ProfilerError as exc:
-        return HostReport(label, error=_clean(str(exc)))
+        return HostReport(label, error=terminal_text(str(exc)))
     except Exception as exc:  # noqa: BLE001 - one broken host must not hide the others
-        return HostReport(label, error=_clean(f"internal error: {exc.__class__.__name__}: {exc}"))
+        return HostReport(label, error=terminal_text(f"internal error: {exc.__class__.__name__}: {exc}"))
     finally:
         try:
             transport.cleanup()

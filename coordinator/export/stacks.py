@@ -18,7 +18,7 @@ from profiler.errors import CaptureFormatError, ConfigError
 from profiler.matching.matcher import Matcher
 
 if TYPE_CHECKING:
-    from coordinator.report.load import RunData
+    from coordinator.analysis.load import RunData
 
 TASK_FRAME_PREFIX = "[task: "  # the task as a root frame: "[task: Kafka]" (speedscope, folded)
 
@@ -173,7 +173,7 @@ def _cell(row: Mapping[str, str] | None, column: str) -> float | None:
 def load_export_set(run_dir: Path) -> ExportSet:
     """The stacks of every sampled process of a run directory (or bare capture), matched with the
     profile summary.csv was computed with and restricted to its sub-window, as the report draws them."""
-    from coordinator.report.load import load_run, load_stacks
+    from coordinator.analysis.load import load_run, load_stacks
 
     run = load_run(run_dir)
     if run.profile_text is None:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,26 @@ from coordinator.remote.deploy import RemoteLayout
 from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 from profiler.capture.format import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
+
+
+def terminal_text(value: Any) -> str:
+    """Remote text for a terminal table: one line, printable characters only."""
+    text = " ".join(str(value if value is not None else "").split())
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def parse_doctor_output(text: str) -> tuple[Mapping[str, str], ...]:
+    """The JSON list `profiler doctor --json` prints; ValueError when it is something else."""
+    payload = json.loads(text)
+    if not isinstance(payload, list):
+        raise ValueError("not a JSON list")
+    checks = []
+    for item in payload:
+        if not isinstance(item, dict) or "check" not in item or "status" not in item:
+            raise ValueError("an entry lacks check/status")
+        checks.append({key: terminal_text(item.get(key, "")) for key in ("check", "status", "detail", "fix")})
+    return tuple(checks)
+
 
 STATES = ("starting", "waiting", "sampling", "writing", "done", "failed")
 

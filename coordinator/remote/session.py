@@ -287,7 +287,7 @@ class HostWorker(threading.Thread):
         result = self.transport.run_profiler(["doctor", "--preflight", "--json"], timeout=60)
         if result.returncode == 0:
             return
-        from coordinator.commands.doctor import parse_doctor_output
+        from coordinator.remote.hosts import parse_doctor_output
 
         try:
             failed = [c for c in parse_doctor_output(result.stdout) if c["status"] == "fail"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from coordinator.analysis.load import RunData
 from coordinator.report.formats import format_number
-from coordinator.report.load import RunData
 from coordinator.report.model import FlinkVertexLine
 from profiler.capture.format import Capture
 from profiler.engines.flinkmetrics import vertex_cpu

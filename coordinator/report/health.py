@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.report.load import RunData
+from coordinator.analysis.load import RunData
 from coordinator.report.model import HealthLine, ProcessLine
 from coordinator.rundir import HOST_OK
 from profiler.capture.format import Capture

@@ -15,11 +15,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from coordinator.analysis.load import RunData, load_run, load_stacks, load_timeline
 from coordinator.export.files import Selection
 from coordinator.export.stacks import ExportSet
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.formats import format_bytes, format_number, format_share, format_si
-from coordinator.report.load import RunData, load_run, load_stacks, load_timeline
 from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
 from profiler.capture.format import UNMATCHED, atomic_write_bytes, replace_dir

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.analysis import timeline
+from coordinator.analysis.load import RunData, TimelineInput
 from coordinator.analysis.rows import cell_number, pid_rows_by_task, sum_known
 from coordinator.analysis.stages import annotate_codegen_frames, spark_index, stage_lines
 from coordinator.analysis.vertices import vertex_lines
@@ -17,7 +18,6 @@ from coordinator.report import flame
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
 from coordinator.report.health import health_lines
-from coordinator.report.load import RunData, TimelineInput
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
 from profiler.capture.format import ALL_TASKS, UNMATCHED, Capture, CaptureFormatError, ProcessInfo
 from profiler.matching.matcher import Matcher

@@ -1,1 +1,6 @@
-"""symbols."""
+"""Naming frames: native and Java symbolization and stack folding (symbolize), perf maps and their
+versions over the window (perfmap, perfmap_history), preparing them for the sampled processes
+(symbolprep), ELF symbols of processes that are gone (elfsyms) and the JVMTI perf-map agent (agent/).
+
+Imports profiler.scope (JVM facts), profiler.unwind (interpreted frames), profiler.capture, profiler.errors.
+"""

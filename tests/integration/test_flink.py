@@ -17,9 +17,9 @@ from pathlib import Path
 import psutil
 
 from coordinator.analysis.flinkdraft import draft_flink_profile
+from coordinator.analysis.load import load_run, load_stacks
 from coordinator.cli import main as coordinator_main
 from coordinator.report.flinkview import flink_vertex_lines
-from coordinator.report.load import load_run, load_stacks
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
 from profiler.capture.format import EventCount, ProcessInfo, read_events, read_flink_placement, read_flink_vertices
 from profiler.cli import main as profiler_main

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.analysis.load import load_run
 from coordinator.cli import main
 from coordinator.report.flame import MIXED
-from coordinator.report.load import load_run
 from coordinator.report.publish import list_published, publish
 from coordinator.report.render import REPORT_MARKER, VENDOR_FILES, render_report
 from coordinator.rundir import host_capture_dir

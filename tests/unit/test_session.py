@@ -180,8 +180,8 @@ def test_doctor_table_joins_hosts_and_lists_fixes() -> None:
         doctor_cluster,
         doctor_exit_code,
         format_doctor_table,
-        parse_doctor_output,
     )
+    from coordinator.remote.hosts import parse_doctor_output
 
     specs = _specs(2)
     reports = doctor_cluster(specs, Path("p"), Path("k"), lambda spec: FakeHost(spec, FakeScript()))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.analysis import timeline
+from coordinator.analysis.load import load_run, load_timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
-from coordinator.report.load import load_run, load_timeline
 from coordinator.report.render import render_report
 from coordinator.report.view import build_view
 from profiler.capture.format import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
