@@ -107,7 +107,7 @@ class FakeSampler:
         self.stopped = True
 
     def checkpoint(self) -> None:
-        return None  # checkpoints are tested in tests/unit/test_checkpoint.py
+        return None  # checkpoints are tested in tests/unit/capture/test_checkpoint.py
 
     def collect(self) -> dict[int, CollectedStacks]:
         if self.fail_collect:

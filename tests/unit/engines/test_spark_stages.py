@@ -22,7 +22,7 @@ from coordinator.analysis.stages import (
 from profiler.capture.format import UNMATCHED
 from profiler.engines.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
 
-REST = Path(__file__).resolve().parent.parent / "data" / "spark_rest"
+REST = Path(__file__).resolve().parents[2] / "data" / "spark_rest"
 GEN = "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage{}::processNext"
 TASK_ROOT = "Executor task launch worker"
 

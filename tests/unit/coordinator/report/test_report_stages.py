@@ -15,9 +15,9 @@ import coordinator.report.render as render
 from coordinator.analysis.stages import STAGE_COLUMNS
 from profiler.capture.format import format_result_csv
 from tests.fixtures.report import make_run_dir, read_payload, spark_stacks
-from tests.unit.test_spark_stages import GEN, recorded_plan
+from tests.unit.engines.test_spark_stages import GEN, recorded_plan
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[4] / "templates"
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from profiler.capture.format import result_file_name
 from profiler.errors import CaptureFormatError, OutputExistsError
 from tests.fixtures.report import HOSTILE_FRAMES, make_run_dir, read_payload, spark_stacks
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[4] / "templates"
 
 
 def _summary_rows(run_dir: Path) -> list[dict[str, str]]:

@@ -23,8 +23,8 @@ from profiler.capture.folded import read_folded
 from profiler.matching.appprofile import ApplicationProfile, load_profile
 from profiler.matching.matcher import Matcher, match_stacks
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-PROFILES = sorted((Path(__file__).resolve().parent.parent.parent / "application_profiles").glob("*.txt"))
+DATA = Path(__file__).resolve().parents[2] / "data"
+PROFILES = sorted((Path(__file__).resolve().parents[3] / "application_profiles").glob("*.txt"))
 RECORDED = ["spark_executor_real.folded", "spark_executor_synthetic.folded"]
 
 

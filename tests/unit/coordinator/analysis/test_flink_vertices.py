@@ -36,7 +36,7 @@ from profiler.engines.flinkmetrics import (
 )
 from profiler.scope.threadnames import NameHistory, comm_of, split_name
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "flink"
+DATA = Path(__file__).resolve().parents[3] / "data" / "flink"
 SOURCE = (
     "Source: YSB generator -> DeserializeBolt -> EventFilterBolt -> ProjectionBolt -> RedisJoinBolt -> EnrichBolt"
     " -> EventTime"
@@ -201,7 +201,7 @@ def _flink_run(tmp_path: Path) -> Path:
     )
     vertices = [capture.VertexWindow("j", "ysb", f"v{i}", chain, 2, i == 0) for i, chain in enumerate(chains)]
     capture.write_flink_vertices(host, vertices, [FlinkSubtask("j", "v1", WINDOW, 1, 0, "tm-a")])
-    shutil.copy(Path(__file__).resolve().parents[2] / "application_profiles" / "flink.txt", host / capture.PROFILE_COPY)
+    shutil.copy(Path(__file__).resolve().parents[4] / "application_profiles" / "flink.txt", host / capture.PROFILE_COPY)
     return host
 
 

@@ -33,8 +33,8 @@ from tests.fixtures.exports import (
     validate_speedscope,
 )
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-REPO = Path(__file__).resolve().parent.parent.parent
+DATA = Path(__file__).resolve().parents[3] / "data"
+REPO = Path(__file__).resolve().parents[4]
 
 
 # ---------------------------------------------------------------- runs

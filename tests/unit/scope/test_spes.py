@@ -19,7 +19,7 @@ from profiler.scope.spes import (
     summarize_cmdline,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KINDS = load_known_spes(REPO / "known_spes.txt")
 JAVA = ["/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "-cp", "/opt/spark/conf/:/opt/spark/jars/*", "-Xmx1g"]
 
