@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -95,15 +96,16 @@ class CompareCommand:
             analyses = self._analyses(sides, args.profile, args.master, Path(scratch))
             totals = [summary_totals(summary) for summary in analyses]
             rows = compare_runs(totals[0], totals[1], args.level)
+            # The table and its legend are the data (stdout); what was written and hints go to stderr.
             print(format_compare_table(rows, "A", "B"), end="")
             print(f"A = {args.run_a}\nB = {args.run_b}\n* = share differs beyond sampling error (p < {args.level})")
             if args.csv is not None:
                 atomic_write_text(args.csv, format_compare_csv(rows))
-                print(f"wrote {args.csv}")
+                print(f"wrote {args.csv}", file=sys.stderr)
             if args.out is not None:
                 self._write_page(args, rows, [summary.parent for summary in analyses])
             else:
-                print("  the differential flamegraph: add --out DIR")
+                print("  the differential flamegraph: add --out DIR", file=sys.stderr)
         return 0
 
     @staticmethod

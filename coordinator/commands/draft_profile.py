@@ -4,8 +4,9 @@ Tasks are named after the query's physical operators: one per whole-stage-codege
 operators Spark fused into GeneratedIteratorForCodegenStage<N>, from the SQL plan the host agent read
 from the driver's REST API into spark.json), one per operator Spark runs outside generated code
 (scan, JSON, state store, exchange, sink), then the runtime (network, task runtime, GC, JIT) and the
-thread kinds nothing else claims. Only tasks that get samples are kept. It prints the profile and the
-share each task would get on this run, and writes it with --out, for you to edit and analyse with.
+thread kinds nothing else claims. Only tasks that get samples are kept. It prints the profile on stdout
+(`> FILE` keeps it) or writes it with --out, for you to edit and analyse with; the share each task
+would get on this run and the next steps go to stderr.
 Without spark.json (the REST API was off) codegen stages are listed as "operators unknown".
 For a Flink run (flink.json in a capture) the tasks are the job graph's operators, Flink's runtime
 and, per job vertex, what no operator claims ("chain, operator unknown"); docs/matching.md.
@@ -19,10 +20,16 @@ examples:
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.argtypes import existing_dir
+
+if TYPE_CHECKING:
+    from coordinator.analysis.draft import Draft
+    from coordinator.analysis.stages import SparkIndex
 
 
 class DraftProfileCommand:
@@ -61,25 +68,39 @@ class DraftProfileCommand:
             draft = draft_flink_profile(stacks, vertices, str(args.run_dir))
         else:
             draft = draft_profile(stacks, index, str(args.run_dir))
-        print(draft.text, end="")
-        print()
-        if not vertices and not index.reachable:
-            note = index.notes[0] if index.notes else "no spark.json in the captures"
-            print(f"note: no Spark plan ({note}); codegen stages are not named by their operators")
-        print(f"shares on this run ({draft.samples} samples of the workload processes):")
-        for task, samples, share in draft.shares:
-            print(f"  {share:6.1%}  {samples:8d}  {task}")
-        if draft.candidates:
-            leaves = ", ".join(frame for frame, _samples in draft.candidates[:5])
-            print(f"unmatched stacks' leaf frames (candidate patterns): {leaves}")
+        # The profile is this command's data: it alone goes to stdout (`draft-profile RUN > my.txt` is a
+        # profile); the shares, notes and next steps go to stderr.
+        if args.out is None:
+            sys.stdout.write(draft.text)
+            sys.stdout.flush()
+        for line in draft_notes(draft, None if vertices else index):
+            print(line, file=sys.stderr)
         if args.out is not None:
             atomic_write_text(args.out, draft.text)
-            print(f"wrote {args.out}")
+            print(f"wrote {args.out}", file=sys.stderr)
             by = " --by vertex" if vertices else " --by stage"
-            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out}{by}")
+            print(f"next: edit it, then: coordinator analyze {args.run_dir} --profile {args.out}{by}", file=sys.stderr)
         else:
-            print(f"next: coordinator draft-profile {args.run_dir} --out FILE; edit FILE; analyze with --profile FILE")
+            print(
+                f"next: coordinator draft-profile {args.run_dir} > FILE (or --out FILE); edit FILE; analyze with "
+                "--profile FILE",
+                file=sys.stderr,
+            )
         return 0
+
+
+def draft_notes(draft: Draft, index: SparkIndex | None) -> list[str]:
+    """What the user reads beside the draft: a missing Spark plan, the shares on this run, candidate leaves."""
+    lines = []
+    if index is not None and not index.reachable:
+        note = index.notes[0] if index.notes else "no spark.json in the captures"
+        lines.append(f"note: no Spark plan ({note}); codegen stages are not named by their operators")
+    lines.append(f"shares on this run ({draft.samples} samples of the workload processes):")
+    lines.extend(f"  {share:6.1%}  {samples:8d}  {task}" for task, samples, share in draft.shares)
+    if draft.candidates:
+        leaves = ", ".join(frame for frame, _samples in draft.candidates[:5])
+        lines.append(f"unmatched stacks' leaf frames (candidate patterns): {leaves}")
+    return lines
 
 
 COMMAND = DraftProfileCommand

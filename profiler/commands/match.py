@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -170,12 +171,12 @@ class MatchCommand:
         print(format_stack_health(files), end="")
         if args.csv is not None:
             atomic_write_text(args.csv, result_csv(result))
-            print(f"wrote {args.csv}")
+            print(f"wrote {args.csv}", file=sys.stderr)
         if args.unmatched is not None:
             atomic_write_text(args.unmatched, format_folded(result.unmatched))
-            print(f"wrote {args.unmatched} ({len(result.unmatched)} stacks)")
+            print(f"wrote {args.unmatched} ({len(result.unmatched)} stacks)", file=sys.stderr)
         if result.unmatched:
-            print("next: add patterns for the frames above to the profile and run this command again")
+            print("next: add patterns for the frames above to the profile and run this command again", file=sys.stderr)
         return 0
 
 

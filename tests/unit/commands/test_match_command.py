@@ -35,8 +35,12 @@ def test_folded_file_table_csv_and_unmatched(tmp_path: Path, profile: Path, caps
     unmatched = tmp_path / "unmatched.folded"
     code = main(["match", "--profile", str(profile), str(stacks), "--csv", str(out_csv), "--unmatched", str(unmatched)])
     assert code == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "Kafka" in printed and "50.00 % ±" in printed  # 6 of 12
+    # the table is the data on stdout; what was written and the next step go to stderr
+    assert f"wrote {out_csv}" in captured.err and "next:" in captured.err
+    assert "wrote" not in printed and "next:" not in printed
     assert "unmatched" in printed and "Baz.qux" in printed  # candidate pattern skips the kernel leaf
     with out_csv.open(newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -82,7 +82,7 @@ def test_draft_profile_command_drafts_a_flink_run_from_its_job_graph(
     out = tmp_path / "drafted.txt"
     # WHEN draft-profile runs on it
     assert main(["draft-profile", str(run_dir), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     # THEN the tasks come from the job graph (each vertex's chain), not Spark's plan, and no Spark note is given
     text = out.read_text()
     assert "Flink job's operators" in text
@@ -90,3 +90,31 @@ def test_draft_profile_command_drafts_a_flink_run_from_its_job_graph(
     assert "CampaignProcessor -> RedisResultSink - Writer (chain, operator unknown):" in text
     assert "codegen" not in printed and "no Spark plan" not in printed
     assert "--by stage" not in printed and "--by vertex" in printed
+
+
+@pytest.mark.parametrize("engine", ["flink", "spark"])
+def test_draft_profile_on_stdout_is_only_the_profile(
+    engine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a Flink run (flink.json) or a Spark run without spark.json (a note is due)
+    from coordinator.cli import main
+    from profiler.matching.appprofile import load_profile
+
+    run_dir = write_run_dir(tmp_path / "r", "r", {"h1": [TINY_PID_100]})
+    if engine == "flink":
+        write_flink_vertices(run_dir / "hosts" / "h1", [SOURCE, WINDOW])
+    # WHEN draft-profile runs without --out, as `coordinator draft-profile RUN > my.txt`
+    assert main(["draft-profile", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    redirected = tmp_path / "my.txt"
+    redirected.write_text(captured.out)
+    # THEN what stdout held parses as a profile, and is the very text --out writes
+    profile = load_profile(redirected)
+    assert profile.task_names
+    out = tmp_path / "out.txt"
+    assert main(["draft-profile", str(run_dir), "--out", str(out)]) == 0
+    assert out.read_text() == captured.out and capsys.readouterr().out == ""
+    # AND the shares, notes and next steps went to stderr, none of them to stdout
+    assert "shares on this run" in captured.err and "next:" in captured.err
+    assert "shares on this run" not in captured.out and "next:" not in captured.out
+    assert ("no Spark plan" in captured.err) == (engine == "spark")
