@@ -1,12 +1,6 @@
 package ysb;
 
-import java.io.BufferedInputStream;
-import java.io.BufferedOutputStream;
 import java.io.IOException;
-import java.io.InputStream;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
@@ -350,22 +344,15 @@ public final class YsbFlink {
         static final String[] FIELDS = {
             "campaign_id", "window_start_ms", "events", "last_event_time", "max_pre_window_latency_ms", "written_at_ms"};
         private final String prefix;
-        private final Socket socket;
-        private final OutputStream out;
-        private final InputStream in;
+        private final RespConnection redis;
 
-        RedisWriter(String host, int port, String prefix) throws IOException {
+        RedisWriter(String host, int port, String prefix) {
             this.prefix = prefix;
-            socket = new Socket();
-            socket.connect(new InetSocketAddress(host, port), 10_000);
-            socket.setSoTimeout(30_000);
-            socket.setTcpNoDelay(true);
-            out = new BufferedOutputStream(socket.getOutputStream(), 16 * 1024);
-            in = new BufferedInputStream(socket.getInputStream(), 16 * 1024);
+            redis = new RespConnection(host, port);
         }
 
         private static byte[] utf8(String text) {
-            return text.getBytes(StandardCharsets.UTF_8);
+            return RespConnection.utf8(text);
         }
 
         @Override
@@ -388,47 +375,8 @@ public final class YsbFlink {
             call(args);
         }
 
-        /** One command, one round trip; returns the reply line (null for a nil bulk reply). */
         private String call(List<byte[]> args) throws IOException {
-            out.write(('*' + Integer.toString(args.size()) + "\r\n").getBytes(StandardCharsets.US_ASCII));
-            for (byte[] arg : args) {
-                out.write(('$' + Integer.toString(arg.length) + "\r\n").getBytes(StandardCharsets.US_ASCII));
-                out.write(arg);
-                out.write('\r');
-                out.write('\n');
-            }
-            out.flush();
-            int kind = in.read();
-            String line = readLine();
-            if (kind == -1) {
-                throw new IOException("ysb redis sink: redis closed the connection");
-            }
-            if (kind == '-') {
-                throw new IOException("ysb redis sink: redis answered an error: " + line);
-            }
-            if (kind == '$') {
-                int length = Integer.parseInt(line);
-                if (length < 0) {
-                    return null;
-                }
-                byte[] data = in.readNBytes(length + 2);
-                if (data.length < length + 2) {
-                    throw new IOException("ysb redis sink: redis closed the connection");
-                }
-                return new String(data, 0, length, StandardCharsets.UTF_8);
-            }
-            return line;
-        }
-
-        private String readLine() throws IOException {
-            StringBuilder line = new StringBuilder();
-            int c;
-            while ((c = in.read()) != -1 && c != '\n') {
-                if (c != '\r') {
-                    line.append((char) c);
-                }
-            }
-            return line.toString();
+            return redis.call(args);
         }
 
         @Override
@@ -437,7 +385,7 @@ public final class YsbFlink {
 
         @Override
         public void close() throws IOException {
-            socket.close();
+            redis.close();
         }
     }
 }

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
 from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
-from coordinator.workloads.ysb.javabuild import cache_dir, compile_jar
+from coordinator.workloads.ysb.javabuild import RESP_SOURCE, cache_dir, compile_jar
 from coordinator.workloads.ysb.redis import RedisServer
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
@@ -53,7 +53,7 @@ def taskmanager_java_options(cache: Path | None = None) -> str:
 def build_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
     """Compile YsbFlink.java against the distribution's lib/ jars, cached by source and Flink version."""
     jars = sorted(p.name for p in (flink_home / "lib").glob("flink-dist-*.jar"))
-    return compile_jar(JOB_SOURCE, str(flink_home / "lib" / "*"), "ysb-flink-job", jars, cache)
+    return compile_jar([JOB_SOURCE, RESP_SOURCE], str(flink_home / "lib" / "*"), "ysb-flink-job", jars, cache)
 
 
 @dataclass(frozen=True)

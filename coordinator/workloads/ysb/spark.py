@@ -23,7 +23,7 @@ from coordinator.workloads.sparkcluster import (
     free_port,
 )
 from coordinator.workloads.ysb.campaigns import ADS_KEY, AdCampaign, ad_campaign_mapping
-from coordinator.workloads.ysb.javabuild import compile_jar
+from coordinator.workloads.ysb.javabuild import RESP_SOURCE, compile_jar
 from coordinator.workloads.ysb.redis import RedisServer, redis_server_binary
 from profiler.errors import ConfigError
 
@@ -207,7 +207,7 @@ def build_sink_jar(spark_home: Path, cache_dir: Path | None = None) -> Path:
     jars = sorted(p.name for p in (spark_home / "jars").glob("spark-sql-api_*.jar")) + sorted(
         p.name for p in (spark_home / "jars").glob("spark-sql_*.jar")
     )
-    return compile_jar(SINK_SOURCE, str(spark_home / "jars" / "*"), "ysb-redis-sink", jars, cache_dir)
+    return compile_jar([SINK_SOURCE, RESP_SOURCE], str(spark_home / "jars" / "*"), "ysb-redis-sink", jars, cache_dir)
 
 
 @dataclass
