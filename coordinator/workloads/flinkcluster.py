@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -31,6 +30,8 @@ from coordinator.workloads.processes import (
     free_port,
     live_process_tree,
     log_tail,
+    poll_until,
+    release_scratch,
     scratch_dir,
     spawn_logged,
     stop_all,
@@ -131,6 +132,10 @@ class FlinkProcess:
 
 
 @dataclass
+# What both local clusters do alike lives in processes.py (spawning into process groups, waiting with
+# poll_until, stopping with stop_all, releasing the scratch directory); what stays here apart from
+# sparkcluster.py is engine-specific and only looks alike: Flink is configured by config.yaml and asked
+# over its REST API, Spark by environment variables and its Master's web UI and log lines.
 class LocalFlinkCluster(Lifecycle):
     """Context manager: a standalone JobManager and ``taskmanagers`` TaskManagers on 127.0.0.1.
 
@@ -283,18 +288,21 @@ class LocalFlinkCluster(Lifecycle):
                 )
 
     def _wait_rest(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            self._check_alive()
+        def up() -> bool | None:
             with contextlib.suppress(OSError, ValueError, urllib.error.URLError):
                 if "flink-version" in self.rest("/config"):
-                    return
-            if time.monotonic() > deadline:
-                raise FlinkClusterError(
-                    f"{self.tmp_dir}: Flink JobManager REST API not up after {self.start_timeout:.0f} s; "
-                    "read jobmanager.out"
-                )
-            time.sleep(0.3)
+                    return True
+            return None
+
+        poll_until(
+            up,
+            self.start_timeout,
+            lambda: FlinkClusterError(
+                f"{self.tmp_dir}: Flink JobManager REST API not up after {self.start_timeout:.0f} s; "
+                "read jobmanager.out"
+            ),
+            self._check_alive,
+        )
 
     def registered_taskmanagers(self) -> int:
         try:
@@ -304,15 +312,15 @@ class LocalFlinkCluster(Lifecycle):
         return len(listing.get("taskmanagers", [])) if isinstance(listing, dict) else 0
 
     def wait_for_taskmanagers(self, count: int, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (timeout or self.start_timeout)
-        while self.registered_taskmanagers() < count:
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise FlinkClusterError(
-                    f"{self.tmp_dir}: only {self.registered_taskmanagers()} of {count} TaskManagers registered; "
-                    "read taskmanager*.out"
-                )
-            time.sleep(0.3)
+        poll_until(
+            lambda: True if self.registered_taskmanagers() >= count else None,
+            timeout or self.start_timeout,
+            lambda: FlinkClusterError(
+                f"{self.tmp_dir}: only {self.registered_taskmanagers()} of {count} TaskManagers registered; "
+                "read taskmanager*.out"
+            ),
+            self._check_alive,
+        )
 
     def add_taskmanager(self, wait: bool = True) -> FlinkProcess:
         """Start one more TaskManager; with ``wait`` return once the JobManager lists it."""
@@ -358,9 +366,8 @@ class LocalFlinkCluster(Lifecycle):
 
     def wait_for_job_running(self, job_id: str, timeout: float = 120.0) -> dict[str, Any]:
         """Until the job and all its vertices are RUNNING; fails when the job fails first."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_alive()
+
+        def running() -> dict[str, Any] | None:
             with contextlib.suppress(OSError, ValueError, urllib.error.URLError):
                 state = self.job(job_id)
                 if state.get("state") in ("FAILED", "CANCELED", "FINISHED"):
@@ -373,9 +380,15 @@ class LocalFlinkCluster(Lifecycle):
                     v.get("status") == "RUNNING" for v in vertices
                 ):
                     return state
-            if time.monotonic() > deadline:
-                raise FlinkClusterError(f"Flink job {job_id} not running after {timeout:.0f} s; read {self.tmp_dir}")
-            time.sleep(0.5)
+            return None
+
+        return poll_until(
+            running,
+            timeout,
+            lambda: FlinkClusterError(f"Flink job {job_id} not running after {timeout:.0f} s; read {self.tmp_dir}"),
+            self._check_alive,
+            every=0.5,
+        )
 
     def job_exception(self, job_id: str) -> str:
         with contextlib.suppress(OSError, ValueError, urllib.error.URLError):
@@ -410,9 +423,5 @@ class LocalFlinkCluster(Lifecycle):
         self.jobmanager = None
         self.workers.clear()
         self.jobs.clear()
-        with contextlib.suppress(ValueError):
-            atexit.unregister(self.stop)
-        keep = self._keep_logs or os.environ.get("FLINK_LOCAL_KEEP_LOGS")
-        if self._owns_tmp and self._tmp is not None and not keep:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        keep = self._keep_logs or bool(os.environ.get("FLINK_LOCAL_KEEP_LOGS"))
+        self._tmp = release_scratch(self.stop, self._tmp, self._owns_tmp, keep)

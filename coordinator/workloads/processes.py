@@ -4,16 +4,19 @@ them in their own process group tied to our life, find their process trees, stop
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -22,6 +25,7 @@ import psutil
 
 _PR_SET_PDEATHSIG = 1
 _Self = TypeVar("_Self", bound="Lifecycle")
+_T = TypeVar("_T")
 
 
 class Lifecycle(ABC):
@@ -51,6 +55,38 @@ def scratch_dir(log_dir: Path | None, prefix: str) -> tuple[Path, bool]:
         path.mkdir(parents=True, exist_ok=True)
         return path, False
     return Path(tempfile.mkdtemp(prefix=prefix)), True
+
+
+def release_scratch(stop: Callable[[], None], scratch: Path | None, owned: bool, keep: bool) -> Path | None:
+    """The end of a cluster's stop(): no stop() at exit any more, and its scratch directory removed when
+    it is ours and not to be kept. Returns what is left of it (None once removed)."""
+    with contextlib.suppress(ValueError):
+        atexit.unregister(stop)
+    if owned and scratch is not None and not keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return None
+    return scratch
+
+
+def poll_until(
+    ready: Callable[[], _T | None],
+    timeout: float,
+    timed_out: Callable[[], Exception],
+    check: Callable[[], None] = lambda: None,
+    every: float = 0.3,
+) -> _T:
+    """``ready()`` every ``every`` seconds until it returns something other than None, and that. ``check()``
+    raises when a process waited on has died; after ``timeout`` seconds ``timed_out()`` is raised (built
+    then, so its message can say how far the wait got)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check()
+        value = ready()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise timed_out()
+        time.sleep(every)
 
 
 def spawn_logged(argv: Sequence[str], log_path: Path, env: Mapping[str, str], cwd: Path) -> subprocess.Popen[bytes]:

@@ -29,6 +29,8 @@ from coordinator.workloads.processes import (
     free_port,
     live_process_tree,
     log_tail,
+    poll_until,
+    release_scratch,
     scratch_dir,
     spawn_logged,
     stop_all,
@@ -93,23 +95,24 @@ def _wait_for_file_pattern(
     what: str,
     log_hint: Path | None = None,
 ) -> re.Match[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        match = pattern.search(text)
-        if match:
-            return match
-        if process is not None and process.poll() is not None:
+    def found() -> re.Match[str] | None:
+        return pattern.search(path.read_text(errors="replace") if path.exists() else "")
+
+    def alive() -> None:
+        if process is not None and process.poll() is not None and found() is None:
             logs = [log_hint, path] if log_hint is not None else [path]
             cause = first_error_line(logs) or f"its log ends: {log_tail(logs[0])}"
             raise SparkClusterError(
                 f"{logs[0]}: {what} exited with code {process.returncode} before it was ready: {cause}"
             )
-        if time.monotonic() > deadline:
-            raise SparkClusterError(
-                f"{path}: {what} not ready after {timeout:.0f} s; read the log, or raise the timeout"
-            )
-        time.sleep(0.2)
+
+    return poll_until(
+        found,
+        timeout,
+        lambda: SparkClusterError(f"{path}: {what} not ready after {timeout:.0f} s; read the log or raise the timeout"),
+        alive,
+        every=0.2,
+    )
 
 
 class SparkSubmitProcess(subprocess.Popen):  # type: ignore[type-arg]
@@ -320,19 +323,22 @@ class LocalSparkCluster(Lifecycle):
             workers, list
         ) else 0
 
-    def wait_for_workers(self, count: int, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (timeout or self.start_timeout)
-        while self.alive_workers() < count:
-            for worker in self.workers:
-                if worker.process.poll() is not None:
-                    raise SparkClusterError(
-                        f"{worker.log_path}: Spark worker exited with code {worker.process.returncode}; read the log"
-                    )
-            if time.monotonic() > deadline:
+    def _check_workers(self) -> None:
+        for worker in self.workers:
+            if worker.process.poll() is not None:
                 raise SparkClusterError(
-                    f"{self.tmp_dir}: only {self.alive_workers()} of {count} Spark workers ALIVE; read worker*.log"
+                    f"{worker.log_path}: Spark worker exited with code {worker.process.returncode}; read the log"
                 )
-            time.sleep(0.3)
+
+    def wait_for_workers(self, count: int, timeout: float | None = None) -> None:
+        poll_until(
+            lambda: True if self.alive_workers() >= count else None,
+            timeout or self.start_timeout,
+            lambda: SparkClusterError(
+                f"{self.tmp_dir}: only {self.alive_workers()} of {count} Spark workers ALIVE; read worker*.log"
+            ),
+            self._check_workers,
+        )
 
     # --- apps ------------------------------------------------------------------------------------
 
@@ -446,16 +452,14 @@ class LocalSparkCluster(Lifecycle):
         return found
 
     def wait_for_executors(self, count: int = 1, timeout: float = 120.0) -> list[int]:
-        deadline = time.monotonic() + timeout
-        while True:
-            pids = self.executor_pids()
-            if len(pids) >= count:
-                return pids
-            if time.monotonic() > deadline:
-                raise SparkClusterError(
-                    f"{self.tmp_dir}: {len(pids)} of {count} executors running after {timeout:.0f} s; read the app logs"
-                )
-            time.sleep(0.3)
+        return poll_until(
+            lambda: pids if len(pids := self.executor_pids()) >= count else None,
+            timeout,
+            lambda: SparkClusterError(
+                f"{self.tmp_dir}: {len(self.executor_pids())} of {count} executors running after {timeout:.0f} s; "
+                "read the app logs"
+            ),
+        )
 
     def all_pids(self) -> list[int]:
         """Every live process this cluster started (daemons, apps and all their descendants)."""
@@ -471,8 +475,4 @@ class LocalSparkCluster(Lifecycle):
         self._master = None
         self.apps.clear()
         self.workers.clear()
-        with contextlib.suppress(ValueError):
-            atexit.unregister(self.stop)
-        if self._owns_tmp and self._tmp is not None and not os.environ.get("SPARK_LOCAL_KEEP_LOGS"):
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        self._tmp = release_scratch(self.stop, self._tmp, self._owns_tmp, bool(os.environ.get("SPARK_LOCAL_KEEP_LOGS")))
