@@ -76,14 +76,7 @@ class AnalyzeCommand:
             metavar="DIR",
             help="output directory (default: the run directory; required for several runs)",
         )
-        parser.add_argument(
-            "--label",
-            type=label,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="add or override a run label (a summary.csv column); repeatable",
-        )
+        add_label_option(parser, "add or override a run label (a summary.csv column); repeatable")
         parser.add_argument(
             "--from",
             dest="window_from",
@@ -165,6 +158,11 @@ def _window_args(window: SubWindow) -> str:
 
 AnalyzeCommand.__doc__ = __doc__  # the module docstring, with examples, is the help text
 COMMAND = AnalyzeCommand
+
+
+def add_label_option(parser: argparse.ArgumentParser, label_help: str) -> None:
+    """--label KEY=VALUE of the commands that record labels (profile, analyze, campaign): repeatable."""
+    parser.add_argument("--label", type=label, action="append", default=[], metavar="KEY=VALUE", help=label_help)
 
 
 def add_engine_options(parser: argparse.ArgumentParser, engine_help: str) -> None:

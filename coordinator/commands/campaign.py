@@ -24,8 +24,8 @@ import argparse
 import os
 from pathlib import Path
 
-from coordinator.commands.analyze import add_engine_options
-from profiler.argtypes import existing_dir, existing_file, label
+from coordinator.commands.analyze import add_engine_options, add_label_option
+from profiler.argtypes import existing_dir, existing_file
 from profiler.errors import ConfigError, OutputExistsError
 
 CAMPAIGN_REPORT_DIR = "report"
@@ -81,14 +81,7 @@ class CampaignCommand:
             "--profile", type=existing_file, metavar="FILE", help="application profile (default: the runs' own copy)"
         )
         add_engine_options(parser, "where the analysis runs (as for coordinator analyze; default: auto)")
-        parser.add_argument(
-            "--label",
-            type=label,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="add or override a label on every run (as for coordinator analyze); repeatable",
-        )
+        add_label_option(parser, "add or override a label on every run (as for coordinator analyze); repeatable")
 
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.analysis.engines import analyze

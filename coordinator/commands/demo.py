@@ -298,12 +298,9 @@ class DemoCommand:
             f"demo: {window.units} {window.unit_name}, {events} in the {elapsed:.0f} s window; "
             f"{window.throughput}; {window.sink_rows} window rows in the sink"
         )
-        for host in outcome.info.hosts:
-            if host.state != "ok":
-                print(f"coordinator demo: {host.host}: {host.state}: {host.reason}", file=sys.stderr)
-        print(f"wrote {outcome.run_dir / 'run.json'}")
-        if outcome.summary_csv is not None:
-            print(f"wrote {outcome.summary_csv}")
+        from coordinator.commands.profile import print_hosts_and_files
+
+        print_hosts_and_files(outcome, "coordinator demo")
         if outcome.analysis_error:
             print(f"coordinator demo: analysis failed: {outcome.analysis_error}", file=sys.stderr)
             return 1

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coordinator.commands.analyze import add_label_option
 from profiler.argtypes import (
     bounded,
     checkpoint_period,
     duration,
     frequency,
     interval,
-    label,
     perf_map_refresh,
     positive_float,
     positive_int,
@@ -89,14 +89,7 @@ class ProfileCommand:
             "profiler killed mid-window is recovered up to its last one (the host is 'partial')",
         )
         parser.add_argument("--events", type=positive_int, help="events the application processed in the window")
-        parser.add_argument(
-            "--label",
-            type=label,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="experiment factor recorded in run.json (repeatable), e.g. load=50k",
-        )
+        add_label_option(parser, "experiment factor recorded in run.json (repeatable), e.g. load=50k")
         parser.add_argument(
             "--accept-new-hosts", action="store_true", help="record unknown host keys (never changed ones)"
         )
@@ -185,12 +178,7 @@ class ProfileCommand:
         run_dir = outcome.run_dir
         for warning in outcome.warnings:
             print(f"coordinator profile: warning: {warning}", file=sys.stderr)
-        for host in outcome.info.hosts:
-            if host.state != "ok":
-                print(f"coordinator profile: {host.host}: {host.state}: {host.reason}", file=sys.stderr)
-        print(f"wrote {run_dir / 'run.json'}")
-        if outcome.summary_csv is not None:
-            print(f"wrote {outcome.summary_csv}")
+        print_hosts_and_files(outcome, "coordinator profile")
         if outcome.report is not None:
             print(f"wrote {outcome.report}")
         if outcome.analysis_error:
@@ -217,3 +205,14 @@ class ProfileCommand:
 
 
 COMMAND = ProfileCommand
+
+
+def print_hosts_and_files(outcome: ProfileOutcome, prog: str) -> None:
+    """After a profile (coordinator profile, demo): the hosts that are not ok on stderr, then the run's
+    run.json and summary.csv as written."""
+    for host in outcome.info.hosts:
+        if host.state != "ok":
+            print(f"{prog}: {host.host}: {host.state}: {host.reason}", file=sys.stderr)
+    print(f"wrote {outcome.run_dir / 'run.json'}")
+    if outcome.summary_csv is not None:
+        print(f"wrote {outcome.summary_csv}")

@@ -9,7 +9,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -69,9 +70,7 @@ def write_page(
 ) -> Path:
     """One standalone page (campaign, comparison) with its assets, written to ``out_dir`` as a whole:
     staged beside it, then swapped in, so a reader never sees half a page. Returns its index.html."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as staging:
         for name in assets:
             (staging / name).write_bytes(_asset(name))
         (staging / "vendor").mkdir()
@@ -79,12 +78,22 @@ def write_page(
             (staging / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
         (staging / "index.html").write_text(html, encoding="utf-8")
         (staging / marker).write_text(marker_text, encoding="utf-8")
+    return out_dir / "index.html"
+
+
+@contextmanager
+def staged_dir(out_dir: Path) -> Iterator[Path]:
+    """A new directory beside ``out_dir`` to fill; swapped in for ``out_dir`` as a whole when the block
+    ends, removed when it raises, so a reader never sees half a page."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    try:
+        yield staging
         os.chmod(staging, 0o755)
         replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return out_dir / "index.html"
 
 def _copy_assets(target: Path) -> None:
     for name in STATIC_FILES:
@@ -190,9 +199,7 @@ def render_report(
         view = replace(view, payload={**view.payload, "exports": links})
     payload_bytes = payload_size(view)
     html = render_html(view, payload_bytes)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as staging:
         _copy_assets(staging)
         for relative, content in (exports[1].values() if exports else ()):
             atomic_write_bytes(staging / relative, content, 0o644)
@@ -201,9 +208,4 @@ def render_report(
         summary["exports_bytes"] = sum(len(content) for _, content in exports[1].values()) if exports else 0
         (staging / REPORT_META).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         (staging / REPORT_MARKER).write_text("written by coordinator report\n", encoding="utf-8")
-        os.chmod(staging, 0o755)
-        replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out_dir / "index.html"
