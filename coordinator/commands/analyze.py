@@ -52,13 +52,7 @@ class AnalyzeCommand:
     """Match the stacks of one or more runs to tasks and write summary.csv and per-task stacks."""
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "run_dirs",
-            nargs="+",
-            type=existing_dir,
-            metavar="RUN_DIR",
-            help="run directory (run.json) or host capture directory (meta.json)",
-        )
+        add_run_dir(parser, "run_dirs", nargs="+")
         parser.add_argument(
             "--profile",
             type=existing_file,
@@ -158,6 +152,18 @@ def _window_args(window: SubWindow) -> str:
 
 AnalyzeCommand.__doc__ = __doc__  # the module docstring, with examples, is the help text
 COMMAND = AnalyzeCommand
+
+
+def add_run_dir(
+    parser: argparse.ArgumentParser,
+    dest: str = "run_dir",
+    *,
+    metavar: str = "RUN_DIR",
+    nargs: str | None = None,
+    help: str = "run directory (run.json) or host capture directory (meta.json)",
+) -> None:
+    """The run directory a command reads (analyze, draft-profile, export, report, summary): checked to exist."""
+    parser.add_argument(dest, nargs=nargs, type=existing_dir, metavar=metavar, help=help)
 
 
 def add_label_option(parser: argparse.ArgumentParser, label_help: str) -> None:

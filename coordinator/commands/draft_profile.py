@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.argtypes import existing_dir
+from coordinator.commands.analyze import add_run_dir
 
 if TYPE_CHECKING:
     from coordinator.analysis.draft import Draft
@@ -36,9 +36,7 @@ class DraftProfileCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "run_dir", type=existing_dir, metavar="RUN_DIR", help="run directory (run.json) or host capture (meta.json)"
-        )
+        add_run_dir(parser)
         parser.add_argument("--out", type=Path, metavar="FILE", help="write the drafted profile to FILE")
         parser.add_argument("--force", action="store_true", help="replace an existing --out FILE")
 

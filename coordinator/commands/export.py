@@ -25,7 +25,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from profiler.argtypes import existing_dir, positive_int
+from coordinator.commands.analyze import add_run_dir
+from profiler.argtypes import positive_int
 
 FORMAT_CHOICES = ("speedscope", "pprof", "folded")  # coordinator.export.files.FORMATS (not imported: lazy)
 
@@ -34,9 +35,7 @@ class ExportCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "run_dir", type=existing_dir, metavar="RUN", help="run directory (run.json) or host capture (meta.json)"
-        )
+        add_run_dir(parser, metavar="RUN")
         parser.add_argument("--format", required=True, choices=FORMAT_CHOICES, help="file format to write")
         parser.add_argument("--task", action="append", default=[], metavar="T", help="only this task (repeatable)")
         parser.add_argument("--host", action="append", default=[], metavar="H", help="only this host (repeatable)")

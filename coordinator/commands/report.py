@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from profiler.argtypes import existing_dir
+from coordinator.commands.analyze import add_run_dir
 
 DEFAULT_MAX_STACKS = 3000  # keep in step with coordinator.report.flame.DEFAULT_MAX_STACKS (not imported: lazy)
 
@@ -35,12 +35,7 @@ class ReportCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "run_dir",
-            type=existing_dir,
-            metavar="RUN_DIR",
-            help="run directory (run.json) or host capture directory (meta.json)",
-        )
+        add_run_dir(parser)
         parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: RUN_DIR/report)")
         parser.add_argument(
             "--max-stacks",

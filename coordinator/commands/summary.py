@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import argparse
 
-from profiler.argtypes import existing_dir
+from coordinator.commands.analyze import add_run_dir
 
 
 class SummaryCommand:
     __doc__ = __doc__
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "run_dir",
-            type=existing_dir,
-            metavar="RUN",
-            help="run directory, host capture or analysis directory holding summary.csv",
-        )
+        add_run_dir(parser, metavar="RUN", help="run directory, host capture or analysis directory holding summary.csv")
         parser.add_argument("--hosts", action="store_true", help="also a table per host")
         parser.add_argument("--pids", action="store_true", help="also a table per process")
         parser.add_argument(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from coordinator.workloads.processes import Lifecycle, free_port
 from coordinator.workloads.sparkcluster import LocalSparkCluster
 from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow, YsbFlinkRun
+from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.spark import (
     BatchProgress,
     YsbOptions,
@@ -81,7 +82,7 @@ def spark_known_spes(master_port: int, driver_port: int) -> str:
     )
 
 
-class _SparkYsb(Lifecycle):
+class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
     """YSB on a LocalSparkCluster; the subclasses pick the trigger (micro-batch or continuous)."""
 
     spe = ""
@@ -122,19 +123,6 @@ class _SparkYsb(Lifecycle):
         self.driver_port = free_port()
         self.ysb = YsbRun(self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous)
         self.ysb.start()
-
-    def _run(self) -> YsbRun:
-        assert self.ysb is not None, "start() first"
-        return self.ysb
-
-    def wait_ready(self, timeout: float) -> None:
-        self._run().wait_ready(timeout=timeout)
-
-    def wait_processing(self, seconds: float) -> None:
-        self._run().wait_processing(seconds)
-
-    def check_running(self) -> None:
-        self._run().check_running()
 
     def known_spes(self) -> str:
         return spark_known_spes(self.cluster.master_port, self.driver_port)

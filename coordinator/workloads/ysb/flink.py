@@ -18,6 +18,7 @@ from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkClus
 from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import RESP_SOURCE, cache_dir, compile_jar
+from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.redis import RedisServer
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
@@ -189,7 +190,7 @@ class JobWindow:
 WINDOW_FIRE_S = 13.0
 
 
-class FlinkYsbEngine:
+class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
     """YSB on a LocalFlinkCluster for the demo: the cluster (TaskManagers = ``options.executors``, one
     slot each), the job and its redis-server; a context manager that stops everything it started.
     Shaped like the demo's engine interface (describe, wait_ready, known_spes, ...)."""
@@ -240,21 +241,8 @@ class FlinkYsbEngine:
     def stop(self) -> None:
         self.__exit__(None, None, None)
 
-    def _run(self) -> YsbFlinkRun:
-        assert self.ysb is not None, "start() first"
-        return self.ysb
-
     def describe(self) -> str:
         return f"Flink JobManager {self.cluster.rest_url}, job {self._run().job_id}"
-
-    def wait_ready(self, timeout: float) -> None:
-        self._run().wait_ready(timeout=timeout)
-
-    def wait_processing(self, seconds: float) -> None:
-        self._run().wait_processing(seconds)
-
-    def check_running(self) -> None:
-        self._run().check_running()
 
     def known_spes(self) -> str:
         return flink_known_spes(self.cluster.tmp_dir / "conf")
