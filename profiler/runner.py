@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
@@ -52,6 +52,9 @@ from .errors import OutputExistsError, OutputWriteError, PrivilegeError
 from .matching.aggregate import aggregate_host
 from .matching.appprofile import ApplicationProfile
 from .matching.matcher import Matcher, MatchResult, match_stacks
+
+if TYPE_CHECKING:
+    from .sampling.sampler import StackSampler
 
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -168,17 +171,11 @@ class Components:
     spark_plans: SparkPlansLike | None = None  # stages, jobs and codegen operators of Spark drivers
 
 
-def real_components(options: RunOptions) -> Components:
-    """Build the real bcc/perf-backed components (imports bcc only here)."""
-    from .engines.events import EventCounter
-    from .engines.sparkplan import SparkPlanCollector
-    from .sampling.counters import CounterGroup
+def make_sampler(options: RunOptions) -> StackSampler:
+    """The stack sampler a run uses (and `profiler run --print-bpf` prints the programs of); imports bcc."""
     from .sampling.sampler import StackSampler
-    from .scope.analyzer import ScopeAnalyzer
-    from .scope.spes import load_known_spes
 
-    kinds = load_known_spes(options.known_spes)
-    sampler = StackSampler(
+    return StackSampler(
         options.frequency,
         options.max_stack_depth,
         options.stack_storage_size,
@@ -189,6 +186,18 @@ def real_components(options: RunOptions) -> Components:
         checkpoints=options.checkpoint > 0,
         perf_map_dir=checkpoint_dir(options.out) / PERF_MAPS_DIR if options.checkpoint > 0 else None,
     )
+
+
+def real_components(options: RunOptions) -> Components:
+    """Build the real bcc/perf-backed components (imports bcc only here)."""
+    from .engines.events import EventCounter
+    from .engines.sparkplan import SparkPlanCollector
+    from .sampling.counters import CounterGroup
+    from .scope.analyzer import ScopeAnalyzer
+    from .scope.spes import load_known_spes
+
+    kinds = load_known_spes(options.known_spes)
+    sampler = make_sampler(options)
     net = None
     if options.net:
         from .sampling.net import NetTracer

@@ -112,28 +112,8 @@ class RunCommand:
         parser.add_argument("--print-bpf", action="store_true", help=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..runner import RunOptions, run_capture
+        from ..runner import RunOptions, make_sampler, run_capture
 
-        if args.print_bpf:
-            from ..sampling.sampler import StackSampler
-
-            sampler = StackSampler(
-                args.frequency,
-                args.max_stack_depth,
-                args.stack_storage_size,
-                collection=args.stack_collection,
-                stack_walk=args.stack_walk,
-            )
-            print(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None))
-            if sampler.collection == "ringbuf":
-                from ..scope.threadwatch import ThreadWatch
-
-                print(ThreadWatch([]).bpf_text())
-            if args.net:
-                from ..sampling.net import NetTracer
-
-                print(NetTracer().bpf_text())
-            return 0
         host = args.host or socket.gethostname()
         out = args.out or Path(f"capture-{host}-{time.strftime('%Y%m%d-%H%M%S')}")
         options = RunOptions(
@@ -158,6 +138,18 @@ class RunCommand:
             stack_walk=args.stack_walk,
             checkpoint=args.checkpoint,
         )
+        if args.print_bpf:
+            sampler = make_sampler(options)
+            print(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None))
+            if sampler.collection == "ringbuf":
+                from ..scope.threadwatch import ThreadWatch
+
+                print(ThreadWatch([]).bpf_text())
+            if args.net:
+                from ..sampling.net import NetTracer
+
+                print(NetTracer().bpf_text())
+            return 0
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from ..capture import format as capture
 

@@ -338,6 +338,24 @@ def _ordered_ports(endpoints: list[tuple[str, int]], preferred: Sequence[int]) -
     return sorted(endpoints, key=lambda e: (rank.get(e[1], len(rank)), e[1]))
 
 
+def _first_answer(
+    process: ProcessInfo, preferred: Sequence[int], path: str, fetch: Fetch, accept: Callable[[Any], str | None]
+) -> tuple[str, str] | None:
+    """(base URL, what ``accept`` read) of the first listening port of ``process`` (``preferred`` ones
+    first) that speaks HTTP and answers ``path`` with something ``accept`` takes."""
+    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred):
+        if not speaks_http(host, port):
+            continue
+        base = _url(host, port)
+        try:
+            found = accept(fetch(f"{base}{path}"))
+        except EndpointError:
+            continue
+        if found is not None:
+            return base, found
+    return None
+
+
 def discover_spark(process: ProcessInfo, fetch: Fetch) -> tuple[str, str] | None:
     """(UI base URL, application id) of a Spark driver: its listening ports, UI ports first."""
     preferred: list[int] = []
@@ -345,17 +363,13 @@ def discover_spark(process: ProcessInfo, fetch: Fetch) -> tuple[str, str] | None
     if configured and configured.isdigit():
         preferred.append(int(configured))
     preferred += list(SPARK_DEFAULT_UI_PORTS)
-    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred):
-        if not speaks_http(host, port):
-            continue
-        base = _url(host, port)
-        try:
-            apps = fetch(f"{base}/api/v1/applications")
-        except EndpointError:
-            continue
+
+    def application_id(apps: Any) -> str | None:
         if isinstance(apps, list) and apps and isinstance(apps[0], Mapping) and "id" in apps[0]:
-            return base, str(apps[0]["id"])
-    return None
+            return str(apps[0]["id"])
+        return None
+
+    return _first_answer(process, preferred, "/api/v1/applications", fetch, application_id)
 
 
 def discover_flink(process: ProcessInfo, fetch: Fetch) -> str | None:
@@ -364,17 +378,12 @@ def discover_flink(process: ProcessInfo, fetch: Fetch) -> str | None:
     configured = _cmdline_setting(process.cmdline, "rest.port")
     if configured and configured.isdigit():
         preferred.insert(0, int(configured))
-    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred):
-        if not speaks_http(host, port):
-            continue
-        base = _url(host, port)
-        try:
-            config = fetch(f"{base}/config")
-        except EndpointError:
-            continue
-        if isinstance(config, Mapping) and "flink-version" in config:
-            return base
-    return None
+
+    def version(config: Any) -> str | None:
+        return str(config["flink-version"]) if isinstance(config, Mapping) and "flink-version" in config else None
+
+    found = _first_answer(process, preferred, "/config", fetch, version)
+    return found[0] if found is not None else None
 
 
 # ---------------------------------------------------------------- the counter

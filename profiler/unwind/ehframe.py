@@ -183,17 +183,12 @@ class _Reader:
                 return result
 
     def sleb(self) -> int:
-        result = shift = 0
-        data = self.data
-        while True:
-            byte = data[self.pos]
-            self.pos += 1
-            result |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                if byte & 0x40:
-                    result -= 1 << shift
-                return result
+        """The unsigned reading, sign-extended from its last byte's bit 6 (7 bits per byte read)."""
+        start = self.pos
+        result = self.uleb()
+        if self.data[self.pos - 1] & 0x40:
+            result -= 1 << (7 * (self.pos - start))
+        return result
 
     def pointer(self, encoding: int, section_addr: int) -> int:
         """A DW_EH_PE-encoded pointer; pc-relative ones relative to the field's virtual address."""
