@@ -49,7 +49,7 @@ setup(
     package_data={
         # The BPF C beside the Python that loads it; agent/Makefile: perfmap.py builds the perf-map agent
         # from it on the host.
-        "profiler.sampling": ["*.c"],
+        "profiler.sampling": ["*.c", "*.h"],
         "profiler.scope": ["*.c", "known_spes.txt"],
         "profiler.unwind": ["*.h"],
         "profiler.symbols": ["agent/*.c", "agent/Makefile"],

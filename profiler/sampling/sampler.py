@@ -294,6 +294,7 @@ class StackSampler:
         package = resources.files("profiler.sampling")
         source = package.joinpath(name).read_text(encoding="utf-8")
         # Inlined, so that --print-bpf shows the whole program and bcc needs no include path.
+        source = source.replace('#include "targets.h"\n', package.joinpath("targets.h").read_text(encoding="utf-8"))
         source = source.replace('#include "cfi_step.h"\n', CfiLoader.bpf_header())
         header = "".join(f"#define {key} {value}\n" for key, value in values.items())
         return header + source

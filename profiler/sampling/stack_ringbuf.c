@@ -15,10 +15,7 @@
 // length or -EFAULT/-EINVAL, never -1 (-EPERM), so this cannot be confused with a failed walk.
 #define STACK_NONE -1
 
-struct target_t {
-    u64 samples;  // every sample of the process, also those the ring buffer had no room for
-    u64 dropped;  // ring buffer full: the sample is in `samples` only
-};
+#include "targets.h"
 
 // Layout read by profiler/capture/stackstore.py (RECORD_HEADER): keep both in step.
 struct sample_t {
@@ -32,23 +29,20 @@ struct sample_t {
     u64 kernel[KERNEL_STACK_DEPTH];
 };
 
-BPF_HASH(targets, u32, struct target_t, MAX_TARGETS);
 BPF_RINGBUF_OUTPUT(samples, RINGBUF_PAGES);
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32;
-    struct target_t *target = targets.lookup(&tgid);
+    struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;
-    __sync_fetch_and_add(&target->samples, 1);
 
     struct sample_t *sample = samples.ringbuf_reserve(sizeof(struct sample_t));
     if (sample == NULL) {
         __sync_fetch_and_add(&target->dropped, 1);
         return 0;
     }
-    sample->tgid = tgid;
+    sample->tgid = id >> 32;
     sample->tid = (u32)id;
     sample->time_ns = bpf_ktime_get_ns();
     bpf_get_current_comm(&sample->comm, sizeof(sample->comm));

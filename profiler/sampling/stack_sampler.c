@@ -21,31 +21,24 @@ struct key_t {
     char comm[TASK_COMM_LEN];
 };
 
-// Per target process; present in the map = sampled. User space creates the entry in add_pid().
-struct target_t {
-    u64 samples;  // every sample of the process, also those that could not be counted below
-    u64 dropped;  // the counts map was full: the sample is in `samples` only
-};
+#include "targets.h"
 
 // A stack trace deeper than the bcc default (127 frames) needs its own value type.
 struct stack_t {
     u64 ip[MAX_STACK_DEPTH];
 };
 
-BPF_HASH(targets, u32, struct target_t, MAX_TARGETS);
 BPF_HASH(counts, struct key_t, u64, COUNTS_SIZE);
 BPF_TABLE("stacktrace", int, struct stack_t, stack_traces, STACK_STORAGE_SIZE);
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32;
-    struct target_t *target = targets.lookup(&tgid);
+    struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;
-    __sync_fetch_and_add(&target->samples, 1);
 
     struct key_t key = {};
-    key.tgid = tgid;
+    key.tgid = id >> 32;
     key.tid = (u32)id;
     bpf_get_current_comm(&key.comm, sizeof(key.comm));
     key.user_stack_id = stack_traces.get_stackid(&ctx->regs, BPF_F_USER_STACK);

@@ -39,10 +39,7 @@ struct unwind_regs {
 
 #include "cfi_step.h"
 
-struct target_t {
-    u64 samples;  // every sample of the process, also those the ring buffer had no room for
-    u64 dropped;  // ring buffer full: the sample is in `samples` only
-};
+#include "targets.h"
 
 // Per JVM, written by user space from the JVM's own vmStructs (profiler/unwind/hotspot.py).
 struct jvm_t {
@@ -77,7 +74,6 @@ struct scratch_t {
     struct sample_t sample;
 };
 
-BPF_HASH(targets, u32, struct target_t, MAX_TARGETS);
 BPF_HASH(jvms, u32, struct jvm_t, MAX_TARGETS);
 BPF_PERCPU_ARRAY(scratch, struct scratch_t, 1);
 BPF_PROG_ARRAY(walk_progs, 1);  // [0] = walk_more, set by profiler/sampling/sampler.py
@@ -236,11 +232,10 @@ int walk_more(struct bpf_perf_event_data *ctx) {
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32;
-    struct target_t *target = targets.lookup(&tgid);
+    struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;
-    __sync_fetch_and_add(&target->samples, 1);
+    u32 tgid = id >> 32;
 
     u32 zero = 0;
     struct scratch_t *scratch_value = scratch.lookup(&zero);

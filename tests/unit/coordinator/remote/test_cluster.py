@@ -156,6 +156,7 @@ def test_bundle_holds_the_agent_package_without_caches() -> None:
     assert "profiler/__main__.py" in names and "profiler/runner.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # every room of the package and its data files: the BPF C, known_spes.txt, the agent's sources
-    for shipped in ("profiler/capture/format.py", "profiler/sampling/stack_walk.c", "profiler/unwind/cfi_step.h",
+    for shipped in ("profiler/capture/format.py", "profiler/sampling/stack_walk.c", "profiler/sampling/targets.h",
+                    "profiler/unwind/cfi_step.h",
                     "profiler/scope/known_spes.txt", "profiler/scope/exec_watch.c", "profiler/symbols/agent/Makefile"):
         assert shipped in names, shipped
