@@ -26,6 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_overhead import command_line, publish  # noqa: E402
 
 from tests.fixtures.jvm import METHODS, compile_workloads, start_cpu_split  # noqa: E402
 
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench_accuracy: needs root (eBPF)", file=sys.stderr)
         return 3
-    command = "python bench/bench_accuracy.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_accuracy.py", argv)
     trials = []
     with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp:
         work = Path(tmp)
@@ -202,13 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{duration:g} s trial {repeat + 1}: max error {max(result.errors_pp.values()):.2f} pp, "
                       f"{result.samples} samples", flush=True)
                 trials.append(result)
-    text = report(trials, command.strip(), args.frequency)
-    print(text)
-    if not args.no_write:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
-    return 0
+    return publish(report(trials, command, args.frequency), DOC, args.no_write)
 
 
 if __name__ == "__main__":

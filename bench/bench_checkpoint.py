@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_overhead import WORKLOAD, OpsJvm, machine_facts  # noqa: E402
+from bench_overhead import WORKLOAD, OpsJvm, command_line, machine_facts, publish  # noqa: E402
 
 from profiler.capture import format as capture  # noqa: E402
 from profiler.capture.checkpoint import journal_path  # noqa: E402
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="OpsLoop threads (1: keep the machine usable)")
     parser.add_argument("--no-write", action="store_true", help=f"print only; do not write {DOC}")
     args = parser.parse_args(argv)
-    command = "python bench/bench_checkpoint.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_checkpoint.py", argv)
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
         work = Path(tmp)
         subprocess.run([shutil.which("javac") or "javac", "-d", str(work), str(WORKLOAD)], check=True)
@@ -230,12 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             print(killed, flush=True)
         finally:
             jvm.stop()
-    text = report(runs, killed, args, command.strip())
-    print(text)
-    if not args.no_write:
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
-    return 0
+    return publish(report(runs, killed, args, command), DOC, args.no_write)
 
 
 if __name__ == "__main__":

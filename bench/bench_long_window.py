@@ -24,6 +24,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_overhead import command_line, publish  # noqa: E402
 
 from profiler.capture import format as capture  # noqa: E402
 
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse and args.keep is None:
         parser.error("--reuse needs --keep DIR (where the runs are)")
     durations = [float(d) for d in args.durations.split(",")]
-    command = "python bench/bench_long_window.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_long_window.py", argv)
     with tempfile.TemporaryDirectory(prefix="bench-long-") as scratch:
         work = args.keep or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
@@ -225,12 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"duration": duration, "samples": window.samples, "stored_pct": window.stored_pct,
                               "rss_growth_mb": window.rss_growth / MB, "cpu_pct": window.cpu_pct}), flush=True)
             windows.append(window)
-    text = report(windows, command.strip())
-    print(text)
-    if not args.no_write:
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
-    return 0
+    return publish(report(windows, command), DOC, args.no_write)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_overhead import REPO, WORKLOAD, OpsJvm, machine_facts
+from bench_overhead import REPO, WORKLOAD, OpsJvm, command_line, machine_facts, publish
 
 from profiler.capture import format as capture
 
@@ -205,13 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench_memory: needs root (eBPF)", file=sys.stderr)
         return 3
-    command = "python bench/bench_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(run(args), args, command.strip())
-    print(text)
-    if not args.no_write:
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
-    return 0
+    command = command_line("bench_memory.py", argv)
+    return publish(report(run(args), args, command), DOC, args.no_write)
 
 
 if __name__ == "__main__":

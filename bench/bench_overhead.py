@@ -336,6 +336,21 @@ def report(windows: list[Window], args: argparse.Namespace, command: str) -> str
     return "\n".join(lines)
 
 
+def command_line(script: str, argv: list[str] | None) -> str:
+    """How the benchmark was run, for its results page."""
+    return " ".join([f"python bench/{script}", *(argv if argv is not None else sys.argv[1:])]).strip()
+
+
+def publish(text: str, doc: Path, no_write: bool) -> int:
+    """Print a benchmark's results page and write it to ``doc`` (unless --no-write); main()'s end."""
+    print(text)
+    if not no_write:
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(text)
+        print(f"wrote {doc}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 rounds of 10 s windows")
@@ -355,15 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench_overhead: needs root (eBPF, perf)", file=sys.stderr)
         return 3
-    command = "python bench/bench_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line("bench_overhead.py", argv)
     windows = run(args)
-    text = report(windows, args, command.strip())
-    print(text)
-    if not args.no_write:
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        DOC.write_text(text)
-        print(f"wrote {DOC}")
-    return 0
+    return publish(report(windows, args, command), DOC, args.no_write)
 
 
 if __name__ == "__main__":
