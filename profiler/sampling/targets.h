@@ -1,5 +1,5 @@
-// The sampled processes, the same in the three stack programs (stack_walk.c, stack_ringbuf.c,
-// stack_sampler.c; one of them is loaded). Inlined by profiler/sampling/sampler.py where a program
+// The sampled processes, the same in the three stack programs (the BPF walker, the ring-buffer and
+// the stack-map program; one of them is loaded). Inlined by profiler/sampling/sampler.py where a program
 // includes it, so bcc needs no include path and --print-bpf shows the whole program.
 
 // Per target process; present in the map = sampled. User space creates the entry in add_pid().
