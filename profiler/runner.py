@@ -45,10 +45,11 @@ from .capture import (
     VertexWindow,
 )
 from .checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
-from .errors import OutputExistsError, OutputWriteError, PrivilegeError
+from .errors import OutputWriteError, PrivilegeError
 from .flinkmetrics import taskmanager_pids
 from .folded import format_folded
 from .matcher import Matcher, MatchResult, match_stacks
+from .outputs import check_output_dir, mark_output_dir
 from .stackstore import CollectedStacks, SamplerCheckpoint
 from .timeline import CounterReading, counter_deltas, rss_bytes
 
@@ -241,13 +242,12 @@ def check_privileges() -> None:
 
 
 def prepare_output(out: Path, force: bool) -> None:
+    """A capture directory replaces only a capture (``force``), never a directory of the user's."""
+    check_output_dir(out, "--out", force=force, own_kind=(capture.META_FILE, "checkpoint"))
     if out.exists() and any(out.iterdir()):
-        if not force:
-            raise OutputExistsError(
-                f"{out}: output directory exists and is not empty; choose another --out or add --force"
-            )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    mark_output_dir(out, "profiler run")
 
 
 # ------------------------------------------------------------------ status file

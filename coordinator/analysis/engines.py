@@ -41,9 +41,11 @@ from coordinator.analysis.rows import (
     window_notes,
 )
 from coordinator.analysis.timeline import SubWindow
+from coordinator.rundir import RUN_FILE
 from profiler.appprofile import parse_profile
 from profiler.capture import UNMATCHED, FlinkSubtask, atomic_write_text, format_result_csv, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
+from profiler.outputs import check_output_dir, mark_output_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -430,6 +432,9 @@ def _default_out_dir(runs: Sequence[RunInput]) -> Path:
 
 
 def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
+    """A new directory, a run directory or a previous analysis (replaced); never a host capture, nor a
+    directory of the user's own files (profiler.outputs)."""
+    check_output_dir(out_dir, "--out", force=False, own_kind=(RUN_FILE, ANALYSIS_FILE), replace_own=True)
     for run in runs:
         for host in run.hosts:
             if host.capture_dir is not None and out_dir.resolve() == host.capture_dir.resolve():
@@ -775,6 +780,8 @@ def analyze(
             distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master, window)
     else:
         distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master, window)
+    if not (target / RUN_FILE).is_file():
+        mark_output_dir(target, "coordinator analyze")
     if by == "stage":
         _add_stage_rows(target / SUMMARY_FILE, runs, profile_text, profile_source)
     elif by == "vertex":

@@ -24,8 +24,9 @@ from pathlib import Path
 from ..argtypes import existing_path, non_negative_int
 from ..capture import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, contained, read_sampler_stats
 from ..defaults import DEFAULT_PROFILE, data_file
-from ..errors import CaptureFormatError, ConfigError, OutputExistsError
+from ..errors import CaptureFormatError, ConfigError
 from ..matcher import MatchResult
+from ..outputs import check_output_file, csv_header, folded_text
 from ..stats import share_ci95
 
 
@@ -144,9 +145,10 @@ class MatchCommand:
 
         if not args.stacks and not args.explain:
             raise ConfigError("nothing to match; pass folded files or capture directories (or --explain STACK)")
-        for output in (args.csv, args.unmatched):
-            if output is not None and output.exists() and not args.force:
-                raise OutputExistsError(f"{output}: exists; choose another name or add --force")
+        if args.csv is not None:
+            check_output_file(args.csv, "--csv", force=args.force, signature=csv_header("task", "samples", "share"))
+        if args.unmatched is not None:
+            check_output_file(args.unmatched, "--unmatched", force=args.force, signature=folded_text)
         profile_path = args.profile if args.profile is not None else data_file(DEFAULT_PROFILE)
         matcher = Matcher(load_profile(profile_path))
         for stack in args.explain:
