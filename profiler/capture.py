@@ -23,6 +23,7 @@ from typing import Any
 
 from .errors import CaptureFormatError
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line
+from .textinput import TEXT_ENCODING, open_text
 
 FORMAT_VERSION = 3
 # v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; the rest reads the same
@@ -507,7 +508,7 @@ def read_json_file(path: Path, if_missing: str, if_invalid: str) -> Any:
     """The JSON of one file of a capture, run or report. A missing or unparsable file is a
     CaptureFormatError naming the file (and line) followed by the caller's advice."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding=TEXT_ENCODING))  # a BOM is not part of the JSON
     except FileNotFoundError:
         raise CaptureFormatError(f"{path}: missing; {if_missing}") from None
     except json.JSONDecodeError as exc:
@@ -680,7 +681,7 @@ def read_overhead(capture_dir: Path) -> Overhead | None:
 
 def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
     """(interval, folded stack, count) per line of a timeline.folded; a bad line is a CaptureFormatError."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_text(path, lenient=True) as handle:
         for number, line in enumerate(handle, 1):
             line = line.rstrip("\r\n")
             if not line:
@@ -727,7 +728,7 @@ def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | Non
     names = expect_json(payload.get("contexts", []), list, path, "contexts")
     rows = expect_json(payload.get("rows", []), list, path, "rows")
     stacks_file = stacks_path(capture_dir, pid)
-    with open(stacks_file, encoding="utf-8", errors="replace") as handle:
+    with open_text(stacks_file, lenient=True) as handle:
         stacks = [stack for stack, _count in iter_folded(handle, str(stacks_file))]
     counts: Counter[tuple[str, str]] = Counter()
     for number, row in enumerate(rows, 1):

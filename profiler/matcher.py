@@ -7,6 +7,8 @@ or in process) and the report call the same code. docs/matching.md states every 
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -17,6 +19,7 @@ from typing import Any
 from .appprofile import ApplicationProfile, Pattern, literal_key
 from .capture import UNMATCHED
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
+from .textinput import open_text
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
@@ -27,34 +30,35 @@ def literal_alternation(words: Iterable[str]) -> str | None:
 
     Python's ``re`` tries the branches of a flat alternation one by one at every position; a trie
     shares prefixes, so each position costs about one branch test. Words that extend another word
-    are dropped because the shorter one already answers "does any word occur?".
+    are dropped because the shorter one already answers "does any word occur?". The trie is built
+    from the sorted words a shared prefix at a time, never a node per character: linear in the
+    words' length for the nesting it allows.
     """
     unique = sorted(set(words))
     if not unique:
         raise ValueError("no words")
-    trie: dict[str, Any] = {}
-    for word in unique:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-    if _nesting(trie) > MAX_TRIE_NESTING:
+    return _alternation(unique, 0)
+
+
+def _alternation(words: list[str], nesting: int) -> str | None:
+    """The trie regex of sorted, distinct ``words``; None beyond MAX_TRIE_NESTING branchings."""
+    if words[0] == "":  # a word ends here: the search already succeeded
+        return ""
+    if len(words) == 1:
+        return re.escape(words[0])
+    prefix = os.path.commonprefix([words[0], words[-1]])  # sorted: the prefix of all of them
+    if prefix:
+        rest = _alternation([word[len(prefix):] for word in words], nesting)
+        return None if rest is None else re.escape(prefix) + rest
+    if nesting >= MAX_TRIE_NESTING:
         return None
-    return _trie_to_regex(trie)
-
-
-def _nesting(trie: dict[str, Any]) -> int:
-    """How many branching nodes lie on the deepest path (iterative: tries can be deep)."""
-    deepest = 0
-    pending = [(trie, 0)]
-    while pending:
-        node, depth = pending.pop()
-        if "" in node:
-            continue
-        depth += len(node) > 1
-        deepest = max(deepest, depth)
-        pending.extend((child, depth) for child in node.values())
-    return deepest
+    branches = []
+    for _char, group in itertools.groupby(words, key=lambda word: word[0]):
+        branch = _alternation(list(group), nesting + 1)
+        if branch is None:
+            return None
+        branches.append(branch)
+    return "(?:" + "|".join(branches) + ")"
 
 
 def literal_searcher(words: Iterable[str]) -> Callable[[str], bool]:
@@ -65,23 +69,6 @@ def literal_searcher(words: Iterable[str]) -> Callable[[str], bool]:
         search = re.compile(expression).search
         return lambda text: search(text) is not None
     return lambda text: any(word in text for word in words)
-
-
-def _trie_to_regex(node: dict[str, Any]) -> str:
-    if "" in node:  # a word ends here: the search already succeeded
-        return ""
-    branches = []
-    for char in sorted(node):
-        child = node[char]
-        chain = re.escape(char)
-        # Collapse single-child chains into one literal run (keeps recursion shallow).
-        while len(child) == 1 and "" not in child:
-            (next_char, child), = child.items()
-            chain += re.escape(next_char)
-        branches.append(chain + _trie_to_regex(child))
-    if len(branches) == 1:
-        return branches[0]
-    return "(?:" + "|".join(branches) + ")"
 
 
 @dataclass(frozen=True)
@@ -429,7 +416,7 @@ class StackAccumulator:
             self.add(*parsed)
 
     def add_folded_file(self, path: str | Path) -> None:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open_text(path, lenient=True) as handle:
             self.add_folded_lines(handle, str(path))
 
     def result(self) -> MatchResult:

@@ -51,6 +51,7 @@ from .folded import format_folded
 from .matcher import Matcher, MatchResult, match_stacks
 from .outputs import check_output_dir, mark_output_dir
 from .stackstore import CollectedStacks, SamplerCheckpoint
+from .textinput import TEXT_ENCODING
 from .timeline import CounterReading, counter_deltas, rss_bytes
 
 CAP_PERFMON = 38
@@ -683,7 +684,7 @@ class Runner:
             "checkpoint": options.checkpoint,
             "stack_storage_size": options.stack_storage_size,
             "profile_name": Path(options.profile).name,
-            "profile_text": Path(options.profile).read_text(encoding="utf-8"),
+            "profile_text": Path(options.profile).read_text(encoding=TEXT_ENCODING),
             "start_time": state.start_time,
             "max_stack_depth": components.sampler.max_stack_depth,
             "stack_collection": components.sampler.collection,
@@ -786,7 +787,8 @@ class Runner:
         state.warnings.extend(self._component_warnings(components))
         out = self.options.out
         capture.write_scope(out, collected.processes)
-        capture.atomic_write_text(out / capture.PROFILE_COPY, Path(self.options.profile).read_text(encoding="utf-8"))
+        profile_text = Path(self.options.profile).read_text(encoding=TEXT_ENCODING)
+        capture.atomic_write_text(out / capture.PROFILE_COPY, profile_text)
         matched = self._write_stacks(collected.stacks, Matcher(profile))
         self._write_counters(collected.counters, collected.processes)
         for pid_net in collected.net.values():

@@ -46,6 +46,7 @@ from profiler.appprofile import parse_profile
 from profiler.capture import UNMATCHED, FlinkSubtask, atomic_write_text, format_result_csv, replace_dir
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 from profiler.outputs import check_output_dir, mark_output_dir
+from profiler.textinput import open_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -635,7 +636,7 @@ def _append_cut_rows(summary: Path, extra: Sequence[Mapping[str, Any]], cut_colu
     placed after ``host_state``."""
     from coordinator.analysis.rows import read_summary
 
-    with open(summary, encoding="utf-8", newline="") as handle:
+    with open_text(summary, newline="") as handle:
         header = next(csv.reader(handle))
     at = header.index("host_state") + 1
     columns = (*header[:at], *cut_columns, *header[at:])

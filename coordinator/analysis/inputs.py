@@ -13,9 +13,11 @@ from typing import TypedDict
 from coordinator.analysis import timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from profiler import capture
+from profiler.appprofile import MAX_PROFILE_BYTES
 from profiler.capture import EventCount, NetStats, PidCounters, ProcessInfo
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.folded import read_folded
+from profiler.textinput import read_text_input
 
 # ---------------------------------------------------------------- typed inputs
 
@@ -283,19 +285,17 @@ def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tupl
     """(profile text, where it came from): ``profile`` when given, else the runs' own copy, which
     must be the same text in every run."""
     if profile is not None:
-        try:
-            return Path(profile).read_text(encoding="utf-8"), str(profile)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{profile}: cannot read the application profile ({exc}); check the path") from None
+        fix = "check the path"
+        return read_text_input(profile, "the application profile", fix, max_bytes=MAX_PROFILE_BYTES), str(profile)
     texts: dict[str, Path] = {}
     for run in runs:
         if not run.profile_copies:
             raise ConfigError(f"{run.directory}: no application_profile.txt copy in the run; pass --profile FILE")
         copy = capture.contained(run.directory, run.profile_copies[0])
-        try:
-            texts.setdefault(copy.read_text(encoding="utf-8"), copy)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CaptureFormatError(f"{copy}: cannot read the profile copy ({exc}); pass --profile FILE") from None
+        text = read_text_input(
+            copy, "the profile copy", "pass --profile FILE", max_bytes=MAX_PROFILE_BYTES, error=CaptureFormatError
+        )
+        texts.setdefault(text, copy)
     if len(texts) > 1:
         names = ", ".join(str(p) for p in texts.values())
         raise ConfigError(f"{names}: the runs were profiled with different application profiles; pass --profile FILE")

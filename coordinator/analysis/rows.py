@@ -23,6 +23,7 @@ from profiler.capture import ALL_TASKS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.matcher import MatchResult
 from profiler.stats import share_ci95
+from profiler.textinput import open_text
 
 SUMMARY_FILE = "summary.csv"
 # A bare host capture is never written to: `coordinator analyze` puts its analysis in this subdirectory.
@@ -346,7 +347,7 @@ def read_summary(path: Path, stages: bool = False) -> list[dict[str, str]]:
     """summary.csv's rows; Spark stage rows (``analyze --by stage``) and Flink vertex rows (``--by
     vertex``) only with ``stages``: they cut the same samples again and must never be summed with the others."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text(path, newline="") as handle:
             rows = list(csv.DictReader(handle))
     except OSError as exc:
         raise CaptureFormatError(

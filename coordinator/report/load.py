@@ -30,6 +30,7 @@ from profiler.capture import (
     stacks_path,
     timeline_path,
 )
+from profiler.textinput import TEXT_ENCODING, open_text
 
 # ---------------------------------------------------------------- loading
 
@@ -74,10 +75,23 @@ class RunData:
         return None
 
 
+# What the report's tables read from summary.csv and the hosts' <host>_result.csv.
+REPORT_COLUMNS = ("host", "pid", "task", "samples", "cycles")
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of summary.csv or a host's result CSV; one without the columns the tables read is a
+    CaptureFormatError naming them (never an empty table)."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            return [dict(row) for row in csv.DictReader(handle)]
+        with open_text(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [name for name in REPORT_COLUMNS if name not in (reader.fieldnames or ())]
+            if missing:
+                raise CaptureFormatError(
+                    f"{path}: no column {', '.join(missing)} (not a summary or result CSV, or cut); "
+                    "re-run `coordinator analyze`"
+                )
+            return [dict(row) for row in reader]
     except (csv.Error, UnicodeDecodeError) as exc:
         raise CaptureFormatError(f"{path}: not valid CSV ({exc}); re-run `coordinator analyze`") from None
     except OSError as exc:
@@ -161,7 +175,7 @@ def load_run(path: Path) -> RunData:
     candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
     for candidate in candidates if profile_text is None else ():
         if contained(path, candidate).is_file():
-            profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
+            profile_text, profile_source = candidate.read_text(encoding=TEXT_ENCODING, errors="replace"), str(candidate)
             break
     return RunData(
         path,
@@ -248,7 +262,7 @@ def read_analysis_record(summary: Path | None) -> tuple[str | None, str | None, 
         return None, None, None
     record = summary.parent / "analysis.json"
     try:
-        payload = json.loads(record.read_text(encoding="utf-8"))
+        payload = json.loads(record.read_text(encoding=TEXT_ENCODING))
     except (OSError, ValueError):
         return None, None, None
     if not isinstance(payload, dict):
