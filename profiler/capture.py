@@ -430,7 +430,7 @@ def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
     path = capture_dir / SPARK_FILE
     if not path.exists():
         return None
-    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    payload = _versioned(_load_json(capture_dir, path), path, SPARK_READABLE_VERSIONS)
     expect_json(payload.get("plans", []), list, path, "plans")
     return dict(payload)
 def write_flink_vertices(
@@ -602,10 +602,22 @@ def read_meta(capture_dir: Path) -> RunMeta:
         raise CaptureFormatError(
             f"{path}: interval {meta.interval!r} is not a positive number of seconds; re-run the capture"
         )
-    for name in ("start_time", "end_time"):
-        if not math.isfinite(getattr(meta, name)):
-            raise CaptureFormatError(f"{path}: {name} is not a finite number; re-run the capture")
+    check_times(path, meta.start_time, meta.end_time, "re-run the capture")
     return meta
+
+
+# Unix times a capture can hold: after 1970, before the year 3000 (time.localtime of 1e300 overflows).
+LATEST_TIME = 32503680000.0
+
+
+def check_times(path: Path, start: float | None, end: float | None, advice: str, what: str = "") -> None:
+    """A window's start and end (either may be None): finite, between 1970 and 3000, start <= end;
+    else a CaptureFormatError naming ``path`` (and ``what``, e.g. the host)."""
+    for name, value in (("start_time", start), ("end_time", end)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= LATEST_TIME):
+            raise CaptureFormatError(f"{path}: {what}{name} {value!r} is not a possible time; {advice}")
+    if start is not None and end is not None and end < start:
+        raise CaptureFormatError(f"{path}: {what}end_time {end!r} is before start_time {start!r}; {advice}")
 
 
 def read_scope(capture_dir: Path) -> list[ProcessInfo]:
@@ -644,12 +656,29 @@ def read_events(capture_dir: Path) -> EventCount | None:
     return from_json_object(EventCount, _load_json(capture_dir, path), path) if path.exists() else None
 
 
+FLINK_READABLE_VERSIONS = (1, FLINK_FORMAT_VERSION)
+SPARK_READABLE_VERSIONS = (1,)
+
+
+def _versioned(payload: Any, path: Path, readable: tuple[int, ...]) -> dict[str, Any]:
+    """A JSON object whose ``format_version`` (absent in the first files) this build reads; a newer
+    one is refused, never read as if current."""
+    payload = expect_json(payload, dict, path, "the file")
+    version = payload.get("format_version", readable[0])
+    if version not in readable or isinstance(version, bool):
+        raise CaptureFormatError(
+            f"{path}: format_version {version!r}, this version reads {', '.join(map(str, readable))}; "
+            "use a matching profiler version"
+        )
+    return dict(payload)
+
+
 def read_flink_placement(capture_dir: Path) -> tuple[tuple[FlinkSubtask, ...], tuple[FlinkTaskManager, ...]]:
     """flink.json's subtasks and TaskManagers (v2); empty for a v1 file or when the REST API did not say."""
     path = capture_dir / FLINK_FILE
     if not path.exists():
         return (), ()
-    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    payload = _versioned(_load_json(capture_dir, path), path, FLINK_READABLE_VERSIONS)
     subtasks = expect_json(payload.get("subtasks", []), list, path, "subtasks")
     taskmanagers = expect_json(payload.get("taskmanagers", []), list, path, "taskmanagers")
     return (
@@ -663,7 +692,7 @@ def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
     path = capture_dir / FLINK_FILE
     if not path.exists():
         return ()
-    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    payload = _versioned(_load_json(capture_dir, path), path, FLINK_READABLE_VERSIONS)
     entries = expect_json(payload.get("vertices", []), list, path, "vertices")
     return tuple(from_json_object(VertexWindow, entry, path) for entry in entries)
 

@@ -22,7 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
-from ..capture import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, contained, read_sampler_stats
+from ..capture import (
+    META_FILE,
+    PIDS_DIR,
+    SAMPLER_FILE,
+    STACKS_FILE,
+    atomic_write_text,
+    contained,
+    read_meta,
+    read_sampler_stats,
+)
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import CaptureFormatError, ConfigError
 from ..matcher import MatchResult
@@ -42,6 +51,10 @@ def stack_files(inputs: Sequence[Path]) -> list[Path]:
                     "pass folded files, a capture directory or a run directory"
                 )
             files.extend(contained(path, found_file) for found_file in found)
+            # a capture of a format this build does not read is refused, never read as if current
+            for capture_dir in {found_file.parent.parent.parent for found_file in found}:
+                if (capture_dir / META_FILE).exists():
+                    read_meta(capture_dir)
         else:
             files.append(path)
     # The same file named twice would count its samples twice.
