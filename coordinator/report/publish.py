@@ -145,8 +145,10 @@ def publish(report_dir: Path, publish_root: Path, problems: list[str] | None = N
         raise OutputExistsError(
             f"{target}: exists and is not a published report; refusing to replace it, rename it or publish elsewhere"
         )
+    fresh = not publish_root.exists() or not any(publish_root.iterdir())
     publish_root.mkdir(parents=True, exist_ok=True)
-    mark_output_dir(publish_root, "coordinator report --publish")
+    if fresh:  # a web root that holds other files is never marked as ours (--force must not replace it)
+        mark_output_dir(publish_root, "coordinator report --publish")
     if target.resolve() == report_dir.resolve():
         raise ConfigError(f"{publish_root}: is where the report already lives; publish to another directory")
     staging = Path(tempfile.mkdtemp(prefix=f".{run_id}.new-", dir=publish_root))
