@@ -117,7 +117,7 @@ def check_output_dir(
     own_kind = tuple(own_kind)
     if path.exists() and not path.is_dir():
         raise OutputExistsError(f"{path}: is a file, {option} takes a directory; choose another {option}")
-    if path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(child.name != MARKER for child in path.iterdir()):  # only our marker: empty
         if not is_ours(path, own_kind):
             raise OutputExistsError(
                 f"{path}: exists and holds files this tool did not write; refusing to replace or write into it "

@@ -88,7 +88,8 @@ def _is_failed_demo(run_dir: Path) -> bool:
     """A directory a failed demo left: only the kept workload logs, no run.json."""
     from profiler.outputs import MARKER
 
-    return run_dir.is_dir() and [p.name for p in run_dir.iterdir() if p.name != MARKER] == [WORKLOAD_DIR]
+    # the marker says the demo made the directory: a user's own "workload" folder is never taken for one
+    return run_dir.is_dir() and sorted(p.name for p in run_dir.iterdir()) == sorted((MARKER, WORKLOAD_DIR))
 
 
 def _prepare_out(out: Path, force: bool) -> None:
@@ -99,8 +100,9 @@ def _prepare_out(out: Path, force: bool) -> None:
     if force and _is_failed_demo(out):
         shutil.rmtree(out)
     prepare_run_dir(out, force)
-    for child in out.iterdir():  # hosts/ and the marker: profile_cluster prepares them again
-        child.rmdir() if child.is_dir() else child.unlink()
+    for child in out.iterdir():  # hosts/: profile_cluster prepares it again; the marker stays
+        if child.is_dir():
+            child.rmdir()
 
 
 def _remove_unused(run_dir: Path, created: bool) -> None:

@@ -33,7 +33,7 @@ from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, 
 from profiler import __version__, capture
 from profiler.appprofile import load_profile
 from profiler.errors import CapabilityError, ProfilerError, config_error
-from profiler.outputs import check_output_dir, mark_output_dir
+from profiler.outputs import MARKER, check_output_dir, mark_output_dir
 from profiler.spes import load_known_spes
 
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
@@ -93,7 +93,7 @@ def prepare_run_dir(out_dir: Path, force: bool) -> None:
     """Create the run directory; a non-empty one is replaced only with ``force`` and only when this tool
     wrote it (a run: run.json or its marker); a directory of the user's never (profiler.outputs)."""
     check_output_dir(out_dir, "--out", force=force, own_kind=(rundir.RUN_FILE,))
-    if out_dir.exists() and any(out_dir.iterdir()):
+    if out_dir.exists() and any(child.name != MARKER for child in out_dir.iterdir()):
         shutil.rmtree(out_dir)
     (out_dir / rundir.HOSTS_DIR).mkdir(parents=True, exist_ok=True)
     mark_output_dir(out_dir, "coordinator profile")
