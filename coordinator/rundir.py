@@ -14,6 +14,7 @@ from typing import Any
 
 from profiler.capture import (
     atomic_write_text,
+    check_rate,
     check_times,
     expect_json,
     from_json_object,
@@ -152,6 +153,7 @@ def read_run(run_dir: Path) -> RunInfo:
 def _check_consistent(info: RunInfo, path: Path, advice: str) -> None:
     """run.json agrees with itself: each host once (else its samples count twice), possible times."""
     check_times(path, info.start_time, info.end_time, advice)
+    check_rate(path, info.frequency, info.duration, advice)
     seen: set[str] = set()
     for host in info.hosts:
         if host.host in seen:

@@ -603,11 +603,25 @@ def read_meta(capture_dir: Path) -> RunMeta:
             f"{path}: interval {meta.interval!r} is not a positive number of seconds; re-run the capture"
         )
     check_times(path, meta.start_time, meta.end_time, "re-run the capture")
+    check_rate(path, meta.frequency, meta.duration_requested, "re-run the capture")
     return meta
 
 
 # Unix times a capture can hold: after 1970, before the year 3000 (time.localtime of 1e300 overflows).
 LATEST_TIME = 32503680000.0
+
+
+MAX_FREQUENCY = 10000  # Hz, profiler.argtypes.frequency's bound
+MAX_DURATION = 7 * 24 * 3600.0  # seconds, profiler.argtypes.duration's bound
+
+
+def check_rate(path: Path, frequency: int, duration: float, advice: str) -> None:
+    """A sampling frequency and a requested duration that a run can have (every --frequency and
+    --duration passes argparse's bounds); else a CaptureFormatError naming ``path``."""
+    if not 1 <= frequency <= MAX_FREQUENCY:
+        raise CaptureFormatError(f"{path}: frequency {frequency!r} is not 1 to {MAX_FREQUENCY} Hz; {advice}")
+    if not (math.isfinite(duration) and 0 <= duration <= MAX_DURATION):
+        raise CaptureFormatError(f"{path}: duration {duration!r} is not 0 to {MAX_DURATION:g} seconds; {advice}")
 
 
 def check_times(path: Path, start: float | None, end: float | None, advice: str, what: str = "") -> None:

@@ -807,6 +807,8 @@ RUN_JSON_ROUND_TWO: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("host-end-before-start", lambda run: run["hosts"][0].update(start_time=1_700_000_100.0, end_time=1.0)),
     ("host-state-unknown", lambda run: run["hosts"][0].update(state="exploded")),
     ("format-version-2", lambda run: run.update(format_version=2)),
+    ("frequency-0", lambda run: run.update(frequency=0)),
+    ("duration-1e300", lambda run: run.update(duration=1e300)),
 ]
 META_ROUND_TWO: list[tuple[str, dict[str, object]]] = [
     ("start-1e300", {"start_time": 1e300, "end_time": 1e300}),
@@ -814,6 +816,9 @@ META_ROUND_TWO: list[tuple[str, dict[str, object]]] = [
     ("end-before-start", {"end_time": 1.0}),
     ("format-version-4", {"format_version": 4}),
     ("format-version-1000", {"format_version": 1000}),
+    ("frequency-0", {"frequency": 0}),
+    ("frequency-negative", {"frequency": -99}),
+    ("duration-requested-negative", {"duration_requested": -1.0}),
 ]
 VERSIONED_FILES: list[tuple[str, str, str]] = [
     ("flink-version-99", "flink.json", '{"format_version": 99, "vertices": []}'),
