@@ -103,6 +103,7 @@ def test_rerender_replaces_atomically_and_refuses_foreign_directories(crafted_ru
     ours = tmp_path / "ours"  # another directory this tool wrote: replaced with --force only
     ours.mkdir()
     (ours / MARKER).write_text("written by coordinator analyze\n")
+    (ours / "summary.csv").write_text("run,host,pid,task,samples,cycles\n")
     with pytest.raises(OutputExistsError, match="--force"):
         render_report(crafted_run, ours)
     assert render_report(crafted_run, ours, force=True).is_file()
