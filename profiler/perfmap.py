@@ -38,7 +38,7 @@ from .errors import CapabilityError
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 AGENT_NAME = "libperfmap_agent.so"
 _SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
-ATTACH_REPLY_MAX_BYTES = 16 << 20  # a thread dump of thousands of threads is a few MB
+ATTACH_REPLY_MAX_BYTES = 8 << 20  # a thread dump of thousands of threads is a few MB
 
 
 # ---------------------------------------------------------------- reading maps (pure)
@@ -122,6 +122,34 @@ def read_perf_map_bytes(pid: int) -> bytes | None:
         safeio.warn(pid, shown, f"pid {pid}: {shown}: {lines} lines, over the limit of {PERF_MAP_MAX_LINES}; not read")
         return None
     return content
+
+
+def _within_limits(root_pid: int, path: str, owner: int) -> bool:
+    try:
+        content = safeio.read_in_root(root_pid, path, PERF_MAP_MAX_BYTES, (owner,))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    lines = content.count(b"\n")
+    if lines > PERF_MAP_MAX_LINES:
+        shown = f"/proc/{root_pid}/root{path}"
+        safeio.warn(
+            root_pid, shown, f"pid {root_pid}: {shown}: {lines} lines, over the limit of {PERF_MAP_MAX_LINES}; not read"
+        )
+        return False
+    return True
+
+
+def bcc_may_read_perf_maps(pid: int) -> bool:
+    """Whether bcc's symbol cache may be given ``pid``: bcc reads the maps itself (the JVM's own and
+    /tmp/perf-PID.map of the host, whole, as root, following links, a FIFO blocking it), so both must
+    be absent or pass the checks of our own reads (safeio; a refusal is warned once)."""
+    try:
+        uid = safeio.owner(pid)[0]
+    except OSError:
+        return False
+    return _within_limits(pid, perf_map_file(pid), uid) and _within_limits(os.getpid(), f"/tmp/perf-{pid}.map", uid)
 
 
 def read_perf_map(pid: int) -> PerfMap | None:
@@ -255,14 +283,16 @@ def attach_command(pid: int, command: str, *args: str, timeout: float = 30.0) ->
         try:
             _connect(conn, pid, timeout)
             conn.sendall(request)
-            chunks, size = [], 0
-            while (chunk := conn.recv(65536)) and size < ATTACH_REPLY_MAX_BYTES:
-                chunks.append(chunk)
-                size += len(chunk)
+            reply = bytearray()  # at most ATTACH_REPLY_MAX_BYTES: the rest of a flood is never read
+            while len(reply) < ATTACH_REPLY_MAX_BYTES and (
+                chunk := conn.recv(min(65536, ATTACH_REPLY_MAX_BYTES - len(reply)))
+            ):
+                reply += chunk
         except OSError as exc:
             raise AttachError(f"pid {pid}: attach socket {_socket_file(pid)}: {exc}") from None
-    reply = b"".join(chunks)[:ATTACH_REPLY_MAX_BYTES].decode("utf-8", "replace")
-    head, _, output = reply.partition("\n")
+    head_bytes, _, body = reply.partition(b"\n")
+    del reply
+    head, output = head_bytes.decode("ascii", "replace"), body.decode("utf-8", "replace")
     if not head.strip().lstrip("-").isdigit():
         # The JVM closes the connection without a word when it refuses the peer's credentials.
         raise AttachError(f"pid {pid}: the JVM refused the attach request (peer credentials?)")

@@ -314,10 +314,11 @@ def _collect(read_fd: int, child: int, timeout: float) -> bytes:
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout + 1
     finished = False
+    poller = select.poll()  # not select(): the agent holds thousands of fds (perf events per thread)
+    poller.register(read_fd, select.POLLIN)
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([read_fd], [], [], 0.5)
-            if ready:
+            if poller.poll(500):
                 chunk = os.read(read_fd, 65536)
                 if not chunk:
                     finished = True

@@ -148,3 +148,31 @@ def test_the_agent_copy_is_the_tenants_and_goes(tenant_jvm, root_secret, agent) 
     assert result.ok, result
     assert not [p for p in tenant.tmp.iterdir() if p.name.startswith(".spe-perfmap-agent-")]
     assert os.stat(tenant.tmp / f"perf-{tenant.ns_pid}.map").st_uid == tenant_ids()[0]
+
+
+def test_a_crafted_jvm_is_skipped_and_the_real_one_profiled(fake_jvm, start_cpu_split_jvm, tmp_path: Path) -> None:
+    # GIVEN a crafted "JVM" (absurd vmStructs, .eh_frame claiming 1 TB, a 10-million-line perf map, a
+    # 10 KB thread name, attach replies of 40 MB) beside a real JVM, and the agent's peak RSS when it
+    # profiles the real one alone (about 200 MB: docs/benchmarks/memory.md)
+    real = start_cpu_split_jvm(threads=1)
+    alone = _profile(tmp_path / "alone", real.pid)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    usual = capture.read_overhead(tmp_path / "alone")
+    # WHEN both are profiled
+    out = tmp_path / "cap"
+    done = _profile(out, fake_jvm.pid, real.pid)
+    # THEN the run ended, the fake one's perf map was refused with one warning naming its PID and path
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = capture.read_meta(out).warnings
+    perf_map = f"pid {fake_jvm.pid}: /proc/{fake_jvm.pid}/root{fake_jvm.perf_map}: "
+    assert any(w.startswith(perf_map) and "over the limit" in w for w in warnings), warnings
+    # AND the real one was profiled with its Java frames named
+    assert "com.example.CpuSplit::burn" in capture.stacks_path(out, real.pid).read_text()
+    # AND no name of the fake one's reached the capture longer than the agent keeps
+    fake_stacks = capture.stacks_path(out, fake_jvm.pid)
+    assert fake_stacks.exists() and "N" * 300 not in fake_stacks.read_text()
+    # AND the fake one cost the agent what a second process costs, not its hostile sizes (parsed, the
+    # perf map alone would take gigabytes; the attach replies 40 MB each)
+    overhead = capture.read_overhead(out)
+    assert usual is not None and overhead is not None
+    assert overhead.peak_rss_bytes < usual.peak_rss_bytes + 64 * 1024 * 1024, (usual, overhead)
