@@ -149,3 +149,72 @@ def test_a_socket_path_must_be_a_socket_not_a_link(in_tmp: Path) -> None:
     (in_tmp / "file").write_text("")
     with pytest.raises(safeio.UnsafeFile, match="not a socket"):
         safeio.socket_in_root(PID, str(in_tmp / "file"))
+
+
+# ---------------------------------------------------------------- bounds of hostile content
+
+
+def test_a_perf_map_of_too_many_lines_is_refused_and_bcc_not_given_the_process(in_tmp: Path) -> None:
+    from profiler import perfmap
+
+    path = Path(f"/tmp/perf-{PID}.map")
+    try:
+        path.write_bytes(b"1 1 x\n" * (perfmap.PERF_MAP_MAX_LINES + 1))
+        assert perfmap.read_perf_map(PID) is None and not perfmap.bcc_may_read_perf_maps(PID)
+        [warning] = safeio.take_warnings()
+        assert warning.startswith(f"pid {PID}: ") and f"over the limit of {perfmap.PERF_MAP_MAX_LINES}" in warning
+        path.write_bytes(b"1000 10 a.B::c\n" + b"2000 10 " + b"x" * 5000 + b"\n")
+        perf_map = perfmap.read_perf_map(PID)
+        assert perf_map is not None and len(perf_map) == 1  # the 5,000-character line skipped
+        assert perfmap.bcc_may_read_perf_maps(PID)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_thread_print_keeps_names_short_and_skips_kilobyte_lines() -> None:
+    from profiler.threadnames import THREAD_NAME_MAX, parse_thread_print
+
+    text = f'"{"N" * 10240}" #1 nid=0x10 runnable\n"{"M" * 1000}" #2 nid=0x11 runnable\n'
+    assert parse_thread_print(text) == {0x11: "M" * THREAD_NAME_MAX}
+
+
+def test_json_nested_deeper_than_the_parser_goes_is_not_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    from profiler import events
+
+    class Answer:
+        def __enter__(self) -> Answer:
+            return self
+
+        def __exit__(self, *args: object) -> None:
+            return None
+
+        def read(self, limit: int) -> bytes:
+            assert limit == events.REST_MAX_BYTES
+            return b"[" * 200_000
+
+    monkeypatch.setattr(events._OPENER, "open", lambda request, timeout: Answer())
+    with pytest.raises(events.EndpointError, match="not JSON"):
+        events.http_json("http://127.0.0.1:1/api/v1/applications")
+
+
+def test_crafted_elf_headers_raise_instead_of_allocating(in_tmp: Path) -> None:
+    import struct
+
+    from profiler import ehframe
+    from profiler.hotspot import _TABLE_SYMBOLS, elf_symbols
+
+    # an ELF header whose section table claims 65535 sections of 65535 bytes far past the file's end
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<H", header, 18, 62)
+    struct.pack_into("<QQ", header, 0x20, 64, 1 << 40)
+    struct.pack_into("<HHHHH", header, 0x36, 56, 0, 0xFFFF, 0xFFFF, 1)
+    (in_tmp / "libjvm.so").write_bytes(bytes(header))
+    fd = os.open(in_tmp / "libjvm.so", os.O_RDONLY)
+    try:
+        with pytest.raises(ValueError, match="outside the file"):
+            elf_symbols("libjvm.so", safeio.BoundedReader.of(fd), _TABLE_SYMBOLS)
+        with open(in_tmp / "libjvm.so", "rb") as handle, pytest.raises(ValueError, match="outside the file"):
+            ehframe.read_elf_file(handle)
+    finally:
+        os.close(fd)
