@@ -113,43 +113,42 @@ def read_perf_map_bytes(pid: int) -> bytes | None:
     with a warning (a link, FIFO, a file of another owner, over PERF_MAP_MAX_BYTES or _LINES): a crafted
     process must not cost the agent its memory budget."""
     try:
-        content = safeio.read_in_root(pid, perf_map_file(pid), PERF_MAP_MAX_BYTES)
+        return _read_map(pid, pid, perf_map_file(pid))
+    except OSError:
+        return None
+
+
+def _read_map(pid: int, root_pid: int, path: str) -> bytes | None:
+    """``path`` under ``root_pid``'s root as a perf map of ``pid`` (its user's file); None when refused
+    (warned, naming ``pid``); FileNotFoundError when there is none."""
+    try:
+        content = safeio.read_in_root(root_pid, path, PERF_MAP_MAX_BYTES, (safeio.owner(pid)[0],), subject=pid)
+    except FileNotFoundError:
+        raise
     except OSError:
         return None
     lines = content.count(b"\n")
     if lines > PERF_MAP_MAX_LINES:
-        shown = f"/proc/{pid}/root{perf_map_file(pid)}"
+        shown = f"/proc/{root_pid}/root{path}"
         safeio.warn(pid, shown, f"pid {pid}: {shown}: {lines} lines, over the limit of {PERF_MAP_MAX_LINES}; not read")
         return None
     return content
 
 
-def _within_limits(root_pid: int, path: str, owner: int) -> bool:
+def _within_limits(pid: int, root_pid: int, path: str) -> bool:
     try:
-        content = safeio.read_in_root(root_pid, path, PERF_MAP_MAX_BYTES, (owner,))
+        return _read_map(pid, root_pid, path) is not None
     except FileNotFoundError:
         return True
     except OSError:
         return False
-    lines = content.count(b"\n")
-    if lines > PERF_MAP_MAX_LINES:
-        shown = f"/proc/{root_pid}/root{path}"
-        safeio.warn(
-            root_pid, shown, f"pid {root_pid}: {shown}: {lines} lines, over the limit of {PERF_MAP_MAX_LINES}; not read"
-        )
-        return False
-    return True
 
 
 def bcc_may_read_perf_maps(pid: int) -> bool:
     """Whether bcc's symbol cache may be given ``pid``: bcc reads the maps itself (the JVM's own and
     /tmp/perf-PID.map of the host, whole, as root, following links, a FIFO blocking it), so both must
     be absent or pass the checks of our own reads (safeio; a refusal is warned once)."""
-    try:
-        uid = safeio.owner(pid)[0]
-    except OSError:
-        return False
-    return _within_limits(pid, perf_map_file(pid), uid) and _within_limits(os.getpid(), f"/tmp/perf-{pid}.map", uid)
+    return _within_limits(pid, pid, perf_map_file(pid)) and _within_limits(pid, os.getpid(), f"/tmp/perf-{pid}.map")
 
 
 def read_perf_map(pid: int) -> PerfMap | None:

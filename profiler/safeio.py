@@ -151,24 +151,38 @@ def check_regular(pid: int, path: str, fd: int, max_size: int, owners: Iterable[
     return info
 
 
-def open_in_root(pid: int, path: str, max_size: int, owners: Iterable[int] | None = None) -> int:
+def open_in_root(
+    pid: int, path: str, max_size: int, owners: Iterable[int] | None = None, subject: int | None = None
+) -> int:
     """An fd of ``path`` under ``pid``'s root, checked (see ``check_regular``); the caller closes it.
-    ``owners`` defaults to the process's own uid (what the process writes itself)."""
+    ``owners`` defaults to the process's own uid (what the process writes itself); ``subject`` is the
+    PID a refusal names (default ``pid``: another when the file is read under our own root)."""
     shown = f"/proc/{pid}/root{path}"
     allowed = list(owners) if owners is not None else [owner(pid)[0]]
-    root_fd = _root_fd(pid)
+    named = pid if subject is None else subject
     try:
-        fd = open_beneath(root_fd, f"/proc/{pid}/root", path, _READ_FLAGS)
+        fd = _open_under_root(pid, path, _READ_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise _refuse(pid, shown, "a symbolic link (or leads through /proc)") from None
+            raise _refuse(named, shown, "a symbolic link (or leads through /proc)") from None
         if exc.errno == errno.EXDEV:
-            raise _refuse(pid, shown, "leads out of the process's root") from None
+            raise _refuse(named, shown, "leads out of the process's root") from None
         raise
+    return _checked(named, shown, fd, max_size, allowed)
+
+
+def _open_under_root(pid: int, path: str, flags: int) -> int:
+    root_fd = _root_fd(pid)
+    try:
+        return open_beneath(root_fd, f"/proc/{pid}/root", path, flags)
     finally:
         os.close(root_fd)
+
+
+def _checked(pid: int, shown: str, fd: int, max_size: int, owners: Iterable[int] | None) -> int:
+    """``fd`` once ``check_regular`` accepts it; closed otherwise."""
     try:
-        check_regular(pid, shown, fd, max_size, allowed)
+        check_regular(pid, shown, fd, max_size, owners)
     except BaseException:
         os.close(fd)
         raise
@@ -177,11 +191,7 @@ def open_in_root(pid: int, path: str, max_size: int, owners: Iterable[int] | Non
 
 def open_dir_in_root(pid: int, path: str) -> int:
     """An fd of the directory ``path`` under ``pid``'s root (for os.listdir), resolved inside that root."""
-    root_fd = _root_fd(pid)
-    try:
-        return open_beneath(root_fd, f"/proc/{pid}/root", path, _READ_FLAGS | os.O_DIRECTORY)
-    finally:
-        os.close(root_fd)
+    return _open_under_root(pid, path, _READ_FLAGS | os.O_DIRECTORY)
 
 
 def read_fd(fd: int, max_size: int) -> bytes:
@@ -196,9 +206,11 @@ def read_fd(fd: int, max_size: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_in_root(pid: int, path: str, max_size: int, owners: Iterable[int] | None = None) -> bytes:
+def read_in_root(
+    pid: int, path: str, max_size: int, owners: Iterable[int] | None = None, subject: int | None = None
+) -> bytes:
     """The content of ``path`` under ``pid``'s root, through ``open_in_root``'s checks."""
-    fd = open_in_root(pid, path, max_size, owners)
+    fd = open_in_root(pid, path, max_size, owners, subject)
     try:
         return read_fd(fd, max_size)
     finally:
@@ -218,18 +230,9 @@ def open_mapped(pid: int, start: int, end: int, path: str, max_size: int = ELF_M
     except OSError:
         fd = -1
     if fd < 0:
-        root_fd = _root_fd(pid)
-        try:
-            fd = open_beneath(root_fd, f"/proc/{pid}/root", path, _READ_FLAGS)
-        finally:
-            os.close(root_fd)
+        fd = _open_under_root(pid, path, _READ_FLAGS)
         shown = f"/proc/{pid}/root{path}"
-    try:
-        check_regular(pid, shown, fd, max_size, None)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _checked(pid, shown, fd, max_size, None)
 
 
 @dataclass
@@ -401,11 +404,7 @@ def socket_in_root(pid: int, path: str) -> int:
     """An O_PATH fd of the UNIX socket ``path`` under ``pid``'s root, owned by the process's user (or
     root); connect to ``/proc/self/fd/<fd>``. A link or anything but a socket is an UnsafeFile."""
     shown = f"/proc/{pid}/root{path}"
-    root_fd = _root_fd(pid)
-    try:
-        fd = open_beneath(root_fd, f"/proc/{pid}/root", path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    finally:
-        os.close(root_fd)
+    fd = _open_under_root(pid, path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     info = os.fstat(fd)
     uid = owner(pid)[0]
     reason = None
