@@ -78,6 +78,7 @@ int main(void) {
     memset(long_name, 'N', NAME_BYTES);
     prctl(PR_SET_NAME, "fake-jvm-main");
     signal(SIGQUIT, on_sigquit);
+    signal(SIGPIPE, SIG_IGN);  /* a reader that stops early must not end the flood's source */
     pthread_t burner;
     pthread_create(&burner, NULL, burn, NULL);
     printf("READY\n");
