@@ -26,6 +26,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -224,8 +225,22 @@ def _create_trigger(pid: int) -> tuple[str, str] | None:
     raise AttachError(f"pid {pid}: cannot create the attach trigger file ({'; '.join(failures)[:300]})")
 
 
+_listener_locks: dict[int, threading.Lock] = {}
+_listener_locks_guard = threading.Lock()
+
+
 def _start_attach_listener(pid: int, timeout: float) -> int:
-    """The fd of the JVM's attach socket, asking the JVM to open it (trigger file + SIGQUIT) if needed."""
+    """The fd of the JVM's attach socket, asking the JVM to open it (trigger file + SIGQUIT) if needed.
+
+    One thread at a time per JVM (the perf-map worker and the thread-name seeder attach at once): a
+    second SIGQUIT after the listener started would make the JVM print a thread dump to its stdout."""
+    with _listener_locks_guard:
+        lock = _listener_locks.setdefault(pid, threading.Lock())
+    with lock:
+        return _start_attach_listener_alone(pid, timeout)
+
+
+def _start_attach_listener_alone(pid: int, timeout: float) -> int:
     sock = _open_socket(pid)
     if sock is not None:
         return sock
