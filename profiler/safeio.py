@@ -298,9 +298,7 @@ def run_as(uid: int, gid: int, work: Callable[[], bytes], timeout: float) -> byt
         except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
             payload = f"error\n{getattr(exc, 'errno', None) or 0}\n{exc}".encode()
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view) :]
+            _write_all(write_fd, payload)
         finally:
             os._exit(code)
     os.close(write_fd)
@@ -311,6 +309,12 @@ def run_as(uid: int, gid: int, work: Callable[[], bytes], timeout: float) -> byt
         failure = int(number) if number.isdigit() and int(number) else errno.EPERM
         raise TargetError(failure, f"as uid {uid}: {detail.strip()[:200] or 'no answer'}")
     return body
+
+
+def _write_all(fd: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _collect(read_fd: int, child: int, timeout: float) -> bytes:
@@ -368,9 +372,7 @@ def create_as_target(pid: int, where: str, path: str, content: bytes, mode: int 
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(leaf, flags, mode, dir_fd=parent_fd)
         try:
-            view = memoryview(content)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, content)
         finally:
             os.close(fd)
 
