@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from . import __version__, capture
+from . import __version__, capture, safeio
 from .aggregate import aggregate_host
 from .appprofile import ApplicationProfile
 from .bpfcompile import release_compiler_pages, release_freed_memory
@@ -248,6 +248,9 @@ def prepare_output(out: Path, force: bool) -> None:
     if out.exists() and any(out.iterdir()):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    # Captures hold other users' code and thread names: the run directory is root's (or the invoking
+    # user's) alone; the files in it are 0600 already (capture.atomic_write_bytes, the journal).
+    os.chmod(out, 0o700)
     mark_output_dir(out, "profiler run")
 
 
@@ -517,6 +520,7 @@ class Runner:
         options = self.options
         out = options.out
         self.status.update("starting", force=True)
+        safeio.take_warnings()  # another run's in this process are not this one's
         components = self._components or real_components(options)
         state = self.state
         failure: BaseException | None = None
@@ -971,8 +975,10 @@ class Runner:
 
     @staticmethod
     def _component_warnings(components: Components) -> list[str]:
-        """The components word their own end-of-run warnings, with the option to change."""
+        """The components word their own end-of-run warnings, with the option to change; a target's
+        refused files (links, FIFOs, oversized: profiler/safeio.py) are named once each."""
         found = list(components.sampler.warnings)
+        found.extend(safeio.take_warnings())
         if components.net is not None:
             found.extend(components.net.warnings)
         found.extend(components.events.warnings)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
 from .hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
-from .perfmap import PerfMapLike
+from .perfmap import PerfMapLike, bcc_may_read_perf_maps
 from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StackStore, StoredStack, stack_bytes
 
 if TYPE_CHECKING:
@@ -205,7 +205,12 @@ class ProcessSymbols(FrameMemo):
         option.check_debug_file_crc = 1
         option.lazy_symbolize = 0 if eager and not _same_mount_namespace(pid) else 1
         option.use_symbol_type = (1 << 2) | (1 << 10)  # STT_FUNC | STT_GNU_IFUNC
-        self._cache: int | None = self._lib.bcc_symcache_new(pid, ct.byref(option))
+        # bcc reads the process's perf maps on its own, without our checks (docs/security.md): a process
+        # whose map is a link, a FIFO or oversized gets no bcc cache (its frames stay unnamed, warned)
+        self._cache: int | None = None
+        if bcc_may_read_perf_maps(pid):
+            self._cache = self._lib.bcc_symcache_new(pid, ct.byref(option))
+            self._resolve_raw(1)  # bcc loads the perf map now, while it is the file just checked
         self.perf_map: PerfMapLike | None = None
         self._memo: dict[int, Frame] = {}
         self._file_ranges: list[tuple[int, int]] = []

@@ -85,6 +85,7 @@ def test_page_shows_metadata_health_tables_and_candidates(crafted_run: Path) -> 
     assert 'data-graph="pid:node1:2201"' in html
     assert "KafkaDataConsumer, org/apache/kafka" in html  # the profile used
     assert "± " in html  # shares carry their interval
+    assert "Stacks and thread names of processes of these users:\n    spark." in html  # whose data it holds
 
 
 def test_rerender_replaces_atomically_and_refuses_foreign_directories(crafted_run: Path, tmp_path: Path) -> None:
