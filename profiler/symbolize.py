@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
 from .hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
 from .perfmap import PerfMapLike
-from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StackStore, StoredStack, stack_bytes
+from .stackstore import GAP_TAG, TAG_MASK, WALK_ENDS, StackKey, StackStore, StoredStack, stack_bytes
+from .stacktable import KERNEL, LOST, THREAD, StackTable, StackTableBuilder
 
 if TYPE_CHECKING:
     from .perfmap_history import PerfMapHistory
@@ -66,6 +67,7 @@ _QUALIFIED = re.compile(r"^([\w$./+-]+)\.([\w$<>-]+)$")
 class Frame:
     name: str
     kind: str  # "native", "jit" (perf map), "anon" (no file mapping, no perf-map entry), "unknown"
+    module: str = ""  # a native frame's file name (libjvm.so); empty when unknown or not native
 
     @property
     def in_jit_code(self) -> bool:
@@ -249,7 +251,7 @@ class ProcessSymbols(FrameMemo):
     def _resolve(self, addr: int) -> Frame:
         name, module = self._resolve_raw(addr)
         if name is not None and not _is_perf_map_module(module):
-            return Frame(name, "native")
+            return Frame(name, "native", os.path.basename(module or ""))
         # JIT code: our freshly read map first (bcc may hold an older copy), then bcc's.
         jit_name = self.perf_map.lookup(addr) if self.perf_map is not None else None
         if jit_name is None:
@@ -315,6 +317,7 @@ def gap_frame(frames_cut: int) -> str:
 @dataclass
 class _UserStack:
     names: list[str] | None  # leaf first; None: the walk failed
+    frames: list[Frame] | None = None  # the same frames with their kind and module
     truncated: bool = False
     unwalkable: bool = False
     interpreted_only: bool = False
@@ -457,6 +460,7 @@ class StackFolder:
             truncated = len(addrs) >= self.depth
         java, unresolved, interpreted, compiled = java_frame_kinds(frames)
         stack.names = [f.name for f in frames]
+        stack.frames = frames
         stack.truncated = truncated
         stack.unwalkable = is_java_unwalkable(frames, truncated, self.java_process)
         stack.interpreted_only = interpreted > 0 and compiled == 0
@@ -476,9 +480,8 @@ class StackFolder:
             names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(flat)]
         return names, len(flat) // 8 >= self.kernel_depth
 
-    def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
-        user = self._user_stack(user_raw, walk_end)
-        kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
+    def _count(self, user: _UserStack, kernel_names: list[str] | None, kernel_truncated: bool, count: int) -> None:
+        """Add one stack's ``count`` samples to the health counts."""
         counts = self.counts
         if user.names is None:
             counts["lost_user_stack"] += count
@@ -498,27 +501,55 @@ class StackFolder:
             self.interpreted_unnamed[cause] += frames * count
         if user.cut is not None:
             self.stacks_cut[user.cut] += count
+
+    def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
+        user = self._user_stack(user_raw, walk_end)
+        kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
+        self._count(user, kernel_names, kernel_truncated, count)
         return fold_stack(comm.decode("utf-8", "replace"), user.names, kernel_names)
 
+    def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
+        """Count ``count`` more samples of a stack already folded; its user part and kernel names."""
+        user = self._user_stack(key.user, key.walk_end)
+        kernel_names, kernel_truncated = self._kernel_stack(key.kernel)
+        self._count(user, kernel_names, kernel_truncated, count)
+        return user, kernel_names
 
-def fold_store(
-    store: StackStore, pid: int, folder: StackFolder, history: PerfMapHistory | None, last: int | None
-) -> tuple[Counter[str], Counter[tuple[int, str]], Counter[tuple[str, str]]]:
-    """One process's stored samples folded: (stacks, (interval, stack), (context, stack)) -> samples. Each
-    perf-map epoch is named by its version from ``history``; intervals past ``last`` count in it."""
-    folded: Counter[str] = Counter()
-    timeline: Counter[tuple[int, str]] = Counter()
-    contexts: Counter[tuple[str, str]] = Counter()
+    def fold_ids(self, table: StackTableBuilder, key: StackKey, count: int) -> tuple[int, ...]:
+        """``fold`` into ``table``'s frame ids: the stack's frames root first, each interned once."""
+        user, kernel_names = self.fold_ids_again(key, count)
+        root = table.frame(sanitize_frame(key.comm.decode("utf-8", "replace")) or "[unnamed]", THREAD)
+        if user.frames is None:
+            user_ids: tuple[int, ...] = (table.frame(LOST_USER, LOST),)
+        else:
+            user_ids = tuple(table.frame(sanitize_frame(f.name), f.kind, f.module) for f in reversed(user.frames))
+        if kernel_names is None:
+            kernel_ids: tuple[int, ...] = (table.frame(LOST_KERNEL, LOST),)
+        else:
+            kernel_ids = tuple(table.frame(sanitize_frame(name), KERNEL) for name in reversed(kernel_names))
+        return (root, *user_ids, *kernel_ids)
+
+
+def tabulate_store(
+    store: StackStore, pid: int, folder: StackFolder, history: PerfMapHistory | None, last: int | None,
+    table: StackTableBuilder | None = None,
+) -> StackTable:
+    """One process's stored samples as a stack table: each frame and stack interned once as it is named,
+    no folded text. Each perf-map epoch is named by its version from ``history``; intervals past ``last``
+    count in it."""
+    table = table if table is not None else StackTableBuilder()
     for epoch in store.epochs(pid):
         if history is not None:
             folder.use_perf_map(history.map_for(epoch))
+        stack_ids: dict[StackKey, int] = {}  # within one epoch a stored stack always names the same frames
         for key, interval, context, count in store.context_entries(pid, epoch):
-            stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
-            folded[stack] += count
-            timeline[(interval if last is None else min(interval, last), stack)] += count
-            if context is not None:
-                contexts[(context, stack)] += count
-    return folded, timeline, contexts
+            stack_id = stack_ids.get(key)
+            if stack_id is None:
+                stack_id = stack_ids[key] = table.stack(folder.fold_ids(table, key, count))
+            else:
+                folder.fold_ids_again(key, count)
+            table.add(interval if last is None else min(interval, last), stack_id, context, count)
+    return table.build()
 
 
 STACK_NONE = -1  # no kernel stack asked for (user-mode sample); see bpf/stack_ringbuf.c

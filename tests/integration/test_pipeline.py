@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from profiler import capture
 from profiler.aggregate import aggregate_host
 from profiler.appprofile import parse_profile
 from profiler.errors import CaptureFormatError
-from profiler.folded import format_folded, read_folded
+from profiler.folded import format_folded
 from profiler.matcher import Matcher, match_stacks
 from tests.fixtures.captures import (
     GC_STACK,
@@ -39,6 +40,7 @@ from tests.fixtures.captures import (
     TIMELINE_OPTIONS,
     PidSpec,
     timeline_hosts,
+    to_compact,
     write_run_dir,
 )
 
@@ -102,7 +104,7 @@ def _host_side_rows(run_dir: Path, host: str, profile_text: str) -> list[dict[st
     info = capture.read_capture(capture_dir)
     matcher = Matcher(parse_profile(profile_text))
     matched = {
-        p.pid: match_stacks(matcher, read_folded(capture.stacks_path(capture_dir, p.pid)))
+        p.pid: match_stacks(matcher, capture.read_stack_counts(capture.pid_stacks_file(capture_dir, p.pid)))
         for p in info.processes
         if p.sampled
     }
@@ -219,6 +221,29 @@ def test_sub_window_in_process_and_spark_write_the_same_bytes(
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     recorded = json.loads((tmp_path / "spark" / "analysis.json").read_text())["window"]
     assert [(h["run"], h["host"]) for h in recorded["hosts"]] == [("second", "h1"), ("second", "h2"), ("timed", "h1")]
+
+
+@pytest.mark.parametrize("window", [None, SubWindow(10, 20)], ids=str)
+def test_stack_tables_analyse_on_spark_as_their_folded_twins(
+    spark: object, timeline_run: Path, multi_run_archive: list[Path], tmp_path: Path, window: SubWindow | None
+) -> None:
+    # GIVEN the same runs with folded stacks (format 3) and with stack tables (format 4)
+    folded_runs = [timeline_run] if window is not None else multi_run_archive
+    compact_runs = []
+    for run in folded_runs:
+        twin = tmp_path / "compact" / run.name
+        shutil.copytree(run, twin)
+        for host_dir in (twin / "hosts").iterdir():
+            to_compact(host_dir)
+        assert not list(twin.rglob("pids/*/*.folded")) and list(twin.rglob("pids/*/stacks.tpc"))
+        compact_runs.append(twin)
+    # WHEN both are analysed on Spark
+    analyze(folded_runs, out_dir=tmp_path / "folded-out", spark=spark, window=window)
+    analyze(compact_runs, out_dir=tmp_path / "compact-out", spark=spark, window=window)
+    # THEN summary.csv and every task's stacks are byte-identical
+    for name in ["summary.csv", "unmatched.folded", *(p.name for p in (tmp_path / "folded-out/tasks").iterdir())]:
+        relative = name if not name.endswith(".folded") or name == "unmatched.folded" else f"tasks/{name}"
+        assert (tmp_path / "folded-out" / relative).read_bytes() == (tmp_path / "compact-out" / relative).read_bytes()
 
 
 def test_bad_stacks_file_is_one_line_error(spark: object, tiny_run: Path) -> None:
