@@ -282,6 +282,15 @@ def encode_table(table: StackTable) -> bytes:
     return b"".join(parts)
 
 
+def is_table_file(path: Path) -> bool:
+    """Whether ``path`` holds a stack table (a gzip stream) rather than folded text, whatever its name."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
 def write_table(path: Path, table: StackTable, write: Callable[[Path, bytes], None]) -> None:
     """gzip-compress the table into ``path`` through ``write`` (the capture's atomic writer)."""
     write(path, gzip.compress(encode_table(table), compresslevel=6, mtime=0))

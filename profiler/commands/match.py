@@ -27,7 +27,7 @@ from ..capture import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, co
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import CaptureFormatError, ConfigError, OutputExistsError
 from ..matcher import MatchResult
-from ..stacktable import STACK_TABLE_FILE, read_table
+from ..stacktable import STACK_TABLE_FILE, is_table_file, read_table
 from ..stats import share_ci95
 
 
@@ -163,7 +163,7 @@ class MatchCommand:
         accumulator = StackAccumulator(matcher)
         for path in files:
             try:
-                if path.name == STACK_TABLE_FILE:
+                if is_table_file(path):
                     accumulator.add_table(read_table(path))
                 else:
                     accumulator.add_folded_file(path)

@@ -27,6 +27,7 @@ from profiler.stacktable import (
     write_table,
 )
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_capture
+from tests.fixtures.exports import analysed_task_files
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TASK = "Executor task launch worker for task 0.0 in stage 3.0 (TID 7)"
@@ -168,9 +169,9 @@ def test_summary_csv_is_identical_from_the_folded_and_the_compact_form(tmp_path:
     for cut in ("all", "sub"):
         folded_out, compact_out = tmp_path / f"folded-{cut}", tmp_path / f"compact-{cut}"
         assert (folded_out / "summary.csv").read_bytes() == (compact_out / "summary.csv").read_bytes()
-        folded_tasks = sorted((folded_out / "tasks").iterdir())
-        assert [p.read_bytes() for p in folded_tasks] == [(compact_out / "tasks" / p.name).read_bytes()
-                                                          for p in folded_tasks]
+        assert (folded_out / "unmatched.folded").read_bytes() == (compact_out / "unmatched.folded").read_bytes()
+        tasks = analysed_task_files(folded_out)
+        assert tasks == analysed_task_files(compact_out) and any(tasks.values())
 
 
 def test_a_compact_capture_converted_back_to_folded_analyses_the_same(tmp_path: Path) -> None:
@@ -197,3 +198,24 @@ def test_a_compact_capture_converted_back_to_folded_analyses_the_same(tmp_path: 
     for form in ("compact", "folded"):
         analyze([tmp_path / form / "cap"], out_dir=tmp_path / f"{form}-out", engine="in-process")
     assert (tmp_path / "folded-out/summary.csv").read_bytes() == (tmp_path / "compact-out/summary.csv").read_bytes()
+
+
+def test_profiler_match_reads_a_table_by_its_content_and_a_capture_by_its_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from profiler.cli import main as profiler_main
+    from profiler.defaults import DEFAULT_PROFILE, data_file
+
+    folded, timeline, contexts = sample_table()
+    (tmp_path / "s.folded").write_text(format_folded(folded), encoding="utf-8")
+    write_table(tmp_path / "any-name.bin", table_from_folded(folded, timeline, contexts), capture.atomic_write_bytes)
+    cap = write_capture(tmp_path / "cap", "h1", [PidSpec(100, dict(folded))])
+    to_compact(cap)
+    outputs = []
+    for source in ("s.folded", "any-name.bin", "cap"):
+        csv_out = tmp_path / f"{source}.csv"
+        assert profiler_main(["match", "--profile", str(data_file(DEFAULT_PROFILE)), str(tmp_path / source),
+                              "--csv", str(csv_out)]) == 0
+        outputs.append(csv_out.read_text())
+    capsys.readouterr()
+    assert outputs[0] == outputs[1] == outputs[2] and outputs[0].count("\n") > 3
