@@ -387,6 +387,13 @@ class StackFolder:
         self.interpreted_unnamed: Counter[str] = Counter()
         self.stacks_cut: Counter[str] = Counter()
         self._kernel: dict[StoredStack, list[str] | None] = {}
+        # fold_ids: frame ids of each named user stack (by the identity of its _UserStack in self._user) and
+        # kernel stack, in the table they were interned into
+        self._ids_table: StackTableBuilder | None = None
+        self._user_ids: dict[int, tuple[int, ...]] = {}
+        self._kernel_ids: dict[StoredStack, tuple[int, ...]] = {}
+        self._frame_id_of: dict[int, int] = {}  # id(Frame) -> frame id (see _frame_ids)
+        self._frames_kept: list[Frame] = []  # the Frames of _frame_id_of, alive while their ids are keys
         self.counts = {
             "lost_user_stack": 0,
             "lost_kernel_stack": 0,
@@ -411,6 +418,9 @@ class StackFolder:
     def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
         self.symbols.set_perf_map(perf_map)
         self._user.clear()
+        self._user_ids.clear()
+        self._frame_id_of.clear()
+        self._frames_kept.clear()
 
     def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
         """(frame, frames cut) of one stored value of the walker: pc, tagged Method*, or gap."""
@@ -515,18 +525,41 @@ class StackFolder:
         self._count(user, kernel_names, kernel_truncated, count)
         return user, kernel_names
 
+    def _frame_ids(self, table: StackTableBuilder, frames_leaf_first: Sequence[Frame]) -> tuple[int, ...]:
+        """Frame ids, root first. Memoized by the Frame objects' identity: the symbolizer's memo and
+        self._user keep them alive (and so their ids unique) until use_perf_map clears this memo too."""
+        known = self._frame_id_of
+        ids = []
+        for frame in reversed(frames_leaf_first):
+            frame_id = known.get(id(frame))
+            if frame_id is None:
+                frame_id = known[id(frame)] = table.frame(sanitize_frame(frame.name), frame.kind, frame.module)
+                self._frames_kept.append(frame)
+            ids.append(frame_id)
+        return tuple(ids)
+
     def fold_ids(self, table: StackTableBuilder, key: StackKey, count: int) -> tuple[int, ...]:
-        """``fold`` into ``table``'s frame ids: the stack's frames root first, each interned once."""
+        """``fold`` into ``table``'s frame ids: the stack's frames root first. Each named user stack and
+        kernel stack is interned once (not once per interval, context or perf-map epoch it appears in)."""
         user, kernel_names = self.fold_ids_again(key, count)
+        if table is not self._ids_table:
+            self._ids_table = table
+            self._user_ids.clear()
+            self._kernel_ids.clear()
+            self._frame_id_of.clear()
+            self._frames_kept.clear()
         root = table.frame(sanitize_frame(key.comm.decode("utf-8", "replace")) or "[unnamed]", THREAD)
-        if user.frames is None:
-            user_ids: tuple[int, ...] = (table.frame(LOST_USER, LOST),)
-        else:
-            user_ids = tuple(table.frame(sanitize_frame(f.name), f.kind, f.module) for f in reversed(user.frames))
-        if kernel_names is None:
-            kernel_ids: tuple[int, ...] = (table.frame(LOST_KERNEL, LOST),)
-        else:
-            kernel_ids = tuple(table.frame(sanitize_frame(name), KERNEL) for name in reversed(kernel_names))
+        user_ids = self._user_ids.get(id(user))
+        if user_ids is None:
+            user_ids = (table.frame(LOST_USER, LOST),) if user.frames is None else self._frame_ids(table, user.frames)
+            self._user_ids[id(user)] = user_ids  # ``user`` lives in self._user until use_perf_map clears both
+        kernel_ids = self._kernel_ids.get(key.kernel)
+        if kernel_ids is None:
+            if kernel_names is None:
+                kernel_ids = (table.frame(LOST_KERNEL, LOST),)
+            else:
+                kernel_ids = tuple(table.frame(sanitize_frame(name), KERNEL) for name in reversed(kernel_names))
+            self._kernel_ids[key.kernel] = kernel_ids
         return (root, *user_ids, *kernel_ids)
 
 
