@@ -196,9 +196,11 @@ def test_in_process_engine_writes_the_same_bytes_as_spark(
     # THEN every file is byte-identical, and auto picks in-process for such a small local input
     files = sorted(p.relative_to(tmp_path / "spark") for p in (tmp_path / "spark").rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
-    assert len(files) > 4
+    assert [str(f) for f in files] == ["analysis.json", "summary.csv", "unmatched.folded"]  # no stack copies
     for name in files:
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    tasks = analysed_task_files(tmp_path / "spark")
+    assert tasks == analysed_task_files(tmp_path / "local") and len(tasks) > 2
     assert output.stats.session_seconds == 0
     assert choose_engine("auto", "local[*]", read_inputs(multi_run_archive, None)) == "in-process"
     assert choose_engine("auto", "spark://10.0.0.1:7077", read_inputs(multi_run_archive, None)) == "spark"

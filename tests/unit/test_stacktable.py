@@ -219,3 +219,17 @@ def test_profiler_match_reads_a_table_by_its_content_and_a_capture_by_its_tables
         outputs.append(csv_out.read_text())
     capsys.readouterr()
     assert outputs[0] == outputs[1] == outputs[2] and outputs[0].count("\n") > 3
+
+
+def test_analyze_of_a_cut_table_is_exit_6_and_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coordinator.cli import main as coordinator_main
+
+    cap = write_capture(tmp_path / "cap", "h1", [PidSpec(100, {"t;f": 3}, cycles=1.0)])
+    to_compact(cap)
+    table = capture.table_path(cap, 100)
+    table.write_bytes(table.read_bytes()[:20])
+    assert coordinator_main(["analyze", str(cap), "--out", str(tmp_path / "out")]) == 6
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(table) in err and "truncated or corrupt" in err
