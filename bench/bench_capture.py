@@ -180,21 +180,26 @@ def deepest_stack(captures: list[Path], src: Path) -> int:
     return deepest
 
 
+def size(count: float) -> str:
+    return f"{count / 1e3:.1f} KB" if count < 1e6 else f"{count / 1e6:.2f} MB"
+
+
 def render(results: Path) -> str:
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     lines = [
         "| workload | code | window | executors | samples | deepest stack | stack bytes per executor-minute | "
         "run dir per executor | agent peak RSS | in-window growth | agent CPU | post-run | fetch | analyze | "
-        "analyze peak RSS |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "analyze peak RSS | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(rows, key=lambda r: (r["workload"], r["label"] != "before", r["duration"])):
         lines.append(
             f"| {r['workload']} | {r['label']} | {r['duration']} s | {r['executors']} | {r['samples']} | "
-            f"{r['deepest']} | {r['stack_bytes_per_executor_minute'] / MB:.2f} MB | "
-            f"{r['run_dir_bytes_per_executor'] / MB:.1f} MB | {r['agent_peak_rss'] / MB:.0f} MB | "
+            f"{r['deepest']} | {size(r['stack_bytes_per_executor_minute'])} | "
+            f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.0f} MB | "
             f"+{r['agent_growth'] / MB:.0f} MB | {r['agent_cpu_pct']:.2f} % | {r['post_run_seconds']:.1f} s | "
-            f"{r['fetch_seconds']:.2f} s | {r['analyze_seconds']:.1f} s | {r['analyze_peak_rss'] / MB:.0f} MB |"
+            f"{r['fetch_seconds']:.2f} s | {r['analyze_seconds']:.1f} s | {r['analyze_peak_rss'] / MB:.0f} MB | "
+            f"{r['machine'].rpartition('load ')[2]} |"
         )
     return "\n".join(lines) + "\n"
 
