@@ -16,6 +16,7 @@ from profiler import capture
 from profiler.errors import CaptureFormatError
 from profiler.folded import format_folded, read_folded
 from profiler.matcher import Matcher, match_stacks, match_table
+from profiler.stackstore import StackStore
 from profiler.stacktable import (
     KERNEL,
     THREAD,
@@ -26,6 +27,7 @@ from profiler.stacktable import (
     table_from_folded,
     write_table,
 )
+from profiler.symbolize import Frame, StackFolder, tabulate_store
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_capture
 from tests.fixtures.exports import analysed_task_files
 
@@ -233,3 +235,53 @@ def test_analyze_of_a_cut_table_is_exit_6_and_one_line_naming_it(
     assert coordinator_main(["analyze", str(cap), "--out", str(tmp_path / "out")]) == 6
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(table) in err and "truncated or corrupt" in err
+
+
+class EpochNames:
+    """Symbols whose JIT names change with the perf map: address A is ``old`` in epoch 0, ``new`` after."""
+
+    def __init__(self) -> None:
+        self.version = "old"
+
+    def resolve(self, addr: int) -> Frame:
+        return Frame(f"{self.version}::m{addr >> 12}", "jit") if addr < 0x10000 else Frame("start_thread", "native",
+                                                                                         "libc.so.6")
+
+    def set_perf_map(self, perf_map: object) -> None:
+        self.version = str(perf_map)
+
+    def close(self) -> None:
+        pass
+
+
+class TwoVersions:
+    def map_for(self, epoch: int) -> str:
+        return "old" if epoch == 0 else "new"
+
+
+def test_the_table_names_each_epoch_with_its_perf_map_and_reuses_nothing_stale() -> None:
+    # GIVEN one raw stack sampled in two perf-map epochs (its JIT frame renamed between them), in two
+    # intervals, with and without a task context, and with a kernel part
+    user = struct.pack("<2Q", 0x2000, 0x20000)  # leaf first: a JIT frame, then the thread's start
+    kernel = struct.pack("<1Q", 0xFFFF0000)
+    store = StackStore(10 * 10**9)
+    store.begin(0)
+    for time_s, epoch, context in ((1, 0, None), (12, 0, TASK), (25, 1, None), (26, 1, TASK)):
+        store.add(7, 7, b"Executor task launch worker", time_s * 10**9, user, kernel, epoch, context=context)
+    store.add(7, 7, b"Executor task launch worker", 27 * 10**9, user, -1, 1)
+
+    class Kernel:
+        def resolve(self, addr: int) -> str:
+            return "ksys_read"
+
+    folder = StackFolder(EpochNames(), Kernel(), 127, True, walker=True)
+    # WHEN it is named into a table
+    table = tabulate_store(store, 7, folder, TwoVersions(), None)  # type: ignore[arg-type]
+    # THEN each epoch's samples carry that epoch's name, kernel parts and contexts stay with their rows
+    root = "Executor task launch worker;start_thread"
+    assert table.folded() == Counter({f"{root};old::m2;ksys_read_[k]": 2, f"{root};new::m2;ksys_read_[k]": 2,
+                                      f"{root};new::m2": 1})
+    assert table.context_counts() == Counter({(TASK, f"{root};old::m2;ksys_read_[k]"): 1,
+                                              (TASK, f"{root};new::m2;ksys_read_[k]"): 1})
+    assert sorted(set(table.intervals)) == [0, 1, 2]
+    assert folder.stats_fields["lost_user_stack"] == 0
