@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CaptureFormatError
-from .folded import MAX_COUNT, is_count, iter_folded, parse_line
+from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
+from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 from .textinput import TEXT_ENCODING, open_text
 
-FORMAT_VERSION = 3
-# v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; the rest reads the same
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+# v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; v1-v3: folded stacks
+# (stacks.folded, timeline.folded, contexts.json) instead of the stack table (stacks.tpc); the rest reads the same
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 META_FILE = "meta.json"
 SCOPE_FILE = "scope.json"
@@ -723,7 +725,11 @@ def read_overhead(capture_dir: Path) -> Overhead | None:
 
 
 def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
-    """(interval, folded stack, count) per line of a timeline.folded; a bad line is a CaptureFormatError."""
+    """(interval, folded stack, count) per line of a timeline.folded, or per row of a stacks.tpc (contexts
+    merged); a bad line or table is a CaptureFormatError."""
+    if path.name == STACK_TABLE_FILE:
+        yield from read_table(path).timeline_entries()
+        return
     with open_text(path, lenient=True) as handle:
         for number, line in enumerate(handle, 1):
             line = line.rstrip("\r\n")
@@ -739,18 +745,29 @@ def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
             yield int(head), parsed[0], parsed[1]
 
 
+def read_stack_counts(path: Path, intervals: tuple[int, int] | None = None) -> Counter[str]:
+    """Folded stack -> samples of one PID's stacks file (``pid_stacks_file``): the whole window, or with
+    ``intervals`` only the intervals ``first..last`` (inclusive; the timeline of a folded capture)."""
+    if path.name == STACK_TABLE_FILE:
+        return read_table(path).folded(*(intervals or (None, None)))
+    if intervals is None:
+        return read_folded(path)
+    first, last = intervals
+    counts: Counter[str] = Counter()
+    for interval, stack, count in iter_timeline(path):
+        if first <= interval <= last:
+            counts[stack] += count
+    return counts
+
+
 def read_timeline(
     capture_dir: Path, pid: int, first: int | None = None, last: int | None = None
 ) -> Counter[str] | None:
     """Stacks of ``pid`` summed over intervals ``first..last`` (inclusive, None = open); None without a timeline."""
-    path = timeline_path(capture_dir, pid)
-    if not path.exists():
+    path = pid_timeline_file(capture_dir, pid)
+    if path is None:
         return None
-    counts: Counter[str] = Counter()
-    for interval, stack, count in iter_timeline(path):
-        if (first is None or interval >= first) and (last is None or interval <= last):
-            counts[stack] += count
-    return counts
+    return read_stack_counts(path, (-1 if first is None else first, MAX_COUNT if last is None else last))
 
 
 def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | None:
@@ -763,7 +780,11 @@ def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | 
 
 
 def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | None:
-    """(context, folded stack) -> samples of ``pid`` (v3); None when the capture has no contexts.json."""
+    """(context, folded stack) -> samples of ``pid``; None when the capture has no contexts (v1/v2, or no
+    thread of the PID carried a per-unit name)."""
+    table = table_path(capture_dir, pid)
+    if table.is_file():
+        return read_table(table).context_counts() or None
     path = contexts_path(capture_dir, pid)
     if not path.exists():
         return None
@@ -796,7 +817,47 @@ def contexts_path(capture_dir: Path, pid: int) -> Path:
 
 
 def stacks_path(capture_dir: Path, pid: int) -> Path:
+    """A folded capture's (format 1-3) stacks.folded; ``pid_stacks_file`` finds either form."""
     return _pid_file(capture_dir, pid, STACKS_FILE)
+
+
+def table_path(capture_dir: Path, pid: int) -> Path:
+    """The stack table of a format 4 capture (profiler/stacktable.py)."""
+    return _pid_file(capture_dir, pid, STACK_TABLE_FILE)
+
+
+def pid_stacks_file(capture_dir: Path, pid: int) -> Path | None:
+    """The file holding ``pid``'s stacks: stacks.tpc (format 4), else stacks.folded; None when neither is there."""
+    for path in (table_path(capture_dir, pid), stacks_path(capture_dir, pid)):
+        if path.is_file():
+            return path
+    return None
+
+
+def pid_timeline_file(capture_dir: Path, pid: int) -> Path | None:
+    """The file holding ``pid``'s stacks per interval: stacks.tpc, else timeline.folded; None without one."""
+    for path in (table_path(capture_dir, pid), timeline_path(capture_dir, pid)):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_pid_table(capture_dir: Path, pid: int) -> StackTable | None:
+    """``pid``'s samples as a stack table, whichever form the capture stores them in; None without stacks."""
+    from .stacktable import table_from_folded
+
+    path = pid_stacks_file(capture_dir, pid)
+    if path is None:
+        return None
+    if path.name == STACK_TABLE_FILE:
+        return read_table(path)
+    timeline_file = pid_timeline_file(capture_dir, pid)
+    timeline: Counter[tuple[int, str]] | None = None
+    if timeline_file is not None:
+        timeline = Counter()
+        for interval, stack, count in iter_timeline(timeline_file):
+            timeline[(interval, stack)] += count
+    return table_from_folded(read_folded(path), timeline, read_contexts(capture_dir, pid))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,11 @@ from typing import Any
 from .appprofile import ApplicationProfile, Pattern, literal_key
 from .capture import UNMATCHED
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
+from .stacktable import StackTable
 from .textinput import open_text
+
+# Stacks of a stack table kept for a task until its Counter is built: (stack id -> folded text, ids, counts).
+DeferredStacks = tuple[Callable[[int], str], list[int], list[int]]
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
@@ -295,6 +299,7 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
         counts: Sequence[list[int]],
         lines: Sequence[list[str]] | None = None,
         line_counts: Sequence[list[int]] | None = None,
+        deferred: Sequence[list[DeferredStacks]] | None = None,
     ) -> None:
         self._names = tuple(names)
         no_lines: list[str] = []
@@ -308,6 +313,7 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
             )
             for i, name in enumerate(self._names)
         }
+        self._deferred = {name: deferred[i] for i, name in enumerate(self._names)} if deferred is not None else {}
         self._built: dict[str, Counter[str]] = {}
 
     def __getitem__(self, task: str) -> Counter[str]:
@@ -317,6 +323,9 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
             if lines:
                 stacks = stacks + [line.rstrip("\r\n").rpartition(" ")[0] for line in lines]
                 counts = counts + line_counts
+            for text_of, ids, id_counts in self._deferred.pop(task, ()):
+                stacks = stacks + [text_of(stack_id) for stack_id in ids]
+                counts = counts + id_counts
             merged = dict(zip(stacks, counts))
             if len(merged) == len(stacks):
                 built = Counter(merged)
@@ -353,12 +362,40 @@ class StackAccumulator:
         # Folded lines are kept whole: cutting the stack out of a ~1 KB line costs a copy per line.
         self._lines: list[list[str]] = [[] for _ in range(size)]
         self._line_counts: list[list[int]] = [[] for _ in range(size)]
+        # Stacks of stack tables stay ids until a task's Counter is asked for (most callers need only counts).
+        self._deferred: list[list[DeferredStacks]] = [[] for _ in range(size)]
         self._overrides: dict[tuple[int, int], int] = {}
 
     @property
     def entries(self) -> int:
         """Stack entries taken so far (lines or pairs with a positive count; repeats included)."""
-        return sum(map(len, self._counts)) + sum(map(len, self._line_counts))
+        deferred = sum(len(ids) for per_task in self._deferred for _text, ids, _counts in per_task)
+        return sum(map(len, self._counts)) + sum(map(len, self._line_counts)) + deferred
+
+    def add_table(self, table: StackTable, first: int | None = None, last: int | None = None) -> None:
+        """A stack table's stacks (over intervals ``first..last``; None: open): each distinct frame is
+        matched once, then each stack is decided from its frame ids, without building its text."""
+        frame_mask_of = self.matcher._frame_mask_of
+        decision_of = self.matcher._decision_of
+        texts = table.frame_texts()
+        mask_of = [frame_mask_of(text) for text in texts].__getitem__
+        stacks = table.stacks
+        ids: list[list[int]] = [[] for _ in self._deferred]
+        counts: list[list[int]] = [[] for _ in self._deferred]
+        overrides = self._overrides
+        for stack_id, count in table.stack_counts(first, last).items():
+            if count <= 0:
+                continue
+            index, others = decision_of(tuple(filter(None, map(mask_of, stacks[stack_id]))))
+            ids[index].append(stack_id)
+            counts[index].append(count)
+            if others:
+                key = (index, others)
+                overrides[key] = overrides.get(key, 0) + count
+        text_of = table.stack_text(texts)
+        for index, task_ids in enumerate(ids):
+            if task_ids:
+                self._deferred[index].append((text_of, task_ids, counts[index]))
 
     def add(self, stack: str, count: int) -> None:
         self.add_items(((stack, count),))
@@ -422,7 +459,10 @@ class StackAccumulator:
     def result(self) -> MatchResult:
         matcher = self.matcher
         names = matcher.result_names
-        samples = [sum(c) + sum(lc) for c, lc in zip(self._counts, self._line_counts)]
+        samples = [
+            sum(c) + sum(lc) + sum(sum(n) for _text, _ids, n in deferred)
+            for c, lc, deferred in zip(self._counts, self._line_counts, self._deferred)
+        ]
         multi = [0] * len(names)
         decided_over: Counter[tuple[str, str]] = Counter()
         for (index, others), count in self._overrides.items():
@@ -435,6 +475,7 @@ class StackAccumulator:
             [list(c) for c in self._counts],
             [list(s) for s in self._lines],
             [list(c) for c in self._line_counts],
+            [list(d) for d in self._deferred],
         )
         return MatchResult(
             task_samples=dict(zip(names, samples)),
@@ -451,6 +492,13 @@ def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
     """Assign every stack of ``counts`` (folded stack -> samples) to its task; non-positive counts are ignored."""
     accumulator = StackAccumulator(matcher)
     accumulator.add_items(counts.items())
+    return accumulator.result()
+
+
+def match_table(matcher: Matcher, table: StackTable) -> MatchResult:
+    """Assign every stack of a stack table to its task (frames matched once each, stacks by id)."""
+    accumulator = StackAccumulator(matcher)
+    accumulator.add_table(table)
     return accumulator.result()
 
 

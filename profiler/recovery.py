@@ -37,7 +37,7 @@ from .errors import CaptureFormatError, OutputExistsError, OutputWriteError
 from .journal import JournalError, JournalRead, read_journal
 from .perfmap_history import PerfMapHistory
 from .stackstore import CollectedStacks, SamplerCheckpoint, StackStore
-from .symbolize import KernelResolver, StackFolder, SymbolResolver, fold_store
+from .symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
 from .timeline import CounterReading
 
 KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampler.py
@@ -292,7 +292,7 @@ class RecoveredSampler:
                 history = PerfMapHistory.restore(pid, self.directory / PERF_MAPS_DIR, versions) if versions else None
                 if how == "live" and pid in java:
                     history = self._refreshed(pid, history)
-                folded, timeline, contexts = fold_store(store, pid, folder, history, None)
+                table = tabulate_store(store, pid, folder, history, None)
             finally:
                 symbols.close()
             dropped = replayed.dropped.get(pid, 0)
@@ -302,7 +302,7 @@ class RecoveredSampler:
             stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
             if history is not None:
                 stats = replace(stats, perf_map_snapshots=history.snapshots)
-            result[pid] = CollectedStacks(folded, timeline, stats, contexts or None)
+            result[pid] = CollectedStacks(table, stats)
         return result
 
 

@@ -48,9 +48,10 @@ from .checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, che
 from .errors import OutputWriteError, PrivilegeError
 from .flinkmetrics import taskmanager_pids
 from .folded import format_folded
-from .matcher import Matcher, MatchResult, match_stacks
+from .matcher import Matcher, MatchResult, match_table
 from .outputs import check_output_dir, mark_output_dir
 from .stackstore import CollectedStacks, SamplerCheckpoint
+from .stacktable import write_table
 from .textinput import TEXT_ENCODING
 from .timeline import CounterReading, counter_deltas, rss_bytes
 
@@ -458,16 +459,6 @@ def last_interval_of(elapsed: float, interval: float) -> int:
     return max(0, math.ceil(elapsed / interval) - 1)
 
 
-def clamp_intervals(timeline: Counter[tuple[int, str]], last: int) -> Counter[tuple[int, str]]:
-    """Samples stamped past the window's last interval (its very end) belong to that interval."""
-    if all(interval <= last for interval, _stack in timeline):
-        return timeline
-    clamped: Counter[tuple[int, str]] = Counter()
-    for (interval, stack), count in timeline.items():
-        clamped[(min(interval, last), stack)] += count
-    return clamped
-
-
 def _write_failure(out: Path, exc: OSError) -> OutputWriteError:
     try:
         free = f"{shutil.disk_usage(out).free // 1024} KiB free there"
@@ -867,21 +858,16 @@ class Runner:
         return collected
 
     def _write_stacks(self, stacks: Mapping[int, CollectedStacks], matcher: Matcher) -> dict[int, MatchResult]:
-        """Each PID's folded stacks, timeline and sampler statistics; returns each PID's match."""
+        """Each PID's stack table and sampler statistics; returns each PID's match."""
         out = self.options.out
         matched = {}
         for pid, collected in stacks.items():
-            folded_text = format_folded(collected.folded)
-            capture.atomic_write_text(capture.stacks_path(out, pid), folded_text)
-            if collected.timeline is not None:
-                timeline = clamp_intervals(collected.timeline, self._last_interval())
-                capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(timeline))
+            table = collected.table
+            if table.timeline:
+                table = table.clamped(self._last_interval())
+            write_table(capture.table_path(out, pid), table, capture.atomic_write_bytes)
             capture.write_sampler_stats(out, collected.stats)
-            if collected.contexts:
-                capture.atomic_write_text(
-                    capture.contexts_path(out, pid), capture.format_contexts(folded_text, collected.contexts)
-                )
-            matched[pid] = match_stacks(matcher, collected.folded)
+            matched[pid] = match_table(matcher, table)
         return matched
 
     def _write_results(self, collected: Collected, matched: Mapping[int, MatchResult]) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from coordinator.analysis.flinkdraft import (
@@ -27,7 +26,7 @@ from profiler import capture
 from profiler.appprofile import parse_profile
 from profiler.capture import FlinkSubtask
 from profiler.flinkmetrics import TaskThread, parse_task_thread
-from profiler.folded import FRAME_SEPARATOR, read_folded
+from profiler.folded import FRAME_SEPARATOR
 from profiler.matcher import Matcher
 from profiler.stats import share_ci95
 
@@ -123,8 +122,11 @@ def read_pid_vertices(run: RunInput, chains: Collection[str]) -> list[PidVertice
     """Every workload PID of the run with samples of Flink task threads (I/O: reads the captures)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
-        stacks = read_folded(Path(capture.stacks_path(capture_dir, pid.process.pid)))
-        contexts = capture.read_contexts(capture_dir, pid.process.pid) or Counter()
+        table = capture.read_pid_table(capture_dir, pid.process.pid)
+        if table is None:
+            continue
+        stacks = table.folded()
+        contexts = table.context_counts()
         subtasks = subtask_stacks(contexts, stacks, chains)
         if subtasks:
             out.append(

@@ -23,12 +23,12 @@ from profiler.capture import (
     contained,
     is_capture_dir,
     iter_timeline,
+    pid_stacks_file,
+    pid_timeline_file,
     read_capture,
     read_counters_timeline,
     read_spark_plans,
     result_file_name,
-    stacks_path,
-    timeline_path,
 )
 from profiler.textinput import TEXT_ENCODING, open_text
 
@@ -206,8 +206,8 @@ def load_stacks(
     for process in capture.processes:
         if not process.sampled:
             continue
-        path = (stacks_path if intervals is None else timeline_path)(capture.directory, process.pid)
-        if not path.is_file():
+        path = (pid_stacks_file if intervals is None else pid_timeline_file)(capture.directory, process.pid)
+        if path is None:
             continue
         try:
             stacks[process.pid] = dict(read_pid_stacks(path, intervals))
@@ -238,8 +238,8 @@ def load_timeline(capture: Capture, problems: list[str] | None = None) -> Timeli
     entries: dict[int, Iterable[tuple[int, str, int]]] = {}
     deltas: dict[int, Sequence[CounterDelta]] = {}
     for process in capture.processes:
-        path = timeline_path(capture.directory, process.pid)
-        if not process.sampled or not path.is_file():
+        path = pid_timeline_file(capture.directory, process.pid)
+        if not process.sampled or path is None:
             continue
         entries[process.pid] = iter_timeline(path)  # a generator: the file is read when build_view uses it
         try:

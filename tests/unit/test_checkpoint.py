@@ -19,6 +19,7 @@ from profiler.checkpoint import CheckpointWriter, checkpoint_dir, executable_map
 from profiler.cli import main as profiler_main
 from profiler.elfsyms import OfflineSymbols, demangle, parse_maps, read_elf_symbols, symbols_of_file
 from profiler.errors import CaptureFormatError
+from profiler.folded import format_folded
 from profiler.journal import Checkpoint, JournalError, encode_checkpoint, encode_header, read_journal
 from profiler.recovery import load_replayed, recover_capture, replay
 from profiler.runner import Components, Runner
@@ -197,7 +198,7 @@ def test_recover_writes_a_capture_marked_recovered(tmp_path: Path) -> None:
     assert meta.host == "node9" and meta.stopped_by == "recovered" and meta.end_time == pytest.approx(result.end_time)
     assert any(w.startswith("recovered from checkpoint 2") and "samples after it are lost" in w for w in meta.warnings)
     assert "a warning" in meta.warnings and meta.cycles_source == "hardware"
-    folded = capture.stacks_path(tmp_path, GONE_PID).read_text()
+    folded = format_folded(capture.read_stack_counts(capture.table_path(tmp_path, GONE_PID)))
     assert "getpid" in folded and folded.rstrip().endswith(" 21")
     assert capture.read_sampler_stats(tmp_path, GONE_PID).samples == 21  # type: ignore[union-attr]
     rows = (tmp_path / capture.result_file_name("node9")).read_text()
@@ -273,7 +274,7 @@ def test_a_window_cut_short_is_recovered_up_to_its_last_checkpoint(tmp_path: Pat
     result = recover_capture(out, kernel=FakeKernel, symbols=lambda pid, saved: (NamedFrames(), "offline"))
     # THEN every sample filed before the last checkpoint is there, matched, with the scope and counters
     assert result.samples == 5 * taken and result.checkpoints == taken
-    assert capture.stacks_path(out, 101).read_text() == f"main;run;burnAlpha {5 * taken}\n"
+    assert format_folded(capture.read_stack_counts(capture.table_path(out, 101))) == f"main;run;burnAlpha {5 * taken}\n"
     assert {p.pid for p in capture.read_scope(out)} == {101, 102, 200}
     assert capture.read_counters(out, 101) is not None
     rows = (out / "h1_result.csv").read_text()

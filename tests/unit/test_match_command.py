@@ -77,7 +77,7 @@ def test_default_profile_is_the_shipped_spark_profile(repo_root: Path, capsys: p
     "make_args, message, code",
     [
         (lambda d, p: ["--profile", str(p)], "nothing to match", 2),
-        (lambda d, p: ["--profile", str(p), str(d)], "no pids/*/stacks.folded below", 2),
+        (lambda d, p: ["--profile", str(p), str(d)], "no pids/*/stacks.tpc or pids/*/stacks.folded below", 2),
         (lambda d, p: ["--profile", str(write(d / "bad.txt", "A: re:(\n")), str(write(d / "s.folded", "a 1\n"))],
          "bad.txt:1: invalid regular expression", 2),
         (lambda d, p: ["--profile", str(p), str(write(d / "s.folded", "a;b notacount\n"))],
