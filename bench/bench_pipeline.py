@@ -70,7 +70,7 @@ def one(master: str, archive: Path, out: Path) -> dict[str, object]:
     from coordinator.analysis.engines import analyze, spark_session
 
     runs = sorted(p for p in archive.iterdir() if (p / "run.json").is_file())
-    lines = sum(sum(1 for _ in p.open()) for p in archive.rglob("stacks.folded"))
+    lines = sum(map(stack_lines, stack_files(archive)))
     load_before = os.getloadavg()[0]
     with TreeCpu() as cpu:
         started = time.monotonic()
@@ -102,6 +102,21 @@ def one(master: str, archive: Path, out: Path) -> dict[str, object]:
         "load_before": round(load_before, 1),
         "load_after": round(os.getloadavg()[0], 1),
     }
+
+
+def stack_files(archive: Path) -> list[Path]:
+    """Every executor's stacks file of the archive: stack tables (format 4) or folded text."""
+    return sorted(archive.rglob("stacks.tpc")) + sorted(archive.rglob("stacks.folded"))
+
+
+def stack_lines(path: Path) -> int:
+    """Distinct stacks of one stacks file (its lines, for folded text)."""
+    from profiler.capture.stacktable import read_table
+
+    if path.suffix == ".tpc":
+        return len(read_table(path).stacks)
+    with path.open(encoding="utf-8") as handle:
+        return sum(1 for _ in handle)
 
 
 def machine() -> str:
@@ -178,12 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     if not archive.exists():
         facts = make_archive(archive, 10 if args.quick else 100, 8, 4, 0.6, 0.1, 1)
         print(f"generated {archive}: {facts}")
-    sizes = sum(p.stat().st_size for p in archive.rglob("stacks.folded")) / 1e6
-    files = sum(1 for _ in archive.rglob("stacks.folded"))
+    found = stack_files(archive)
+    sizes = sum(p.stat().st_size for p in found) / 1e6
+    form = "stack tables (stacks.tpc)" if found and found[0].suffix == ".tpc" else "folded stacks"
     runs = sum(1 for p in archive.iterdir() if (p / "run.json").is_file())
     archive_facts = (
-        f"{runs} runs, {files} executor stack files, {sizes:.0f} MB of folded stacks "
-        "(bench/make_archive.py from tests/data/spark_executor_real.folded)"
+        f"{runs} runs, {len(found)} executor stack files, {sizes:.1f} MB of {form} "
+        "(bench/make_archive.py from tests/data/spark_executor_real.folded"
+        f"{', then --compact' if form.startswith('stack tables') else ''})"
     )
     results = []
     for master in args.masters.split(","):

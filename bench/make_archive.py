@@ -10,7 +10,8 @@ tests/data/spark_executor_real.folded (a real local Spark Structured Streaming e
   as they do across real JVM restarts;
 - counters: cycles = samples / 99 Hz × 2.4 GHz; labels load=<10k..100k>, engine=spark.
 
-Deterministic for a given --seed.
+Deterministic for a given --seed. --compact writes the same stacks as stack tables (capture format 4,
+stacks.tpc) instead of stacks.folded.
 
 usage: .venv/bin/python bench/make_archive.py OUT_DIR [--runs 100 --hosts 8 --executors 4] [--quick]
 """
@@ -57,7 +58,9 @@ def executor_stacks(
     return stacks
 
 
-def make_archive(out: Path, runs: int, hosts: int, executors: int, keep: float, variants: float, seed: int) -> dict:
+def make_archive(
+    out: Path, runs: int, hosts: int, executors: int, keep: float, variants: float, seed: int, compact: bool = False
+) -> dict:
     pool = sorted(read_folded(REAL_STACKS).items())
     profile_text = PROFILE.read_text(encoding="utf-8")
     if out.exists():
@@ -92,7 +95,12 @@ def make_archive(out: Path, runs: int, hosts: int, executors: int, keep: float, 
         write_run_dir(
             out / f"run{run:03d}", f"run{run:03d}", run_hosts, profile_text, labels={"load": load, "engine": "spark"}
         )
-    size = sum(p.stat().st_size for p in out.rglob("stacks.folded"))
+    if compact:
+        from tests.fixtures.captures import to_compact
+
+        for host_dir in sorted(out.glob("run*/hosts/*")):
+            to_compact(host_dir)
+    size = sum(p.stat().st_size for pattern in ("stacks.folded", "stacks.tpc") for p in out.rglob(pattern))
     return {
         "runs": runs,
         "hosts": hosts,
@@ -116,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="10 runs instead of 100")
+    parser.add_argument("--compact", action="store_true", help="stack tables (capture format 4) instead of folded")
     args = parser.parse_args(argv)
     runs = 10 if args.quick else args.runs
     started = time.monotonic()
-    facts = make_archive(args.out, runs, args.hosts, args.executors, args.keep, args.variants, args.seed)
+    facts = make_archive(
+        args.out, runs, args.hosts, args.executors, args.keep, args.variants, args.seed, args.compact
+    )
     facts["seconds"] = round(time.monotonic() - started, 1)
     mb = facts["stack_bytes"] / 1e6
     print(

@@ -12,7 +12,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.capture.format import atomic_write_text, expect_json, from_json_object, is_safe_name, read_json_file
+from profiler.capture.format import (
+    atomic_write_text,
+    check_rate,
+    check_times,
+    expect_json,
+    from_json_object,
+    is_safe_name,
+    read_json_file,
+)
 from profiler.errors import CaptureFormatError
 
 RUN_FORMAT_VERSION = 1
@@ -138,4 +146,21 @@ def read_run(run_dir: Path) -> RunInfo:
     info: RunInfo = from_json_object(
         RunInfo, dict(payload, labels=dict(labels), versions=dict(versions), hosts=tuple(hosts)), path, advice
     )
+    _check_consistent(info, path, "fix run.json or re-run the profile")
     return info
+
+
+def _check_consistent(info: RunInfo, path: Path, advice: str) -> None:
+    """run.json agrees with itself: each host once (else its samples count twice), possible times."""
+    check_times(path, info.start_time, info.end_time, advice)
+    check_rate(path, info.frequency, info.duration, advice)
+    seen: set[str] = set()
+    for host in info.hosts:
+        if host.host in seen:
+            raise CaptureFormatError(f"{path}: host {host.host!r} is listed twice; {advice}")
+        seen.add(host.host)
+        check_times(path, host.start_time, host.end_time, advice, f"host {host.host!r}: ")
+        if host.state not in HOST_STATES:
+            raise CaptureFormatError(
+                f"{path}: host {host.host!r} has state {host.state!r}, not one of {', '.join(HOST_STATES)}; {advice}"
+            )

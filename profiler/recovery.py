@@ -38,7 +38,7 @@ from .capture.timeline import CounterReading
 from .errors import CaptureFormatError, OutputExistsError, OutputWriteError
 from .symbols.elfsyms import OfflineSymbols
 from .symbols.perfmap_history import PerfMapHistory
-from .symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, fold_store
+from .symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
 
 KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampling/sampler.py
 NO_METHODS = "not read: the profiler was killed before symbolization (recovered capture)"
@@ -293,7 +293,7 @@ class RecoveredSampler:
                 history = PerfMapHistory.restore(pid, self.directory / PERF_MAPS_DIR, versions) if versions else None
                 if how == "live" and pid in java:
                     history = self._refreshed(pid, history)
-                folded, timeline, contexts = fold_store(store, pid, folder, history, None)
+                table = tabulate_store(store, pid, folder, history, None)
             finally:
                 symbols.close()
             dropped = replayed.dropped.get(pid, 0)
@@ -303,7 +303,7 @@ class RecoveredSampler:
             stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
             if history is not None:
                 stats = replace(stats, perf_map_snapshots=history.snapshots)
-            result[pid] = CollectedStacks(folded, timeline, stats, contexts or None)
+            result[pid] = CollectedStacks(table, stats)
         return result
 
 

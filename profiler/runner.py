@@ -46,12 +46,16 @@ from .capture.format import (
     VertexWindow,
 )
 from .capture.stackstore import CollectedStacks, SamplerCheckpoint
+from .capture.stacktable import write_table
 from .capture.timeline import CounterReading, counter_deltas, rss_bytes
 from .engines.flinkmetrics import taskmanager_pids
-from .errors import OutputExistsError, OutputWriteError, PrivilegeError
+from .errors import OutputWriteError, PrivilegeError
+from .files import safeio
+from .files.outputs import check_output_dir, mark_output_dir
+from .files.textinput import TEXT_ENCODING
 from .matching.aggregate import aggregate_host
 from .matching.appprofile import ApplicationProfile
-from .matching.matcher import Matcher, MatchResult, match_stacks
+from .matching.matcher import Matcher, MatchResult, match_table
 
 if TYPE_CHECKING:
     from .sampling.sampler import StackSampler
@@ -251,13 +255,15 @@ def check_privileges() -> None:
 
 
 def prepare_output(out: Path, force: bool) -> None:
+    """A capture directory replaces only a capture (``force``), never a directory of the user's."""
+    check_output_dir(out, "--out", force=force, own_kind=(capture.META_FILE, "checkpoint"))
     if out.exists() and any(out.iterdir()):
-        if not force:
-            raise OutputExistsError(
-                f"{out}: output directory exists and is not empty; choose another --out or add --force"
-            )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    # Captures hold other users' code and thread names: the run directory is root's (or the invoking
+    # user's) alone; the files in it are 0600 already (capture.atomic_write_bytes, the journal).
+    os.chmod(out, 0o700)
+    mark_output_dir(out, "profiler run")
 
 
 # ------------------------------------------------------------------ status file
@@ -464,16 +470,6 @@ def last_interval_of(elapsed: float, interval: float) -> int:
     return max(0, math.ceil(elapsed / interval) - 1)
 
 
-def clamp_intervals(timeline: Counter[tuple[int, str]], last: int) -> Counter[tuple[int, str]]:
-    """Samples stamped past the window's last interval (its very end) belong to that interval."""
-    if all(interval <= last for interval, _stack in timeline):
-        return timeline
-    clamped: Counter[tuple[int, str]] = Counter()
-    for (interval, stack), count in timeline.items():
-        clamped[(min(interval, last), stack)] += count
-    return clamped
-
-
 def _write_failure(out: Path, exc: OSError) -> OutputWriteError:
     try:
         free = f"{shutil.disk_usage(out).free // 1024} KiB free there"
@@ -526,6 +522,7 @@ class Runner:
         options = self.options
         out = options.out
         self.status.update("starting", force=True)
+        safeio.take_warnings()  # another run's in this process are not this one's
         components = self._components or real_components(options)
         state = self.state
         failure: BaseException | None = None
@@ -693,7 +690,7 @@ class Runner:
             "checkpoint": options.checkpoint,
             "stack_storage_size": options.stack_storage_size,
             "profile_name": Path(options.profile).name,
-            "profile_text": Path(options.profile).read_text(encoding="utf-8"),
+            "profile_text": Path(options.profile).read_text(encoding=TEXT_ENCODING),
             "start_time": state.start_time,
             "max_stack_depth": components.sampler.max_stack_depth,
             "stack_collection": components.sampler.collection,
@@ -796,7 +793,8 @@ class Runner:
         state.warnings.extend(self._component_warnings(components))
         out = self.options.out
         capture.write_scope(out, collected.processes)
-        capture.atomic_write_text(out / capture.PROFILE_COPY, Path(self.options.profile).read_text(encoding="utf-8"))
+        profile_text = Path(self.options.profile).read_text(encoding=TEXT_ENCODING)
+        capture.atomic_write_text(out / capture.PROFILE_COPY, profile_text)
         matched = self._write_stacks(collected.stacks, Matcher(profile))
         self._write_counters(collected.counters, collected.processes)
         for pid_net in collected.net.values():
@@ -871,21 +869,16 @@ class Runner:
         return collected
 
     def _write_stacks(self, stacks: Mapping[int, CollectedStacks], matcher: Matcher) -> dict[int, MatchResult]:
-        """Each PID's folded stacks, timeline and sampler statistics; returns each PID's match."""
+        """Each PID's stack table and sampler statistics; returns each PID's match."""
         out = self.options.out
         matched = {}
         for pid, collected in stacks.items():
-            folded_text = format_folded(collected.folded)
-            capture.atomic_write_text(capture.stacks_path(out, pid), folded_text)
-            if collected.timeline is not None:
-                timeline = clamp_intervals(collected.timeline, self._last_interval())
-                capture.atomic_write_text(capture.timeline_path(out, pid), capture.format_timeline(timeline))
+            table = collected.table
+            if table.timeline:
+                table = table.clamped(self._last_interval())
+            write_table(capture.table_path(out, pid), table, capture.atomic_write_bytes)
             capture.write_sampler_stats(out, collected.stats)
-            if collected.contexts:
-                capture.atomic_write_text(
-                    capture.contexts_path(out, pid), capture.format_contexts(folded_text, collected.contexts)
-                )
-            matched[pid] = match_stacks(matcher, collected.folded)
+            matched[pid] = match_table(matcher, table)
         return matched
 
     def _write_results(self, collected: Collected, matched: Mapping[int, MatchResult]) -> None:
@@ -979,8 +972,10 @@ class Runner:
 
     @staticmethod
     def _component_warnings(components: Components) -> list[str]:
-        """The components word their own end-of-run warnings, with the option to change."""
+        """The components word their own end-of-run warnings, with the option to change; a target's
+        refused files (links, FIFOs, oversized: profiler/files/safeio.py) are named once each."""
         found = list(components.sampler.warnings)
+        found.extend(safeio.take_warnings())
         if components.net is not None:
             found.extend(components.net.warnings)
         found.extend(components.events.warnings)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.rows import ALL, TASKS_DIR, UNMATCHED_FILE, TaskTotals
+from coordinator.analysis.rows import ALL, ANALYSIS_FILE, TASKS_DIR, UNMATCHED_FILE, TaskTotals
 from profiler.capture import format as capture
 from profiler.errors import CaptureFormatError
 from profiler.matching.stats import two_proportion_z
@@ -116,8 +116,11 @@ def _human(value: Any) -> str:
 
 
 def analysis_stacks(analysis_dir: Path) -> dict[str, int]:
-    """Every workload stack of an analysis (tasks/*.folded and unmatched.folded, each stack in exactly
-    one of them): the input of compare's differential flamegraph."""
+    """Every workload stack an analysis counted, the input of compare's differential flamegraph: the
+    stacks of its inputs (analysis.json) over its sub-window, read from the captures. An analysis made
+    before format 4 kept them in tasks/*.folded and unmatched.folded (each stack in one of them)."""
+    if not (analysis_dir / TASKS_DIR).is_dir():
+        return _captured_stacks(analysis_dir)
     from profiler.capture.folded import read_folded
 
     paths = sorted((analysis_dir / TASKS_DIR).glob("*.folded")) + [analysis_dir / UNMATCHED_FILE]
@@ -132,4 +135,31 @@ def analysis_stacks(analysis_dir: Path) -> dict[str, int]:
             raise CaptureFormatError(
                 f"{path}: cannot read ({exc.strerror or exc}); re-run `coordinator analyze`"
             ) from None
+    return merged
+
+
+def _captured_stacks(analysis_dir: Path) -> dict[str, int]:
+    """The stacks of the runs an analysis read (analysis.json ``inputs``), restricted to its ``window``."""
+    from coordinator.analysis.inputs import read_inputs, read_pid_stacks
+    from coordinator.analysis.timeline import SubWindow
+    from profiler.capture.format import expect_json, read_json_file
+
+    path = analysis_dir / ANALYSIS_FILE
+    record = expect_json(
+        read_json_file(path, "run `coordinator analyze` first", "re-run `coordinator analyze`"), dict, path, "the file"
+    )
+    inputs = expect_json(record.get("inputs", []), list, path, "inputs")
+    directories = [entry.get("directory") for entry in inputs if isinstance(entry, dict)]
+    if len(directories) != len(inputs) or not all(isinstance(directory, str) for directory in directories):
+        raise CaptureFormatError(f"{path}: an input without its directory; re-run `coordinator analyze`")
+    window = record.get("window")
+    sub_window = SubWindow(window.get("from"), window.get("to")) if isinstance(window, dict) else None
+    merged: dict[str, int] = {}
+    for run in read_inputs([Path(str(directory)) for directory in directories], None, sub_window):
+        for pid in run.pids:
+            if pid.stacks is None:
+                continue
+            for stack, count in read_pid_stacks(pid.stacks, pid.intervals).items():
+                if count > 0:
+                    merged[stack] = merged.get(stack, 0) + count
     return merged

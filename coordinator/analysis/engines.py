@@ -20,8 +20,8 @@ import time
 import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,8 +41,11 @@ from coordinator.analysis.rows import (
     window_notes,
 )
 from coordinator.analysis.timeline import SubWindow
-from profiler.capture.format import UNMATCHED, FlinkSubtask, atomic_write_text, format_result_csv, replace_dir
+from coordinator.rundir import RUN_FILE
+from profiler.capture.format import FlinkSubtask, atomic_write_text, format_result_csv
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
+from profiler.files.outputs import check_output_dir, mark_output_dir
+from profiler.files.textinput import open_text
 from profiler.matching.appprofile import parse_profile
 
 if TYPE_CHECKING:
@@ -80,7 +83,6 @@ class AnalysisStats:
 @dataclass(frozen=True)
 class AnalysisOutput:
     summary_csv: Path
-    tasks_dir: Path
     unmatched_file: Path
     out_dir: Path
     analysis_json: Path
@@ -401,20 +403,28 @@ def pid_counts(matched: DataFrame, task_names: Sequence[str]) -> tuple[dict[int,
     return {key: PidTaskCounts(samples[key], multi.get(key, {})) for key in samples}, errors
 
 
-def sorted_task_stacks(matched: DataFrame) -> Iterator[tuple[int, str, int]]:
-    """(task index, stack, samples) over all inputs, each task's stacks contiguous, most samples
-    first, ties by stack text (Spark orders strings by UTF-8 bytes, the same as Python's code-point
-    order). Hash-partitioned by task and sorted within partitions: no sampling job, one shuffle."""
+def stack_totals(matched: DataFrame) -> tuple[int, int]:
+    """(distinct stacks, samples) over all inputs."""
+    from pyspark.sql import functions as F
+
+    row = matched.filter(F.col("kind") == KIND_STACK).agg(F.count("*"), F.sum("samples")).collect()[0]
+    return int(row[0]), int(row[1] or 0)
+
+
+def sorted_unmatched_stacks(matched: DataFrame, unmatched: int) -> Iterator[tuple[str, int]]:
+    """(stack, samples) of the stacks no task matched (task index ``unmatched``), most samples first,
+    ties by stack text (Spark orders strings by UTF-8 bytes, the same as Python's code-point order).
+    Only these come back to the driver: the tasks' stacks stay in the captures (the report and
+    `coordinator export` derive them)."""
     from pyspark.sql import functions as F
 
     ordered = (
-        matched.filter(F.col("kind") == KIND_STACK)
-        .select("task", "stack", "samples")
-        .repartition("task")
-        .sortWithinPartitions(F.col("task").asc(), F.col("samples").desc(), F.col("stack").asc())
+        matched.filter((F.col("kind") == KIND_STACK) & (F.col("task") == unmatched))
+        .select("stack", "samples")
+        .orderBy(F.col("samples").desc(), F.col("stack").asc())
     )
     for row in ordered.toLocalIterator(prefetchPartitions=True):
-        yield int(row[0]), str(row[1]), int(row[2])
+        yield str(row[0]), int(row[1])
 
 
 # ---------------------------------------------------------------- the whole job
@@ -430,6 +440,9 @@ def _default_out_dir(runs: Sequence[RunInput]) -> Path:
 
 
 def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
+    """A new directory, a run directory or a previous analysis (replaced); never a host capture, nor a
+    directory of the user's own files (profiler.outputs)."""
+    check_output_dir(out_dir, "--out", force=False, own_kind=(RUN_FILE, ANALYSIS_FILE), replace_own=True)
     for run in runs:
         for host in run.hosts:
             if host.capture_dir is not None and out_dir.resolve() == host.capture_dir.resolve():
@@ -438,28 +451,11 @@ def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
                 )
 
 
-def _write_task_files(
-    tasks_tmp: Path,
-    unmatched_tmp: Path,
-    task_names: Sequence[str],
-    file_names: Mapping[str, str],
-    stacks: Iterator[tuple[int, str, int]],
-) -> tuple[int, int]:
-    """Stream the sorted stacks into one folded file per task; returns (distinct stacks, samples)."""
-    tasks_tmp.mkdir(parents=True)
-    distinct = samples = 0
-    with ExitStack() as stack_of_files:
-        handles = {
-            task: stack_of_files.enter_context(
-                open(unmatched_tmp if task == UNMATCHED else tasks_tmp / file_names[task], "w", encoding="utf-8")
-            )
-            for task in task_names
-        }
-        for task_index, stack, count in stacks:
-            handles[task_names[task_index]].write(f"{stack} {count}\n")
-            distinct += 1
-            samples += count
-    return distinct, samples
+def _write_unmatched(unmatched_tmp: Path, stacks: Iterable[tuple[str, int]]) -> None:
+    """Stream the sorted unmatched stacks into unmatched.folded (the input of new profile patterns)."""
+    with open(unmatched_tmp, "w", encoding="utf-8") as handle:
+        for stack, count in stacks:
+            handle.write(f"{stack} {count}\n")
 
 
 def _stack_files(runs: Sequence[RunInput]) -> list[tuple[int, str, int | None, int | None]]:
@@ -502,17 +498,12 @@ def run_analysis(
                 if errors:
                     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
                     raise CaptureFormatError(errors[0] + more)
-                distinct, samples = _write_task_files(
-                    scratch / "tasks",
-                    scratch / UNMATCHED_FILE,
-                    task_names,
-                    file_names,
-                    sorted_task_stacks(matched),
-                )
+                distinct, samples = stack_totals(matched)
+                _write_unmatched(scratch / UNMATCHED_FILE, sorted_unmatched_stacks(matched, len(profile.task_names)))
             finally:
                 matched.unpersist()
         else:
-            _write_task_files(scratch / "tasks", scratch / UNMATCHED_FILE, task_names, file_names, iter(()))
+            _write_unmatched(scratch / UNMATCHED_FILE, ())
         _write_summary(
             scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
         )
@@ -533,7 +524,8 @@ def _write_summary(
     master: str,
     window: SubWindow | None,
 ) -> None:
-    """summary.csv and analysis.json beside the task files in ``scratch``, then all moved into place."""
+    """summary.csv and analysis.json beside unmatched.folded in ``scratch``, then all moved into place
+    (the tasks/ directory of an analysis before issue 29 goes: it held copies of the captures' stacks)."""
     ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
     rows = [row for run in ordered_runs for row in run_rows(run, task_names, counts)]
     atomic_write_text(scratch / SUMMARY_FILE, format_summary(rows, label_columns(runs)))
@@ -541,7 +533,8 @@ def _write_summary(
         scratch / ANALYSIS_FILE,
         analysis_record(runs, profile_text, profile_source, file_names, master, window),
     )
-    replace_dir(scratch / "tasks", out_dir / TASKS_DIR)  # old task files of a previous profile go
+    if (out_dir / TASKS_DIR).is_dir():
+        shutil.rmtree(out_dir / TASKS_DIR)
     for name in (UNMATCHED_FILE, ANALYSIS_FILE, SUMMARY_FILE):
         os.replace(scratch / name, out_dir / name)
 
@@ -562,7 +555,9 @@ def run_analysis_in_process(
     task_names = profile.result_task_names
     matcher = Matcher(profile)
     decided: dict[str, tuple[int, bool]] = {}
-    per_task: list[Counter[str]] = [Counter() for _ in task_names]
+    unmatched: Counter[str] = Counter()
+    unmatched_index = len(profile.task_names)
+    total = 0
     counts: dict[int, PidTaskCounts] = {}
     for run in runs:
         for pid in run.pids:
@@ -584,27 +579,22 @@ def run_analysis_in_process(
                 task = task_names[index]
                 samples[task] = samples.get(task, 0) + count
                 multi[task] = multi.get(task, 0) + (count if is_multi else 0)
-                per_task[index][stack] += count
+                total += count
+                if index == unmatched_index:
+                    unmatched[stack] += count
             if samples:
                 counts[pid.key] = PidTaskCounts(samples, multi)
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
     try:
         file_names = task_file_names(profile.task_names)
-        ordered = (
-            (index, stack, count)
-            for index, stacks in enumerate(per_task)
-            for stack, count in sorted(stacks.items(), key=lambda item: (-item[1], item[0]))
-        )
-        distinct, total = _write_task_files(
-            scratch / "tasks", scratch / UNMATCHED_FILE, task_names, file_names, ordered
-        )
+        _write_unmatched(scratch / UNMATCHED_FILE, sorted(unmatched.items(), key=lambda item: (-item[1], item[0])))
         _write_summary(
             scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return distinct, total
+    return len(decided), total
 
 
 def _task_classifier(profile_text: str, profile_source: str) -> tuple[tuple[str, ...], Callable[[str], str]]:
@@ -630,7 +620,7 @@ def _append_cut_rows(summary: Path, extra: Sequence[Mapping[str, Any]], cut_colu
     placed after ``host_state``."""
     from coordinator.analysis.rows import read_summary
 
-    with open(summary, encoding="utf-8", newline="") as handle:
+    with open_text(summary, newline="") as handle:
         header = next(csv.reader(handle))
     at = header.index("host_state") + 1
     columns = (*header[:at], *cut_columns, *header[at:])
@@ -775,6 +765,8 @@ def analyze(
             distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master, window)
     else:
         distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master, window)
+    if not (target / RUN_FILE).is_file():
+        mark_output_dir(target, "coordinator analyze")
     if by == "stage":
         _add_stage_rows(target / SUMMARY_FILE, runs, profile_text, profile_source)
     elif by == "vertex":
@@ -791,7 +783,6 @@ def analyze(
     )
     return AnalysisOutput(
         summary_csv=target / SUMMARY_FILE,
-        tasks_dir=target / TASKS_DIR,
         unmatched_file=target / UNMATCHED_FILE,
         out_dir=target,
         analysis_json=target / ANALYSIS_FILE,

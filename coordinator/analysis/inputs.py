@@ -13,9 +13,10 @@ from typing import TypedDict
 from coordinator.analysis import timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from profiler.capture import format as capture
-from profiler.capture.folded import read_folded
 from profiler.capture.format import EventCount, NetStats, PidCounters, ProcessInfo
 from profiler.errors import CaptureFormatError, ConfigError
+from profiler.files.textinput import read_text_input
+from profiler.matching.appprofile import MAX_PROFILE_BYTES
 
 # ---------------------------------------------------------------- typed inputs
 
@@ -42,7 +43,7 @@ class PidInput:
     run: str
     host: str
     process: ProcessInfo
-    stacks: Path | None  # stacks.folded, or timeline.folded when ``intervals`` is set
+    stacks: Path | None  # stacks.tpc (format 4), else stacks.folded, or timeline.folded when ``intervals`` is set
     counters: PidCounters | None
     net: NetStats | None
     intervals: tuple[int, int] | None = None  # sub-window: read only these intervals (inclusive)
@@ -134,13 +135,13 @@ def _capture_pids(
         span = timeline.resolve_span(window, info.meta, str(capture_dir))
     pids = []
     for offset, process in enumerate(sorted(info.processes, key=lambda p: p.pid)):
-        stacks = capture.stacks_path(capture_dir, process.pid)
+        stacks = capture.pid_stacks_file(capture_dir, process.pid)
         pid = PidInput(
             key=first_key + offset,
             run=run,
             host=host,
             process=process,
-            stacks=stacks if process.sampled and stacks.is_file() else None,
+            stacks=stacks if process.sampled else None,
             counters=info.counters.get(process.pid),
             net=info.net.get(process.pid),
         )
@@ -158,9 +159,10 @@ def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidIn
         return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
     stacks = None
     if pid.stacks is not None:
-        stacks = capture.timeline_path(capture_dir, pid.process.pid)
-        if not stacks.is_file():
-            raise ConfigError(f"{stacks}: missing beside {pid.stacks.name}; re-run the capture or drop --from/--to")
+        stacks = capture.pid_timeline_file(capture_dir, pid.process.pid)
+        if stacks is None:
+            missing = capture.timeline_path(capture_dir, pid.process.pid)
+            raise ConfigError(f"{missing}: missing beside {pid.stacks.name}; re-run the capture or drop --from/--to")
     deltas = capture.read_counters_timeline(capture_dir, pid.process.pid)
     counters, source = pid.counters, None
     if counters is None:
@@ -202,16 +204,9 @@ def _apply_sample_fractions(run: RunInput) -> RunInput:
 
 
 def read_pid_stacks(path: Path, intervals: tuple[int, int] | None) -> Counter[str]:
-    """The stacks of one PID: the whole stacks.folded, or the timeline.folded lines of the
-    intervals ``first..last`` merged. Both engines read through this one function."""
-    if intervals is None:
-        return read_folded(path)
-    first, last = intervals
-    counts: Counter[str] = Counter()
-    for interval, stack, count in capture.iter_timeline(path):
-        if first <= interval <= last:
-            counts[stack] += count
-    return counts
+    """The stacks of one PID: its whole stacks.tpc or stacks.folded, or the intervals ``first..last`` of
+    its stacks.tpc or timeline.folded merged. Both engines read through this one function."""
+    return capture.read_stack_counts(path, intervals)
 
 
 def _read_run_json(run_dir: Path) -> tuple[str, dict[str, str], list[tuple[str, str, str]]]:
@@ -283,19 +278,17 @@ def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tupl
     """(profile text, where it came from): ``profile`` when given, else the runs' own copy, which
     must be the same text in every run."""
     if profile is not None:
-        try:
-            return Path(profile).read_text(encoding="utf-8"), str(profile)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{profile}: cannot read the application profile ({exc}); check the path") from None
+        fix = "check the path"
+        return read_text_input(profile, "the application profile", fix, max_bytes=MAX_PROFILE_BYTES), str(profile)
     texts: dict[str, Path] = {}
     for run in runs:
         if not run.profile_copies:
             raise ConfigError(f"{run.directory}: no application_profile.txt copy in the run; pass --profile FILE")
         copy = capture.contained(run.directory, run.profile_copies[0])
-        try:
-            texts.setdefault(copy.read_text(encoding="utf-8"), copy)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CaptureFormatError(f"{copy}: cannot read the profile copy ({exc}); pass --profile FILE") from None
+        text = read_text_input(
+            copy, "the profile copy", "pass --profile FILE", max_bytes=MAX_PROFILE_BYTES, error=CaptureFormatError
+        )
+        texts.setdefault(text, copy)
     if len(texts) > 1:
         names = ", ".join(str(p) for p in texts.values())
         raise ConfigError(f"{names}: the runs were profiled with different application profiles; pass --profile FILE")

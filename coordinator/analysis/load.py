@@ -23,13 +23,14 @@ from profiler.capture.format import (
     contained,
     is_capture_dir,
     iter_timeline,
+    pid_stacks_file,
+    pid_timeline_file,
     read_capture,
     read_counters_timeline,
     read_spark_plans,
     result_file_name,
-    stacks_path,
-    timeline_path,
 )
+from profiler.files.textinput import TEXT_ENCODING, open_text
 
 # ---------------------------------------------------------------- loading
 
@@ -74,10 +75,23 @@ class RunData:
         return None
 
 
+# What the report's tables read from summary.csv and the hosts' <host>_result.csv.
+REPORT_COLUMNS = ("host", "pid", "task", "samples", "cycles")
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of summary.csv or a host's result CSV; one without the columns the tables read is a
+    CaptureFormatError naming them (never an empty table)."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            return [dict(row) for row in csv.DictReader(handle)]
+        with open_text(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [name for name in REPORT_COLUMNS if name not in (reader.fieldnames or ())]
+            if missing:
+                raise CaptureFormatError(
+                    f"{path}: no column {', '.join(missing)} (not a summary or result CSV, or cut); "
+                    "re-run `coordinator analyze`"
+                )
+            return [dict(row) for row in reader]
     except (csv.Error, UnicodeDecodeError) as exc:
         raise CaptureFormatError(f"{path}: not valid CSV ({exc}); re-run `coordinator analyze`") from None
     except OSError as exc:
@@ -161,7 +175,7 @@ def load_run(path: Path) -> RunData:
     candidates = [path / PROFILE_COPY] + [h.capture.directory / PROFILE_COPY for h in hosts if h.capture]
     for candidate in candidates if profile_text is None else ():
         if contained(path, candidate).is_file():
-            profile_text, profile_source = candidate.read_text(encoding="utf-8", errors="replace"), str(candidate)
+            profile_text, profile_source = candidate.read_text(encoding=TEXT_ENCODING, errors="replace"), str(candidate)
             break
     return RunData(
         path,
@@ -192,8 +206,8 @@ def load_stacks(
     for process in capture.processes:
         if not process.sampled:
             continue
-        path = (stacks_path if intervals is None else timeline_path)(capture.directory, process.pid)
-        if not path.is_file():
+        path = (pid_stacks_file if intervals is None else pid_timeline_file)(capture.directory, process.pid)
+        if path is None:
             continue
         try:
             stacks[process.pid] = dict(read_pid_stacks(path, intervals))
@@ -224,8 +238,8 @@ def load_timeline(capture: Capture, problems: list[str] | None = None) -> Timeli
     entries: dict[int, Iterable[tuple[int, str, int]]] = {}
     deltas: dict[int, Sequence[CounterDelta]] = {}
     for process in capture.processes:
-        path = timeline_path(capture.directory, process.pid)
-        if not process.sampled or not path.is_file():
+        path = pid_timeline_file(capture.directory, process.pid)
+        if not process.sampled or path is None:
             continue
         entries[process.pid] = iter_timeline(path)  # a generator: the file is read when build_view uses it
         try:
@@ -248,7 +262,7 @@ def read_analysis_record(summary: Path | None) -> tuple[str | None, str | None, 
         return None, None, None
     record = summary.parent / "analysis.json"
     try:
-        payload = json.loads(record.read_text(encoding="utf-8"))
+        payload = json.loads(record.read_text(encoding=TEXT_ENCODING))
     except (OSError, ValueError):
         return None, None, None
     if not isinstance(payload, dict):

@@ -20,6 +20,7 @@ from coordinator.analysis.timeline import SubWindow
 from profiler.capture import format as capture
 from profiler.capture.format import ALL_TASKS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
+from profiler.files.textinput import open_text
 from profiler.matching.aggregate import aggregate_pid
 from profiler.matching.matcher import MatchResult
 from profiler.matching.stats import share_ci95
@@ -346,7 +347,7 @@ def read_summary(path: Path, stages: bool = False) -> list[dict[str, str]]:
     """summary.csv's rows; Spark stage rows (``analyze --by stage``) and Flink vertex rows (``--by
     vertex``) only with ``stages``: they cut the same samples again and must never be summed with the others."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text(path, newline="") as handle:
             rows = list(csv.DictReader(handle))
     except OSError as exc:
         raise CaptureFormatError(

@@ -9,13 +9,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler.capture import format as capture
-from profiler.capture.folded import read_folded
 from profiler.engines.sparkplan import codegen_stage_of, parse_task_thread
 from profiler.matching.stats import share_ci95
 
@@ -159,11 +157,12 @@ def read_pid_stages(run: RunInput, task_of: Callable[[str], str]) -> list[PidSta
     """Every workload PID of the run with a contexts.json (I/O: reads the captures)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
-        contexts = capture.read_contexts(capture_dir, pid.process.pid)
-        if not contexts:
+        table = capture.read_pid_table(capture_dir, pid.process.pid)
+        contexts = table.context_counts() if table is not None else None
+        if not contexts or table is None:
             continue
-        samples = sum(read_folded(Path(capture.stacks_path(capture_dir, pid.process.pid))).values())
-        out.append(PidStages(samples=samples, stages=stage_task_counts(contexts, task_of), **cost_fields(pid.counters)))
+        stages = stage_task_counts(contexts, task_of)
+        out.append(PidStages(samples=table.samples, stages=stages, **cost_fields(pid.counters)))
     return out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from coordinator.analysis.flinkdraft import (
@@ -24,7 +23,7 @@ from coordinator.analysis.flinkdraft import (
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler.capture import format as capture
-from profiler.capture.folded import FRAME_SEPARATOR, read_folded
+from profiler.capture.folded import FRAME_SEPARATOR
 from profiler.capture.format import FlinkSubtask
 from profiler.engines.flinkmetrics import TaskThread, parse_task_thread
 from profiler.matching.appprofile import parse_profile
@@ -123,8 +122,11 @@ def read_pid_vertices(run: RunInput, chains: Collection[str]) -> list[PidVertice
     """Every workload PID of the run with samples of Flink task threads (I/O: reads the captures)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
-        stacks = read_folded(Path(capture.stacks_path(capture_dir, pid.process.pid)))
-        contexts = capture.read_contexts(capture_dir, pid.process.pid) or Counter()
+        table = capture.read_pid_table(capture_dir, pid.process.pid)
+        if table is None:
+            continue
+        stacks = table.folded()
+        contexts = table.context_counts()
         subtasks = subtask_stacks(contexts, stacks, chains)
         if subtasks:
             out.append(

@@ -1,10 +1,12 @@
-"""Match the stacks of one or more runs to tasks and write summary.csv and per-task stacks.
+"""Match the stacks of one or more runs to tasks and write summary.csv.
 
-Reads every host's per-PID folded stacks, counters and scope of the given run directories (or bare
+Reads every host's per-PID stacks (stack tables, or folded stacks of older captures), counters and
+scope of the given run directories (or bare
 host captures), applies the application profile with the host agent's own matcher (on Spark, or in
 this process for small inputs on a local master: --engine) and writes summary.csv (per run, host,
-PID and task, with host `*` cluster rows), tasks/<task>.folded (drill-down input) and
-unmatched.folded (stacks no task matched, most samples first). The raw captures are only read:
+PID and task, with host `*` cluster rows) and unmatched.folded (stacks no task matched, most samples
+first); each task's stacks stay in the captures (`coordinator export --format folded --per-task` and
+the report derive them). The raw captures are only read:
 edit the profile and analyse again as often as needed.
 --from/--to restrict every row to a sub-window (seconds into the sampling window) of a capture
 with a timeline (format_version 2, stack_collection ringbuf): the whole intervals overlapping it
@@ -123,7 +125,6 @@ class AnalyzeCommand:
         for note in output.window_notes:
             print(note)
         print(f"wrote {output.summary_csv}")
-        print(f"wrote {output.tasks_dir}/ (one folded file per task)")
         print(f"wrote {output.unmatched_file}")
         print(f"wrote {output.analysis_json}")
         print("next:")

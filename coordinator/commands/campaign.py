@@ -27,6 +27,7 @@ from pathlib import Path
 from coordinator.commands.analyze import add_engine_options, add_label_option
 from profiler.argtypes import existing_dir, existing_file
 from profiler.errors import ConfigError, OutputExistsError
+from profiler.files.outputs import check_output_dir
 
 CAMPAIGN_REPORT_DIR = "report"
 
@@ -39,17 +40,14 @@ def default_out(run_dirs: list[Path]) -> Path:
 
 def check_out(out: Path, force: bool) -> None:
     """A previous campaign or analysis (campaign.csv, analysis.json) is replaced; a run directory never
-    is; any other non-empty directory needs --force."""
+    is; another directory this tool wrote needs --force; a directory of the user's files never
+    (profiler.outputs)."""
     from coordinator.analysis.campaign import CAMPAIGN_FILE
     from coordinator.analysis.rows import ANALYSIS_FILE
 
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"{out}: exists and is not a directory; choose another --out")
     if (out / "run.json").exists():
         raise OutputExistsError(f"{out}: is a run directory; a campaign goes beside the runs, choose another --out")
-    ours = (out / CAMPAIGN_FILE).is_file() or (out / ANALYSIS_FILE).is_file()
-    if out.is_dir() and any(out.iterdir()) and not ours and not force:
-        raise OutputExistsError(f"{out}: exists and is not a campaign; choose another --out or pass --force")
+    check_output_dir(out, "--out", force=force, own_kind=(CAMPAIGN_FILE, ANALYSIS_FILE), replace_own=True)
 
 
 def varying_label(label_values: dict[str, set[str]]) -> str:
@@ -75,7 +73,9 @@ class CampaignCommand:
             "--out", type=Path, metavar="DIR", help="output directory (default: <runs' parent>/campaign)"
         )
         parser.add_argument(
-            "--force", action="store_true", help="write into an existing directory that is not a campaign"
+            "--force",
+            action="store_true",
+            help="write into a directory this tool wrote that is not a campaign (never one of your own files)",
         )
         parser.add_argument(
             "--profile", type=existing_file, metavar="FILE", help="application profile (default: the runs' own copy)"

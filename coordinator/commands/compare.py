@@ -26,11 +26,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.compare import analysis_stacks, compare_runs, format_compare_csv, format_compare_table
+from coordinator.analysis.compare import (
+    COMPARE_COLUMNS,
+    analysis_stacks,
+    compare_runs,
+    format_compare_csv,
+    format_compare_table,
+)
 from coordinator.analysis.rows import existing_summary, summary_totals
 from coordinator.commands.analyze import existing_file, master_url
 from profiler.capture.format import atomic_write_text
-from profiler.errors import OutputExistsError
+from profiler.files.outputs import check_output_dir, check_output_file, csv_header
 
 COMPARE_CSV = "compare.csv"
 
@@ -79,6 +85,11 @@ class CompareCommand:
             help="Spark master URL when runs need analysing (default: %(default)s)",
         )
         parser.add_argument(
+            "--force",
+            action="store_true",
+            help="replace an --out or --csv this tool wrote that is not a comparison (never your own files)",
+        )
+        parser.add_argument(
             "--level",
             type=probability,
             default=0.05,
@@ -88,9 +99,12 @@ class CompareCommand:
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.report.diffpage import COMPARE_MARKER
 
-        out = args.out
-        if out is not None and out.is_dir() and any(out.iterdir()) and not (out / COMPARE_MARKER).exists():
-            raise OutputExistsError(f"{out}: exists and is not a comparison; choose another --out")
+        # a previous comparison is replaced, as before; anything else of ours needs --force
+        if args.csv is not None:
+            signature = csv_header(*COMPARE_COLUMNS)
+            check_output_file(args.csv, "--csv", force=args.force, signature=signature, replace_own=True)
+        if args.out is not None:
+            check_output_dir(args.out, "--out", force=args.force, own_kind=(COMPARE_MARKER,), replace_own=True)
         sides = [args.run_a, args.run_b]
         with tempfile.TemporaryDirectory(prefix="taskprof-compare-") as scratch:
             analyses = self._analyses(sides, args.profile, args.master, Path(scratch))

@@ -86,7 +86,10 @@ _NOT_LOGS = ("local", "checkpoint", "sink", "conf")
 
 def _is_failed_demo(run_dir: Path) -> bool:
     """A directory a failed demo left: only the kept workload logs, no run.json."""
-    return run_dir.is_dir() and [p.name for p in run_dir.iterdir()] == [WORKLOAD_DIR]
+    from profiler.files.outputs import MARKER
+
+    # the marker says the demo made the directory: a user's own "workload" folder is never taken for one
+    return run_dir.is_dir() and sorted(p.name for p in run_dir.iterdir()) == sorted((MARKER, WORKLOAD_DIR))
 
 
 def _prepare_out(out: Path, force: bool) -> None:
@@ -97,8 +100,9 @@ def _prepare_out(out: Path, force: bool) -> None:
     if force and _is_failed_demo(out):
         shutil.rmtree(out)
     prepare_run_dir(out, force)
-    for child in out.iterdir():
-        child.rmdir()
+    for child in out.iterdir():  # hosts/: profile_cluster prepares it again; the marker stays
+        if child.is_dir():
+            child.rmdir()
 
 
 def _remove_unused(run_dir: Path, created: bool) -> None:
@@ -323,12 +327,13 @@ def run_campaign(args: argparse.Namespace) -> int:
     all of them analysed together into ``<out>/campaign/`` with campaign.csv and the campaign page."""
     from coordinator.commands.campaign import check_out
     from coordinator.rundir import new_run_id
-    from profiler.errors import OutputExistsError
+    from profiler.files.outputs import check_output_dir, mark_output_dir
 
     out = args.out or Path("runs") / f"demo-campaign-{new_run_id()}"
-    if out.exists() and any(out.iterdir()) and not args.force:
-        raise OutputExistsError(f"{out}: exists and is not empty; choose another --out or add --force")
+    check_output_dir(out, "--out", force=args.force, own_kind=(CAMPAIGN_DIR,))
     check_out(out / CAMPAIGN_DIR, args.force)
+    out.mkdir(parents=True, exist_ok=True)
+    mark_output_dir(out, "coordinator demo --rates")
     rates = args.rates or [args.rate]
     run_dirs: list[Path] = []
     exit_code = 0

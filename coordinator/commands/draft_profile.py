@@ -46,10 +46,11 @@ class DraftProfileCommand:
         from coordinator.analysis.inputs import read_inputs, read_pid_stacks
         from coordinator.analysis.stages import read_spark_index
         from profiler.capture.format import atomic_write_text
-        from profiler.errors import ConfigError, OutputExistsError
+        from profiler.errors import ConfigError
+        from profiler.files.outputs import check_output_file, text_prefix
 
-        if args.out is not None and args.out.exists() and not args.force:
-            raise OutputExistsError(f"{args.out} exists; pass --force to replace it, or choose another --out")
+        if args.out is not None:  # a draft this command wrote starts with its "# Drafted by" comment
+            check_output_file(args.out, "--out", force=args.force, signature=text_prefix(b"# Drafted by"))
         (run,) = read_inputs([args.run_dir], None, None)
         stacks: Counter[str] = Counter()
         for pid in run.pids:

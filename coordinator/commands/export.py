@@ -56,12 +56,14 @@ class ExportCommand:
         parser.add_argument("--force", action="store_true", help="overwrite an existing output")
 
     def run(self, args: argparse.Namespace) -> int:
-        from coordinator.export.files import Selection, output_path, render, sizes, write_export
+        from coordinator.export.files import Selection, check_export_out, output_path, render, sizes, write_export
         from coordinator.export.stacks import load_export_set, select
         from coordinator.report.formats import format_bytes
         from profiler.errors import ConfigError
 
         selection = Selection(tuple(args.task), tuple(args.host), tuple(args.pid))
+        if args.out is not None and str(args.out) != "-":
+            check_export_out(args.out, args.format, args.per_task, args.force)  # before any work
         export = select(load_export_set(args.run_dir), selection.tasks, selection.hosts, selection.pids)
         for host in export.left_out:
             print(f"export: warning: not exported: host {host}", file=sys.stderr)
@@ -78,6 +80,7 @@ class ExportCommand:
         out = args.out if args.out is not None else output_path(
             args.run_dir, export.run_id, args.format, selection, args.per_task
         )
+        check_export_out(out, args.format, args.per_task, args.force)
         written = write_export(content, out, args.force)
         print(
             f"export: wrote {out} ({args.format}, {format_bytes(sizes(written))}; {samples} samples of "

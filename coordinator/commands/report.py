@@ -14,6 +14,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from coordinator.commands.analyze import add_run_dir
@@ -51,13 +52,20 @@ class ReportCommand:
             metavar="DIR",
             help="also copy the report to DIR/<run-id>/ and rewrite DIR/index.html (all runs)",
         )
-        parser.add_argument("--force", action="store_true", help="write into an --out directory that is not a report")
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="replace an --out directory this tool wrote that is not a report (never one of your own files)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         import json
 
+        from coordinator.report.publish import check_publish_root
         from coordinator.report.render import format_bytes, render_report
 
+        if args.publish is not None:
+            check_publish_root(args.publish)  # before any work, as every output
         index = render_report(args.run_dir, args.out, max_stacks=args.max_stacks, force=args.force)
         summary = json.loads((index.parent / "report.json").read_text(encoding="utf-8"))
         print(
@@ -72,7 +80,10 @@ class ReportCommand:
         if args.publish is not None:
             from coordinator.report.publish import publish
 
-            published = publish(index.parent, args.publish)
+            problems: list[str] = []
+            published = publish(index.parent, args.publish, problems)
+            for problem in problems:
+                print(f"report: warning: {problem}", file=sys.stderr)
             print(f"report: published {published} and {args.publish / 'index.html'}")
             print(f"next: coordinator serve {args.publish}")
         else:

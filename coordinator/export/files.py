@@ -16,7 +16,15 @@ from pathlib import Path
 from coordinator.analysis.rows import BARE_CAPTURE_ANALYSIS_DIR
 from coordinator.export.stacks import ExportSet
 from profiler.capture.format import atomic_write_bytes, atomic_write_text, is_capture_dir, replace_dir
-from profiler.errors import ConfigError, OutputExistsError
+from profiler.errors import ConfigError
+from profiler.files.outputs import (
+    Signature,
+    check_output_dir,
+    check_output_file,
+    folded_text,
+    mark_output_dir,
+    text_prefix,
+)
 
 FORMATS: tuple[str, ...] = ("speedscope", "pprof", "folded")
 SUFFIXES = {"speedscope": ".speedscope.json", "pprof": ".pb.gz", "folded": ".folded"}
@@ -73,23 +81,39 @@ def render(export: ExportSet, fmt: str, per_task: bool = False) -> bytes | dict[
     raise ConfigError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
+_SIGNATURES: dict[str, Signature] = {
+    "speedscope": text_prefix(b'{"$schema"'),
+    "pprof": text_prefix(b"\x1f\x8b"),  # gzip
+    "folded": folded_text,
+}
+
+
+def check_export_out(out: Path, fmt: str, per_task: bool, force: bool) -> None:
+    """Before any work: ``--out`` is a file (a directory for folded ``--per-task``); an existing one is
+    replaced with ``force`` only when it is an export of that format (or a directory this tool wrote)."""
+    if per_task and fmt == "folded":
+        check_output_dir(out, "--out", force=force)
+    else:
+        check_output_file(out, "--out", force=force, signature=_SIGNATURES.get(fmt))
+
+
 def write_export(
     content: bytes | dict[str, str], out: Path, force: bool = False, mode: int | None = 0o644
 ) -> list[Path]:
-    """Write one file, or a directory of per-task files; an existing output needs ``force``."""
-    if out.exists() and not force:
-        raise OutputExistsError(f"{out}: exists; choose another --out or add --force")
+    """Write one file, or a directory of per-task files; an existing output needs ``force`` and must
+    be an export (check_export_out)."""
     if isinstance(content, bytes):
-        if out.is_dir():
-            raise OutputExistsError(f"{out}: is a directory; choose a file name with --out")
+        check_output_file(out, "--out", force=force)
         atomic_write_bytes(out, content, mode)
         return [out]
+    check_output_dir(out, "--out", force=force)
     # A directory of per-task files is replaced whole: files of another profile's tasks do not linger.
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
     try:
         for name, text in content.items():
             atomic_write_text(staging / name, text, mode)
+        mark_output_dir(staging, "coordinator export --per-task")
         os.chmod(staging, 0o755)
         replace_dir(staging, out)
     except BaseException:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiler.errors import config_error
+from profiler.files.textinput import check_line_lengths, read_text_input
 
 DEFAULT_SSH_PORT = 22
 LOCAL_HOST = "localhost"
@@ -182,6 +183,10 @@ def parse_cluster(lines: Iterable[str], where: str) -> list[HostSpec]:
     return hosts
 
 
+MAX_CLUSTER_BYTES = 1024 * 1024
+MAX_CLUSTER_LINE = 4096
+
+
 def default_cluster_file() -> Path:
     """./cluster.txt when present, else the copy installed with the package (it holds ``localhost``)."""
     here = Path("cluster.txt")
@@ -193,18 +198,13 @@ def default_cluster_file() -> Path:
 
 
 def load_cluster(path: Path | str) -> list[HostSpec]:
-    """Read and validate a cluster file."""
+    """Read and validate a cluster file (UTF-8, a BOM dropped, at most MAX_CLUSTER_BYTES)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise config_error(
             str(path), None, "cluster file not found", "create it (one host per line) or pass --cluster"
-        ) from None
-    except UnicodeDecodeError:
-        raise config_error(str(path), None, "not UTF-8 text", "save it as plain text") from None
-    except OSError as exc:
-        raise config_error(
-            str(path), None, f"cannot read the cluster file ({exc.strerror or exc})", "pass a text file to --cluster"
-        ) from None
-    return parse_cluster(text.splitlines(), str(path))
+        )
+    text = read_text_input(path, "a cluster file", "pass a text file to --cluster", max_bytes=MAX_CLUSTER_BYTES)
+    lines = text.splitlines()
+    check_line_lengths(lines, str(path), MAX_CLUSTER_LINE, "one host per line: `[user@]host[:port] [role...]`")
+    return parse_cluster(lines, str(path))

@@ -32,7 +32,8 @@ from coordinator.remote.progress import ProgressBoard, Renderer, make_renderer
 from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 from profiler import __version__
 from profiler.capture import format as capture
-from profiler.errors import CapabilityError, OutputExistsError, ProfilerError, config_error
+from profiler.errors import CapabilityError, ProfilerError, config_error
+from profiler.files.outputs import MARKER, check_output_dir, mark_output_dir
 from profiler.matching.appprofile import load_profile
 from profiler.scope.spes import load_known_spes
 
@@ -90,16 +91,13 @@ def make_transport(
 
 
 def prepare_run_dir(out_dir: Path, force: bool) -> None:
-    """Create the run directory; never replace a non-empty one without ``force``, never a non-run one."""
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not force:
-            raise OutputExistsError(f"{out_dir}: exists and is not empty; choose another --out or add --force")
-        if not rundir.is_run_dir(out_dir):
-            raise OutputExistsError(
-                f"{out_dir}: not a run directory (no {rundir.RUN_FILE}); refusing to replace it even with --force"
-            )
+    """Create the run directory; a non-empty one is replaced only with ``force`` and only when this tool
+    wrote it (a run: run.json or its marker); a directory of the user's never (profiler.outputs)."""
+    check_output_dir(out_dir, "--out", force=force, own_kind=(rundir.RUN_FILE,))
+    if out_dir.exists() and any(child.name != MARKER for child in out_dir.iterdir()):
         shutil.rmtree(out_dir)
     (out_dir / rundir.HOSTS_DIR).mkdir(parents=True, exist_ok=True)
+    mark_output_dir(out_dir, "coordinator profile")
 
 
 class RunLog:

@@ -28,6 +28,7 @@ class TaskLine:
 class ProcessLine:
     host: str
     pid: int
+    user: str  # whose process: the report holds its stacks and thread names (docs/security.md)
     role: str
     engine: str
     kind: str

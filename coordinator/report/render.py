@@ -24,7 +24,7 @@ from coordinator.report.formats import format_bytes, format_number, format_share
 from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
 from profiler.capture.format import UNMATCHED, atomic_write_bytes, replace_dir
-from profiler.errors import OutputExistsError
+from profiler.files.outputs import check_output_dir, mark_output_dir
 
 REPORT_MARKER = ".spe-taskprof-report"
 REPORT_META = "report.json"
@@ -78,6 +78,7 @@ def write_page(
             (staging / "vendor" / name).write_bytes(_asset(f"vendor/{name}"))
         (staging / "index.html").write_text(html, encoding="utf-8")
         (staging / marker).write_text(marker_text, encoding="utf-8")
+        mark_output_dir(staging, marker_text.strip())
     return out_dir / "index.html"
 
 
@@ -170,13 +171,13 @@ def render_report(
 ) -> Path:
     """Render the report of a run directory or host capture; returns the path of its index.html.
 
-    ``out_dir`` defaults to ``run_dir/report``. A previous report there is replaced atomically; any
-    other existing directory needs ``force``.
+    ``out_dir`` defaults to ``run_dir/report``. A previous report there is replaced atomically; another
+    directory this tool wrote needs ``force``; a directory of the user's is refused (profiler.outputs).
     """
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "report"
-    if out_dir.exists() and not (out_dir / REPORT_MARKER).exists() and not force:
-        raise OutputExistsError(f"{out_dir}: exists and is not a report; choose another --out or pass --force")
+    # a previous report is replaced; another directory of ours only with --force; the user's never
+    check_output_dir(out_dir, "--out", force=force, own_kind=(REPORT_MARKER,), replace_own=True)
     run = load_run(run_dir)
     problems: list[str] = []
     stacks = {
@@ -208,4 +209,5 @@ def render_report(
         summary["exports_bytes"] = sum(len(content) for _, content in exports[1].values()) if exports else 0
         (staging / REPORT_META).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         (staging / REPORT_MARKER).write_text("written by coordinator report\n", encoding="utf-8")
+        mark_output_dir(staging, "coordinator report")
     return out_dir / "index.html"

@@ -512,6 +512,7 @@ def _process_lines(run: RunData, rows: Sequence[Mapping[str, str]]) -> tuple[Pro
             lines.append(ProcessLine(
                 host=host.name,
                 pid=process.pid,
+                user=process.user,
                 role=process.role,
                 engine=process.engine,
                 kind=process.kind,

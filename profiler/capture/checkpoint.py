@@ -118,7 +118,7 @@ class CheckpointWriter:
     def begin(self, header: Mapping[str, Any]) -> None:
         """Start a fresh journal with the run's header."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         self._append(encode_header(header))
 
     def note_process(self, pid: int) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ..errors import CaptureFormatError
+from ..files.textinput import open_text
 
 FRAME_SEPARATOR = ";"
 # A sample count fits the int64 columns of the analysis; a larger one is a corrupt file, not a count.
@@ -50,7 +51,7 @@ def iter_folded(lines: Iterable[str], source: str = "<input>") -> Iterator[tuple
 def read_folded(path: Path) -> Counter[str]:
     """All stacks of a folded file, merged (a stack appearing twice has its counts added)."""
     counts: Counter[str] = Counter()
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_text(path, lenient=True) as handle:
         for stack, count in iter_folded(handle, str(path)):
             counts[stack] += count
     return counts

@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CaptureFormatError
-from .folded import MAX_COUNT, is_count, iter_folded, parse_line
+from ..files.textinput import TEXT_ENCODING, open_text
+from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
+from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
-FORMAT_VERSION = 3
-# v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; the rest reads the same
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+# v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; v1-v3: folded stacks
+# (stacks.folded, timeline.folded, contexts.json) instead of the stack table (stacks.tpc); the rest reads the same
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 META_FILE = "meta.json"
 SCOPE_FILE = "scope.json"
@@ -429,7 +432,7 @@ def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
     path = capture_dir / SPARK_FILE
     if not path.exists():
         return None
-    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    payload = _versioned(_load_json(capture_dir, path), path, SPARK_READABLE_VERSIONS)
     expect_json(payload.get("plans", []), list, path, "plans")
     return dict(payload)
 def write_flink_vertices(
@@ -507,7 +510,7 @@ def read_json_file(path: Path, if_missing: str, if_invalid: str) -> Any:
     """The JSON of one file of a capture, run or report. A missing or unparsable file is a
     CaptureFormatError naming the file (and line) followed by the caller's advice."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding=TEXT_ENCODING))  # a BOM is not part of the JSON
     except FileNotFoundError:
         raise CaptureFormatError(f"{path}: missing; {if_missing}") from None
     except json.JSONDecodeError as exc:
@@ -601,10 +604,36 @@ def read_meta(capture_dir: Path) -> RunMeta:
         raise CaptureFormatError(
             f"{path}: interval {meta.interval!r} is not a positive number of seconds; re-run the capture"
         )
-    for name in ("start_time", "end_time"):
-        if not math.isfinite(getattr(meta, name)):
-            raise CaptureFormatError(f"{path}: {name} is not a finite number; re-run the capture")
+    check_times(path, meta.start_time, meta.end_time, "re-run the capture")
+    check_rate(path, meta.frequency, meta.duration_requested, "re-run the capture")
     return meta
+
+
+# Unix times a capture can hold: after 1970, before the year 3000 (time.localtime of 1e300 overflows).
+LATEST_TIME = 32503680000.0
+
+
+MAX_FREQUENCY = 10000  # Hz, profiler.argtypes.frequency's bound
+MAX_DURATION = 7 * 24 * 3600.0  # seconds, profiler.argtypes.duration's bound
+
+
+def check_rate(path: Path, frequency: int, duration: float, advice: str) -> None:
+    """A sampling frequency and a requested duration that a run can have (every --frequency and
+    --duration passes argparse's bounds); else a CaptureFormatError naming ``path``."""
+    if not 1 <= frequency <= MAX_FREQUENCY:
+        raise CaptureFormatError(f"{path}: frequency {frequency!r} is not 1 to {MAX_FREQUENCY} Hz; {advice}")
+    if not (math.isfinite(duration) and 0 <= duration <= MAX_DURATION):
+        raise CaptureFormatError(f"{path}: duration {duration!r} is not 0 to {MAX_DURATION:g} seconds; {advice}")
+
+
+def check_times(path: Path, start: float | None, end: float | None, advice: str, what: str = "") -> None:
+    """A window's start and end (either may be None): finite, between 1970 and 3000, start <= end;
+    else a CaptureFormatError naming ``path`` (and ``what``, e.g. the host)."""
+    for name, value in (("start_time", start), ("end_time", end)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= LATEST_TIME):
+            raise CaptureFormatError(f"{path}: {what}{name} {value!r} is not a possible time; {advice}")
+    if start is not None and end is not None and end < start:
+        raise CaptureFormatError(f"{path}: {what}end_time {end!r} is before start_time {start!r}; {advice}")
 
 
 def read_scope(capture_dir: Path) -> list[ProcessInfo]:
@@ -643,12 +672,29 @@ def read_events(capture_dir: Path) -> EventCount | None:
     return from_json_object(EventCount, _load_json(capture_dir, path), path) if path.exists() else None
 
 
+FLINK_READABLE_VERSIONS = (1, FLINK_FORMAT_VERSION)
+SPARK_READABLE_VERSIONS = (1,)
+
+
+def _versioned(payload: Any, path: Path, readable: tuple[int, ...]) -> dict[str, Any]:
+    """A JSON object whose ``format_version`` (absent in the first files) this build reads; a newer
+    one is refused, never read as if current."""
+    payload = expect_json(payload, dict, path, "the file")
+    version = payload.get("format_version", readable[0])
+    if version not in readable or isinstance(version, bool):
+        raise CaptureFormatError(
+            f"{path}: format_version {version!r}, this version reads {', '.join(map(str, readable))}; "
+            "use a matching profiler version"
+        )
+    return dict(payload)
+
+
 def read_flink_placement(capture_dir: Path) -> tuple[tuple[FlinkSubtask, ...], tuple[FlinkTaskManager, ...]]:
     """flink.json's subtasks and TaskManagers (v2); empty for a v1 file or when the REST API did not say."""
     path = capture_dir / FLINK_FILE
     if not path.exists():
         return (), ()
-    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    payload = _versioned(_load_json(capture_dir, path), path, FLINK_READABLE_VERSIONS)
     subtasks = expect_json(payload.get("subtasks", []), list, path, "subtasks")
     taskmanagers = expect_json(payload.get("taskmanagers", []), list, path, "taskmanagers")
     return (
@@ -662,7 +708,7 @@ def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
     path = capture_dir / FLINK_FILE
     if not path.exists():
         return ()
-    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    payload = _versioned(_load_json(capture_dir, path), path, FLINK_READABLE_VERSIONS)
     entries = expect_json(payload.get("vertices", []), list, path, "vertices")
     return tuple(from_json_object(VertexWindow, entry, path) for entry in entries)
 
@@ -679,8 +725,12 @@ def read_overhead(capture_dir: Path) -> Overhead | None:
 
 
 def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
-    """(interval, folded stack, count) per line of a timeline.folded; a bad line is a CaptureFormatError."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    """(interval, folded stack, count) per line of a timeline.folded, or per row of a stacks.tpc (contexts
+    merged); a bad line or table is a CaptureFormatError."""
+    if path.name == STACK_TABLE_FILE:
+        yield from read_table(path).timeline_entries()
+        return
+    with open_text(path, lenient=True) as handle:
         for number, line in enumerate(handle, 1):
             line = line.rstrip("\r\n")
             if not line:
@@ -695,18 +745,29 @@ def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
             yield int(head), parsed[0], parsed[1]
 
 
+def read_stack_counts(path: Path, intervals: tuple[int, int] | None = None) -> Counter[str]:
+    """Folded stack -> samples of one PID's stacks file (``pid_stacks_file``): the whole window, or with
+    ``intervals`` only the intervals ``first..last`` (inclusive; the timeline of a folded capture)."""
+    if path.name == STACK_TABLE_FILE:
+        return read_table(path).folded(*(intervals or (None, None)))
+    if intervals is None:
+        return read_folded(path)
+    first, last = intervals
+    counts: Counter[str] = Counter()
+    for interval, stack, count in iter_timeline(path):
+        if first <= interval <= last:
+            counts[stack] += count
+    return counts
+
+
 def read_timeline(
     capture_dir: Path, pid: int, first: int | None = None, last: int | None = None
 ) -> Counter[str] | None:
     """Stacks of ``pid`` summed over intervals ``first..last`` (inclusive, None = open); None without a timeline."""
-    path = timeline_path(capture_dir, pid)
-    if not path.exists():
+    path = pid_timeline_file(capture_dir, pid)
+    if path is None:
         return None
-    counts: Counter[str] = Counter()
-    for interval, stack, count in iter_timeline(path):
-        if (first is None or interval >= first) and (last is None or interval <= last):
-            counts[stack] += count
-    return counts
+    return read_stack_counts(path, (-1 if first is None else first, MAX_COUNT if last is None else last))
 
 
 def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | None:
@@ -719,7 +780,11 @@ def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | 
 
 
 def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | None:
-    """(context, folded stack) -> samples of ``pid`` (v3); None when the capture has no contexts.json."""
+    """(context, folded stack) -> samples of ``pid``; None when the capture has no contexts (v1/v2, or no
+    thread of the PID carried a per-unit name)."""
+    table = table_path(capture_dir, pid)
+    if table.is_file():
+        return read_table(table).context_counts() or None
     path = contexts_path(capture_dir, pid)
     if not path.exists():
         return None
@@ -727,7 +792,7 @@ def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | Non
     names = expect_json(payload.get("contexts", []), list, path, "contexts")
     rows = expect_json(payload.get("rows", []), list, path, "rows")
     stacks_file = stacks_path(capture_dir, pid)
-    with open(stacks_file, encoding="utf-8", errors="replace") as handle:
+    with open_text(stacks_file, lenient=True) as handle:
         stacks = [stack for stack, _count in iter_folded(handle, str(stacks_file))]
     counts: Counter[tuple[str, str]] = Counter()
     for number, row in enumerate(rows, 1):
@@ -752,7 +817,47 @@ def contexts_path(capture_dir: Path, pid: int) -> Path:
 
 
 def stacks_path(capture_dir: Path, pid: int) -> Path:
+    """A folded capture's (format 1-3) stacks.folded; ``pid_stacks_file`` finds either form."""
     return _pid_file(capture_dir, pid, STACKS_FILE)
+
+
+def table_path(capture_dir: Path, pid: int) -> Path:
+    """The stack table of a format 4 capture (profiler/capture/stacktable.py)."""
+    return _pid_file(capture_dir, pid, STACK_TABLE_FILE)
+
+
+def pid_stacks_file(capture_dir: Path, pid: int) -> Path | None:
+    """The file holding ``pid``'s stacks: stacks.tpc (format 4), else stacks.folded; None when neither is there."""
+    for path in (table_path(capture_dir, pid), stacks_path(capture_dir, pid)):
+        if path.is_file():
+            return path
+    return None
+
+
+def pid_timeline_file(capture_dir: Path, pid: int) -> Path | None:
+    """The file holding ``pid``'s stacks per interval: stacks.tpc, else timeline.folded; None without one."""
+    for path in (table_path(capture_dir, pid), timeline_path(capture_dir, pid)):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_pid_table(capture_dir: Path, pid: int) -> StackTable | None:
+    """``pid``'s samples as a stack table, whichever form the capture stores them in; None without stacks."""
+    from .stacktable import table_from_folded
+
+    path = pid_stacks_file(capture_dir, pid)
+    if path is None:
+        return None
+    if path.name == STACK_TABLE_FILE:
+        return read_table(path)
+    timeline_file = pid_timeline_file(capture_dir, pid)
+    timeline: Counter[tuple[int, str]] | None = None
+    if timeline_file is not None:
+        timeline = Counter()
+        for interval, stack, count in iter_timeline(timeline_file):
+            timeline[(interval, stack)] += count
+    return table_from_folded(read_folded(path), timeline, read_contexts(capture_dir, pid))
 
 
 @dataclass(frozen=True)

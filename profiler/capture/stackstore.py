@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .format import SamplerStats
+from .stacktable import StackTable, table_from_folded
 
 # struct sample_t of profiler/sampling/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
 RECORD_HEADER = struct.Struct("<IIQii16s")
@@ -326,12 +327,39 @@ class StackStore:
 
 @dataclass(frozen=True)
 class CollectedStacks:
-    """What the sampler hands over per process after the window."""
+    """What the sampler hands over per process after the window: its samples as a stack table (no
+    timeline: ``table.timeline`` False, the stack-map fallback) and what the sampler saw."""
 
-    folded: Counter[str]  # folded stack -> samples over the whole window
-    timeline: Counter[tuple[int, str]] | None  # (interval, folded stack) -> samples; None: no timestamps
+    table: StackTable
     stats: SamplerStats
-    contexts: Counter[tuple[str, str]] | None = None  # (context, folded stack) -> samples; None: no contexts
+
+    @classmethod
+    def of_folded(
+        cls,
+        folded: Mapping[str, int],
+        timeline: Mapping[tuple[int, str], int] | None,
+        stats: SamplerStats,
+        contexts: Mapping[tuple[str, str], int] | None = None,
+    ) -> CollectedStacks:
+        """From folded counts (the stack-map fallback, test doubles)."""
+        return cls(table_from_folded(folded, timeline, contexts), stats)
+
+    @property
+    def folded(self) -> Counter[str]:
+        """Folded stack -> samples over the whole window (derived: costs the text of every stack)."""
+        return self.table.folded()
+
+    @property
+    def timeline(self) -> Counter[tuple[int, str]] | None:
+        """(interval, folded stack) -> samples; None without sample times (derived)."""
+        if not self.table.timeline:
+            return None
+        return Counter({(interval, stack): count for interval, stack, count in self.table.timeline_entries()})
+
+    @property
+    def contexts(self) -> Counter[tuple[str, str]] | None:
+        """(context, folded stack) -> samples; None without contexts (derived)."""
+        return self.table.context_counts() or None
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """Re-match saved folded stacks with an application profile, without profiling again.
 
-STACKS are folded files (root first, count last) or directories: a host capture directory, or a
-coordinator run directory, whose pids/*/stacks.folded files are all read. Prints samples and share
+STACKS are stack files (folded text, root first, count last, or a capture's stacks.tpc stack table) or
+directories: a host capture directory, or a coordinator run directory, whose pids/*/stacks.tpc (or, in
+captures before format 4, pids/*/stacks.folded) files are all read. Prints samples and share
 per task (with the 95 % confidence interval of the share), how many samples the leaf-first rule
 decided between several tasks, and the top self frames of unmatched stacks as candidate patterns.
 Nothing is written unless --csv or --unmatched is given.
 
 examples:
   profiler match --profile application_profiles/spark_structured_streaming.txt capture/
-  profiler match --profile my.txt capture/pids/4242/stacks.folded --csv tasks.csv
+  profiler match --profile my.txt capture/pids/4242/stacks.tpc --csv tasks.csv
   profiler match --profile my.txt runs/20260101-1200/ --unmatched unmatched.folded --top 20
   profiler match --profile my.txt --explain 'Executor task l;...;JacksonParser.parse'
 """
@@ -23,25 +24,44 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
-from ..capture.format import PIDS_DIR, SAMPLER_FILE, STACKS_FILE, atomic_write_text, contained, read_sampler_stats
+from ..capture.format import (
+    META_FILE,
+    PIDS_DIR,
+    SAMPLER_FILE,
+    STACKS_FILE,
+    atomic_write_text,
+    contained,
+    read_meta,
+    read_sampler_stats,
+)
+from ..capture.stacktable import STACK_TABLE_FILE, is_table_file, read_table
 from ..defaults import DEFAULT_PROFILE, data_file
-from ..errors import CaptureFormatError, ConfigError, OutputExistsError
+from ..errors import CaptureFormatError, ConfigError
+from ..files.outputs import check_output_file, csv_header, folded_text
 from ..matching.matcher import MatchResult
 from ..matching.stats import share_ci95
 
 
 def stack_files(inputs: Sequence[Path]) -> list[Path]:
-    """Folded files named directly, and every pids/*/stacks.folded below each directory."""
+    """Stack files named directly, and every PID's stacks file below each directory (its stacks.tpc, else
+    its stacks.folded)."""
     files: list[Path] = []
     for path in inputs:
         if path.is_dir():
-            found = sorted(path.rglob(f"{PIDS_DIR}/*/{STACKS_FILE}"))
+            tables = sorted(path.rglob(f"{PIDS_DIR}/*/{STACK_TABLE_FILE}"))
+            have_table = {table.parent for table in tables}
+            folded = [f for f in path.rglob(f"{PIDS_DIR}/*/{STACKS_FILE}") if f.parent not in have_table]
+            found = sorted(tables + folded)
             if not found:
                 raise ConfigError(
-                    f"{path}: no {PIDS_DIR}/*/{STACKS_FILE} below this directory; "
-                    "pass folded files, a capture directory or a run directory"
+                    f"{path}: no {PIDS_DIR}/*/{STACK_TABLE_FILE} or {PIDS_DIR}/*/{STACKS_FILE} below this directory; "
+                    "pass stack files, a capture directory or a run directory"
                 )
             files.extend(contained(path, found_file) for found_file in found)
+            # a capture of a format this build does not read is refused, never read as if current
+            for capture_dir in {found_file.parent.parent.parent for found_file in found}:
+                if (capture_dir / META_FILE).exists():
+                    read_meta(capture_dir)
         else:
             files.append(path)
     # The same file named twice would count its samples twice.
@@ -53,7 +73,7 @@ def format_stack_health(files: Sequence[Path]) -> str:
     lines = []
     for path in files:
         sampler_file = path.parent / SAMPLER_FILE
-        if path.name != STACKS_FILE or not sampler_file.is_file():
+        if path.name not in (STACKS_FILE, STACK_TABLE_FILE) or not sampler_file.is_file():
             continue
         try:
             stats = read_sampler_stats(path.parent.parent.parent, int(path.parent.name))
@@ -145,9 +165,10 @@ class MatchCommand:
 
         if not args.stacks and not args.explain:
             raise ConfigError("nothing to match; pass folded files or capture directories (or --explain STACK)")
-        for output in (args.csv, args.unmatched):
-            if output is not None and output.exists() and not args.force:
-                raise OutputExistsError(f"{output}: exists; choose another name or add --force")
+        if args.csv is not None:
+            check_output_file(args.csv, "--csv", force=args.force, signature=csv_header("task", "samples", "share"))
+        if args.unmatched is not None:
+            check_output_file(args.unmatched, "--unmatched", force=args.force, signature=folded_text)
         profile_path = args.profile if args.profile is not None else data_file(DEFAULT_PROFILE)
         matcher = Matcher(load_profile(profile_path))
         for stack in args.explain:
@@ -158,7 +179,10 @@ class MatchCommand:
         accumulator = StackAccumulator(matcher)
         for path in files:
             try:
-                accumulator.add_folded_file(path)
+                if is_table_file(path):
+                    accumulator.add_table(read_table(path))
+                else:
+                    accumulator.add_folded_file(path)
             except OSError as exc:
                 raise ConfigError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
         result = accumulator.result()

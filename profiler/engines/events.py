@@ -47,6 +47,7 @@ class EndpointError(Exception):
 
 # Engine endpoints are on this host: never route them through an http_proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+REST_MAX_BYTES = 16 << 20  # an engine's largest answers (stage lists) are a few MB; parsed JSON takes ~10x
 
 
 def http_json(url: str, timeout: float = 30.0) -> Any:
@@ -54,12 +55,12 @@ def http_json(url: str, timeout: float = 30.0) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with _OPENER.open(request, timeout=timeout) as response:
-            body = response.read(64 << 20)
+            body = response.read(REST_MAX_BYTES)
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         raise EndpointError(f"{url}: {exc}") from None
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a crafted answer nests arrays deeper than the parser goes
         raise EndpointError(f"{url}: not JSON") from None
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..capture.format import ALL_TASKS, UNMATCHED
 from ..errors import config_error
+from ..files.textinput import BOM, check_line_lengths, read_text_input
 
 REGEX_PREFIX = "re:"
 # The first colon followed by a space separates name and patterns, so C++ frames such as
@@ -19,6 +20,16 @@ REGEX_PREFIX = "re:"
 TASK_SEPARATOR = ": "
 RESERVED_TASK_NAMES = (UNMATCHED, ALL_TASKS)
 _ESCAPED_COMMA = "\\,"
+# Bounds of a profile (real ones are a few KB, tens of tasks): the parse and the matcher's compiled
+# form stay linear in these, and a file beyond them is one error line instead of minutes of work.
+# The matcher compiles all literal patterns into one regex, and ``re`` compiles at a few microseconds
+# per character: MAX_PATTERN_TOTAL keeps that under a second on a loaded host.
+MAX_PROFILE_BYTES = 1024 * 1024
+MAX_LINE_CHARS = 64 * 1024
+MAX_PATTERN_CHARS = 4096
+MAX_PATTERN_TOTAL = 64 * 1024
+MAX_TASKS = 1000
+MAX_PATTERNS = 10000
 _UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 
 
@@ -83,6 +94,11 @@ def _parse_pattern(raw: str, source: str, number: int, task: str) -> Pattern:
             source, number, f"empty pattern in task {task!r}",
             "remove the extra comma (write '\\,' for a literal comma)",
         )
+    if len(raw) > MAX_PATTERN_CHARS:
+        raise config_error(
+            source, number, f"a pattern of {len(raw)} characters in task {task!r}, more than {MAX_PATTERN_CHARS}",
+            "match a shorter part of the frame",
+        )
     if ";" in raw:
         raise config_error(
             source, number, f"pattern {raw!r} contains ';', which separates frames and never occurs inside one",
@@ -113,7 +129,10 @@ def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
     task_lines: dict[str, int] = {}
     # normalized pattern -> (task, line): one pattern belongs to one task only
     pattern_owner: dict[tuple[bool, str], tuple[str, int]] = {}
-    for number, raw_line in enumerate(text.splitlines(), start=1):
+    pattern_chars = 0
+    lines = text.removeprefix(BOM).splitlines()
+    check_line_lengths(lines, source, MAX_LINE_CHARS, "one task per line, with shorter patterns")
+    for number, raw_line in enumerate(lines, start=1):
         line = raw_line.strip()
         if not line or line.startswith("#"):
             continue
@@ -141,6 +160,8 @@ def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
                 "merge the patterns into one line",
             )
         task_lines[name] = number
+        if len(task_lines) > MAX_TASKS:
+            raise config_error(source, number, f"more than {MAX_TASKS} tasks", "merge tasks into fewer ones")
         patterns: list[Pattern] = []
         for raw in raw_patterns:
             pattern = _parse_pattern(raw, source, number, name)
@@ -154,6 +175,12 @@ def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
                     "keep each pattern under one task",
                 )
             pattern_owner[key] = (name, number)
+            pattern_chars += len(pattern.text)
+            if len(pattern_owner) > MAX_PATTERNS or pattern_chars > MAX_PATTERN_TOTAL:
+                raise config_error(
+                    source, number, f"more than {MAX_PATTERNS} patterns or {MAX_PATTERN_TOTAL} characters of patterns",
+                    "use fewer, shorter patterns",
+                )
             patterns.append(pattern)
         tasks.append(Task(name, tuple(patterns), number))
     if not tasks:
@@ -165,16 +192,12 @@ def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
 
 
 def load_profile(path: str | Path) -> ApplicationProfile:
-    """Read and parse a profile file; an unreadable file is a ConfigError naming the path."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise config_error(str(path), None, problem, "save it as UTF-8") from None
-    except OSError as exc:
-        raise config_error(
-            str(path), None, f"cannot read the application profile ({exc.strerror or exc})",
-            "check the path and its permissions",
-        ) from None
+    """Read and parse a profile file; an unreadable, oversized or non-UTF-8 file is a ConfigError
+    naming the path (a BOM is dropped)."""
+    text = read_text_input(
+        path,
+        "the application profile",
+        "check the path and its permissions",
+        max_bytes=MAX_PROFILE_BYTES,
+    )
     return parse_profile(text, str(path))

@@ -7,6 +7,8 @@ or in process) and the report call the same code. docs/matching.md states every 
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -16,7 +18,12 @@ from typing import Any
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
 from ..capture.format import UNMATCHED
+from ..capture.stacktable import StackTable
+from ..files.textinput import open_text
 from .appprofile import ApplicationProfile, Pattern, literal_key
+
+# Stacks of a stack table kept for a task until its Counter is built: (stack id -> folded text, ids, counts).
+DeferredStacks = tuple[Callable[[int], str], list[int], list[int]]
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
@@ -27,34 +34,35 @@ def literal_alternation(words: Iterable[str]) -> str | None:
 
     Python's ``re`` tries the branches of a flat alternation one by one at every position; a trie
     shares prefixes, so each position costs about one branch test. Words that extend another word
-    are dropped because the shorter one already answers "does any word occur?".
+    are dropped because the shorter one already answers "does any word occur?". The trie is built
+    from the sorted words a shared prefix at a time, never a node per character: linear in the
+    words' length for the nesting it allows.
     """
     unique = sorted(set(words))
     if not unique:
         raise ValueError("no words")
-    trie: dict[str, Any] = {}
-    for word in unique:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-    if _nesting(trie) > MAX_TRIE_NESTING:
+    return _alternation(unique, 0)
+
+
+def _alternation(words: list[str], nesting: int) -> str | None:
+    """The trie regex of sorted, distinct ``words``; None beyond MAX_TRIE_NESTING branchings."""
+    if words[0] == "":  # a word ends here: the search already succeeded
+        return ""
+    if len(words) == 1:
+        return re.escape(words[0])
+    prefix = os.path.commonprefix([words[0], words[-1]])  # sorted: the prefix of all of them
+    if prefix:
+        rest = _alternation([word[len(prefix):] for word in words], nesting)
+        return None if rest is None else re.escape(prefix) + rest
+    if nesting >= MAX_TRIE_NESTING:
         return None
-    return _trie_to_regex(trie)
-
-
-def _nesting(trie: dict[str, Any]) -> int:
-    """How many branching nodes lie on the deepest path (iterative: tries can be deep)."""
-    deepest = 0
-    pending = [(trie, 0)]
-    while pending:
-        node, depth = pending.pop()
-        if "" in node:
-            continue
-        depth += len(node) > 1
-        deepest = max(deepest, depth)
-        pending.extend((child, depth) for child in node.values())
-    return deepest
+    branches = []
+    for _char, group in itertools.groupby(words, key=lambda word: word[0]):
+        branch = _alternation(list(group), nesting + 1)
+        if branch is None:
+            return None
+        branches.append(branch)
+    return "(?:" + "|".join(branches) + ")"
 
 
 def literal_searcher(words: Iterable[str]) -> Callable[[str], bool]:
@@ -65,23 +73,6 @@ def literal_searcher(words: Iterable[str]) -> Callable[[str], bool]:
         search = re.compile(expression).search
         return lambda text: search(text) is not None
     return lambda text: any(word in text for word in words)
-
-
-def _trie_to_regex(node: dict[str, Any]) -> str:
-    if "" in node:  # a word ends here: the search already succeeded
-        return ""
-    branches = []
-    for char in sorted(node):
-        child = node[char]
-        chain = re.escape(char)
-        # Collapse single-child chains into one literal run (keeps recursion shallow).
-        while len(child) == 1 and "" not in child:
-            (next_char, child), = child.items()
-            chain += re.escape(next_char)
-        branches.append(chain + _trie_to_regex(child))
-    if len(branches) == 1:
-        return branches[0]
-    return "(?:" + "|".join(branches) + ")"
 
 
 @dataclass(frozen=True)
@@ -308,6 +299,7 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
         counts: Sequence[list[int]],
         lines: Sequence[list[str]] | None = None,
         line_counts: Sequence[list[int]] | None = None,
+        deferred: Sequence[list[DeferredStacks]] | None = None,
     ) -> None:
         self._names = tuple(names)
         no_lines: list[str] = []
@@ -321,6 +313,7 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
             )
             for i, name in enumerate(self._names)
         }
+        self._deferred = {name: deferred[i] for i, name in enumerate(self._names)} if deferred is not None else {}
         self._built: dict[str, Counter[str]] = {}
 
     def __getitem__(self, task: str) -> Counter[str]:
@@ -330,6 +323,9 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
             if lines:
                 stacks = stacks + [line.rstrip("\r\n").rpartition(" ")[0] for line in lines]
                 counts = counts + line_counts
+            for text_of, ids, id_counts in self._deferred.pop(task, ()):
+                stacks = stacks + [text_of(stack_id) for stack_id in ids]
+                counts = counts + id_counts
             merged = dict(zip(stacks, counts))
             if len(merged) == len(stacks):
                 built = Counter(merged)
@@ -366,12 +362,40 @@ class StackAccumulator:
         # Folded lines are kept whole: cutting the stack out of a ~1 KB line costs a copy per line.
         self._lines: list[list[str]] = [[] for _ in range(size)]
         self._line_counts: list[list[int]] = [[] for _ in range(size)]
+        # Stacks of stack tables stay ids until a task's Counter is asked for (most callers need only counts).
+        self._deferred: list[list[DeferredStacks]] = [[] for _ in range(size)]
         self._overrides: dict[tuple[int, int], int] = {}
 
     @property
     def entries(self) -> int:
         """Stack entries taken so far (lines or pairs with a positive count; repeats included)."""
-        return sum(map(len, self._counts)) + sum(map(len, self._line_counts))
+        deferred = sum(len(ids) for per_task in self._deferred for _text, ids, _counts in per_task)
+        return sum(map(len, self._counts)) + sum(map(len, self._line_counts)) + deferred
+
+    def add_table(self, table: StackTable, first: int | None = None, last: int | None = None) -> None:
+        """A stack table's stacks (over intervals ``first..last``; None: open): each distinct frame is
+        matched once, then each stack is decided from its frame ids, without building its text."""
+        frame_mask_of = self.matcher._frame_mask_of
+        decision_of = self.matcher._decision_of
+        texts = table.frame_texts()
+        mask_of = [frame_mask_of(text) for text in texts].__getitem__
+        stacks = table.stacks
+        ids: list[list[int]] = [[] for _ in self._deferred]
+        counts: list[list[int]] = [[] for _ in self._deferred]
+        overrides = self._overrides
+        for stack_id, count in table.stack_counts(first, last).items():
+            if count <= 0:
+                continue
+            index, others = decision_of(tuple(filter(None, map(mask_of, stacks[stack_id]))))
+            ids[index].append(stack_id)
+            counts[index].append(count)
+            if others:
+                key = (index, others)
+                overrides[key] = overrides.get(key, 0) + count
+        text_of = table.stack_text(texts)
+        for index, task_ids in enumerate(ids):
+            if task_ids:
+                self._deferred[index].append((text_of, task_ids, counts[index]))
 
     def add(self, stack: str, count: int) -> None:
         self.add_items(((stack, count),))
@@ -429,13 +453,16 @@ class StackAccumulator:
             self.add(*parsed)
 
     def add_folded_file(self, path: str | Path) -> None:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open_text(path, lenient=True) as handle:
             self.add_folded_lines(handle, str(path))
 
     def result(self) -> MatchResult:
         matcher = self.matcher
         names = matcher.result_names
-        samples = [sum(c) + sum(lc) for c, lc in zip(self._counts, self._line_counts)]
+        samples = [
+            sum(c) + sum(lc) + sum(sum(n) for _text, _ids, n in deferred)
+            for c, lc, deferred in zip(self._counts, self._line_counts, self._deferred)
+        ]
         multi = [0] * len(names)
         decided_over: Counter[tuple[str, str]] = Counter()
         for (index, others), count in self._overrides.items():
@@ -448,6 +475,7 @@ class StackAccumulator:
             [list(c) for c in self._counts],
             [list(s) for s in self._lines],
             [list(c) for c in self._line_counts],
+            [list(d) for d in self._deferred],
         )
         return MatchResult(
             task_samples=dict(zip(names, samples)),
@@ -464,6 +492,13 @@ def match_stacks(matcher: Matcher, counts: Mapping[str, int]) -> MatchResult:
     """Assign every stack of ``counts`` (folded stack -> samples) to its task; non-positive counts are ignored."""
     accumulator = StackAccumulator(matcher)
     accumulator.add_items(counts.items())
+    return accumulator.result()
+
+
+def match_table(matcher: Matcher, table: StackTable) -> MatchResult:
+    """Assign every stack of a stack table to its task (frames matched once each, stacks by id)."""
+    accumulator = StackAccumulator(matcher)
+    accumulator.add_table(table)
     return accumulator.result()
 
 

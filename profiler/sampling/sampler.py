@@ -53,6 +53,7 @@ from ..capture.stackstore import (
     parse_record,
     parse_walk_record,
 )
+from ..capture.stacktable import StackTableBuilder
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadwatch import ThreadWatch
 from ..symbols.symbolize import (
@@ -61,8 +62,8 @@ from ..symbols.symbolize import (
     ProcessSymbols,
     StackFolder,
     fold_stack,
-    fold_store,
     is_java_unwalkable,
+    tabulate_store,
 )
 from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
 from ..unwind.cfi import CfiLoader
@@ -657,18 +658,16 @@ class StackSampler:
                     pid: replace(c, stats=replace(c.stats, thread_names_kernel=self._kernel_named[pid]))
                     for pid, c in collected.items()
                 }
-            self._end_of_run_warnings({pid: (c.folded, c.stats) for pid, c in collected.items()}, Counter(), dropped)
+            self._end_of_run_warnings({pid: c.stats for pid, c in collected.items()}, Counter(), dropped)
             return collected
         result, lost, dropped = collect_stackmap(self._bpf, self._symbols, self._targets, self.max_stack_depth)
-        self._end_of_run_warnings(result, lost, dropped)
-        return {pid: CollectedStacks(folded, None, stats) for pid, (folded, stats) in result.items()}
+        self._end_of_run_warnings({pid: stats for pid, (_folded, stats) in result.items()}, lost, dropped)
+        return {pid: CollectedStacks.of_folded(folded, None, stats) for pid, (folded, stats) in result.items()}
 
-    def _end_of_run_warnings(
-        self, result: dict[int, tuple[Counter[str], SamplerStats]], lost: Counter[int], dropped: int
-    ) -> None:
+    def _end_of_run_warnings(self, result: dict[int, SamplerStats], lost: Counter[int], dropped: int) -> None:
         # A few bucket collisions are normal in a hash of stacks; a full map or many collisions are not.
         full = lost[errno.ENOMEM] + lost[errno.EEXIST]
-        total = sum(stats.samples for _folded, stats in result.values())
+        total = sum(stats.samples for stats in result.values())
         if lost[errno.ENOMEM] or full > 0.005 * total:
             self.warnings.append(
                 f"{full} stacks not stored (stack map full or hash collisions); raise --stack-storage-size "
@@ -684,7 +683,7 @@ class StackSampler:
                 f"{dropped} samples not counted (counts map of {self.count_map_size} entries full); "
                 f"raise --stack-storage-size (now {self.stack_storage_size}) or shorten --duration"
             )
-        for pid, (_folded, stats) in sorted(result.items()):
+        for pid, stats in sorted(result.items()):
             if stats.samples and stats.interpreted_only / stats.samples >= 0.05:
                 self.warnings.append(
                     f"pid {pid}: {stats.interpreted_only / stats.samples:.0%} of samples are in interpreted Java "
@@ -801,9 +800,7 @@ def collect_ringbuf(
             samples, dropped = _target_counts(bpf, pid)
             dropped_total += dropped
             stats = SamplerStats(pid=pid, samples=samples, max_stack_depth=max_stack_depth, dropped=dropped)
-            folded: Counter[str] = Counter()
-            timeline: Counter[tuple[int, str]] = Counter()
-            contexts: Counter[tuple[str, str]] = Counter()
+            table = StackTableBuilder().build()
             if store.epochs(pid):
                 if jvms is not None:
                     jvms.final_check(pid)
@@ -822,7 +819,7 @@ def collect_ringbuf(
                         native_cause=cfi.cut_cause_of(pid) if cfi is not None else None,
                     )
                     history = symbols_of.histories.get(pid)
-                    folded, timeline, contexts = fold_store(store, pid, folder, history, last)
+                    table = tabulate_store(store, pid, folder, history, last)
                     stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)
@@ -831,7 +828,7 @@ def collect_ringbuf(
                         symbols.close()
                 store.forget(pid)
                 symbols_of.discard_history(pid)
-            result[pid] = CollectedStacks(folded, timeline, stats, contexts)
+            result[pid] = CollectedStacks(table, stats)
     finally:
         kernel.close()
     return result, dropped_total

@@ -20,11 +20,11 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Protocol
 
 from ..capture.format import ProcessInfo
 from ..errors import CapabilityError, ConfigError
+from ..files import safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
     SpeKind,
@@ -40,6 +40,7 @@ POLL_YOUNG_SECONDS = 5.0  # polling mode: re-read the command line of processes 
 POLL_FULL_RESCAN_SECONDS = 10.0
 FORK_SETTLE_SECONDS = 0.3
 MANUAL = "manual"
+CONFIG_MAX_BYTES = 1 << 20  # a target's spark-defaults.conf
 
 
 @dataclass(frozen=True)
@@ -147,13 +148,13 @@ class PsutilProcSource:
             return {}
 
     def read_text(self, pid: int, path: str) -> str | None:
-        # the file as the process sees it (containers have their own mount namespace)
-        for candidate in (f"/proc/{pid}/root{path}", path):
-            try:
-                return Path(candidate).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-        return None
+        # the file as the process sees it (containers have their own mount namespace), read as safeio
+        # reads a target's files: no link out of its root, no FIFO, bounded, its user's or root's
+        try:
+            content = safeio.read_in_root(pid, path, CONFIG_MAX_BYTES, (0, safeio.owner(pid)[0]))
+        except OSError:
+            return None
+        return content.decode("utf-8", "replace")
 
     def jvm(self, pid: int) -> tuple[str | None, bool | None]:
         from .jvm import jvm_info

@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import safeio
+
 _PFP_ON = "-XX:+PreserveFramePointer"
 _PFP_OFF = "-XX:-PreserveFramePointer"
 
@@ -80,22 +82,23 @@ def _java_home(pid: int) -> str | None:
     exe = exe.removesuffix(" (deleted)")
     # <home>/bin/java, or <home>/jre/bin/java on JDK 8
     home = Path(exe).parent.parent
-    if home.name == "jre" and (home.parent / "release").exists():
+    if home.name == "jre" and Path(f"/proc/{pid}/root{home.parent}/release").exists():
         home = home.parent
     # The JVM may live in another mount namespace: read through /proc/PID/root.
     return str(home)
 
 
 def _read_release_version(pid: int, home: str) -> str | None:
-    for base in (Path(f"/proc/{pid}/root{home}"), Path(home)):
-        try:
-            text = (base / "release").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        match = re.search(r'^JAVA_VERSION="([^"]+)"', text, re.MULTILINE)
-        if match:
-            return match.group(1)
-    return None
+    """JAVA_VERSION of the JDK's release file, read under the JVM's root (safeio: no link, no FIFO,
+    64 KB at most, owned by root or the JVM's user)."""
+    try:
+        text = safeio.read_in_root(pid, f"{home}/release", 64 << 10, (0, safeio.owner(pid)[0])).decode(
+            "utf-8", "replace"
+        )
+    except OSError:
+        return None
+    match = re.search(r'^JAVA_VERSION="([^"]+)"', text, re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def jvm_info(pid: int) -> JvmInfo | None:
@@ -117,11 +120,6 @@ def jvm_info(pid: int) -> JvmInfo | None:
     return JvmInfo(pid, home, version, preserve_frame_pointer_from_args(env_flags + _cmdline(pid)))
 
 
-def _owner(pid: int) -> tuple[int, int]:
-    status = os.stat(f"/proc/{pid}")
-    return status.st_uid, status.st_gid
-
-
 def _same_mount_ns(pid: int) -> bool:
     try:
         return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
@@ -140,26 +138,53 @@ def jcmd_path(pid: int) -> str | None:
     return shutil.which("jcmd")
 
 
+def _roots_own(path: str) -> bool:
+    """Whether ``path`` and every directory above it (links resolved) are root's and writable by root
+    only: a binary nobody else could have placed or changed, safe to run with root's rights."""
+    current = Path(os.path.realpath(path))
+    for part in (current, *current.parents):
+        try:
+            info = os.lstat(part)
+        except OSError:
+            return False
+        if info.st_uid != 0 or info.st_mode & 0o022:
+            return False
+    return True
+
+
+class RootJvmError(PermissionError):
+    """A JVM running as root whose jcmd is not root's own file on this host (a container's): never run
+    (the attach socket accepts root anyway)."""
+
+
 def run_jcmd(pid: int, *command: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run ``jcmd <pid> <command...>`` as the JVM's user, inside its mount namespace when it differs."""
+    """Run ``jcmd <pid> <command...>`` as the JVM's user with no capabilities, inside its mount
+    namespace when it differs. The jcmd may be the target's own (a tenant's file): it runs as root only
+    when the JVM is root's and the jcmd root's own file on this host; a root JVM in a container is
+    refused with RootJvmError (its jcmd is the container's)."""
+    uid, gid = safeio.owner(pid)
     jcmd = jcmd_path(pid)
     if jcmd is None:
         raise FileNotFoundError("jcmd not found: install a JDK (openjdk-17-jdk-headless) on this host")
-    uid, gid = _owner(pid)
+    if uid == 0 and not (_same_mount_ns(pid) and _roots_own(jcmd)):
+        raise RootJvmError(
+            f"pid {pid} runs as root and {jcmd} is not root's own file on this host: not run with root's rights "
+            "(the attach socket only)"
+        )
     argv: list[str] = [jcmd, str(pid), *command]
+    environment = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     if not _same_mount_ns(pid) and shutil.which("nsenter"):
         # Inside the container the JVM's pid may differ; jcmd there must see its own pid namespace too.
+        # nsenter (root's binary) enters the namespaces, then becomes the JVM's user before running jcmd;
+        # no_new_privs (set before nsenter) stays on through both.
         ns_pid = _namespace_pid(pid)
         argv = ["nsenter", "-t", str(pid), "-m", "-p", "-S", str(uid), "-G", str(gid), jcmd, str(ns_pid), *command]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-
-    def demote() -> None:
-        if os.getuid() == 0 and (uid, gid) != (0, 0):
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, preexec_fn=demote)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=environment, preexec_fn=safeio.no_new_privs
+        )
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env=environment, preexec_fn=safeio.demote_to(uid, gid)
+    )
 
 
 def _namespace_pid(pid: int) -> int:

@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from ..errors import config_error
+from ..files.textinput import BOM, check_line_lengths, read_text_input
 
 ROLES = ("workload", "managing")
 CONDITION_KEYS = ("master", "class", "arg")
@@ -45,10 +46,16 @@ class SpeKind:
 # ---------------------------------------------------------------- parsing
 
 
+MAX_KNOWN_SPES_BYTES = 1024 * 1024
+MAX_KNOWN_SPES_LINE = 4096
+
+
 def parse_known_spes(text: str, source: str) -> tuple[SpeKind, ...]:
     """Parse known_spes.txt content; errors name ``source:line`` and the fix."""
     kinds: list[SpeKind] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    lines = text.removeprefix(BOM).splitlines()
+    check_line_lengths(lines, source, MAX_KNOWN_SPES_LINE, "one process kind per line")
+    for number, raw in enumerate(lines, start=1):
         line = _strip_comment(raw).strip()
         if not line:
             continue
@@ -107,15 +114,9 @@ def _strip_comment(line: str) -> str:
 
 
 def load_known_spes(path: str | os.PathLike[str]) -> tuple[SpeKind, ...]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise config_error(str(path), None, problem, "save it as UTF-8") from None
-    except OSError as exc:
-        raise config_error(
-            str(path), None, f"cannot read ({exc.strerror or exc})", "pass an existing file to --known-spes"
-        ) from None
+    """Read and parse known_spes.txt (UTF-8, a BOM dropped, at most MAX_KNOWN_SPES_BYTES)."""
+    fix = "pass an existing text file to --known-spes"
+    text = read_text_input(path, "known_spes.txt", fix, max_bytes=MAX_KNOWN_SPES_BYTES)
     return parse_known_spes(text, str(path))
 
 

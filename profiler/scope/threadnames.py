@@ -29,6 +29,9 @@ PER_UNIT_NAMES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(?P<chain>.+) \(\d+/\d+\)#\d+$"), r"\g<chain>"),
 )
 
+THREAD_NAME_MAX = 255  # characters kept of a name, as the uprobe keeps at most 255 bytes (threadwatch.NAME_BYTES)
+THREAD_PRINT_MAX_LINE = 4096
+
 # One thread of `jcmd PID Thread.print`: "name" ... nid=0x4b53 (hex up to JDK 18, decimal from JDK 19).
 _THREAD_PRINT_LINE = re.compile(r'^"(?P<name>.*)"\s.*?\bnid=(?P<nid>0x[0-9a-fA-F]+|\d+)\b')
 
@@ -37,10 +40,12 @@ def parse_thread_print(text: str) -> dict[int, str]:
     """Thread id (the kernel's tid, ``nid``) → full name, from ``jcmd PID Thread.print`` output."""
     names: dict[int, str] = {}
     for line in text.splitlines():
+        if len(line) > THREAD_PRINT_MAX_LINE:
+            continue  # a crafted name of kilobytes: the thread keeps its kernel name (and no regex runs long)
         match = _THREAD_PRINT_LINE.match(line)
         if match:
             nid = match.group("nid")
-            names[int(nid, 16) if nid.startswith("0x") else int(nid)] = match.group("name")
+            names[int(nid, 16) if nid.startswith("0x") else int(nid)] = match.group("name")[:THREAD_NAME_MAX]
     return names
 
 

@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from ..bpf.compiler import compile_program
+from .attach import AttachError, attach_command
 from .jvm import is_jvm, run_jcmd
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
 
@@ -40,13 +41,15 @@ LIBJVM_WAIT = 5.0  # seconds a JVM found at its exec may take to map libjvm.so
 
 
 def libjvm_path(pid: int) -> str | None:
-    """The libjvm.so a process maps, as a path this process can open (through /proc/PID/root)."""
+    """The libjvm.so a process maps, as a path this process can open that no tenant can redirect:
+    /proc/PID/map_files/<range> of its first mapping (the mapped inode itself; a link swapped in at
+    its path would otherwise put the uprobe on another, root-owned, file)."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                path = line.rstrip("\n").split(None, 5)[-1] if line.count(" ") >= 5 else ""
-                if path.endswith("/libjvm.so"):
-                    return f"/proc/{pid}/root{path}"
+                parts = line.rstrip("\n").split(None, 5)
+                if len(parts) == 6 and parts[5].endswith("/libjvm.so"):
+                    return f"/proc/{pid}/map_files/{parts[0]}"
     except OSError:
         return None
     return None
@@ -244,6 +247,15 @@ def _wait_for_libjvm(pid: int, seconds: float = LIBJVM_WAIT) -> str | None:
 
 
 def _thread_print(pid: int) -> str:
+    """``Thread.print`` through the attach socket (no program run); ``jcmd`` as the JVM's user only
+    when the JVM refuses root as its peer (JDK 8)."""
+    try:
+        status, output = attach_command(pid, "jcmd", "Thread.print", timeout=JCMD_TIMEOUT)
+        if status == 0:
+            return output
+    except AttachError as exc:
+        if "SIGQUIT" in exc.message or not os.path.exists(f"/proc/{pid}"):
+            raise ValueError(exc.message) from None
     result = run_jcmd(pid, "Thread.print", timeout=JCMD_TIMEOUT)
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()

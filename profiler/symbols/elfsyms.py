@@ -14,6 +14,7 @@ import bisect
 import ctypes
 import ctypes.util
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
+from ..files.safeio import BoundedReader
 from .perfmap import PerfMapLike
 from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 
@@ -111,20 +113,21 @@ def _symbol_table(headers: list[tuple[int, ...]], kind: int) -> tuple[tuple[int,
 
 
 def read_elf_file(handle: BinaryIO) -> ElfSymbols:
-    def read_at(offset: int, size: int) -> bytes:
-        handle.seek(offset)
-        return handle.read(size)
-
-    return read_elf_symbols(read_at)
+    """read_elf_symbols of an open file, every read inside it and bounded (safeio.BoundedReader)."""
+    return read_elf_symbols(BoundedReader.of(handle.fileno()).read_at)
 
 
 @lru_cache(maxsize=256)
 def symbols_of_file(path: str) -> ElfSymbols | None:
     """The file's symbols, parsed once per recovery; None when it is gone or not an ELF."""
     try:
-        with open(path, "rb") as handle:
+        # no link, FIFO or device of a tenant's is followed or waited on (the path is a saved mapping's)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             return read_elf_file(handle)
-    except (OSError, ElfFormatError, struct.error):
+    except (OSError, ElfFormatError, ValueError, IndexError, struct.error):
         return None
 
 

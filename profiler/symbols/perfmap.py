@@ -19,13 +19,9 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import select
-import shutil
-import signal
-import socket
+import secrets
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,11 +29,12 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import CapabilityError
+from ..files import safeio
 from ..scope import jvm
+from ..scope.attach import AttachError, attach_command, namespace_pid
 
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 AGENT_NAME = "libperfmap_agent.so"
-_SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
 
 
 # ---------------------------------------------------------------- reading maps (pure)
@@ -97,120 +94,67 @@ def parse_perf_map(lines: Iterable[str]) -> PerfMap:
     return PerfMap(entries)
 
 
-def perf_map_paths(pid: int) -> list[Path]:
-    """Where the map of ``pid`` can be: the JVM's own /tmp (its mount namespace), then ours."""
-    ns_pid = _namespace_pid(pid)
-    paths = [Path(f"/proc/{pid}/root/tmp/perf-{ns_pid}.map"), Path(f"/tmp/perf-{pid}.map")]
-    return paths
+PERF_MAP_MAX_BYTES = 32 << 20  # a busy JVM's map is a few MB; more is a crafted file or a runaway writer
+PERF_MAP_MAX_LINES = 400_000  # parsed, about 60 MB of the agent's 200 MB budget
+PERF_MAP_MAX_LINE = 4096
+
+
+def perf_map_file(pid: int) -> str:
+    """Where the JVM writes its map, as the JVM sees it (its own /tmp, its own pid namespace)."""
+    return f"/tmp/perf-{namespace_pid(pid)}.map"
+
+
+def read_perf_map_bytes(pid: int) -> bytes | None:
+    """The JVM's perf map, read under its root without following links; None when absent or refused
+    with a warning (a link, FIFO, a file of another owner, over PERF_MAP_MAX_BYTES or _LINES): a crafted
+    process must not cost the agent its memory budget."""
+    try:
+        return _read_map(pid, pid, perf_map_file(pid))
+    except OSError:
+        return None
+
+
+def _read_map(pid: int, root_pid: int, path: str) -> bytes | None:
+    """``path`` under ``root_pid``'s root as a perf map of ``pid`` (its user's file); None when refused
+    (warned, naming ``pid``); FileNotFoundError when there is none."""
+    try:
+        content = safeio.read_in_root(root_pid, path, PERF_MAP_MAX_BYTES, (safeio.owner(pid)[0],), subject=pid)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return None
+    lines = content.count(b"\n")
+    if lines > PERF_MAP_MAX_LINES:
+        shown = f"/proc/{root_pid}/root{path}"
+        safeio.warn(pid, shown, f"pid {pid}: {shown}: {lines} lines, over the limit of {PERF_MAP_MAX_LINES}; not read")
+        return None
+    return content
+
+
+def _within_limits(pid: int, root_pid: int, path: str) -> bool:
+    try:
+        return _read_map(pid, root_pid, path) is not None
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def bcc_may_read_perf_maps(pid: int) -> bool:
+    """Whether bcc's symbol cache may be given ``pid``: bcc reads the maps itself (the JVM's own and
+    /tmp/perf-PID.map of the host, whole, as root, following links, a FIFO blocking it), so both must
+    be absent or pass the checks of our own reads (safeio; a refusal is warned once)."""
+    return _within_limits(pid, pid, perf_map_file(pid)) and _within_limits(pid, os.getpid(), f"/tmp/perf-{pid}.map")
 
 
 def read_perf_map(pid: int) -> PerfMap | None:
-    for path in perf_map_paths(pid):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                return parse_perf_map(handle)
-        except OSError:
-            continue
-    return None
-
-
-# ---------------------------------------------------------------- the attach protocol
-
-
-class AttachError(CapabilityError):
-    """The JVM could not be attached to (not ready yet, attach disabled, or credentials refused)."""
-
-
-def _namespace_pid(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return int(line.split()[-1])
-    except (OSError, ValueError):
-        pass
-    return pid
-
-
-def _catches_sigquit(pid: int) -> bool:
-    """SIGQUIT would kill a JVM that has no handler yet (starting) or never installs one (-Xrs)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) & _SIGQUIT_BIT)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
-def _socket_path(pid: int) -> Path:
-    return Path(f"/proc/{pid}/root/tmp/.java_pid{_namespace_pid(pid)}")
-
-
-def _start_attach_listener(pid: int, timeout: float) -> Path:
-    sock = _socket_path(pid)
-    if sock.exists():
-        return sock
-    if not _catches_sigquit(pid):
-        raise AttachError(f"pid {pid}: the JVM does not handle SIGQUIT yet (starting, or run with -Xrs); retry later")
-    stat = os.stat(f"/proc/{pid}")
-    ns_pid = _namespace_pid(pid)
-    trigger = None
-    for candidate in (Path(f"/proc/{pid}/cwd/.attach_pid{ns_pid}"), Path(f"/proc/{pid}/root/tmp/.attach_pid{ns_pid}")):
-        try:
-            candidate.touch(mode=0o600)
-            os.chown(candidate, stat.st_uid, stat.st_gid)  # JDK 8 only honours its own user's trigger file
-            trigger = candidate
-            break
-        except OSError:
-            continue
-    if trigger is None:
-        raise AttachError(f"pid {pid}: cannot create the attach trigger file in its working directory or /tmp")
-    try:
-        os.kill(pid, signal.SIGQUIT)
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while not sock.exists():
-            if time.monotonic() > deadline:
-                raise AttachError(f"pid {pid}: no attach socket after {timeout:.0f} s (-XX:+DisableAttachMechanism?)")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
-    finally:
-        try:
-            trigger.unlink()
-        except OSError:
-            pass
-    return sock
-
-
-def attach_command(pid: int, command: str, *args: str, timeout: float = 30.0) -> tuple[int, str]:
-    """Send one attach command; returns (status, output). Status 0 means the JVM ran it."""
-    if len(args) > 3:
-        raise ValueError("the attach protocol carries at most 3 arguments")
-    sock_path = _start_attach_listener(pid, min(timeout, 10.0))
-    request = b"1\0" + command.encode() + b"\0" + b"".join(a.encode() + b"\0" for a in (*args, "", "", "")[:3])
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout)
-        try:
-            try:
-                conn.connect(str(sock_path))
-            except ConnectionRefusedError:
-                # Nobody listens: the file of a JVM killed before it could remove it, whose pid this one
-                # reuses. Removed, the JVM is asked to start its listener like the first time.
-                sock_path.unlink(missing_ok=True)
-                sock_path = _start_attach_listener(pid, min(timeout, 10.0))
-                conn.connect(str(sock_path))
-            conn.sendall(request)
-            chunks = []
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-        except OSError as exc:
-            raise AttachError(f"pid {pid}: attach socket {sock_path}: {exc}") from None
-    reply = b"".join(chunks).decode("utf-8", "replace")
-    head, _, output = reply.partition("\n")
-    if not head.strip().lstrip("-").isdigit():
-        # The JVM closes the connection without a word when it refuses the peer's credentials.
-        raise AttachError(f"pid {pid}: the JVM refused the attach request (peer credentials?)")
-    return int(head), output
+    """The JVM's perf map (see read_perf_map_bytes), lines longer than PERF_MAP_MAX_LINE skipped."""
+    content = read_perf_map_bytes(pid)
+    if content is None:
+        return None
+    return parse_perf_map(
+        line for line in content.decode("utf-8", "replace").splitlines() if len(line) <= PERF_MAP_MAX_LINE
+    )
 
 
 # ---------------------------------------------------------------- dumping and the agent
@@ -266,16 +210,21 @@ def build_agent(java_home: str | None = None) -> Path:
 
 
 def _copy_agent_into(pid: int, agent: Path) -> tuple[Path, str]:
-    """Copy the agent into the JVM's /tmp so its user and mount namespace can open it.
+    """Copy the agent into the JVM's /tmp, created as the JVM's user (O_CREAT|O_EXCL|O_NOFOLLOW, 0600:
+    the JVM runs as that user) so that its mount namespace can open it.
 
-    Returns (host path, path as the JVM sees it).
+    Returns (host path, path as the JVM sees it); remove it with ``_remove_agent_copy``.
     """
-    tmp_dir = Path(f"/proc/{pid}/root/tmp")
-    fd, host_path = tempfile.mkstemp(prefix=".spe-perfmap-agent-", suffix=".so", dir=tmp_dir)
-    with os.fdopen(fd, "wb") as out, open(agent, "rb") as src:
-        shutil.copyfileobj(src, out)
-    os.chmod(host_path, 0o644)
-    return Path(host_path), "/tmp/" + Path(host_path).name
+    jvm_path = f"/tmp/.spe-perfmap-agent-{os.getpid()}-{secrets.token_hex(6)}.so"
+    shown = safeio.create_as_target(pid, "root", jvm_path, agent.read_bytes())
+    return Path(shown), jvm_path
+
+
+def _remove_agent_copy(pid: int, jvm_path: str) -> None:
+    try:
+        safeio.remove_as_target(pid, "root", jvm_path)
+    except OSError:
+        pass  # the process is gone, or its /tmp with it
 
 
 def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: float = 30.0) -> PerfMapResult:
@@ -284,7 +233,12 @@ def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: 
     agent = agent or agent_path()
     if not agent.exists():
         raise CapabilityError(f"{agent}: perf-map agent not built; run make -C {AGENT_DIR}")
-    host_path, jvm_path = _copy_agent_into(pid, agent)
+    try:
+        _host_path, jvm_path = _copy_agent_into(pid, agent)
+    except OSError as exc:
+        return PerfMapResult(
+            pid, False, "agent", f"copying the agent into its /tmp failed: {exc}", time.monotonic() - began
+        )
     try:
         try:
             status, output = attach_command(pid, "load", jvm_path, "true", options, timeout=timeout)
@@ -295,10 +249,7 @@ def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: 
             status, output = _attach_as_owner(pid, "load", [jvm_path, "true", options], timeout)
             method = "attach-as-owner"
     finally:
-        try:
-            host_path.unlink()  # the JVM has it mapped (or failed); nothing else needs the copy
-        except OSError:
-            pass
+        _remove_agent_copy(pid, jvm_path)  # the JVM has it mapped (or failed); nothing else needs the copy
     # JDK 9+ answer "0\nreturn code: N"; JDK 8 answers "0\nN" with the agent's return value.
     match = re.search(r"return code:\s*(-?\d+)", output) or re.match(r"\s*(-?\d+)", output)
     agent_status = int(match.group(1)) if match else status
@@ -307,59 +258,24 @@ def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: 
 
 
 def _attach_as_owner(pid: int, command: str, args: list[str], timeout: float) -> tuple[int, str]:
-    """Send the request as the JVM's user (JDK 8 refuses any other peer, root included).
+    """Send the request as the JVM's user (JDK 8 refuses any other peer, root included), from a forked
+    child switched to that user (safeio.run_as): no program has to be executable by that user."""
 
-    A forked child switches to the JVM's uid/gid, talks to the socket and reports through a pipe: no
-    program has to be executable by that user, and the parent's credentials never change (setuid in a
-    threaded process would change them for every thread).
-    """
-    stat = os.stat(f"/proc/{pid}")
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(stat.st_gid)
-            os.setuid(stat.st_uid)
-            status, output = attach_command(pid, command, *args, timeout=timeout)
-            payload, code = f"{status}\n{output}".encode(), 0
-        except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
-            payload = f"error\n{exc}".encode()
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view):]
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    chunks = []
-    deadline = time.monotonic() + timeout + 5
+    def work() -> bytes:
+        status, output = attach_command(pid, command, *args, timeout=timeout)
+        return f"{status}\n{output}".encode()
+
     try:
-        with os.fdopen(read_fd, "rb") as pipe:
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([pipe], [], [], 0.5)
-                if ready:
-                    chunk = os.read(pipe.fileno(), 65536)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-    finally:
-        if not chunks or time.monotonic() >= deadline:
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        os.waitpid(child, 0)
-    head, _, output = b"".join(chunks).decode("utf-8", "replace").partition("\n")
-    if not head.strip().lstrip("-").isdigit():
-        raise AttachError(f"pid {pid}: attach as uid {stat.st_uid} failed: {output.strip()[:200] or 'no answer'}")
+        uid, gid = safeio.owner(pid)
+        answer = safeio.run_as(uid, gid, work, timeout + 5).decode("utf-8", "replace")
+    except OSError as exc:
+        raise AttachError(f"pid {pid}: attach as the JVM's user failed: {str(exc)[:200]}") from None
+    head, _, output = answer.partition("\n")
     return int(head), output
 
 
 def _main(argv: list[str]) -> int:
-    """``python -m profiler.perfmap PID COMMAND [ARG...]``: one attach request, printed as status, output."""
+    """``python -m profiler.symbols.perfmap PID COMMAND [ARG...]``: one attach request, printed as status, output."""
     pid, command, *args = argv
     try:
         status, output = attach_command(int(pid), command, *args)

@@ -50,21 +50,18 @@ class PerfMapHistory:
         """Copy the map the refresh wrote (an identical one is shared with the previous version)."""
         if not ok:
             return
-        for source in perfmap.perf_map_paths(self.pid):
-            try:
-                content = source.read_bytes()
-            except OSError:
-                continue
-            digest = hashlib.blake2b(content, digest_size=16).hexdigest()
-            if digest == self._last_digest and self._last_path is not None:
-                self._files[index] = self._last_path
-                return
-            target = self.directory / f"perf-{self.pid}-{index}.map"
-            self.directory.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(target, content)  # whole or absent: a kill mid-copy must not leave half a map
-            self._files[index] = target
-            self._last_digest, self._last_path = digest, target
+        content = perfmap.read_perf_map_bytes(self.pid)  # bounded, no link or FIFO followed (safeio)
+        if content is None:
             return
+        digest = hashlib.blake2b(content, digest_size=16).hexdigest()
+        if digest == self._last_digest and self._last_path is not None:
+            self._files[index] = self._last_path
+            return
+        target = self.directory / f"perf-{self.pid}-{index}.map"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, content)  # whole or absent: a kill mid-copy must not leave half a map
+        self._files[index] = target
+        self._last_digest, self._last_path = digest, target
 
     def versions(self) -> list[tuple[int, str | None]]:
         """(refresh start ns, copied file's name or None) of every refresh so far, for the checkpoint journal."""

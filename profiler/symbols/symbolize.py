@@ -35,12 +35,14 @@ from ..capture.stackstore import (
     GAP_TAG,
     TAG_MASK,
     WALK_ENDS,
+    StackKey,
     StackStore,
     StoredStack,
     stack_bytes,
 )
+from ..capture.stacktable import KERNEL, LOST, THREAD, StackTable, StackTableBuilder
 from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
-from .perfmap import PerfMapLike
+from .perfmap import PerfMapLike, bcc_may_read_perf_maps
 
 if TYPE_CHECKING:
     from .perfmap_history import PerfMapHistory
@@ -78,6 +80,7 @@ _QUALIFIED = re.compile(r"^([\w$./+-]+)\.([\w$<>-]+)$")
 class Frame:
     name: str
     kind: str  # "native", "jit" (perf map), "anon" (no file mapping, no perf-map entry), "unknown"
+    module: str = ""  # a native frame's file name (libjvm.so); empty when unknown or not native
 
     @property
     def in_jit_code(self) -> bool:
@@ -217,7 +220,12 @@ class ProcessSymbols(FrameMemo):
         option.check_debug_file_crc = 1
         option.lazy_symbolize = 0 if eager and not _same_mount_namespace(pid) else 1
         option.use_symbol_type = (1 << 2) | (1 << 10)  # STT_FUNC | STT_GNU_IFUNC
-        self._cache: int | None = self._lib.bcc_symcache_new(pid, ct.byref(option))
+        # bcc reads the process's perf maps on its own, without our checks (docs/security.md): a process
+        # whose map is a link, a FIFO or oversized gets no bcc cache (its frames stay unnamed, warned)
+        self._cache: int | None = None
+        if bcc_may_read_perf_maps(pid):
+            self._cache = self._lib.bcc_symcache_new(pid, ct.byref(option))
+            self._resolve_raw(1)  # bcc loads the perf map now, while it is the file just checked
         self.perf_map: PerfMapLike | None = None
         self._memo: dict[int, Frame] = {}
         self._file_ranges: list[tuple[int, int]] = []
@@ -261,7 +269,7 @@ class ProcessSymbols(FrameMemo):
     def _resolve(self, addr: int) -> Frame:
         name, module = self._resolve_raw(addr)
         if name is not None and not _is_perf_map_module(module):
-            return Frame(name, "native")
+            return Frame(name, "native", os.path.basename(module or ""))
         # JIT code: our freshly read map first (bcc may hold an older copy), then bcc's.
         jit_name = self.perf_map.lookup(addr) if self.perf_map is not None else None
         if jit_name is None:
@@ -319,6 +327,7 @@ def gap_frame(frames_cut: int) -> str:
 @dataclass
 class _UserStack:
     names: list[str] | None  # leaf first; None: the walk failed
+    frames: list[Frame] | None = None  # the same frames with their kind and module
     truncated: bool = False
     unwalkable: bool = False
     interpreted_only: bool = False
@@ -388,6 +397,13 @@ class StackFolder:
         self.interpreted_unnamed: Counter[str] = Counter()
         self.stacks_cut: Counter[str] = Counter()
         self._kernel: dict[StoredStack, list[str] | None] = {}
+        # fold_ids: frame ids of each named user stack (by the identity of its _UserStack in self._user) and
+        # kernel stack, in the table they were interned into
+        self._ids_table: StackTableBuilder | None = None
+        self._user_ids: dict[int, tuple[int, ...]] = {}
+        self._kernel_ids: dict[StoredStack, tuple[int, ...]] = {}
+        self._frame_id_of: dict[int, int] = {}  # id(Frame) -> frame id (see _frame_ids)
+        self._frames_kept: list[Frame] = []  # the Frames of _frame_id_of, alive while their ids are keys
         self.counts = {
             "lost_user_stack": 0,
             "lost_kernel_stack": 0,
@@ -412,6 +428,9 @@ class StackFolder:
     def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
         self.symbols.set_perf_map(perf_map)
         self._user.clear()
+        self._user_ids.clear()
+        self._frame_id_of.clear()
+        self._frames_kept.clear()
 
     def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
         """(frame, frames cut) of one stored value of the walker: pc, tagged Method*, or gap."""
@@ -461,6 +480,7 @@ class StackFolder:
             truncated = len(addrs) >= self.depth
         java, unresolved, interpreted, compiled = java_frame_kinds(frames)
         stack.names = [f.name for f in frames]
+        stack.frames = frames
         stack.truncated = truncated
         stack.unwalkable = is_java_unwalkable(frames, truncated, self.java_process)
         stack.interpreted_only = interpreted > 0 and compiled == 0
@@ -480,9 +500,8 @@ class StackFolder:
             names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(flat)]
         return names, len(flat) // 8 >= self.kernel_depth
 
-    def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
-        user = self._user_stack(user_raw, walk_end)
-        kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
+    def _count(self, user: _UserStack, kernel_names: list[str] | None, kernel_truncated: bool, count: int) -> None:
+        """Add one stack's ``count`` samples to the health counts."""
         counts = self.counts
         if user.names is None:
             counts["lost_user_stack"] += count
@@ -502,27 +521,78 @@ class StackFolder:
             self.interpreted_unnamed[cause] += frames * count
         if user.cut is not None:
             self.stacks_cut[user.cut] += count
+
+    def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
+        user = self._user_stack(user_raw, walk_end)
+        kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
+        self._count(user, kernel_names, kernel_truncated, count)
         return fold_stack(comm.decode("utf-8", "replace"), user.names, kernel_names)
 
+    def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
+        """Count ``count`` more samples of a stack already folded; its user part and kernel names."""
+        user = self._user_stack(key.user, key.walk_end)
+        kernel_names, kernel_truncated = self._kernel_stack(key.kernel)
+        self._count(user, kernel_names, kernel_truncated, count)
+        return user, kernel_names
 
-def fold_store(
-    store: StackStore, pid: int, folder: StackFolder, history: PerfMapHistory | None, last: int | None
-) -> tuple[Counter[str], Counter[tuple[int, str]], Counter[tuple[str, str]]]:
-    """One process's stored samples folded: (stacks, (interval, stack), (context, stack)) -> samples. Each
-    perf-map epoch is named by its version from ``history``; intervals past ``last`` count in it."""
-    folded: Counter[str] = Counter()
-    timeline: Counter[tuple[int, str]] = Counter()
-    contexts: Counter[tuple[str, str]] = Counter()
+    def _frame_ids(self, table: StackTableBuilder, frames_leaf_first: Sequence[Frame]) -> tuple[int, ...]:
+        """Frame ids, root first. Memoized by the Frame objects' identity: the symbolizer's memo and
+        self._user keep them alive (and so their ids unique) until use_perf_map clears this memo too."""
+        known = self._frame_id_of
+        ids = []
+        for frame in reversed(frames_leaf_first):
+            frame_id = known.get(id(frame))
+            if frame_id is None:
+                frame_id = known[id(frame)] = table.frame(sanitize_frame(frame.name), frame.kind, frame.module)
+                self._frames_kept.append(frame)
+            ids.append(frame_id)
+        return tuple(ids)
+
+    def fold_ids(self, table: StackTableBuilder, key: StackKey, count: int) -> tuple[int, ...]:
+        """``fold`` into ``table``'s frame ids: the stack's frames root first. Each named user stack and
+        kernel stack is interned once (not once per interval, context or perf-map epoch it appears in)."""
+        user, kernel_names = self.fold_ids_again(key, count)
+        if table is not self._ids_table:
+            self._ids_table = table
+            self._user_ids.clear()
+            self._kernel_ids.clear()
+            self._frame_id_of.clear()
+            self._frames_kept.clear()
+        root = table.frame(sanitize_frame(key.comm.decode("utf-8", "replace")) or "[unnamed]", THREAD)
+        user_ids = self._user_ids.get(id(user))
+        if user_ids is None:
+            user_ids = (table.frame(LOST_USER, LOST),) if user.frames is None else self._frame_ids(table, user.frames)
+            self._user_ids[id(user)] = user_ids  # ``user`` lives in self._user until use_perf_map clears both
+        kernel_ids = self._kernel_ids.get(key.kernel)
+        if kernel_ids is None:
+            if kernel_names is None:
+                kernel_ids = (table.frame(LOST_KERNEL, LOST),)
+            else:
+                kernel_ids = tuple(table.frame(sanitize_frame(name), KERNEL) for name in reversed(kernel_names))
+            self._kernel_ids[key.kernel] = kernel_ids
+        return (root, *user_ids, *kernel_ids)
+
+
+def tabulate_store(
+    store: StackStore, pid: int, folder: StackFolder, history: PerfMapHistory | None, last: int | None,
+    table: StackTableBuilder | None = None,
+) -> StackTable:
+    """One process's stored samples as a stack table: each frame and stack interned once as it is named,
+    no folded text. Each perf-map epoch is named by its version from ``history``; intervals past ``last``
+    count in it."""
+    table = table if table is not None else StackTableBuilder()
     for epoch in store.epochs(pid):
         if history is not None:
             folder.use_perf_map(history.map_for(epoch))
+        stack_ids: dict[StackKey, int] = {}  # within one epoch a stored stack always names the same frames
         for key, interval, context, count in store.context_entries(pid, epoch):
-            stack = folder.fold(key.comm, key.user, key.kernel, count, key.walk_end)
-            folded[stack] += count
-            timeline[(interval if last is None else min(interval, last), stack)] += count
-            if context is not None:
-                contexts[(context, stack)] += count
-    return folded, timeline, contexts
+            stack_id = stack_ids.get(key)
+            if stack_id is None:
+                stack_id = stack_ids[key] = table.stack(folder.fold_ids(table, key, count))
+            else:
+                folder.fold_ids_again(key, count)
+            table.add(interval if last is None else min(interval, last), stack_id, context, count)
+    return table.build()
 
 
 STACK_NONE = -1  # no kernel stack asked for (user-mode sample); see sampling/stack_ringbuf.c

@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 from ..capture.stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
+from ..files import safeio
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
 
@@ -295,16 +296,12 @@ class CfiLoader:
                 image = mem.read(mapping.end - mapping.start)
             key: tuple[Any, ...] = ("vdso", os.uname().release, len(image))
             return key, None if key in self.tables else ehframe.read_elf_info(image)
-        path = f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"
-        try:
-            stat = os.stat(path)
-        except OSError:
-            path = f"/proc/{pid}/root{mapping.path}"
-            stat = os.stat(path)
-        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        if key in self.tables:
-            return key, None
-        with open(path, "rb") as handle:
+        # the mapped inode itself (map_files), never a path a tenant can swap; regular files only (safeio)
+        with os.fdopen(safeio.open_mapped(pid, mapping.start, mapping.end, mapping.path), "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if key in self.tables:
+                return key, None
             return key, ehframe.read_elf_file(handle)
 
     def _table_for(self, pid: int, mapping: ExecMapping) -> ElfTable:

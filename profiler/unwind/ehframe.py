@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..errors import CapabilityError
+from ..files.safeio import BoundedReader
+
+EH_FRAME_MAX_BYTES = 32 << 20  # libjvm.so's is 1.4 MB, the largest libraries' a few MB
 
 # DWARF register numbers on x86_64
 REG_RBP, REG_RSP, REG_RA = 6, 7, 16
@@ -111,13 +114,9 @@ def read_elf_info(image: bytes) -> ElfInfo:
 
 
 def read_elf_file(handle: BinaryIO) -> ElfInfo:
-    """read_elf_info of an open file, reading only the headers and ``.eh_frame`` (libjvm.so: 1.4 of 24 MB)."""
-
-    def read_at(offset: int, size: int) -> bytes:
-        handle.seek(offset)
-        return handle.read(size)
-
-    return _elf_info(read_at)
+    """read_elf_info of an open file, reading only the headers and ``.eh_frame`` (libjvm.so: 1.4 of 24 MB),
+    every read inside the file and bounded (a crafted header raises ValueError, never allocates its size)."""
+    return _elf_info(BoundedReader.of(handle.fileno()).read_at)
 
 
 def _elf_info(read_at: Callable[[int, int], bytes]) -> ElfInfo:
@@ -147,6 +146,8 @@ def _elf_info(read_at: Callable[[int, int], bytes]) -> ElfInfo:
         for index in range(shnum):
             name, _type, _flags, addr, offset, size = struct.unpack_from("<IIQQQQ", sections, index * shentsize)
             if names[name : names.find(b"\0", name)] == b".eh_frame":
+                if size > EH_FRAME_MAX_BYTES:  # a target's crafted ELF must not cost minutes of parsing
+                    raise EhFrameError(f".eh_frame of {size} bytes, over the limit of {EH_FRAME_MAX_BYTES}")
                 eh_frame, eh_addr = read_at(offset, size), addr
     return ElfInfo(eh_frame, eh_addr, tuple(segments))
 

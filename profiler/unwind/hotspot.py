@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import VMStructsError
+from ..files import safeio
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
 X86_64_METHOD_SLOT = -3  # frame::interpreter_frame_method_offset (words from fp), JDK 8+ on x86_64
@@ -70,61 +71,61 @@ _TABLE_SYMBOLS = (
     "gHotSpotVMIntConstantEntryValueOffset",
 )
 _MAX_ENTRIES = 20000  # a JDK has about 2,000 struct entries: more means we are reading garbage
+LIBJVM_MAX_BYTES = 1 << 30
+HSPERFDATA_MAX_BYTES = 4 << 20  # -XX:PerfDataMemorySize is 64 KB by default
 
 
 # ---------------------------------------------------------------- ELF (dynamic symbols of libjvm.so)
 
 
-def elf_symbols(path: str, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
+def elf_symbols(path: str, reader: safeio.BoundedReader, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
     """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr.
 
-    Reads only the headers and the symbol and string tables (libjvm.so is ~20 MB)."""
-    with open(path, "rb") as handle:
-
-        def read(offset: int, size: int) -> bytes:
-            handle.seek(offset)
-            return handle.read(size)
-
-        head = read(0, 64)
-        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-            raise VMStructsError(f"{path}: not a 64-bit little-endian ELF file")
-        phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
-        base_vaddr = 0
-        program_headers = read(phoff, phnum * phentsize)
-        for index in range(phnum):
-            p_type, _flags, p_offset, p_vaddr = struct.unpack_from("<IIQQ", program_headers, index * phentsize)
-            if p_type == 1 and p_offset == 0:  # PT_LOAD mapping the file's start
-                base_vaddr = p_vaddr
-                break
-        section_headers = read(shoff, shnum * shentsize)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", section_headers, i * shentsize) for i in range(shnum)]
-        wanted = set(names)
-        found: dict[str, int] = {}
-        for sh_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
-            for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
-                if kind != sh_type or entsize == 0:
-                    continue
-                table = read(offset, size)
-                strings = read(sections[link][4], sections[link][5])
-                for at in range(0, size, entsize):
-                    st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", table, at)
-                    name = strings[st_name : strings.index(b"\0", st_name)].decode("ascii", "replace")
-                    if name in wanted and name not in found:
-                        found[name] = st_value
-            if wanted <= found.keys():
-                break
+    Reads only the headers and the symbol and string tables (libjvm.so is ~20 MB), each inside the file
+    and bounded (a crafted header raises ValueError)."""
+    read = reader.read_at
+    head = read(0, 64)
+    if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        raise VMStructsError(f"{path}: not a 64-bit little-endian ELF file")
+    phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+    base_vaddr = 0
+    program_headers = read(phoff, phnum * phentsize)
+    for index in range(phnum):
+        p_type, _flags, p_offset, p_vaddr = struct.unpack_from("<IIQQ", program_headers, index * phentsize)
+        if p_type == 1 and p_offset == 0:  # PT_LOAD mapping the file's start
+            base_vaddr = p_vaddr
+            break
+    section_headers = read(shoff, shnum * shentsize)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", section_headers, i * shentsize) for i in range(shnum)]
+    wanted = set(names)
+    found: dict[str, int] = {}
+    for sh_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
+        for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+            if kind != sh_type or entsize < 24:  # sizeof(Elf64_Sym): smaller is a crafted table
+                continue
+            table = read(offset, size)
+            strings = read(sections[link][4], sections[link][5])
+            for at in range(0, size, entsize):
+                st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", table, at)
+                name = strings[st_name : strings.index(b"\0", st_name)].decode("ascii", "replace")
+                if name in wanted and name not in found:
+                    found[name] = st_value
+        if wanted <= found.keys():
+            break
     return found, base_vaddr
 
 
-def libjvm_mapping(pid: int) -> tuple[str, int] | None:
-    """(path as the process sees it, load address of its file offset 0) of libjvm.so in ``pid``."""
+def libjvm_mapping(pid: int) -> tuple[str, int, int] | None:
+    """(path as the process sees it, load address of its file offset 0, end of that mapping) of
+    libjvm.so in ``pid``."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 parts = line.split(None, 5)
                 if len(parts) == 6 and parts[5].rstrip("\n").endswith("/libjvm.so") and int(parts[2], 16) == 0:
-                    return parts[5].rstrip("\n"), int(parts[0].split("-")[0], 16)
+                    start, end = (int(bound, 16) for bound in parts[0].split("-"))
+                    return parts[5].rstrip("\n"), start, end
     except OSError:
         return None
     return None
@@ -241,10 +242,15 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
     mapping = libjvm_mapping(pid)
     if mapping is None:
         raise VMStructsError(f"pid {pid}: no libjvm.so mapped")
-    path, load_address = mapping
+    path, load_address, end = mapping
     try:
-        values, base_vaddr = elf_symbols(f"/proc/{pid}/root{path}", _TABLE_SYMBOLS)
-    except (OSError, ValueError, struct.error) as exc:
+        # the mapped file itself (/proc/PID/map_files): a link swapped in since cannot redirect the read
+        fd = safeio.open_mapped(pid, load_address, end, path, LIBJVM_MAX_BYTES)
+        try:
+            values, base_vaddr = elf_symbols(path, safeio.BoundedReader(fd, os.fstat(fd).st_size), _TABLE_SYMBOLS)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError, struct.error) as exc:
         raise VMStructsError(f"pid {pid}: {path}: {exc}") from None
     missing = [name for name in _TABLE_SYMBOLS if name not in values]
     if missing:
@@ -400,22 +406,31 @@ class HsPerfCounter:
     @classmethod
     def find(cls, pid: int, name: str) -> HsPerfCounter | None:
         """The counter ``name`` of ``pid``'s hsperfdata, or None (no file, -XX:-UsePerfData, no such counter)."""
-        root = f"/proc/{pid}/root/tmp"
         file_name = str(_namespace_pid(pid))
         try:
-            candidates = [f"{root}/{d}/{file_name}" for d in os.listdir(root) if d.startswith("hsperfdata_")]
+            tmp_fd = safeio.open_dir_in_root(pid, "/tmp")
         except OSError:
             return None
-        for path in candidates:
-            offset = _counter_offset(path, name)
+        try:
+            directories = [d for d in os.listdir(tmp_fd) if d.startswith("hsperfdata_")][:64]
+        finally:
+            os.close(tmp_fd)
+        for directory in directories:
+            try:
+                # written by the JVM itself: its owner's, a regular file, no link, bounded (safeio warns)
+                fd = safeio.open_in_root(pid, f"/tmp/{directory}/{file_name}", HSPERFDATA_MAX_BYTES)
+            except OSError:
+                continue
+            offset = _counter_offset(safeio.read_fd(fd, HSPERFDATA_MAX_BYTES), name)
             if offset is not None:
-                return cls(path, offset)
+                return cls(f"/proc/{pid}/root/tmp/{directory}/{file_name}", offset, fd)
+            os.close(fd)
         return None
 
     def read(self) -> int | None:
+        if self.fd is None:
+            return None
         try:
-            if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDONLY)
             data = os.pread(self.fd, 8, self.offset)
         except OSError:
             return None
@@ -427,21 +442,16 @@ class HsPerfCounter:
             self.fd = None
 
 
-def _counter_offset(path: str, name: str) -> int | None:
+def _counter_offset(data: bytes, name: str) -> int | None:
     """File offset of the value of the long counter ``name`` (the PerfData entry layout of HotSpot's
     perfMemory.hpp: prologue with entry_offset and num_entries, then entries with name and data offsets)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
     if len(data) < 32 or int.from_bytes(data[:4], "big") != _PERF_MAGIC or data[4] != 1:  # 1: little-endian
         return None
     entry_offset, entries = struct.unpack_from("<ii", data, 24)
     at = entry_offset
     wanted = name.encode("ascii")
     for _ in range(max(0, entries)):
-        if at + 20 > len(data):
+        if at < 0 or at + 20 > len(data):
             return None
         length, name_offset, vector_length, data_type, _flags, _units, _variability, data_offset = struct.unpack_from(
             "<iiibbbbi", data, at

@@ -31,6 +31,7 @@ from coordinator.remote.hosts import RunRequest
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
 from profiler.capture import format as capture
 from profiler.capture.journal import read_journal
+from tests.fixtures.captures import folded_text
 from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.faults import (
     HostNetns,
@@ -374,7 +375,7 @@ def test_executor_killed_and_replaced_mid_run(
     assert counts[second.pid] > 0
     burns = sum(
         int(line.rsplit(" ", 1)[1])
-        for line in (capture_dir / "pids" / str(first.pid) / "stacks.folded").read_text().splitlines()
+        for line in folded_text(capture_dir, first.pid).splitlines()
         if "burn" in line
     )
     cluster.assert_nothing_left()

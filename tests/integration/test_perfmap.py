@@ -116,10 +116,12 @@ def test_jvm_of_another_user_gets_its_map_and_the_agent(start_cpu_split_jvm, cpu
         assert os.stat(_map_file(pid)).st_uid == pwd.getpwnam("nobody").pw_uid  # written by the JVM itself
         assert "com.example.CpuSplit::burnAlpha" in _burner_entries(pid).values()
         host_path, jvm_path = perfmap._copy_agent_into(pid, agent)
+        assert host_path.stat().st_uid == pwd.getpwnam("nobody").pw_uid  # created as the JVM's user
         try:
             status, output = perfmap._attach_as_owner(pid, "load", [jvm_path, "true", ""], 30)
         finally:
-            host_path.unlink()
+            perfmap._remove_agent_copy(pid, jvm_path)
+        assert not host_path.exists()
         # THEN the agent rewrote the map in its own spelling
         assert status == 0 and "return code: 0" in output, output
         assert "Lcom/example/CpuSplit;::burnAlpha" in _map_file(pid).read_text()

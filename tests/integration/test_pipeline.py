@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from coordinator.analysis.inputs import read_inputs
 from coordinator.analysis.timeline import SubWindow
 from coordinator.cli import main as coordinator_main
 from profiler.capture import format as capture
-from profiler.capture.folded import format_folded, read_folded
+from profiler.capture.folded import format_folded
 from profiler.errors import CaptureFormatError
 from profiler.matching.aggregate import aggregate_host
 from profiler.matching.appprofile import parse_profile
@@ -39,8 +40,10 @@ from tests.fixtures.captures import (
     TIMELINE_OPTIONS,
     PidSpec,
     timeline_hosts,
+    to_compact,
     write_run_dir,
 )
+from tests.fixtures.exports import analysed_task_files
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +87,13 @@ def test_tiny_run_known_answers(spark: object, tiny_run: Path) -> None:
     assert (kafka["samples"], kafka["share"], kafka["cycles"]) == ("85", "0.425", "700000000")
     assert kafka["events"] == "1000" and kafka["cycles_per_event"] == "700000" and kafka["load"] == "10k"
     assert _row(rows, "tiny", "h1", "50", "*")["role"] == "managing"
-    # per-task stacks, merged over PIDs, most samples first
-    tasks = output.tasks_dir
-    assert sorted(p.name for p in tasks.iterdir()) == ["Deserialize.folded", "GC.folded", "Kafka.folded"]
-    assert (tasks / "Kafka.folded").read_text() == f"{KAFKA_STACK} 85\n"
-    assert (tasks / "Deserialize.folded").read_text() == f"{JSON_STACK} 20\n{NESTED_STACK} 10\n"
-    assert (tasks / "GC.folded").read_text() == f"{GC_STACK} 10\n"
+    # per-task stacks, merged over PIDs, most samples first (derived from the captures: no copy is kept)
+    assert not (output.out_dir / "tasks").exists()
+    tasks = analysed_task_files(tiny_run)
+    assert sorted(tasks) == ["Deserialize.folded", "GC.folded", "Kafka.folded"]
+    assert tasks["Kafka.folded"] == f"{KAFKA_STACK} 85\n"
+    assert tasks["Deserialize.folded"] == f"{JSON_STACK} 20\n{NESTED_STACK} 10\n"
+    assert tasks["GC.folded"] == f"{GC_STACK} 10\n"
     assert output.unmatched_file.read_text() == f"{OTHER_STACK} 75\n"
     record = json.loads(output.analysis_json.read_text())
     assert record["profile_text"] == KNOWN_PROFILE and record["inputs"][0]["run"] == "tiny"
@@ -102,7 +106,7 @@ def _host_side_rows(run_dir: Path, host: str, profile_text: str) -> list[dict[st
     info = capture.read_capture(capture_dir)
     matcher = Matcher(parse_profile(profile_text))
     matched = {
-        p.pid: match_stacks(matcher, read_folded(capture.stacks_path(capture_dir, p.pid)))
+        p.pid: match_stacks(matcher, capture.read_stack_counts(capture.pid_stacks_file(capture_dir, p.pid)))
         for p in info.processes
         if p.sampled
     }
@@ -152,7 +156,8 @@ def test_reanalysis_with_edited_profile_leaves_the_capture_untouched(
     assert _row(rows, "tiny", "*", "*", "unmatched")["samples"] == "0"
     assert not [r for r in rows if r["task"] == "GC"]
     # the old profile's task files are gone, the new ones are there
-    assert sorted(p.name for p in output.tasks_dir.iterdir()) == [
+    assert not (output.out_dir / "tasks").exists()
+    assert sorted(analysed_task_files(tiny_run)) == [
         "Deserialize.folded",
         "Garbage.folded",
         "Kafka.folded",
@@ -176,8 +181,9 @@ def test_output_is_byte_identical_across_runs_and_partitionings(
         analyze(list(reversed(multi_run_archive)), out_dir=tmp_path / "b", spark=spark)
     finally:
         conf.set("spark.sql.shuffle.partitions", original)
-    for name in ("summary.csv", "unmatched.folded", "tasks/Kafka.folded", "tasks/GC.folded"):
+    for name in ("summary.csv", "unmatched.folded"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert analysed_task_files(tmp_path / "a") == analysed_task_files(tmp_path / "b")
     assert first.summary_csv.read_bytes().count(b"\n") > 40
 
 
@@ -190,9 +196,11 @@ def test_in_process_engine_writes_the_same_bytes_as_spark(
     # THEN every file is byte-identical, and auto picks in-process for such a small local input
     files = sorted(p.relative_to(tmp_path / "spark") for p in (tmp_path / "spark").rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
-    assert len(files) > 4
+    assert [str(f) for f in files] == ["analysis.json", "summary.csv", "unmatched.folded"]  # no stack copies
     for name in files:
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    tasks = analysed_task_files(tmp_path / "spark")
+    assert tasks == analysed_task_files(tmp_path / "local") and len(tasks) > 2
     assert output.stats.session_seconds == 0
     assert choose_engine("auto", "local[*]", read_inputs(multi_run_archive, None)) == "in-process"
     assert choose_engine("auto", "spark://10.0.0.1:7077", read_inputs(multi_run_archive, None)) == "spark"
@@ -219,6 +227,30 @@ def test_sub_window_in_process_and_spark_write_the_same_bytes(
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     recorded = json.loads((tmp_path / "spark" / "analysis.json").read_text())["window"]
     assert [(h["run"], h["host"]) for h in recorded["hosts"]] == [("second", "h1"), ("second", "h2"), ("timed", "h1")]
+
+
+@pytest.mark.parametrize("window", [None, SubWindow(10, 20)], ids=str)
+def test_stack_tables_analyse_on_spark_as_their_folded_twins(
+    spark: object, timeline_run: Path, multi_run_archive: list[Path], tmp_path: Path, window: SubWindow | None
+) -> None:
+    # GIVEN the same runs with folded stacks (format 3) and with stack tables (format 4)
+    folded_runs = [timeline_run] if window is not None else multi_run_archive
+    compact_runs = []
+    for run in folded_runs:
+        twin = tmp_path / "compact" / run.name
+        shutil.copytree(run, twin)
+        for host_dir in (twin / "hosts").iterdir():
+            to_compact(host_dir)
+        assert not list(twin.rglob("pids/*/*.folded")) and list(twin.rglob("pids/*/stacks.tpc"))
+        compact_runs.append(twin)
+    # WHEN both are analysed on Spark
+    analyze(folded_runs, out_dir=tmp_path / "folded-out", spark=spark, window=window)
+    analyze(compact_runs, out_dir=tmp_path / "compact-out", spark=spark, window=window)
+    # THEN summary.csv, the unmatched stacks and every task's stacks are byte-identical
+    for name in ["summary.csv", "unmatched.folded"]:
+        assert (tmp_path / "folded-out" / name).read_bytes() == (tmp_path / "compact-out" / name).read_bytes()
+    tasks = analysed_task_files(tmp_path / "folded-out")
+    assert tasks == analysed_task_files(tmp_path / "compact-out") and any(tasks.values())
 
 
 def test_bad_stacks_file_is_one_line_error(spark: object, tiny_run: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import format as capture
+from tests.fixtures.captures import folded_text, to_folded
 from tests.fixtures.leaks import bpf_prog_ids_held_by, loaded_bpf_prog_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +95,9 @@ def test_run_finds_workload_and_attributes_methods_within_3pp(tmp_path: Path, cp
     me = scope[cpu_split_jvm.pid]
     assert (me.role, me.engine, me.kind, me.preserve_frame_pointer) == ("workload", "testspe", "cpusplit", True)
     assert me.jvm_version and me.jvm_version.startswith("17")
-    stacks = (out / "pids" / str(cpu_split_jvm.pid) / "stacks.folded").read_text()
+    # the stacks are a stack table (format 4), no folded text is stored
+    assert capture.table_path(out, cpu_split_jvm.pid).is_file() and not list(out.glob("pids/*/*.folded"))
+    stacks = folded_text(out, cpu_split_jvm.pid)
     assert "burnAlpha" in stacks and "com.example.CpuSplit" in stacks  # JIT frames resolved to methods
     rows = {r["task"]: r for r in result_rows(out) if r["pid"] == str(cpu_split_jvm.pid)}
     burn = {t: int(rows[t]["samples"]) for t in ("Alpha", "Beta", "Gamma")}
@@ -117,6 +121,22 @@ def test_run_finds_workload_and_attributes_methods_within_3pp(tmp_path: Path, cp
     assert meta.stopped_by == "duration" and 11.5 < meta.duration < 14
     overhead = capture.read_overhead(out)
     assert overhead is not None and overhead.bpf_run_count and overhead.bpf_run_count > 0
+    # AND `coordinator analyze` gives the same summary from the stack table as from the folded form
+    _same_summary_as_folded(out, tmp_path)
+
+
+def _same_summary_as_folded(out: Path, tmp_path: Path) -> None:
+    from coordinator.analysis.engines import analyze
+
+    twin = tmp_path / "folded" / out.name  # the same run id (the directory's name)
+    shutil.copytree(out, twin)
+    to_folded(twin)
+    assert not list(twin.rglob("*.tpc")) and list(twin.glob("pids/*/timeline.folded"))
+    analyze([out], out_dir=tmp_path / "from-table", engine="in-process")
+    analyze([twin], out_dir=tmp_path / "from-folded", engine="in-process")
+    table_summary = (tmp_path / "from-table" / "summary.csv").read_bytes()
+    assert table_summary == (tmp_path / "from-folded" / "summary.csv").read_bytes()
+    assert table_summary.count(b"\n") > 5
 
 
 def test_signal_mid_run_writes_partial_results_and_detaches(tmp_path: Path, cpu_split_jvm) -> None:
@@ -148,7 +168,7 @@ def test_target_exiting_mid_run_keeps_its_samples(tmp_path: Path, start_cpu_spli
     scope = {p.pid: p for p in capture.read_scope(out)}
     assert scope[jvm.pid].exited
     assert scope[jvm.pid].last_seen < capture.read_meta(out).end_time - 2
-    folded = (out / "pids" / str(jvm.pid) / "stacks.folded").read_text()
+    folded = folded_text(out, jvm.pid)
     assert "burnAlpha" in folded  # symbolized although the process was gone at the end
     counters = capture.read_counters(out, jvm.pid)
     samples = sum(int(line.rsplit(" ", 1)[1]) for line in folded.splitlines())

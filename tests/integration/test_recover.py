@@ -23,6 +23,7 @@ from profiler.capture import format as capture
 from profiler.capture.checkpoint import checkpoint_dir, journal_path
 from profiler.capture.journal import read_journal
 from profiler.cli import main as profiler_main
+from tests.fixtures.captures import folded_text
 from tests.fixtures.jvm import CpuSplitJvm
 from tests.fixtures.leaks import bpf_programs_held_by
 
@@ -100,7 +101,7 @@ def test_killed_run_recovered(start_cpu_split_jvm: Callable[..., CpuSplitJvm], t
     assert recovered >= samples_at_kill * window / max(elapsed_at_kill, window) - 200
     # AND the JVM's frames are named: Java methods from the saved perf maps (and, alive, one dumped now),
     # native ones from the ELF files (gone) or by bcc (alive)
-    folded = capture.stacks_path(out, jvm.pid).read_text()
+    folded = folded_text(out, jvm.pid)
     lines = [line.rsplit(" ", 1) for line in folded.splitlines()]
     total = sum(int(count) for _stack, count in lines)
     burn = sum(int(count) for stack, count in lines if "com.example.CpuSplit::burn" in stack)

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from profiler.capture.folded import format_folded
+from profiler.capture.stacktable import read_table
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -39,9 +42,10 @@ def test_stages_codegen_names_and_a_drafted_profile_on_the_demo(tmp_path: Path, 
     meta = json.loads((capture / "meta.json").read_text())
     # THEN the executors' threads carry full names, and task samples their Spark task
     assert meta["thread_names"] == "uprobe", meta["warnings"]
-    contexts = [json.loads(p.read_text()) for p in capture.glob("pids/*/contexts.json")]
-    assert contexts and all(" in stage " in name for c in contexts for name in c["contexts"])
-    stacks = "".join(p.read_text() for p in capture.glob("pids/*/stacks.folded"))
+    tables = [read_table(p) for p in capture.glob("pids/*/stacks.tpc")]
+    contexts = [t.contexts for t in tables if t.contexts]
+    assert contexts and all(" in stage " in name for c in contexts for name in c)
+    stacks = "".join(format_folded(t.folded()) for t in tables)
     assert "\nExecutor task launch worker;" in "\n" + stacks
     spark = json.loads((capture / "spark.json").read_text())
     assert spark["plans"] and spark["plans"][0]["stages"], spark["notes"]

@@ -15,6 +15,7 @@ import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,8 @@ class Case:
     build: Callable[[Path], list[str]]
     codes: tuple[int, ...]  # accepted exit codes
     stderr_names: str = ""  # a text the error line must contain (the file's name), when it fails
+    kept: tuple[str, ...] = ()  # the user's files (relative to the sandbox) that must be left as they were
+    warns: str = ""  # a text stderr must contain when the command succeeds (a one-line warning)
 
 
 # ---------------------------------------------------------------- sandbox builders
@@ -567,13 +570,395 @@ def bare_capture_meta_host(sandbox: Path) -> list[str]:
     return ["report", str(directory)]
 
 
-CASES = list(corpus())
+# ---------------------------------------------------------------- round two (issue 32): generated classes
+
+TARGET = "dest/target"  # where an output option points in the output-path cases
+USER_NOTES = "the user's own notes\n"
+
+
+@dataclass(frozen=True)
+class OutputOption:
+    """A command's output option: what it takes (a file or a directory) and how argv is built."""
+
+    name: str
+    cli: str
+    kind: str  # "file" or "dir"
+    has_force: bool
+    argv: Callable[[Path, str], list[str]]  # (sandbox, target) -> argv
+
+
+def _summaries(sandbox: Path) -> list[str]:
+    csv_text = "run,host,pid,task,samples,cycles\nr,*,*,Kafka,5,10\nr,*,*,*,5,10\n"
+    return [str(write(sandbox / "a.csv", csv_text)), str(write(sandbox / "b.csv", csv_text.replace("5", "7")))]
+
+
+def _match_argv(option: str) -> Callable[[Path, str], list[str]]:
+    def argv(sandbox: Path, target: str) -> list[str]:
+        profile = write(sandbox / "profile.txt", KNOWN_PROFILE)
+        return ["match", "--profile", str(profile), str(tiny_run(sandbox) / "hosts/h1"), option, target]
+
+    return argv
+
+
+def _profile_argv(sandbox: Path, target: str) -> list[str]:
+    argv = profile_cmd()(sandbox)
+    argv[argv.index("--out") + 1] = target
+    return argv
+
+
+OUTPUT_OPTIONS = [
+    OutputOption("analyze--out", "coordinator", "dir", False, lambda s, t: ["analyze", str(tiny_run(s)), "--out", t]),
+    OutputOption("compare--csv", "coordinator", "file", True, lambda s, t: ["compare", *_summaries(s), "--csv", t]),
+    OutputOption("compare--out", "coordinator", "dir", True, lambda s, t: ["compare", *_summaries(s), "--out", t]),
+    OutputOption("report--out", "coordinator", "dir", True, lambda s, t: ["report", str(tiny_run(s)), "--out", t]),
+    OutputOption(
+        "report--publish", "coordinator", "dir", False, lambda s, t: ["report", str(tiny_run(s)), "--publish", t]
+    ),
+    OutputOption(
+        "export--out",
+        "coordinator",
+        "file",
+        True,
+        lambda s, t: ["export", str(tiny_run(s)), "--format", "pprof", "--out", t],
+    ),
+    OutputOption(
+        "export--per-task",
+        "coordinator",
+        "dir",
+        True,
+        lambda s, t: ["export", str(tiny_run(s)), "--format", "folded", "--per-task", "--out", t],
+    ),
+    OutputOption(
+        "draft-profile--out", "coordinator", "file", True, lambda s, t: ["draft-profile", str(tiny_run(s)), "--out", t]
+    ),
+    OutputOption(
+        "campaign--out",
+        "coordinator",
+        "dir",
+        True,
+        lambda s, t: ["campaign", str(tiny_run(s)), "--by", "x", "--out", t],
+    ),
+    OutputOption("profile--out", "coordinator", "dir", True, _profile_argv),
+    OutputOption("demo--out", "coordinator", "dir", True, lambda s, t: ["demo", "--duration", "1", "--out", t]),
+    OutputOption("match--csv", "profiler", "file", True, _match_argv("--csv")),
+    OutputOption("match--unmatched", "profiler", "file", True, _match_argv("--unmatched")),
+    OutputOption("run--out", "profiler", "dir", True, lambda s, t: ["run", "--duration", "1", "--out", t]),
+]
+
+
+def _place_user_files(sandbox: Path, variant: str) -> str:
+    """Put the user's files where ``variant`` says; returns the path given to the option."""
+    target = sandbox / TARGET
+    if variant == "a-directory":
+        target.mkdir(parents=True)
+    elif variant == "a-directory-of-user-files":
+        write(target / "notes.txt", USER_NOTES)
+    elif variant == "user-files-named-like-outputs":  # what a report or analysis would write there
+        write(target / "index.html", "<p>mine</p>\n")
+        write(target / "tasks" / "mine.folded", "a;b 5\n")
+        write(target / "summary.csv", "my,own,table\n")
+    elif variant == "a-user-file":
+        write(target, USER_NOTES)
+    elif variant == "a-link-to-a-user-file":
+        write(sandbox / "dest" / "mine.txt", USER_NOTES)
+        target.symlink_to(sandbox / "dest" / "mine.txt")
+    elif variant == "a-link-to-a-user-directory":
+        write(sandbox / "dest" / "mine" / "notes.txt", USER_NOTES)
+        target.symlink_to(sandbox / "dest" / "mine")
+    elif variant == "under-a-file":  # the parent of the output is a file
+        write(sandbox / "dest", USER_NOTES)
+        return str(target / "x")
+    return str(target)
+
+
+OUTPUT_VARIANTS = {
+    # variant: exit code, for (file outputs, directory outputs); None: not a case of that kind
+    "a-directory": (OUTPUT_EXISTS, None),
+    "a-directory-of-user-files": (OUTPUT_EXISTS, OUTPUT_EXISTS),
+    "user-files-named-like-outputs": (None, OUTPUT_EXISTS),
+    "a-user-file": (OUTPUT_EXISTS, OUTPUT_EXISTS),
+    "a-link-to-a-user-file": (OUTPUT_EXISTS, OUTPUT_EXISTS),
+    "a-link-to-a-user-directory": (None, OUTPUT_EXISTS),
+    "under-a-file": (BAD_INPUT, BAD_INPUT),
+}
+
+
+PUBLISH_BESIDE = {
+    "a-directory-of-user-files": "dest/target/notes.txt",
+    "a-link-to-a-user-directory": "dest/mine/notes.txt",
+}
+
+
+def output_cases() -> Iterator[Case]:
+    for option in OUTPUT_OPTIONS:
+        for variant, codes in OUTPUT_VARIANTS.items():
+            code = codes[0] if option.kind == "file" else codes[1]
+            if code is None:
+                continue
+            for force in (False, True) if option.has_force else (False,):
+
+                def build(
+                    sandbox: Path, option: OutputOption = option, variant: str = variant, force: bool = force
+                ) -> list[str]:
+                    argv = option.argv(sandbox, _place_user_files(sandbox, variant))
+                    return argv + ["--force"] * force
+
+                suffix = "/force" if force else ""
+                kept = ("dest",)
+                if option.name == "report--publish" and variant in PUBLISH_BESIDE:
+                    # a web root with other files: the report goes beside them, none is touched
+                    code, kept = OK, (PUBLISH_BESIDE[variant],)
+                yield Case(f"output/{option.name}/{variant}{suffix}", option.cli, build, (code,), "dest", kept)
+
+
+BOM = "\ufeff"
+
+
+def _bom_json(relative: str, crlf: bool = False) -> Callable[[Path], Path]:
+    """A tiny run whose JSON file ``relative`` starts with a BOM (and has CRLF line ends)."""
+
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox)
+        text = (run / relative).read_text(encoding="utf-8")
+        write(run / relative, BOM + (text.replace("\n", "\r\n") if crlf else text))
+        return run
+
+    return build
+
+
+BOM_JSON = ["run.json", "hosts/h1/meta.json", "hosts/h1/scope.json", "hosts/h1/pids/100/counters.json",
+            "hosts/h1/pids/100/sampler.json"]  # fmt: skip
+
+
+def bom_cases() -> Iterator[Case]:
+    """A byte-order mark (and CRLF) on every text input: handled as without it (test_bom_never_changes_a_result
+    checks the results are equal)."""
+    for relative in BOM_JSON:
+        for crlf in (False, True):
+            name = f"bom/{Path(relative).name}{'-crlf' if crlf else ''}"
+            make = _bom_json(relative, crlf)
+            yield Case(f"{name}/analyze", "coordinator", analyze(make), (OK,))
+            yield Case(f"{name}/report", "coordinator", report(make), (OK,))
+            yield Case(f"{name}/export", "coordinator", export(make), (OK,))
+            yield Case(f"{name}/draft-profile", "coordinator", draft(make), (OK,))
+    for crlf in (False, True):
+        text = BOM + (KNOWN_PROFILE.replace("\n", "\r\n") if crlf else KNOWN_PROFILE)
+        suffix = "-crlf" if crlf else ""
+        yield Case(f"bom/profile{suffix}/analyze", "coordinator", analyze_with_profile(text), (OK,))
+        yield Case(f"bom/profile{suffix}/match", "profiler", match_with_profile(text), (OK,))
+        good = "run,host,pid,task,samples,cycles\nr,*,*,Kafka,5,10\nr,*,*,*,5,10\n"
+        csv_text = BOM + (good.replace("\n", "\r\n") if crlf else good)
+        yield Case(f"bom/summary.csv{suffix}/compare", "coordinator", compare_summary(csv_text), (OK,))
+        yield Case(f"bom/summary.csv{suffix}/summary", "coordinator", summary_of(csv_text), (OK,))
+
+
+def _tasks(count: int, patterns: int = 1, width: int = 8) -> str:
+    return "".join(
+        f"T{t}: " + ", ".join(f"p{t}_{i}_".ljust(width, "x") for i in range(patterns)) + "\n" for t in range(count)
+    )
+
+
+MIB = 1024 * 1024
+PROFILE_SIZES: list[tuple[str, str, int]] = [
+    ("10mb-one-line", "Task: " + "x," * (5 * MIB) + "x\n", BAD_INPUT),
+    ("10mb-one-pattern", "Task: " + "x" * (10 * MIB) + "\n", BAD_INPUT),
+    ("2mb-of-comments", "# a comment\n" * (2 * MIB // 12) + "GC: GC Thread\n", BAD_INPUT),
+    ("line-of-70k", "Task: " + ", ".join(f"p{i}" for i in range(10000)) + "\n", BAD_INPUT),
+    ("pattern-of-4097", "Task: " + "y" * 4097 + "\n", BAD_INPUT),
+    ("regex-of-4097", "Task: re:" + "y" * 4097 + "\n", BAD_INPUT),
+    ("1001-tasks", _tasks(1001), BAD_INPUT),
+    ("10001-patterns", _tasks(500, 21), BAD_INPUT),
+    ("70k-of-patterns", _tasks(20, 4, 900), BAD_INPUT),
+    ("pattern-of-4096", "Task: " + "y" * 4096 + "\n", OK),
+    ("1000-tasks", _tasks(1000), OK),
+    ("60k-of-patterns", _tasks(16, 4, 900), OK),
+    ("deep-trie", "Task: " + ", ".join("x" * i + "y" for i in range(1, 200)) + "\n", OK),
+]
+TEXT_SIZES: list[tuple[str, str]] = [
+    ("10mb-one-line", "h" * (10 * MIB) + "\n"),
+    ("line-of-4097", "h" * 4097 + "\n"),
+    ("2mb-of-lines", "# comment\n" * (2 * MIB // 10)),
+]
+
+
+def size_cases() -> Iterator[Case]:
+    for name, text, code in PROFILE_SIZES:
+        yield Case(f"size/profile/{name}/analyze", "coordinator", analyze_with_profile(text), (code,), "profile.txt")
+        yield Case(f"size/profile/{name}/match", "profiler", match_with_profile(text), (code,), "profile.txt")
+        if code != OK:  # (an accepted profile would start profiling unreachable hosts)
+            yield Case(f"size/profile/{name}/profile", "coordinator", profile_cmd(profile=text), (code,), "profile.txt")
+    for name, text in TEXT_SIZES:
+        yield Case(f"size/cluster.txt/{name}/profile", "coordinator", profile_cmd(text), (BAD_INPUT,), "cluster.txt")
+        yield Case(f"size/cluster.txt/{name}/doctor", "coordinator", doctor_cmd(text), (BAD_INPUT,), "cluster.txt")
+        known = "spark workload executor " + text if name != "2mb-of-lines" else text
+        yield Case(
+            f"size/known_spes/{name}/profile", "coordinator", profile_cmd(known=known), (BAD_INPUT,), "known_spes.txt"
+        )
+
+
+RUN_JSON_ROUND_TWO: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("host-twice", lambda run: run.update(hosts=run["hosts"] * 2)),
+    ("host-twice-other-state", lambda run: run.update(hosts=run["hosts"] + [dict(run["hosts"][0], state="failed")])),
+    ("start-1e300", lambda run: run.update(start_time=1e300)),
+    ("start-negative", lambda run: run.update(start_time=-1e18)),
+    ("start-year-3001", lambda run: run.update(start_time=32535216000.0)),
+    ("end-before-start", lambda run: run.update(end_time=run["start_time"] - 3600)),
+    ("host-start-1e300", lambda run: run["hosts"][0].update(start_time=1e300)),
+    ("host-end-before-start", lambda run: run["hosts"][0].update(start_time=1_700_000_100.0, end_time=1.0)),
+    ("host-state-unknown", lambda run: run["hosts"][0].update(state="exploded")),
+    ("format-version-2", lambda run: run.update(format_version=2)),
+    ("frequency-0", lambda run: run.update(frequency=0)),
+    ("duration-1e300", lambda run: run.update(duration=1e300)),
+]
+META_ROUND_TWO: list[tuple[str, dict[str, object]]] = [
+    ("start-1e300", {"start_time": 1e300, "end_time": 1e300}),
+    ("start-negative", {"start_time": -5.0}),
+    ("end-before-start", {"end_time": 1.0}),
+    ("format-version-4", {"format_version": 4}),
+    ("format-version-1000", {"format_version": 1000}),
+    ("frequency-0", {"frequency": 0}),
+    ("frequency-negative", {"frequency": -99}),
+    ("duration-requested-negative", {"duration_requested": -1.0}),
+]
+VERSIONED_FILES: list[tuple[str, str, str]] = [
+    ("flink-version-99", "flink.json", '{"format_version": 99, "vertices": []}'),
+    ("flink-version-3", "flink.json", '{"format_version": 3, "vertices": []}'),
+    ("flink-version-string", "flink.json", '{"format_version": "2", "vertices": []}'),
+    ("flink-version-true", "flink.json", '{"format_version": true, "vertices": []}'),
+    ("spark-version-99", "spark.json", '{"format_version": 99, "plans": []}'),
+]
+
+
+def run_json_edit(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], Path]:
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox)
+        payload = json.loads((run / "run.json").read_text())
+        edit(payload)
+        (run / "run.json").write_text(json.dumps(payload))
+        return run
+
+    return build
+
+
+def archive_commands(make: Callable[[Path], Path]) -> list[tuple[str, str, Callable[[Path], list[str]]]]:
+    """Every command that reads a run archive, on the run ``make`` builds."""
+    return [
+        ("analyze", "coordinator", analyze(make)),
+        ("export", "coordinator", export(make)),
+        ("draft-profile", "coordinator", draft(make)),
+        ("compare", "coordinator", lambda s: ["compare", _summaries(s)[0], str(make(s))]),
+        ("campaign", "coordinator", lambda s: ["campaign", str(make(s)), "--by", "x", "--out", str(s / "out")]),
+    ]
+
+
+def archive_cases() -> Iterator[Case]:
+    for name, edit in RUN_JSON_ROUND_TWO:
+        make = run_json_edit(edit)
+        for command, cli, build in archive_commands(make):
+            yield Case(f"archive/run.json/{name}/{command}", cli, build, (BAD_CAPTURE,), "run.json")
+        yield Case(f"archive/run.json/{name}/report", "coordinator", report(make), (BAD_CAPTURE,), "run.json")
+        yield Case(
+            f"archive/run.json/{name}/fetch", "coordinator", lambda s, make=make: ["fetch", str(make(s))],
+            (BAD_CAPTURE,), "run.json",
+        )  # fmt: skip
+    for name, changes in META_ROUND_TWO:
+        make = meta_with(changes)
+        for command, cli, build in archive_commands(make):
+            yield Case(f"archive/meta.json/{name}/{command}", cli, build, (BAD_CAPTURE,), "meta.json")
+        yield Case(f"archive/meta.json/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), "meta.json")
+        yield Case(f"archive/meta.json/{name}/match", "profiler", match_run(make), (BAD_CAPTURE,), "meta.json")
+    for name, file_name, content in VERSIONED_FILES:
+        make = run_with(f"hosts/h1/{file_name}", content)
+        if file_name == "flink.json":  # read by every command; spark.json only by draft-profile and --by stage
+            for command, cli, build in archive_commands(make):
+                yield Case(f"archive/{file_name}/{name}/{command}", cli, build, (BAD_CAPTURE,), file_name)
+        yield Case(f"archive/{file_name}/{name}/draft-profile", "coordinator", draft(make), (BAD_CAPTURE,), file_name)
+        yield Case(f"archive/{file_name}/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), file_name)
+    for name, header in (
+        ("no-cycles", "host,pid,task,samples\n"),
+        ("no-task", "host,pid,samples,cycles\n"),
+        ("another-table", "name,value\na,1\n"),
+        ("empty", ""),
+    ):
+        yield Case(
+            f"archive/result-csv/{name}/report", "coordinator", bare_result_csv(header), (BAD_CAPTURE,), "_result.csv"
+        )
+        make = run_with("summary.csv", header.replace("host", "run,host"))
+        yield Case(f"archive/summary.csv/{name}/report", "coordinator", report(make), (BAD_CAPTURE,), "summary.csv")
+        yield Case(f"archive/summary.csv/{name}/summary", "coordinator", lambda s, make=make: ["summary", str(make(s))],
+                   (BAD_CAPTURE,), "summary.csv")  # fmt: skip
+
+
+def bare_result_csv(content: str) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        capture = bare_capture(sandbox)
+        write(capture / "h1_result.csv", content)
+        return ["report", str(capture)]
+
+    return build
+
+
+FOREIGN_REPORTS: list[tuple[str, str]] = [
+    ("a-list", "[1, 2]"),
+    ("hosts-strings", '{"run_id": "x", "hosts": ["h1", "h2"]}'),
+    ("top-tasks-numbers", '{"run_id": "x", "top_tasks": [1, 2]}'),
+    ("top-task-share-string", '{"run_id": "x", "top_tasks": [{"task": "a", "share": "most"}]}'),
+    ("start-1e300", '{"run_id": "x", "start_time": 1e300}'),
+    ("labels-list", '{"run_id": "x", "labels": ["a"]}'),
+    ("run-id-number", '{"run_id": 5}'),
+    ("health-string", '{"run_id": "x", "health_problems": "many"}'),
+    ("not-json", "{not json"),
+]
+
+
+def publish_into(setup: Callable[[Path], None]) -> Callable[[Path], list[str]]:
+    def build(sandbox: Path) -> list[str]:
+        site = sandbox / "site"
+        site.mkdir()
+        setup(site)
+        return ["report", str(tiny_run(sandbox)), "--publish", str(site)]
+
+    return build
+
+
+def _foreign_report(content: str) -> Callable[[Path], None]:
+    def setup(site: Path) -> None:
+        write(site / "other" / ".spe-taskprof-report", "written by coordinator report\n")
+        write(site / "other" / "report.json", content)
+
+    return setup
+
+
+def publish_cases() -> Iterator[Case]:
+    for name, content in FOREIGN_REPORTS:
+        # the foreign entry is left out of the runs index with a one-line warning naming it
+        yield Case(f"publish/foreign-report.json/{name}", "coordinator", publish_into(_foreign_report(content)),
+                   (OK,), warns="other/report.json")  # fmt: skip
+    yield Case("publish/user-index.html", "coordinator",
+               publish_into(lambda site: write(site / "index.html", "<p>my site</p>\n")), (OUTPUT_EXISTS,),
+               "index.html", ("site/index.html",))  # fmt: skip
+    yield Case("publish/user-dir-named-as-run", "coordinator",
+               publish_into(lambda site: write(site / "r1" / "notes.txt", USER_NOTES)), (OUTPUT_EXISTS,), "r1",
+               ("site/r1",))  # fmt: skip
+
+
+def round_two() -> Iterator[Case]:
+    yield from output_cases()
+    yield from bom_cases()
+    yield from size_cases()
+    yield from archive_cases()
+    yield from publish_cases()
+
+
+CASES = list(corpus()) + list(round_two())  # round_two: issue 32's classes
 # Reports of inputs that are odd but harmless: nothing to flag.
 REPORT_UNFLAGGED = {
     "scope.json/list/report",  # [] is a capture without processes
     "run.json/run-id-traversal/report",  # the id is shown, never used as a path
     "symlink/host-profile-copy-to-shadow/report",  # the run's own copy comes first; the link is not read
-}
+    "output/report--publish/a-directory-of-user-files",  # published beside the user's files
+    "output/report--publish/a-link-to-a-user-directory",
+} | {case.name for case in CASES if case.name.startswith("bom/")}  # a BOM changes nothing: nothing to flag
 
 
 # ---------------------------------------------------------------- the check
@@ -581,6 +966,15 @@ REPORT_UNFLAGGED = {
 
 def _files(root: Path) -> set[Path]:
     return {Path(dirpath) / name for dirpath, dirs, names in os.walk(root) for name in (*names, *dirs)}
+
+
+def _snapshot(path: Path) -> object:
+    """A user's file or directory, as content: what must not change."""
+    if path.is_symlink():
+        return ("link", os.readlink(path), _snapshot(path.resolve()) if path.exists() else None)
+    if path.is_dir():
+        return {child.name: _snapshot(child) for child in sorted(path.iterdir())}
+    return path.read_bytes() if path.exists() else None
 
 
 @pytest.fixture
@@ -605,6 +999,7 @@ def test_hostile_input(
     monkeypatch.chdir(sandbox)
     argv = case.build(sandbox)
     before = _files(tmp_path)
+    kept = {name: _snapshot(sandbox / name) for name in case.kept}
     main = profiler_cli.main if case.cli == "profiler" else coordinator_cli.main
 
     # WHEN the real CLI runs on it
@@ -627,13 +1022,96 @@ def test_hostile_input(
                 assert len(lines) == 1, err
         assert case.stderr_names in errors[0], err
         assert SHADOW not in err or "root:" not in err, "the content of a linked file leaked into the message"
-    if code == OK and argv[0] == "report":  # the report draws what it can and flags the rest
+    if code == OK and case.warns:
+        assert case.warns in err and len(lines) == 1, err
+    elif code == OK and argv[0] == "report":  # the report draws what it can and flags the rest
         summary = json.loads((sandbox / RUN / "report" / "report.json").read_text())
         flagged = summary["health_problems"] or any(host["state"] != "ok" for host in summary["hosts"])
         assert flagged or case.name in REPORT_UNFLAGGED, summary
     # AND nothing was written outside the sandbox, nor at the places an escape would write
     written = _files(tmp_path) - before
-    outputs = [sandbox / RUN, sandbox / "out", sandbox / "cap"]
+    outputs = [sandbox / RUN, sandbox / "out", sandbox / "cap", sandbox / "site", sandbox / "dest"]
+    # AND the user's own files are there as they were (--force never removes them)
+    assert {name: _snapshot(sandbox / name) for name in case.kept} == kept
     assert all(any(out == path or out in path.parents for out in outputs) for path in written), sorted(written)
     assert not (tmp_path / ESCAPE_NAME).exists()
     assert not Path("/tmp", ESCAPE_NAME).exists()
+
+
+# ---------------------------------------------------------------- a BOM never changes a result (issue 32)
+
+SPOILERS: dict[str, Callable[[str], str]] = {
+    "bom": lambda text: BOM + text,
+    "bom-crlf": lambda text: BOM + text.replace("\n", "\r\n"),
+}
+
+
+def _spoil_in_run(relative: str) -> Callable[[Path, Callable[[str], str]], list[str]]:
+    """analyze of a tiny run whose ``relative`` file is spoiled: its summary.csv is the result."""
+
+    def build(sandbox: Path, spoil: Callable[[str], str]) -> list[str]:
+        run = tiny_run(sandbox)
+        (run / relative).write_bytes(spoil((run / relative).read_text(encoding="utf-8")).encode("utf-8"))
+        return ["analyze", RUN, "--out", "out"]
+
+    return build
+
+
+def _profile_to(command: str) -> Callable[[Path, Callable[[str], str]], list[str]]:
+    def build(sandbox: Path, spoil: Callable[[str], str]) -> list[str]:
+        tiny_run(sandbox)
+        write(sandbox / "profile.txt", spoil(KNOWN_PROFILE))
+        if command == "match":
+            return ["match", "--profile", "profile.txt", f"{RUN}/hosts/h1", "--csv", "out/summary.csv"]
+        return ["analyze", RUN, "--profile", "profile.txt", "--out", "out"]
+
+    return build
+
+
+def _summary_to_compare(sandbox: Path, spoil: Callable[[str], str]) -> list[str]:
+    write(sandbox / "a.csv", "run,host,pid,task,samples,cycles\nr,*,*,Kafka,5,10\nr,*,*,*,5,10\n")
+    write(sandbox / "b.csv", spoil("run,host,pid,task,samples,cycles\nr,*,*,Kafka,7,20\nr,*,*,*,9,30\n"))
+    return ["compare", "a.csv", "b.csv", "--csv", "out/summary.csv"]
+
+
+BOM_RESULTS: dict[str, tuple[str, Callable[[Path, Callable[[str], str]], list[str]]]] = {
+    "profile/analyze": ("coordinator", _profile_to("analyze")),
+    "profile/match": ("profiler", _profile_to("match")),
+    "summary.csv/compare": ("coordinator", _summary_to_compare),
+    **{f"{Path(relative).name}/analyze": ("coordinator", _spoil_in_run(relative)) for relative in BOM_JSON},
+    "stacks.folded/analyze": ("coordinator", _spoil_in_run("hosts/h1/pids/100/stacks.folded")),
+}
+BOM_PAIRS = [(name, spoiler) for name in BOM_RESULTS for spoiler in SPOILERS]
+
+
+@pytest.mark.parametrize("name, spoiler", BOM_PAIRS, ids=[f"{n}/{s}" for n, s in BOM_PAIRS])
+def test_bom_never_changes_a_result(name: str, spoiler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the same input twice, once as written and once with a BOM (and CRLF line ends)
+    cli, build = BOM_RESULTS[name]
+    main = profiler_cli.main if cli == "profiler" else coordinator_cli.main
+    results = []
+    for spoil in (lambda text: text, SPOILERS[spoiler]):
+        sandbox = tmp_path / str(len(results))
+        sandbox.mkdir()
+        monkeypatch.chdir(sandbox)
+        # WHEN the command reads it
+        assert main(build(sandbox, spoil)) == OK
+        results.append((sandbox / "out" / "summary.csv").read_bytes())
+    # THEN the result is the same, byte for byte
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("spoiler", SPOILERS)
+def test_bom_never_changes_cluster_or_known_spes(spoiler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coordinator.remote.cluster import load_cluster
+    from profiler.defaults import DEFAULT_KNOWN_SPES, data_file
+    from profiler.scope.spes import load_known_spes
+
+    monkeypatch.chdir(tmp_path)
+    known = data_file(DEFAULT_KNOWN_SPES).read_text(encoding="utf-8")
+    cluster = "worker1 worker name=w1\nroot@10.0.0.2:2222 worker\n"
+    for text, load in ((cluster, load_cluster), (known, load_known_spes)):
+        write(tmp_path / "plain.txt", text)
+        write(tmp_path / "spoiled.txt", SPOILERS[spoiler](text))
+        plain, spoiled = load("plain.txt"), load("spoiled.txt")  # type: ignore[operator]
+        assert repr(spoiled).replace("spoiled.txt", "plain.txt") == repr(plain)

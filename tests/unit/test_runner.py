@@ -13,6 +13,7 @@ import pytest
 
 import profiler.engines.events as events_module
 from profiler.capture import format as capture
+from profiler.capture.folded import format_folded
 from profiler.capture.format import (
     CounterValue,
     EventCount,
@@ -113,7 +114,7 @@ class FakeSampler:
         if self.fail_collect:
             raise RuntimeError("symbolizer exploded")
         return {
-            pid: CollectedStacks(
+            pid: CollectedStacks.of_folded(
                 counts,
                 Counter({(0, stack): count for stack, count in counts.items()}),
                 SamplerStats(pid, samples=sum(counts.values())),
@@ -244,7 +245,7 @@ def test_full_window_writes_capture_with_mid_run_process(tmp_path: Path) -> None
     assert gc["samples"] == "4"
     assert {r["task"] for r in rows if r["pid"] == "200"} == {"*"}
     assert (out / "h1_unmatched.folded").read_text() == "main;unknownThing 4\n"
-    assert (out / "pids" / "101" / "stacks.folded").read_text().startswith("main;run;burnAlpha 3\n")
+    assert format_folded(capture.read_stack_counts(capture.table_path(out, 101))).startswith("main;run;burnAlpha 3\n")
     assert capture.read_events(out).count == 500
     assert capture.read_net(out, 101).bytes_received == 20
     assert (out / "application_profile.txt").read_text() == PROFILE_TEXT
@@ -256,7 +257,7 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     runner.run(parse_profile(PROFILE_TEXT))
 
     meta = capture.read_meta(out)
-    assert meta.format_version == 3 and meta.stack_collection == "ringbuf" and meta.interval == 0.4
+    assert meta.format_version == 4 and meta.stack_collection == "ringbuf" and meta.interval == 0.4
     assert components.sampler.window_begun
     # THEN the stacks' timeline sums to the folded stacks
     assert capture.read_timeline(out, 102) == capture.read_timeline(out, 102, first=0, last=0)
@@ -372,7 +373,7 @@ def test_spark_plans_and_contexts_are_written_and_a_missing_rest_api_is_a_warnin
         collected = original()
         first = collected[101]
         contexts = Counter({(task, "main;run;burnAlpha"): 2})
-        return {**collected, 101: CollectedStacks(first.folded, first.timeline, first.stats, contexts)}
+        return {**collected, 101: CollectedStacks.of_folded(first.folded, first.timeline, first.stats, contexts)}
 
     components.sampler.collect = collect_with_context  # type: ignore[method-assign]
     # WHEN the run ends
@@ -382,7 +383,7 @@ def test_spark_plans_and_contexts_are_written_and_a_missing_rest_api_is_a_warnin
     meta = capture.read_meta(out)
     assert any(w.startswith("Spark REST API: no Spark driver REST API answered") for w in meta.warnings)
     assert components.spark_plans.started == [101, 200] and components.spark_plans.added == [102]
-    # AND the context refers to its stack in stacks.folded
+    # AND the context refers to its stack in the stack table
     assert capture.read_contexts(out, 101) == Counter({(task, "main;run;burnAlpha"): 2})
     assert capture.read_contexts(out, 102) is None
 def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_run(

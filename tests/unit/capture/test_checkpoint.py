@@ -14,6 +14,7 @@ import pytest
 
 from profiler.capture import format as capture
 from profiler.capture.checkpoint import CheckpointWriter, checkpoint_dir, executable_maps, journal_path
+from profiler.capture.folded import format_folded
 from profiler.capture.format import CounterValue, PidCounters, ProcessInfo
 from profiler.capture.journal import Checkpoint, JournalError, encode_checkpoint, encode_header, read_journal
 from profiler.capture.stackstore import SamplerCheckpoint, StackStore, StoreDelta
@@ -197,7 +198,7 @@ def test_recover_writes_a_capture_marked_recovered(tmp_path: Path) -> None:
     assert meta.host == "node9" and meta.stopped_by == "recovered" and meta.end_time == pytest.approx(result.end_time)
     assert any(w.startswith("recovered from checkpoint 2") and "samples after it are lost" in w for w in meta.warnings)
     assert "a warning" in meta.warnings and meta.cycles_source == "hardware"
-    folded = capture.stacks_path(tmp_path, GONE_PID).read_text()
+    folded = format_folded(capture.read_stack_counts(capture.table_path(tmp_path, GONE_PID)))
     assert "getpid" in folded and folded.rstrip().endswith(" 21")
     assert capture.read_sampler_stats(tmp_path, GONE_PID).samples == 21  # type: ignore[union-attr]
     rows = (tmp_path / capture.result_file_name("node9")).read_text()
@@ -273,7 +274,7 @@ def test_a_window_cut_short_is_recovered_up_to_its_last_checkpoint(tmp_path: Pat
     result = recover_capture(out, kernel=FakeKernel, symbols=lambda pid, saved: (NamedFrames(), "offline"))
     # THEN every sample filed before the last checkpoint is there, matched, with the scope and counters
     assert result.samples == 5 * taken and result.checkpoints == taken
-    assert capture.stacks_path(out, 101).read_text() == f"main;run;burnAlpha {5 * taken}\n"
+    assert format_folded(capture.read_stack_counts(capture.table_path(out, 101))) == f"main;run;burnAlpha {5 * taken}\n"
     assert {p.pid for p in capture.read_scope(out)} == {101, 102, 200}
     assert capture.read_counters(out, 101) is not None
     rows = (out / "h1_result.csv").read_text()

@@ -81,13 +81,13 @@ def test_default_profile_is_the_shipped_spark_profile(repo_root: Path, capsys: p
     "make_args, message, code",
     [
         (lambda d, p: ["--profile", str(p)], "nothing to match", 2),
-        (lambda d, p: ["--profile", str(p), str(d)], "no pids/*/stacks.folded below", 2),
+        (lambda d, p: ["--profile", str(p), str(d)], "no pids/*/stacks.tpc or pids/*/stacks.folded below", 2),
         (lambda d, p: ["--profile", str(write(d / "bad.txt", "A: re:(\n")), str(write(d / "s.folded", "a 1\n"))],
          "bad.txt:1: invalid regular expression", 2),
         (lambda d, p: ["--profile", str(p), str(write(d / "s.folded", "a;b notacount\n"))],
          "s.folded:1: not a folded stack line", 6),
         (lambda d, p: ["--profile", str(p), str(write(d / "s.folded", "a 1\n")), "--csv", str(write(d / "x.csv", ""))],
-         "x.csv: exists; choose another name or add --force", 5),
+         "x.csv: exists; choose another --csv or add --force", 5),
     ],
 )
 def test_errors_are_one_line(
@@ -110,9 +110,18 @@ def test_missing_input_is_an_argument_error(tmp_path: Path, profile: Path) -> No
 
 def test_force_overwrites(tmp_path: Path, profile: Path) -> None:
     stacks = write(tmp_path / "s.folded", "GC Thread#0;x 1\n")
-    out_csv = write(tmp_path / "x.csv", "old")
+    out_csv = write(tmp_path / "x.csv", "task,samples,share\nold,1,1\n")  # a CSV this command wrote
     assert main(["match", "--profile", str(profile), str(stacks), "--csv", str(out_csv), "--force"]) == 0
-    assert out_csv.read_text().startswith("task,samples,share\n")
+    assert out_csv.read_text().startswith("task,samples,share\n") and "old" not in out_csv.read_text()
+
+
+def test_force_never_replaces_a_file_it_did_not_write(tmp_path: Path, profile: Path) -> None:
+    stacks = write(tmp_path / "s.folded", "GC Thread#0;x 1\n")
+    notes = write(tmp_path / "notes.txt", "my own notes\n")
+    for option in ("--csv", "--unmatched"):
+        assert main(["match", "--profile", str(profile), str(stacks), option, str(notes), "--force"]) == 5
+        assert notes.read_text() == "my own notes\n"
+    assert main(["match", "--profile", str(profile), str(stacks), "--csv", str(tmp_path), "--force"]) == 5
 
 
 def test_capture_directory_prints_stack_health_per_pid(

@@ -18,6 +18,7 @@ from tests.fixtures.captures import (
     timeline_hosts,
     write_run_dir,
 )
+from tests.fixtures.exports import analysed_task_files
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -91,18 +92,21 @@ def test_sub_window_is_whole_intervals(timeline_run: Path, tmp_path: Path) -> No
     # only --to: from the start
     analyze([timeline_run], out_dir=tmp_path / "to", engine="in-process", window=SubWindow(None, 10))
     assert _row(_rows(tmp_path / "to" / "summary.csv"), "h1", "100", "GC")["samples"] == "10"
-    # the task files hold the sub-window's stacks only
-    assert (tmp_path / "to" / "tasks" / "GC.folded").read_text().endswith(" 10\n")
+    # the task stacks are the sub-window's only
+    assert analysed_task_files(tmp_path / "to")["GC.folded"].endswith(" 10\n")
 
 
 def test_full_range_equals_no_range(timeline_run: Path, tmp_path: Path) -> None:
     assert _analyze(timeline_run, tmp_path / "none") == 0
     assert _analyze(timeline_run, tmp_path / "full", "--from", "0", "--to", "30") == 0
     assert _analyze(timeline_run, tmp_path / "open", "--from", "0") == 0
-    for name in ("summary.csv", "unmatched.folded", "tasks/Kafka.folded", "tasks/GC.folded"):
+    for name in ("summary.csv", "unmatched.folded"):
         expected = (tmp_path / "none" / name).read_bytes()
         assert (tmp_path / "full" / name).read_bytes() == expected, name
         assert (tmp_path / "open" / name).read_bytes() == expected, name
+    tasks = analysed_task_files(tmp_path / "none")
+    assert tasks["Kafka.folded"] and tasks["GC.folded"]
+    assert analysed_task_files(tmp_path / "full") == tasks == analysed_task_files(tmp_path / "open")
     # counters.json (6.1e9 cycles), not the timeline's sum (6.0e9), and the events stay
     rows = _rows(tmp_path / "full" / "summary.csv")
     assert _row(rows, "h1", "100", "*")["cycles"] == "6100000000" and _row(rows, "*", "*", "*")["events"] == "3000"

@@ -18,6 +18,7 @@ from coordinator.rundir import host_capture_dir
 from profiler.capture.folded import read_folded
 from profiler.capture.format import result_file_name
 from profiler.errors import CaptureFormatError, OutputExistsError
+from profiler.files.outputs import MARKER
 from tests.fixtures.report import HOSTILE_FRAMES, make_run_dir, read_payload, spark_stacks
 
 TEMPLATES = Path(__file__).resolve().parents[4] / "templates"
@@ -84,6 +85,7 @@ def test_page_shows_metadata_health_tables_and_candidates(crafted_run: Path) -> 
     assert 'data-graph="pid:node1:2201"' in html
     assert "KafkaDataConsumer, org/apache/kafka" in html  # the profile used
     assert "± " in html  # shares carry their interval
+    assert "Stacks and thread names of processes of these users:\n    spark." in html  # whose data it holds
 
 
 def test_rerender_replaces_atomically_and_refuses_foreign_directories(crafted_run: Path, tmp_path: Path) -> None:
@@ -95,10 +97,17 @@ def test_rerender_replaces_atomically_and_refuses_foreign_directories(crafted_ru
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
+    for force in (False, True):  # the user's own files: refused, even with --force (issue 32)
+        with pytest.raises(OutputExistsError, match="did not write"):
+            render_report(crafted_run, foreign, force=force)
+        assert (foreign / "keep.txt").read_text() == "mine"
+    ours = tmp_path / "ours"  # another directory this tool wrote: replaced with --force only
+    ours.mkdir()
+    (ours / MARKER).write_text("written by coordinator analyze\n")
+    (ours / "summary.csv").write_text("run,host,pid,task,samples,cycles\n")
     with pytest.raises(OutputExistsError, match="--force"):
-        render_report(crafted_run, foreign)
-    assert (foreign / "keep.txt").exists()
-    assert render_report(crafted_run, foreign, force=True).is_file()
+        render_report(crafted_run, ours)
+    assert render_report(crafted_run, ours, force=True).is_file()
 
 
 def test_bare_host_capture_uses_its_result_csv(crafted_run: Path, tmp_path: Path) -> None:
@@ -161,7 +170,9 @@ def test_publish_two_runs_newest_first_and_replace(tmp_path: Path) -> None:
     (site / "20260122-014700" / "marker.txt").write_text("old copy")
     publish(render_report(newer).parent, site)
     assert not (site / "20260122-014700" / "marker.txt").exists()
-    assert sorted(p.name for p in site.iterdir()) == ["20260101-000000", "20260122-014700", "index.html", "report.css"]
+    assert sorted(p.name for p in site.iterdir()) == [
+        MARKER, "20260101-000000", "20260122-014700", "index.html", "report.css"
+    ]
     assert (site / "index.html").stat().st_mode & 0o444 == 0o444  # a web server can read it
 
 

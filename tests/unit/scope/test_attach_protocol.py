@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.symbols import perfmap
+from profiler.scope import attach
 
 
 class FakeListener:
@@ -48,7 +48,7 @@ class FakeListener:
 
 @pytest.fixture
 def listener_path() -> Iterator[Path]:
-    path = Path(f"/proc/{os.getpid()}/root/tmp/.java_pid{perfmap._namespace_pid(os.getpid())}")
+    path = Path(f"/proc/{os.getpid()}/root/tmp/.java_pid{attach.namespace_pid(os.getpid())}")
     # A JVM killed with SIGKILL leaves its socket file behind; a later process given the same pid (this
     # test's) would then fail to bind: the stale file is not ours to keep.
     path.unlink(missing_ok=True)
@@ -59,7 +59,7 @@ def listener_path() -> Iterator[Path]:
 def test_request_bytes_and_reply(listener_path: Path) -> None:
     fake = FakeListener(listener_path, b"0\nreturn code: 0\n")
     try:
-        status, output = perfmap.attach_command(os.getpid(), "load", "/tmp/agent.so", "true", "")
+        status, output = attach.attach_command(os.getpid(), "load", "/tmp/agent.so", "true", "")
     finally:
         fake.thread.join(5)
         fake.close()
@@ -70,7 +70,7 @@ def test_request_bytes_and_reply(listener_path: Path) -> None:
 def test_missing_arguments_are_sent_empty(listener_path: Path) -> None:
     fake = FakeListener(listener_path, b"-1\njava.lang.IllegalArgumentException: Unknown diagnostic command\n")
     try:
-        status, output = perfmap.attach_command(os.getpid(), "jcmd", "Compiler.perfmap")
+        status, output = attach.attach_command(os.getpid(), "jcmd", "Compiler.perfmap")
     finally:
         fake.thread.join(5)
         fake.close()
@@ -81,8 +81,8 @@ def test_missing_arguments_are_sent_empty(listener_path: Path) -> None:
 def test_a_silent_close_is_a_refusal(listener_path: Path) -> None:
     fake = FakeListener(listener_path, None)  # what HotSpot does when the peer's uid does not match
     try:
-        with pytest.raises(perfmap.AttachError, match="refused"):
-            perfmap.attach_command(os.getpid(), "jcmd", "VM.version")
+        with pytest.raises(attach.AttachError, match="refused"):
+            attach.attach_command(os.getpid(), "jcmd", "VM.version")
     finally:
         fake.thread.join(5)
         fake.close()
@@ -90,7 +90,7 @@ def test_a_silent_close_is_a_refusal(listener_path: Path) -> None:
 
 def test_too_many_arguments_are_rejected() -> None:
     with pytest.raises(ValueError):
-        perfmap.attach_command(os.getpid(), "jcmd", "a", "b", "c", "d")
+        attach.attach_command(os.getpid(), "jcmd", "a", "b", "c", "d")
 
 
 def test_a_stale_socket_of_a_dead_jvm_is_replaced(listener_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_a_stale_socket_of_a_dead_jvm_is_replaced(listener_path: Path) -> None:
     previous = signal.signal(signal.SIGQUIT, on_sigquit)
     try:
         # WHEN an attach command is sent
-        status, output = perfmap.attach_command(os.getpid(), "jcmd", "VM.version", timeout=5)
+        status, output = attach.attach_command(os.getpid(), "jcmd", "VM.version", timeout=5)
     finally:
         signal.signal(signal.SIGQUIT, previous)
         for fake in started:

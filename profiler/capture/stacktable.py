@@ -1,0 +1,412 @@
+"""The compact stack table of a capture (format 4): each frame once, stacks as frame ids, samples as rows.
+
+A PID's samples are one table: frames (name, kind, module) each stored once, stacks as sequences of frame
+ids (root first), contexts (full thread names of a Spark task, a Flink subtask) as ids, and one row per
+(interval, stack, context) with its samples. ``pids/<pid>/stacks.tpc`` holds it gzip-compressed; folded
+text (``stacks.folded``, ``timeline.folded``) is derived from it, never stored. Standard library only: the
+host agent writes it, the coordinator and the analysis read it. docs/capture-format.md describes the bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import sys
+import zlib
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CaptureFormatError
+from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, MAX_COUNT
+
+STACK_TABLE_FILE = "stacks.tpc"
+MAGIC = b"TPSTK"
+TABLE_VERSION = 1
+READABLE_TABLE_VERSIONS = (1,)
+# A decompressed table larger than this is a hostile or corrupt file, not a capture (a 900 s window of
+# deep stacks is a few tens of MB).
+MAX_TABLE_BYTES = 1 << 31
+_PREAMBLE = struct.Struct("<5sBI")  # magic, table version, header length
+
+# Frame kinds. "thread": the root frame (the thread's name or kind); "kernel" frames are folded with
+# KERNEL_SUFFIX; "lost": a stack the walk could not read; the rest are profiler/symbols/symbolize.py's Frame kinds.
+THREAD = "thread"
+KERNEL = "kernel"
+LOST = "lost"
+FRAME_KINDS = (THREAD, "native", "jit", "anon", "unknown", "gap", KERNEL, LOST)
+
+
+@dataclass(frozen=True)
+class StackTable:
+    """One PID's samples. ``rows`` are parallel arrays; a row's context is 0 (none) or 1 + an index into
+    ``contexts``; ``timeline`` False: no sample times (stack-map collection), every row in interval 0."""
+
+    names: Sequence[str]
+    kinds: Sequence[str]
+    modules: Sequence[str]
+    stacks: Sequence[tuple[int, ...]]  # frame ids, root first
+    contexts: Sequence[str]
+    intervals: Sequence[int]
+    stack_ids: Sequence[int]
+    context_ids: Sequence[int]
+    counts: Sequence[int]
+    timeline: bool = True
+
+    @property
+    def samples(self) -> int:
+        return sum(self.counts)
+
+    def frame_texts(self) -> list[str]:
+        """Each frame as it appears in folded text (kernel frames with KERNEL_SUFFIX)."""
+        return [name + KERNEL_SUFFIX if kind == KERNEL else name for name, kind in zip(self.names, self.kinds)]
+
+    def stack_text(self, texts: Sequence[str]) -> Callable[[int], str]:
+        """stack id -> its folded text, given ``frame_texts()``."""
+        stacks = self.stacks
+        join = FRAME_SEPARATOR.join
+        get = texts.__getitem__
+        return lambda stack_id: join(map(get, stacks[stack_id]))
+
+    def stack_counts(self, first: int | None = None, last: int | None = None) -> Counter[int]:
+        """stack id -> samples, over intervals ``first..last`` (inclusive; None: open)."""
+        totals: Counter[int] = Counter()
+        if first is None and last is None:
+            for stack_id, count in zip(self.stack_ids, self.counts):
+                totals[stack_id] += count
+            return totals
+        low = -1 if first is None else first
+        high = MAX_COUNT if last is None else last
+        for interval, stack_id, count in zip(self.intervals, self.stack_ids, self.counts):
+            if low <= interval <= high:
+                totals[stack_id] += count
+        return totals
+
+    def folded(self, first: int | None = None, last: int | None = None) -> Counter[str]:
+        """Folded stack -> samples (stacks that fold to the same text merged)."""
+        text = self.stack_text(self.frame_texts())
+        counts: Counter[str] = Counter()
+        for stack_id, count in self.stack_counts(first, last).items():
+            counts[text(stack_id)] += count
+        return counts
+
+    def timeline_entries(self) -> Iterator[tuple[int, str, int]]:
+        """(interval, folded stack, count) per row, contexts merged."""
+        text = self.stack_text(self.frame_texts())
+        merged: Counter[tuple[int, int]] = Counter()
+        for interval, stack_id, count in zip(self.intervals, self.stack_ids, self.counts):
+            merged[(interval, stack_id)] += count
+        for (interval, stack_id), count in merged.items():
+            yield interval, text(stack_id), count
+
+    def context_counts(self) -> Counter[tuple[str, str]]:
+        """(context, folded stack) -> samples of the rows with a context."""
+        text = self.stack_text(self.frame_texts())
+        counts: Counter[tuple[str, str]] = Counter()
+        for stack_id, context_id, count in zip(self.stack_ids, self.context_ids, self.counts):
+            if context_id:
+                counts[(self.contexts[context_id - 1], text(stack_id))] += count
+        return counts
+
+    def clamped(self, last: int) -> StackTable:
+        """The table with every interval past ``last`` counted in ``last`` (a window ends a hair late)."""
+        if not self.intervals or max(self.intervals) <= last:
+            return self
+        builder = StackTableBuilder(self.timeline)
+        builder.adopt_frames(self)
+        for interval, stack_id, context_id, count in zip(self.intervals, self.stack_ids, self.context_ids, self.counts):
+            context = self.contexts[context_id - 1] if context_id else None
+            builder.add(min(interval, last), builder.stack(self.stacks[stack_id]), context, count)
+        return builder.build()
+
+
+class StackTableBuilder:
+    """Interns frames, stacks and contexts as samples arrive and sums their rows; ``build()`` freezes it.
+    Memory grows with distinct frames, stacks and (interval, stack, context) cells, never with samples."""
+
+    def __init__(self, timeline: bool = True) -> None:
+        self.timeline = timeline
+        self._frames: dict[tuple[str, str, str], int] = {}
+        self._frame_list: list[tuple[str, str, str]] = []
+        self._stacks: dict[tuple[int, ...], int] = {}
+        self._stack_list: list[tuple[int, ...]] = []
+        self._contexts: dict[str, int] = {}
+        self._context_list: list[str] = []
+        self._rows: Counter[tuple[int, int, int]] = Counter()
+
+    def frame(self, name: str, kind: str, module: str = "") -> int:
+        key = (name, kind, module)
+        found = self._frames.get(key)
+        if found is None:
+            found = self._frames[key] = len(self._frame_list)
+            self._frame_list.append(key)
+        return found
+
+    def stack(self, frame_ids: tuple[int, ...]) -> int:
+        found = self._stacks.get(frame_ids)
+        if found is None:
+            found = self._stacks[frame_ids] = len(self._stack_list)
+            self._stack_list.append(frame_ids)
+        return found
+
+    def context(self, text: str | None) -> int:
+        if text is None:
+            return 0
+        found = self._contexts.get(text)
+        if found is None:
+            self._context_list.append(text)
+            found = self._contexts[text] = len(self._context_list)
+        return found
+
+    def add(self, interval: int, stack_id: int, context: str | None, count: int) -> None:
+        if count > 0:
+            self._rows[(interval if self.timeline else 0, stack_id, self.context(context))] += count
+
+    def adopt_frames(self, table: StackTable) -> None:
+        """Intern a table's frames first, in its order (its stacks' frame ids stay valid here)."""
+        for entry in zip(table.names, table.kinds, table.modules):
+            self.frame(*entry)
+
+    def add_folded(self, stack: str, count: int, interval: int = 0, context: str | None = None) -> None:
+        """A folded stack (root first): the root is the thread, ``_[k]`` frames are kernel frames."""
+        parts = stack.split(FRAME_SEPARATOR)
+        ids = [self.frame(parts[0], THREAD)]
+        for part in parts[1:]:
+            if part.endswith(KERNEL_SUFFIX):
+                ids.append(self.frame(part[: -len(KERNEL_SUFFIX)], KERNEL))
+            else:
+                ids.append(self.frame(part, "unknown"))
+        self.add(interval, self.stack(tuple(ids)), context, count)
+
+    def build(self) -> StackTable:
+        """The table, stacks sorted by their frame ids (neighbours share their root frames: the file's
+        prefix coding), rows by (interval, stack, context)."""
+        order = sorted(range(len(self._stack_list)), key=self._stack_list.__getitem__)
+        new_id = [0] * len(order)
+        for position, old in enumerate(order):
+            new_id[old] = position
+        rows = sorted(((i, new_id[s], c), n) for (i, s, c), n in self._rows.items())
+        return StackTable(
+            names=[f[0] for f in self._frame_list],
+            kinds=[f[1] for f in self._frame_list],
+            modules=[f[2] for f in self._frame_list],
+            stacks=[self._stack_list[old] for old in order],
+            contexts=list(self._context_list),
+            intervals=array("I", (r[0][0] for r in rows)),
+            stack_ids=array("I", (r[0][1] for r in rows)),
+            context_ids=array("I", (r[0][2] for r in rows)),
+            counts=array("Q", (r[1] for r in rows)),
+            timeline=self.timeline,
+        )
+
+
+def table_from_folded(
+    folded: Mapping[str, int],
+    timeline: Mapping[tuple[int, str], int] | None = None,
+    contexts: Mapping[tuple[str, str], int] | None = None,
+) -> StackTable:
+    """The table of folded counts (an older capture, the stack-map fallback, a test's samples). Each
+    context's samples of a stack are taken from that stack's earliest intervals: folded captures did not
+    record when a context's samples fell, only how many there were."""
+    builder = StackTableBuilder(timeline is not None)
+    cells: dict[str, list[list[int]]] = {}
+    for (interval, stack), count in sorted(timeline.items()) if timeline is not None else ():
+        if count > 0:
+            cells.setdefault(stack, []).append([interval, count])
+    for stack, count in folded.items():
+        if count > 0 and stack not in cells:
+            cells[stack] = [[0, count]]
+    by_stack: dict[str, list[tuple[str, int]]] = {}
+    for (context, stack), count in sorted((contexts or {}).items()):
+        by_stack.setdefault(stack, []).append((context, count))
+    for stack, intervals in cells.items():
+        for context, wanted in by_stack.get(stack, ()):
+            for cell in intervals:
+                taken = min(wanted, cell[1])
+                if taken:
+                    builder.add_folded(stack, taken, cell[0], context)
+                    cell[1] -= taken
+                    wanted -= taken
+        for interval, count in intervals:
+            builder.add_folded(stack, count, interval)
+    return builder.build()
+
+
+# ---------------------------------------------------------------- the file (I/O)
+
+
+def _le(values: array) -> bytes:  # type: ignore[type-arg]
+    if sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def encode_table(table: StackTable) -> bytes:
+    """The uncompressed bytes of a table (see docs/capture-format.md, stacks.tpc)."""
+    kind_index = {kind: i for i, kind in enumerate(FRAME_KINDS)}
+    module_names = sorted(set(table.modules))
+    module_index = {module: i for i, module in enumerate(module_names)}
+    prefixes, suffix_lengths, suffixes = array("I"), array("I"), array("I")
+    previous: tuple[int, ...] = ()
+    for stack in table.stacks:
+        shared = 0
+        limit = min(len(stack), len(previous))
+        while shared < limit and stack[shared] == previous[shared]:
+            shared += 1
+        prefixes.append(shared)
+        suffix_lengths.append(len(stack) - shared)
+        suffixes.extend(stack[shared:])
+        previous = stack
+    header = {
+        "names": list(table.names),
+        "kinds": [kind_index[kind] for kind in table.kinds],
+        "kind_names": list(FRAME_KINDS),
+        "modules": [module_index[module] for module in table.modules],
+        "module_names": module_names,
+        "contexts": list(table.contexts),
+        "timeline": table.timeline,
+        "stacks": len(table.stacks),
+        "stack_frames": len(suffixes),
+        "rows": len(table.counts),
+    }
+    header_bytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    parts = [_PREAMBLE.pack(MAGIC, TABLE_VERSION, len(header_bytes)), header_bytes, _le(prefixes),
+             _le(suffix_lengths), _le(suffixes)]
+    for values, code in ((table.intervals, "I"), (table.stack_ids, "I"), (table.context_ids, "I"),
+                         (table.counts, "Q")):
+        parts.append(_le(values if isinstance(values, array) else array(code, values)))
+    return b"".join(parts)
+
+
+def is_table_file(path: Path) -> bool:
+    """Whether ``path`` holds a stack table (a gzip stream) rather than folded text, whatever its name."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def write_table(path: Path, table: StackTable, write: Callable[[Path, bytes], None]) -> None:
+    """gzip-compress the table into ``path`` through ``write`` (the capture's atomic writer)."""
+    write(path, gzip.compress(encode_table(table), compresslevel=6, mtime=0))
+
+
+def read_table(path: Path) -> StackTable:
+    """The table of a stacks.tpc; a truncated, corrupt or unknown file is one CaptureFormatError naming it."""
+    try:
+        with gzip.open(path, "rb") as handle:
+            raw = handle.read(MAX_TABLE_BYTES + 1)
+    except FileNotFoundError:
+        raise CaptureFormatError(f"{path}: missing; is this a capture directory written by `profiler run`?") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CaptureFormatError(f"{path}: truncated or corrupt ({exc}); re-run or re-fetch the capture") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise CaptureFormatError(f"{path}: more than {MAX_TABLE_BYTES} bytes uncompressed; not a stack table")
+    return decode_table(raw, str(path))
+
+
+def _bad(source: str, what: str) -> CaptureFormatError:
+    return CaptureFormatError(f"{source}: {what}; re-run or re-fetch the capture")
+
+
+def decode_table(raw: bytes, source: str) -> StackTable:
+    """``encode_table``'s inverse; every id and length is checked before it is used."""
+    if len(raw) < _PREAMBLE.size or raw[:5] != MAGIC:
+        raise _bad(source, "not a stack table (no TPSTK magic)")
+    _magic, version, header_length = _PREAMBLE.unpack_from(raw)
+    if version not in READABLE_TABLE_VERSIONS:
+        raise CaptureFormatError(
+            f"{source}: stack table version {version}, this version reads "
+            f"{', '.join(map(str, READABLE_TABLE_VERSIONS))}; use a matching profiler version"
+        )
+    at = _PREAMBLE.size + header_length
+    try:
+        header = json.loads(raw[_PREAMBLE.size : at].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _bad(source, f"header is not JSON ({exc})") from None
+    names, kinds, modules, contexts, sizes = _check_header(header, source)
+    arrays, at = _read_arrays(raw, at, sizes, source)
+    if at != len(raw):
+        raise _bad(source, f"{len(raw) - at} bytes after the last row")
+    prefixes, suffix_lengths, suffixes, intervals, stack_ids, context_ids, counts = arrays
+    stacks = _unfold_stacks(prefixes, suffix_lengths, suffixes, len(names), source)
+    if stack_ids and max(stack_ids) >= len(stacks):
+        raise _bad(source, "a row names a stack the table does not have")
+    if context_ids and max(context_ids) > len(contexts):
+        raise _bad(source, "a row names a context the table does not have")
+    if counts and max(counts) > MAX_COUNT:
+        raise _bad(source, "a row's count is above 2^63 - 1")
+    return StackTable(names, kinds, modules, stacks, contexts, intervals, stack_ids, context_ids, counts,
+                      bool(header["timeline"]))
+
+
+def _strings(value: object, source: str, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _bad(source, f"{what} is not a list of strings")
+    return value
+
+
+def _indexes(value: object, names: Sequence[str], count: int, source: str, what: str) -> list[str]:
+    if not (isinstance(value, list) and len(value) == count
+            and all(type(item) is int and 0 <= item < len(names) for item in value)):
+        raise _bad(source, f"{what} is not one index per frame")
+    return [names[item] for item in value]
+
+
+def _check_header(header: object, source: str) -> tuple[list[str], list[str], list[str], list[str], list[int]]:
+    if not isinstance(header, dict):
+        raise _bad(source, "header is not a JSON object")
+    names = _strings(header.get("names"), source, "names")
+    kinds = _indexes(header.get("kinds"), _strings(header.get("kind_names"), source, "kind_names"), len(names),
+                     source, "kinds")
+    modules = _indexes(header.get("modules"), _strings(header.get("module_names"), source, "module_names"),
+                       len(names), source, "modules")
+    contexts = _strings(header.get("contexts"), source, "contexts")
+    sizes = [header.get(key) for key in ("stacks", "stack_frames", "rows")]
+    if not all(type(size) is int and 0 <= size <= MAX_TABLE_BYTES for size in sizes):
+        raise _bad(source, "stacks, stack_frames and rows are not counts")
+    if not isinstance(header.get("timeline"), bool):
+        raise _bad(source, "timeline is not true/false")
+    return names, kinds, modules, contexts, [int(size) for size in sizes]  # type: ignore[arg-type]
+
+
+def _read_arrays(raw: bytes, at: int, sizes: list[int], source: str) -> tuple[list[array], int]:  # type: ignore[type-arg]
+    stacks, stack_frames, rows = sizes
+    layout = [("I", stacks), ("I", stacks), ("I", stack_frames), ("I", rows), ("I", rows), ("I", rows), ("Q", rows)]
+    arrays = []
+    for code, length in layout:
+        values = array(code)
+        end = at + values.itemsize * length
+        if end > len(raw):
+            raise _bad(source, "cut short (the arrays the header announces are not all there)")
+        values.frombytes(raw[at:end])
+        if sys.byteorder != "little":
+            values.byteswap()
+        arrays.append(values)
+        at = end
+    return arrays, at
+
+
+def _unfold_stacks(
+    prefixes: Iterable[int], suffix_lengths: Iterable[int], suffixes: array, frames: int, source: str  # type: ignore[type-arg]
+) -> list[tuple[int, ...]]:
+    """Stacks from their prefix coding: each shares ``prefix`` frames with the one before it."""
+    if suffixes and max(suffixes) >= frames:
+        raise _bad(source, "a stack names a frame the table does not have")
+    stacks: list[tuple[int, ...]] = []
+    previous: tuple[int, ...] = ()
+    at = 0
+    for prefix, length in zip(prefixes, suffix_lengths):
+        if prefix > len(previous) or at + length > len(suffixes):
+            raise _bad(source, f"stack {len(stacks)} shares more frames than the stack before it has")
+        previous = previous[:prefix] + tuple(suffixes[at : at + length])
+        at += length
+        stacks.append(previous)
+    if at != len(suffixes):
+        raise _bad(source, "stack frames left over after the last stack")
+    return stacks
