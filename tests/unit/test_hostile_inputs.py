@@ -21,6 +21,7 @@ import pytest
 
 from coordinator import cli as coordinator_cli
 from profiler import cli as profiler_cli
+from profiler.capture.format import FORMAT_VERSION as CAPTURE_FORMAT_VERSION
 from tests.fixtures.captures import (
     KNOWN_PROFILE,
     TINY_PID_100,
@@ -814,7 +815,7 @@ META_ROUND_TWO: list[tuple[str, dict[str, object]]] = [
     ("start-1e300", {"start_time": 1e300, "end_time": 1e300}),
     ("start-negative", {"start_time": -5.0}),
     ("end-before-start", {"end_time": 1.0}),
-    ("format-version-4", {"format_version": 4}),
+    ("format-version-next", {"format_version": CAPTURE_FORMAT_VERSION + 1}),
     ("format-version-1000", {"format_version": 1000}),
     ("frequency-0", {"frequency": 0}),
     ("frequency-negative", {"frequency": -99}),

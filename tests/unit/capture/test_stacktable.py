@@ -31,7 +31,7 @@ from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_capture
 from tests.fixtures.exports import analysed_task_files
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 TASK = "Executor task launch worker for task 0.0 in stage 3.0 (TID 7)"
 
 

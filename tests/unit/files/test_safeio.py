@@ -227,7 +227,7 @@ def test_a_root_jvms_jcmd_runs_only_when_root_owns_it_and_every_directory_above(
     from profiler.scope import jvm
 
     # under the repository (root's, 0755 up to /), not /tmp (writable by anyone: never root's alone)
-    base = Path(tempfile.mkdtemp(prefix=".safeio-jdk-", dir=Path(__file__).resolve().parents[2]))
+    base = Path(tempfile.mkdtemp(prefix=".safeio-jdk-", dir=Path(__file__).resolve().parents[3]))
     try:
         base.chmod(0o755)
         home = base / "bin"
