@@ -5,7 +5,7 @@ executor file in tests/data: two recorded stacks are spliced at random depths (t
 one, the leaf part of another), codegen stage numbers and lambda ids are varied, and duplicates are
 dropped, so frames stay realistic while stacks are distinct. Compares, on one core:
   read+split  -- the bare Python floor: read every line, split off the count, split the frames
-  matcher     -- load the profile, compile it, read the file (profiler.folded) and match every stack
+  matcher     -- load the profile, compile it, read the file (profiler.capture.folded) and match every stack
   command     -- the whole `profiler match` command (table printing included)
   reference   -- a straightforward leaf-first loop over every pattern (on a sample; extrapolated)
 Results go to docs/benchmarks/matcher.md (use --no-write to skip).
@@ -102,7 +102,7 @@ def matcher_end_to_end(path: Path) -> int:
 
 
 def matcher_via_counter(path: Path) -> int:
-    """The two-step API: profiler.folded.read_folded into a Counter, then match_stacks."""
+    """The two-step API: profiler.capture.folded.read_folded into a Counter, then match_stacks."""
     matcher = Matcher(load_profile(PROFILE))
     return match_stacks(matcher, read_folded(path)).total_samples
 

@@ -1,5 +1,5 @@
 """The host agent's post-run step on a synthetic 900 s window of deep stacks: the stack store named into
-a stack table (profiler.symbolize.tabulate_store), written (gzip) and matched by frame id, with its time
+a stack table (profiler.symbols.symbolize.tabulate_store), written (gzip) and matched by frame id, with its time
 and the peak RSS it adds (getrusage and VmHWM of a fresh process, before and after the step).
 
 The window is issue 29's: 130,000 samples over 90 intervals of 10 s, 15 perf-map epochs, ~22,000 distinct

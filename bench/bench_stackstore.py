@@ -1,6 +1,6 @@
 """Memory of the ring-buffer sampler's stack store over a synthetic 900 s window.
 
-Feeds profiler.stackstore.StackStore the samples of a busy 2-CPU host over 900 s at 99 Hz (178,000
+Feeds profiler.capture.stackstore.StackStore the samples of a busy 2-CPU host over 900 s at 99 Hz (178,000
 samples by default) drawn from a pool of Java-deep user stacks (40 shared root frames, 5-40 distinct
 leaf frames) with a skewed popularity, a fifth of them with a short kernel stack, 8 threads of one name,
 10 s intervals and a perf-map epoch per minute; reports the bytes Python allocated per distinct stack

@@ -441,7 +441,7 @@ def _default_out_dir(runs: Sequence[RunInput]) -> Path:
 
 def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
     """A new directory, a run directory or a previous analysis (replaced); never a host capture, nor a
-    directory of the user's own files (profiler.outputs)."""
+    directory of the user's own files (profiler.files.outputs)."""
     check_output_dir(out_dir, "--out", force=False, own_kind=(RUN_FILE, ANALYSIS_FILE), replace_own=True)
     for run in runs:
         for host in run.hosts:

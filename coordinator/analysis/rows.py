@@ -94,7 +94,7 @@ def pid_rows(
     events: int | None,
     host_state: str,
 ) -> list[dict[str, Any]]:
-    """summary.csv rows of one PID: the host agent's own row math (profiler.aggregate), plus run,
+    """summary.csv rows of one PID: the host agent's own row math (profiler.matching.aggregate), plus run,
     stall cycles, multi-task samples and events."""
     result = match_result(task_names, counts or PidTaskCounts()) if pid.process.sampled else None
     rows = aggregate_pid(pid.host, pid.process, result, pid.counters, pid.net)

@@ -41,7 +41,7 @@ def default_out(run_dirs: list[Path]) -> Path:
 def check_out(out: Path, force: bool) -> None:
     """A previous campaign or analysis (campaign.csv, analysis.json) is replaced; a run directory never
     is; another directory this tool wrote needs --force; a directory of the user's files never
-    (profiler.outputs)."""
+    (profiler.files.outputs)."""
     from coordinator.analysis.campaign import CAMPAIGN_FILE
     from coordinator.analysis.rows import ANALYSIS_FILE
 

@@ -1,5 +1,5 @@
 """What every export is made of: the stacks of each sampled process of a run, each with the task the
-summary counted it in (``profiler.matcher``, with the summary's own profile and sub-window), and the
+summary counted it in (``profiler.matching.matcher``, with the summary's own profile and sub-window), and the
 process's CPU seconds and cycles as the analysis computed them.
 
 ``collect_stacks``/``select`` are pure; ``load_export_set`` reads a run directory (or bare capture).

@@ -92,7 +92,7 @@ def make_transport(
 
 def prepare_run_dir(out_dir: Path, force: bool) -> None:
     """Create the run directory; a non-empty one is replaced only with ``force`` and only when this tool
-    wrote it (a run: run.json or its marker); a directory of the user's never (profiler.outputs)."""
+    wrote it (a run: run.json or its marker); a directory of the user's never (profiler.files.outputs)."""
     check_output_dir(out_dir, "--out", force=force, own_kind=(rundir.RUN_FILE,))
     if out_dir.exists() and any(child.name != MARKER for child in out_dir.iterdir()):
         shutil.rmtree(out_dir)

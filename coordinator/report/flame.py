@@ -307,7 +307,7 @@ class DiffFlameGraph:
 
     ``tree`` is ``[frame, a, b, delta, significant, children]``: samples through the frame in run A
     and run B (inclusive), the change of its share of all samples (B − A, as a fraction) and 1 when
-    the pooled two-proportion z-test (profiler.stats) rejects equal shares at the given level.
+    the pooled two-proportion z-test (profiler.matching.stats) rejects equal shares at the given level.
     """
 
     tree: list[Any]

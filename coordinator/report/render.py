@@ -172,7 +172,7 @@ def render_report(
     """Render the report of a run directory or host capture; returns the path of its index.html.
 
     ``out_dir`` defaults to ``run_dir/report``. A previous report there is replaced atomically; another
-    directory this tool wrote needs ``force``; a directory of the user's is refused (profiler.outputs).
+    directory this tool wrote needs ``force``; a directory of the user's is refused (profiler.files.outputs).
     """
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "report"

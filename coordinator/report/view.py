@@ -464,7 +464,7 @@ def _meta_lines(run: RunData, rows_source: str) -> tuple[tuple[str, str], ...]:
 def _rows_from_capture(
     host: str, capture: Capture, stacks: Mapping[int, Mapping[str, int]], matcher: Matcher | None
 ) -> list[dict[str, str]]:
-    """<host>_result.csv rows computed like the host agent does (profiler.aggregate), as CSV text cells."""
+    """<host>_result.csv rows computed like the host agent does (profiler.matching.aggregate), as CSV text cells."""
     from profiler.capture.format import format_result_csv
     from profiler.matching.aggregate import aggregate_host
     from profiler.matching.matcher import match_stacks

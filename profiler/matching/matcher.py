@@ -418,7 +418,7 @@ class StackAccumulator:
 
     def add_folded_lines(self, lines: Iterable[str], source: str = "<input>") -> None:
         """Lines of a folded file (``frame;...;leaf count``); blank lines are skipped and any other
-        malformed line raises CaptureFormatError ``source:line: ...`` like profiler.folded."""
+        malformed line raises CaptureFormatError ``source:line: ...`` like profiler.capture.folded."""
         # Matcher.classify_mask inlined on the frames of the raw line: this loop is the matcher's
         # throughput, so it avoids copying the ~1 KB stack out of the line.
         frame_mask_of = self.matcher._frame_mask_of
@@ -447,7 +447,7 @@ class StackAccumulator:
                 overrides[key] = overrides.get(key, 0) + count
 
     def _add_unusual_line(self, raw: str, number: int, source: str) -> None:
-        """Blank lines and anything the fast path does not recognise: profiler.folded decides."""
+        """Blank lines and anything the fast path does not recognise: profiler.capture.folded decides."""
         parsed = parse_source_line(raw, number, source)
         if parsed is not None:
             self.add(*parsed)

@@ -11,7 +11,7 @@ The attach client speaks the protocol directly (about a millisecond of CPU; ``jc
 about 0.25 CPU seconds and seconds of wall time on a busy host): trigger file + SIGQUIT, then
 ``1\\0<cmd>\\0<arg>\\0<arg>\\0<arg>\\0`` on the ``.java_pid<nspid>`` socket. JDK 9+ accept root as the
 peer; when a JVM refuses (JDK 8 checks for its own uid), we fall back to ``jcmd`` as the JVM's user
-(profiler.jvm.run_jcmd) or, for agent loading, to the same client in a child switched to the JVM's user.
+(profiler.scope.jvm.run_jcmd) or, for agent loading, to the same client in a child switched to the JVM's user.
 """
 
 from __future__ import annotations

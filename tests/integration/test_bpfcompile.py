@@ -11,7 +11,7 @@ SCRIPT = r"""
 import json, sys
 sys.path.append("/usr/lib/python3/dist-packages")
 from bcc import BPF
-from profiler.bpfcompile import compile_program, release_compiler_pages
+from profiler.bpf.compiler import compile_program, release_compiler_pages
 
 def rss_file_kb():
     for line in open("/proc/self/status"):
