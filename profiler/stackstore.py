@@ -43,6 +43,7 @@ WALK_ENDS = (
     "unreadable frame pointer",
     "frame pointer below the stack pointer",
     "CFI step failed",
+    "HotSpot step failed",
 )
 
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
