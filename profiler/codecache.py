@@ -494,15 +494,17 @@ def unsigned5(data: bytes, at: int, excluded: int) -> tuple[int, int]:
 
 def scope_methods(scopes: NmethodScopes, pc: int) -> tuple[int, ...]:
     """The Method*s of the scopes at ``pc``, innermost (inlined deepest) first, the nmethod's own last;
-    empty when there is no debug information for it. The PcDesc is the last one at or before pc (a
-    return address has its own; a sampled pc between two takes the one before)."""
+    empty when there is no debug information for it. A return address has a PcDesc of its own; a
+    sampled pc between two takes the next one after it (the JVM's own ``pc_desc_near``: the code up to
+    a safepoint or call belongs to that call's scope)."""
     delta = pc - scopes.code_begin
-    best, offset = -2, 0
+    best, offset = None, 0
     for pc_offset, scope_offset in scopes.pcs:
-        if best <= pc_offset <= delta:
+        if pc_offset == delta:
+            offset = scope_offset
+            break
+        if pc_offset > delta and (best is None or pc_offset < best):
             best, offset = pc_offset, scope_offset
-            if pc_offset == delta:
-                break
     methods: list[int] = []
     limit = len(scopes.scopes_data)
     for _ in range(MAX_SCOPES):

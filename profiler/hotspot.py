@@ -284,7 +284,7 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
         for name in ("gHotSpotVMStructs", "gHotSpotVMTypes", "gHotSpotVMIntConstants"):
             symbols[name] = bias + values[name]
         fields, types = _read_table_entries(memory, symbols, _WANTED_FIELDS | CODE_FIELDS)
-        sizes = _read_types(memory, symbols, {"ConstantPool", "HeapBlock"})
+        sizes = _read_types(memory, symbols, {"ConstantPool", "HeapBlock", "PcDesc"})
         constants = _read_int_constants(memory, symbols, {_METHOD_SLOT, _SENDER_SP_SLOT, *KIND_CONSTANTS})
         slot = constants.get(_METHOD_SLOT)
         missing_fields = sorted(f"{t}::{f}" for t, f in _WANTED_FIELDS - fields.keys())

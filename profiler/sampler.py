@@ -210,7 +210,13 @@ class StackSampler:
         self.warnings: list[str] = []
         self._jvms = JvmNames(self._publish_jvm)
         self._symbols = SymbolPreparer(
-            perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm, scratch=perf_map_dir
+            perf_map_mode,
+            perf_map_refresh,
+            self._alive,
+            self.warnings,
+            on_jvm=self._attach_jvm,
+            scratch=perf_map_dir,
+            jit_walkable=self.jit_walkable,
         )
         self._store = StackStore(int(interval * 1e9))
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
@@ -429,6 +435,12 @@ class StackSampler:
     def _attach_jvm(self, pid: int) -> bool:
         """A JVM entered the scope (symbol worker): read its vmStructs so the walker names interpreted frames."""
         return self.stack_walk == "bpf" and self._jvms.attach(pid)
+
+    def jit_walkable(self, pid: int) -> bool:
+        """The walker steps ``pid``'s JIT frames by their CodeBlobs (no frame pointers needed)."""
+        namer = self._jvms.namers.get(pid)
+        walker = self.stack_walk == "bpf" and self.hotspot_unwind
+        return walker and namer is not None and namer.layout.code_cache is not None
 
     def _publish_jvm(self, pid: int, layout: VMLayout) -> None:
         if self._bpf is None:

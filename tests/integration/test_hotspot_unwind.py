@@ -155,7 +155,10 @@ def test_code_freed_and_reused_every_few_seconds_is_named_right_without_perf_map
     unnamed = sum(stats.compiled_unnamed.values()) + stats.java_frames_unresolved
     assert stats.java_frames > 0 and unnamed <= 0.01 * stats.java_frames, stats
     assert stats.compiled_named > 0, stats
-    assert sum(stats.stacks_cut.values()) <= 0.02 * stats.samples, stats.stacks_cut
+    # Java stacks walked to their thread's start (GC and compiler threads' native stacks cut by CFI, e.g.
+    # in a signal frame, are counted in stacks_cut too: a looser bound there)
+    assert stats.java_unwalkable <= 0.02 * stats.samples, stats
+    assert sum(stats.stacks_cut.values()) <= 0.05 * stats.samples, stats.stacks_cut
     for stack in collected.folded:
         names = {name for name in NAMES if f"com.example.churn.{name}::" in stack}
         assert len(names) <= 1, stack  # a frame of one generation's class never under another's
