@@ -19,29 +19,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.bench_cfi import BPF_STATS, prog_stats  # noqa: E402
 from profiler.sampler import StackSampler  # noqa: E402
 from tests.fixtures.jvm import compile_workloads, method_counts, start_cpu_split  # noqa: E402
-
-BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
-
-
-def prog_stats(bpf: Any) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) of the sampler's programs (on_cpu_clock and walk_more)."""
-    run_time = run_count = 0
-    for function in bpf.funcs.values():
-        with open(f"/proc/self/fdinfo/{function.fd}", encoding="ascii") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key == "run_time_ns":
-                    run_time += int(value)
-                elif key == "run_cnt":
-                    run_count += int(value)
-    return run_time, run_count
 
 
 def one_run(classpath: Path, unwinder: bool, seconds: float, inline: bool) -> str:

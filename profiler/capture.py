@@ -172,20 +172,14 @@ class SamplerStats:
                 f"{cause} {100 * n / self.samples:.1f} %" for cause, n in sorted(self.stacks_cut.items(), key=_by_count)
             )
             parts.append(f"{100 * cut / self.samples:.1f} % of samples cut ({causes})")
-        unnamed_compiled = sum(self.compiled_unnamed.values())
-        if self.compiled_frames and unnamed_compiled:
-            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.compiled_unnamed.items(), key=_by_count))
-            parts.append(
-                f"{100 * unnamed_compiled / self.compiled_frames:.1f} % of {self.compiled_frames} compiled frames "
-                f"unnamed ({causes})"
-            )
-        unnamed = sum(self.interpreted_unnamed.values())
-        if self.interpreted_frames and unnamed:
-            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.interpreted_unnamed.items(), key=_by_count))
-            parts.append(
-                f"{100 * unnamed / self.interpreted_frames:.1f} % of {self.interpreted_frames} interpreted frames "
-                f"unnamed ({causes})"
-            )
+        for kind, frames, unnamed_by_cause in (
+            ("compiled", self.compiled_frames, self.compiled_unnamed),
+            ("interpreted", self.interpreted_frames, self.interpreted_unnamed),
+        ):
+            unnamed = sum(unnamed_by_cause.values())
+            if frames and unnamed:
+                causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(unnamed_by_cause.items(), key=_by_count))
+                parts.append(f"{100 * unnamed / frames:.1f} % of {frames} {kind} frames unnamed ({causes})")
         return "; ".join(parts) or None
 
 

@@ -34,42 +34,7 @@ FREE_SEGMENT = 0xFF
 KIND_OTHER, KIND_NMETHOD, KIND_VTABLE = 0, 1, 2
 NAME_KINDS = {b"nmet": KIND_NMETHOD, b"nati": KIND_NMETHOD, b"vtab": KIND_VTABLE}  # JDK <= 22: by _name
 
-CODE_FIELDS = {
-    ("CodeCache", "_heaps"),
-    ("CodeCache", "_low_bound"),
-    ("CodeCache", "_high_bound"),
-    ("GrowableArrayBase", "_len"),
-    ("GrowableArray<int>", "_data"),
-    ("CodeHeap", "_memory"),
-    ("CodeHeap", "_segmap"),
-    ("CodeHeap", "_log2_segment_size"),
-    ("VirtualSpace", "_low_boundary"),
-    ("VirtualSpace", "_high_boundary"),
-    ("VirtualSpace", "_low"),
-    ("CodeBlob", "_name"),
-    ("CodeBlob", "_frame_size"),
-    ("CodeBlob", "_frame_complete_offset"),
-    ("CodeBlob", "_code_begin"),  # JDK <= 22: a pointer
-    ("CodeBlob", "_code_offset"),  # JDK 23+: an int from the blob's start
-    ("CodeBlob", "_kind"),  # JDK 23+
-    ("CompiledMethod", "_method"),  # JDK <= 22
-    ("nmethod", "_method"),  # JDK 23+
-    ("nmethod", "_compile_id"),
-    # Inlined scopes (debug information): JDK <= 22 in the nmethod, JDK 23+ in its immutable/mutable data.
-    ("nmethod", "_metadata_offset"),
-    ("nmethod", "_dependencies_offset"),
-    ("CompiledMethod", "_scopes_data_begin"),
-    ("nmethod", "_scopes_pcs_offset"),
-    ("nmethod", "_scopes_data_offset"),
-    ("nmethod", "_immutable_data"),
-    ("nmethod", "_immutable_data_size"),
-    ("CodeBlob", "_mutable_data"),
-    ("CodeBlob", "_relocation_size"),
-    ("CodeBlob", "_mutable_data_size"),
-    ("PcDesc", "_pc_offset"),
-    ("PcDesc", "_scope_decode_offset"),
-    ("Abstract_VM_Version", "_vm_major_version"),
-}
+# Needed to walk the code cache (a JVM without them keeps the frame-pointer walk for JIT code).
 _REQUIRED = {
     ("CodeCache", "_heaps"),
     ("CodeCache", "_low_bound"),
@@ -86,6 +51,27 @@ _REQUIRED = {
     ("CodeBlob", "_frame_size"),
     ("CodeBlob", "_frame_complete_offset"),
     ("nmethod", "_compile_id"),
+}
+CODE_FIELDS = _REQUIRED | {
+    ("CodeBlob", "_code_begin"),  # JDK <= 22: a pointer
+    ("CodeBlob", "_code_offset"),  # JDK 23+: an int from the blob's start
+    ("CodeBlob", "_kind"),  # JDK 23+
+    ("CompiledMethod", "_method"),  # JDK <= 22
+    ("nmethod", "_method"),  # JDK 23+
+    # Inlined scopes (debug information): JDK <= 22 in the nmethod, JDK 23+ in its immutable/mutable data.
+    ("nmethod", "_metadata_offset"),
+    ("nmethod", "_dependencies_offset"),
+    ("CompiledMethod", "_scopes_data_begin"),
+    ("nmethod", "_scopes_pcs_offset"),
+    ("nmethod", "_scopes_data_offset"),
+    ("nmethod", "_immutable_data"),
+    ("nmethod", "_immutable_data_size"),
+    ("CodeBlob", "_mutable_data"),
+    ("CodeBlob", "_relocation_size"),
+    ("CodeBlob", "_mutable_data_size"),
+    ("PcDesc", "_pc_offset"),
+    ("PcDesc", "_scope_decode_offset"),
+    ("Abstract_VM_Version", "_vm_major_version"),
 }
 KIND_CONSTANTS = {"CodeBlobKind::Nmethod", "CodeBlobKind::Vtable"}
 _WIDTHS = {"int": 4, "int16_t": 2, "u2": 2, "short": 2, "jint": 4}

@@ -491,7 +491,7 @@ class StackSampler:
                 self._kernel_named[tgid] += 1
         new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end, context)
         if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
-            self._jvms.note_stack(tgid, interpreted_methods(user), compiled_frames(user))
+            self._jvms.note_stack(tgid, *tagged_frames(user))
 
     def _read_loop(self) -> None:
         while not self._reader_stop.wait(READ_PERIOD):
@@ -823,16 +823,12 @@ def _target_counts(bpf: Any, pid: int) -> tuple[int, int]:
         return 0, 0
 
 
-def interpreted_methods(user: bytes) -> list[int]:
-    """The Method* pointers of a walker stack's interpreted frames."""
+def tagged_frames(user: bytes) -> tuple[list[int], list[int]]:
+    """A walker stack's interpreted frames' Method* pointers, and its compiled frames' stored values (pc
+    and compile id under COMPILED_TAG)."""
     values = struct.unpack(f"<{len(user) // 8}Q", user)
-    return [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
-
-
-def compiled_frames(user: bytes) -> list[int]:
-    """The stored values of a walker stack's compiled frames (pc and compile id, COMPILED_TAG)."""
-    values = struct.unpack(f"<{len(user) // 8}Q", user)
-    return [value for value in values if value & TAG_MASK == COMPILED_TAG]
+    methods = [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
+    return methods, [value for value in values if value & TAG_MASK == COMPILED_TAG]
 
 
 def collect_ringbuf(

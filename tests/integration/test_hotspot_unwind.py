@@ -16,7 +16,7 @@ from profiler import hotspot
 from profiler.sampler import StackSampler
 from profiler.symbolize import CUT_HOTSPOT
 from tests.fixtures.jvm import java_home
-from tests.integration.test_perfmap_refresh import NAMES, _ask, _counts
+from tests.integration.test_perfmap_refresh import NAMES, _ask, _counts, start_churn
 from tests.integration.test_perfmap_refresh import churn_classes as churn_classes  # the fixture
 from tests.integration.test_walker import _sample
 
@@ -110,25 +110,8 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
 def churn_jvm_no_fp(churn_classes: tuple[Path, Path]) -> Iterator[subprocess.Popen[str]]:
     """CodeChurn without frame pointers: fresh classes every 3 s, the old ones unloaded and their
     compiled code freed (the next generation's lands at reused addresses)."""
-    classpath, templates = churn_classes
-    argv = [
-        str(java_home() / "bin" / "java"),
-        "-XX:+UseSerialGC",
-        "-Xmx128m",
-        "-XX:CompileCommand=quiet",
-        "-XX:CompileCommand=dontinline,com.example.churn.*::*",
-        "-cp",
-        str(classpath),
-        "com.example.CodeChurn",
-        str(templates),
-        "3000",  # a generation lives 3 s
-        "60",  # ChurnAlpha 60 %, ChurnBeta 40 %
-    ]
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd="/")
+    process = start_churn(churn_classes, 3000, frame_pointers=False)
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("READY"), line
         yield process
     finally:
         process.kill()

@@ -181,3 +181,28 @@ def test_vmstructs_give_the_code_cache_and_hostile_values_are_refused():
     with pytest.raises(VMStructsError, match="type"):
         read_code_cache(_jvm_tables(), FIELDS, odd_type, {"HeapBlock": 16}, {})
     assert codecache.MAX_HEAPS == 4  # struct jvm_t in profiler/bpf/hotspot_step.h holds as many
+
+
+def test_inlined_scopes_come_from_the_pc_desc_at_or_after_the_pc():
+    # GIVEN scopes data (UNSIGNED5 with the excluded zero byte of JDK 20+): scope 1 is the compiled
+    # method (index 1), scope 4 a method inlined into it (index 2) whose sender is scope 1
+    data = bytes([0]) + bytes([0 + 1, 1 + 1, 6 + 1]) + bytes([1 + 1, 2 + 1, 3 + 1])
+    metadata = struct.pack("<QQ", 0x1000, 0x2000)
+    scopes = codecache.NmethodScopes(0x5000, metadata, data, ((10, 4), (50, 1)), excluded_bytes=1)
+    # THEN a pc before the inlined call's PcDesc is in the inlined method, a return address exactly at a
+    # PcDesc takes its scope, and a pc after the last PcDesc has no scope information
+    assert codecache.scope_methods(scopes, 0x5000 + 7) == (0x2000, 0x1000)
+    assert codecache.scope_methods(scopes, 0x5000 + 50) == (0x1000,)
+    assert codecache.scope_methods(scopes, 0x5000 + 60) == ()
+    # a sender offset that does not go down ends the chain (hostile or garbage data cannot loop)
+    looping = codecache.NmethodScopes(0x5000, metadata, bytes([0, 1 + 1, 1 + 1, 1]), ((0, 1),), excluded_bytes=1)
+    assert codecache.scope_methods(looping, 0x5000) == (0x1000,)
+
+
+def test_unsigned5_numbers_span_bytes_above_191():
+    assert codecache.unsigned5(bytes([236, 1]), 0, 0) == (300, 2)
+    assert codecache.unsigned5(bytes([5]), 0, 1) == (4, 1)
+    with pytest.raises(ValueError):
+        codecache.unsigned5(bytes([0]), 0, 1)  # the excluded byte
+    with pytest.raises(ValueError):
+        codecache.unsigned5(bytes([200]), 0, 0)  # cut short
