@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -62,10 +63,10 @@ def matching_pids(pattern: str) -> list[int]:
     return sorted(pids)
 
 
-def prog_stats(walker: CfiWalker) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) of the walker's program."""
+def prog_stats(bpf: Any) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of a bcc object's loaded programs (kernel.bpf_stats_enabled on)."""
     run_time = run_count = 0
-    for function in walker.bpf.funcs.values():
+    for function in bpf.funcs.values():
         with open(f"/proc/self/fdinfo/{function.fd}", encoding="ascii") as handle:
             for line in handle:
                 key, _, value = line.partition(":")
@@ -191,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         load_seconds = time.monotonic() - began
         walker.walks()
         walker._walks.clear()
-        time_before, count_before = prog_stats(walker)
+        time_before, count_before = prog_stats(walker.bpf)
         cpu_before = time.process_time()
         deadline = time.monotonic() + args.seconds
         while time.monotonic() < deadline:
             time.sleep(0.2)
             walker.poll()
-        time_after, count_after = prog_stats(walker)
+        time_after, count_after = prog_stats(walker.bpf)
         report(walker, pids, args.seconds, load_seconds)
         runs = count_after - count_before
         print(

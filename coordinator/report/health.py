@@ -32,7 +32,7 @@ def health_lines(
     lines = [
         *_hosts_health(run),
         *_cycles_health(captures, processes),
-        *_frame_pointer_health(processes),
+        *_frame_pointer_health(processes, captures),
         *_stacks_health(captures),
         *_sampler_health(captures),
         *_walk_health(captures),
@@ -122,9 +122,24 @@ def _cycles_health(captures: Sequence[Capture], processes: Sequence[ProcessLine]
     return []
 
 
-def _frame_pointer_health(processes: Sequence[ProcessLine]) -> list[HealthLine]:
-    no_fp = [p for p in processes if p.role == "workload" and p.preserve_frame_pointer is False]
+def _frame_pointer_health(processes: Sequence[ProcessLine], captures: Sequence[Capture] = ()) -> list[HealthLine]:
+    """JVMs without -XX:+PreserveFramePointer are fine where the HotSpot unwinder stepped their JIT frames
+    (sampler.json hotspot_steps); the others' Java stacks break and need the flag."""
+    unwound = {
+        (capture.meta.host, pid)
+        for capture in captures
+        for pid, stats in capture.sampler.items()
+        if stats.hotspot_steps.get("compiled", 0) > 0
+    }
+    no_fp_all = [p for p in processes if p.role == "workload" and p.preserve_frame_pointer is False]
+    no_fp = [p for p in no_fp_all if (p.host, p.pid) not in unwound]
     unknown_fp = [p for p in processes if p.role == "workload" and p.jvm_version and p.preserve_frame_pointer is None]
+    if no_fp_all and not no_fp:
+        pids = ", ".join(f"{p.host}:{p.pid}" for p in no_fp_all)
+        return [HealthLine(
+            "ok", "frame pointers",
+            f"JVMs without -XX:+PreserveFramePointer walked by the HotSpot unwinder (vmStructs): {pids}",
+        )]
     if no_fp:
         pids = ", ".join(f"{p.host}:{p.pid}" for p in no_fp)
         return [HealthLine(

@@ -156,6 +156,14 @@ class SamplerStats:
     interpreted_unnamed: dict[str, int] = field(default_factory=dict)
     stacks_cut: dict[str, int] = field(default_factory=dict)
     thread_names_kernel: int = 0  # (v3) samples whose thread is named by the kernel's 15 bytes only
+    # The HotSpot unwinder (issue 30): compiled frames the walker stored with their nmethod's compile id,
+    # how many the JVM's own metadata named, how many the perf map named instead, the rest by cause; and
+    # the walker's steps through the JVM's code cache (compiled, interpreted, no_blob, bad_return).
+    compiled_frames: int = 0
+    compiled_named: int = 0
+    compiled_perf_map: int = 0
+    compiled_unnamed: dict[str, int] = field(default_factory=dict)
+    hotspot_steps: dict[str, int] = field(default_factory=dict)
 
     def stack_health(self) -> str | None:
         """One line: samples cut before the thread's start and interpreted frames unnamed, each by cause
@@ -167,13 +175,14 @@ class SamplerStats:
                 f"{cause} {100 * n / self.samples:.1f} %" for cause, n in sorted(self.stacks_cut.items(), key=_by_count)
             )
             parts.append(f"{100 * cut / self.samples:.1f} % of samples cut ({causes})")
-        unnamed = sum(self.interpreted_unnamed.values())
-        if self.interpreted_frames and unnamed:
-            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.interpreted_unnamed.items(), key=_by_count))
-            parts.append(
-                f"{100 * unnamed / self.interpreted_frames:.1f} % of {self.interpreted_frames} interpreted frames "
-                f"unnamed ({causes})"
-            )
+        for kind, frames, unnamed_by_cause in (
+            ("compiled", self.compiled_frames, self.compiled_unnamed),
+            ("interpreted", self.interpreted_frames, self.interpreted_unnamed),
+        ):
+            unnamed = sum(unnamed_by_cause.values())
+            if frames and unnamed:
+                causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(unnamed_by_cause.items(), key=_by_count))
+                parts.append(f"{100 * unnamed / frames:.1f} % of {frames} {kind} frames unnamed ({causes})")
         return "; ".join(parts) or None
 
 

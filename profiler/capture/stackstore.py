@@ -44,6 +44,7 @@ WALK_ENDS = (
     "unreadable frame pointer",
     "frame pointer below the stack pointer",
     "CFI step failed",
+    "HotSpot step failed",
 )
 
 # Causes of a stack cut (SamplerStats.stacks_cut): the symbolizer and the CFI tables name them.
@@ -52,6 +53,7 @@ CUT_DEPTH_LEAF = "depth limit (root end cut)"
 CUT_NATIVE = "ended at a native frame"
 CUT_JAVA = "ended at a Java frame"
 CUT_CFI = "CFI step failed"
+CUT_HOTSPOT = "HotSpot step failed (JIT frame without a blob or return address)"
 CUT_NO_CFI = "ended at a native frame of an ELF without .eh_frame"  # CUT_NATIVE told apart by profiler/unwind/cfi.py
 CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
 

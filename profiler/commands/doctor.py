@@ -9,9 +9,12 @@ import os
 import platform
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ..errors import VMStructsError
+from ..unwind.hotspot import ProcessMemory, read_layout
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -151,22 +154,46 @@ def pmu_check(probe: Mapping[str, str]) -> Check:
     return Check("pmu-events", OK, detail)
 
 
-def frame_pointer_check(jvms: Sequence[tuple[int, str, bool]]) -> Check:
-    """jvms: (pid, short description, PreserveFramePointer on)."""
+def frame_pointer_check(jvms: Sequence[tuple[int, str, bool]], walkable: Collection[int] = ()) -> Check:
+    """jvms: (pid, short description, PreserveFramePointer on); walkable: pids whose JIT frames the
+    HotSpot unwinder walks without frame pointers (their code cache read from vmStructs)."""
     if not jvms:
         return Check("jvm-frame-pointers", OK, "no JVM running")
-    without = [(pid, what) for pid, what, on in jvms if not on]
+    without = [(pid, what) for pid, what, on in jvms if not on and pid not in walkable]
+    unwound = [pid for pid, _what, on in jvms if not on and pid in walkable]
+    by_unwinder = f"; {len(unwound)} without it walked by the HotSpot unwinder (vmStructs)" if unwound else ""
     if not without:
-        return Check("jvm-frame-pointers", OK, f"all {len(jvms)} JVM(s) run with -XX:+PreserveFramePointer")
+        with_flag = len(jvms) - len(unwound)
+        return Check("jvm-frame-pointers", OK, f"{with_flag} JVM(s) run with -XX:+PreserveFramePointer{by_unwinder}")
     listed = ", ".join(f"{pid} ({what})" for pid, what in without[:30])
     more = f" and {len(without) - 30} more" if len(without) > 30 else ""
     return Check(
         "jvm-frame-pointers",
         WARN,
-        f"{len(without)} of {len(jvms)} JVM(s) without -XX:+PreserveFramePointer, their Java stacks break: "
-        f"{listed}{more}",
+        f"{len(without)} of {len(jvms)} JVM(s) without -XX:+PreserveFramePointer and without readable vmStructs, "
+        f"their Java stacks break: {listed}{more}{by_unwinder}",
         PFP_FIX,
     )
+
+
+def hotspot_walkable(jvms: Sequence[tuple[int, str, bool]]) -> set[int]:
+    """The JVMs (without frame pointers) whose code cache the walker can read from their vmStructs."""
+    walkable = set()
+    for pid, _what, on in jvms:
+        if on:
+            continue
+        try:
+            memory = ProcessMemory(pid)
+        except OSError:
+            continue
+        try:
+            if read_layout(pid, memory).code_cache is not None:
+                walkable.add(pid)
+        except VMStructsError:
+            pass
+        finally:
+            memory.close()
+    return walkable
 
 
 def exit_code(checks: Sequence[Check]) -> int:
@@ -449,7 +476,8 @@ def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -
     checks.append(paranoid_check(_read_int("/proc/sys/kernel/perf_event_paranoid"), privileges.status == OK))
     checks.append(check_jcmd())
     checks.append(check_thread_names())
-    checks.append(frame_pointer_check(jvms()))
+    found = jvms()
+    checks.append(frame_pointer_check(found, hotspot_walkable(found)))
     return checks
 
 

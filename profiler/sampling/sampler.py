@@ -67,6 +67,7 @@ from ..symbols.symbolize import (
 )
 from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
 from ..unwind.cfi import CfiLoader
+from ..unwind.codecache import COMPILED_TAG, CodeCacheLayout
 from ..unwind.hotspot import JvmNames, VMLayout
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see stack_sampler.c
@@ -75,7 +76,7 @@ PERF_EVENT_MAX_STACK = "/proc/sys/kernel/perf_event_max_stack"
 COLLECTIONS = ("auto", "ringbuf", "stackmap")
 STACK_WALKS = ("auto", "bpf", "kernel")  # bpf: our walker (stack_walk.c); kernel: bpf_get_stack
 DEFAULT_DEPTH = {"bpf": 1024, "kernel": 127}  # frames kept per user stack when --max-stack-depth is not given
-CHUNK_FRAMES = 128  # frames per program of the walker's tail-call chain
+CHUNK_FRAMES = 32  # frames per program of the walker's tail-call chain (the HotSpot step: dear to verify)
 WALK_LIMIT = CHUNK_FRAMES * 34  # the first program and 33 tail calls (the kernel's MAX_TAIL_CALL_CNT)
 READ_PERIOD = 0.2  # seconds between ring-buffer drains
 KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the one users raise
@@ -174,6 +175,7 @@ class StackSampler:
         thread_names: bool = True,
         checkpoints: bool = False,
         perf_map_dir: Path | None = None,
+        hotspot_unwind: bool = True,
     ) -> None:
         if stack_walk not in STACK_WALKS:
             raise ConfigError(f"stack walk {stack_walk!r}: use one of {', '.join(STACK_WALKS)}")
@@ -206,10 +208,17 @@ class StackSampler:
         self.requested_collection = collection
         self.collection = "stackmap" if collection == "stackmap" else "ringbuf"  # what start() loaded
         self.interval = interval
+        self.hotspot_unwind = hotspot_unwind  # JIT frames stepped by their CodeBlob (else frame pointers only)
         self.warnings: list[str] = []
         self._jvms = JvmNames(self._publish_jvm)
         self._symbols = SymbolPreparer(
-            perf_map_mode, perf_map_refresh, self._alive, self.warnings, on_jvm=self._attach_jvm, scratch=perf_map_dir
+            perf_map_mode,
+            perf_map_refresh,
+            self._alive,
+            self.warnings,
+            on_jvm=self._attach_jvm,
+            scratch=perf_map_dir,
+            jit_walkable=self.jit_walkable,
         )
         self._store = StackStore(int(interval * 1e9))
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
@@ -297,6 +306,8 @@ class StackSampler:
         # Inlined, so that --print-bpf shows the whole program and bcc needs no include path.
         source = source.replace('#include "targets.h"\n', package.joinpath("targets.h").read_text(encoding="utf-8"))
         source = source.replace('#include "cfi_step.h"\n', CfiLoader.bpf_header())
+        hotspot_header = resources.files("profiler.unwind").joinpath("hotspot_step.h").read_text(encoding="utf-8")
+        source = source.replace('#include "hotspot_step.h"\n', hotspot_header)
         header = "".join(f"#define {key} {value}\n" for key, value in values.items())
         return header + source
 
@@ -429,6 +440,12 @@ class StackSampler:
         """A JVM entered the scope (symbol worker): read its vmStructs so the walker names interpreted frames."""
         return self.stack_walk == "bpf" and self._jvms.attach(pid)
 
+    def jit_walkable(self, pid: int) -> bool:
+        """The walker steps ``pid``'s JIT frames by their CodeBlobs (no frame pointers needed)."""
+        namer = self._jvms.namers.get(pid)
+        walker = self.stack_walk == "bpf" and self.hotspot_unwind
+        return walker and namer is not None and namer.layout.code_cache is not None
+
     def _publish_jvm(self, pid: int, layout: VMLayout) -> None:
         if self._bpf is None:
             raise RuntimeError("sampler not started")
@@ -436,6 +453,10 @@ class StackSampler:
         entry = jvms.Leaf()
         entry.interpreter_start, entry.interpreter_end = layout.interpreter
         entry.method_slot = layout.method_slot
+        entry.sender_sp_slot = layout.sender_sp_slot
+        code = layout.code_cache if self.hotspot_unwind else None
+        if code is not None:
+            fill_code_cache(entry, code)
         jvms[jvms.Key(pid)] = entry
 
     def _drain(self) -> None:
@@ -474,7 +495,7 @@ class StackSampler:
                 self._kernel_named[tgid] += 1
         new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end, context)
         if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
-            self._jvms.note_stack(tgid, interpreted_methods(user))
+            self._jvms.note_stack(tgid, *tagged_frames(user))
 
     def _read_loop(self) -> None:
         while not self._reader_stop.wait(READ_PERIOD):
@@ -719,6 +740,39 @@ class StackSampler:
 # ---------------------------------------------------------------- collection (after the window)
 
 
+HOTSPOT_STEPS = ("compiled", "interpreted", "no_blob", "bad_return")  # struct hs_health's fields
+
+
+def hotspot_steps(bpf: Any, pid: int) -> dict[str, int]:
+    """The walker's steps through ``pid``'s code cache, by kind (empty: none, or not a JVM)."""
+    health = bpf[b"hs_health_map"]
+    try:
+        entry = health[health.Key(pid)]
+    except KeyError:
+        return {}
+    return {name: int(getattr(entry, name)) for name in HOTSPOT_STEPS if getattr(entry, name)}
+
+
+def fill_code_cache(entry: Any, code: CodeCacheLayout) -> None:
+    """The walker's view of a JVM's code cache (struct jvm_t in profiler/unwind/hotspot_step.h)."""
+    entry.code_low, entry.code_high = code.low, code.high
+    for index, heap in enumerate(code.heaps):
+        entry.heaps[index].low, entry.heaps[index].high, entry.heaps[index].segmap = heap.low, heap.high, heap.segmap
+    entry.heap_count = len(code.heaps)
+    entry.segment_shift = code.segment_shift
+    entry.heapblock_size = code.heapblock_size
+    entry.frame_size_at = code.frame_size
+    entry.frame_complete_at = code.frame_complete
+    entry.frame_complete_width = code.frame_complete_width
+    entry.code_at = code.code
+    entry.code_is_offset = int(code.code_is_offset)
+    entry.kind_at = code.kind
+    entry.name_at = code.name
+    entry.kind_nmethod = code.kind_nmethod
+    entry.kind_vtable = code.kind_vtable
+    entry.compile_id_at = code.compile_id
+
+
 def bpf_prog_ids(bpf: Any) -> list[int]:
     """Kernel ids of a bcc object's loaded programs (none before it loaded)."""
     if bpf is None:
@@ -771,10 +825,12 @@ def _target_counts(bpf: Any, pid: int) -> tuple[int, int]:
         return 0, 0
 
 
-def interpreted_methods(user: bytes) -> list[int]:
-    """The Method* pointers of a walker stack's interpreted frames."""
+def tagged_frames(user: bytes) -> tuple[list[int], list[int]]:
+    """A walker stack's interpreted frames' Method* pointers, and its compiled frames' stored values (pc
+    and compile id under COMPILED_TAG)."""
     values = struct.unpack(f"<{len(user) // 8}Q", user)
-    return [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
+    methods = [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
+    return methods, [value for value in values if value & TAG_MASK == COMPILED_TAG]
 
 
 def collect_ringbuf(
@@ -821,6 +877,8 @@ def collect_ringbuf(
                     history = symbols_of.histories.get(pid)
                     table = tabulate_store(store, pid, folder, history, last)
                     stats = replace(stats, **folder.stats_fields)  # type: ignore[arg-type]
+                    if jvms is not None:
+                        stats = replace(stats, hotspot_steps=hotspot_steps(bpf, pid))
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)
                 finally:

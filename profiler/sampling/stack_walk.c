@@ -1,7 +1,9 @@
 // Stack sampler, own-walker variant: the user stack is walked here, frame by frame, instead of
 // by bpf_get_stack. Per frame it records the pc, or, for a frame of HotSpot's template interpreter, the
 // frame's Method* (read from the interpreter's method slot), so user space can name interpreted Java
-// frames. A CFI step (cfi_step.h) is tried before each frame-pointer step, for code without frame pointers.
+// frames, or for a compiled Java frame its pc with the nmethod's compile id. A frame in the JVM's code
+// cache is stepped by its CodeBlob's frame size (hotspot_step.h), native code by CFI (cfi_step.h), the
+// rest by the frame pointer: no frame pointers are needed in JIT code.
 // The kernel part of a sample stays with bpf_get_stack.
 //
 // Deep stacks: the walk goes on up to WALK_LIMIT frames (CHUNK_FRAMES per program of a tail-call chain); the first LEAF_SLOTS frames are kept, and the
@@ -29,6 +31,7 @@
 #define WALK_FAULT 2      // the frame pointer pointed at unreadable memory
 #define WALK_BAD_FP 3     // the frame pointer was below the stack pointer (code without frame pointers)
 #define WALK_CFI_FAIL 4   // a CFI table covered the pc but its step failed
+#define WALK_HOTSPOT_FAIL 5  // a pc in the JVM's code cache that no blob or frame size could step from
 #define WALK_RUNNING 255
 
 struct unwind_regs {
@@ -38,15 +41,9 @@ struct unwind_regs {
 };
 
 #include "cfi_step.h"
+#include "hotspot_step.h"
 
 #include "targets.h"
-
-// Per JVM, written by user space from the JVM's own vmStructs (profiler/unwind/hotspot.py).
-struct jvm_t {
-    u64 interpreter_start;  // the template interpreter's code: [start, end)
-    u64 interpreter_end;
-    s64 method_slot;  // byte offset from a frame's fp to its Method* (frame::interpreter_frame_method_offset * 8)
-};
 
 // Layout read by profiler/capture/stackstore.py (WALK_HEADER): keep both in step.
 struct sample_t {
@@ -64,8 +61,10 @@ struct sample_t {
 struct walk_state {
     struct unwind_regs regs;
     struct jvm_t jvm;
+    struct hs_blob blob;  // the current frame's CodeBlob, when its pc is in the JVM's code cache
     u32 walked;
     u32 end;  // WALK_RUNNING until the walk stops
+    u32 hs_counts[4];  // struct hs_health's counters of this walk (HS_COUNT_*)
 };
 
 // Per CPU: the walk in progress and the record it fills (too big for the 512-byte BPF stack).
@@ -88,7 +87,7 @@ static __always_inline u32 slot_of(u32 index) {
 static __always_inline u64 frame_value(struct walk_state *state) {
     u64 pc = state->regs.pc;
     if (pc < state->jvm.interpreter_start || pc >= state->jvm.interpreter_end)
-        return pc;
+        return hs_in_code(&state->jvm, pc) ? hs_frame(&state->jvm, pc, &state->blob) : pc;
     u64 method = 0;
     if (bpf_probe_read_user(&method, sizeof(method), (void *)(state->regs.fp + state->jvm.method_slot)) != 0)
         return pc;  // user space counts an interpreter pc as an interpreted frame left unnamed
@@ -122,13 +121,28 @@ static __always_inline int fp_step(struct walk_state *state) {
     return 0;
 }
 
-// One frame: store it, then step to the caller. Returns 0 to go on, 1 when the walk ends.
+// One frame: store it, then step to the caller: by the JVM's code cache (JIT code, the interpreter),
+// else by CFI, else by the frame pointer. Returns 0 to go on, 1 when the walk ends.
 static __always_inline int walk_one(struct walk_state *state, struct sample_t *sample) {
     u32 slot = slot_of(state->walked);
     if (slot >= USER_SLOTS)
         return 1;
+    int in_code = hs_in_code(&state->jvm, state->regs.pc);
+    state->blob.address = 0;
+    if (in_code && (state->regs.pc < state->jvm.interpreter_start || state->regs.pc >= state->jvm.interpreter_end))
+        hs_read_blob(&state->jvm, state->regs.pc, &state->blob);
     sample->frames[slot] = frame_value(state);
     state->walked++;
+    if (in_code) {
+        int hs = hs_step(&state->jvm, &state->regs, &state->blob, state->walked == 1, state->hs_counts);
+        if (hs == UNWIND_HS_DONE)
+            return 0;
+        if (hs == UNWIND_HS_FAIL) {
+            state->end = WALK_HOTSPOT_FAIL;
+            return 1;
+        }
+        return fp_step(state);
+    }
     int cfi = cfi_step(&state->regs);
     if (cfi == UNWIND_CFI_DONE)
         return 0;
@@ -185,6 +199,7 @@ static __always_inline int finish(struct bpf_perf_event_data *ctx, struct scratc
     struct sample_t *sample = &scratch_value->sample;
     struct walk_state *state = &scratch_value->state;
     if (sample->user_bytes == 0) {
+        hs_flush(sample->tgid, state->hs_counts);
         u32 stored = state->walked < USER_SLOTS ? state->walked : USER_SLOTS;
         sample->user_bytes = stored * 8;
         sample->user_walked = state->walked;

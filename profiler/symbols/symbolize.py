@@ -22,7 +22,7 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
@@ -30,6 +30,7 @@ from ..capture.stackstore import (
     CUT_CFI,
     CUT_DEPTH,
     CUT_DEPTH_LEAF,
+    CUT_HOTSPOT,
     CUT_JAVA,
     CUT_NATIVE,
     GAP_TAG,
@@ -41,7 +42,8 @@ from ..capture.stackstore import (
     stack_bytes,
 )
 from ..capture.stacktable import KERNEL, LOST, THREAD, StackTable, StackTableBuilder
-from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, MethodNamer
+from ..unwind.codecache import COMPILED_TAG
+from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, NO_VMSTRUCTS, MethodNamer
 from .perfmap import PerfMapLike, bcc_may_read_perf_maps
 
 if TYPE_CHECKING:
@@ -317,6 +319,7 @@ class KernelSymbols:
 
 
 WALK_CFI_FAIL = WALK_ENDS.index("CFI step failed")
+WALK_HOTSPOT_FAIL = WALK_ENDS.index("HotSpot step failed")
 
 
 def gap_frame(frames_cut: int) -> str:
@@ -337,6 +340,10 @@ class _UserStack:
     interpreted_named: int = 0
     unnamed: dict[str, int] | None = None  # cause -> interpreter frames left unnamed
     cut: str | None = None  # why the stack does not reach a thread's start (None: it does, or unknown)
+    compiled: int = 0  # compiled frames the walker stored with their compile id
+    compiled_named: int = 0  # named from the JVM's nmethod (vmStructs)
+    compiled_perf_map: int = 0  # named by the perf map instead
+    compiled_unnamed: dict[str, int] = field(default_factory=dict)  # cause -> frames
 
 
 def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int) -> str | None:
@@ -347,6 +354,8 @@ def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int)
         return CUT_DEPTH_LEAF
     if walk_end == WALK_CFI_FAIL:
         return CUT_CFI
+    if walk_end == WALK_HOTSPOT_FAIL:
+        return CUT_HOTSPOT
     if not frames or any(frame_base_name(frame.name) in THREAD_ROOTS for frame in frames[-ROOT_WINDOW:]):
         return None
     return CUT_JAVA if frames[-1].in_jit_code else CUT_NATIVE
@@ -414,7 +423,11 @@ class StackFolder:
             "java_frames_unresolved": 0,
             "interpreted_frames": 0,
             "interpreted_named": 0,
+            "compiled_frames": 0,
+            "compiled_named": 0,
+            "compiled_perf_map": 0,
         }
+        self.compiled_unnamed: Counter[str] = Counter()
 
     @property
     def stats_fields(self) -> dict[str, object]:
@@ -422,6 +435,7 @@ class StackFolder:
         return {
             **self.counts,
             "interpreted_unnamed": dict(self.interpreted_unnamed),
+            "compiled_unnamed": dict(self.compiled_unnamed),
             "stacks_cut": dict(self.stacks_cut),
         }
 
@@ -432,12 +446,20 @@ class StackFolder:
         self._frame_id_of.clear()
         self._frames_kept.clear()
 
-    def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
-        """(frame, frames cut) of one stored value of the walker: pc, tagged Method*, or gap."""
+    def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[list[Frame], int]:
+        """(frames, frames cut) of one stored value of the walker: pc, tagged Method*, compiled frame
+        (with its inlined methods), or gap."""
         tag = value & TAG_MASK
         if tag == GAP_TAG:
             cut = value & ~TAG_MASK
-            return Frame(gap_frame(cut), "gap"), cut
+            return [Frame(gap_frame(cut), "gap")], cut
+        if tag == COMPILED_TAG:
+            return self._compiled_frames(value, stack), 0
+        frame, cut = self._walker_value(value, tag, stack, unnamed)
+        return [frame], cut
+
+    def _walker_value(self, value: int, tag: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
+        """A pc or an interpreted frame's tagged Method*."""
         if tag:
             stack.interpreted += 1
             method = value & ~TAG_MASK
@@ -449,10 +471,32 @@ class StackFolder:
             unnamed[cause] += 1
             return Frame(INTERPRETER, "jit"), 0
         frame = self.symbols.resolve(value)
+        if frame.kind == "anon" and self.methods is not None:
+            stub = self.methods.code_name(value)  # no perf map: the JVM's own name of its stub
+            if stub is not None:
+                frame = Frame(stub, "jit")
         if frame.name == INTERPRETER:  # the walker read no Method* for it
             stack.interpreted += 1
             unnamed[self.no_methods_cause if self.methods is None else NO_METHOD_SLOT] += 1
         return frame, 0
+
+    def _compiled_frames(self, value: int, stack: _UserStack) -> list[Frame]:
+        """A compiled frame, innermost first: the methods inlined at its pc and the compiled method, named
+        from the JVM's nmethod (vmStructs), else the compiled method by the perf map at its pc."""
+        stack.compiled += 1
+        if self.methods is None:
+            stack.compiled_unnamed[NO_VMSTRUCTS] = stack.compiled_unnamed.get(NO_VMSTRUCTS, 0) + 1
+            return [Frame(UNKNOWN, "anon")]
+        pc, names, cause = self.methods.compiled_names(value)
+        if names:
+            stack.compiled_named += 1
+            return [Frame(name, "jit") for name in names]
+        frame = self.symbols.resolve(pc)
+        if frame.kind == "jit":
+            stack.compiled_perf_map += 1
+            return [frame]
+        stack.compiled_unnamed[cause] = stack.compiled_unnamed.get(cause, 0) + 1
+        return [Frame(UNKNOWN, "anon")]
 
     def _user_stack(self, raw: StoredStack, walk_end: int) -> _UserStack:
         known = self._user.get((raw, walk_end))
@@ -470,8 +514,8 @@ class StackFolder:
             unnamed: Counter[str] = Counter()
             frames = []
             for value in addrs:
-                frame, cut = self._walker_frame(value, stack, unnamed)
-                frames.append(frame)
+                named, cut = self._walker_frame(value, stack, unnamed)
+                frames.extend(named)
                 gap += cut
             stack.unnamed = dict(unnamed)
             truncated = gap > 0
@@ -519,6 +563,11 @@ class StackFolder:
         counts["interpreted_named"] += user.interpreted_named * count
         for cause, frames in (user.unnamed or {}).items():
             self.interpreted_unnamed[cause] += frames * count
+        counts["compiled_frames"] += user.compiled * count
+        counts["compiled_named"] += user.compiled_named * count
+        counts["compiled_perf_map"] += user.compiled_perf_map * count
+        for cause, frames in user.compiled_unnamed.items():
+            self.compiled_unnamed[cause] += frames * count
         if user.cut is not None:
             self.stacks_cut[user.cut] += count
 

@@ -54,6 +54,7 @@ class SymbolPreparer:
         alive: Callable[[int], bool],
         warnings: list[str],
         on_jvm: Callable[[int], bool] | None = None,
+        jit_walkable: Callable[[int], bool] = lambda _pid: False,
         scratch: Path | None = None,
     ) -> None:
         self.perf_map_mode = perf_map_mode
@@ -62,6 +63,7 @@ class SymbolPreparer:
         self._alive = alive
         self._warnings = warnings
         self._on_jvm = on_jvm  # a JVM entered the scope: True once its interpreter can be named
+        self._jit_walkable = jit_walkable  # the walker steps the JVM's JIT frames without frame pointers
         self._keep_history = False
         # Perf-map versions until symbolization: a temporary directory, or the checkpoint journal's (kept by a kill)
         self._scratch: Path | None = scratch
@@ -175,12 +177,12 @@ class SymbolPreparer:
         prepared = self._prepared[pid]
         info = jvm.jvm_info(pid)
         prepared.jvm_info = info
-        if info is not None and not info.preserve_frame_pointer:
-            self._warnings.append(
-                f"pid {pid}: JVM without -XX:+PreserveFramePointer, its Java stacks are broken "
-                f"(see java_unwalkable); restart it with {PFP_FIX}"
-            )
         jvm_known = info is not None and self._on_jvm is not None and self._on_jvm(pid)
+        if info is not None and not info.preserve_frame_pointer and not (jvm_known and self._jit_walkable(pid)):
+            self._warnings.append(
+                f"pid {pid}: JVM without -XX:+PreserveFramePointer and its code cache not readable from vmStructs, "
+                f"its Java stacks are broken (see java_unwalkable); restart it with {PFP_FIX}"
+            )
         if info is not None and self.perf_map_mode != "none":
             # A JVM found at exec is not attachable for a moment: retry with backoff for ~20 s.
             delay = 0.25

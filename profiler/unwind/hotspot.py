@@ -23,14 +23,28 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import VMStructsError
 from ..files import safeio
+from .codecache import (
+    CODE_FIELDS,
+    FREED,
+    KIND_CONSTANTS,
+    CodeCacheLayout,
+    CompiledNamer,
+    compiled_pc,
+    read_code_cache,
+)
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
+INLINED_MARK = " [inlined]"  # appended to methods the JIT inlined into a compiled frame
 X86_64_METHOD_SLOT = -3  # frame::interpreter_frame_method_offset (words from fp), JDK 8+ on x86_64
+X86_64_SENDER_SP_SLOT = -1  # frame::interpreter_frame_sender_sp_offset: the caller's sp (exported by 17 and 25)
+_METHOD_SLOT = "frame::interpreter_frame_method_offset"
+_SENDER_SP_SLOT = "frame::interpreter_frame_sender_sp_offset"
+_MAX_INTERPRETER = 64 << 20  # the template interpreter is a few hundred KiB
 
 # Causes of an interpreted frame left unnamed (SamplerStats.interpreted_unnamed keys).
 UNREADABLE = "Method* unreadable (memory gone or unmapped)"
@@ -38,6 +52,8 @@ STALE = "stale Method* (class unloaded or memory reused)"
 NO_VMSTRUCTS = "JVM's vmStructs not readable"
 NO_METHOD_SLOT = "no Method* read (JVM not attached yet, or its method slot unreadable)"
 REUSED = "Method* reused for another method in the window (class unloaded)"
+NO_CODE_CACHE = "JVM's code cache not readable from its vmStructs"
+TAG_BITS = 3 << 62
 
 _WANTED_FIELDS = {
     ("Method", "_constMethod"),
@@ -61,6 +77,7 @@ _TABLE_SYMBOLS = (
     "gHotSpotVMStructEntryIsStaticOffset",
     "gHotSpotVMStructEntryOffsetOffset",
     "gHotSpotVMStructEntryAddressOffset",
+    "gHotSpotVMStructEntryTypeStringOffset",
     "gHotSpotVMTypes",
     "gHotSpotVMTypeEntryArrayStride",
     "gHotSpotVMTypeEntryTypeNameOffset",
@@ -184,27 +201,36 @@ class VMLayout:
     interpreter: tuple[int, int]  # [start, end) of the template interpreter's code
     method_slot: int  # bytes from an interpreter frame's fp to its Method*
     method_slot_source: str  # "vmStructs" or "x86_64 default"
+    sender_sp_slot: int = 8 * -1  # bytes from an interpreter frame's fp to its caller's sp
+    code_cache: CodeCacheLayout | None = None  # None: compiled frames walked by frame pointers only
+    code_cache_error: str = ""  # why code_cache is None
 
     def offset(self, type_name: str, field_name: str) -> int:
         return self.fields[(type_name, field_name)]
 
 
-def _read_table_entries(memory: ProcessMemory, symbols: dict[str, int]) -> dict[tuple[str, str], int]:
+def _read_table_entries(
+    memory: ProcessMemory, symbols: dict[str, int], wanted: set[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], str]]:
+    """(offset or static address, C type) of each wanted (type, field) the JVM exports."""
     stride = symbols["gHotSpotVMStructEntryArrayStride"]
     entry = memory.u64(symbols["gHotSpotVMStructs"])
     found: dict[tuple[str, str], int] = {}
+    types: dict[tuple[str, str], str] = {}
     for _ in range(_MAX_ENTRIES):
         type_pointer = memory.u64(entry + symbols["gHotSpotVMStructEntryTypeNameOffset"])
         if type_pointer == 0:
-            return found
+            return found, types
         key = (
             memory.c_string(type_pointer),
             memory.c_string(memory.u64(entry + symbols["gHotSpotVMStructEntryFieldNameOffset"])),
         )
-        if key in _WANTED_FIELDS:
+        if key in wanted:
             is_static = memory.s32(entry + symbols["gHotSpotVMStructEntryIsStaticOffset"])
             where = "gHotSpotVMStructEntryAddressOffset" if is_static else "gHotSpotVMStructEntryOffsetOffset"
             found[key] = memory.u64(entry + symbols[where])
+            type_string = memory.u64(entry + symbols["gHotSpotVMStructEntryTypeStringOffset"])
+            types[key] = memory.c_string(type_string) if type_string else ""
         entry += stride
     raise VMStructsError("gHotSpotVMStructs has no end marker")
 
@@ -224,17 +250,19 @@ def _read_types(memory: ProcessMemory, symbols: dict[str, int], names: set[str])
     raise VMStructsError("gHotSpotVMTypes has no end marker")
 
 
-def _read_int_constant(memory: ProcessMemory, symbols: dict[str, int], wanted: str) -> int | None:
+def _read_int_constants(memory: ProcessMemory, symbols: dict[str, int], wanted: set[str]) -> dict[str, int]:
     stride = symbols["gHotSpotVMIntConstantEntryArrayStride"]
     entry = memory.u64(symbols["gHotSpotVMIntConstants"])
+    found: dict[str, int] = {}
     for _ in range(_MAX_ENTRIES):
         name_pointer = memory.u64(entry + symbols["gHotSpotVMIntConstantEntryNameOffset"])
         if name_pointer == 0:
-            return None
-        if memory.c_string(name_pointer) == wanted:
-            return memory.s32(entry + symbols["gHotSpotVMIntConstantEntryValueOffset"])
+            return found
+        name = memory.c_string(name_pointer)
+        if name in wanted:
+            found[name] = memory.s32(entry + symbols["gHotSpotVMIntConstantEntryValueOffset"])
         entry += stride
-    return None
+    return found
 
 
 def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
@@ -261,9 +289,10 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
         # The pointers to the tables are data; the offsets and strides are the values themselves.
         for name in ("gHotSpotVMStructs", "gHotSpotVMTypes", "gHotSpotVMIntConstants"):
             symbols[name] = bias + values[name]
-        fields = _read_table_entries(memory, symbols)
-        sizes = _read_types(memory, symbols, {"ConstantPool"})
-        slot = _read_int_constant(memory, symbols, "frame::interpreter_frame_method_offset")
+        fields, types = _read_table_entries(memory, symbols, _WANTED_FIELDS | CODE_FIELDS)
+        sizes = _read_types(memory, symbols, {"ConstantPool", "HeapBlock", "PcDesc"})
+        constants = _read_int_constants(memory, symbols, {_METHOD_SLOT, _SENDER_SP_SLOT, *KIND_CONSTANTS})
+        slot = constants.get(_METHOD_SLOT)
         missing_fields = sorted(f"{t}::{f}" for t, f in _WANTED_FIELDS - fields.keys())
         if missing_fields or "ConstantPool" not in sizes:
             raise VMStructsError(f"pid {pid}: vmStructs lack {', '.join(missing_fields) or 'ConstantPool size'}")
@@ -272,12 +301,25 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
         limit = memory.s32(queue + fields[("StubQueue", "_buffer_limit")])
     except OSError as exc:
         raise VMStructsError(f"pid {pid}: reading vmStructs failed ({exc})") from None
+    if not 0 < limit <= _MAX_INTERPRETER:
+        raise VMStructsError(f"pid {pid}: interpreter code of {limit} bytes: absurd vmStructs")
+    code_cache, code_cache_error = None, ""
+    try:
+        code_cache = read_code_cache(memory, fields, types, sizes, constants)
+    except VMStructsError as exc:
+        code_cache_error = f"pid {pid}: {exc}"
+    except OSError as exc:
+        code_cache_error = f"pid {pid}: reading the code cache failed ({exc})"
+    sender_sp = constants.get(_SENDER_SP_SLOT, X86_64_SENDER_SP_SLOT)
     return VMLayout(
         fields=fields,
         sizes=sizes,
         interpreter=(start, start + limit),
         method_slot=8 * (slot if slot is not None else X86_64_METHOD_SLOT),
         method_slot_source="vmStructs" if slot is not None else "x86_64 default",
+        sender_sp_slot=8 * sender_sp if -16 <= sender_sp < 0 else 8 * X86_64_SENDER_SP_SLOT,
+        code_cache=code_cache,
+        code_cache_error=code_cache_error,
     )
 
 
@@ -294,6 +336,31 @@ class MethodNamer:
     failures: dict[int, str] = field(default_factory=dict)
     unloads: HsPerfCounter | None = None  # the JVM's unloaded-classes counter, when it publishes one
     unloads_seen: int | None = None
+    compiled: CompiledNamer | None = None  # compiled frames' Method*s (None: the code cache unreadable)
+
+    def __post_init__(self) -> None:
+        if self.compiled is None and self.layout.code_cache is not None:
+            self.compiled = CompiledNamer(self.memory, self.layout.code_cache)
+
+    def code_name(self, pc: int) -> str | None:
+        """A plain pc in the JVM's code cache (stubs, adapters) named by its CodeBlob, or None."""
+        return self.compiled.blob_name(pc) if self.compiled is not None else None
+
+    def compiled_names(self, value: int) -> tuple[int, list[str], str]:
+        """(pc, names innermost first, cause when unnamed) of a compiled frame stored with COMPILED_TAG:
+        the methods the JIT inlined at the pc (marked INLINED_MARK), then the compiled method itself.
+        An inlined method whose Method* cannot be named is left out; an empty list: the frame is unnamed."""
+        if self.compiled is None:
+            return value & ~TAG_BITS, [], NO_CODE_CACHE
+        pc, compile_id = compiled_pc(self.compiled.layout, value)
+        chain = self.compiled.methods_of(pc, compile_id)
+        if not chain:
+            return pc, [], self.compiled.failures.get((pc, compile_id), FREED)
+        outer = self.name(chain[-1])
+        if outer is None:
+            return pc, [], self.failures.get(chain[-1], STALE)
+        inlined = [self.name(method) for method in chain[:-1]]
+        return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
 
     def _symbol(self, address: int) -> str:
         length = self.memory.u16(address + self.layout.offset("Symbol", "_length"))
@@ -499,13 +566,16 @@ class JvmNames:
             self.errors.pop(pid, None)
         return True
 
-    def note_stack(self, pid: int, methods: list[int]) -> None:
-        """Name the Method* pointers of a new stack now. Without an unload counter to watch, those named
-        before are read again too (their memory may have been reused since)."""
+    def note_stack(self, pid: int, methods: Sequence[int], compiled: Sequence[int] = ()) -> None:
+        """Name the Method* pointers and compiled frames of a new stack now, while their code is alive.
+        Without an unload counter to watch, Method*s named before are read again too (their memory may
+        have been reused since)."""
         namer = self.namers.get(pid)
         if namer is None:
             return
         with self._lock:
+            for value in compiled:
+                namer.compiled_names(value)
             for method in methods:
                 if method not in namer.names:
                     namer.name(method)

@@ -122,14 +122,16 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
     # GIVEN the FP-less program (3:1 over two paths) and the product's sampler with its own walker
     from profiler.sampling.sampler import StackSampler
 
-    process = subprocess.Popen(
-        [str(fpless_binary), "6", "3", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
-        with StackSampler(frequency=499, stack_walk="bpf") as sampler:
-            sampler.start()
+    # The sampler is compiled first: the program burns its 6 s right after "ready", and a compile on a
+    # loaded host can take longer than that.
+    with StackSampler(frequency=499, stack_walk="bpf") as sampler:
+        sampler.start()
+        process = subprocess.Popen(
+            [str(fpless_binary), "6", "3", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "ready"
             sampler.prepare_unwinding([process.pid])
             sampler.add_pid(process.pid)
             sampler.begin_window()
@@ -137,10 +139,10 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
             alpha_ns, beta_ns = (int(value) for value in process.stdout.readline().split())
             sampler.stop()
             collected = sampler.collect()[process.pid]
-    finally:
-        if process.stdin:
-            process.stdin.close()
-        process.wait(timeout=30)
+        finally:
+            if process.stdin:
+                process.stdin.close()
+            process.wait(timeout=30)
     folded, stats = collected.folded, collected.stats
     # THEN the stacks are whole and no sample is cut at a native frame ...
     whole = {stack: n for stack, n in folded.items() if ";clone3;start_thread;worker;" in stack}

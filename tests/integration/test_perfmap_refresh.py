@@ -38,12 +38,12 @@ def churn_classes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return classpath, templates
 
 
-@pytest.fixture
-def churn_jvm(churn_classes: tuple[Path, Path]) -> Iterator[subprocess.Popen[str]]:
-    classpath, templates = churn_classes
+def start_churn(classes: tuple[Path, Path], generation_ms: int, frame_pointers: bool) -> subprocess.Popen[str]:
+    """CodeChurn (ChurnAlpha 60 %, ChurnBeta 40 %), answered READY."""
+    classpath, templates = classes
     argv = [
         str(java_home() / "bin" / "java"),
-        "-XX:+PreserveFramePointer",
+        *(["-XX:+PreserveFramePointer"] if frame_pointers else []),
         "-XX:+UseSerialGC",
         "-Xmx128m",
         "-XX:CompileCommand=quiet",
@@ -52,14 +52,23 @@ def churn_jvm(churn_classes: tuple[Path, Path]) -> Iterator[subprocess.Popen[str
         str(classpath),
         "com.example.CodeChurn",
         str(templates),
-        "2000",  # a generation lives 2 s
-        "60",  # ChurnAlpha 60 %, ChurnBeta 40 %
+        str(generation_ms),
+        "60",
     ]
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd="/")
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("READY"):
+        process.kill()
+        process.wait(timeout=30)
+        raise AssertionError(line)
+    return process
+
+
+@pytest.fixture
+def churn_jvm(churn_classes: tuple[Path, Path]) -> Iterator[subprocess.Popen[str]]:
+    process = start_churn(churn_classes, 2000, frame_pointers=True)  # a generation lives 2 s
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("READY"), line
         yield process
     finally:
         process.kill()

@@ -67,6 +67,9 @@ def test_frame_pointers() -> None:
     check = frame_pointer_check([(1, "Worker", True), (2, "CoarseGrainedExecutorBackend", False)])
     assert check.status == WARN and "2 (CoarseGrainedExecutorBackend)" in check.detail and "1 (" not in check.detail
     assert "PreserveFramePointer" in check.fix
+    # a JVM without the flag whose code cache the HotSpot unwinder reads needs no restart
+    walked = frame_pointer_check([(1, "Worker", True), (2, "CoarseGrainedExecutorBackend", False)], walkable={2})
+    assert walked.status == OK and "1 without it walked by the HotSpot unwinder" in walked.detail
 
 
 def test_exit_code_and_table() -> None:

@@ -1,0 +1,208 @@
+"""profiler/unwind/codecache.py on a fake JVM memory: the segment-map lookup, compiled frames named only while
+their compile id holds, and hostile vmStructs refused with a reason."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from profiler.errors import VMStructsError
+from profiler.unwind import codecache
+from profiler.unwind.codecache import (
+    COMPILE_ID_SHIFT,
+    COMPILED_TAG,
+    FREED,
+    CodeCacheLayout,
+    CodeHeap,
+    CompiledNamer,
+    compiled_pc,
+    find_blob,
+    read_code_cache,
+)
+
+HEAP_LOW = 0x7F00_0000_0000
+SEGMAP = 0x7E00_0000_0000
+SHIFT = 7  # 128-byte segments
+HEAPBLOCK = 16
+
+
+class FakeMemory:
+    """Sparse little-endian memory: reads of unwritten bytes fail like /proc/PID/mem's."""
+
+    def __init__(self) -> None:
+        self.bytes: dict[int, int] = {}
+
+    def write(self, address: int, data: bytes) -> None:
+        for index, value in enumerate(data):
+            self.bytes[address + index] = value
+
+    def read(self, address: int, size: int) -> bytes:
+        try:
+            return bytes(self.bytes[address + index] for index in range(size))
+        except KeyError:
+            raise OSError(f"unmapped {address:#x}") from None
+
+    def u64(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 8), "little")
+
+    def s32(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 4), "little", signed=True)
+
+
+def _layout(kind: int = -1) -> CodeCacheLayout:
+    return CodeCacheLayout(
+        low=HEAP_LOW,
+        high=HEAP_LOW + (1 << 20),
+        heaps=(CodeHeap(HEAP_LOW, HEAP_LOW + (1 << 20), SEGMAP),),
+        segment_shift=SHIFT,
+        heapblock_size=HEAPBLOCK,
+        frame_size=0x1C,
+        frame_complete=0x14,
+        frame_complete_width=4,
+        code=0x20,
+        code_is_offset=False,
+        kind=kind,
+        name=0x60,
+        kind_nmethod=1,
+        kind_vtable=4,
+        compile_id=0x130,
+        method=0x70,
+    )
+
+
+def _blob(memory: FakeMemory, first_segment: int, segments: int, compile_id: int, method: int, name: bytes) -> int:
+    """A blob over ``segments`` segments: the segment map's back-links as HotSpot writes them (0 at the
+    block's first segment, then 1, 2, ... up to 0xFE and again)."""
+    links = bytes([0] + [((i - 1) % 0xFE) + 1 for i in range(1, segments)])
+    memory.write(SEGMAP + first_segment, links)
+    blob = HEAP_LOW + (first_segment << SHIFT) + HEAPBLOCK
+    name_address = 0x6000_0000 + first_segment * 32
+    memory.write(name_address, name + b"\0")
+    memory.write(blob, bytes(0x140))
+    memory.write(blob + 0x60, struct.pack("<Q", name_address))
+    memory.write(blob + 0x70, struct.pack("<Q", method))
+    memory.write(blob + 0x130, struct.pack("<i", compile_id))
+    return blob
+
+
+def test_segment_map_back_links_lead_to_the_blob_from_any_of_its_pcs():
+    memory = FakeMemory()
+    blob = _blob(memory, 10, 700, 42, 0xABC0, b"nmethod")  # 700 segments: the links restart at 0xFE
+    for segment in (10, 11, 264, 265, 709):
+        pc = HEAP_LOW + (segment << SHIFT) + 5
+        assert find_blob(memory, _layout(), pc) == blob, segment
+    memory.write(SEGMAP + 710, b"\xff")  # a free segment
+    assert find_blob(memory, _layout(), HEAP_LOW + (710 << SHIFT)) is None
+    assert find_blob(memory, _layout(), HEAP_LOW - 8) is None  # outside every heap
+
+
+def test_compiled_frame_is_named_only_while_its_compile_id_holds():
+    memory = FakeMemory()
+    _blob(memory, 3, 4, 77, 0x1000, b"nmethod")
+    layout = _layout()
+    pc = HEAP_LOW + (4 << SHIFT)
+    stored = COMPILED_TAG | (77 << COMPILE_ID_SHIFT) | (pc - HEAP_LOW)
+    assert compiled_pc(layout, stored) == (pc, 77)
+    namer = CompiledNamer(memory, layout)
+    assert namer.method_of(pc, 77) == 0x1000
+    # WHEN the code is freed and its memory reused by another compilation of another method
+    _blob(memory, 3, 4, 78, 0x2000, b"nmethod")
+    # THEN a frame sampled under the old compile id is never named after the new code, and the new one is
+    assert CompiledNamer(memory, layout).method_of(pc, 77) is None
+    fresh = CompiledNamer(memory, layout)
+    fresh.method_of(pc, 77)
+    assert fresh.failures[(pc, 77)] == FREED
+    assert namer.method_of(pc, 78) == 0x2000
+    assert namer.method_of(pc, 77) == 0x1000  # read while alive: the name of its own time stays
+
+
+def test_stubs_are_not_compiled_methods_and_kind_bytes_are_read_on_new_jdks():
+    memory = FakeMemory()
+    _blob(memory, 20, 2, 5, 0x3000, b"RuntimeStub")
+    pc = HEAP_LOW + (20 << SHIFT) + 64
+    assert CompiledNamer(memory, _layout()).method_of(pc, 5) is None
+    blob = _blob(memory, 30, 2, 6, 0x4000, b"whatever")
+    memory.write(blob + 0x38, b"\x01")  # CodeBlobKind::Nmethod at _kind (JDK 23+)
+    assert CompiledNamer(memory, _layout(kind=0x38)).method_of(HEAP_LOW + (30 << SHIFT) + 64, 6) == 0x4000
+
+
+FIELDS = {
+    ("CodeCache", "_heaps"): 0x1000,
+    ("CodeCache", "_low_bound"): 0x1010,
+    ("CodeCache", "_high_bound"): 0x1018,
+    ("GrowableArrayBase", "_len"): 0,
+    ("GrowableArray<int>", "_data"): 8,
+    ("CodeHeap", "_memory"): 8,
+    ("CodeHeap", "_segmap"): 0x78,
+    ("CodeHeap", "_log2_segment_size"): 0x100,
+    ("VirtualSpace", "_low_boundary"): 0,
+    ("VirtualSpace", "_high_boundary"): 8,
+    ("VirtualSpace", "_low"): 0x10,
+    ("CodeBlob", "_name"): 0x60,
+    ("CodeBlob", "_frame_size"): 0x1C,
+    ("CodeBlob", "_frame_complete_offset"): 0x14,
+    ("CodeBlob", "_code_begin"): 0x20,
+    ("CompiledMethod", "_method"): 0x70,
+    ("nmethod", "_compile_id"): 0x130,
+}
+
+
+def _jvm_tables(heaps: int = 1, low: int = HEAP_LOW, high: int = HEAP_LOW + (1 << 20), shift: int = 7) -> FakeMemory:
+    memory = FakeMemory()
+    memory.write(0x1000, struct.pack("<Q", 0x2000))  # CodeCache::_heaps -> GrowableArray
+    memory.write(0x1010, struct.pack("<QQ", low, high))
+    memory.write(0x2000, struct.pack("<iiQ", heaps, heaps, 0x3000))
+    for index in range(max(0, min(heaps, 8))):
+        heap = 0x4000 + 0x200 * index
+        memory.write(0x3000 + 8 * index, struct.pack("<Q", heap))
+        memory.write(heap + 8, struct.pack("<QQ", low, high))
+        memory.write(heap + 0x78 + 0x10, struct.pack("<Q", SEGMAP))
+        memory.write(heap + 0x100, struct.pack("<i", shift))
+    return memory
+
+
+def test_vmstructs_give_the_code_cache_and_hostile_values_are_refused():
+    layout = read_code_cache(_jvm_tables(), FIELDS, {}, {"HeapBlock": 16}, {})
+    assert layout.heaps == (CodeHeap(HEAP_LOW, HEAP_LOW + (1 << 20), SEGMAP),)
+    assert layout.kind == -1 and not layout.code_is_offset and layout.frame_complete_width == 4
+    with pytest.raises(VMStructsError, match="heaps"):
+        read_code_cache(_jvm_tables(heaps=100000), FIELDS, {}, {"HeapBlock": 16}, {})
+    with pytest.raises(VMStructsError, match="2 GiB"):
+        read_code_cache(_jvm_tables(high=HEAP_LOW + (1 << 40)), FIELDS, {}, {"HeapBlock": 16}, {})
+    with pytest.raises(VMStructsError, match="segment"):
+        read_code_cache(_jvm_tables(shift=40), FIELDS, {}, {"HeapBlock": 16}, {})
+    with pytest.raises(VMStructsError, match="4 KiB"):
+        read_code_cache(_jvm_tables(), {**FIELDS, ("nmethod", "_compile_id"): 1 << 40}, {}, {"HeapBlock": 16}, {})
+    no_heaps = {k: v for k, v in FIELDS.items() if k[0] != "CodeHeap"}
+    with pytest.raises(VMStructsError, match="lack"):
+        read_code_cache(_jvm_tables(), no_heaps, {}, {"HeapBlock": 16}, {})
+    odd_type = {("CodeBlob", "_frame_complete_offset"): "double"}
+    with pytest.raises(VMStructsError, match="type"):
+        read_code_cache(_jvm_tables(), FIELDS, odd_type, {"HeapBlock": 16}, {})
+    assert codecache.MAX_HEAPS == 4  # struct jvm_t in profiler/unwind/hotspot_step.h holds as many
+
+
+def test_inlined_scopes_come_from_the_pc_desc_at_or_after_the_pc():
+    # GIVEN scopes data (UNSIGNED5 with the excluded zero byte of JDK 20+): scope 1 is the compiled
+    # method (index 1), scope 4 a method inlined into it (index 2) whose sender is scope 1
+    data = bytes([0]) + bytes([0 + 1, 1 + 1, 6 + 1]) + bytes([1 + 1, 2 + 1, 3 + 1])
+    metadata = struct.pack("<QQ", 0x1000, 0x2000)
+    scopes = codecache.NmethodScopes(0x5000, metadata, data, ((10, 4), (50, 1)), excluded_bytes=1)
+    # THEN a pc before the inlined call's PcDesc is in the inlined method, a return address exactly at a
+    # PcDesc takes its scope, and a pc after the last PcDesc has no scope information
+    assert codecache.scope_methods(scopes, 0x5000 + 7) == (0x2000, 0x1000)
+    assert codecache.scope_methods(scopes, 0x5000 + 50) == (0x1000,)
+    assert codecache.scope_methods(scopes, 0x5000 + 60) == ()
+    # a sender offset that does not go down ends the chain (hostile or garbage data cannot loop)
+    looping = codecache.NmethodScopes(0x5000, metadata, bytes([0, 1 + 1, 1 + 1, 1]), ((0, 1),), excluded_bytes=1)
+    assert codecache.scope_methods(looping, 0x5000) == (0x1000,)
+
+
+def test_unsigned5_numbers_span_bytes_above_191():
+    assert codecache.unsigned5(bytes([236, 1]), 0, 0) == (300, 2)
+    assert codecache.unsigned5(bytes([5]), 0, 1) == (4, 1)
+    with pytest.raises(ValueError):
+        codecache.unsigned5(bytes([0]), 0, 1)  # the excluded byte
+    with pytest.raises(ValueError):
+        codecache.unsigned5(bytes([200]), 0, 0)  # cut short
