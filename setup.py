@@ -24,6 +24,7 @@ setup(
         "profiler.bpf",
         "profiler.capture",
         "profiler.engines",
+        "profiler.files",
         "profiler.matching",
         "profiler.sampling",
         "profiler.scope",
