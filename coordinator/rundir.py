@@ -150,9 +150,13 @@ def read_run(run_dir: Path) -> RunInfo:
     return info
 
 
+MAX_START_DELAY = 3600.0  # seconds: coordinator profile --start-delay's bound
+
+
 def _check_consistent(info: RunInfo, path: Path, advice: str) -> None:
-    """run.json agrees with itself: each host once (else its samples count twice), possible times."""
-    check_times(path, info.start_time, info.end_time, advice)
+    """run.json agrees with itself: each host once (else its samples count twice), possible times. A run
+    stopped during its start delay (a host refused, Ctrl-C) ends before the window it had planned."""
+    check_times(path, info.start_time, info.end_time, advice, early_end=MAX_START_DELAY)
     check_rate(path, info.frequency, info.duration, advice)
     seen: set[str] = set()
     for host in info.hosts:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator.commands.analyze import add_label_option
+from coordinator.rundir import MAX_START_DELAY
 from profiler.argtypes import (
     bounded,
     checkpoint_period,
@@ -97,7 +98,7 @@ class ProfileCommand:
         parser.add_argument("--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)")
         parser.add_argument(
             "--start-delay",
-            type=bounded(float, 0.0, 3600.0, "seconds"),
+            type=bounded(float, 0.0, MAX_START_DELAY, "seconds"),
             default=None,
             help="seconds between 'all hosts deployed' and the common start, for BPF compilation (10)",
         )

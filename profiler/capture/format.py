@@ -635,13 +635,16 @@ def check_rate(path: Path, frequency: int, duration: float, advice: str) -> None
         raise CaptureFormatError(f"{path}: duration {duration!r} is not 0 to {MAX_DURATION:g} seconds; {advice}")
 
 
-def check_times(path: Path, start: float | None, end: float | None, advice: str, what: str = "") -> None:
-    """A window's start and end (either may be None): finite, between 1970 and 3000, start <= end;
-    else a CaptureFormatError naming ``path`` (and ``what``, e.g. the host)."""
+def check_times(
+    path: Path, start: float | None, end: float | None, advice: str, what: str = "", early_end: float = 0.0
+) -> None:
+    """A window's start and end (either may be None): finite, between 1970 and 3000, start <= end (or at
+    most ``early_end`` seconds before it: a run stopped before its window opened); else a
+    CaptureFormatError naming ``path`` (and ``what``, e.g. the host)."""
     for name, value in (("start_time", start), ("end_time", end)):
         if value is not None and not (math.isfinite(value) and 0 <= value <= LATEST_TIME):
             raise CaptureFormatError(f"{path}: {what}{name} {value!r} is not a possible time; {advice}")
-    if start is not None and end is not None and end < start:
+    if start is not None and end is not None and end < start - early_end:
         raise CaptureFormatError(f"{path}: {what}end_time {end!r} is before start_time {start!r}; {advice}")
 
 

@@ -803,7 +803,7 @@ RUN_JSON_ROUND_TWO: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("start-1e300", lambda run: run.update(start_time=1e300)),
     ("start-negative", lambda run: run.update(start_time=-1e18)),
     ("start-year-3001", lambda run: run.update(start_time=32535216000.0)),
-    ("end-before-start", lambda run: run.update(end_time=run["start_time"] - 3600)),
+    ("end-before-start", lambda run: run.update(end_time=run["start_time"] - 7200)),  # past any start delay
     ("host-start-1e300", lambda run: run["hosts"][0].update(start_time=1e300)),
     ("host-end-before-start", lambda run: run["hosts"][0].update(start_time=1_700_000_100.0, end_time=1.0)),
     ("host-state-unknown", lambda run: run["hosts"][0].update(state="exploded")),
