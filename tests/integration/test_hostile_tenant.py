@@ -87,6 +87,14 @@ def _plant_everything(tenant: TenantJvm, secrets: dict[str, Path]) -> None:
     _plant_fifo(hsperfdata)
 
 
+
+def _stacks_text(out: Path, pid: int) -> str:
+    """Every folded stack of ``pid`` in the capture, one a line, whichever form it stores them in."""
+    path = capture.pid_stacks_file(out, pid)
+    assert path is not None, f"the capture holds no stacks of pid {pid}"
+    return "\n".join(capture.read_stack_counts(path))
+
+
 def test_planted_links_and_fifos_never_act_with_roots_rights(
     tenant_jvm, root_secret, start_cpu_split_jvm, tenant_area: Path, tmp_path: Path
 ) -> None:
@@ -119,8 +127,7 @@ def test_planted_links_and_fifos_never_act_with_roots_rights(
     ), warnings
     assert any(f"pid {socket_link.pid}: /proc/{socket_link.pid}/root/tmp/.java_pid" in w for w in warnings), warnings
     # AND the other JVM was profiled, its Java frames named from its perf map
-    stacks = capture.stacks_path(out, normal.pid).read_text()
-    assert "com.example.CpuSplit::burn" in stacks
+    assert "com.example.CpuSplit::burn" in _stacks_text(out, normal.pid)
     # AND the capture is root's alone
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
     assert stat.S_IMODE((out / capture.META_FILE).stat().st_mode) == 0o600
@@ -169,10 +176,9 @@ def test_a_crafted_jvm_is_skipped_and_the_real_one_profiled(fake_jvm, start_cpu_
     perf_map = f"pid {fake_jvm.pid}: /proc/{fake_jvm.pid}/root{fake_jvm.perf_map}: "
     assert any(w.startswith(perf_map) and "over the limit" in w for w in warnings), warnings
     # AND the real one was profiled with its Java frames named
-    assert "com.example.CpuSplit::burn" in capture.stacks_path(out, real.pid).read_text()
+    assert "com.example.CpuSplit::burn" in _stacks_text(out, real.pid)
     # AND no name of the fake one's reached the capture longer than the agent keeps
-    fake_stacks = capture.stacks_path(out, fake_jvm.pid)
-    assert fake_stacks.exists() and "N" * 300 not in fake_stacks.read_text()
+    assert "N" * 300 not in _stacks_text(out, fake_jvm.pid)
     # AND the fake one cost the agent what a second process costs, not its hostile sizes (parsed, the
     # perf map alone would take gigabytes; the attach replies 40 MB each)
     overhead = capture.read_overhead(out)
