@@ -90,6 +90,10 @@ class RunOptions:
     stack_collection: str = "auto"
     stack_walk: str = "auto"
     checkpoint: float = DEFAULT_CHECKPOINT  # seconds between checkpoint-journal records; 0: none
+    # JIT frames stepped by their CodeBlob without frame pointers (issue 30). Off by default until the
+    # checkpoint journal records each JVM's code-cache base: without it `profiler recover` cannot name
+    # the compiled frames of a killed run (tests/integration/test_recover.py).
+    hotspot_unwind: bool = False
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -187,6 +191,7 @@ def make_sampler(options: RunOptions) -> StackSampler:
         interval=options.interval,
         perf_map_refresh=options.perf_map_refresh,
         stack_walk=options.stack_walk,
+        hotspot_unwind=options.hotspot_unwind,
         checkpoints=options.checkpoint > 0,
         perf_map_dir=checkpoint_dir(options.out) / PERF_MAPS_DIR if options.checkpoint > 0 else None,
     )

@@ -92,6 +92,13 @@ class RunCommand:
             "--stack-collection ringbuf); kernel: bpf_get_stack; auto: bpf when it loads",
         )
         parser.add_argument(
+            "--hotspot-unwind",
+            action="store_true",
+            help="walk JIT-compiled Java frames by their CodeBlobs, without -XX:+PreserveFramePointer or perf maps, "
+            "inlined methods named (docs/unwinding.md); a killed run's recovered capture leaves its compiled "
+            "frames unnamed",
+        )
+        parser.add_argument(
             "--stack-storage-size",
             type=positive_int,
             default=65536,
@@ -136,6 +143,7 @@ class RunCommand:
             perf_map_refresh=args.perf_map_refresh,
             stack_collection=args.stack_collection,
             stack_walk=args.stack_walk,
+            hotspot_unwind=args.hotspot_unwind,
             checkpoint=args.checkpoint,
         )
         if args.print_bpf:

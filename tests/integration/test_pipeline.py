@@ -196,7 +196,8 @@ def test_in_process_engine_writes_the_same_bytes_as_spark(
     # THEN every file is byte-identical, and auto picks in-process for such a small local input
     files = sorted(p.relative_to(tmp_path / "spark") for p in (tmp_path / "spark").rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
-    assert [str(f) for f in files] == ["analysis.json", "summary.csv", "unmatched.folded"]  # no stack copies
+    # no stack copies; the marker lets --force recognise the directory as ours
+    assert [str(f) for f in files] == [".spe-taskprof", "analysis.json", "summary.csv", "unmatched.folded"]
     for name in files:
         assert (tmp_path / "spark" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     tasks = analysed_task_files(tmp_path / "spark")
