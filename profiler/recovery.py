@@ -39,6 +39,7 @@ from .errors import CaptureFormatError, OutputExistsError, OutputWriteError
 from .symbols.elfsyms import OfflineSymbols
 from .symbols.perfmap_history import PerfMapHistory
 from .symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
+from .unwind.recorded import RecordedNames
 
 KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampling/sampler.py
 NO_METHODS = "not read: the profiler was killed before symbolization (recovered capture)"
@@ -58,6 +59,7 @@ class Replayed:
     dropped: dict[int, int] = field(default_factory=dict)
     perf_maps: dict[int, list[tuple[int, str | None]]] = field(default_factory=dict)
     maps: dict[int, tuple[int | None, str]] = field(default_factory=dict)
+    java_names: dict[int, RecordedNames] = field(default_factory=dict)  # per JVM, its names as saved
     warnings: list[str] = field(default_factory=list)
     cycles_source: str = "estimated"
     damage: str | None = None
@@ -102,6 +104,8 @@ def replay(journal: JournalRead) -> Replayed:
         }
         for pid, saved in state.get("maps", {}).items():
             replayed.maps[int(pid)] = (saved.get("start_ticks"), str(saved.get("maps", "")))
+        for pid, saved in state.get("java_names", {}).items():
+            replayed.java_names.setdefault(int(pid), RecordedNames()).apply(saved)
         replayed.warnings = [str(w) for w in state.get("warnings", [])]
         replayed.cycles_source = str(state.get("cycles_source", replayed.cycles_source))
         if state.get("origin_ns") is not None:
@@ -287,6 +291,7 @@ class RecoveredSampler:
                     pid in java,
                     min(self.max_stack_depth, KERNEL_STACK_DEPTH_MAX),
                     walker=self.stack_walk == "bpf",
+                    methods=replayed.java_names.get(pid),
                     no_methods_cause=NO_METHODS,
                 )
                 versions = replayed.perf_maps.get(pid)

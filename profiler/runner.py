@@ -90,10 +90,9 @@ class RunOptions:
     stack_collection: str = "auto"
     stack_walk: str = "auto"
     checkpoint: float = DEFAULT_CHECKPOINT  # seconds between checkpoint-journal records; 0: none
-    # JIT frames stepped by their CodeBlob without frame pointers (issue 30). Off by default until the
-    # checkpoint journal records each JVM's code-cache base: without it `profiler recover` cannot name
-    # the compiled frames of a killed run (tests/integration/test_recover.py).
-    hotspot_unwind: bool = False
+    # JIT frames stepped by their CodeBlob without frame pointers (issue 30); the checkpoint journal keeps
+    # the names learned (profiler/unwind/recorded.py), so a recovered capture names them too.
+    hotspot_unwind: bool = True
 
 
 # ------------------------------------------------------------------ component interfaces

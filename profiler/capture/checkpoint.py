@@ -73,6 +73,11 @@ def checkpoint_state(
         "readings": {str(pid): [list(asdict(r).values()) for r in rows] for pid, rows in new_readings.items() if rows},
         "dropped": {str(pid): n for pid, n in sampler.dropped.items()},
         "perf_maps": {str(pid): versions for pid, versions in sampler.perf_maps.items()},
+        "java_names": {
+            str(pid): {"code_low": d.code_low, "names": d.names, "chains": d.chains}
+            for pid, d in sampler.java_names.items()
+            if d.names or d.chains
+        },
         "maps": {str(pid): {"start_ticks": ticks, "maps": text} for pid, (ticks, text) in maps.items()},
         "warnings": list(dict.fromkeys(warnings)),
         "cycles_source": cycles_source,

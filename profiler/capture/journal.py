@@ -20,7 +20,7 @@ from typing import Any
 
 from .stackstore import StackKey, StoreDelta, pack_count_key, unpack_count_key
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2  # 2: 32-bit epochs (perf-map version and JVM name generation)
 MAGIC = b"TPJ\x01"
 RECORD_HEADER = struct.Struct("<4sBII")  # magic, kind, payload length, crc32 of the payload
 KIND_HEADER = 1
@@ -29,7 +29,7 @@ MAX_RECORD = 1 << 30  # a length beyond this is damage, not data
 
 _JSON_LENGTH = struct.Struct("<I")
 _STACK_HEAD = struct.Struct("<IIBBii")  # key id, tgid, walk end, comm length, user length/errno, kernel length/errno
-_COUNT = struct.Struct("<IIIIHI")  # tgid, key id, context id, interval, epoch, samples added
+_COUNT = struct.Struct("<IIIIII")  # tgid, key id, context id, interval, epoch, samples added
 
 
 class JournalError(ValueError):

@@ -5,7 +5,10 @@ grows with the window, and it grows with the number of distinct stacks, not with
 samples: each distinct (process, thread kind, user addresses, kernel addresses) is stored once
 (address tuples interned as bytes; the thread id is not kept: threads of one pool share their stacks,
 and the folded output names threads by name), and a sample adds one to a counter keyed by one int
-packing (stack, interval, perf-map epoch, context). The thread *kind* is the stable part of the
+packing (stack, interval, epoch, context). An *epoch* is what names the addresses: the perf-map version
+(low 16 bits) and, for a JVM walked by the HotSpot unwinder, the generation of its Method* names
+(high 16 bits, profiler/unwind/hotspot.py): samples of one stored stack in two epochs may name other
+frames. The thread *kind* is the stable part of the
 thread's name (profiler/scope/threadnames.py); a name that carries a unit of work (a Spark task) is the
 sample's *context*, interned once and counted beside the stack, never part of it: a window of 20,000
 tasks still has the distinct stacks of one.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .format import SamplerStats
 from .stacktable import StackTable, table_from_folded
@@ -28,8 +31,11 @@ from .stacktable import StackTable, table_from_folded
 # struct sample_t of profiler/sampling/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
 RECORD_HEADER = struct.Struct("<IIQii16s")
 
-# struct sample_t of profiler/sampling/stack_walk.c: the same header, then user frames walked and why the walk ended.
-WALK_HEADER = struct.Struct("<IIQii16sII")
+# struct sample_t of profiler/sampling/stack_walk.c: the same header, then user frames walked, why the walk
+# ended and the JVM's unloaded-class count at the sample.
+WALK_HEADER = struct.Struct("<IIQii16sIIQ")
+NO_UNLOADS = -1  # a sample without its JVM's unloaded-class count (not a JVM, or no hsperfdata)
+_U64_MAX = (1 << 64) - 1
 
 # A stored user frame of the walker: a pc, an interpreted Java frame's Method* with the top bit set, or (put
 # here in parse_walk_record) the count of frames cut from the middle of a too-deep stack with the two top bits.
@@ -59,6 +65,8 @@ CUT_CFI_MISS = "ended at a native frame no FDE of its ELF covers"
 
 # A stack is its raw addresses (8-byte little-endian each), or a negative errno when the walk failed.
 RawStack = bytes | int
+# One parsed ring-buffer record: tgid, tid, time_ns, comm, user, kernel, walk end, JVM unloads (NO_UNLOADS).
+SampleRecord = tuple[int, int, int, bytes, RawStack, RawStack, int, int]
 # As stored: a deep user stack is a tuple of chunks (leaf-most first; joined, the raw addresses).
 StoredStack = bytes | int | tuple[bytes, ...]
 CHUNK_FRAMES = 32
@@ -81,7 +89,21 @@ class StackKey:
 
 # Counter keys pack (stack id, context id, interval, epoch) into one int: a tuple per entry would cost
 # ~100 bytes more. Context 0 is "none".
-EPOCH_BITS = 16
+EPOCH_BITS = 32
+_PERF_EPOCH_BITS = 16
+
+
+def join_epoch(perf_map_epoch: int, names_generation: int) -> int:
+    """One epoch of a perf-map version and a JVM's generation of names (each saturating at 16 bits)."""
+    top = (1 << _PERF_EPOCH_BITS) - 1
+    return min(names_generation, top) << _PERF_EPOCH_BITS | min(perf_map_epoch, top)
+
+
+def split_epoch(epoch: int) -> tuple[int, int]:
+    """(perf-map version, generation of names) of an epoch."""
+    return epoch & ((1 << _PERF_EPOCH_BITS) - 1), epoch >> _PERF_EPOCH_BITS
+
+
 INTERVAL_BITS = 24
 CONTEXT_BITS = 24
 _CONTEXT_SHIFT = INTERVAL_BITS + EPOCH_BITS
@@ -130,16 +152,15 @@ def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, 
     return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel
 
 
-def parse_walk_record(
-    record: bytes, leaf_slots: int, root_slots: int
-) -> tuple[int, int, int, bytes, RawStack, RawStack, int]:
-    """(tgid, tid, time_ns, comm, user, kernel, walk end) of one record of the walker.
+def parse_walk_record(record: bytes, leaf_slots: int, root_slots: int) -> SampleRecord:
+    """(tgid, tid, time_ns, comm, user, kernel, walk end, JVM unloads) of one record of the walker; the
+    last is the JVM's count of unloaded classes at the sample, or NO_UNLOADS.
 
     User frames come first, the kernel's right after them. A walk longer than the slots kept the
     ``leaf_slots`` leaf-most frames in order and the last ``root_slots`` in a ring: they are put back in
     walk order here, with one GAP_TAG frame between leaf and root saying how many frames were cut.
     """
-    tgid, tid, time_ns, user_bytes, kernel_bytes, comm, walked, walk_end = WALK_HEADER.unpack_from(record)
+    tgid, tid, time_ns, user_bytes, kernel_bytes, comm, walked, walk_end, unloads = WALK_HEADER.unpack_from(record)
     user_at = WALK_HEADER.size
     user: RawStack = user_bytes
     kernel_at = user_at
@@ -153,7 +174,8 @@ def parse_walk_record(
             gap = struct.pack("<Q", GAP_TAG | (walked - slots))
             user = user[: 8 * leaf_slots] + gap + ring[start:] + ring[:start]
     kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
-    return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel, walk_end
+    unloads = NO_UNLOADS if unloads == _U64_MAX else unloads
+    return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel, walk_end, unloads
 
 
 class StackStore:
@@ -372,3 +394,14 @@ class SamplerCheckpoint:
     origin_ns: int | None  # CLOCK_MONOTONIC of the window's start: timeline intervals count from it
     dropped: dict[int, int]  # samples per PID the ring buffer had no room for, so far
     perf_maps: dict[int, list[tuple[int, str | None]]]  # PID -> perf-map versions (refresh start ns, file name)
+    java_names: dict[int, JavaNamesDelta] = field(default_factory=dict)  # PID -> names learned since the last one
+
+
+@dataclass(frozen=True)
+class JavaNamesDelta:
+    """The Java names a JVM's namer learned since the last checkpoint (profiler/unwind/hotspot.py), so that a
+    recovered capture names interpreted and compiled frames although the JVM may be gone."""
+
+    code_low: int | None  # the code cache's start: compiled frames are stored as offsets from it
+    names: tuple[tuple[int, int, str | None], ...]  # (generation, Method*, name; None: withdrawn)
+    chains: tuple[tuple[int, int, tuple[int, ...]], ...]  # (pc, compile id, Method*s innermost first)

@@ -93,10 +93,11 @@ class RunCommand:
         )
         parser.add_argument(
             "--hotspot-unwind",
-            action="store_true",
+            action=argparse.BooleanOptionalAction,
+            default=True,
             help="walk JIT-compiled Java frames by their CodeBlobs, without -XX:+PreserveFramePointer or perf maps, "
-            "inlined methods named (docs/unwinding.md); a killed run's recovered capture leaves its compiled "
-            "frames unnamed",
+            "inlined methods named (docs/unwinding.md); --no-hotspot-unwind walks them by frame pointers only "
+            "(default: on)",
         )
         parser.add_argument(
             "--stack-storage-size",

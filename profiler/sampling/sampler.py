@@ -45,11 +45,13 @@ from ..capture.stackstore import (
     CUT_NATIVE,
     CUT_NO_CFI,
     INTERPRETED_TAG,
+    NO_UNLOADS,
     TAG_MASK,
     CollectedStacks,
-    RawStack,
     SamplerCheckpoint,
+    SampleRecord,
     StackStore,
+    join_epoch,
     parse_record,
     parse_walk_record,
 )
@@ -222,10 +224,11 @@ class StackSampler:
         )
         self._store = StackStore(int(interval * 1e9))
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
+        self._jvms.keep_log = checkpoints  # and the Java names learned since
         self._file_lock = threading.Lock()  # the reader thread files samples; checkpoint() takes the delta
         # Full thread names need each sample's tid and time: the ring buffer's, not the stack map's.
         self._names: ThreadWatch | None = ThreadWatch(self.warnings) if thread_names else None
-        self._pending: list[tuple[int, int, int, bytes, RawStack, RawStack, int]] = []  # last: walk end
+        self._pending: list[SampleRecord] = []
         self._kernel_named: Counter[int] = Counter()  # samples per tgid named by the comm only
         self._ring_callback: Any = None
         self._reader: threading.Thread | None = None
@@ -431,7 +434,7 @@ class StackSampler:
             if self.stack_walk == "bpf":
                 self._pending.append(parse_walk_record(record, *self.walk_slots))
             else:
-                self._pending.append((*parse_record(record, self.max_stack_depth), 0))
+                self._pending.append((*parse_record(record, self.max_stack_depth), 0, NO_UNLOADS))
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
             self.reader_errors += 1
         return 0
@@ -446,7 +449,7 @@ class StackSampler:
         walker = self.stack_walk == "bpf" and self.hotspot_unwind
         return walker and namer is not None and namer.layout.code_cache is not None
 
-    def _publish_jvm(self, pid: int, layout: VMLayout) -> None:
+    def _publish_jvm(self, pid: int, layout: VMLayout, unloads_address: int) -> None:
         if self._bpf is None:
             raise RuntimeError("sampler not started")
         jvms = self._bpf[b"jvms"]
@@ -454,6 +457,7 @@ class StackSampler:
         entry.interpreter_start, entry.interpreter_end = layout.interpreter
         entry.method_slot = layout.method_slot
         entry.sender_sp_slot = layout.sender_sp_slot
+        entry.unloads_at = unloads_address
         code = layout.code_cache if self.hotspot_unwind else None
         if code is not None:
             fill_code_cache(entry, code)
@@ -483,19 +487,23 @@ class StackSampler:
                     self.reader_errors += 1
         self._jvms.poll_unloads()
 
-    def _file(self, record: tuple[int, int, int, bytes, RawStack, RawStack, int], names: ThreadWatch | None) -> None:
-        """Count one sample under its thread's name at its time (kind in the stack, context beside it)."""
-        tgid, tid, time_ns, comm, user, kernel, walk_end = record
-        epoch = self._symbols.epoch_at(tgid, time_ns)
+    def _file(self, record: SampleRecord, names: ThreadWatch | None) -> None:
+        """Count one sample under its thread's name at its time (kind in the stack, context beside it), in the
+        epoch that names it (perf-map version, JVM's generation of names)."""
+        tgid, tid, time_ns, comm, user, kernel, walk_end, unloads = record
+        generation = 0
+        if isinstance(user, bytes) and tgid in self._jvms.namers:
+            generation = self._jvms.generation_of(tgid, time_ns, unloads)
+            if self._jvms.first_in_generation(tgid, generation, user):
+                self._jvms.note_stack(tgid, *tagged_frames(user))
+        epoch = join_epoch(self._symbols.epoch_at(tgid, time_ns), generation)
         context = None
         if names is not None:
             label = names.label(tgid, tid, time_ns, comm)
             comm, context = label.kind_bytes, label.context
             if not label.full:
                 self._kernel_named[tgid] += 1
-        new_stack = self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end, context)
-        if new_stack and isinstance(user, bytes) and tgid in self._jvms.namers:
-            self._jvms.note_stack(tgid, *tagged_frames(user))
+        self._store.add(tgid, tid, comm, time_ns, user, kernel, epoch, walk_end, context)
 
     def _read_loop(self) -> None:
         while not self._reader_stop.wait(READ_PERIOD):
@@ -521,7 +529,8 @@ class StackSampler:
         with self._file_lock:
             delta = self._store.take_delta()
         dropped = {pid: _target_counts(self._bpf, pid)[1] for pid in list(self._targets)}
-        return SamplerCheckpoint(delta, self._store.origin_ns, dropped, self._symbols.history_versions())
+        names = self._jvms.take_names()
+        return SamplerCheckpoint(delta, self._store.origin_ns, dropped, self._symbols.history_versions(), names)
 
     @property
     def thread_names(self) -> str:

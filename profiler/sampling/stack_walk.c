@@ -55,6 +55,7 @@ struct sample_t {
     char comm[TASK_COMM_LEN];
     u32 user_walked;   // user frames walked (> USER_SLOTS: the ring kept the root-most ROOT_SLOTS)
     u32 walk_end;      // WALK_*
+    u64 jvm_unloads;   // the JVM's count of unloaded classes at the sample (names' generation), or ~0: unknown
     u64 frames[USER_SLOTS + KERNEL_STACK_DEPTH];
 };
 
@@ -264,6 +265,7 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     sample->user_bytes = 0;
     sample->user_walked = 0;
     sample->walk_end = WALK_ROOT;
+    sample->jvm_unloads = ~0ULL;
     bpf_get_current_comm(&sample->comm, sizeof(sample->comm));
     __builtin_memset(state, 0, sizeof(*state));
     state->end = WALK_RUNNING;
@@ -272,8 +274,13 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
         return finish(ctx, scratch_value);
     }
     struct jvm_t *jvm = jvms.lookup(&tgid);
-    if (jvm != NULL)
+    if (jvm != NULL) {
         state->jvm = *jvm;
+        // read in the sampled process itself: the count is exact at the sample, no poll can race it
+        if (jvm->unloads_at != 0 &&
+            bpf_probe_read_user(&sample->jvm_unloads, sizeof(u64), (void *)jvm->unloads_at) != 0)
+            sample->jvm_unloads = ~0ULL;
+    }
     if (!walk_chunk(scratch_value))
         walk_progs.call(ctx, 0);
     if (state->end == WALK_RUNNING)

@@ -39,11 +39,12 @@ from ..capture.stackstore import (
     StackKey,
     StackStore,
     StoredStack,
+    split_epoch,
     stack_bytes,
 )
 from ..capture.stacktable import KERNEL, LOST, THREAD, StackTable, StackTableBuilder
 from ..unwind.codecache import COMPILED_TAG
-from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, NO_VMSTRUCTS, MethodNamer
+from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, NO_VMSTRUCTS
 from .perfmap import PerfMapLike, bcc_may_read_perf_maps
 
 if TYPE_CHECKING:
@@ -374,11 +375,21 @@ class KernelResolver(Protocol):
     def resolve(self, addr: int) -> str: ...
 
 
+class JavaNamer(Protocol):
+    """Names of a JVM's Java frames: a live JVM's (unwind.hotspot.MethodNamer) or a journal's
+    (unwind.recorded.RecordedNames), per generation of names."""
+
+    def name(self, method: int, generation: int | None = None) -> str | None: ...
+    def cause(self, method: int, generation: int | None, default: str) -> str: ...
+    def code_name(self, pc: int) -> str | None: ...
+    def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]: ...
+
+
 class StackFolder:
     """Raw stacks of one process to folded lines, counting what the health panel reports.
 
-    Memoizes per distinct raw stack; ``use_perf_map`` switches the JIT map (a new perf-map epoch) and
-    forgets the user stacks named with the old one.
+    Memoizes per distinct raw stack; ``use_perf_map`` and ``use_generation`` switch the JIT map and the
+    JVM's generation of method names (a new epoch) and forget the user stacks named with the old ones.
     """
 
     def __init__(
@@ -389,7 +400,7 @@ class StackFolder:
         java_process: bool,
         kernel_depth: int = 127,
         walker: bool = False,
-        methods: MethodNamer | None = None,
+        methods: JavaNamer | None = None,
         no_methods_cause: str = NO_METHOD_SLOT,
         native_cause: Callable[[int], str | None] | None = None,
     ) -> None:
@@ -400,6 +411,7 @@ class StackFolder:
         self.java_process = java_process
         self.walker = walker  # stacks of our walker: tagged frames, truncation by gap frame
         self.methods = methods
+        self.generation: int | None = None  # of the JVM's Method* names (None: its current one)
         self.no_methods_cause = no_methods_cause  # why interpreter frames stay unnamed when methods is None
         self.native_cause = native_cause  # outermost pc -> a CUT_* cause finer than CUT_NATIVE, or None
         self._user: dict[tuple[StoredStack, int], _UserStack] = {}
@@ -441,6 +453,15 @@ class StackFolder:
 
     def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
         self.symbols.set_perf_map(perf_map)
+        self._forget_user_stacks()
+
+    def use_generation(self, generation: int) -> None:
+        """Name Java methods as the JVM's ``generation`` of names does (profiler/unwind/hotspot.py)."""
+        if generation != self.generation:
+            self.generation = generation
+            self._forget_user_stacks()
+
+    def _forget_user_stacks(self) -> None:
         self._user.clear()
         self._user_ids.clear()
         self._frame_id_of.clear()
@@ -463,11 +484,13 @@ class StackFolder:
         if tag:
             stack.interpreted += 1
             method = value & ~TAG_MASK
-            name = self.methods.name(method) if self.methods is not None else None
+            name = self.methods.name(method, self.generation) if self.methods is not None else None
             if name is not None:
                 stack.interpreted_named += 1
                 return Frame(name + INTERPRETED_MARK, "jit"), 0
-            cause = self.methods.failures.get(method, NO_METHOD_SLOT) if self.methods else self.no_methods_cause
+            cause = (
+                self.methods.cause(method, self.generation, NO_METHOD_SLOT) if self.methods else self.no_methods_cause
+            )
             unnamed[cause] += 1
             return Frame(INTERPRETER, "jit"), 0
         frame = self.symbols.resolve(value)
@@ -487,7 +510,7 @@ class StackFolder:
         if self.methods is None:
             stack.compiled_unnamed[NO_VMSTRUCTS] = stack.compiled_unnamed.get(NO_VMSTRUCTS, 0) + 1
             return [Frame(UNKNOWN, "anon")]
-        pc, names, cause = self.methods.compiled_names(value)
+        pc, names, cause = self.methods.compiled_names(value, self.generation)
         if names:
             stack.compiled_named += 1
             return [Frame(name, "jit") for name in names]
@@ -623,16 +646,23 @@ class StackFolder:
 
 
 def tabulate_store(
-    store: StackStore, pid: int, folder: StackFolder, history: PerfMapHistory | None, last: int | None,
+    store: StackStore,
+    pid: int,
+    folder: StackFolder,
+    history: PerfMapHistory | None,
+    last: int | None,
     table: StackTableBuilder | None = None,
 ) -> StackTable:
     """One process's stored samples as a stack table: each frame and stack interned once as it is named,
-    no folded text. Each perf-map epoch is named by its version from ``history``; intervals past ``last``
+    no folded text. Each epoch is named by its perf-map version from ``history`` and its generation of Java
+    method names (the folder's namer); intervals past ``last``
     count in it."""
     table = table if table is not None else StackTableBuilder()
     for epoch in store.epochs(pid):
+        perf_map_epoch, generation = split_epoch(epoch)
         if history is not None:
-            folder.use_perf_map(history.map_for(epoch))
+            folder.use_perf_map(history.map_for(perf_map_epoch))
+        folder.use_generation(generation)
         stack_ids: dict[StackKey, int] = {}  # within one epoch a stored stack always names the same frames
         for key, interval, context, count in store.context_entries(pid, epoch):
             stack_id = stack_ids.get(key)

@@ -292,7 +292,12 @@ def blob_kind(memory: Memory, layout: CodeCacheLayout, blob: int) -> int:
 
 def compiled_pc(layout: CodeCacheLayout, value: int) -> tuple[int, int]:
     """(pc, compile id) of a stored compiled frame (its tag already checked)."""
-    return layout.low + (value & PC_MASK), (value >> COMPILE_ID_SHIFT) & COMPILE_ID_MASK
+    return compiled_at(layout.low, value)
+
+
+def compiled_at(code_low: int, value: int) -> tuple[int, int]:
+    """(pc, compile id) of a stored compiled frame of a code cache that begins at ``code_low``."""
+    return code_low + (value & PC_MASK), (value >> COMPILE_ID_SHIFT) & COMPILE_ID_MASK
 
 
 # Causes of a compiled frame left unnamed by vmStructs (then named by the perf map, if any).
@@ -315,6 +320,7 @@ class CompiledNamer:
         self.blob_names: dict[int, str | None] = {}  # blob -> its _name (stubs, adapters)
         self.scopes: dict[tuple[int, int], NmethodScopes | None] = {}  # (blob, compile id) -> debug info
         self.chains: dict[tuple[int, int], tuple[int, ...]] = {}  # (pc, compile id) -> Method*s, innermost first
+        self.log: list[tuple[int, int, tuple[int, ...]]] | None = None  # new chains, for the checkpoint journal
 
     def methods_of(self, pc: int, compile_id: int) -> tuple[int, ...]:
         """The Method*s of the frame's scopes, innermost first (the inlined ones, then the nmethod's own);
@@ -342,6 +348,8 @@ class CompiledNamer:
             if found and found[-1] == method:
                 inlined = found[:-1]
         chain = self.chains[key] = (*inlined, method)
+        if self.log is not None:
+            self.log.append((pc, compile_id, chain))
         return chain
 
     def blob_name(self, pc: int) -> str | None:

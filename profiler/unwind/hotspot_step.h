@@ -61,6 +61,7 @@ struct jvm_t {
     u32 kind_vtable;
     u32 compile_id_at;  // nmethod::_compile_id
     u32 pad;
+    u64 unloads_at;  // the JVM's address of its hsperfdata counter java.cls.unloadedClasses; 0: none
 };
 
 // What the walker learned about the frame's blob (before storing the frame, used by the step after).

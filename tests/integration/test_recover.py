@@ -1,6 +1,7 @@
 """`profiler recover` on a real run killed with SIGKILL: the real sampler (eBPF) writes its checkpoint
 journal while sampling a real JVM; the profiler is killed, then the JVM exits too, so recovery must name
-its frames offline (saved maps + ELF files for native code, saved perf-map versions for Java code), or
+its frames offline (saved maps + ELF files for native code, the Java names the journal saved and saved
+perf-map versions for Java code), or
 the JVM runs on and recovery names them the live way (bcc, and its perf map dumped once more).
 
 Prints one `FIGURE` line (pytest -s); docs/reliability.md quotes it.
@@ -108,6 +109,8 @@ def test_killed_run_recovered(start_cpu_split_jvm: Callable[..., CpuSplitJvm], t
     native = sum(int(count) for stack, count in lines if "thread_native_entry" in stack or "JavaThread::" in stack)
     unknown = sum(int(count) for stack, count in lines if "[unknown]" in stack)
     assert burn > 0.5 * total and native > 0.5 * total, folded[:2000]
+    # compiled frames walked by the HotSpot unwinder are named from the names the journal saved
+    assert stats.compiled_frames > 0 and stats.compiled_named >= 0.9 * stats.compiled_frames, stats
     rows = (out / capture.result_file_name(meta.host)).read_text()
     assert "Burn" in rows
     assert not checkpoint_dir(out).exists()

@@ -167,14 +167,18 @@ def test_classes_unloaded_in_the_window_are_never_named_wrong(unloader_jvm):
     # THEN classes were unloaded under the sampler, and every interpreted frame is named or counted by cause
     assert report["unloaded"] >= 10, report
     assert stats.interpreted_named + sum(stats.interpreted_unnamed.values()) == stats.interpreted_frames
-    known_causes = {hotspot.UNREADABLE, hotspot.STALE, hotspot.REUSED, hotspot.NO_METHOD_SLOT}
+    known_causes = {hotspot.UNREADABLE, hotspot.STALE, hotspot.REUSED, hotspot.LATE, hotspot.NO_METHOD_SLOT}
     assert set(stats.interpreted_unnamed) <= known_causes, stats.interpreted_unnamed
-    # the Method* that named both classes is counted as reused, not given to either class
-    assert stats.interpreted_unnamed.get(hotspot.REUSED, 0) > 0, stats
-    churn = [s for s in collected.folded if s.startswith("churner")]
+    churn = [(s, c) for s, c in collected.folded.items() if s.startswith("churner")]
     assert churn
-    for stack in churn:
+    named = 0
+    for stack, count in churn:
         names = [f for f in stack.split(";") if "Churn" in f and "ChurnLoader" not in f]
         # a named Churn frame's method and class agree with its caller's class: never A's spin under B's
         classes = {f.split("::")[0] for f in names}
         assert len(classes) <= 1, stack
+        named += count if any("::spin" in f for f in names) else 0
+    # and the address both classes used names each class's samples in its own generation: one name per
+    # address for the whole window would leave every spin frame after the first reuse unnamed
+    ambiguous = stats.interpreted_unnamed.get(hotspot.REUSED, 0) + stats.interpreted_unnamed.get(hotspot.LATE, 0)
+    assert named > 0 and ambiguous <= 0.05 * stats.interpreted_frames, (named, stats.interpreted_unnamed, stats)

@@ -18,6 +18,7 @@ from profiler.capture.stackstore import (
     CUT_NO_CFI,
     GAP_TAG,
     INTERPRETED_TAG,
+    NO_UNLOADS,
     RECORD_HEADER,
     WALK_ENDS,
     WALK_HEADER,
@@ -53,16 +54,21 @@ def test_record_layout_matches_the_bpf_struct() -> None:
     assert parse_record(record(-14, STACK_NONE), user_depth=4)[4:] == (-14, STACK_NONE)
 
 
-def walk_record(frames: list[int], walked: int, kernel: bytes | int = STACK_NONE, end: int = 0) -> bytes:
+def walk_record(
+    frames: list[int], walked: int, kernel: bytes | int = STACK_NONE, end: int = 0, unloads: int = (1 << 64) - 1
+) -> bytes:
     kernel_len = len(kernel) if isinstance(kernel, bytes) else kernel
-    head = WALK_HEADER.pack(10, 11, 5, 8 * len(frames), kernel_len, b"w".ljust(16, b"\0"), walked, end)
+    head = WALK_HEADER.pack(10, 11, 5, 8 * len(frames), kernel_len, b"w".ljust(16, b"\0"), walked, end, unloads)
     return head + raw(*frames) + (kernel if isinstance(kernel, bytes) else b"")
 
 
 def test_walker_record_is_as_long_as_used_and_keeps_leaf_and_root_of_a_deep_stack() -> None:
-    # 48-byte header (the 40 of the ring-buffer record, then frames walked and why the walk ended)
-    assert WALK_HEADER.size == 48
-    assert parse_walk_record(walk_record([1, 2], 2, raw(9)), 2, 4) == (10, 11, 5, b"w", raw(1, 2), raw(9), 0)
+    # 56-byte header (the 40 of the ring-buffer record, then frames walked, why the walk ended and the JVM's
+    # unloaded-class count: all ones when the walker had none)
+    assert WALK_HEADER.size == 56
+    parsed = parse_walk_record(walk_record([1, 2], 2, raw(9)), 2, 4)
+    assert parsed == (10, 11, 5, b"w", raw(1, 2), raw(9), 0, NO_UNLOADS)
+    assert parse_walk_record(walk_record([1], 1, unloads=7), 2, 4)[7] == 7
     # GIVEN 13 frames walked (leaf 1 .. root 13) into 2 leaf slots and a ring of 4: the ring holds the
     # last four frames written at slot (i - 2) % 4, so frame 10 (i = 9) sits at ring slot 3
     ring = [None] * 4
@@ -222,8 +228,11 @@ class FakeNamer:
     def __init__(self, names: dict[int, str], failures: dict[int, str]) -> None:
         self.names, self.failures = names, failures
 
-    def name(self, method: int) -> str | None:
+    def name(self, method: int, _generation: int | None = None) -> str | None:
         return self.names.get(method)
+
+    def cause(self, method: int, _generation: int | None, default: str) -> str:
+        return self.failures.get(method, default)
 
 
 def test_walker_stacks_name_interpreted_frames_mark_gaps_and_count_causes() -> None:
