@@ -5,7 +5,6 @@ stacks and time series.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +20,15 @@ from profiler.capture.format import (
     CaptureFormatError,
     CounterDelta,
     contained,
+    expect_json,
     is_capture_dir,
     iter_timeline,
+    json_kind,
     pid_stacks_file,
     pid_timeline_file,
     read_capture,
     read_counters_timeline,
+    read_json_file,
     read_spark_plans,
     result_file_name,
 )
@@ -257,18 +259,21 @@ def load_timeline(capture: Capture, problems: list[str] | None = None) -> Timeli
 def read_analysis_record(summary: Path | None) -> tuple[str | None, str | None, Mapping[str, Any] | None]:
     """The profile summary.csv was computed with (analysis.json beside it), so that colours and tables
     agree after `coordinator analyze --profile EDITED`, and its sub-window (``--from/--to``);
-    (None, None, None) when there is no analysis."""
+    (None, None, None) when there is no analysis. A damaged analysis.json is a CaptureFormatError naming
+    it: a report must not silently use another profile or the whole window instead of the analysed one."""
     if summary is None:
         return None, None, None
     record = summary.parent / "analysis.json"
-    try:
-        payload = json.loads(record.read_text(encoding=TEXT_ENCODING))
-    except (OSError, ValueError):
+    if not record.exists():
         return None, None, None
-    if not isinstance(payload, dict):
-        return None, None, None
-    window = payload.get("window") if isinstance(payload.get("window"), dict) else None
+    advice = f"re-run `coordinator analyze` into {summary.parent}"
+    payload = expect_json(read_json_file(record, advice, advice), dict, record, "the file", advice)
+    window = payload.get("window")
+    if window is not None:
+        expect_json(window, dict, record, "window", advice)
     text = payload.get("profile_text")
-    if not isinstance(text, str):
+    if text is not None and not isinstance(text, str):
+        raise CaptureFormatError(f"{record}: profile_text is {json_kind(text)}, expected a string; {advice}")
+    if text is None:
         return None, None, window
     return text, str(payload.get("profile_source") or record), window

@@ -33,6 +33,34 @@ MAX_PATTERNS = 10000
 _UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 
 
+def nested_repeat(expression: str) -> bool:
+    """True when a repeat (``*``, ``+``, ``{2,}`` …) holds another repeat, as in ``(a+)+`` or ``(.*x)*``:
+    such an expression can backtrack exponentially on a frame it almost matches (ReDoS), and the matcher
+    runs every user expression on every distinct frame of a capture. Possessive repeats and atomic groups
+    (``a++``, ``(?>…)``) never backtrack and do not count. ``expression`` must compile."""
+    from re import _constants as sre  # type: ignore[attr-defined]  # stdlib since 3.11
+    from re import _parser as parser  # type: ignore[attr-defined]
+
+    def depth(items: object, level: int) -> int:
+        worst = level
+        for op, av in items:  # type: ignore[attr-defined]
+            if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+                worst = max(worst, depth(av[2], level + (1 if av[1] > 1 else 0)))
+            elif op in (sre.POSSESSIVE_REPEAT, sre.ATOMIC_GROUP):
+                continue
+            elif op is sre.SUBPATTERN:
+                worst = max(worst, depth(av[3], level))
+            elif op is sre.BRANCH:
+                worst = max([worst, *(depth(branch, level) for branch in av[1])])
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                worst = max(worst, depth(av[1], level))
+            elif op is sre.GROUPREF_EXISTS:
+                worst = max([worst, *(depth(branch, level) for branch in av[1:] if branch is not None)])
+        return worst
+
+    return depth(parser.parse(expression), 0) >= 2
+
+
 @dataclass(frozen=True)
 class Pattern:
     """One pattern of a task: a literal substring, or a regular expression when ``regex``."""
@@ -114,6 +142,12 @@ def _parse_pattern(raw: str, source: str, number: int, task: str) -> Pattern:
             raise config_error(
                 source, number, f"invalid regular expression {expression!r} ({exc})", "fix the expression after 're:'"
             ) from None
+        if nested_repeat(expression):
+            raise config_error(
+                source, number, f"regular expression {expression!r} repeats a repeat (as in (a+)+), which can take "
+                "exponential time on a frame it almost matches",
+                "repeat once (a+), or make the inner repeat possessive (a++) or atomic ((?>...))",
+            )
         if compiled.search("") is not None:
             raise config_error(
                 source, number, f"regular expression {expression!r} matches the empty string, so every frame",

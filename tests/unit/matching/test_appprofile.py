@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import ConfigError
-from profiler.matching.appprofile import ApplicationProfile, Pattern, Task, load_profile, parse_profile
+from profiler.matching.appprofile import ApplicationProfile, Pattern, Task, load_profile, nested_repeat, parse_profile
 
 
 def test_task_with_several_patterns_and_bare_lines() -> None:
@@ -69,6 +69,8 @@ def test_line_syntax(line: str, name: str, patterns: list[tuple[str, bool]]) -> 
         ("A: re:\n", "prof.txt:1: empty regular expression"),
         ("A: re:.*\n", "prof.txt:1: regular expression '.*' matches the empty string"),
         ("A: a;b\n", "prof.txt:1: pattern 'a;b' contains ';'"),
+        ("A: x\nB: re:(a+)+b\n", "prof.txt:2: regular expression '(a+)+b' repeats a repeat"),
+        ("A: re:x(?:[a-z]*q)*y\n", "prof.txt:1: regular expression 'x(?:[a-z]*q)*y' repeats a repeat"),
     ],
 )
 def test_errors_are_one_line_with_file_and_line(text: str, message: str) -> None:
@@ -106,3 +108,12 @@ def test_format_round_trips() -> None:
         (t.name, [(p.text, p.regex) for p in t.patterns]) for t in profile.tasks
     ]
     assert isinstance(again, ApplicationProfile)
+
+
+def test_a_repeat_in_a_repeat_is_refused_unless_it_cannot_backtrack() -> None:
+    # GIVEN the classic catastrophic shapes and their safe spellings
+    assert nested_repeat("(a+)+") and nested_repeat("(.*x)*") and nested_repeat("(x(y+)z)*")
+    assert not nested_repeat("a+b+") and not nested_repeat("(ab)*") and not nested_repeat("(a++)+")
+    assert not nested_repeat("(?>a+)+") and not nested_repeat("(a?)+")
+    # THEN a safe one parses, and the refused one would indeed take exponential time (not run here)
+    assert parse_profile("A: re:(?>[a-z]+\\.)+Kafka\n").tasks[0].patterns[0].regex

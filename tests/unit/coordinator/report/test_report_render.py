@@ -261,3 +261,22 @@ def test_report_uses_the_profile_the_summary_was_computed_with(crafted_run: Path
     assert run.profile_text == edited and run.profile_source == "edited.txt"
     (crafted_run / "analysis.json").unlink()
     assert load_run(crafted_run).profile_text != edited
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ('{"profile_text": "A: x"', "not valid JSON"),
+        ("[1, 2]", "the file is a list"),
+        ('{"profile_text": 7}', "profile_text is a number"),
+        ('{"window": "all"}', "window is a string"),
+    ],
+)
+def test_a_damaged_analysis_record_is_an_error_naming_it(crafted_run: Path, content: str, says: str) -> None:
+    # GIVEN analysis.json beside summary.csv, damaged
+    (crafted_run / "analysis.json").write_text(content)
+    # WHEN the run is loaded for the report, THEN one error names the file and the fix (no silent fallback)
+    with pytest.raises(CaptureFormatError) as raised:
+        load_run(crafted_run)
+    message = str(raised.value)
+    assert "analysis.json" in message and says in message and "coordinator analyze" in message, message
