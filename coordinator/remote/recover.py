@@ -20,7 +20,7 @@ from coordinator.remote.hosts import HostTransport, RunRequest
 from coordinator.remote.progress import ProgressBoard, make_renderer
 from coordinator.remote.session import LOG_FILE, HostWorker, RunControl, RunLog, TransportFactory
 from coordinator.rundir import HostOutcome, RunInfo
-from profiler.errors import CaptureFormatError
+from profiler.errors import CaptureFormatError, OutputExistsError
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,19 @@ class RecoveryWorker(HostWorker):
         self._collect(status)
 
 
+def _check_destinations(run_dir: Path, labels: list[str]) -> None:
+    """Before any host is reached: each capture lands in RUN/hosts/<host>/, which must be a directory of the
+    run's own (or not yet there), never a link or a file that would send the extracted files elsewhere."""
+    hosts_dir = run_dir / rundir.HOSTS_DIR
+    for path in (hosts_dir, *(rundir.host_capture_dir(run_dir, label) for label in labels)):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            kind = "a symbolic link" if path.is_symlink() else "not a directory"
+            raise OutputExistsError(
+                f"{path}: is {kind}; `coordinator fetch` writes the host's capture there: move it away and run "
+                "fetch again"
+            )
+
+
 def fetch_run(
     run_dir: Path,
     factory: TransportFactory,
@@ -84,6 +97,7 @@ def fetch_run(
                 f"{run_dir / rundir.RUN_FILE}: host {host.host}: workdir {host.workdir!r} is not a work directory "
                 "the coordinator creates; fix or remove that field"
             ) from None
+    _check_destinations(run_dir, [h.host for h in pending])
     specs = _specs_by_label(run_dir, [h.host for h in pending])
     request = RunRequest(
         duration=info.duration,

@@ -70,3 +70,26 @@ def test_local_host_takes_over_a_work_directory_left_by_a_dead_coordinator(tmp_p
     finally:
         orphan.kill()
         orphan.wait()
+
+
+@pytest.mark.parametrize("planted", ["link-host", "link-hosts", "file"])
+def test_a_destination_that_is_a_link_or_a_file_is_refused_before_any_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: str
+) -> None:
+    # GIVEN a run whose host left a work directory, and its capture's destination replaced by a link or file
+    run_dir = _run_dir(tmp_path, "/tmp/taskprof.abcdef", state="failed")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    hosts = run_dir / rundir.HOSTS_DIR
+    if planted == "link-hosts":
+        hosts.rmdir()
+        hosts.symlink_to(elsewhere)
+    elif planted == "link-host":
+        (hosts / "node1").symlink_to(elsewhere)
+    else:
+        (hosts / "node1").write_text("mine")
+    # WHEN fetched, THEN one error names the path before any host is reached, and nothing is written there
+    assert coordinator_main(["fetch", str(run_dir), "--quiet"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "coordinator fetch" in err[0] and ("symbolic link" in err[0] or "not a directory" in err[0])
+    assert list(elsewhere.iterdir()) == []
