@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 SYS_OPENAT2 = 437  # the same number on every architecture (added after the syscall tables were unified)
 RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_IN_ROOT = 0x10
 PR_SET_NO_NEW_PRIVS = 38
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
@@ -118,6 +119,26 @@ def open_beneath(root_fd: int, root_path: str, path: str, flags: int, mode: int 
                 raise
             _openat2_missing = True
     return os.open(f"{root_path}/{relative}", flags, mode)
+
+
+def open_without_links(path: str, flags: int) -> int:
+    """An absolute ``path`` opened with no symbolic link anywhere on it (RESOLVE_NO_SYMLINKS): for paths
+    the kernel once gave us already resolved (a saved /proc/PID/maps), where a link found now was
+    planted since. Without openat2 (kernels before 5.6) only the last component is protected."""
+    global _openat2_missing
+    if not path.startswith("/"):
+        raise OSError(errno.EINVAL, "not an absolute path", path)
+    if not _openat2_missing:
+        try:
+            return openat2(_AT_FDCWD, path, flags | os.O_NOFOLLOW, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:
+                raise
+            _openat2_missing = True
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+_AT_FDCWD = -100
 
 
 def _root_fd(pid: int) -> int:

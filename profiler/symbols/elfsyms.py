@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
-from ..files.safeio import BoundedReader
+from ..files.safeio import BoundedReader, open_without_links
 from .perfmap import PerfMapLike
 from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 
@@ -121,8 +121,9 @@ def read_elf_file(handle: BinaryIO) -> ElfSymbols:
 def symbols_of_file(path: str) -> ElfSymbols | None:
     """The file's symbols, parsed once per recovery; None when it is gone or not an ELF."""
     try:
-        # no link, FIFO or device of a tenant's is followed or waited on (the path is a saved mapping's)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        # no link (anywhere on the path: the saved mapping's path was resolved), FIFO or device of a
+        # tenant's is followed or waited on
+        fd = open_without_links(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None

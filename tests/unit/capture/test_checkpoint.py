@@ -151,6 +151,18 @@ def test_elf_reader_on_bytes_and_junk() -> None:
         read_elf_symbols(lambda offset, size: b"junk"[offset : offset + size])
 
 
+def test_a_saved_library_path_through_a_link_planted_since_is_not_read(tmp_path: Path) -> None:
+    # GIVEN a saved mapping's path whose directory is now a link (to a root-only file's directory, say)
+    libc = Path(next(m.path for m in parse_maps(Path("/proc/self/maps").read_text()) if "libc.so" in m.path))
+    (tmp_path / "lib").symlink_to(libc.parent)
+    symbols_of_file.cache_clear()
+    # THEN recovery reads nothing through it (the kernel gave us the path resolved: a link is new), nor a
+    # relative path, while the real path still reads
+    assert symbols_of_file(str(tmp_path / "lib" / libc.name)) is None
+    assert symbols_of_file(libc.name) is None
+    assert symbols_of_file(str(libc)) is not None
+
+
 def test_demangle_reads_as_bcc_does() -> None:
     assert demangle("_ZN10JavaThread3runEv") == "JavaThread::run()"
     assert demangle("start_thread") == "start_thread"
