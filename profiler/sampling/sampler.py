@@ -19,7 +19,8 @@ that could not be obtained is counted in ``lost_user_stack``/``lost_kernel_stack
 stack and is not lost. A stack with exactly
 ``max_stack_depth`` frames counts as ``truncated``. Depths above kernel.perf_event_max_stack raise that
 sysctl for the sampler's lifetime (restored by close()); ``max_stack_depth`` tells what was used.
-Perf maps (``perf_map_mode``): "auto" = Compiler.perfmap on JDK 17+, the JVMTI agent on older JDKs.
+Perf maps (``perf_map_mode``): "auto" = none for a JVM whose JIT frames the HotSpot unwinder names from its
+code cache (nothing attached to it), else Compiler.perfmap on JDK 17+, the JVMTI agent on older JDKs.
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ class SymbolPreparer:
                 f"pid {pid}: JVM without -XX:+PreserveFramePointer and its code cache not readable from vmStructs, "
                 f"its Java stacks are broken (see java_unwalkable); restart it with {PFP_FIX}"
             )
-        if info is not None and self.perf_map_mode != "none":
+        if info is not None and self._wants_perf_map(pid):
             # A JVM found at exec is not attachable for a moment: retry with backoff for ~20 s.
             delay = 0.25
             deadline = time.monotonic() + 20
@@ -200,6 +200,14 @@ class SymbolPreparer:
             self._on_jvm(pid)  # again once attachable: a JVM found at exec had no libjvm.so mapped yet
         if self._alive(pid) and not self._stopping.is_set():
             prepared.symbols = ProcessSymbols(pid, eager=True)
+
+    def _wants_perf_map(self, pid: int) -> bool:
+        """Whether to attach to the JVM for a perf map: when asked (jcmd, agent), and in auto mode only when
+        the walker cannot name its JIT frames from the JVM's own code cache (vmStructs unreadable, or
+        --no-hotspot-unwind): by default nothing is attached to or loaded into a running JVM."""
+        if self.perf_map_mode == "auto":
+            return not self._jit_walkable(pid)
+        return self.perf_map_mode != "none"
 
     def _use_agent(self, info: jvm.JvmInfo, prepared: _Prepared) -> bool:
         """The agent for JDK 8/11 (no Compiler.perfmap), or when asked; an unknown version tries jcmd first."""
@@ -230,7 +238,7 @@ class SymbolPreparer:
         alive = self._alive(pid)
         if alive:
             info = prepared.jvm_info if prepared and prepared.jvm_info else jvm.jvm_info(pid)
-            if info is not None and self.perf_map_mode != "none":
+            if info is not None and self._wants_perf_map(pid):
                 # Again right before symbolization, so code compiled during the window resolves.
                 result = self._refresh_perf_map(pid, info, prepared or _Prepared(jvm_info=info))
                 if not result.ok:

@@ -91,5 +91,6 @@ def test_a_destination_that_is_a_link_or_a_file_is_refused_before_any_connection
     # WHEN fetched, THEN one error names the path before any host is reached, and nothing is written there
     assert coordinator_main(["fetch", str(run_dir), "--quiet"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "coordinator fetch" in err[0] and ("symbolic link" in err[0] or "not a directory" in err[0])
+    assert len(err) == 1 and "coordinator fetch" in err[0], err
+    assert "symbolic link" in err[0] or "not a directory" in err[0], err
     assert list(elsewhere.iterdir()) == []
