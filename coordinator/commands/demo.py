@@ -207,6 +207,13 @@ class DemoCommand:
         )
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument(
+            "--frame-pointers",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="start the engine's JVMs with -XX:+PreserveFramePointer (default); --no-frame-pointers starts them "
+            "as production clusters run, the HotSpot unwinder walking their JIT code",
+        )
+        parser.add_argument(
             "--ready-timeout", type=duration, default=600.0, help="seconds to wait for the first events (600)"
         )
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
@@ -222,7 +229,8 @@ class DemoCommand:
         created = not out.exists()
         _prepare_out(out, args.force)
         options = YsbOptions(
-            rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1
+            rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
+            frame_pointers=args.frame_pointers,
         )
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
         try:
@@ -359,7 +367,8 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
     from coordinator.workloads.ysb.spark import YsbOptions
 
     options = YsbOptions(
-        rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1
+        rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
+        frame_pointers=args.frame_pointers,
     )
     done: list[Path] = []
     exit_code = 0

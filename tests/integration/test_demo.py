@@ -195,3 +195,52 @@ def test_demo_campaign_over_two_rates(tmp_path: Path) -> None:
     assert (out / "campaign" / "report" / "index.html").is_file()
     assert re.search(r"^wrote .*campaign/report/index.html", result.stdout, re.MULTILINE), result.stdout
     assert _processes_mentioning(masters[0][0]) == []
+
+
+def _executor_stats(out: Path) -> tuple[int, int, int, int]:
+    """(samples, unwalkable, Java frames, Java frames unnamed) over the run's workload processes."""
+    from profiler.capture.format import read_capture
+
+    totals = [0, 0, 0, 0]
+    for capture_dir in (out / "hosts").iterdir():
+        capture = read_capture(capture_dir)
+        for process in capture.processes:
+            stats = capture.sampler.get(process.pid)
+            if process.role != "workload" or stats is None:
+                continue
+            unnamed = sum(stats.compiled_unnamed.values()) + sum(stats.interpreted_unnamed.values())
+            for index, value in enumerate((stats.samples, stats.java_unwalkable, stats.java_frames, unnamed)):
+                totals[index] += value
+    return totals[0], totals[1], totals[2], totals[3]
+
+
+def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_them(tmp_path: Path) -> None:
+    # GIVEN the YSB Structured Streaming query on a standalone cluster, run twice: its JVMs started as
+    # production clusters run (no -XX:+PreserveFramePointer), then with the flag
+    shares = {}
+    for flag in ("--no-frame-pointers", "--frame-pointers"):
+        out = tmp_path / flag.strip("-")
+        result = subprocess.run(
+            [sys.executable, "-m", "coordinator", "demo", "--duration", "45", "--rate", "10000", "--out", str(out),
+             "--quiet", flag],
+            cwd=REPO, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert result.returncode == 0, f"demo {flag} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        shares[flag] = _whole_run_shares(out / "summary.csv")
+        if flag == "--no-frame-pointers":
+            # THEN without the flag, nearly every executor sample is walked and its Java frames named
+            samples, unwalkable, java_frames, unnamed = _executor_stats(out)
+            assert samples > 500 and unwalkable <= 0.02 * samples, (samples, unwalkable)
+            assert java_frames > 0 and unnamed <= 0.01 * java_frames, (java_frames, unnamed)
+    # AND every task's share of the query's own work is within 3 percentage points of the run with frame
+    # pointers (the JIT compiler's and GC's native threads are walked alike either way, and their share
+    # depends on how far the JIT got in each run's warm-up, not on the walk)
+    without, with_flag = (_java_shares(shares[flag]) for flag in ("--no-frame-pointers", "--frame-pointers"))
+    for task in sorted(set(without) | set(with_flag)):
+        assert abs(without.get(task, 0.0) - with_flag.get(task, 0.0)) <= 0.03, (task, without, with_flag)
+
+
+def _java_shares(shares: dict[str, float]) -> dict[str, float]:
+    kept = {task: share for task, share in shares.items() if task not in ("*", "JIT compiler", "GC")}
+    total = sum(kept.values()) or 1.0
+    return {task: share / total for task, share in kept.items()}

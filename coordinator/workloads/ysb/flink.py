@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
 from coordinator.workloads.processes import Lifecycle
+from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS as FLINK_JAVA_OPTIONS
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import RESP_SOURCE, cache_dir, compile_jar
 from coordinator.workloads.ysb.query import QueryEngine
@@ -211,6 +212,7 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
             slots=1,
             log_dir=log_dir,
             taskmanager_java_options=taskmanager_java_options(),
+            java_options=FLINK_JAVA_OPTIONS if options.frame_pointers else "",
         )
         self.ysb: YsbFlinkRun | None = None
         self.log_dir = log_dir  # the cluster's logs, conf, pid files and the job's ad file

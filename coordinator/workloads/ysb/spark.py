@@ -55,6 +55,7 @@ class YsbOptions:
     executor_cores: int = 1
     executors: int = 1
     executor_memory: str = "1g"
+    frame_pointers: bool = True  # the engine's JVMs run with -XX:+PreserveFramePointer (else as in production)
 
 
 def parse_progress(stdout: str) -> list[BatchProgress]:
@@ -179,7 +180,7 @@ def _spark_conf(options: YsbOptions) -> dict[str, str]:
         "spark.ui.retainedTasks": "2000",
         "spark.sql.ui.retainedExecutions": "200",
         "spark.ui.retainedDeadExecutors": "10",
-    }
+    } | ({} if options.frame_pointers else {"spark.executor.extraJavaOptions": "", "spark.driver.extraJavaOptions": ""})
 
 
 def store_ad_campaigns(redis: RedisServer, mapping: list[AdCampaign]) -> None:
