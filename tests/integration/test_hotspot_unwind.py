@@ -106,11 +106,16 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
     assert by_method[None] <= 0.02 * worker, (by_method, collected.folded.most_common(8))
 
 
-@pytest.fixture
-def churn_jvm_no_fp(churn_classes: tuple[Path, Path]) -> Iterator[subprocess.Popen[str]]:
+@pytest.fixture(params=["17", "25"])
+def churn_jvm_no_fp(
+    churn_classes: tuple[Path, Path], request: pytest.FixtureRequest
+) -> Iterator[subprocess.Popen[str]]:
     """CodeChurn without frame pointers: fresh classes every 3 s, the old ones unloaded and their
-    compiled code freed (the next generation's lands at reused addresses)."""
-    process = start_churn(churn_classes, 3000, frame_pointers=False)
+    compiled code freed (the next generation's lands at reused addresses); on JDK 17 and 25."""
+    home = JAVA_HOMES[request.param]
+    if home is None:
+        pytest.skip("no Temurin 25 in /usr/lib/jvm")
+    process = start_churn(churn_classes, 3000, frame_pointers=False, java=home)
     try:
         yield process
     finally:

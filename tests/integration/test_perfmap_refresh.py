@@ -38,11 +38,13 @@ def churn_classes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return classpath, templates
 
 
-def start_churn(classes: tuple[Path, Path], generation_ms: int, frame_pointers: bool) -> subprocess.Popen[str]:
-    """CodeChurn (ChurnAlpha 60 %, ChurnBeta 40 %), answered READY."""
+def start_churn(
+    classes: tuple[Path, Path], generation_ms: int, frame_pointers: bool, java: Path | None = None
+) -> subprocess.Popen[str]:
+    """CodeChurn (ChurnAlpha 60 %, ChurnBeta 40 %), answered READY; on ``java`` (a JDK home, default 17)."""
     classpath, templates = classes
     argv = [
-        str(java_home() / "bin" / "java"),
+        str((java or java_home()) / "bin" / "java"),
         *(["-XX:+PreserveFramePointer"] if frame_pointers else []),
         "-XX:+UseSerialGC",
         "-Xmx128m",
