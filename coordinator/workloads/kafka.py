@@ -38,6 +38,7 @@ __all__ = [
     "BROKER_MAIN_CLASS",
     "KAFKA_VERSION",
     "KafkaError",
+    "KafkaTools",
     "LocalKafkaBroker",
     "YsbProducer",
     "kafka_lib",
@@ -59,7 +60,7 @@ _SPARK_CONNECTOR_JARS = (
 )
 _START_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 15.0
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 class KafkaError(ProfilerError):
@@ -70,7 +71,7 @@ class KafkaError(ProfilerError):
 
 def topic_name(text: str) -> str:
     """A Kafka topic name (letters, digits, '.', '_', '-'; at most 200 characters)."""
-    if not _TOPIC.match(text) or text in (".", ".."):
+    if not _TOPIC.fullmatch(text) or text in (".", ".."):
         raise ConfigError(f"{text!r}: not a Kafka topic name; use letters, digits, '.', '_' and '-' (at most 200)")
     return text
 
@@ -166,6 +167,53 @@ logger.request.level = WARN
 """
 
 
+def java_argv(lib: Path, heap: str, main_class: str, *args: str, classpath: str = "", options: str = "") -> list[str]:
+    """``java`` running ``main_class`` of ``lib``'s jars (or ``classpath``) with a heap of ``heap``."""
+    return [str(java_home() / "bin" / "java"), f"-Xmx{heap}", *options.split(),
+            "-cp", classpath or str(lib / "*"), main_class, *args]
+
+
+def java_env() -> dict[str, str]:
+    """Our environment without the variables Kafka's scripts or the JVM would read from it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "JAVA_TOOL_OPTIONS"))}
+    env["JAVA_HOME"] = str(java_home())
+    return env
+
+
+@dataclass(frozen=True)
+class KafkaTools:
+    """YsbKafka.java's commands against the broker(s) at ``bootstrap`` (ours or any reachable one)."""
+
+    bootstrap: str
+    lib: Path
+
+    def classpath(self) -> str:
+        return f"{tool_jar(self.lib)}{os.pathsep}{self.lib / '*'}"
+
+    def argv(self, command: str, *args: str, heap: str = "256m") -> list[str]:
+        return java_argv(self.lib, heap, TOOL_CLASS, command, self.bootstrap, *args, classpath=self.classpath())
+
+    def run(self, command: str, *args: str, timeout: float = 120.0) -> str:
+        """One admin command; its stdout."""
+        result = subprocess.run(
+            self.argv(command, *args), capture_output=True, text=True, env=java_env(), timeout=timeout
+        )
+        if result.returncode != 0:
+            tail = [line for line in result.stderr.splitlines() if line.strip()][-1:] or ["no output"]
+            raise KafkaError(f"{self.bootstrap}: Kafka {command} {' '.join(args)} failed: {tail[0][:300]}")
+        return result.stdout
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        self.run("create-topic", topic_name(topic), str(partitions))
+
+    def end_offsets(self, topic: str) -> int:
+        """The sum of the topic's end offsets over its partitions: every record it ever took."""
+        match = re.search(r"^END_OFFSETS (\d+)$", self.run("end-offsets", topic_name(topic)), re.MULTILINE)
+        if match is None:
+            raise KafkaError(f"{self.bootstrap}: no END_OFFSETS line for topic {topic}")
+        return int(match.group(1))
+
+
 def _cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what kafka-storage random-uuid prints)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -238,10 +286,12 @@ class LocalKafkaBroker(Lifecycle):
             "log.retention.check.interval.ms": "30000",
         }
 
-    def _java(self, main_class: str, *args: str, classpath: str = "") -> list[str]:
-        return [str(java_home() / "bin" / "java"), f"-Xmx{self.heap}", *self.java_options.split(),
-                f"-Dlog4j2.configurationFile={self.tmp_dir / 'log4j2.properties'}",
-                "-cp", classpath or str(self.lib / "*"), main_class, *args]
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        log4j = f"-Dlog4j2.configurationFile={self.tmp_dir / 'log4j2.properties'}"
+        return java_argv(self.lib, self.heap, main_class, *args, options=f"{self.java_options} {log4j}")
+
+    def tools(self) -> KafkaTools:
+        return KafkaTools(self.bootstrap, self.lib)
 
     def start(self) -> LocalKafkaBroker:
         if self.process is not None:
@@ -258,25 +308,20 @@ class LocalKafkaBroker(Lifecycle):
         try:
             self._format(config)
             self.process = spawn_logged(
-                self._java(BROKER_MAIN_CLASS, str(config)), self.log_path, self._env(), self.tmp_dir
+                self._java(BROKER_MAIN_CLASS, str(config)), self.log_path, java_env(), self.tmp_dir
             )
-            poll_until(self._started, self.start_timeout, self._start_timed_out, self._check_alive)
+            poll_until(self._started, self.start_timeout, self._start_timed_out, self.check_running)
         except BaseException:
             self._keep_logs = True
             self.stop()
             raise
         return self
 
-    def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "JAVA_TOOL_OPTIONS"))}
-        env["JAVA_HOME"] = str(java_home())
-        return env
-
     def _format(self, config: Path) -> None:
         """The KRaft metadata log of a one-node quorum (kafka-storage.sh format --standalone)."""
         argv = self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config), "--standalone")
         with open(self.tmp_dir / "kafka-format.out", "wb") as log:
-            result = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=self._env(), timeout=120)
+            result = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=java_env(), timeout=120)
         if result.returncode != 0:
             raise KafkaError(
                 f"{self.tmp_dir / 'kafka-format.out'}: formatting the broker's storage failed "
@@ -294,33 +339,12 @@ class LocalKafkaBroker(Lifecycle):
     def _start_timed_out(self) -> KafkaError:
         return KafkaError(f"{self.log_path}: Kafka broker not started after {self.start_timeout:.0f} s; read the log")
 
-    def _check_alive(self) -> None:
+    def check_running(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             raise KafkaError(
                 f"{self.log_path}: the Kafka broker exited with code {self.process.returncode}: "
                 f"{log_tail(self.log_path)}"
             )
-
-    def run_tool(self, *args: str, timeout: float = 120.0) -> str:
-        """One admin command of YsbKafka.java against this broker; its stdout."""
-        jar = tool_jar(self.lib)
-        classpath = f"{jar}{os.pathsep}{self.lib / '*'}"
-        argv = self._java(TOOL_CLASS, args[0], self.bootstrap, *args[1:], classpath=classpath)
-        result = subprocess.run(argv, capture_output=True, text=True, env=self._env(), timeout=timeout)
-        if result.returncode != 0:
-            tail = [line for line in result.stderr.splitlines() if line.strip()][-1:] or ["no output"]
-            raise KafkaError(f"{self.bootstrap}: Kafka {args[0]} {' '.join(args[1:])} failed: {tail[0][:300]}")
-        return result.stdout
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        self.run_tool("create-topic", topic_name(topic), str(partitions))
-
-    def end_offsets(self, topic: str) -> int:
-        """The sum of the topic's end offsets over its partitions: every record it ever took."""
-        match = re.search(r"^END_OFFSETS (\d+)$", self.run_tool("end-offsets", topic_name(topic)), re.MULTILINE)
-        if match is None:
-            raise KafkaError(f"{self.bootstrap}: no END_OFFSETS line for topic {topic}")
-        return int(match.group(1))
 
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None and self.process.poll() is None else None
@@ -372,12 +396,12 @@ class YsbProducer(Lifecycle):
     """Context manager: YSB's ad events written into ``topic`` at ``rate`` per second by a JVM of its own
     (YsbKafka.java; a separate process, so its CPU is never an executor's), until stop()."""
 
-    broker: LocalKafkaBroker
+    tools: KafkaTools
     topic: str
     rate: int
+    log_dir: Path
     campaigns: int = 100
     ads_per_campaign: int = 10
-    heap: str = "256m"
     process: subprocess.Popen[bytes] | None = field(init=False, default=None)
     log_path: Path = field(init=False, default=Path("kafka-producer.out"))  # set by start()
 
@@ -386,13 +410,12 @@ class YsbProducer(Lifecycle):
             return self
         if self.rate < 1 or self.campaigns < 1 or self.ads_per_campaign < 1:
             raise ConfigError(f"YsbProducer: rate {self.rate}, campaigns and ads per campaign must be at least 1")
-        broker = self.broker
-        classpath = f"{tool_jar(broker.lib)}{os.pathsep}{broker.lib / '*'}"
-        argv = broker._java(TOOL_CLASS, "produce", broker.bootstrap, topic_name(self.topic), str(self.rate),
-                            str(self.campaigns), str(self.ads_per_campaign), classpath=classpath)
-        argv[1] = f"-Xmx{self.heap}"
-        self.log_path = broker.tmp_dir / f"kafka-producer-{self.topic}.out"
-        self.process = spawn_logged(argv, self.log_path, broker._env(), broker.tmp_dir)
+        argv = self.tools.argv(
+            "produce", topic_name(self.topic), str(self.rate), str(self.campaigns), str(self.ads_per_campaign)
+        )
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.log_dir / f"kafka-producer-{self.topic}.out"
+        self.process = spawn_logged(argv, self.log_path, java_env(), self.log_dir)
         atexit.register(self.stop)
         try:
             poll_until(lambda: True if self.reports() else None, 60.0, self._timed_out, self.check_running)
