@@ -64,7 +64,7 @@ setup(
     install_requires=["psutil>=5.9"],
     extras_require={
         "coordinator": [
-            "paramiko>=3", "jinja2>=3", "pyspark>=4,<5", "pandas>=2", "pyarrow>=14", "rich>=13",
+            "paramiko>=3", "jinja2>=3", "pyspark==4.2.0", "pandas>=2", "pyarrow>=14", "rich>=13",
             # coordinator/export/profile_pb2.py was generated for protobuf 7.35.1 (scripts/gen-pprof-proto.sh)
             "protobuf>=7.35.1,<8",
         ],

@@ -18,7 +18,7 @@ fi
 # pprof` reads the pprof exports in tests/integration/test_exports_tools.py).
 PKGS=(bpfcc-tools python3-bpfcc python3-psutil linux-perf bpftool openjdk-17-jdk-headless
       build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server golang-go
-      sudo libfaketime)  # the fault tests: a non-root SSH user with sudo -n, a host clock 30 s ahead
+      sudo libfaketime maven)  # the fault tests: a non-root SSH user with sudo -n, a host clock 30 s ahead
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -68,6 +68,10 @@ echo "$(cd "$VENV/debian-bcc" && pwd)" > "$site/debian_bcc.pth"
 # Flink for `coordinator demo --spe flink`: PyPI's apache-flink distribution, kept out of the venv
 # (it pins pandas<2.3 and pyarrow<21) under ~/.cache/spe-taskprof; a second run finds it there.
 "$VENV/bin/python" -c 'from coordinator.workloads.flinkcluster import flink_home; flink_home(say=lambda m: print("setup:", m))'
+
+# Kafka for `coordinator demo --source kafka`: the broker's jars and Spark's Kafka connector of the
+# installed pyspark's version, from Maven Central with mvn, cached under ~/.cache/spe-taskprof.
+"$VENV/bin/python" -c 'from coordinator.workloads.kafka import kafka_lib, spark_kafka_jars; say = lambda m: print("setup:", m); kafka_lib(say=say); spark_kafka_jars(say=say)'
 
 # The JVMTI perf-map agent for JDKs without Compiler.perfmap.
 if [ -f profiler/symbols/agent/Makefile ]; then

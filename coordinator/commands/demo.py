@@ -12,7 +12,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from profiler.argtypes import bounded, duration, frequency, positive_int
-from profiler.errors import ProfilerError
+from profiler.errors import ConfigError, ProfilerError
 
 if TYPE_CHECKING:
     from coordinator.remote.session import ProfileOutcome
@@ -44,6 +44,7 @@ examples:
   $ coordinator demo --duration 30 --rate 10000 --out runs/demo --force
   $ coordinator demo --spe spark-cp --duration 60
   $ coordinator demo --spe flink --duration 60
+  $ coordinator demo --source kafka --duration 60     # YSB read from a local Kafka broker (spark-str)
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
@@ -76,6 +77,26 @@ def spe_list(text: str) -> list[str]:
         )
     return spes
 _executors = bounded(int, 1, 8, "local executors")
+
+
+def bootstrap_servers(text: str) -> str:
+    """``host:port[,host:port...]``: Kafka bootstrap servers."""
+    servers = [part.strip() for part in text.split(",")]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+            raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT of a Kafka broker, e.g. 127.0.0.1:9092")
+    return ",".join(servers)
+
+
+def kafka_topic(text: str) -> str:
+    from coordinator.workloads.kafka import topic_name
+    from profiler.errors import ConfigError
+
+    try:
+        return topic_name(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 # The workload's logs inside the run directory: all of them when the workload failed, otherwise
 # only the query's own output (its progress lines).
@@ -205,6 +226,19 @@ class DemoCommand:
         parser.add_argument(
             "--sink", choices=("auto", "redis", "file"), default="auto", help="auto: Redis when redis-server exists"
         )
+        parser.add_argument(
+            "--source", choices=("generator", "kafka"), default="generator",
+            help="generator: the events are made inside the engine (default); kafka: a local Kafka broker, and "
+            "a producer JVM writing --rate events/s into its topic, which the query reads (spark-str only so far)",
+        )
+        parser.add_argument(
+            "--kafka-bootstrap", type=bootstrap_servers, default=None, metavar="HOST:PORT",
+            help="with --source kafka: use this running broker instead of starting a local one",
+        )
+        parser.add_argument(
+            "--kafka-topic", type=kafka_topic, default="ysb",
+            help="with --source kafka: the topic the demo creates (it must not exist yet) and reads (ysb)",
+        )
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument(
             "--frame-pointers",
@@ -221,8 +255,12 @@ class DemoCommand:
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.rundir import new_run_id
         from coordinator.workloads.ysb.engines import ENGINES
-        from coordinator.workloads.ysb.spark import YsbOptions
+        from coordinator.workloads.ysb.spark import YsbOptions, check_source
 
+        for spe in args.spe:
+            check_source(args.source, spe)  # before anything starts
+        if args.kafka_bootstrap and args.source != "kafka":
+            raise ConfigError(f"--kafka-bootstrap {args.kafka_bootstrap}: only with --source kafka")
         if args.rates is not None or len(args.spe) > 1:
             return run_campaign(args)
         out = args.out or Path("runs") / f"demo-{new_run_id()}"
@@ -231,6 +269,7 @@ class DemoCommand:
         options = YsbOptions(
             rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
             frame_pointers=args.frame_pointers,
+            source=args.source, kafka_bootstrap=args.kafka_bootstrap or "", kafka_topic=args.kafka_topic,
         )
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
         try:
@@ -293,6 +332,8 @@ class DemoCommand:
             known_spes=known_spes,
         )
         labels = {"workload": "ysb", "spe": engine.spe, "rate": str(rate), "campaigns": str(args.campaigns)}
+        if args.source != "generator":
+            labels["source"] = args.source
         options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
         outcome = profile_cluster([local_host()], request, out, options)
         engine.check_running()  # a workload that died inside the window leaves a meaningless profile
@@ -369,6 +410,7 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
     options = YsbOptions(
         rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
         frame_pointers=args.frame_pointers,
+        source=args.source, kafka_bootstrap=args.kafka_bootstrap or "", kafka_topic=args.kafka_topic,
     )
     done: list[Path] = []
     exit_code = 0

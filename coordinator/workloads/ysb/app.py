@@ -3,6 +3,7 @@ micro-batch (from StreamingQueryProgress), then DONE.
 
 usage: spark-submit [--jars ysb-redis-sink.jar] app.py --rate N --duration S --checkpoint DIR
                     (--redis-port P | --file-sink DIR) [--campaigns 100] [--partitions 2]
+                    [--kafka-bootstrap HOST:PORT --kafka-topic T]
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def progress_line(progress: dict[str, Any]) -> str:
     return "PROGRESS " + json.dumps(compact, sort_keys=True)
 
 
+def is_ready(input_rows: int, rows_per_batch: float, kafka: object) -> bool:
+    """READY after the first micro-batch with input rows; reading Kafka, after the first one that is no
+    longer catching up: the events produced while the first batches compiled their code wait in the
+    topic, and the batches that drain them are start-up, not the steady state the demo profiles."""
+    if input_rows <= 0:
+        return False
+    return kafka is None or input_rows <= 3 * rows_per_batch
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ysb-app")
     parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second")
@@ -56,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval in s (0: back to back)")
     parser.add_argument("--continuous", action="store_true", help="Continuous Processing (epochs of --trigger s)")
     parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT", help="read the events from Kafka, not the generator")
+    parser.add_argument("--kafka-topic", default="ysb", help="the topic of --kafka-bootstrap (ysb)")
     sink = parser.add_mutually_exclusive_group(required=True)
     sink.add_argument("--redis-port", type=_positive_int)
     sink.add_argument("--file-sink", metavar="DIR")
@@ -66,13 +78,18 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName("ysb").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    kafka = (args.kafka_bootstrap, args.kafka_topic) if args.kafka_bootstrap else None
     spec = SinkSpec("redis", redis_port=args.redis_port) if args.redis_port else SinkSpec("file", path=args.file_sink)
     batch_seconds = args.trigger if args.trigger > 0 else 1.0
+    if args.continuous and args.kafka_bootstrap:
+        parser.error("--continuous reads the rate source only; Kafka is for micro-batches so far")
     if args.continuous:
         rows = build_ysb_continuous(spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions)
         query = start_continuous_query(rows, spec, args.checkpoint, batch_seconds)
     else:
-        rows = build_ysb(spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds)
+        rows = build_ysb(
+            spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds, kafka=kafka
+        )
         query = start_query(rows, spec, args.checkpoint, args.trigger)
 
     deadline = time.monotonic() + args.duration if args.duration > 0 else float("inf")
@@ -87,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             if progress is not None and progress.get("batchId", -1) > last_batch:
                 last_batch = progress["batchId"]
                 print(progress_line(progress), flush=True)
-                if not ready and progress.get("numInputRows", 0) > 0:
+                if not ready and is_ready(progress.get("numInputRows", 0), args.rate * batch_seconds, kafka):
                     ready = True
                     print("READY", flush=True)
             time.sleep(0.5)

@@ -27,6 +27,7 @@ from coordinator.workloads.ysb.spark import (
 )
 
 if TYPE_CHECKING:
+    from coordinator.workloads.kafka import KafkaTools, LocalKafkaBroker, YsbProducer
     from profiler.capture.format import EventCount
 
 
@@ -100,18 +101,61 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
             log_dir=log_dir,
         )
         self.ysb: YsbRun | None = None
+        self.broker: LocalKafkaBroker | None = None
+        self.kafka: KafkaTools | None = None
+        self.producer: YsbProducer | None = None
 
     def start(self) -> None:
         try:
             self.cluster.start()
-            self.ysb = YsbRun(self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous)
+            if self.options.source == "kafka":
+                self._start_kafka()
+            self.ysb = self._new_run()
             self.ysb.start()
         except BaseException:
             self.stop()
             raise
 
+    def _new_run(self) -> YsbRun:
+        bootstrap = self.kafka.bootstrap if self.kafka is not None else ""
+        return YsbRun(
+            self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous,
+            kafka_bootstrap=bootstrap,
+        )
+
+    def _start_kafka(self) -> None:
+        """The broker (a local one unless the options name one), the topic (one partition per generator
+        partition) and the producer at --rate."""
+        from coordinator.workloads.kafka import KafkaTools, LocalKafkaBroker, kafka_lib
+
+        if self.options.kafka_bootstrap:
+            self.kafka = KafkaTools(self.options.kafka_bootstrap, kafka_lib())
+        else:
+            self.broker = LocalKafkaBroker(log_dir=self.log_dir / "kafka").start()
+            self.kafka = self.broker.tools()
+        self.kafka.create_topic(self.options.kafka_topic, self.options.partitions)
+        self._start_producer()
+
+    def _start_producer(self) -> None:
+        from coordinator.workloads.kafka import YsbProducer
+
+        assert self.kafka is not None
+        options = self.options
+        self.producer = YsbProducer(
+            self.kafka, options.kafka_topic, options.rate, self.log_dir / "kafka", options.campaigns,
+            options.ads_per_campaign,
+        ).start()
+
     def describe(self) -> str:
-        return f"Spark master {self.cluster.master_url}"
+        kafka = f"; Kafka {self.kafka.bootstrap}, topic {self.options.kafka_topic}" if self.kafka is not None else ""
+        return f"Spark master {self.cluster.master_url}{kafka}"
+
+    def check_running(self) -> None:
+        if self.producer is not None:
+            self.producer.check_running()
+        if self.broker is not None:
+            self.broker.check_running()
+        super().check_running()
 
     def restart_query(self, rate: int) -> None:
         """Stop the query and start it again at ``rate`` events/s on the same running cluster (a
@@ -121,7 +165,11 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
             ysb.stop()
         self.options = replace(self.options, rate=rate)
         self.driver_port = free_port()
-        self.ysb = YsbRun(self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous)
+        if self.producer is not None:
+            producer, self.producer = self.producer, None
+            producer.stop()
+            self._start_producer()
+        self.ysb = self._new_run()
         self.ysb.start()
 
     def known_spes(self) -> str:
@@ -146,13 +194,30 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
         the profiler's own count stands)."""
         return None
 
+    def produced_between(self, start: float, end: float) -> int | None:
+        """Records the Kafka producer had acknowledged in [start, end] (None without Kafka)."""
+        from coordinator.workloads.kafka import produced_between
+
+        return produced_between(self.producer.reports(), start, end) if self.producer is not None else None
+
     def stop(self) -> None:
+        """The query, then the producer, the broker and the cluster; each step even when one before failed."""
         try:
             if self.ysb is not None:
                 ysb, self.ysb = self.ysb, None
                 ysb.stop()
         finally:
-            self.cluster.stop()
+            try:
+                if self.producer is not None:
+                    producer, self.producer = self.producer, None
+                    producer.stop()
+            finally:
+                try:
+                    if self.broker is not None:
+                        broker, self.broker = self.broker, None
+                        broker.stop()
+                finally:
+                    self.cluster.stop()
 
 
 class SparkStructuredYsb(_SparkYsb):
@@ -166,12 +231,14 @@ class SparkStructuredYsb(_SparkYsb):
         from coordinator.workloads.ysb.spark import median_processed_rate, sustained_throughput
 
         batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
+        produced = self.produced_between(start, end)
+        kafka = "" if produced is None else f"; {produced} records produced into Kafka in the window"
         return WindowResult(
             units=len(batches),
             unit_name="micro-batches",
             events=sum(b.input_rows for b in batches),
             throughput=f"throughput {sustained_throughput(batches):.0f} events/s of busy time, median batch "
-            f"{median_processed_rate(batches):.0f} events/s",
+            f"{median_processed_rate(batches):.0f} events/s{kafka}",
             sink_rows=self.sink_rows(),
         )
 

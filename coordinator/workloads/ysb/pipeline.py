@@ -139,6 +139,21 @@ def event_json(ads: int, ads_per_campaign: int) -> Column:
     return F.to_json(event)
 
 
+def read_kafka(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    """The ad events as YSB reads them: JSON records of a Kafka topic (Spark's Kafka micro-batch reader,
+    from the latest offsets on), one column ``value``. The cast of the record's bytes to a string is
+    part of the read; from_json (deserialize) stays a step of its own, as in the paper."""
+    rows = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "latest")
+        .option("failOnDataLoss", "false")  # the demo's broker drops old segments of a long run
+        .load()
+    )
+    return rows.select(F.col("value").cast("string").alias("value"))
+
+
 def deserialize(raw: DataFrame) -> DataFrame:
     """JSON text -> typed columns (from_json)."""
     return raw.select(F.from_json("value", EVENT_SCHEMA).alias("event")).select("event.*")
@@ -258,10 +273,15 @@ def start_query(rows: DataFrame, sink: SinkSpec, checkpoint: str, trigger_second
 
 
 def build_ysb(
-    spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int, batch_seconds: float = 1.0
+    spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int, batch_seconds: float = 1.0,
+    kafka: tuple[str, str] | None = None,
 ) -> DataFrame:
-    """The whole YSB transformation from the generator to the sink rows."""
-    raw = generate_events(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions, batch_seconds)
+    """The whole YSB transformation from the source to the sink rows: the generator, or with ``kafka``
+    (bootstrap servers, topic) the records of a Kafka topic."""
+    if kafka is not None:
+        raw = read_kafka(spark, *kafka)
+    else:
+        raw = generate_events(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions, batch_seconds)
     views = project(filter_views(deserialize(raw)))
     joined = join_campaigns(views, campaigns_frame(spark, campaigns, ads_per_campaign))
     return sink_rows(window_counts(enrich(joined)))

@@ -32,6 +32,8 @@ APP = YSB_DIR / "app.py"
 SINK_SOURCE = YSB_DIR / "RedisSink.java"
 SINK_CLASS = "ysb.RedisSink"
 SINKS = ("auto", "redis", "file")
+SOURCES = ("generator", "kafka")
+KAFKA_TOPIC = "ysb"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,21 @@ class YsbOptions:
     executors: int = 1
     executor_memory: str = "1g"
     frame_pointers: bool = True  # the engine's JVMs run with -XX:+PreserveFramePointer (else as in production)
+    source: str = "generator"  # or "kafka": a broker and producer (coordinator/workloads/kafka.py)
+    kafka_bootstrap: str = ""  # with source "kafka": a running broker to use ("": start a local one)
+    kafka_topic: str = KAFKA_TOPIC  # made by the demo with ``partitions`` partitions
+
+
+def check_source(source: str, spe: str) -> str:
+    """``source`` when the engine ``spe`` (a key of engines.ENGINES) can read it, else a ConfigError."""
+    if source not in SOURCES:
+        raise ConfigError(f"--source {source}: unknown source; use one of {', '.join(SOURCES)}")
+    if source == "kafka" and spe != "spark-str":
+        raise ConfigError(
+            f"--source kafka --spe {spe}: only spark-str reads Kafka so far (issue 33); use --spe spark-str "
+            "or --source generator"
+        )
+    return source
 
 
 def parse_progress(stdout: str) -> list[BatchProgress]:
@@ -220,6 +237,7 @@ class YsbRun(Lifecycle):
     duration: float = 0.0  # the app stops itself after this long (0: until stopped)
     driver_port: int = 0  # fixed driver RPC port (executors' --driver-url names it); 0: Spark picks one
     continuous: bool = False  # Spark Continuous Processing instead of micro-batches
+    kafka_bootstrap: str = ""  # read the events from options.kafka_topic of this broker, not the generator
     sink: str = field(init=False, default="")
     redis: RedisServer | None = field(init=False, default=None)
     app: SparkSubmitProcess | None = field(init=False, default=None)
@@ -248,14 +266,19 @@ class YsbRun(Lifecycle):
                 "--duration", str(self.duration),
                 "--checkpoint", str(self._work / "checkpoint"),
             ]
-            jars = ""
+            jars = []
+            if self.kafka_bootstrap:
+                from coordinator.workloads.kafka import spark_kafka_jars
+
+                args += ["--kafka-bootstrap", self.kafka_bootstrap, "--kafka-topic", self.options.kafka_topic]
+                jars += [str(jar) for jar in spark_kafka_jars()]
             redis_conf: dict[str, str] = {}
             if self.sink == "redis":
                 self.redis = RedisServer().start()
                 mapping = ad_campaign_mapping(self.options.campaigns, self.options.ads_per_campaign)
                 store_ad_campaigns(self.redis, mapping)
                 args += ["--redis-port", str(self.redis.port)]
-                jars = str(build_sink_jar(self.cluster.spark_home))
+                jars.append(str(build_sink_jar(self.cluster.spark_home)))
                 redis_conf = {"spark.ysb.redis.port": str(self.redis.port), "spark.ysb.redis.adsKey": ADS_KEY}
             else:
                 args += ["--file-sink", str(self.sink_dir)]
@@ -263,7 +286,7 @@ class YsbRun(Lifecycle):
                 args.append("--continuous")
             conf = _spark_conf(self.options) | redis_conf
             if jars:
-                conf["spark.jars"] = jars
+                conf["spark.jars"] = ",".join(jars)
             if self.driver_port:
                 conf["spark.driver.port"] = str(self.driver_port)
             self.app = self.cluster.submit(APP, args, conf=conf, name="ysb", env=_app_env())
