@@ -2,6 +2,8 @@ package com.example;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.nio.ByteBuffer;
 import java.nio.channels.Pipe;
 
@@ -13,8 +15,8 @@ import java.nio.channels.Pipe;
  *   offcpu-sleeper  Thread.sleep(SLEEP_MS)                                    -> sleep
  *   offcpu-locker   enters a monitor that offcpu-holder holds while it spins  -> lock
  *   offcpu-piper    a blocking read of a pipe that offcpu-writer feeds slowly -> net (pipe/socket wait)
- * offcpu-holder spins on the CPU in burnHolding while it holds the monitor (on-CPU work of known
- * size); offcpu-locker spins in burnBetween until the holder takes the monitor again.
+ * offcpu-holder spins on the CPU in burnHolding while it holds the monitor; offcpu-locker spins in
+ * burnBetween until the holder takes the monitor again (holding_s, between_s: their thread CPU time).
  *
  * Protocol (stdout, one line each): READY once every thread runs, then on stdin:
  *   reset  -> zero the counters, answer RESET
@@ -27,6 +29,7 @@ public final class BlockedSplit {
     static volatile long round, lockerRound;
     static volatile long sink;
     static volatile boolean running = true;
+    static final ThreadMXBean BEAN = ManagementFactory.getThreadMXBean();
 
     static int arg(String[] args, String name, int fallback) {
         for (int i = 0; i + 1 < args.length; i++) {
@@ -75,9 +78,9 @@ public final class BlockedSplit {
         while (running) {
             synchronized (MONITOR) {
                 round++;
-                long t0 = System.nanoTime();
+                long t0 = BEAN.getCurrentThreadCpuTime();
                 sink += burnHolding(holdMs * 1_000_000L);
-                holdingNanos += System.nanoTime() - t0;
+                holdingNanos += BEAN.getCurrentThreadCpuTime() - t0;
             }
             long taken = round;
             while (running && lockerRound != taken) {
@@ -88,10 +91,10 @@ public final class BlockedSplit {
 
     static void locker() {
         while (running) {
-            long t0 = System.nanoTime();
+            long t0 = BEAN.getCurrentThreadCpuTime();
             sink += burnBetween();
+            betweenNanos += BEAN.getCurrentThreadCpuTime() - t0;
             long t1 = System.nanoTime();
-            betweenNanos += t1 - t0;
             synchronized (MONITOR) {
                 lockNanos += System.nanoTime() - t1;
                 lockerRound = round;
