@@ -260,10 +260,17 @@ class OffCpuTracer:
                     symbols.close()
         finally:
             kernel.close()
-        self._check_drops()
+        self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))
         return result
 
-    def _check_drops(self) -> None:
+    def _check_drops(self, summed_ns: int) -> None:
+        short, short_ns = self.short_blocks
+        if short_ns > 0.1 * summed_ns and short_ns > 1e9:
+            self._warnings.append(
+                f"off-cpu: {short} blocks shorter than {self.min_block_ns / 1e6:g} ms ({short_ns / 1e9:.1f} s, "
+                f"more than a tenth of the {summed_ns / 1e9:.1f} s summed) were not summed; "
+                "lower --off-cpu-min-block to see them"
+            )
         dropped = self._bpf[b"offcpu_dropped"]
         lost_out, lost_blocks, lost_ns = int(dropped[0].value), int(dropped[1].value), int(dropped[2].value)
         if lost_out or lost_blocks:

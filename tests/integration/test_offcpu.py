@@ -4,6 +4,7 @@ kernel's view gives each, and the on-CPU shares of the same run."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -120,3 +121,11 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # AND the per-PID file holds the stacks behind the rows
     entries = capture.read_pid_offcpu(out, pid)
     assert entries is not None and any("pipe_read_[k]" in e.stack and e.cause == "net" for e in entries)
+    # AND `coordinator analyze` gives summary.csv the same off-CPU seconds per task
+    from coordinator.analysis.engines import analyze
+
+    analyze([out], out_dir=tmp_path / "analysis", engine="in-process")
+    with open(tmp_path / "analysis" / "summary.csv") as handle:
+        summary = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
+    for task in (*THREADS, "*"):
+        assert float(summary[task]["offcpu_seconds"]) == pytest.approx(float(rows[task]["offcpu_seconds"]), rel=1e-5)
