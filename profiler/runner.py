@@ -98,6 +98,7 @@ class RunOptions:
     # counted (meta.json) but not summed.
     off_cpu: bool = False
     off_cpu_min_block_ms: float = 1.0
+    off_cpu_sample_every: int = 1  # follow one switch-out in N (the stack walks are the cost), sums scaled by N
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -162,6 +163,7 @@ class OffCpuLike(Protocol):
     def start(self) -> str: ...
     def add_pid(self, pid: int) -> None: ...
     def stop(self) -> None: ...
+    def pid_exited(self, pid: int) -> None: ...  # a later process with its pid is not traced
     def collect(self) -> dict[int, list[OffCpuEntry]]: ...  # names the stacks: after the sampler's collect()
     def close(self) -> None: ...
 
@@ -232,7 +234,7 @@ def real_components(options: RunOptions) -> Components:
     if options.off_cpu:
         from .sampling.offcpu import OffCpuTracer
 
-        offcpu = OffCpuTracer(options.off_cpu_min_block_ms)
+        offcpu = OffCpuTracer(options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every)
     counters = CounterGroup()
 
     def cycles_source() -> str:
@@ -805,6 +807,8 @@ class Runner:
     def _exit(self, components: Components, pid: int) -> None:
         components.counters.pid_exited(pid)
         components.sampler.pid_exited(pid)
+        if components.offcpu is not None:
+            components.offcpu.pid_exited(pid)
         try:
             self.state.counters[pid] = components.counters.read(pid)
         except Exception as exc:  # noqa: BLE001 - keep the run going; the reason is recorded
@@ -973,6 +977,7 @@ class Runner:
             perf_map_refresh=options.perf_map_refresh,
             thread_names=components.sampler.thread_names,
             off_cpu_min_block_ms=options.off_cpu_min_block_ms if options.off_cpu else None,
+            off_cpu_sample_every=options.off_cpu_sample_every if options.off_cpu else None,
         )
 
     def _write_overhead(self, post_start: float) -> None:

@@ -76,6 +76,14 @@ class RunCommand:
             metavar="MS",
             help="with --off-cpu: blocks shorter than this many milliseconds are counted but not summed (1)",
         )
+        parser.add_argument(
+            "--off-cpu-sample-every",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="with --off-cpu: follow one switch-out in N at random and scale the sums by N (1: all); the stack "
+            "walks at every switch-out are the cost on threads that switch tens of thousands of times a second",
+        )
         parser.add_argument("--events", type=positive_int, help="events processed in the window, if known")
         parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")
         parser.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -170,6 +178,7 @@ class RunCommand:
             checkpoint=args.checkpoint,
             off_cpu=args.off_cpu,
             off_cpu_min_block_ms=args.off_cpu_min_block,
+            off_cpu_sample_every=args.off_cpu_sample_every,
         )
         if args.print_bpf:
             sampler = make_sampler(options)
@@ -185,7 +194,7 @@ class RunCommand:
             if args.off_cpu:
                 from ..sampling.offcpu import OffCpuTracer
 
-                print(OffCpuTracer(args.off_cpu_min_block).bpf_text())
+                print(OffCpuTracer(args.off_cpu_min_block, sample_every=args.off_cpu_sample_every).bpf_text())
             return 0
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from ..capture import format as capture

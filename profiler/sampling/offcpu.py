@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,18 @@ def read_switch_layout(path: Path = VMLINUX_BTF) -> SwitchLayout | None:
     return SwitchLayout(task_pid_offset=offset // 8, switch_args=params - 1 if params else None)
 
 
-def build_bpf_text(source: str, layout: SwitchLayout | None, min_block_ns: int) -> str:
+def build_bpf_text(source: str, layout: SwitchLayout | None, min_block_ns: int, sample_every: int = 1) -> str:
     """The C program: defines first, then offcpu_trace.c."""
     if layout is None or layout.switch_args != 4:
         raise CapabilityError(
             f"{VMLINUX_BTF}: no task_struct.pid or no 4-argument sched_switch tracepoint in BTF; "
             "profiler run --off-cpu needs kernel >= 5.18 with BTF; run without --off-cpu"
         )
-    defines = [f"#define NEXT_PID_OFF {layout.task_pid_offset}", f"#define MIN_BLOCK_NS {int(min_block_ns)}"]
+    defines = [
+        f"#define NEXT_PID_OFF {layout.task_pid_offset}",
+        f"#define MIN_BLOCK_NS {int(min_block_ns)}",
+        f"#define SAMPLE_EVERY {int(sample_every)}",
+    ]
     return "\n".join(defines) + "\n" + source
 
 
@@ -96,6 +100,13 @@ def without_tracing_frames(kernel_leaf_first: list[str]) -> list[str]:
     while start < len(kernel_leaf_first) and kernel_leaf_first[start].startswith(_TRACING_FRAMES):
         start += 1
     return kernel_leaf_first[start:]
+
+
+def scaled(blocks: Iterable[RawBlock], sample_every: int) -> list[RawBlock]:
+    """Sums of one switch-out in ``sample_every`` as estimates of all: time and switches × ``sample_every``."""
+    if sample_every <= 1:
+        return list(blocks)
+    return [replace(b, blocked_ns=b.blocked_ns * sample_every, switches=b.switches * sample_every) for b in blocks]
 
 
 def name_blocks(
@@ -142,8 +153,11 @@ class OffCpuTracer:
     ``stop()`` (detach, close the blocks still open), ``collect()``, ``close()``.
     """
 
-    def __init__(self, min_block_ms: float = DEFAULT_MIN_BLOCK_MS, stack_entries: int = 32768) -> None:
+    def __init__(
+        self, min_block_ms: float = DEFAULT_MIN_BLOCK_MS, stack_entries: int = 32768, sample_every: int = 1
+    ) -> None:
         self.min_block_ns = int(min_block_ms * 1e6)
+        self.sample_every = sample_every  # one switch-out in this many is followed; sums are scaled back
         self.stack_entries = stack_entries
         self._bpf: Any = None
         self._attached = False
@@ -154,7 +168,7 @@ class OffCpuTracer:
 
     def bpf_text(self) -> str:
         source = BPF_SOURCE.read_text(encoding="utf-8")
-        text = build_bpf_text(source, read_switch_layout(), self.min_block_ns)
+        text = build_bpf_text(source, read_switch_layout(), self.min_block_ns, self.sample_every)
         return f"#define STACK_ENTRIES {self.stack_entries}\n" + text
 
     def start(self) -> str:
@@ -196,6 +210,15 @@ class OffCpuTracer:
             if self._bpf is not None:
                 self._write_pid(pid)
 
+    def pid_exited(self, pid: int) -> None:
+        """Stop following ``pid`` (its sums stay): a later process given the same pid is not in the scope."""
+        with self._lock:
+            if self._bpf is not None:
+                try:
+                    del self._bpf[b"target_tgids"][ctypes.c_uint32(pid)]
+                except KeyError:
+                    pass
+
     def _write_pid(self, pid: int) -> None:
         self._bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
@@ -227,7 +250,7 @@ class OffCpuTracer:
             by_pid.setdefault(block.tgid, []).append(block)
         for block in self._pending:
             by_pid.setdefault(block.tgid, []).append(block)
-        return by_pid
+        return {pid: scaled(blocks, self.sample_every) for pid, blocks in by_pid.items()}
 
     def collect(self, symbols_for: Callable[[int], Any] = default_symbols) -> dict[int, list[OffCpuEntry]]:
         """Entries per added PID (empty when it never blocked long enough); names the stacks now."""

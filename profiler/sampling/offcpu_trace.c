@@ -13,6 +13,9 @@
 #ifndef MIN_BLOCK_NS
 #define MIN_BLOCK_NS 1000000
 #endif
+#ifndef SAMPLE_EVERY
+#define SAMPLE_EVERY 1  // remember one switch-out in SAMPLE_EVERY, at random; user space scales the sums
+#endif
 #ifndef THREAD_ENTRIES
 #define THREAD_ENTRIES 65536
 #endif
@@ -85,6 +88,9 @@ static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 no
         return;
     // An exiting thread (TASK_DEAD 0x80, EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10) never runs again: not a block.
     if (ctx->args[3] & 0xb0)
+        return;
+    // The two stack walks are most of the cost: a sample of the switch-outs bounds it (--off-cpu-sample-every).
+    if (SAMPLE_EVERY > 1 && bpf_get_prandom_u32() % SAMPLE_EVERY != 0)
         return;
     struct switch_out out = {};
     out.time_ns = now;

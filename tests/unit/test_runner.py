@@ -430,6 +430,7 @@ class FakeOffCpu:
 
     def __init__(self) -> None:
         self.added: list[int] = []
+        self.exited: list[int] = []
         self.order: list[str] = []
 
     def start(self) -> str:
@@ -438,6 +439,9 @@ class FakeOffCpu:
 
     def add_pid(self, pid: int) -> None:
         self.added.append(pid)
+
+    def pid_exited(self, pid: int) -> None:
+        self.exited.append(pid)
 
     def stop(self) -> None:
         self.order.append("stop")
@@ -461,6 +465,7 @@ def test_off_cpu_component_traces_workload_pids_and_its_time_reaches_files_rows_
     runner.run(parse_profile(PROFILE_TEXT))
     # THEN only workload PIDs were traced, in the lifecycle order, and the time is in the capture
     assert offcpu.added == [101, 102] and offcpu.order == ["start", "stop", "collect", "close"]
+    assert offcpu.exited == [101]  # its time stays (below), its pid is no longer followed
     assert capture.read_pid_offcpu(out, 101) == offcpu.collect()[101]
     assert capture.read_pid_offcpu(out, 102) == [] and capture.read_pid_offcpu(out, 200) is None
     rows = {(r["pid"], r["task"]): r for r in read_rows(out)}
