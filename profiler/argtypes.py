@@ -54,6 +54,8 @@ duration = bounded(float, 0.001, 7 * 24 * 3600.0, "seconds")
 # --interval (timeline slice) and --perf-map-refresh of profiler run and coordinator profile.
 interval = bounded(float, 0.1, 3600.0, "seconds")
 perf_map_refresh = bounded(float, 0.0, 86400.0, "seconds")
+# --off-cpu-min-block: blocks shorter than this are not summed (0 keeps all; a minute is the most that means anything).
+min_block_ms = bounded(float, 0.0, 60000.0, "milliseconds")
 
 
 def checkpoint_period(text: str) -> float:

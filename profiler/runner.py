@@ -45,6 +45,7 @@ from .capture.format import (
     RunMeta,
     VertexWindow,
 )
+from .capture.offcpu import OffCpuEntry
 from .capture.stackstore import CollectedStacks, SamplerCheckpoint
 from .capture.stacktable import write_table
 from .capture.timeline import CounterReading, counter_deltas, rss_bytes
@@ -55,7 +56,7 @@ from .files.outputs import check_output_dir, mark_output_dir
 from .files.textinput import TEXT_ENCODING
 from .matching.aggregate import aggregate_host
 from .matching.appprofile import ApplicationProfile
-from .matching.matcher import Matcher, MatchResult, match_table
+from .matching.matcher import Matcher, MatchResult, match_offcpu, match_table
 
 if TYPE_CHECKING:
     from .sampling.sampler import StackSampler
@@ -93,6 +94,11 @@ class RunOptions:
     # JIT frames stepped by their CodeBlob without frame pointers (issue 30); the checkpoint journal keeps
     # the names learned (profiler/unwind/recorded.py), so a recovered capture names them too.
     hotspot_unwind: bool = True
+    # Blocked time per stack and cause from sched_switch (issue 31); blocks shorter than the minimum are
+    # counted (meta.json) but not summed.
+    off_cpu: bool = False
+    off_cpu_min_block_ms: float = 1.0
+    off_cpu_sample_every: int = 1  # follow one switch-out in N (the stack walks are the cost), sums scaled by N
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -150,6 +156,18 @@ class NetLike(Protocol):
     def close(self) -> None: ...
 
 
+class OffCpuLike(Protocol):
+    @property
+    def warnings(self) -> list[str]: ...  # end-of-run warnings, complete after collect()
+
+    def start(self) -> str: ...
+    def add_pid(self, pid: int) -> None: ...
+    def stop(self) -> None: ...
+    def pid_exited(self, pid: int) -> None: ...  # a later process with its pid is not traced
+    def collect(self) -> dict[int, list[OffCpuEntry]]: ...  # names the stacks: after the sampler's collect()
+    def close(self) -> None: ...
+
+
 class SparkPlansLike(Protocol):
     def start(self, processes: Sequence[ProcessInfo]) -> None: ...
     def add_process(self, process: ProcessInfo) -> None: ...
@@ -176,6 +194,7 @@ class Components:
     cycles_source: Callable[[], str] = lambda: "estimated"
     prog_ids: Callable[[], list[int]] = lambda: []
     spark_plans: SparkPlansLike | None = None  # stages, jobs and codegen operators of Spark drivers
+    offcpu: OffCpuLike | None = None  # --off-cpu
 
 
 def make_sampler(options: RunOptions) -> StackSampler:
@@ -211,6 +230,11 @@ def real_components(options: RunOptions) -> Components:
         from .sampling.net import NetTracer
 
         net = NetTracer()
+    offcpu = None
+    if options.off_cpu:
+        from .sampling.offcpu import OffCpuTracer
+
+        offcpu = OffCpuTracer(options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every)
     counters = CounterGroup()
 
     def cycles_source() -> str:
@@ -222,6 +246,8 @@ def real_components(options: RunOptions) -> Components:
         ids = sampler.prog_ids + scope.prog_ids
         if net is not None:
             ids += net.prog_ids
+        if offcpu is not None:
+            ids += offcpu.prog_ids
         return ids
 
     return Components(
@@ -233,6 +259,7 @@ def real_components(options: RunOptions) -> Components:
         cycles_source=cycles_source,
         prog_ids=prog_ids,
         spark_plans=SparkPlanCollector(),
+        offcpu=offcpu,
     )
 
 
@@ -457,6 +484,7 @@ class Collected:
     counters: dict[int, PidCounters]
     stacks: dict[int, CollectedStacks] = field(default_factory=dict)
     net: dict[int, NetStats] = field(default_factory=dict)
+    offcpu: dict[int, list[OffCpuEntry]] = field(default_factory=dict)
     events: EventCount | None = None
     spark_plans: dict[str, Any] | None = None
     flink_vertices: list[VertexWindow] = field(default_factory=list)
@@ -535,7 +563,12 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 - re-raised after the partial capture is written
             failure = exc
             state.stopped_by = "error" if not isinstance(exc, KeyboardInterrupt) else "signal"
-            for stopper in (components.sampler.stop, components.net.stop if components.net is not None else None):
+            stoppers = (
+                components.sampler.stop,
+                components.net.stop if components.net is not None else None,
+                components.offcpu.stop if components.offcpu is not None else None,
+            )
+            for stopper in stoppers:
                 try:
                     if stopper is not None:
                         stopper()
@@ -562,6 +595,8 @@ class Runner:
         components.sampler.start()
         if components.net is not None:
             state.net_mode = components.net.start()
+        if components.offcpu is not None:
+            components.offcpu.start()
         components.scope.start()
         state.exec_watch = components.scope.exec_watch_mode
         # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
@@ -634,6 +669,8 @@ class Runner:
             components.sampler.stop()
             if components.net is not None:
                 components.net.stop()
+            if components.offcpu is not None:
+                components.offcpu.stop()
             if stats_on:
                 state.bpf_after = bpf_prog_run_stats(components.prog_ids())
             state.cpu_after = _own_cpu_seconds()
@@ -761,6 +798,8 @@ class Runner:
             actions.append(lambda: components.sampler.prepare_symbols(process.pid))
             if self.journal is not None:
                 actions.append(lambda: self.journal.note_process(process.pid))  # type: ignore[union-attr]
+            if components.offcpu is not None:
+                actions.append(lambda: components.offcpu.add_pid(process.pid))  # type: ignore[union-attr]
         if components.net is not None:
             actions.append(lambda: components.net.add_pid(process.pid))  # type: ignore[union-attr]
         return actions
@@ -768,6 +807,8 @@ class Runner:
     def _exit(self, components: Components, pid: int) -> None:
         components.counters.pid_exited(pid)
         components.sampler.pid_exited(pid)
+        if components.offcpu is not None:
+            components.offcpu.pid_exited(pid)
         try:
             self.state.counters[pid] = components.counters.read(pid)
         except Exception as exc:  # noqa: BLE001 - keep the run going; the reason is recorded
@@ -799,10 +840,13 @@ class Runner:
         capture.write_scope(out, collected.processes)
         profile_text = Path(self.options.profile).read_text(encoding=TEXT_ENCODING)
         capture.atomic_write_text(out / capture.PROFILE_COPY, profile_text)
-        matched = self._write_stacks(collected.stacks, Matcher(profile))
+        matcher = Matcher(profile)
+        matched = self._write_stacks(collected.stacks, matcher)
         self._write_counters(collected.counters, collected.processes)
         for pid_net in collected.net.values():
             capture.write_net(out, pid_net)
+        for pid, entries in collected.offcpu.items():
+            capture.write_offcpu(out, pid, entries)
         events = collected.events
         if events is not None:
             capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
@@ -810,7 +854,7 @@ class Runner:
             capture.write_flink_vertices(
                 out, collected.flink_vertices, collected.flink_subtasks, collected.flink_taskmanagers
             )
-        self._write_results(collected, matched)
+        self._write_results(collected, matched, matcher)
         if collected.spark_plans is not None:
             capture.write_spark_plans(out, collected.spark_plans)
             state.warnings.extend(
@@ -837,6 +881,11 @@ class Runner:
             collected.stacks = components.sampler.collect()
         except Exception as exc:  # noqa: BLE001
             state.warnings.append(f"stacks could not be collected ({exc})")
+        if components.offcpu is not None:
+            try:
+                collected.offcpu = components.offcpu.collect()
+            except Exception as exc:  # noqa: BLE001
+                state.warnings.append(f"off-CPU time could not be collected ({exc.__class__.__name__}: {exc})")
         for process in processes:
             if process.pid in collected.counters:
                 continue
@@ -885,11 +934,12 @@ class Runner:
             matched[pid] = match_table(matcher, table)
         return matched
 
-    def _write_results(self, collected: Collected, matched: Mapping[int, MatchResult]) -> None:
+    def _write_results(self, collected: Collected, matched: Mapping[int, MatchResult], matcher: Matcher) -> None:
         """The host's pre-aggregated result rows and its unmatched stacks (Algorithm 1, lines 22-24)."""
         options, out = self.options, self.options.out
         sampled = [p for p in collected.processes if p.pid in matched or not p.sampled]
-        rows = aggregate_host(options.host, sampled, matched, collected.counters, collected.net)
+        offcpu = {pid: match_offcpu(matcher, entries) for pid, entries in collected.offcpu.items()}
+        rows = aggregate_host(options.host, sampled, matched, collected.counters, collected.net, offcpu)
         capture.atomic_write_text(out / capture.result_file_name(options.host), capture.format_result_csv(rows))
         unmatched: Counter[str] = Counter()
         for result in matched.values():
@@ -926,6 +976,8 @@ class Runner:
             intervals=self._last_interval() + 1 if state.window_started else 0,
             perf_map_refresh=options.perf_map_refresh,
             thread_names=components.sampler.thread_names,
+            off_cpu_min_block_ms=options.off_cpu_min_block_ms if options.off_cpu else None,
+            off_cpu_sample_every=options.off_cpu_sample_every if options.off_cpu else None,
         )
 
     def _write_overhead(self, post_start: float) -> None:
@@ -982,6 +1034,8 @@ class Runner:
         found.extend(safeio.take_warnings())
         if components.net is not None:
             found.extend(components.net.warnings)
+        if components.offcpu is not None:
+            found.extend(components.offcpu.warnings)
         found.extend(components.events.warnings)
         return found
 
@@ -1012,11 +1066,12 @@ class Runner:
                 closer()
             except Exception as exc:  # noqa: BLE001 - closing the others matters more
                 self.state.warnings.append(f"close failed: {exc}")
-        if components.net is not None:
-            try:
-                components.net.close()
-            except Exception:  # noqa: BLE001
-                pass
+        for optional in (components.net, components.offcpu):
+            if optional is not None:
+                try:
+                    optional.close()
+                except Exception:  # noqa: BLE001
+                    pass
 
 
 @contextmanager

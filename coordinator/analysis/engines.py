@@ -527,7 +527,10 @@ def _write_summary(
     """summary.csv and analysis.json beside unmatched.folded in ``scratch``, then all moved into place
     (the tasks/ directory of an analysis before issue 29 goes: it held copies of the captures' stacks)."""
     ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
-    rows = [row for run in ordered_runs for row in run_rows(run, task_names, counts)]
+    from profiler.matching.matcher import Matcher
+
+    matcher = Matcher(parse_profile(profile_text, "<application profile>"))  # off-CPU time's tasks
+    rows = [row for run in ordered_runs for row in run_rows(run, task_names, counts, matcher)]
     atomic_write_text(scratch / SUMMARY_FILE, format_summary(rows, label_columns(runs)))
     atomic_write_text(
         scratch / ANALYSIS_FILE,

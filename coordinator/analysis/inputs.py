@@ -14,6 +14,7 @@ from coordinator.analysis import timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from profiler.capture import format as capture
 from profiler.capture.format import EventCount, NetStats, PidCounters, ProcessInfo
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.files.textinput import read_text_input
 from profiler.matching.appprofile import MAX_PROFILE_BYTES
@@ -48,6 +49,7 @@ class PidInput:
     net: NetStats | None
     intervals: tuple[int, int] | None = None  # sub-window: read only these intervals (inclusive)
     counters_source: str | None = None  # sub-window: how the counters were restricted (timeline.COUNTERS_*)
+    offcpu: tuple[OffCpuEntry, ...] | None = None  # --off-cpu's blocked time (whole window only); None: not measured
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ def _capture_pids(
             stacks=stacks if process.sampled else None,
             counters=info.counters.get(process.pid),
             net=info.net.get(process.pid),
+            offcpu=_offcpu_of(capture_dir, process),
         )
         if span is not None:
             pid = _restrict_pid(pid, capture_dir, span)
@@ -151,10 +154,17 @@ def _capture_pids(
     return tuple(pids), span
 
 
+def _offcpu_of(capture_dir: Path, process: ProcessInfo) -> tuple[OffCpuEntry, ...] | None:
+    if not process.sampled:
+        return None
+    entries = capture.read_pid_offcpu(capture_dir, process.pid)
+    return tuple(entries) if entries is not None else None
+
+
 def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidInput:
     """A PID restricted to the span: stacks from timeline.folded, counters from counters_timeline.json.
     Without a counters timeline the counters stay the window totals, marked COUNTERS_SCALED (see
-    _apply_sample_fractions); network bytes have no timeline and become "not measured"."""
+    _apply_sample_fractions); network bytes and off-CPU time have no timeline and become "not measured"."""
     if span.whole:  # the same numbers as no sub-window at all: counters.json is exact
         return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
     stacks = None
@@ -174,7 +184,8 @@ def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidIn
     else:
         counters, source = timeline.unmeasured_counters(counters), timeline.COUNTERS_NONE
     return replace(
-        pid, stacks=stacks, intervals=(span.first, span.last), counters=counters, net=None, counters_source=source
+        pid, stacks=stacks, intervals=(span.first, span.last), counters=counters, net=None, counters_source=source,
+        offcpu=None,  # no timeline of blocked time yet: not measured in a sub-window
     )
 
 

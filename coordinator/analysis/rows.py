@@ -18,11 +18,11 @@ from coordinator.analysis import timeline
 from coordinator.analysis.inputs import HostInput, PidInput, PidTaskCounts, RunInput
 from coordinator.analysis.timeline import SubWindow
 from profiler.capture import format as capture
-from profiler.capture.format import ALL_TASKS, RESULT_COLUMNS
+from profiler.capture.format import ALL_TASKS, OFFCPU_COLUMNS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.files.textinput import open_text
 from profiler.matching.aggregate import aggregate_pid
-from profiler.matching.matcher import MatchResult
+from profiler.matching.matcher import Matcher, MatchResult, match_offcpu
 from profiler.matching.stats import share_ci95
 
 SUMMARY_FILE = "summary.csv"
@@ -46,7 +46,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "stalled_cycles_frontend",
     "stalled_cycles_backend",
     "multi_task_samples",
-    *RESULT_COLUMNS[_PID_COLUMNS_END:],  # network bytes
+    *RESULT_COLUMNS[_PID_COLUMNS_END:],  # network bytes, off-CPU seconds per cause
     "events",
     "events_uncertainty",
     "events_method",
@@ -54,7 +54,9 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "bytes_per_event",
     "host_state",
 )
-_ADDITIVE = ("cycles", "cpu_seconds", "instructions", "stalled_cycles_frontend", "stalled_cycles_backend")
+_ADDITIVE = (
+    "cycles", "cpu_seconds", "instructions", "stalled_cycles_frontend", "stalled_cycles_backend", *OFFCPU_COLUMNS
+)
 _NET = ("bytes_sent", "bytes_received", "bytes_sent_external", "bytes_received_external")
 
 # ---------------------------------------------------------------- pure row math
@@ -93,11 +95,14 @@ def pid_rows(
     counts: PidTaskCounts | None,
     events: int | None,
     host_state: str,
+    matcher: Matcher | None = None,
 ) -> list[dict[str, Any]]:
     """summary.csv rows of one PID: the host agent's own row math (profiler.matching.aggregate), plus run,
-    stall cycles, multi-task samples and events."""
+    stall cycles, multi-task samples and events; ``matcher`` (the analysis profile's) splits the PID's
+    off-CPU time by task."""
     result = match_result(task_names, counts or PidTaskCounts()) if pid.process.sampled else None
-    rows = aggregate_pid(pid.host, pid.process, result, pid.counters, pid.net)
+    offcpu = match_offcpu(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
+    rows = aggregate_pid(pid.host, pid.process, result, pid.counters, pid.net, offcpu)
     for row in rows:
         row["run"] = pid.run
         row["host_state"] = host_state
@@ -187,9 +192,12 @@ def failed_host_row(run: str, host: HostInput) -> dict[str, Any]:
     return row
 
 
-def run_rows(run: RunInput, task_names: Sequence[str], counts: Mapping[int, PidTaskCounts]) -> list[dict[str, Any]]:
+def run_rows(
+    run: RunInput, task_names: Sequence[str], counts: Mapping[int, PidTaskCounts], matcher: Matcher | None = None
+) -> list[dict[str, Any]]:
     """Every summary row of one run, in summary order: cluster rows (host ``*``), then per host its
-    host rows (pid ``*``) and its PIDs in ascending order. ``task_names`` ends with ``unmatched``."""
+    host rows (pid ``*``) and its PIDs in ascending order. ``task_names`` ends with ``unmatched``;
+    ``matcher`` gives off-CPU time its tasks (without one, off-CPU columns stay empty)."""
     events = run.events
     host_blocks: list[list[dict[str, Any]]] = []
     all_pid_rows: list[dict[str, Any]] = []
@@ -199,7 +207,7 @@ def run_rows(run: RunInput, task_names: Sequence[str], counts: Mapping[int, PidT
             continue
         rows_of_host: list[dict[str, Any]] = []
         for pid in sorted(host.pids, key=lambda p: p.process.pid):
-            rows_of_host.extend(pid_rows(pid, task_names, counts.get(pid.key), events, host.state))
+            rows_of_host.extend(pid_rows(pid, task_names, counts.get(pid.key), events, host.state, matcher))
         all_pid_rows.extend(rows_of_host)
         host_blocks.append(group_rows(run.run, host.host, task_names, rows_of_host, events, host.state) + rows_of_host)
     out = group_rows(run.run, ALL, task_names, all_pid_rows, events, None)

@@ -71,6 +71,11 @@ class ProfileCommand:
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
         parser.add_argument(
+            "--off-cpu",
+            action="store_true",
+            help="also sum each task's blocked time by cause on every host (profiler run --off-cpu, docs/offcpu.md)",
+        )
+        parser.add_argument(
             "--interval",
             type=interval,
             default=10.0,
@@ -153,6 +158,7 @@ class ProfileCommand:
             profile=Path(profile),
             known_spes=Path(known_spes),
             net=args.net,
+            off_cpu=args.off_cpu,
             events=args.events,
             pids=tuple(args.pid),
             sampling=SamplingOptions(

@@ -176,6 +176,7 @@ def profiler_run_args(
     interval: float = DEFAULT_INTERVAL,
     perf_map_refresh: float = 60.0,
     checkpoint: float = DEFAULT_CHECKPOINT,
+    off_cpu: bool = False,
 ) -> list[str]:
     """Arguments of ``profiler run`` for one host (paths inside its work directory)."""
     args = [
@@ -206,6 +207,8 @@ def profiler_run_args(
         args += ["--start-at", f"{start_at:.3f}"]
     if net:
         args.append("--net")
+    if off_cpu:
+        args.append("--off-cpu")
     if events is not None:
         args += ["--events", str(int(events))]
     for pid in pids:

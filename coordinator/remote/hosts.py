@@ -132,6 +132,7 @@ class RunRequest:
     events: int | None = None
     pids: tuple[int, ...] = ()
     sampling: SamplingOptions = SamplingOptions()
+    off_cpu: bool = False  # profiler run --off-cpu (docs/offcpu.md)
 
 
 class HostTransport(ABC):
@@ -186,6 +187,7 @@ class HostTransport(ABC):
             interval=request.sampling.interval,
             perf_map_refresh=request.sampling.perf_map_refresh,
             checkpoint=request.sampling.checkpoint,
+            off_cpu=request.off_cpu,
         )
 
     @abstractmethod

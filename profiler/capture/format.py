@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import CaptureFormatError
 from ..files.textinput import TEXT_ENCODING, open_text
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
+from .offcpu import CAUSES, OFFCPU_FILE, OffCpuEntry, format_offcpu, read_offcpu
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
 FORMAT_VERSION = 4
@@ -48,6 +49,9 @@ CONTEXTS_FILE = "contexts.json"
 SPARK_FILE = "spark.json"
 DEFAULT_INTERVAL = 10.0
 
+# Blocked seconds per task (profiler run --off-cpu): in all, then per cause (profiler/capture/offcpu.py).
+OFFCPU_COLUMNS: tuple[str, ...] = ("offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES))
+
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
 RESULT_COLUMNS: tuple[str, ...] = (
     "host",
@@ -67,6 +71,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "bytes_received",
     "bytes_sent_external",
     "bytes_received_external",
+    *OFFCPU_COLUMNS,
 )
 ALL_TASKS = "*"
 UNMATCHED = "unmatched"
@@ -297,6 +302,9 @@ class RunMeta:
     intervals: int = 0  # timeline slices of the window (0: no timeline, e.g. v1)
     perf_map_refresh: float = 0.0  # seconds between Java perf-map refreshes; 0 = at the end only
     thread_names: str = "comm"  # (v3) "uprobe" (renames watched), "jcmd" (names at start only), "comm"
+    # --off-cpu's minimum blocked time (pids/<pid>/offcpu.folded); None: the run had no --off-cpu
+    off_cpu_min_block_ms: float | None = None
+    off_cpu_sample_every: int | None = None  # one switch-out in N followed, sums scaled by N (1: all)
 
     @property
     def duration(self) -> float:
@@ -677,6 +685,16 @@ def read_sampler_stats(capture_dir: Path, pid: int) -> SamplerStats | None:
 def read_net(capture_dir: Path, pid: int) -> NetStats | None:
     path = _pid_file(capture_dir, pid, NET_FILE)
     return from_json_object(NetStats, _load_json(capture_dir, path), path) if path.exists() else None
+
+
+def write_offcpu(capture_dir: Path, pid: int, entries: Iterable[OffCpuEntry]) -> None:
+    atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_FILE, format_offcpu(entries))
+
+
+def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
+    """``pid``'s off-CPU entries; None when the run had no --off-cpu (or an older profiler wrote it)."""
+    path = _pid_file(capture_dir, pid, OFFCPU_FILE)
+    return read_offcpu(path) if path.is_file() else None
 
 
 def read_events(capture_dir: Path) -> EventCount | None:

@@ -12,6 +12,7 @@ killed outright (SIGKILL, the OOM killer) is rebuilt up to its last checkpoint b
 examples:
   profiler run --duration 60 --out /tmp/cap
   profiler run --duration 900 --out /tmp/cap --profile my_profile.txt --net
+  profiler run --duration 60 --out /tmp/cap --off-cpu --off-cpu-min-block 5
   profiler run --duration 30 --out /tmp/cap --pid 4242 --frequency 199 --force
   profiler run --duration 900 --out /tmp/cap --checkpoint 10   (killed? profiler recover /tmp/cap)
 """
@@ -24,7 +25,15 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import checkpoint_period, duration, frequency, interval, perf_map_refresh, positive_int
+from ..argtypes import (
+    checkpoint_period,
+    duration,
+    frequency,
+    interval,
+    min_block_ms,
+    perf_map_refresh,
+    positive_int,
+)
 from ..capture.checkpoint import DEFAULT_CHECKPOINT
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
@@ -54,6 +63,27 @@ class RunCommand:
         )
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
+        parser.add_argument(
+            "--off-cpu",
+            action="store_true",
+            help="also sum the time workload threads spend blocked, per stack and cause (lock, net, disk, sleep, "
+            "safepoint, preempted), from the sched_switch tracepoint (docs/offcpu.md)",
+        )
+        parser.add_argument(
+            "--off-cpu-min-block",
+            type=min_block_ms,
+            default=1.0,
+            metavar="MS",
+            help="with --off-cpu: blocks shorter than this many milliseconds are counted but not summed (1)",
+        )
+        parser.add_argument(
+            "--off-cpu-sample-every",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="with --off-cpu: follow one switch-out in N at random and scale the sums by N (1: all); the stack "
+            "walks at every switch-out are the cost on threads that switch tens of thousands of times a second",
+        )
         parser.add_argument("--events", type=positive_int, help="events processed in the window, if known")
         parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")
         parser.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -146,6 +176,9 @@ class RunCommand:
             stack_walk=args.stack_walk,
             hotspot_unwind=args.hotspot_unwind,
             checkpoint=args.checkpoint,
+            off_cpu=args.off_cpu,
+            off_cpu_min_block_ms=args.off_cpu_min_block,
+            off_cpu_sample_every=args.off_cpu_sample_every,
         )
         if args.print_bpf:
             sampler = make_sampler(options)
@@ -158,6 +191,10 @@ class RunCommand:
                 from ..sampling.net import NetTracer
 
                 print(NetTracer().bpf_text())
+            if args.off_cpu:
+                from ..sampling.offcpu import OffCpuTracer
+
+                print(OffCpuTracer(args.off_cpu_min_block, sample_every=args.off_cpu_sample_every).bpf_text())
             return 0
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from ..capture import format as capture

@@ -6,9 +6,11 @@ semantics in docs/capture-format.md). The host agent and the analysis (on Spark 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from ..capture.format import ALL_TASKS, RESULT_COLUMNS, NetStats, PidCounters, ProcessInfo
+from ..capture.offcpu import CAUSES
 from .matcher import MatchResult
 from .stats import share_ci95
 
@@ -25,18 +27,29 @@ def _scaled(total: float | None, share: float | None) -> float | None:
     return None if total is None or share is None else share * total
 
 
+def offcpu_columns(by_cause: Mapping[str, int] | None) -> dict[str, object]:
+    """The off-CPU columns of one row from blocked nanoseconds per cause (None: no --off-cpu)."""
+    if by_cause is None:
+        return {}
+    columns: dict[str, object] = {"offcpu_seconds": sum(by_cause.values()) / 1e9}
+    columns.update({f"offcpu_{cause}_seconds": by_cause.get(cause, 0) / 1e9 for cause in CAUSES})
+    return columns
+
+
 def aggregate_pid(
     host: str,
     process: ProcessInfo,
     result: MatchResult | None,
     counters: PidCounters | None,
     net: NetStats | None,
+    offcpu: Mapping[str, Counter[str]] | None = None,
 ) -> list[dict[str, object]]:
     """Rows of one PID: one per task in ``result`` order (profile order, ``unmatched`` last), then
     the ``*`` row with the PID's totals. Without a result (managing PIDs) only the ``*`` row.
 
     share = task samples / PID samples; cycles and cpu_seconds = share × the PID's value (paper,
     section 3.3). None means "not measured": no counters, unsupported event, no samples, no --net.
+    ``offcpu`` (blocked nanoseconds per task and cause, --off-cpu) is a measured time, not a share.
     """
     cycles = counters.cycles if counters is not None else None
     cycles_estimated = counters.cycles_estimated if counters is not None and cycles is not None else None
@@ -55,6 +68,8 @@ def aggregate_pid(
                 cycles_estimated=cycles_estimated,
                 cpu_seconds=_scaled(cpu_seconds, share),
             )
+            if offcpu is not None:
+                row.update(offcpu_columns(offcpu.get(task, Counter())))
             rows.append(row)
     instructions = counters.get(INSTRUCTIONS_EVENT) if counters is not None else None
     # IPC needs measured cycles: instructions over task-clock × nominal Hz is not a pipeline figure.
@@ -81,6 +96,8 @@ def aggregate_pid(
             bytes_sent_external=net.bytes_sent_external,
             bytes_received_external=net.bytes_received_external,
         )
+    if offcpu is not None:
+        totals.update(offcpu_columns(sum(offcpu.values(), Counter())))
     rows.append(totals)
     return rows
 
@@ -91,11 +108,15 @@ def aggregate_host(
     matched: Mapping[int, MatchResult],
     counters: Mapping[int, PidCounters],
     net: Mapping[int, NetStats],
+    offcpu: Mapping[int, Mapping[str, Counter[str]]] | None = None,
 ) -> list[dict[str, object]]:
     """Rows of every PID of a host, ordered by PID. Managing PIDs get only their ``*`` row even when
-    ``matched`` holds a result for them."""
+    ``matched`` holds a result for them; ``offcpu``: blocked nanoseconds per PID, task and cause (--off-cpu)."""
     rows: list[dict[str, object]] = []
     for process in sorted(processes, key=lambda p: p.pid):
         result = matched.get(process.pid) if process.sampled else None
-        rows.extend(aggregate_pid(host, process, result, counters.get(process.pid), net.get(process.pid)))
+        blocked = offcpu.get(process.pid) if offcpu is not None and process.sampled else None
+        rows.extend(
+            aggregate_pid(host, process, result, counters.get(process.pid), net.get(process.pid), blocked)
+        )
     return rows

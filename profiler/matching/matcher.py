@@ -18,6 +18,7 @@ from typing import Any
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
 from ..capture.format import UNMATCHED
+from ..capture.offcpu import OffCpuEntry
 from ..capture.stacktable import StackTable
 from ..files.textinput import open_text
 from .appprofile import ApplicationProfile, Pattern, literal_key
@@ -509,6 +510,15 @@ def match_folded_files(matcher: Matcher, paths: Iterable[str | Path]) -> MatchRe
     for path in paths:
         accumulator.add_folded_file(path)
     return accumulator.result()
+
+
+def match_offcpu(matcher: Matcher, entries: Iterable[OffCpuEntry]) -> dict[str, Counter[str]]:
+    """Blocked nanoseconds per task and cause: each off-CPU stack goes to its task by the same leaf-first
+    rule as the samples (tasks without blocked time absent)."""
+    by_task: dict[str, Counter[str]] = {}
+    for entry in entries:
+        by_task.setdefault(matcher.match(entry.stack), Counter())[entry.cause] += entry.blocked_ns
+    return by_task
 
 
 def _is_pattern_material(frame: str) -> bool:

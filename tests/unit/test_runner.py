@@ -7,6 +7,7 @@ import csv
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from profiler.capture.format import (
     SamplerStats,
     VertexWindow,
 )
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.stackstore import CollectedStacks
 from profiler.engines.events import EventCounter
 from profiler.matching.appprofile import parse_profile
@@ -419,3 +421,63 @@ def test_event_counting_starts_at_the_window_start_before_processes_are_entered(
     components.events.start = start  # type: ignore[method-assign]
     runner.run(parse_profile(PROFILE_TEXT))
     assert seen == [([], capture.read_meta(out).start_time)]
+
+
+class FakeOffCpu:
+    """Blocked time of the workload PIDs it was given (the real tracer runs in tests/integration/test_offcpu.py)."""
+
+    warnings: list[str] = ["off-cpu: a fake warning"]
+
+    def __init__(self) -> None:
+        self.added: list[int] = []
+        self.exited: list[int] = []
+        self.order: list[str] = []
+
+    def start(self) -> str:
+        self.order.append("start")
+        return "sched_switch"
+
+    def add_pid(self, pid: int) -> None:
+        self.added.append(pid)
+
+    def pid_exited(self, pid: int) -> None:
+        self.exited.append(pid)
+
+    def stop(self) -> None:
+        self.order.append("stop")
+
+    def collect(self) -> dict[int, list[OffCpuEntry]]:
+        self.order.append("collect")
+        entries = {101: [OffCpuEntry("lock", "main;run;burnAlpha;futex_wait_[k]", 2_000_000_000, 4)]}
+        return {pid: entries.get(pid, []) for pid in self.added}
+
+    def close(self) -> None:
+        self.order.append("close")
+
+
+def test_off_cpu_component_traces_workload_pids_and_its_time_reaches_files_rows_and_meta(tmp_path: Path) -> None:
+    # GIVEN the usual fakes plus an off-CPU tracer that saw pid 101 blocked 2 s under burnAlpha
+    runner, components, out = make(tmp_path)
+    offcpu = FakeOffCpu()
+    components.offcpu = offcpu
+    runner.options = replace(runner.options, off_cpu=True, off_cpu_min_block_ms=2.5)
+    # WHEN the run ends
+    runner.run(parse_profile(PROFILE_TEXT))
+    # THEN only workload PIDs were traced, in the lifecycle order, and the time is in the capture
+    assert offcpu.added == [101, 102] and offcpu.order == ["start", "stop", "collect", "close"]
+    assert offcpu.exited == [101]  # its time stays (below), its pid is no longer followed
+    assert capture.read_pid_offcpu(out, 101) == offcpu.collect()[101]
+    assert capture.read_pid_offcpu(out, 102) == [] and capture.read_pid_offcpu(out, 200) is None
+    rows = {(r["pid"], r["task"]): r for r in read_rows(out)}
+    assert float(rows[("101", "Alpha")]["offcpu_lock_seconds"]) == 2.0
+    assert float(rows[("101", "*")]["offcpu_seconds"]) == 2.0 and float(rows[("102", "*")]["offcpu_seconds"]) == 0
+    assert rows[("200", "*")]["offcpu_seconds"] == ""  # managing: not traced, not measured
+    meta = capture.read_meta(out)
+    assert meta.off_cpu_min_block_ms == 2.5 and "off-cpu: a fake warning" in meta.warnings
+
+
+def test_without_off_cpu_the_columns_are_empty_and_no_file_is_written(tmp_path: Path) -> None:
+    runner, _components, out = make(tmp_path)
+    runner.run(parse_profile(PROFILE_TEXT))
+    assert all(r["offcpu_seconds"] == "" for r in read_rows(out))
+    assert not list(out.glob("pids/*/offcpu.folded")) and capture.read_meta(out).off_cpu_min_block_ms is None

@@ -315,3 +315,32 @@ def test_summary_rows_carry_the_event_count_method_and_uncertainty(tmp_path: Pat
         600_000, 1250.0, "interpolated between metric-cache refreshes")
     assert {r["events_uncertainty"] for r in rows if r["events"] is not None} == {1250.0}
     assert "events_uncertainty,events_method" in summary_rows.format_summary(rows, {})
+
+
+def test_offcpu_time_reaches_summary_rows_by_task_and_sums_over_pids(tmp_path: Path) -> None:
+    from profiler.capture.offcpu import OffCpuEntry
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    # GIVEN pid 100 blocked 3 s polling Kafka (net) and 1 s in GC threads (lock); pid 200 ran without --off-cpu
+    run = _tiny(tmp_path)
+    capture_dir = run.hosts[0].capture_dir
+    assert capture_dir is not None
+    poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;ep_poll_[k]"
+    capture.write_offcpu(capture_dir, 100, [
+        OffCpuEntry("net", poll, 3_000_000_000, 30), OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 10**9, 5)
+    ])  # fmt: skip
+    (run,) = inputs.read_inputs([tmp_path / "tiny"])
+    # WHEN the summary rows are computed with the analysis profile
+    rows = summary_rows.run_rows(run, TASKS, _counts(run), Matcher(parse_profile(KNOWN_PROFILE)))
+    # THEN each task carries its blocked seconds by cause; a PID without the file stays "not measured"
+    kafka = _find(rows, "h1", 100, "Kafka")
+    assert (kafka["offcpu_seconds"], kafka["offcpu_net_seconds"], kafka["offcpu_lock_seconds"]) == (3.0, 3.0, 0.0)
+    assert _find(rows, "h1", 100, "GC")["offcpu_lock_seconds"] == 1.0
+    assert _find(rows, "h1", 100, "*")["offcpu_seconds"] == 4.0
+    assert _find(rows, "h1", 200, "*")["offcpu_seconds"] is None
+    assert _find(rows, "*", "*", "Kafka")["offcpu_seconds"] == 3.0
+    assert _find(rows, "*", "*", "*")["offcpu_seconds"] == 4.0
+    # AND the CSV has the columns; without a matcher nothing is invented
+    assert "offcpu_net_seconds" in summary_rows.SUMMARY_COLUMNS
+    assert _find(summary_rows.run_rows(run, TASKS, _counts(run)), "h1", 100, "*")["offcpu_seconds"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from pathlib import Path
 
@@ -160,3 +161,16 @@ def test_bundle_holds_the_agent_package_without_caches() -> None:
                     "profiler/unwind/cfi_step.h",
                     "profiler/scope/known_spes.txt", "profiler/scope/exec_watch.c", "profiler/symbols/agent/Makefile"):
         assert shipped in names, shipped
+
+
+def test_off_cpu_reaches_the_host_agent_only_when_asked(tmp_path: Path) -> None:
+    from profiler.commands.run import RunCommand
+
+    layout = deploy.RemoteLayout(str(tmp_path / "taskprof.x"))
+    assert "--off-cpu" not in deploy.profiler_run_args(layout, "h", 3.0, 99, None)
+    args = deploy.profiler_run_args(layout, "h", 3.0, 99, None, off_cpu=True)
+    assert args.count("--off-cpu") == 1
+    # the host agent's parser takes what the coordinator sends
+    parser = argparse.ArgumentParser()
+    RunCommand().prepare_parser(parser)
+    assert parser.parse_args(args[1:]).off_cpu is True

@@ -1,0 +1,64 @@
+package com.example;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * Context-switch-heavy workload for bench/bench_offcpu.py: pairs of threads hand a token back and forth
+ * with LockSupport.park/unpark, so every hand-off is two context switches (tens of thousands a second).
+ *
+ * Options: --pairs N (2). Protocol: READY once running; on stdin "count" answers the hand-offs so far
+ * (one number per line); "quit" (or end of stdin) exits.
+ */
+public final class PingPongRate {
+    static volatile boolean running = true;
+
+    static final class Pair {
+        volatile int turn;
+        volatile long handoffs;
+        volatile Thread[] players = new Thread[2];
+
+        void play(int me) {
+            while (running) {
+                while (turn != me && running) {
+                    LockSupport.park();
+                }
+                turn = 1 - me;
+                handoffs++;
+                LockSupport.unpark(players[1 - me]);
+            }
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        int pairs = args.length > 1 && args[0].equals("--pairs") ? Integer.parseInt(args[1]) : 2;
+        Pair[] all = new Pair[pairs];
+        for (int p = 0; p < pairs; p++) {
+            Pair pair = all[p] = new Pair();
+            for (int me = 0; me < 2; me++) {
+                final int side = me;
+                pair.players[me] = new Thread(() -> pair.play(side), "pingpong-" + p + "-" + me);
+                pair.players[me].setDaemon(true);
+            }
+            pair.players[0].start();
+            pair.players[1].start();
+        }
+        System.out.println("READY");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.trim().equals("count")) {
+                long total = 0;
+                for (Pair pair : all) {
+                    total += pair.handoffs;
+                }
+                System.out.println(total);
+            } else if (line.trim().equals("quit")) {
+                break;
+            }
+        }
+        running = false;
+        System.exit(0);
+    }
+}

@@ -1,0 +1,133 @@
+"""Off-CPU time of one PID (``pids/<pid>/offcpu.folded``, ``profiler run --off-cpu``): blocked
+nanoseconds per (cause, stack), and the rule that names the cause from the kernel's reason and the frames.
+
+Pure (text in, records out): the host agent writes and reads it, the analysis reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CaptureFormatError
+from ..files.textinput import open_text
+from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, MAX_COUNT, is_count
+
+OFFCPU_FILE = "offcpu.folded"
+
+# Causes, in report order. ``sleep``: a timed sleep (nanosleep, Thread.sleep); ``lock``: a futex wait that
+# is not a sleep (monitors, LockSupport.park, condition variables); ``net``: waiting for data or room on a
+# socket, pipe or poll set; ``disk``: uninterruptible sleep (block I/O, page faults, some kernel locks);
+# ``preempted``: runnable but descheduled (CPU contention); ``safepoint``: a JVM thread stopped for GC or
+# another safepoint; ``other``: a voluntary sleep none of the rules names.
+CAUSE_SLEEP, CAUSE_LOCK, CAUSE_NET, CAUSE_DISK = "sleep", "lock", "net", "disk"
+CAUSE_PREEMPTED, CAUSE_SAFEPOINT, CAUSE_OTHER = "preempted", "safepoint", "other"
+CAUSES: tuple[str, ...] = (
+    CAUSE_LOCK, CAUSE_NET, CAUSE_DISK, CAUSE_SLEEP, CAUSE_SAFEPOINT, CAUSE_PREEMPTED, CAUSE_OTHER
+)
+
+# The kernel's reason a thread left the CPU (profiler/sampling/offcpu_trace.c, REASON_*).
+REASON_PREEMPTED, REASON_SLEEPING, REASON_UNINTERRUPTIBLE, REASON_OTHER = 0, 1, 2, 3
+
+# Frames, leaf first, that name the wait. A user frame decides before a kernel frame for sleeps and
+# safepoints, because the JVM's Thread.sleep and its safepoint wait are futex waits to the kernel.
+_SAFEPOINT_FRAMES = ("SafepointSynchronize::block", "SafepointMechanism::process", "ThreadBlockInVM")
+_SLEEP_USER_FRAMES = ("JVM_Sleep", "Thread::sleep")  # also JavaThread::sleep, Thread::sleep0, sleepNanos
+_SLEEP_KERNEL_FRAMES = ("nanosleep", "hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep")
+_NET_KERNEL_FRAMES = (
+    "tcp_recvmsg", "tcp_sendmsg", "unix_stream_read", "unix_stream_recvmsg", "sk_wait_data", "sock_recvmsg",
+    "sock_sendmsg", "ep_poll", "do_epoll_wait", "do_sys_poll", "do_select", "pipe_read", "pipe_write",
+    "inet_csk_accept", "inet_accept", "skb_recv_datagram", "udp_recvmsg",
+)
+_LOCK_KERNEL_FRAMES = ("futex_wait", "futex_q_wait", "__futex_wait", "do_futex", "rwsem_down", "mutex_lock")
+
+
+@dataclass(frozen=True)
+class OffCpuEntry:
+    """Blocked time of one stack of one PID for one cause: the sum over ``switches`` blocks, each at
+    least the run's minimum blocked time."""
+
+    cause: str
+    stack: str  # folded, root first: thread name, user frames, kernel frames (``_[k]``)
+    blocked_ns: int
+    switches: int
+
+
+def _has(frames: Sequence[str], needles: Sequence[str], kernel: bool) -> bool:
+    for frame in frames:
+        if frame.endswith(KERNEL_SUFFIX) != kernel:
+            continue
+        name = frame[: -len(KERNEL_SUFFIX)] if kernel else frame
+        if any(needle in name for needle in needles):
+            return True
+    return False
+
+
+def classify_cause(reason: int, stack: str) -> str:
+    """The cause of a block: the kernel's ``reason`` refined by the frames of the folded ``stack``."""
+    if reason == REASON_PREEMPTED:
+        return CAUSE_PREEMPTED
+    frames = stack.split(FRAME_SEPARATOR)[1:]  # the root is the thread name
+    if _has(frames, _SAFEPOINT_FRAMES, kernel=False):
+        return CAUSE_SAFEPOINT
+    if reason == REASON_UNINTERRUPTIBLE:
+        return CAUSE_DISK
+    if reason != REASON_SLEEPING:
+        return CAUSE_OTHER
+    if _has(frames, _SLEEP_USER_FRAMES, kernel=False) or _has(frames, _SLEEP_KERNEL_FRAMES, kernel=True):
+        return CAUSE_SLEEP
+    if _has(frames, _NET_KERNEL_FRAMES, kernel=True):
+        return CAUSE_NET
+    if _has(frames, _LOCK_KERNEL_FRAMES, kernel=True):
+        return CAUSE_LOCK
+    return CAUSE_OTHER
+
+
+def merge_entries(entries: Iterable[OffCpuEntry]) -> list[OffCpuEntry]:
+    """One entry per (cause, stack), most blocked time first, ties by cause and stack (deterministic)."""
+    sums: dict[tuple[str, str], list[int]] = {}
+    for entry in entries:
+        total = sums.setdefault((entry.cause, entry.stack), [0, 0])
+        total[0] += entry.blocked_ns
+        total[1] += entry.switches
+    merged = [OffCpuEntry(cause, stack, ns, switches) for (cause, stack), (ns, switches) in sums.items()]
+    return sorted(merged, key=lambda e: (-e.blocked_ns, e.cause, e.stack))
+
+
+def format_offcpu(entries: Iterable[OffCpuEntry]) -> str:
+    """``cause blocked_ns switches stack`` per line (the stack last: its frames may hold spaces)."""
+    return "".join(
+        f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n" for e in merge_entries(entries) if e.blocked_ns > 0
+    )
+
+
+def parse_offcpu_lines(lines: Iterable[str], source: str) -> Iterator[OffCpuEntry]:
+    """Entries of offcpu.folded text; a malformed line is a CaptureFormatError ``source:line: ...``."""
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = line.split(" ", 3)
+        if len(fields) != 4 or not fields[3].strip():
+            raise CaptureFormatError(
+                f"{source}:{number}: expected 'cause blocked_ns switches stack', got {line[:80]!r}; "
+                "fix or drop the line"
+            )
+        cause, blocked, switches, stack = fields
+        if cause not in CAUSES:
+            raise CaptureFormatError(
+                f"{source}:{number}: unknown cause {cause[:40]!r} (one of {', '.join(CAUSES)}); fix or drop the line"
+            )
+        if not is_count(blocked) or not is_count(switches):
+            raise CaptureFormatError(
+                f"{source}:{number}: blocked_ns and switches must be whole numbers up to {MAX_COUNT}, "
+                f"got {blocked[:30]!r} and {switches[:30]!r}; fix or drop the line"
+            )
+        yield OffCpuEntry(cause, stack, int(blocked), int(switches))
+
+
+def read_offcpu(path: Path) -> list[OffCpuEntry]:
+    """A PID's off-CPU entries, merged per (cause, stack)."""
+    with open_text(path, lenient=True) as handle:
+        return merge_entries(parse_offcpu_lines(handle, str(path)))

@@ -1,0 +1,143 @@
+// Off-CPU time of the scoped processes' threads (bcc C; profiler/sampling/offcpu.py compiles it).
+//
+// Raw tracepoint sched_switch (no kprobe, no tracefs mount): it runs in the context of the thread that
+// leaves the CPU (prev), so bpf_get_current_pid_tgid() and the stack helpers see prev. When prev belongs
+// to a target process, the time, its user and kernel stack ids and the kernel's reason are remembered by
+// thread id; when a remembered thread is switched in again (next), the time in between is added to
+// (tgid, stacks, reason, thread name) if it is at least MIN_BLOCK_NS. The sums stay in the kernel: user
+// space reads the map once, after the window.
+// Prototype (kernel >= 5.18): (bool preempt, struct task_struct *prev, struct task_struct *next,
+// unsigned int prev_state); NEXT_PID_OFF is task_struct.pid's byte offset from the kernel's BTF.
+// User stacks are bpf_get_stack's frame-pointer walk (a JIT frame without frame pointers ends them).
+
+#ifndef MIN_BLOCK_NS
+#define MIN_BLOCK_NS 1000000
+#endif
+#ifndef SAMPLE_EVERY
+#define SAMPLE_EVERY 1  // remember one switch-out in SAMPLE_EVERY, at random; user space scales the sums
+#endif
+#ifndef THREAD_ENTRIES
+#define THREAD_ENTRIES 65536
+#endif
+#ifndef BLOCK_ENTRIES
+#define BLOCK_ENTRIES 65536
+#endif
+#ifndef STACK_ENTRIES
+#define STACK_ENTRIES 32768
+#endif
+#ifndef TGID_ENTRIES
+#define TGID_ENTRIES 4096
+#endif
+
+// The kernel's view of why prev left the CPU (user space refines it by the kernel frames).
+#define REASON_PREEMPTED 0      // still runnable: preempted, or yielded
+#define REASON_SLEEPING 1       // TASK_INTERRUPTIBLE
+#define REASON_UNINTERRUPTIBLE 2  // TASK_UNINTERRUPTIBLE (disk and other I/O, some kernel locks)
+#define REASON_OTHER 3          // stopped, traced, ...
+
+struct switch_out {
+    u64 time_ns;
+    u32 tgid;
+    s32 user_stack_id;
+    s32 kernel_stack_id;
+    u32 reason;
+    char comm[16];
+};
+
+struct block_key {
+    u32 tgid;
+    s32 user_stack_id;
+    s32 kernel_stack_id;
+    u32 reason;
+    char comm[16];
+};
+
+struct block_sum {
+    u64 blocked_ns;
+    u64 switches;
+};
+
+BPF_HASH(target_tgids, u32, u8, TGID_ENTRIES);
+BPF_HASH(switched_out, u32, struct switch_out, THREAD_ENTRIES);
+BPF_HASH(blocked, struct block_key, struct block_sum, BLOCK_ENTRIES);
+BPF_STACK_TRACE(offcpu_stacks, STACK_ENTRIES);
+// [0]: switch-outs not remembered (switched_out full), [1]: blocks not summed (blocked full),
+// [2]: their nanoseconds, [3]: blocks shorter than MIN_BLOCK_NS (not summed), [4]: their nanoseconds
+BPF_ARRAY(offcpu_dropped, u64, 5);
+
+static __always_inline void count_drop(int index, u64 amount) {
+    u64 *slot = offcpu_dropped.lookup(&index);
+    if (slot)
+        __sync_fetch_and_add(slot, amount);
+}
+
+static __always_inline u32 switch_reason(u64 preempt, u64 state) {
+    if (preempt || (state & 0xff) == 0)
+        return REASON_PREEMPTED;
+    if (state & 0x2)
+        return REASON_UNINTERRUPTIBLE;
+    if (state & 0x1)
+        return REASON_SLEEPING;
+    return REASON_OTHER;
+}
+
+static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 now) {
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32, tid = (u32)id;
+    if (tid == 0 || target_tgids.lookup(&tgid) == 0)
+        return;
+    // An exiting thread (TASK_DEAD 0x80, EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10) never runs again: not a block.
+    if (ctx->args[3] & 0xb0)
+        return;
+    // The two stack walks are most of the cost: a sample of the switch-outs bounds it (--off-cpu-sample-every).
+    if (SAMPLE_EVERY > 1 && bpf_get_prandom_u32() % SAMPLE_EVERY != 0)
+        return;
+    struct switch_out out = {};
+    out.time_ns = now;
+    out.tgid = tgid;
+    out.reason = switch_reason(ctx->args[0], ctx->args[3]);
+    out.user_stack_id = offcpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    out.kernel_stack_id = offcpu_stacks.get_stackid(ctx, 0);
+    bpf_get_current_comm(&out.comm, sizeof(out.comm));
+    if (switched_out.update(&tid, &out) != 0)
+        count_drop(0, 1);
+}
+
+static __always_inline void account(u32 tid, u64 now) {
+    struct switch_out *out = switched_out.lookup(&tid);
+    if (out == 0)
+        return;
+    u64 delta = now - out->time_ns;
+    struct block_key key = {};
+    key.tgid = out->tgid;
+    key.user_stack_id = out->user_stack_id;
+    key.kernel_stack_id = out->kernel_stack_id;
+    key.reason = out->reason;
+    __builtin_memcpy(&key.comm, out->comm, sizeof(key.comm));
+    switched_out.delete(&tid);
+    if (delta < MIN_BLOCK_NS) {
+        count_drop(3, 1);
+        count_drop(4, delta);
+        return;
+    }
+    struct block_sum zero = {};
+    struct block_sum *sum = blocked.lookup_or_try_init(&key, &zero);
+    if (sum == 0) {
+        count_drop(1, 1);
+        count_drop(2, delta);
+        return;
+    }
+    __sync_fetch_and_add(&sum->blocked_ns, delta);
+    __sync_fetch_and_add(&sum->switches, 1);
+}
+
+RAW_TRACEPOINT_PROBE(sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    remember(ctx, now);
+    u32 next_tid = 0;
+    bpf_probe_read_kernel(&next_tid, sizeof(next_tid), (void *)(ctx->args[2] + NEXT_PID_OFF));
+    if (next_tid != 0)
+        account(next_tid, now);
+    return 0;
+}

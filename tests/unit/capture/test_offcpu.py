@@ -1,0 +1,137 @@
+"""Off-CPU time (profiler run --off-cpu): the cause rule, the per-PID file and its reader on hostile
+content, the per-task split by the leaf-first rule, and the result rows' off-CPU columns."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import format as capture
+from profiler.capture.format import OFFCPU_COLUMNS, RESULT_COLUMNS, ProcessInfo
+from profiler.capture.offcpu import (
+    CAUSES,
+    REASON_OTHER,
+    REASON_PREEMPTED,
+    REASON_SLEEPING,
+    REASON_UNINTERRUPTIBLE,
+    OffCpuEntry,
+    classify_cause,
+    format_offcpu,
+    merge_entries,
+    parse_offcpu_lines,
+    read_offcpu,
+)
+from profiler.errors import CaptureFormatError
+from profiler.matching.aggregate import aggregate_host
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher, match_offcpu, match_stacks
+
+FUTEX = "entry_SYSCALL_64_[k];__x64_sys_futex_[k];futex_wait_[k];schedule_[k]"
+PIPE = "entry_SYSCALL_64_[k];ksys_read_[k];vfs_read_[k];pipe_read_[k];schedule_[k]"
+NANOSLEEP = "entry_SYSCALL_64_[k];__x64_sys_clock_nanosleep_[k];hrtimer_nanosleep_[k];do_nanosleep_[k];schedule_[k]"
+EPOLL = "entry_SYSCALL_64_[k];do_epoll_wait_[k];ep_poll_[k];schedule_hrtimeout_range_[k]"
+
+
+@pytest.mark.parametrize(
+    ("reason", "stack", "cause"),
+    [
+        (REASON_PREEMPTED, f"t;main;{FUTEX}", "preempted"),  # runnable: the frames do not matter
+        (REASON_SLEEPING, f"t;main;Parker::park;{FUTEX}", "lock"),
+        (REASON_SLEEPING, f"t;main;JVM_Sleep;JavaThread::sleep(long);{FUTEX}", "sleep"),  # a user frame decides
+        (REASON_SLEEPING, f"t;main;java.lang.Thread::sleep0;{FUTEX}", "sleep"),
+        (REASON_SLEEPING, f"t;main;{NANOSLEEP}", "sleep"),
+        (REASON_SLEEPING, f"t;main;{PIPE}", "net"),
+        (REASON_SLEEPING, f"t;main;{EPOLL}", "net"),
+        (REASON_SLEEPING, "t;main;ThreadBlockInVM::~ThreadBlockInVM();SafepointSynchronize::block(JavaThread*);"
+         + FUTEX, "safepoint"),
+        (REASON_UNINTERRUPTIBLE, "t;main;entry_SYSCALL_64_[k];io_schedule_[k];schedule_[k]", "disk"),
+        (REASON_SLEEPING, "t;main;entry_SYSCALL_64_[k];do_wait_[k];schedule_[k]", "other"),
+        (REASON_OTHER, f"t;main;{PIPE}", "other"),  # stopped or traced
+    ],
+)
+def test_cause_from_reason_and_frames(reason: int, stack: str, cause: str) -> None:
+    assert classify_cause(reason, stack) == cause
+
+
+def test_kernel_names_do_not_decide_as_user_frames_and_the_thread_name_never_does() -> None:
+    # a thread called "nanosleep" and a user function called pipe_read are not kernel waits
+    assert classify_cause(REASON_SLEEPING, f"nanosleep;pipe_read;{FUTEX}") == "lock"
+
+
+def test_format_and_read_round_trip_merges_and_orders(tmp_path: Path) -> None:
+    entries = [
+        OffCpuEntry("lock", "t;a b(int);futex_wait_[k]", 5_000_000, 2),
+        OffCpuEntry("net", "t;x;pipe_read_[k]", 9_000_000, 3),
+        OffCpuEntry("lock", "t;a b(int);futex_wait_[k]", 1_000_000, 1),
+        OffCpuEntry("sleep", "t;y", 0, 0),  # nothing blocked: not written
+    ]
+    text = format_offcpu(entries)
+    assert text == "net 9000000 3 t;x;pipe_read_[k]\nlock 6000000 3 t;a b(int);futex_wait_[k]\n"
+    path = tmp_path / "offcpu.folded"
+    path.write_text(text)
+    assert read_offcpu(path) == merge_entries(entries[:3])
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("lock 12 3", "expected 'cause blocked_ns switches stack'"),
+        ("lock 12 3  ", "expected 'cause blocked_ns switches stack'"),
+        ("waiting 12 3 t;a", "unknown cause"),
+        ("lock -12 3 t;a", "whole numbers"),
+        ("lock 12 ² t;a", "whole numbers"),
+        ("lock 99999999999999999999 3 t;a", "whole numbers"),
+        ("lock 1e9 3 t;a", "whole numbers"),
+        ("\x00 1 1 t", "unknown cause"),
+    ],
+)
+def test_reader_refuses_hostile_lines_naming_file_and_line(line: str, problem: str) -> None:
+    with pytest.raises(CaptureFormatError) as error:
+        list(parse_offcpu_lines(["net 1 1 t;ok\n", "\n", line + "\n"], "cap/pids/7/offcpu.folded"))
+    message = str(error.value)
+    assert message.startswith("cap/pids/7/offcpu.folded:3: ") and problem in message and "fix" in message
+    assert len(message) < 300 and "\n" not in message
+
+
+def test_capture_without_offcpu_file_reads_as_none_and_with_one_as_entries(tmp_path: Path) -> None:
+    assert capture.read_pid_offcpu(tmp_path, 42) is None
+    capture.write_offcpu(tmp_path, 42, [OffCpuEntry("disk", "t;io_schedule_[k]", 7, 1)])
+    assert capture.read_pid_offcpu(tmp_path, 42) == [OffCpuEntry("disk", "t;io_schedule_[k]", 7, 1)]
+
+
+def test_blocked_time_goes_to_tasks_by_the_leaf_first_rule() -> None:
+    matcher = Matcher(parse_profile("Poll: KafkaConsumer\nWorker: Executor task\n"))
+    entries = [
+        OffCpuEntry("net", "Executor task;KafkaConsumer.poll;ep_poll_[k]", 3_000_000_000, 10),
+        OffCpuEntry("lock", "Executor task;Foo.bar;futex_wait_[k]", 1_000_000_000, 4),
+        OffCpuEntry("lock", "Executor task;KafkaConsumer.poll;futex_wait_[k]", 500_000_000, 1),
+        OffCpuEntry("sleep", "GC Thread;nanosleep_[k]", 250_000_000, 1),
+    ]
+    by_task = match_offcpu(matcher, entries)
+    assert by_task == {
+        "Poll": Counter({"net": 3_000_000_000, "lock": 500_000_000}),
+        "Worker": Counter({"lock": 1_000_000_000}),
+        "unmatched": Counter({"sleep": 250_000_000}),
+    }
+
+
+def test_result_rows_carry_offcpu_seconds_per_task_and_cause_and_none_without_off_cpu() -> None:
+    assert RESULT_COLUMNS[-len(OFFCPU_COLUMNS):] == OFFCPU_COLUMNS
+    assert ("offcpu_seconds", *(f"offcpu_{c}_seconds" for c in CAUSES)) == OFFCPU_COLUMNS
+    matcher = Matcher(parse_profile("Poll: KafkaConsumer\n"))
+    workload = ProcessInfo(7, "workload", "spark", "executor", "u", "java", 0.0, 10.0)
+    manager = ProcessInfo(8, "managing", "spark", "worker", "u", "java", 0.0, 10.0)
+    matched = {7: match_stacks(matcher, {"E;KafkaConsumer.poll": 3, "E;x": 1})}
+    offcpu = {7: {"Poll": Counter({"net": 2_000_000_000, "lock": 500_000_000})}, 8: {"Poll": Counter(lock=1)}}
+    rows = aggregate_host("h", [workload, manager], matched, {}, {}, offcpu)
+    by_key = {(r["pid"], r["task"]): r for r in rows}
+    poll = by_key[(7, "Poll")]
+    assert poll["offcpu_seconds"] == 2.5 and poll["offcpu_net_seconds"] == 2.0 and poll["offcpu_lock_seconds"] == 0.5
+    assert poll["offcpu_disk_seconds"] == 0.0
+    assert by_key[(7, "unmatched")]["offcpu_seconds"] == 0.0  # measured: nothing blocked there
+    assert by_key[(7, "*")]["offcpu_seconds"] == 2.5
+    assert by_key[(8, "*")]["offcpu_seconds"] is None  # a managing PID is not traced
+    without = aggregate_host("h", [workload], matched, {}, {})
+    assert all(row["offcpu_seconds"] is None for row in without)

@@ -1,0 +1,61 @@
+"""The off-CPU tracer's pure steps: blocks still open at the window's end, stack naming (the tracing
+frames dropped, lost stacks marked) and the BPF text's kernel checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.errors import CapabilityError
+from profiler.sampling.offcpu import (
+    BPF_SOURCE,
+    RawBlock,
+    SwitchLayout,
+    build_bpf_text,
+    name_blocks,
+    open_blocks,
+    scaled,
+    without_tracing_frames,
+)
+
+
+def test_open_blocks_count_up_to_the_end_and_respect_the_minimum() -> None:
+    pending = [RawBlock(7, 1, 2, 1, "t", 1_000, 0), RawBlock(7, 1, 2, 1, "t", 9_500, 0)]
+    assert open_blocks(pending, end_ns=10_000, min_block_ns=1_000) == [RawBlock(7, 1, 2, 1, "t", 9_000, 1)]
+
+
+def test_tracing_frames_at_the_kernel_leaf_are_dropped_and_nothing_else() -> None:
+    frames = ["bpf_prog_6a_raw_tracepoint__sched_switch", "bpf_trace_run4", "__schedule", "schedule", "bpf_prog_x"]
+    assert without_tracing_frames(frames) == ["__schedule", "schedule", "bpf_prog_x"]
+
+
+def test_blocks_are_named_classified_and_merged() -> None:
+    stacks = {1: (0x10, 0x20), 2: (0x900, 0x901, 0x902)}
+    user = {0x10: "Parker::park", 0x20: "main"}
+    kernel = {0x900: "bpf_prog_1_sched_switch", 0x901: "futex_wait", 0x902: "do_syscall_64"}
+    blocks = [
+        RawBlock(7, 1, 2, 1, "worker", 4_000_000, 2),
+        RawBlock(7, 1, 2, 1, "worker", 1_000_000, 1),  # the same stack closed at stop()
+        RawBlock(7, -14, 2, 0, "worker", 3_000_000, 1),  # no user stack (EFAULT): lost, preempted
+    ]
+    entries = name_blocks(blocks, stacks.get, user.__getitem__, kernel.__getitem__)
+    assert [(e.cause, e.stack, e.blocked_ns, e.switches) for e in entries] == [
+        ("lock", "worker;main;Parker::park;do_syscall_64_[k];futex_wait_[k]", 5_000_000, 3),
+        ("preempted", "worker;[lost user stack];do_syscall_64_[k];futex_wait_[k]", 3_000_000, 1),
+    ]
+
+
+def test_bpf_text_needs_the_four_argument_tracepoint_and_carries_the_offsets() -> None:
+    source = BPF_SOURCE.read_text()
+    text = build_bpf_text(source, SwitchLayout(task_pid_offset=1264, switch_args=4), 2_000_000)
+    assert "#define NEXT_PID_OFF 1264" in text and "#define MIN_BLOCK_NS 2000000" in text
+    assert "#define SAMPLE_EVERY 1\n" in text
+    assert "#define SAMPLE_EVERY 10\n" in build_bpf_text(source, SwitchLayout(1264, 4), 1, sample_every=10)
+    for layout in (None, SwitchLayout(1264, 3), SwitchLayout(1264, None)):
+        with pytest.raises(CapabilityError, match="kernel >= 5.18 with BTF; run without --off-cpu"):
+            build_bpf_text(source, layout, 1)
+
+
+def test_sampled_switch_outs_are_scaled_back_to_estimates_of_all() -> None:
+    blocks = [RawBlock(7, 1, 2, 1, "t", 3_000_000, 2)]
+    assert scaled(blocks, 1) == blocks
+    assert scaled(blocks, 10) == [RawBlock(7, 1, 2, 1, "t", 30_000_000, 20)]
