@@ -29,6 +29,7 @@ ambiguous and counted unnamed (REUSED) in the generation that ends. A JVM withou
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import struct
 import threading
@@ -656,6 +657,8 @@ class JvmNames:
         except Exception as exc:  # noqa: BLE001 - bcc map errors are plain exceptions
             with self._lock:
                 del self.namers[pid]
+                for table in (self._starts, self._by_count, self._count, self._seen):
+                    table.pop(pid, None)
             namer.memory.close()
             self.errors[pid] = f"pid {pid}: publishing the interpreter range failed ({exc})"
             return False
@@ -751,14 +754,15 @@ class JvmNames:
 
     @staticmethod
     def _read_names(namer: MethodNamer, methods: Sequence[int], compiled: Sequence[int]) -> list[int]:
-        """Names of the stack's frames read into the current generation; the Method*s read anew."""
-        before = set(namer.names)
+        """Names of the stack's frames read into the current generation; the Method*s read anew (reading only
+        adds to ``names``, which keeps insertion order: the new ones are its last entries)."""
+        known = len(namer.names)
         for value in compiled:
             namer.compiled_names(value)
         for method in methods:
             if method not in namer.names:
                 namer.name(method)
-        return [method for method in namer.names if method not in before]
+        return list(itertools.islice(reversed(namer.names), len(namer.names) - known))
 
     def _note_exact(self, pid: int, namer: MethodNamer, methods: Sequence[int], compiled: Sequence[int]) -> None:
         """Read names only while the JVM's count is the current generation's, before and after the reads:

@@ -222,3 +222,22 @@ def test_recorded_compiled_frames_are_named_from_their_saved_chain() -> None:
 def test_damaged_saved_names_are_refused(damage: dict) -> None:
     with pytest.raises(ValueError):
         RecordedNames().apply(damage)
+
+
+def test_exact_mode_drops_names_read_across_an_unload() -> None:
+    # GIVEN the JVM unloads classes while the reader is reading a new stack's names
+    space, counter = Metaspace(), Counter_(5)
+    namer = FakeNamer(space, counter, exact=True)
+    jvms = jvm_names(namer)
+    jvms.note_stack(9, [X])
+    read = namer._read
+
+    def unloading_read(method: int) -> str | None:
+        counter.value = 6
+        return read(method)
+
+    namer._read = unloading_read  # type: ignore[method-assign]
+    jvms.note_stack(9, [Y])
+    # THEN the name read across the unload is withdrawn (LATE), the one read before stays
+    assert namer.name(X, 0) == "a.Alpha::spin"
+    assert namer.name(Y, 0) is None and namer.cause(Y, 0, "x") == LATE
