@@ -363,8 +363,8 @@ def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None) -> N
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(content)
-        if mode is not None:
-            os.chmod(tmp, mode)
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

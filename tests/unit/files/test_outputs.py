@@ -86,3 +86,29 @@ def test_a_failed_demo_is_recognised_by_its_marker_only(tmp_path: Path) -> None:
     with pytest.raises(OutputExistsError, match="did not write"):
         _prepare_out(users, force=True)
     assert (users / WORKLOAD_DIR).is_dir()
+
+
+def test_a_run_directory_is_private_and_its_files_get_their_mode_from_the_descriptor(tmp_path: Path) -> None:
+    # issue 27: modes are set with fchmod on what was opened or made, never chmod by path
+    from profiler import runner
+    from profiler.capture import format as capture_format
+
+    out = tmp_path / "run"
+    out.mkdir(mode=0o755)
+    runner.prepare_output(out, force=False)
+    assert out.stat().st_mode & 0o777 == 0o700
+    capture_format.atomic_write_text(out / "private.txt", "x")
+    capture_format.atomic_write_text(out / "served.html", "x", mode=0o644)
+    assert (out / "private.txt").stat().st_mode & 0o777 == 0o600
+    assert (out / "served.html").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_run_directory_that_is_a_link_is_refused_and_its_target_keeps_its_mode(tmp_path: Path) -> None:
+    from profiler import runner
+
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o755)
+    (tmp_path / "run").symlink_to(target)
+    with pytest.raises((ConfigError, OutputExistsError, OSError)):
+        runner.prepare_output(tmp_path / "run", force=True)
+    assert target.stat().st_mode & 0o777 == 0o755
