@@ -93,12 +93,22 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     rows = {r["task"]: r for r in result_rows(out, "h") if r["pid"] == str(pid)}
     assert capture.read_meta(out).off_cpu_min_block_ms == 1.0
     # THEN each thread's blocked seconds is the JVM's measurement (the two windows differ by the status
-    # file's polling: a few tenths of a second of ~15 s), and the split among the three within 5 points
-    blocked = {task: float(rows[task]["offcpu_seconds"]) for task in THREADS}
+    # file's polling: a few tenths of a second of ~15 s), and the split among the five within 5 points.
+    # Compared without the time the thread was preempted (switched out while runnable): the JVM times
+    # only the blocking calls, and the locker also spins between them, which a loaded host preempts for
+    # seconds (CPU contention, not its wait)
+    def waited(task: str) -> float:
+        return float(rows[task]["offcpu_seconds"]) - float(rows[task]["offcpu_preempted_seconds"])
+
+    blocked = {task: waited(task) for task in THREADS}
     measured = {task: truth[key] for task, key in THREADS.items()}
+    for task in THREADS:  # shown with pytest -s: the figures docs/offcpu.md quotes
+        row = rows[task]
+        causes = {c: round(float(row[f"offcpu_{c}_seconds"]), 2) for c in ("preempted", CAUSE_OF[task])}
+        print(f"{task}: waited {blocked[task]:.2f} s, JVM measured {measured[task]:.2f} s, {causes}")
     for task in THREADS:
         bound = 0.08 * measured[task] + 0.3
-        assert abs(blocked[task] - measured[task]) < bound, (task, blocked, measured, truth_window)
+        assert abs(blocked[task] - measured[task]) < bound, (task, blocked, measured, truth_window, rows[task])
     total_blocked, total_measured = sum(blocked.values()), sum(measured.values())
     for task in THREADS:
         share, expected = blocked[task] / total_blocked, measured[task] / total_measured
@@ -107,9 +117,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # park and the Object.wait are futex waits the JVM names (its thread state and last Java frame); each
     # with at least 95 % of its thread's blocked time beside what the scheduler took (preempted)
     def cause_share(task: str, cause: str) -> float:
-        row = rows[task]
-        waited = float(row["offcpu_seconds"]) - float(row["offcpu_preempted_seconds"])
-        return float(row[f"offcpu_{cause}_seconds"]) / waited
+        return float(rows[task][f"offcpu_{cause}_seconds"]) / waited(task)
 
     for task, cause in CAUSE_OF.items():
         assert cause_share(task, cause) > 0.95, (task, cause, rows[task])
