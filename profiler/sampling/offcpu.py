@@ -231,6 +231,8 @@ class OffCpuTracer:
                     del self._bpf[b"target_tgids"][ctypes.c_uint32(pid)]
                 except KeyError:
                     pass
+            if self._java is not None:
+                self._java.detach(pid)
 
     def _write_pid(self, pid: int) -> None:
         if self._java is not None:  # first: the process's first blocks already have their JVM's view

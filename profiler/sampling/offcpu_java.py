@@ -72,7 +72,10 @@ class JavaThreadWatch:
             except VMStructsError:
                 threads = {}
             to_host = host_tids(pid)
-            current = {to_host.get(tid, tid): address for tid, address in threads.items()} if to_host or threads else {}
+            if to_host is None:  # our pid namespace: the JVM's ids are ours
+                current = threads
+            else:  # a container's: only the threads whose host id is known (never another process's id)
+                current = {to_host[tid]: address for tid, address in threads.items() if tid in to_host}
             table = self._bpf[b"java_threads"]
             for tid in self._threads.get(pid, set()) - current.keys():
                 try:
@@ -82,6 +85,23 @@ class JavaThreadWatch:
             for tid, address in current.items():
                 table[ctypes.c_uint32(tid)] = ctypes.c_uint64(address)
             self._threads[pid] = set(current)
+
+    def detach(self, pid: int) -> None:
+        """Stop following ``pid`` (it exited: a later process given the same pid is another)."""
+        with self._lock:
+            known = self._jvms.pop(pid, None)
+            if known is None:
+                return
+            known[0].memory.close()
+            for tid in self._threads.pop(pid, set()):
+                try:
+                    del self._bpf[b"java_threads"][ctypes.c_uint32(tid)]
+                except KeyError:
+                    pass
+            try:
+                del self._bpf[b"java_layouts"][ctypes.c_uint32(pid)]
+            except KeyError:
+                pass
 
     def start(self) -> None:
         """Refresh every JVM's threads in the background until stop()."""

@@ -91,9 +91,9 @@ def read_java_threads(memory: ProcessMemory, layout: ThreadLayout) -> dict[int, 
     return threads
 
 
-def host_tids(pid: int) -> dict[int, int]:
-    """Thread ids as ``pid``'s own pid namespace sees them -> as ours does; empty when the process shares
-    our namespace (the ids are the same) or is gone."""
+def host_tids(pid: int) -> dict[int, int] | None:
+    """Thread ids as ``pid``'s own pid namespace sees them -> as ours does; None when the process shares
+    our namespace (the ids are the same). A thread gone meanwhile is left out."""
     mapping: dict[int, int] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -106,9 +106,9 @@ def host_tids(pid: int) -> dict[int, int]:
         except OSError:
             continue
         ids = line.split()[1:]
-        if len(ids) < 2:
-            return {}
-        if ids[-1].isdigit() and task.isdigit():
+        if len(ids) == 1:
+            return None
+        if len(ids) > 1 and ids[-1].isdigit() and task.isdigit():
             mapping[int(ids[-1])] = int(task)
     return mapping
 

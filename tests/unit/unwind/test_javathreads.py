@@ -3,6 +3,7 @@ vmStructs, the list read from hostile memory, the last Java frame named."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
@@ -12,6 +13,7 @@ from profiler.unwind.hotspot import VMLayout
 from profiler.unwind.javathreads import (
     JAVA_INTERPRETED,
     MAX_JAVA_THREADS,
+    host_tids,
     java_frame_name,
     read_java_threads,
     thread_layout,
@@ -110,3 +112,8 @@ def test_last_java_frame_interpreted_is_named_and_marked_compiled_without_code_c
     assert java_frame_name(namer, 0x6000 | JAVA_INTERPRETED) is None  # type: ignore[arg-type]  (stale)
     assert java_frame_name(namer, 0x7F00_0000_5000) is None  # type: ignore[arg-type]
     assert java_frame_name(namer, 0) is None  # type: ignore[arg-type]
+
+
+def test_thread_ids_of_our_own_pid_namespace_need_no_mapping_and_a_gone_process_maps_none() -> None:
+    assert host_tids(os.getpid()) is None
+    assert host_tids(2**22 + 1) == {}  # above pid_max: no such process
