@@ -11,7 +11,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,14 @@ def scaled(blocks: Iterable[RawBlock], sample_every: int) -> list[RawBlock]:
     return [replace(b, blocked_ns=b.blocked_ns * sample_every, switches=b.switches * sample_every) for b in blocks]
 
 
+# The outermost frames of a thread (glibc's and HotSpot's thread starts): a walk that reached one is whole.
+_THREAD_ROOTS = ("start_thread", "clone3", "__clone", "clone", "_start", "thread_native_entry")
+
+
+def _whole(user_leaf_first: Sequence[str]) -> bool:
+    return bool(user_leaf_first) and user_leaf_first[-1].startswith(_THREAD_ROOTS)
+
+
 def name_blocks(
     blocks: Iterable[RawBlock],
     stack_of: Callable[[int], tuple[int, ...] | None],
@@ -120,14 +128,15 @@ def name_blocks(
     """Entries of one process: each block's stacks named (None from ``stack_of``: lost) and its cause.
 
     A Java thread's last Java frame (named by ``java_name``) goes below the walked user frames, as their
-    caller: the frame-pointer walk of a blocked JVM thread stops in glibc, far leafward of it."""
+    caller, when the walk was cut: the frame-pointer walk of a blocked JVM thread usually stops in glibc,
+    far leafward of it. A walk that reached the thread's start already holds the Java frames."""
     entries = []
     for block in blocks:
         user = stack_of(block.user_stack_id)
         kernel = stack_of(block.kernel_stack_id)
         user_frames = [user_name(a) for a in user] if user is not None else None
         java_frame = java_name(block.java_frame) if block.java_frame else None
-        if java_frame is not None and user_frames is not None and java_frame not in user_frames:
+        if java_frame is not None and user_frames is not None and not _whole(user_frames):
             user_frames.append(java_frame)
         stack = fold_stack(
             block.comm,
