@@ -45,12 +45,20 @@ class BlockedJvm:
         return self.process.stdout.readline().strip()
 
 
-@pytest.fixture
-def blocked_jvm(tmp_path: Path) -> Iterator[BlockedJvm]:
+# The JVM's view of a wait is read through its vmStructs, whose layout moved between releases (JDK 25's
+# Thread::_osthread, Thread.sleepNanos0, Object.wait0): the default JDK and the newest one installed.
+TEMURIN_25 = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
+
+
+@pytest.fixture(params=["default-jdk", "temurin-25"])
+def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlockedJvm]:
+    home = java_home() if request.param == "default-jdk" else TEMURIN_25
+    if not (home / "bin" / "java").exists():
+        pytest.skip(f"no {home}/bin/java on this host")
     classes = tmp_path / "classes"
-    subprocess.run([str(java_home() / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
+    subprocess.run([str(home / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
     argv = [
-        str(java_home() / "bin" / "java"), "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
+        str(home / "bin" / "java"), "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
         f"-XX:CompileCommand=dontinline,{MAIN}::*", "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), MAIN,
     ]  # fmt: skip
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", bufsize=1)
