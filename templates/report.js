@@ -75,11 +75,13 @@
     return parts;
   }
 
+  function unitOf(graph) { return (graph && graph.unit) || 'samples'; }
+
   function frameText(d) {
     var graph = graphsByKey[state.key];
     var total = graph ? graph.samples : 0;
     var node = d.data;
-    var text = node.name + ' — ' + fmtInt(node.value) + ' samples';
+    var text = node.name + ' — ' + fmtInt(node.value) + ' ' + unitOf(graph);
     if (total) text += ' (' + fmtPct(node.value / total) + ' of this graph)';
     if (node.task === MIXED && node.breakdown && Object.keys(node.breakdown).length) {
       text += ' — shared by: ' + describeTasks(node.breakdown).map(function (p) {
@@ -135,14 +137,14 @@
     if (select.value !== key) select.value = key;
     var info = document.getElementById('graph-info');
     if (!graph) { info.textContent = 'no samples in this report'; return; }
-    var infoText = graph.title + ': ' + fmtInt(graph.samples) + ' samples in ' + fmtInt(graph.stacks) + ' distinct stacks';
+    var infoText = graph.title + ': ' + fmtInt(graph.samples) + ' ' + unitOf(graph) + ' in ' + fmtInt(graph.stacks) + ' distinct stacks';
     if (graph.droppedStacks) {
       infoText += '; the ' + fmtInt(graph.droppedStacks) + ' smallest stacks (' + fmtInt(graph.droppedSamples) +
-        ' samples) are drawn as one frame: raise --max-stacks (now ' + data.maxStacks + ') to see them';
+        ' ' + unitOf(graph) + ') are drawn as one frame: raise --max-stacks (now ' + data.maxStacks + ') to see them';
     }
     info.textContent = infoText;
     renderExportLinks(key);
-    if (!graph.samples) { container.appendChild(el('p', 'empty', 'no samples')); return; }
+    if (!graph.samples) { container.appendChild(el('p', 'empty', 'no ' + unitOf(graph))); return; }
     var width = Math.max(600, container.clientWidth || 1100);
     var chart = flamegraph()
       .width(width)
@@ -187,7 +189,8 @@
   function buildSelect() {
     var select = document.getElementById('graph-select');
     var groups = [['host', 'hosts (all workload PIDs merged)'], ['pid', 'workload PIDs'],
-      ['task', 'task drill-down'], ['unmatched', 'unmatched']];
+      ['task', 'task drill-down'], ['unmatched', 'unmatched'],
+      ['offcpu-task', 'off-CPU per task (width: ms blocked)'], ['offcpu-pid', 'off-CPU per PID (width: ms blocked)']];
     groups.forEach(function (group) {
       var members = data.graphs.filter(function (g) { return g.kind === group[0]; });
       if (!members.length) return;

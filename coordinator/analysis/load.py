@@ -29,9 +29,11 @@ from profiler.capture.format import (
     read_capture,
     read_counters_timeline,
     read_json_file,
+    read_pid_offcpu,
     read_spark_plans,
     result_file_name,
 )
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.files.textinput import TEXT_ENCODING, open_text
 
 # ---------------------------------------------------------------- loading
@@ -218,6 +220,23 @@ def load_stacks(
                 raise
             problems.append(f"{capture.meta.host} PID {process.pid}: stacks left out: {exc}")
     return stacks
+
+
+def load_offcpu(capture: Capture, problems: list[str]) -> dict[int, list[OffCpuEntry]]:
+    """Off-CPU entries of every workload PID that has them (a run without --off-cpu: none); an unreadable
+    file leaves that PID out and is reported in ``problems``."""
+    entries: dict[int, list[OffCpuEntry]] = {}
+    for process in capture.processes:
+        if not process.sampled:
+            continue
+        try:
+            found = read_pid_offcpu(capture.directory, process.pid)
+        except (CaptureFormatError, OSError) as exc:
+            problems.append(f"{capture.meta.host} PID {process.pid}: off-CPU time left out: {exc}")
+            continue
+        if found:
+            entries[process.pid] = found
+    return entries
 
 
 @dataclass(frozen=True)

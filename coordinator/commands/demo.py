@@ -248,6 +248,12 @@ class DemoCommand:
             "as production clusters run, the HotSpot unwinder walking their JIT code",
         )
         parser.add_argument(
+            "--off-cpu",
+            action="store_true",
+            help="also sum each task's blocked time by cause (profiler run --off-cpu, docs/offcpu.md): the "
+            "report shows it beside the on-CPU time",
+        )
+        parser.add_argument(
             "--ready-timeout", type=duration, default=600.0, help="seconds to wait for the first events (600)"
         )
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
@@ -330,6 +336,7 @@ class DemoCommand:
             frequency=int(args.frequency),
             profile=data_file(engine.profile),
             known_spes=known_spes,
+            off_cpu=args.off_cpu,
         )
         labels = {"workload": "ysb", "spe": engine.spe, "rate": str(rate), "campaigns": str(args.campaigns)}
         if args.source != "generator":

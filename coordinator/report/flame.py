@@ -85,9 +85,11 @@ class FlameGraph:
     dropped_stacks: int
     dropped_samples: int
     max_depth: int
+    unit: str = "samples"  # what a frame's width counts (off-CPU graphs: milliseconds blocked)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "unit": self.unit,
             "key": self.key,
             "title": self.title,
             "kind": self.kind,

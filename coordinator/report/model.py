@@ -8,6 +8,7 @@ from typing import Any
 
 from coordinator.analysis.stages import StageLine
 from coordinator.analysis.vertices import SubtaskLine, VertexLine
+from coordinator.report.offcpuview import OffCpuTable
 
 
 @dataclass(frozen=True)
@@ -114,5 +115,6 @@ class ReportView:
     vertex_lines: tuple[VertexLine, ...] = ()  # Flink vertices and their operators (analyze --by vertex)
     subtask_lines: tuple[SubtaskLine, ...] = ()
     flink_run: bool = False  # a Flink run: the vertex section says how to get its rows when there are none
+    offcpu: OffCpuTable = OffCpuTable((), (), "")  # blocked time per task and cause (runs with --off-cpu)
 
 

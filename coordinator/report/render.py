@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.load import RunData, load_run, load_stacks, load_timeline
+from coordinator.analysis.load import RunData, load_offcpu, load_run, load_stacks, load_timeline
 from coordinator.export.files import Selection
 from coordinator.export.stacks import ExportSet
 from coordinator.report.flame import DEFAULT_MAX_STACKS
@@ -190,6 +190,12 @@ def render_report(
         max_stacks=max_stacks,
         problems=problems,
         timelines={name: t for name, t in timelines.items() if t is not None},
+        # whole-window sums only: a run analysed with --from/--to has no blocked time of its sub-window
+        offcpu={
+            h.name: load_offcpu(h.capture, problems)
+            for h in run.hosts
+            if h.capture is not None and run.host_intervals(h.name) is None
+        },
     )
     exports = export_files(run, stacks)
     if exports:

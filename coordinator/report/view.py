@@ -19,7 +19,9 @@ from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
 from coordinator.report.health import health_lines
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
+from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table
 from profiler.capture.format import ALL_TASKS, UNMATCHED, Capture, CaptureFormatError, ProcessInfo
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.matching.matcher import Matcher
 
 # Categorical colours for tasks in profile order (Tableau 10, then Tableau 20's light tones).
@@ -134,9 +136,10 @@ def build_view(
     candidate_count: int = 15,
     problems: Sequence[str] = (),
     timelines: Mapping[str, TimelineInput] | None = None,
+    offcpu: Mapping[str, Mapping[int, Sequence[OffCpuEntry]]] | None = None,
 ) -> ReportView:
-    """Pure: run data, stacks (host → pid → folded counts) and timelines (host → TimelineInput,
-    read once) in, everything the page shows out."""
+    """Pure: run data, stacks (host → pid → folded counts), timelines (host → TimelineInput, read
+    once) and off-CPU entries (host → pid → entries) in, everything the page shows out."""
     from profiler.matching.appprofile import parse_profile
 
     profile = parse_profile(run.profile_text, run.profile_source or "<profile>") if run.profile_text else None
@@ -150,6 +153,9 @@ def build_view(
     frames = flame.FrameTable()
     graphs, by_task = _flamegraphs(
         stacks, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
+    )
+    graphs += offcpu_flamegraphs(
+        offcpu or {}, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
     )
     task_samples = {task: sum(counts.values()) for task, counts in by_task.items()}
     unmatched_total = task_samples[UNMATCHED]
@@ -219,6 +225,7 @@ def build_view(
         vertex_lines=vertices,
         subtask_lines=subtasks,
         flink_run=bool(flink_lines or vertices),
+        offcpu=offcpu_table(rows, task_names, colors),
     )
 
 

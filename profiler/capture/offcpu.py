@@ -16,24 +16,36 @@ from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, MAX_COUNT, is_count
 
 OFFCPU_FILE = "offcpu.folded"
 
-# Causes, in report order. ``sleep``: a timed sleep (nanosleep, Thread.sleep); ``lock``: a futex wait that
-# is not a sleep (monitors, LockSupport.park, condition variables); ``net``: waiting for data or room on a
+# Causes, in report order. ``sleep``: a timed sleep (nanosleep, Thread.sleep); ``monitor``: a Java thread
+# entering a contended monitor (synchronized); ``wait``: Object.wait; ``park``: LockSupport.park (the
+# java.util.concurrent locks, queues and pools); ``lock``: any other futex wait (native locks and condition
+# variables, a JVM thread whose wait the JVM did not describe); ``net``: waiting for data or room on a
 # socket, pipe or poll set; ``disk``: uninterruptible sleep (block I/O, page faults, some kernel locks);
 # ``preempted``: runnable but descheduled (CPU contention); ``safepoint``: a JVM thread stopped for GC or
 # another safepoint; ``other``: a voluntary sleep none of the rules names.
 CAUSE_SLEEP, CAUSE_LOCK, CAUSE_NET, CAUSE_DISK = "sleep", "lock", "net", "disk"
 CAUSE_PREEMPTED, CAUSE_SAFEPOINT, CAUSE_OTHER = "preempted", "safepoint", "other"
+CAUSE_MONITOR, CAUSE_WAIT, CAUSE_PARK = "monitor", "wait", "park"
 CAUSES: tuple[str, ...] = (
-    CAUSE_LOCK, CAUSE_NET, CAUSE_DISK, CAUSE_SLEEP, CAUSE_SAFEPOINT, CAUSE_PREEMPTED, CAUSE_OTHER
+    CAUSE_LOCK, CAUSE_MONITOR, CAUSE_WAIT, CAUSE_PARK, CAUSE_NET, CAUSE_DISK, CAUSE_SLEEP, CAUSE_SAFEPOINT,
+    CAUSE_PREEMPTED, CAUSE_OTHER,
 )
 
 # The kernel's reason a thread left the CPU (profiler/sampling/offcpu_trace.c, REASON_*).
 REASON_PREEMPTED, REASON_SLEEPING, REASON_UNINTERRUPTIBLE, REASON_OTHER = 0, 1, 2, 3
+# What the JVM said of the thread at the switch-out (offcpu_trace.c, JAVA_*): no JavaThread known, a Java
+# thread, one entering a contended monitor, one in Object.wait.
+JAVA_NONE, JAVA_IN_VM, JAVA_MONITOR, JAVA_WAIT = 0, 1, 2, 3
 
 # Frames, leaf first, that name the wait. A user frame decides before a kernel frame for sleeps and
 # safepoints, because the JVM's Thread.sleep and its safepoint wait are futex waits to the kernel.
 _SAFEPOINT_FRAMES = ("SafepointSynchronize::block", "SafepointMechanism::process", "ThreadBlockInVM")
 _SLEEP_USER_FRAMES = ("JVM_Sleep", "Thread::sleep")  # also JavaThread::sleep, Thread::sleep0, sleepNanos
+# The last Java frame of a blocked thread (offcpu_trace.c reads it from the JVM): the Java methods that
+# block the thread. JDK 17: Thread.sleep, Unsafe.park; JDK 21+: Thread.sleep0 / sleepNanos0.
+_SLEEP_JAVA_FRAMES = ("java.lang.Thread::sleep",)
+_PARK_JAVA_FRAMES = ("jdk.internal.misc.Unsafe::park", "sun.misc.Unsafe::park")
+_WAIT_JAVA_FRAMES = ("java.lang.Object::wait",)
 _SLEEP_KERNEL_FRAMES = ("nanosleep", "hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep")
 _NET_KERNEL_FRAMES = (
     "tcp_recvmsg", "tcp_sendmsg", "unix_stream_read", "unix_stream_recvmsg", "sk_wait_data", "sock_recvmsg",
@@ -64,8 +76,26 @@ def _has(frames: Sequence[str], needles: Sequence[str], kernel: bool) -> bool:
     return False
 
 
-def classify_cause(reason: int, stack: str) -> str:
-    """The cause of a block: the kernel's ``reason`` refined by the frames of the folded ``stack``."""
+def java_cause(java_state: int, java_frame: str | None) -> str | None:
+    """The cause the JVM itself gives a Java thread's futex wait, or None (not a Java wait we know)."""
+    if java_state == JAVA_MONITOR:
+        return CAUSE_MONITOR
+    if java_state == JAVA_WAIT:
+        return CAUSE_WAIT
+    if java_frame is None:
+        return None
+    if java_frame.startswith(_SLEEP_JAVA_FRAMES):
+        return CAUSE_SLEEP
+    if java_frame.startswith(_PARK_JAVA_FRAMES):
+        return CAUSE_PARK
+    if java_frame.startswith(_WAIT_JAVA_FRAMES):
+        return CAUSE_WAIT
+    return None
+
+
+def classify_cause(reason: int, stack: str, java_state: int = JAVA_NONE, java_frame: str | None = None) -> str:
+    """The cause of a block: the kernel's ``reason`` refined by the frames of the folded ``stack`` and, for
+    a Java thread, what the JVM said of it (``java_state``, JAVA_*; ``java_frame``: its last Java frame)."""
     if reason == REASON_PREEMPTED:
         return CAUSE_PREEMPTED
     frames = stack.split(FRAME_SEPARATOR)[1:]  # the root is the thread name
@@ -77,6 +107,11 @@ def classify_cause(reason: int, stack: str) -> str:
         return CAUSE_OTHER
     if _has(frames, _SLEEP_USER_FRAMES, kernel=False) or _has(frames, _SLEEP_KERNEL_FRAMES, kernel=True):
         return CAUSE_SLEEP
+    # The JVM's word counts only for a futex wait: a Java thread reading a socket is waiting for the network
+    if _has(frames, _LOCK_KERNEL_FRAMES, kernel=True) and not _has(frames, _NET_KERNEL_FRAMES, kernel=True):
+        from_jvm = java_cause(java_state, java_frame)
+        if from_jvm is not None:
+            return from_jvm
     if _has(frames, _NET_KERNEL_FRAMES, kernel=True):
         return CAUSE_NET
     if _has(frames, _LOCK_KERNEL_FRAMES, kernel=True):

@@ -66,8 +66,8 @@ class RunCommand:
         parser.add_argument(
             "--off-cpu",
             action="store_true",
-            help="also sum the time workload threads spend blocked, per stack and cause (lock, net, disk, sleep, "
-            "safepoint, preempted), from the sched_switch tracepoint (docs/offcpu.md)",
+            help="also sum the time workload threads spend blocked, per stack and cause (sleep, monitor, wait, park, "
+            "lock, net, disk, safepoint, preempted), from the sched_switch tracepoint (docs/offcpu.md)",
         )
         parser.add_argument(
             "--off-cpu-min-block",

@@ -11,16 +11,17 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..bpf.compiler import compile_program
-from ..capture.offcpu import OffCpuEntry, classify_cause, merge_entries
+from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
 from ..errors import CapabilityError, PrivilegeError
 from ..symbols.symbolize import KernelSymbols, ProcessSymbols, fold_stack
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
+from .offcpu_java import JavaThreadWatch
 
 BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
 DEFAULT_MIN_BLOCK_MS = 1.0
@@ -75,6 +76,8 @@ class RawBlock:
     comm: str
     blocked_ns: int
     switches: int
+    java_state: int = JAVA_NONE  # what the JVM said of the thread (JAVA_*)
+    java_frame: int = 0  # its last Java frame as offcpu_trace.c stored it (0: none)
 
 
 def open_blocks(pending: Iterable[RawBlock], end_ns: int, min_block_ns: int) -> list[RawBlock]:
@@ -84,9 +87,7 @@ def open_blocks(pending: Iterable[RawBlock], end_ns: int, min_block_ns: int) -> 
     for block in pending:
         blocked = end_ns - block.blocked_ns
         if blocked >= min_block_ns:
-            closed.append(
-                RawBlock(block.tgid, block.user_stack_id, block.kernel_stack_id, block.reason, block.comm, blocked, 1)
-            )
+            closed.append(replace(block, blocked_ns=blocked, switches=1))
     return closed
 
 
@@ -109,23 +110,41 @@ def scaled(blocks: Iterable[RawBlock], sample_every: int) -> list[RawBlock]:
     return [replace(b, blocked_ns=b.blocked_ns * sample_every, switches=b.switches * sample_every) for b in blocks]
 
 
+# The outermost frames of a thread (glibc's and HotSpot's thread starts): a walk that reached one is whole.
+_THREAD_ROOTS = ("start_thread", "clone3", "__clone", "clone", "_start", "thread_native_entry")
+
+
+def _whole(user_leaf_first: Sequence[str]) -> bool:
+    return bool(user_leaf_first) and user_leaf_first[-1].startswith(_THREAD_ROOTS)
+
+
 def name_blocks(
     blocks: Iterable[RawBlock],
     stack_of: Callable[[int], tuple[int, ...] | None],
     user_name: Callable[[int], str],
     kernel_name: Callable[[int], str],
+    java_name: Callable[[int], str | None] = lambda _frame: None,
 ) -> list[OffCpuEntry]:
-    """Entries of one process: each block's stacks named (None from ``stack_of``: lost) and its cause."""
+    """Entries of one process: each block's stacks named (None from ``stack_of``: lost) and its cause.
+
+    A Java thread's last Java frame (named by ``java_name``) goes below the walked user frames, as their
+    caller, when the walk was cut: the frame-pointer walk of a blocked JVM thread usually stops in glibc,
+    far leafward of it. A walk that reached the thread's start already holds the Java frames."""
     entries = []
     for block in blocks:
         user = stack_of(block.user_stack_id)
         kernel = stack_of(block.kernel_stack_id)
+        user_frames = [user_name(a) for a in user] if user is not None else None
+        java_frame = java_name(block.java_frame) if block.java_frame else None
+        if java_frame is not None and user_frames is not None and not _whole(user_frames):
+            user_frames.append(java_frame)
         stack = fold_stack(
             block.comm,
-            [user_name(a) for a in user] if user is not None else None,
+            user_frames,
             without_tracing_frames([kernel_name(a) for a in kernel]) if kernel is not None else None,
         )
-        entries.append(OffCpuEntry(classify_cause(block.reason, stack), stack, block.blocked_ns, block.switches))
+        cause = classify_cause(block.reason, stack, block.java_state, java_frame)
+        entries.append(OffCpuEntry(cause, stack, block.blocked_ns, block.switches))
     return merge_entries(entries)
 
 
@@ -165,6 +184,7 @@ class OffCpuTracer:
         self._pending: list[RawBlock] = []
         self._warnings: list[str] = []
         self._lock = threading.Lock()
+        self._java: JavaThreadWatch | None = None  # the JVMs' own word on their threads' waits
 
     def bpf_text(self) -> str:
         source = BPF_SOURCE.read_text(encoding="utf-8")
@@ -196,9 +216,11 @@ class OffCpuTracer:
             ) from None
         self._bpf = bpf
         self._attached = True
+        self._java = JavaThreadWatch(bpf)
         with self._lock:
             for pid in sorted(self._pids):
                 self._write_pid(pid)
+        self._java.start()
         return "sched_switch"
 
     def add_pid(self, pid: int) -> None:
@@ -218,14 +240,20 @@ class OffCpuTracer:
                     del self._bpf[b"target_tgids"][ctypes.c_uint32(pid)]
                 except KeyError:
                     pass
+            if self._java is not None:
+                self._java.detach(pid)
 
     def _write_pid(self, pid: int) -> None:
+        if self._java is not None:  # first: the process's first blocks already have their JVM's view
+            self._java.attach(pid)
         self._bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
     def stop(self) -> None:
         """Detach; the threads still switched out count up to now (their block began in the window)."""
         if self._bpf is None or not self._attached:
             return
+        if self._java is not None:
+            self._java.stop()
         try:
             self._bpf.detach_raw_tracepoint(tp=b"sched_switch")
         except Exception:  # noqa: BLE001 - already gone: nothing to detach
@@ -234,7 +262,7 @@ class OffCpuTracer:
         end_ns = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
         pending = [
             RawBlock(int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
-                     int(v.time_ns), 0)
+                     int(v.time_ns), 0, int(v.java_state), int(v.java_frame))
             for v in self._bpf[b"switched_out"].values()
         ]
         self._pending = open_blocks(pending, end_ns, self.min_block_ns)
@@ -246,7 +274,8 @@ class OffCpuTracer:
             return by_pid
         for key, value in self._bpf[b"blocked"].items():
             block = RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
-                             _comm(key.comm), int(value.blocked_ns), int(value.switches))
+                             _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
+                             int(key.java_frame))
             by_pid.setdefault(block.tgid, []).append(block)
         for block in self._pending:
             by_pid.setdefault(block.tgid, []).append(block)
@@ -278,7 +307,8 @@ class OffCpuTracer:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
                 try:
-                    result[pid] = name_blocks(blocks, stack_of, _frame_namer(symbols), kernel.resolve)
+                    java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
+                    result[pid] = name_blocks(blocks, stack_of, _frame_namer(symbols), kernel.resolve, java_name)
                 finally:
                     symbols.close()
         finally:
@@ -312,7 +342,7 @@ class OffCpuTracer:
 
     @property
     def warnings(self) -> list[str]:
-        return list(self._warnings)
+        return list(self._warnings) + (list(self._java.errors) if self._java is not None else [])
 
     @property
     def prog_ids(self) -> list[int]:
@@ -322,6 +352,9 @@ class OffCpuTracer:
 
     def close(self) -> None:
         """Detach and unload; safe to call more than once."""
+        if self._java is not None:
+            self._java.close()
+            self._java = None
         if self._bpf is not None:
             bpf, self._bpf = self._bpf, None
             self._attached = False

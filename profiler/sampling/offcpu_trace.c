@@ -9,6 +9,10 @@
 // Prototype (kernel >= 5.18): (bool preempt, struct task_struct *prev, struct task_struct *next,
 // unsigned int prev_state); NEXT_PID_OFF is task_struct.pid's byte offset from the kernel's BTF.
 // User stacks are bpf_get_stack's frame-pointer walk (a JIT frame without frame pointers ends them).
+// For a thread of a HotSpot JVM (java_threads: tid -> its JavaThread, java_layouts: the JVM's vmStructs
+// offsets, both written by user space) the switch-out also reads what the JVM itself says of the wait:
+// its last Java frame (the JavaFrameAnchor HotSpot sets on every call out of Java code) and whether it
+// is entering a contended monitor or in Object.wait (JavaThread::_current_pending/waiting_monitor).
 
 #ifndef MIN_BLOCK_NS
 #define MIN_BLOCK_NS 1000000
@@ -35,8 +39,30 @@
 #define REASON_UNINTERRUPTIBLE 2  // TASK_UNINTERRUPTIBLE (disk and other I/O, some kernel locks)
 #define REASON_OTHER 3          // stopped, traced, ...
 
+// The JVM's view (struct block_key.java_state); names in profiler/capture/offcpu.py (JAVA_*).
+#define JAVA_NONE 0        // no JavaThread known for the thread (or not a JVM)
+#define JAVA_IN_VM 1       // a Java thread, neither entering a monitor nor in Object.wait
+#define JAVA_MONITOR 2     // entering a contended monitor (synchronized)
+#define JAVA_WAIT 3        // in Object.wait
+// A java_frame with this bit set is the interpreted frame's Method*, else the frame's pc (0: none).
+#define JAVA_INTERPRETED (1ULL << 63)
+
+struct java_layout {
+    u64 interpreter_start;
+    u64 interpreter_end;
+    s64 method_slot;        // bytes from an interpreted frame's fp to its Method*
+    u32 last_java_sp;       // JavaThread::_anchor + JavaFrameAnchor::_last_Java_sp
+    u32 last_java_pc;
+    u32 last_java_fp;
+    u32 pending_monitor;    // JavaThread::_current_pending_monitor
+    u32 waiting_monitor;    // JavaThread::_current_waiting_monitor
+    u32 pad;
+};
+
 struct switch_out {
     u64 time_ns;
+    u64 java_frame;
+    u32 java_state;
     u32 tgid;
     s32 user_stack_id;
     s32 kernel_stack_id;
@@ -45,11 +71,14 @@ struct switch_out {
 };
 
 struct block_key {
+    u64 java_frame;
+    u32 java_state;
     u32 tgid;
     s32 user_stack_id;
     s32 kernel_stack_id;
     u32 reason;
     char comm[16];
+    u32 pad;  // explicit: the key is hashed byte for byte
 };
 
 struct block_sum {
@@ -58,6 +87,8 @@ struct block_sum {
 };
 
 BPF_HASH(target_tgids, u32, u8, TGID_ENTRIES);
+BPF_HASH(java_layouts, u32, struct java_layout, TGID_ENTRIES);
+BPF_HASH(java_threads, u32, u64, THREAD_ENTRIES);
 BPF_HASH(switched_out, u32, struct switch_out, THREAD_ENTRIES);
 BPF_HASH(blocked, struct block_key, struct block_sum, BLOCK_ENTRIES);
 BPF_STACK_TRACE(offcpu_stacks, STACK_ENTRIES);
@@ -81,6 +112,44 @@ static __always_inline u32 switch_reason(u64 preempt, u64 state) {
     return REASON_OTHER;
 }
 
+static __always_inline u64 read_user_u64(u64 address) {
+    u64 value = 0;
+    if (address == 0 || bpf_probe_read_user(&value, sizeof(value), (void *)address) != 0)
+        return 0;
+    return value;
+}
+
+// The JVM's view of the wait of thread tid (prev, whose memory is the current one): its state and
+// last Java frame. A frame pointer or pointer the JVM changed meanwhile reads as garbage at worst,
+// which user space fails to name; nothing here is trusted beyond naming a cause.
+static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out) {
+    u64 *thread = java_threads.lookup(&tid);
+    if (thread == 0)
+        return;
+    struct java_layout *layout = java_layouts.lookup(&tgid);
+    if (layout == 0)
+        return;
+    u64 base = *thread;
+    out->java_state = JAVA_IN_VM;
+    if (read_user_u64(base + layout->pending_monitor) != 0)
+        out->java_state = JAVA_MONITOR;
+    else if (read_user_u64(base + layout->waiting_monitor) != 0)
+        out->java_state = JAVA_WAIT;
+    u64 sp = read_user_u64(base + layout->last_java_sp);
+    if (sp == 0)
+        return;  // no call out of Java code: running Java (or VM-internal work) when switched out
+    u64 pc = read_user_u64(base + layout->last_java_pc);
+    if (pc == 0)
+        pc = read_user_u64(sp - 8);  // an anchor without a pc: the return address below the frame's sp
+    if (pc >= layout->interpreter_start && pc < layout->interpreter_end) {
+        u64 fp = read_user_u64(base + layout->last_java_fp);
+        u64 method = fp != 0 ? read_user_u64(fp + layout->method_slot) : 0;
+        out->java_frame = method != 0 ? (method | JAVA_INTERPRETED) : 0;
+        return;
+    }
+    out->java_frame = pc;
+}
+
 static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 now) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
@@ -99,6 +168,7 @@ static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 no
     out.user_stack_id = offcpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
     out.kernel_stack_id = offcpu_stacks.get_stackid(ctx, 0);
     bpf_get_current_comm(&out.comm, sizeof(out.comm));
+    java_view(tgid, tid, &out);
     if (switched_out.update(&tid, &out) != 0)
         count_drop(0, 1);
 }
@@ -109,6 +179,8 @@ static __always_inline void account(u32 tid, u64 now) {
         return;
     u64 delta = now - out->time_ns;
     struct block_key key = {};
+    key.java_frame = out->java_frame;
+    key.java_state = out->java_state;
     key.tgid = out->tgid;
     key.user_stack_id = out->user_stack_id;
     key.kernel_stack_id = out->kernel_stack_id;

@@ -83,6 +83,21 @@ _WANTED_FIELDS = {
     ("StubQueue", "_stub_buffer"),
     ("StubQueue", "_buffer_limit"),
 }
+# What the off-CPU tracer reads of a JVM's threads (profiler/unwind/javathreads.py); optional.
+THREAD_FIELDS = {
+    ("ThreadsSMRSupport", "_java_thread_list"),
+    ("ThreadsList", "_length"),
+    ("ThreadsList", "_threads"),
+    ("JavaThread", "_osthread"),  # JDK <= 21
+    ("Thread", "_osthread"),  # JDK 25
+    ("OSThread", "_thread_id"),
+    ("JavaThread", "_anchor"),
+    ("JavaFrameAnchor", "_last_Java_sp"),
+    ("JavaFrameAnchor", "_last_Java_pc"),
+    ("JavaFrameAnchor", "_last_Java_fp"),
+    ("JavaThread", "_current_pending_monitor"),
+    ("JavaThread", "_current_waiting_monitor"),
+}
 _TABLE_SYMBOLS = (
     "gHotSpotVMStructs",
     "gHotSpotVMStructEntryArrayStride",
@@ -303,7 +318,7 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
         # The pointers to the tables are data; the offsets and strides are the values themselves.
         for name in ("gHotSpotVMStructs", "gHotSpotVMTypes", "gHotSpotVMIntConstants"):
             symbols[name] = bias + values[name]
-        fields, types = _read_table_entries(memory, symbols, _WANTED_FIELDS | CODE_FIELDS)
+        fields, types = _read_table_entries(memory, symbols, _WANTED_FIELDS | CODE_FIELDS | THREAD_FIELDS)
         sizes = _read_types(memory, symbols, {"ConstantPool", "HeapBlock", "PcDesc"})
         constants = _read_int_constants(memory, symbols, {_METHOD_SLOT, _SENDER_SP_SLOT, *KIND_CONSTANTS})
         slot = constants.get(_METHOD_SLOT)

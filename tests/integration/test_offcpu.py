@@ -1,6 +1,7 @@
 """`profiler run --off-cpu` end to end on a real JVM whose threads block in known ways for measured
 times (tests/workloads/BlockedSplit.java): each thread's blocked seconds and their split, the cause the
-kernel's view gives each, and the on-CPU shares of the same run."""
+kernel's and the JVM's view give each (sleep, monitor, wait, park, net), and the on-CPU shares of the
+same run."""
 
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ MAIN = "com.example.BlockedSplit"
 PROFILE = (
     "Hold: burnHolding\nBetween: burnBetween\n"
     "Sleeper: offcpu-sleeper\nLocker: offcpu-locker\nPiper: offcpu-piper\n"
+    "Parker: offcpu-parker\nWaiter: offcpu-waiter\n"
 )
 KNOWN_SPES = f"# test-only\ntestspe workload blocked {MAIN}\n"
-THREADS = {"Sleeper": "sleep_s", "Locker": "lock_s", "Piper": "pipe_s"}
+THREADS = {"Sleeper": "sleep_s", "Locker": "lock_s", "Piper": "pipe_s", "Parker": "park_s", "Waiter": "wait_s"}
+# The cause each thread's wait must be given: by the kernel (the pipe) or by the JVM (its futex waits).
+CAUSE_OF = {"Sleeper": "sleep", "Locker": "monitor", "Piper": "net", "Parker": "park", "Waiter": "wait"}
 
 
 class BlockedJvm:
@@ -41,12 +45,20 @@ class BlockedJvm:
         return self.process.stdout.readline().strip()
 
 
-@pytest.fixture
-def blocked_jvm(tmp_path: Path) -> Iterator[BlockedJvm]:
+# The JVM's view of a wait is read through its vmStructs, whose layout moved between releases (JDK 25's
+# Thread::_osthread, Thread.sleepNanos0, Object.wait0): the default JDK and the newest one installed.
+TEMURIN_25 = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
+
+
+@pytest.fixture(params=["default-jdk", "temurin-25"])
+def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlockedJvm]:
+    home = java_home() if request.param == "default-jdk" else TEMURIN_25
+    if not (home / "bin" / "java").exists():
+        pytest.skip(f"no {home}/bin/java on this host")
     classes = tmp_path / "classes"
-    subprocess.run([str(java_home() / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
+    subprocess.run([str(home / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
     argv = [
-        str(java_home() / "bin" / "java"), "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
+        str(home / "bin" / "java"), "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
         f"-XX:CompileCommand=dontinline,{MAIN}::*", "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), MAIN,
     ]  # fmt: skip
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", bufsize=1)
@@ -60,8 +72,8 @@ def blocked_jvm(tmp_path: Path) -> Iterator[BlockedJvm]:
 
 
 def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_path: Path, blocked_jvm) -> None:
-    # GIVEN a JVM whose threads sleep, wait for a monitor another thread holds while it spins, and read
-    # a pipe fed slowly, each timing its blocking calls
+    # GIVEN a JVM whose threads sleep, wait for a monitor another thread holds while it spins, read a
+    # pipe fed slowly, park and Object.wait with timeouts, each timing its blocking calls
     (tmp_path / "profile.txt").write_text(PROFILE)
     (tmp_path / "spes.txt").write_text(KNOWN_SPES)
     out, status = tmp_path / "cap", tmp_path / "status.json"
@@ -72,7 +84,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     ]  # fmt: skip
     profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_state(status, "sampling", profiler)
+        wait_for_state(status, "sampling", profiler, timeout=600)  # the compile takes minutes at load 30+
         assert blocked_jvm.ask("reset") == "RESET"
         started = time.monotonic()
         # WHEN the window ends (the truth is read as the profiler starts writing)
@@ -89,28 +101,39 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     rows = {r["task"]: r for r in result_rows(out, "h") if r["pid"] == str(pid)}
     assert capture.read_meta(out).off_cpu_min_block_ms == 1.0
     # THEN each thread's blocked seconds is the JVM's measurement (the two windows differ by the status
-    # file's polling: a few tenths of a second of ~15 s), and the split among the three within 5 points
-    blocked = {task: float(rows[task]["offcpu_seconds"]) for task in THREADS}
+    # file's polling: a few tenths of a second of ~15 s), and the split among the five within 5 points.
+    # Compared without the time the thread was preempted (switched out while runnable): the JVM times
+    # only the blocking calls, and the locker also spins between them, which a loaded host preempts for
+    # seconds (CPU contention, not its wait)
+    def waited(task: str) -> float:
+        return float(rows[task]["offcpu_seconds"]) - float(rows[task]["offcpu_preempted_seconds"])
+
+    blocked = {task: waited(task) for task in THREADS}
     measured = {task: truth[key] for task, key in THREADS.items()}
+    for task in THREADS:  # shown with pytest -s: the figures docs/offcpu.md quotes
+        row = rows[task]
+        causes = {c: round(float(row[f"offcpu_{c}_seconds"]), 2) for c in ("preempted", CAUSE_OF[task])}
+        print(f"{task}: waited {blocked[task]:.2f} s, JVM measured {measured[task]:.2f} s, {causes}")
     for task in THREADS:
         bound = 0.08 * measured[task] + 0.3
-        assert abs(blocked[task] - measured[task]) < bound, (task, blocked, measured, truth_window)
+        assert abs(blocked[task] - measured[task]) < bound, (task, blocked, measured, truth_window, rows[task])
     total_blocked, total_measured = sum(blocked.values()), sum(measured.values())
     for task in THREADS:
         share, expected = blocked[task] / total_blocked, measured[task] / total_measured
         assert abs(share - expected) < 0.05, (task, share, expected)
-    # AND the cause: the pipe read is a wait for data (net), the monitor a futex wait (lock), each with
-    # at least 95 % of its thread's blocked time beside what the scheduler took (preempted)
+    # AND the cause: the pipe read is a wait for data (net, the kernel's word); the sleep, the monitor, the
+    # park and the Object.wait are futex waits the JVM names (its thread state and last Java frame); each
+    # with at least 95 % of its thread's blocked time beside what the scheduler took (preempted)
     def cause_share(task: str, cause: str) -> float:
-        row = rows[task]
-        waited = float(row["offcpu_seconds"]) - float(row["offcpu_preempted_seconds"])
-        return float(row[f"offcpu_{cause}_seconds"]) / waited
+        return float(rows[task][f"offcpu_{cause}_seconds"]) / waited(task)
 
-    assert cause_share("Piper", "net") > 0.95, rows["Piper"]
-    assert cause_share("Locker", "lock") > 0.95, rows["Locker"]
-    # Thread.sleep is a timed condition wait to the kernel (a futex); it is named sleep only where the
-    # frame-pointer walk gets past glibc to JVM_Sleep (docs/offcpu.md), so sleep and lock together hold it
-    assert cause_share("Sleeper", "sleep") + cause_share("Sleeper", "lock") > 0.95, rows["Sleeper"]
+    for task, cause in CAUSE_OF.items():
+        assert cause_share(task, cause) > 0.95, (task, cause, rows[task])
+    # AND each cause's share of the five threads' blocked time is the measured one within 5 points
+    by_cause = {cause: sum(float(rows[t][f"offcpu_{cause}_seconds"]) for t in THREADS) for cause in CAUSE_OF.values()}
+    for task, cause in CAUSE_OF.items():
+        share, expected = by_cause[cause] / total_blocked, measured[task] / total_measured
+        assert abs(share - expected) < 0.05, (cause, share, expected, by_cause, measured)
     # AND the on-CPU shares of the same run match the threads' CPU time within sampling error
     samples = {task: int(rows[task]["samples"]) for task in ("Hold", "Between")}
     n = sum(samples.values())
@@ -121,6 +144,9 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # AND the per-PID file holds the stacks behind the rows
     entries = capture.read_pid_offcpu(out, pid)
     assert entries is not None and any("pipe_read_[k]" in e.stack and e.cause == "net" for e in entries)
+    # with the last Java frame the JVM recorded below the walked frames (JDK 17: Thread.sleep; 21+: sleep0...)
+    assert any(e.cause == "sleep" and ";java.lang.Thread::sleep" in e.stack for e in entries), entries[:5]
+    assert any(e.cause == "park" and "Unsafe::park" in e.stack for e in entries), entries[:5]
     # AND `coordinator analyze` gives summary.csv the same off-CPU seconds per task
     from coordinator.analysis.engines import analyze
 

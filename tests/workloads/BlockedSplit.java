@@ -6,6 +6,7 @@ import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.nio.ByteBuffer;
 import java.nio.channels.Pipe;
+import java.util.concurrent.locks.LockSupport;
 
 /**
  * Off-CPU test workload with a known split of blocked time: three threads each block one way, in a
@@ -15,17 +16,21 @@ import java.nio.channels.Pipe;
  *   offcpu-sleeper  Thread.sleep(SLEEP_MS)                                    -> sleep
  *   offcpu-locker   enters a monitor that offcpu-holder holds while it spins  -> lock
  *   offcpu-piper    a blocking read of a pipe that offcpu-writer feeds slowly -> net (pipe/socket wait)
+ *   offcpu-parker   LockSupport.parkNanos(PARK_MS), never unparked            -> park
+ *   offcpu-waiter   Object.wait(WAIT_MS) on a monitor nobody notifies         -> wait
  * offcpu-holder spins on the CPU in burnHolding while it holds the monitor; offcpu-locker spins in
  * burnBetween until the holder takes the monitor again (holding_s, between_s: their thread CPU time).
  *
  * Protocol (stdout, one line each): READY once every thread runs, then on stdin:
  *   reset  -> zero the counters, answer RESET
- *   report -> one JSON line {"sleep_s": s, "lock_s": s, "pipe_s": s, "holding_s": s, "between_s": s}
+ *   report -> one JSON line {"sleep_s": s, "lock_s": s, "pipe_s": s, "park_s": s, "wait_s": s,
+ *             "holding_s": s, "between_s": s}
  *   quit   -> exit
  */
 public final class BlockedSplit {
     static final Object MONITOR = new Object();
-    static volatile long sleepNanos, lockNanos, pipeNanos, holdingNanos, betweenNanos;
+    static final Object WAITED = new Object();
+    static volatile long sleepNanos, lockNanos, pipeNanos, parkNanos, waitNanos, holdingNanos, betweenNanos;
     static volatile long round, lockerRound;
     static volatile long sink;
     static volatile boolean running = true;
@@ -132,6 +137,28 @@ public final class BlockedSplit {
         }
     }
 
+    static void parker(int parkMs) {
+        while (running) {
+            long t0 = System.nanoTime();
+            LockSupport.parkNanos(parkMs * 1_000_000L);
+            parkNanos += System.nanoTime() - t0;
+        }
+    }
+
+    static void waiter(int waitMs) {
+        synchronized (WAITED) {
+            while (running) {
+                long t0 = System.nanoTime();
+                try {
+                    WAITED.wait(waitMs);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                waitNanos += System.nanoTime() - t0;
+            }
+        }
+    }
+
     static Thread start(String name, Runnable body) {
         Thread thread = new Thread(body, name);
         thread.setDaemon(true);
@@ -140,25 +167,31 @@ public final class BlockedSplit {
     }
 
     static void reset() {
-        sleepNanos = lockNanos = pipeNanos = holdingNanos = betweenNanos = 0;
+        sleepNanos = lockNanos = pipeNanos = parkNanos = waitNanos = holdingNanos = betweenNanos = 0;
     }
 
     static String report() {
         return String.format(
-            "{\"sleep_s\": %.6f, \"lock_s\": %.6f, \"pipe_s\": %.6f, \"holding_s\": %.6f, \"between_s\": %.6f}",
-            sleepNanos / 1e9, lockNanos / 1e9, pipeNanos / 1e9, holdingNanos / 1e9, betweenNanos / 1e9);
+            "{\"sleep_s\": %.6f, \"lock_s\": %.6f, \"pipe_s\": %.6f, \"park_s\": %.6f, \"wait_s\": %.6f, "
+                + "\"holding_s\": %.6f, \"between_s\": %.6f}",
+            sleepNanos / 1e9, lockNanos / 1e9, pipeNanos / 1e9, parkNanos / 1e9, waitNanos / 1e9,
+            holdingNanos / 1e9, betweenNanos / 1e9);
     }
 
     public static void main(String[] args) throws Exception {
         int sleepMs = arg(args, "--sleep-ms", 20);
         int holdMs = arg(args, "--hold-ms", 30);
         int pipeMs = arg(args, "--pipe-ms", 25);
+        int parkMs = arg(args, "--park-ms", 15);
+        int waitMs = arg(args, "--wait-ms", 35);
         Pipe pipe = Pipe.open();
         start("offcpu-sleeper", () -> sleeper(sleepMs));
         start("offcpu-holder", () -> holder(holdMs));
         start("offcpu-locker", BlockedSplit::locker);
         start("offcpu-writer", () -> writer(pipe.sink(), pipeMs));
         start("offcpu-piper", () -> piper(pipe.source()));
+        start("offcpu-parker", () -> parker(parkMs));
+        start("offcpu-waiter", () -> waiter(waitMs));
         System.out.println("READY");
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         String line;

@@ -12,6 +12,10 @@ from profiler.capture import format as capture
 from profiler.capture.format import OFFCPU_COLUMNS, RESULT_COLUMNS, ProcessInfo
 from profiler.capture.offcpu import (
     CAUSES,
+    JAVA_IN_VM,
+    JAVA_MONITOR,
+    JAVA_NONE,
+    JAVA_WAIT,
     REASON_OTHER,
     REASON_PREEMPTED,
     REASON_SLEEPING,
@@ -135,3 +139,30 @@ def test_result_rows_carry_offcpu_seconds_per_task_and_cause_and_none_without_of
     assert by_key[(8, "*")]["offcpu_seconds"] is None  # a managing PID is not traced
     without = aggregate_host("h", [workload], matched, {}, {})
     assert all(row["offcpu_seconds"] is None for row in without)
+
+
+@pytest.mark.parametrize(
+    ("java_state", "java_frame", "cause"),
+    [
+        (JAVA_MONITOR, "Worker::run [i]", "monitor"),  # entering a contended monitor, whatever the frame
+        (JAVA_WAIT, "java.lang.Object::wait0", "wait"),
+        (JAVA_IN_VM, "java.lang.Thread::sleep [i]", "sleep"),
+        (JAVA_IN_VM, "java.lang.Thread::sleepNanos0", "sleep"),
+        (JAVA_IN_VM, "jdk.internal.misc.Unsafe::park", "park"),
+        (JAVA_IN_VM, "java.lang.Object::wait", "wait"),
+        (JAVA_IN_VM, "com.example.Native::call", "lock"),  # a futex wait the JVM did not describe
+        (JAVA_IN_VM, None, "lock"),
+        (JAVA_NONE, None, "lock"),
+    ],
+)
+def test_a_java_threads_futex_wait_takes_the_jvms_cause(java_state: int, java_frame: str | None, cause: str) -> None:
+    assert classify_cause(REASON_SLEEPING, f"t;{FUTEX}", java_state, java_frame) == cause
+
+
+def test_the_jvms_word_never_overrides_the_kernels_for_net_disk_preemption_or_a_missing_futex() -> None:
+    park = "jdk.internal.misc.Unsafe::park"
+    assert classify_cause(REASON_SLEEPING, f"t;{PIPE}", JAVA_MONITOR, park) == "net"
+    assert classify_cause(REASON_SLEEPING, f"t;{EPOLL};{FUTEX}", JAVA_IN_VM, park) == "net"
+    assert classify_cause(REASON_PREEMPTED, f"t;{FUTEX}", JAVA_WAIT, park) == "preempted"
+    assert classify_cause(REASON_UNINTERRUPTIBLE, f"t;{FUTEX}", JAVA_WAIT, park) == "disk"
+    assert classify_cause(REASON_SLEEPING, "t;[lost kernel stack]", JAVA_WAIT, park) == "other"

@@ -44,6 +44,35 @@ def test_blocks_are_named_classified_and_merged() -> None:
     ]
 
 
+def test_a_java_threads_last_java_frame_goes_below_the_walked_frames_and_names_the_cause() -> None:
+    stacks = {1: (0x10,), 2: (0x901,)}
+    user = {0x10: "__futex_abstimed_wait_common"}
+    kernel = {0x901: "futex_wait"}
+    java = {0x5000: "jdk.internal.misc.Unsafe::park", 0x6000: None}
+    blocks = [
+        RawBlock(7, 1, 2, 1, "pool-1", 4_000_000, 2, java_state=1, java_frame=0x5000),
+        RawBlock(7, 1, 2, 1, "pool-1", 1_000_000, 1, java_state=1, java_frame=0x6000),  # unnamed: kernel's cause
+        RawBlock(7, 1, 2, 1, "locker", 2_000_000, 1, java_state=2, java_frame=0x6000),  # a contended monitor
+    ]
+    entries = name_blocks(blocks, stacks.get, user.__getitem__, kernel.__getitem__, java.__getitem__)
+    assert [(e.cause, e.stack, e.blocked_ns) for e in entries] == [
+        ("park", "pool-1;jdk.internal.misc.Unsafe::park;__futex_abstimed_wait_common;futex_wait_[k]", 4_000_000),
+        ("monitor", "locker;__futex_abstimed_wait_common;futex_wait_[k]", 2_000_000),
+        ("lock", "pool-1;__futex_abstimed_wait_common;futex_wait_[k]", 1_000_000),
+    ]
+
+
+def test_a_whole_walk_keeps_its_own_frames_and_gets_no_last_java_frame_at_its_root() -> None:
+    stacks = {1: (0x10, 0x20, 0x30), 2: (0x901,)}
+    user = {0x10: "epoll_wait", 0x20: "sun.nio.ch.EPoll::wait", 0x30: "start_thread"}
+    blocks = [RawBlock(7, 1, 2, 1, "poller", 4_000_000, 2, java_state=1, java_frame=0x5000)]
+    entries = name_blocks(blocks, stacks.get, user.__getitem__, {0x901: "ep_poll"}.__getitem__,
+                          {0x5000: "sun.nio.ch.EPoll::wait"}.__getitem__)
+    assert [(e.cause, e.stack) for e in entries] == [
+        ("net", "poller;start_thread;sun.nio.ch.EPoll::wait;epoll_wait;ep_poll_[k]")
+    ]
+
+
 def test_bpf_text_needs_the_four_argument_tracepoint_and_carries_the_offsets() -> None:
     source = BPF_SOURCE.read_text()
     text = build_bpf_text(source, SwitchLayout(task_pid_offset=1264, switch_args=4), 2_000_000)

@@ -1,0 +1,125 @@
+"""The report's off-CPU view (``profiler run --off-cpu``, docs/offcpu.md): blocked seconds per task and
+cause beside the on-CPU seconds, from the same result rows as the task table, and the blocked stacks as
+flamegraphs per PID and per task. Pure: rows and entries in, lines and graphs out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from coordinator.analysis.rows import cell_number, pid_rows_by_task, sum_known
+from coordinator.report.flame import FlameGraph, FrameTable, StackClassifications, build_flamegraph
+from profiler.capture.format import ALL_TASKS, ProcessInfo
+from profiler.capture.offcpu import CAUSES, OffCpuEntry
+
+OFFCPU_UNIT = "ms blocked"  # the width of an off-CPU flamegraph's frames
+
+
+@dataclass(frozen=True)
+class OffCpuLine:
+    """One task: its on-CPU seconds, its blocked seconds (summed over its threads) and their split."""
+
+    task: str
+    color: str
+    cpu_seconds: float | None
+    offcpu_seconds: float | None
+    by_cause: tuple[float | None, ...]  # in the order of OffCpuTable.causes
+
+
+@dataclass(frozen=True)
+class OffCpuTable:
+    causes: tuple[str, ...]  # the causes any task was blocked by, in profiler.capture.offcpu.CAUSES order
+    lines: tuple[OffCpuLine, ...]
+    source: str  # where the rows came from
+
+    @property
+    def shown(self) -> bool:
+        return bool(self.lines)
+
+
+def _num(value: Any) -> float | None:
+    return cell_number(value, lenient=True)
+
+
+def offcpu_table(
+    rows: Sequence[Mapping[str, str]], task_names: Sequence[str], colors: Mapping[str, str]
+) -> OffCpuTable:
+    """The cluster's rows (summary.csv) when there are, else the PID rows summed per task; empty when no
+    row measured off-CPU time (a run without --off-cpu, or cut with --from/--to)."""
+    cluster = {r.get("task"): r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS}
+    columns = ("cpu_seconds", "offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES))
+    sums: dict[str, dict[str, float | None]] = {}
+    if any(_num(r.get("offcpu_seconds")) is not None for r in cluster.values()):
+        source = "summary.csv (coordinator analyze)"
+        for task in task_names:
+            row = cluster.get(task, {})
+            sums[task] = {column: _num(row.get(column)) for column in columns}
+    else:
+        source = "the PID rows"
+        by_task = pid_rows_by_task(rows, task_names)
+        for task in task_names:
+            sums[task] = {column: sum_known(_num(r.get(column)) for r in by_task[task]) for column in columns}
+    if not any(values["offcpu_seconds"] is not None for values in sums.values()):
+        return OffCpuTable((), (), source)
+    causes = tuple(c for c in CAUSES if any((v[f"offcpu_{c}_seconds"] or 0) > 0 for v in sums.values()))
+    lines = tuple(
+        OffCpuLine(
+            task=task,
+            color=colors.get(task, ""),
+            cpu_seconds=values["cpu_seconds"],
+            offcpu_seconds=values["offcpu_seconds"],
+            by_cause=tuple(values[f"offcpu_{cause}_seconds"] for cause in causes),
+        )
+        for task, values in sums.items()
+        if values["offcpu_seconds"] or values["cpu_seconds"]
+    )
+    return OffCpuTable(causes, lines, source)
+
+
+def blocked_counts(entries: Sequence[OffCpuEntry]) -> dict[str, int]:
+    """Folded stack -> whole milliseconds blocked (a flamegraph's counts), summed over the causes: the
+    cause is in the table and, for most waits, in the kernel frames at the stack's tip."""
+    counts: dict[str, int] = {}
+    for entry in entries:
+        counts[entry.stack] = counts.get(entry.stack, 0) + entry.blocked_ns
+    return {stack: round(ns / 1e6) for stack, ns in counts.items() if round(ns / 1e6) > 0}
+
+
+def offcpu_flamegraphs(
+    offcpu: Mapping[str, Mapping[int, Sequence[OffCpuEntry]]],
+    classifications: StackClassifications,
+    frames: FrameTable,
+    processes_by_host: Mapping[str, Mapping[int, ProcessInfo]],
+    max_stacks: int,
+) -> list[FlameGraph]:
+    """An off-CPU flamegraph per PID and per task (width: milliseconds blocked, the task colours by the
+    same leaf-first rule as the samples'); none for a run without --off-cpu."""
+    graphs: list[FlameGraph] = []
+
+    def graph(counts: Mapping[str, int], key: str, title: str, kind: str, root: str) -> None:
+        built = build_flamegraph(
+            counts, classifications, frames, key=key, title=title, kind=kind, root_name=root, max_stacks=max_stacks
+        )
+        graphs.append(replace(built, unit=OFFCPU_UNIT))
+
+    all_counts: dict[str, int] = {}
+    for host_name in sorted(offcpu):
+        for pid, entries in sorted(offcpu[host_name].items()):
+            counts = blocked_counts(entries)
+            if not counts:
+                continue
+            process = processes_by_host.get(host_name, {}).get(pid)
+            what = f" ({process.engine} {process.kind})" if process is not None else ""
+            title = f"{host_name} PID {pid}{what}: off-CPU"
+            graph(counts, f"offcpu-pid:{host_name}:{pid}", title, "offcpu-pid", f"PID {pid} off-CPU")
+            for stack, count in counts.items():
+                all_counts[stack] = all_counts.get(stack, 0) + count
+    if not all_counts:
+        return graphs
+    by_task = classifications.split_by_task(all_counts)
+    for task in classifications.task_names:
+        if by_task[task]:
+            graph(by_task[task], f"offcpu-task:{task}", f"task {task}: off-CPU", "offcpu-task", f"{task} off-CPU")
+    return graphs

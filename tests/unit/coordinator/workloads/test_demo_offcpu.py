@@ -1,0 +1,52 @@
+"""`coordinator demo --off-cpu` asks every host for `profiler run --off-cpu` (docs/offcpu.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from coordinator.commands.demo import DemoCommand
+from coordinator.remote.hosts import RunRequest
+
+
+class _Started(Exception):
+    """Raised by the stand-in for profile_cluster once it has seen the request."""
+
+
+class _Engine:
+    spe = "flink"
+    profile = "profiles/ysb_flink.txt"
+    events_source = "the generator"
+
+    def wait_ready(self, timeout: float) -> None:
+        pass
+
+    def wait_processing(self, seconds: float) -> None:
+        pass
+
+    def workload_pids(self) -> list[int]:
+        return [1234]
+
+    def known_spes(self) -> str:
+        return "# test\n"
+
+
+@pytest.mark.parametrize(("argv", "off_cpu"), [(["--off-cpu"], True), ([], False)])
+def test_demo_passes_off_cpu_to_every_hosts_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], off_cpu: bool
+) -> None:
+    parser = argparse.ArgumentParser()
+    DemoCommand().prepare_parser(parser)
+    args = parser.parse_args([*argv, "--quiet"])
+    seen: list[RunRequest] = []
+
+    def profile_cluster(hosts: object, request: RunRequest, out: Path, options: object) -> None:
+        seen.append(request)
+        raise _Started
+
+    monkeypatch.setattr("coordinator.remote.session.profile_cluster", profile_cluster)
+    with pytest.raises(_Started):
+        DemoCommand.profile_running(args, tmp_path / "run", _Engine(), tmp_path, 1000)  # type: ignore[arg-type]
+    assert [r.off_cpu for r in seen] == [off_cpu]
