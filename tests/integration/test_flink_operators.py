@@ -26,6 +26,7 @@ from profiler.unwind.hotspot import INLINED_MARK
 from tests.fixtures.flink import profile_flink_cluster
 
 CHAIN_JOB = Path(__file__).resolve().parents[1] / "workloads" / "ChainJob.java"
+PACER = CHAIN_JOB.with_name("RateWindowJob.java")  # ChainJob's source uses its PacedStrategy
 CHAIN_CLASS = "taskprof.test.ChainJob"
 MAX_UNKNOWN = 0.10  # issue 30: at most 10 % of a vertex's samples "chain, operator unknown"
 WARMUP_S = 25  # C2 compiles (and inlines) the hot paths in the first seconds
@@ -95,7 +96,7 @@ def test_ysb_operators_without_frame_pointers(production_flink: LocalFlinkCluste
 
 
 def _chain_job(cluster: LocalFlinkCluster) -> str:
-    jar = compile_jar([CHAIN_JOB], str(cluster.home / "lib" / "*"), "chain-job",
+    jar = compile_jar([CHAIN_JOB, PACER], str(cluster.home / "lib" / "*"), "chain-job",
                       sorted(p.name for p in (cluster.home / "lib").glob("flink-dist-*.jar")))
     job_id = cluster.submit_jar(jar, CHAIN_CLASS, ["--rate", "10000", "--parallelism", "2"])
     cluster.wait_for_job_running(job_id)

@@ -1,8 +1,5 @@
 package taskprof.test;
 
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionStage;
-import java.util.concurrent.TimeUnit;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.FilterFunction;
@@ -10,9 +7,6 @@ import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.Types;
-import org.apache.flink.api.connector.source.SourceSplit;
-import org.apache.flink.api.connector.source.util.ratelimit.RateLimiter;
-import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.api.java.tuple.Tuple3;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -29,6 +23,8 @@ import org.apache.flink.util.Collector;
  *
  *   Source: Orders -> ParseOrder (map) -> ValidOrder (filter) -> PriceOrder (map)
  *     -> keyBy -> RunningTotal (keyed process, value state) -> Discard (sink)
+ *
+ * The source is paced by RateWindowJob.PacedStrategy (compiled into the same jar).
  *
  * usage: ChainJob [--rate N] [--parallelism 2] [--work N]
  */
@@ -51,7 +47,7 @@ public final class ChainJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(parallelism);
         DataGeneratorSource<Long> source = new DataGeneratorSource<>(
-            index -> index, Long.MAX_VALUE, new PacedStrategy<>(rate), Types.LONG);
+            index -> index, Long.MAX_VALUE, new RateWindowJob.PacedStrategy<>(rate), Types.LONG);
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "Orders")
             .map(new ParseOrder(work)).name("ParseOrder")
             .filter(new ValidOrder(work)).name("ValidOrder")
@@ -69,33 +65,6 @@ public final class ChainJob {
             h = (h ^ (h >>> 29)) * 0xbf58476d1ce4e5b9L + i;
         }
         return h;
-    }
-
-    /** ``perSecond`` records over all subtasks; a subtask 10 ms ahead of schedule pauses once. */
-    public static final class PacedStrategy<S extends SourceSplit> implements RateLimiterStrategy<S> {
-        private static final long serialVersionUID = 1L;
-        private final double perSecond;
-
-        PacedStrategy(double perSecond) {
-            this.perSecond = perSecond;
-        }
-
-        @Override
-        public RateLimiter<S> createRateLimiter(int parallelism) {
-            double nanosPerPermit = 1e9 * Math.max(1, parallelism) / perSecond;
-            long[] due = {Long.MIN_VALUE};
-            return permits -> {
-                long now = System.nanoTime();
-                if (due[0] == Long.MIN_VALUE || now - due[0] > 1_000_000_000L) {
-                    due[0] = now;
-                }
-                due[0] += (long) (permits * nanosPerPermit);
-                long ahead = due[0] - now;
-                CompletionStage<Void> go = CompletableFuture.completedFuture(null);
-                return ahead < 10_000_000L ? go : CompletableFuture.runAsync(
-                    () -> { }, CompletableFuture.delayedExecutor(ahead, TimeUnit.NANOSECONDS, Runnable::run));
-            };
-        }
     }
 
     /** index → (customer, amount in cents, checksum). */
