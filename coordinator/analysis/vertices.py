@@ -101,7 +101,10 @@ class ChainOperators:
         self._decided: dict[tuple[str, str], str] = {}
 
     def operators(self, chain: str) -> tuple[str, ...]:
-        """The operators of ``chain``, in chain order."""
+        """The operators of ``chain``, in chain order, each name once ("Map -> Map" has one row)."""
+        return tuple(dict.fromkeys(self._positions(chain)))
+
+    def _positions(self, chain: str) -> tuple[str, ...]:
         return self._chains.get(chain) or tuple(operators_of(chain))
 
     def operator_of(self, chain: str, stack: str) -> str:
@@ -118,7 +121,7 @@ class ChainOperators:
         if found is not None:
             task, decider = found[0].decide(frames)
             named = found[1].get(task, OPERATOR_UNKNOWN)
-        chain_operators = self.operators(chain)
+        chain_operators = self._positions(chain)
         depth, entry = operator_position(frames)
         if entry is not None and chain_operators and (decider is None or decider <= entry):
             return chain_operators[min(depth, len(chain_operators)) - 1]

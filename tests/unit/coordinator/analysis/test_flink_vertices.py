@@ -311,3 +311,14 @@ def test_an_operator_calling_its_superclass_is_entered_once() -> None:
     ]
     assert operator_position(frames) == (2, 4)
     assert operator_position(["T", "a.b::c"]) == (0, None)
+
+
+def test_operators_of_the_same_name_in_one_chain_are_one_row() -> None:
+    chain = "Map -> Map -> Sink: Out"
+    second_map = ";".join((
+        chain, f"{_OPS}StreamMap::processElement", _CHAINING, f"{_OPS}StreamMap::processElement", "x.Y::z",
+    ))
+    operators = ChainOperators(Counter({second_map: 1}), [chain])
+    assert operators.operators(chain) == ("Map", "Sink: Out")
+    assert operators.operator_of(chain, second_map) == "Map"
+
