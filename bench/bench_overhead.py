@@ -56,10 +56,10 @@ class Window:
 
 
 class OpsJvm:
-    def __init__(self, classes: Path, threads: int) -> None:
+    def __init__(self, classes: Path, threads: int, flags: tuple[str, ...] = ("-XX:+PreserveFramePointer",)) -> None:
         java = shutil.which("java") or "java"
         self.process = subprocess.Popen(
-            [java, "-XX:+PreserveFramePointer", "-Xmx256m", "-cp", str(classes), "OpsLoop", "--threads", str(threads)],
+            [java, *flags, "-Xmx256m", "-cp", str(classes), "OpsLoop", "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         )
         assert self.process.stdout is not None

@@ -27,6 +27,8 @@ OPERATOR_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("source", ("org.apache.flink.streaming.api.operators.SourceOperator", "org.apache.flink.connector.datagen",
                 "org.apache.flink.connector.base.source.reader", "org.apache.flink.connector.kafka.source",
                 "org.apache.flink.api.connector.source",
+                # the source operator's own watermark generation (periodic, from the mailbox)
+                "org.apache.flink.streaming.api.operators.source.",
                 # drives the source operator's emitNext, which the JIT often inlines into it
                 "org.apache.flink.streaming.runtime.io.StreamTaskSourceInput")),
     ("window", ("org.apache.flink.streaming.runtime.operators.windowing",)),
@@ -45,8 +47,22 @@ RUNTIME: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OTHER_TASK = "Other threads"
 OPERATOR_UNKNOWN = "chain, operator unknown"  # samples of a chain that no operator of it claims
+MAILBOX_WAIT = "chain, mailbox wait"  # the task thread taking mail (waiting for input), in no operator
 OTHER_MIN_SHARE = 0.002  # a thread joins "Other threads" once it holds 0.2 % of the samples
-_JAVA_CLASS = re.compile(r"^(?:[\w$]+[./])+(?P<cls>[\w$]+)::[\w$<>]+$")
+_JAVA_CLASS = re.compile(r"^(?:[\w$]+[./])+(?P<cls>[\w$]+)::[\w$<>]+(?: \[(?:i|inlined)\])?$")
+# How a chain's operators are entered: the task calls the head's, each operator calls the next one's
+# through Flink's ChainingOutput, so the k-th of these frames from the root is the chain's k-th operator
+# (also when the JIT inlined them: the walker expands inlined frames). A method that calls its
+# superclass's (an override's ``super.processWatermark``) is one entry, not two.
+_OPERATOR_ENTRY = re.compile(
+    r"^org\.apache\.flink\.(?:streaming\.api|streaming\.runtime|table\.runtime)\.operators\.[\w$.]+"
+    r"::(?P<method>processElement[12]?|processWatermark[12]?|emitNext)(?: \[(?:i|inlined)\])?$"
+)
+# The task reading its head operator's input (network buffers, record deserialization, the watermark
+# valve, the source reader's driver) before any operator is entered.
+TASK_INPUT = "org.apache.flink.streaming.runtime.io."
+# The task thread taking its next mail or waiting for one (input, a timer), in no operator.
+TASK_MAILBOX = "org.apache.flink.streaming.runtime.tasks.mailbox.TaskMailboxImpl::"
 _USER_PACKAGES = ("org.apache.flink.", "java.", "jdk.", "sun.", "scala.")
 
 
@@ -119,6 +135,19 @@ def operator_patterns(chain: str, frames: Mapping[str, int]) -> list[tuple[str, 
         if kind not in named and present and empty is not None and kind != "source":
             found[empty] = (found[empty][0], found[empty][1] + present)
     return found
+
+
+def operator_position(frames: Sequence[str]) -> tuple[int, int | None]:
+    """(how many operators of the chain the stack entered, index of the innermost entry frame), frames
+    root first; (0, None) when no operator was entered."""
+    depth, last, previous = 0, None, ""
+    for index, frame in enumerate(frames):
+        entry = _OPERATOR_ENTRY.match(frame)
+        method = entry["method"] if entry else ""
+        if method and method != previous:
+            depth, last = depth + 1, index
+        previous = method
+    return depth, last
 
 
 def frames_by_vertex(stacks: Mapping[str, int], names: Sequence[str]) -> dict[str, Counter[str]]:

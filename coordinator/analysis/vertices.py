@@ -14,11 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.analysis.flinkdraft import (
+    MAILBOX_WAIT,
     OPERATOR_UNKNOWN,
+    TASK_INPUT,
+    TASK_MAILBOX,
     escape_pattern,
     frames_by_vertex,
     operator_patterns,
+    operator_position,
     operator_task_name,
+    operators_of,
 )
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
@@ -68,13 +73,21 @@ def subtask_stacks(
 
 
 class ChainOperators:
-    """Which operator of a chain a stack of the chain's task thread belongs to: per chain, a profile of
-    its operators (flinkdraft's patterns from the frames under the chain's threads), the first frame from
-    the leaf that names one wins (profiler/matching/matcher.py); OPERATOR_UNKNOWN when none does."""
+    """Which operator of a chain a stack of the chain's task thread belongs to. Per chain, a profile of
+    its operators (flinkdraft's patterns from the frames under the chain's threads): the first frame
+    from the leaf that names one (profiler/matching/matcher.py). Where that frame lies rootward of the
+    innermost operator the stack entered (Flink's ``processElement``/``processWatermark``/``emitNext``
+    of its operator classes, counted from the root: flinkdraft.operator_position), or no frame names
+    one, the entered operator decides: the JIT may inline a user function into Flink's operator code,
+    and the frames between two operators (the chaining output, the next operator's own code) are the
+    inner one's. A stack that entered no operator but is reading the task's input goes to the chain's
+    head, one taking mail (waiting for input or a timer) to MAILBOX_WAIT; the rest (the mailbox loop's
+    own checks, stacks cut short, stubs with no caller) is OPERATOR_UNKNOWN."""
 
     def __init__(self, stacks: Mapping[str, int], chains: Sequence[str]) -> None:
         frames = frames_by_vertex(stacks, chains)
         self._matchers: dict[str, tuple[Matcher, dict[str, str]]] = {}
+        self._chains = {chain: tuple(operators_of(chain)) for chain in chains}
         for chain in chains:
             lines, names = [], {}
             for operator, patterns in operator_patterns(chain, frames[chain]):
@@ -88,21 +101,35 @@ class ChainOperators:
         self._decided: dict[tuple[str, str], str] = {}
 
     def operators(self, chain: str) -> tuple[str, ...]:
-        """The operators of ``chain`` that have patterns, in chain order."""
-        found = self._matchers.get(chain)
-        return tuple(found[1].values()) if found else ()
+        """The operators of ``chain``, in chain order, each name once ("Map -> Map" has one row)."""
+        return tuple(dict.fromkeys(self._positions(chain)))
+
+    def _positions(self, chain: str) -> tuple[str, ...]:
+        return self._chains.get(chain) or tuple(operators_of(chain))
 
     def operator_of(self, chain: str, stack: str) -> str:
         key = (chain, stack)
         decided = self._decided.get(key)
         if decided is None:
-            found = self._matchers.get(chain)
-            decided = OPERATOR_UNKNOWN
-            if found is not None:
-                task = found[0].match(stack)
-                decided = found[1].get(task, OPERATOR_UNKNOWN)
+            decided = self._decide(chain, stack.split(FRAME_SEPARATOR))
             self._decided[key] = decided
         return decided
+
+    def _decide(self, chain: str, frames: Sequence[str]) -> str:
+        named, decider = OPERATOR_UNKNOWN, None
+        found = self._matchers.get(chain)
+        if found is not None:
+            task, decider = found[0].decide(frames)
+            named = found[1].get(task, OPERATOR_UNKNOWN)
+        chain_operators = self._positions(chain)
+        depth, entry = operator_position(frames)
+        if entry is not None and chain_operators and (decider is None or decider <= entry):
+            return chain_operators[min(depth, len(chain_operators)) - 1]
+        if named != OPERATOR_UNKNOWN or not chain_operators:
+            return named
+        if any(TASK_INPUT in f for f in frames):
+            return chain_operators[0]
+        return MAILBOX_WAIT if any(f.startswith(TASK_MAILBOX) for f in frames) else OPERATOR_UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -185,7 +212,7 @@ def _subtask_rows(
         by_operator[operators.operator_of(thread.chain, stack)] += count
     for task, count in sorted(tasks.items(), key=lambda item: (-item[1], item[0])):
         rows.append(_fill(_row(run, pid.host, pid.pid, **values, task=task), count, total, pid, ci=True))
-    for operator in (*operators.operators(thread.chain), OPERATOR_UNKNOWN):
+    for operator in (*operators.operators(thread.chain), MAILBOX_WAIT, OPERATOR_UNKNOWN):
         count = by_operator.get(operator, 0)
         rows.append(_fill(_row(run, pid.host, pid.pid, **values, operator=operator), count, total, pid, ci=True))
     return rows

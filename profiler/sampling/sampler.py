@@ -584,10 +584,15 @@ class StackSampler:
 
     def prepare_unwinding(self, pids: Sequence[int]) -> None:
         """Load the unwind tables of processes about to be sampled, now (call before the window: a
-        process's samples before its tables are in walk by frame pointers only and stop in glibc)."""
+        process's samples before its tables are in walk by frame pointers only and stop in glibc), and
+        read the JVMs' vmStructs: until a JVM's code cache is published the walker cannot step its JIT
+        frames, and without -XX:+PreserveFramePointer its stacks end at the first one (the symbol
+        worker attaches them too, but on a loaded host only seconds into the window)."""
         if self._cfi is not None:
             for pid in pids:
                 self._cfi.load_pid(pid)
+        for pid in pids:
+            self._attach_jvm(pid)  # False for a process that is no JVM (reason kept in _jvms.errors)
 
     def pid_exited(self, pid: int) -> None:
         """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""

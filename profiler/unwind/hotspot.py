@@ -656,9 +656,14 @@ class JvmNames:
         self._seen: dict[int, set[int]] = {}  # pid -> hashes of the user stacks named in the current generation
         self.keep_log = False  # log what is named, for the checkpoint journal (take_names)
         self._lock = threading.Lock()
+        self._attach_lock = threading.Lock()  # one attach at a time: the symbol worker and prepare_unwinding
 
     def attach(self, pid: int) -> bool:
         """Read ``pid``'s vmStructs and publish its interpreter; False (reason in errors) when it cannot."""
+        with self._attach_lock:
+            return self._attach(pid)
+
+    def _attach(self, pid: int) -> bool:
         if pid in self.namers:
             return True
         try:

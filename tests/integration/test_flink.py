@@ -21,12 +21,11 @@ from coordinator.analysis.load import load_run, load_stacks
 from coordinator.cli import main as coordinator_main
 from coordinator.report.flinkview import flink_vertex_lines
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
-from profiler.capture.format import EventCount, ProcessInfo, read_events, read_flink_placement, read_flink_vertices
-from profiler.cli import main as profiler_main
+from profiler.capture.format import ProcessInfo, read_flink_placement, read_flink_vertices
 from profiler.engines.events import EventCounter
 from profiler.scope.analyzer import ScopeAnalyzer
 from profiler.scope.spes import default_known_spes_path, load_known_spes
-from tests.fixtures.flink import RateWindowJob
+from tests.fixtures.flink import RateWindowJob, profile_flink_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 YSB_TASKS = ("Kafka/Source", "Deserialize", "Filter+Projection", "Join", "Enrich", "Window", "Sink")
@@ -155,23 +154,6 @@ def _jobmanager(cluster: LocalFlinkCluster) -> ProcessInfo:
     return ProcessInfo(pid, "managing", "flink", "jobmanager", "root", cmdline, time.time(), time.time())
 
 
-def _profile_once(cluster: LocalFlinkCluster, out: Path, duration: int) -> tuple[EventCount, float, float]:
-    """`profiler run` on this cluster's processes only (other Flink clusters may run on the machine)."""
-    conf_dir = Path(cluster.tmp_dir) / "conf"
-    known = out.parent / "known_spes.txt"
-    known.write_text(
-        f"flink  workload  taskmanager  org.apache.flink.runtime.taskexecutor.TaskManagerRunner  arg={conf_dir}\n"
-        f"flink  managing  jobmanager  org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
-        f"  arg={conf_dir}\n"
-    )
-    code = profiler_main(["run", "--duration", str(duration), "--out", str(out), "--known-spes", str(known),
-                          "--profile", str(REPO / "application_profiles" / "flink.txt")])
-    assert code == 0
-    counted = read_events(out)
-    assert counted is not None and counted.window_start and counted.window_end
-    return counted, counted.window_start, counted.window_end
-
-
 def test_events_match_the_jobs_own_count_within_3_percent_in_five_consecutive_windows(
     flink_cluster: LocalFlinkCluster, rate_window_job: RateWindowJob, tmp_path: Path
 ) -> None:
@@ -182,7 +164,7 @@ def test_events_match_the_jobs_own_count_within_3_percent_in_five_consecutive_wi
     duration, results = 30, []
     for run in range(5):
         if run == 0:
-            counted, start, end = _profile_once(flink_cluster, tmp_path / "run0", duration)
+            counted, start, end = profile_flink_cluster(flink_cluster, tmp_path / "run0", duration)
         else:
             counter = EventCounter()
             start = time.time()
@@ -243,7 +225,7 @@ def test_a_job_of_our_own_is_cut_by_vertex_subtask_and_operator(
 ) -> None:
     # GIVEN our own job (GenSource -> ToKeyed, keyBy, WindowSum -> Discard; parallelism 2 on two
     # TaskManagers); WHEN it is profiled for 20 s with real eBPF and full thread names
-    _profile_once(flink_cluster, tmp_path / "run", 20)
+    profile_flink_cluster(flink_cluster, tmp_path / "run", 20)
     # THEN flink.json places every subtask on a TaskManager and each TaskManager on its sampled PID
     run = tmp_path / "run"
     _check_by_vertex(run, run, tmp_path / "by-vertex", set(flink_cluster.taskmanager_pids()))

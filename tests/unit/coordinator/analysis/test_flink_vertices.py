@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.analysis.engines import analyze
-from coordinator.analysis.flinkdraft import OPERATOR_UNKNOWN
+from coordinator.analysis.flinkdraft import MAILBOX_WAIT, OPERATOR_UNKNOWN, operator_position
 from coordinator.analysis.rows import ALL, read_summary
 from coordinator.analysis.vertices import (
     ChainOperators,
@@ -252,3 +252,73 @@ def test_placement_without_rest_is_a_warning_and_no_mapping() -> None:
     assert counter.flink_placement() == ([], [])
     (warning,) = counter.warnings
     assert "not mapped to TaskManager ids" in warning and "task threads' names" in warning
+
+
+CHAIN = "Source: Orders -> ParseOrder -> ValidOrder -> PriceOrder"
+_OPS = "org.apache.flink.streaming.api.operators."
+_TASK_ROOT = f"{CHAIN};java.lang.Thread::run [i];org.apache.flink.streaming.runtime.tasks.StreamTask::invoke [i]"
+_SOURCE_ENTRY = (
+    "org.apache.flink.streaming.runtime.io.StreamTaskSourceInput::emitNext [inlined];"
+    f"{_OPS}SourceOperator::emitNext [inlined];"
+    "org.apache.flink.connector.datagen.source.GeneratorSourceReader::pollNext"
+)
+_CHAINING = "org.apache.flink.streaming.runtime.tasks.ChainingOutput::pushToOperator [inlined]"
+
+
+def _chain_stack(*frames: str) -> str:
+    return ";".join((_TASK_ROOT, *frames))
+
+
+def test_chain_operators_follow_flinks_operator_entries_where_the_jit_inlined_the_users_functions() -> None:
+    # GIVEN stacks of a chain whose map/filter functions C2 inlined (frames marked [inlined]), and of
+    # its task outside any operator
+    in_parse = _chain_stack(_SOURCE_ENTRY, f"{_OPS}StreamMap::processElement [inlined]",
+                            "taskprof.test.ChainJob$ParseOrder::map [inlined]", "taskprof.test.ChainJob::mix")
+    # the output of ParseOrder, in ValidOrder's Flink frames (its filter function returned already)
+    in_valid = _chain_stack(_SOURCE_ENTRY, f"{_OPS}StreamMap::processElement [inlined]", _CHAINING,
+                            f"{_OPS}StreamFilter::processElement", "java.lang.Long::valueOf")
+    # PriceOrder entered from a flatMap-like ValidOrder whose user frame stays on the stack (rootward)
+    in_price = _chain_stack(_SOURCE_ENTRY, f"{_OPS}StreamMap::processElement", _CHAINING,
+                            f"{_OPS}StreamFilter::processElement", "taskprof.test.ChainJob$ValidOrder::filter",
+                            _CHAINING, f"{_OPS}StreamMap::processElement [inlined]",
+                            f"{_OPS}StreamMap::processElement", "org.apache.flink.api.java.tuple.Tuple3::of")
+    reading = _chain_stack("org.apache.flink.streaming.runtime.io.AbstractStreamTaskNetworkInput::emitNext",
+                           "org.apache.flink.runtime.io.network.api.serialization.NonSpanningWrapper::readInto")
+    waiting = _chain_stack("org.apache.flink.streaming.runtime.tasks.mailbox.TaskMailboxImpl::take [inlined]",
+                           "jdk.internal.misc.Unsafe::park", "futex_wait_[k]")
+    cut = f"{CHAIN};[unknown]"
+    stacks = Counter({in_parse: 5, in_valid: 3, in_price: 2, reading: 1, waiting: 1, cut: 1})
+    # WHEN the chain's operators are decided
+    operators = ChainOperators(stacks, [CHAIN])
+    # THEN the inlined user class names its operator, and the entered operator decides where no
+    # deeper frame names one (its own Flink frames, or a user frame of an outer operator)
+    assert operators.operators(CHAIN) == ("Source: Orders", "ParseOrder", "ValidOrder", "PriceOrder")
+    assert operators.operator_of(CHAIN, in_parse) == "ParseOrder"
+    assert operators.operator_of(CHAIN, in_valid) == "ValidOrder"
+    assert operators.operator_of(CHAIN, in_price) == "PriceOrder"
+    # AND the task reading input goes to the head, taking mail to the mailbox wait, the rest unknown
+    assert operators.operator_of(CHAIN, reading) == "Source: Orders"
+    assert operators.operator_of(CHAIN, waiting) == MAILBOX_WAIT
+    assert operators.operator_of(CHAIN, cut) == OPERATOR_UNKNOWN
+
+
+def test_an_operator_calling_its_superclass_is_entered_once() -> None:
+    frames = [
+        "T", f"{_OPS}AbstractStreamOperator::processWatermark", f"{_OPS}AbstractStreamOperator::processWatermark",
+        "org.apache.flink.streaming.runtime.tasks.ChainingOutput::emitWatermark",
+        "org.apache.flink.streaming.runtime.operators.sink.SinkWriterOperator::processElement [inlined]",
+        "org.apache.flink.streaming.runtime.io.StreamTaskSourceInput::emitNext",  # not an operator's class
+    ]
+    assert operator_position(frames) == (2, 4)
+    assert operator_position(["T", "a.b::c"]) == (0, None)
+
+
+def test_operators_of_the_same_name_in_one_chain_are_one_row() -> None:
+    chain = "Map -> Map -> Sink: Out"
+    second_map = ";".join((
+        chain, f"{_OPS}StreamMap::processElement", _CHAINING, f"{_OPS}StreamMap::processElement", "x.Y::z",
+    ))
+    operators = ChainOperators(Counter({second_map: 1}), [chain])
+    assert operators.operators(chain) == ("Map", "Sink: Out")
+    assert operators.operator_of(chain, second_map) == "Map"
+
