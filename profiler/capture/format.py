@@ -225,6 +225,10 @@ class EventCount:
     window_end: float | None = None
     method: str = ""
     uncertainty: float | None = None
+    # Events read from Kafka: the records produced into the topic over the span whose records ``count``
+    # covers, to hold the engine's count against (None: not from Kafka, or unknown); how, in produced_detail.
+    produced: int | None = None
+    produced_detail: str = ""
 
 
 @dataclass(frozen=True)
