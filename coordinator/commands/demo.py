@@ -199,9 +199,10 @@ def sampling_window(outcome: ProfileOutcome, duration: float) -> tuple[float, fl
     return started, min(outcome.info.end_time or started + duration, started + duration)
 
 
-def record_produced(outcome: ProfileOutcome, produced: SourceCount | None) -> list[Path]:
-    """Reading Kafka: the records produced over the span the engine's count covers, beside that count
-    in each host's events.json (``produced``, ``produced_detail``). Returns the files written."""
+def record_produced(outcome: ProfileOutcome, window: WindowResult) -> list[Path]:
+    """Reading Kafka: the records produced over a span of the window and the records the engine read
+    over the same span by its own count, beside the profiler's count in each host's events.json
+    (``produced``, ``produced_read``, ``produced_detail``). Returns the files written."""
     from dataclasses import replace
 
     from coordinator.rundir import host_capture_dir
@@ -211,9 +212,11 @@ def record_produced(outcome: ProfileOutcome, produced: SourceCount | None) -> li
     for host in outcome.info.hosts:
         capture = host_capture_dir(outcome.run_dir, host.host)
         current = read_events(capture) if capture.is_dir() else None
-        if produced is None or current is None:
+        if window.produced is None or current is None:
             continue
-        write_events(capture, replace(current, produced=produced.records, produced_detail=produced.detail))
+        produced = window.produced
+        filled = replace(current, produced=produced.records, produced_read=window.events)
+        write_events(capture, replace(filled, produced_detail=produced.detail))
         written.append(capture / "events.json")
     return written
 
@@ -379,7 +382,7 @@ class DemoCommand:
         started, ended = sampling_window(outcome, args.duration)
         window = engine.window(started, ended)
         fill_event_counts(outcome, engine.count_events(started, ended))
-        record_produced(outcome, window.produced)
+        record_produced(outcome, window)
         return outcome, window, max(0.0, ended - started)
 
     @staticmethod

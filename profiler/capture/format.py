@@ -225,9 +225,11 @@ class EventCount:
     window_end: float | None = None
     method: str = ""
     uncertainty: float | None = None
-    # Events read from Kafka: the records produced into the topic over the span whose records ``count``
-    # covers, to hold the engine's count against (None: not from Kafka, or unknown); how, in produced_detail.
+    # Events read from Kafka (None: not from Kafka, or unknown): the records produced into the topic over
+    # a span of the window, and the records the engine says it read over the same span (its own count,
+    # which may place the ends of the window apart from ``count``'s); the span and how, in produced_detail.
     produced: int | None = None
+    produced_read: int | None = None
     produced_detail: str = ""
 
 
