@@ -69,9 +69,9 @@ echo "$(cd "$VENV/debian-bcc" && pwd)" > "$site/debian_bcc.pth"
 # (it pins pandas<2.3 and pyarrow<21) under ~/.cache/spe-taskprof; a second run finds it there.
 "$VENV/bin/python" -c 'from coordinator.workloads.flinkcluster import flink_home; flink_home(say=lambda m: print("setup:", m))'
 
-# Kafka for `coordinator demo --source kafka`: the broker's jars and Spark's Kafka connector of the
+# Kafka for `coordinator demo --source kafka`: the broker's jars, Flink's Kafka connector and Spark's of the
 # installed pyspark's version, from Maven Central with mvn, cached under ~/.cache/spe-taskprof.
-"$VENV/bin/python" -c 'from coordinator.workloads.kafka import kafka_lib, spark_kafka_jars; say = lambda m: print("setup:", m); kafka_lib(say=say); spark_kafka_jars(say=say)'
+"$VENV/bin/python" -c 'from coordinator.workloads.kafka import flink_kafka_jars, kafka_lib, spark_kafka_jars; say = lambda m: print("setup:", m); kafka_lib(say=say); spark_kafka_jars(say=say); flink_kafka_jars(say=say)'
 
 # The JVMTI perf-map agent for JDKs without Compiler.perfmap.
 if [ -f profiler/symbols/agent/Makefile ]; then

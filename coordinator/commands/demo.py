@@ -16,7 +16,7 @@ from profiler.errors import ConfigError, ProfilerError
 
 if TYPE_CHECKING:
     from coordinator.remote.session import ProfileOutcome
-    from coordinator.workloads.ysb.engines import WindowResult, YsbEngine
+    from coordinator.workloads.ysb.engines import SourceCount, WindowResult, YsbEngine
     from profiler.capture.format import EventCount
 
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
@@ -44,7 +44,8 @@ examples:
   $ coordinator demo --duration 30 --rate 10000 --out runs/demo --force
   $ coordinator demo --spe spark-cp --duration 60
   $ coordinator demo --spe flink --duration 60
-  $ coordinator demo --source kafka --duration 60     # YSB read from a local Kafka broker (spark-str)
+  $ coordinator demo --source kafka --duration 60     # YSB read from a local Kafka broker
+  $ coordinator demo --source kafka --spe flink --duration 60
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
@@ -187,6 +188,47 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     return written
 
 
+def sampling_window(outcome: ProfileOutcome, duration: float) -> tuple[float, float]:
+    """The window the host sampled (shorter when Ctrl-C stopped it early): the demo's one local host
+    says when it began and ended; the run's planned start can be tens of seconds earlier when the
+    host agent was slow to attach (a loaded machine). Without a host's times, the run's."""
+    hosts = [h for h in outcome.info.hosts if h.start_time is not None and h.end_time is not None]
+    if hosts:
+        return max(h.start_time for h in hosts if h.start_time), min(h.end_time for h in hosts if h.end_time)
+    started = outcome.info.start_time or 0.0
+    return started, min(outcome.info.end_time or started + duration, started + duration)
+
+
+def record_produced(outcome: ProfileOutcome, window: WindowResult) -> list[Path]:
+    """Reading Kafka: the records produced over a span of the window and the records the engine read
+    over the same span by its own count, beside the profiler's count in each host's events.json
+    (``produced``, ``produced_read``, ``produced_detail``). Returns the files written."""
+    from dataclasses import replace
+
+    from coordinator.rundir import host_capture_dir
+    from profiler.capture.format import read_events, write_events
+
+    written = []
+    for host in outcome.info.hosts:
+        capture = host_capture_dir(outcome.run_dir, host.host)
+        current = read_events(capture) if capture.is_dir() else None
+        if window.produced is None or current is None:
+            continue
+        produced = window.produced
+        filled = replace(current, produced=produced.records, produced_read=window.events)
+        write_events(capture, replace(filled, produced_detail=produced.detail))
+        written.append(capture / "events.json")
+    return written
+
+
+def produced_clause(events: int | None, produced: SourceCount | None) -> str:
+    """``; 299955 records produced into Kafka over the same span (+0.2 %)`` ('' without Kafka)."""
+    if produced is None:
+        return ""
+    share = f" ({100.0 * (events - produced.records) / produced.records:+.1f} %)" if events and produced.records else ""
+    return f"; {produced.records} records produced into Kafka over the same span{share}"
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -229,7 +271,7 @@ class DemoCommand:
         parser.add_argument(
             "--source", choices=("generator", "kafka"), default="generator",
             help="generator: the events are made inside the engine (default); kafka: a local Kafka broker, and "
-            "a producer JVM writing --rate events/s into its topic, which the query reads (spark-str only so far)",
+            "a producer JVM writing --rate events/s into its topic, which the query reads",
         )
         parser.add_argument(
             "--kafka-bootstrap", type=bootstrap_servers, default=None, metavar="HOST:PORT",
@@ -344,11 +386,10 @@ class DemoCommand:
         options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
         outcome = profile_cluster([local_host()], request, out, options)
         engine.check_running()  # a workload that died inside the window leaves a meaningless profile
-        # The sampling window (shorter when Ctrl-C stopped it early).
-        started = outcome.info.start_time or 0.0
-        ended = min(outcome.info.end_time or started + args.duration, started + args.duration)
+        started, ended = sampling_window(outcome, args.duration)
         window = engine.window(started, ended)
         fill_event_counts(outcome, engine.count_events(started, ended))
+        record_produced(outcome, window)
         return outcome, window, max(0.0, ended - started)
 
     @staticmethod
@@ -357,6 +398,7 @@ class DemoCommand:
         print(
             f"demo: {window.units} {window.unit_name}, {events} in the {elapsed:.0f} s window; "
             f"{window.throughput}; {window.sink_rows} window rows in the sink"
+            f"{produced_clause(window.events, window.produced)}"
         )
         from coordinator.commands.profile import print_hosts_and_files
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.workloads.processes import (
     Lifecycle,
@@ -34,13 +34,19 @@ from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS, java_home
 from coordinator.workloads.ysb.javabuild import cache_dir, compile_jar
 from profiler.errors import CapabilityError, ConfigError, ProfilerError
 
+if TYPE_CHECKING:
+    from coordinator.workloads.ysb.spark import YsbOptions
+
 __all__ = [
     "BROKER_MAIN_CLASS",
+    "FLINK_KAFKA_CONNECTOR",
     "KAFKA_VERSION",
     "KafkaError",
+    "KafkaFeed",
     "KafkaTools",
     "LocalKafkaBroker",
     "YsbProducer",
+    "flink_kafka_jars",
     "kafka_lib",
     "parse_produced",
     "produced_between",
@@ -58,6 +64,13 @@ _BROKER_ARTIFACTS = (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", "org.apache
 _SPARK_CONNECTOR_JARS = (
     "spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2",
 )
+# Flink's KafkaSource: flink-connector-kafka is released apart from Flink, its version "<connector>-<Flink>".
+# Maven Central's newest, 5.0.0-2.2, is built against Flink 2.2; no release names 2.3 yet, and the
+# Source API it implements (FLIP-27, flink-connector-base inside flink-dist) did not change in 2.3, so
+# it runs on the Flink 2.3 we install. 4.0.x-2.0 is for Flink 2.0, the 3.x line for Flink 1.x.
+FLINK_KAFKA_CONNECTOR = "5.0.0-2.2"
+# What it needs beyond flink-dist (which holds flink-connector-base, slf4j and Flink's shaded jackson).
+_FLINK_CONNECTOR_JARS = ("flink-connector-kafka", "kafka-clients", "lz4-java", "snappy-java", "zstd-jni")
 _START_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 15.0
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -143,6 +156,16 @@ def spark_kafka_jars(install: bool = True, say: Any = None) -> list[Path]:
     directory = maven_jars(
         f"spark-sql-kafka-{version}", [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"],
         include=_SPARK_CONNECTOR_JARS, install=install, say=say,
+    )
+    return sorted(directory.glob("*.jar"))
+
+
+def flink_kafka_jars(install: bool = True, say: Any = None) -> list[Path]:
+    """Flink's Kafka connector (FLINK_KAFKA_CONNECTOR) and the jars it needs beyond Flink's own."""
+    directory = maven_jars(
+        f"flink-connector-kafka-{FLINK_KAFKA_CONNECTOR}",
+        [f"org.apache.flink:flink-connector-kafka:{FLINK_KAFKA_CONNECTOR}"],
+        include=_FLINK_CONNECTOR_JARS, install=install, say=say,
     )
     return sorted(directory.glob("*.jar"))
 
@@ -375,19 +398,21 @@ def parse_produced(text: str) -> list[Produced]:
     return [Produced(int(ms) / 1000.0, int(acked), int(failed)) for acked, ms, failed in _PRODUCED.findall(text)]
 
 
+def acknowledged_at(lines: Sequence[Produced], moment: float) -> float | None:
+    """Records acknowledged by ``moment`` (unix seconds), interpolated between the two reports around it
+    (one a second); None when the reports do not cover it."""
+    for before, after in zip(lines, lines[1:]):
+        if before.at <= moment <= after.at:
+            span = after.at - before.at
+            share = (moment - before.at) / span if span > 0 else 1.0
+            return before.acknowledged + share * (after.acknowledged - before.acknowledged)
+    return None
+
+
 def produced_between(lines: Sequence[Produced], start: float, end: float) -> int | None:
     """Records acknowledged between ``start`` and ``end`` (unix seconds), each end interpolated between
-    the two reports around it (one a second); None when the reports do not cover both ends."""
-
-    def at(moment: float) -> float | None:
-        for before, after in zip(lines, lines[1:]):
-            if before.at <= moment <= after.at:
-                span = after.at - before.at
-                share = (moment - before.at) / span if span > 0 else 1.0
-                return before.acknowledged + share * (after.acknowledged - before.acknowledged)
-        return None
-
-    first, last = at(start), at(end)
+    the two reports around it; None when the reports do not cover both ends."""
+    first, last = acknowledged_at(lines, start), acknowledged_at(lines, end)
     return None if first is None or last is None else round(last - first)
 
 
@@ -452,3 +477,95 @@ class YsbProducer(Lifecycle):
         """Records the broker acknowledged so far (all of them once stopped)."""
         lines = self.reports()
         return lines[-1].acknowledged if lines else 0
+
+
+class KafkaFeed(Lifecycle):
+    """YSB's events through Kafka for one engine's demo: the broker (a local one unless ``bootstrap``
+    names a running one), the topic (``partitions`` of them; it must not exist yet) and the producer
+    at ``rate``; stop() stops the producer and the broker it started, each even when one failed."""
+
+    def __init__(
+        self, topic: str, partitions: int, rate: int, log_dir: Path, campaigns: int, ads_per_campaign: int,
+        bootstrap: str = "",
+    ) -> None:
+        self.topic, self.partitions, self.rate = topic, partitions, rate
+        self.log_dir, self.campaigns, self.ads_per_campaign = log_dir, campaigns, ads_per_campaign
+        self._bootstrap = bootstrap
+        self.broker: LocalKafkaBroker | None = None
+        self.tools: KafkaTools | None = None
+        self.producer: YsbProducer | None = None
+
+    @classmethod
+    def for_options(cls, options: YsbOptions, log_dir: Path) -> KafkaFeed | None:
+        """The feed of a demo's ``--source kafka`` (not started; its logs in ``log_dir``/kafka); None
+        for the generator."""
+        if options.source != "kafka":
+            return None
+        return cls(
+            options.kafka_topic, options.partitions, options.rate, log_dir / "kafka", options.campaigns,
+            options.ads_per_campaign, bootstrap=options.kafka_bootstrap,
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        if self.tools is None:
+            raise KafkaError("KafkaFeed: not started; call start() or use it as a context manager")
+        return self.tools.bootstrap
+
+    def start(self) -> KafkaFeed:
+        try:
+            if self._bootstrap:
+                self.tools = KafkaTools(self._bootstrap, kafka_lib())
+            else:
+                self.broker = LocalKafkaBroker(log_dir=self.log_dir).start()
+                self.tools = self.broker.tools()
+            self.tools.create_topic(self.topic, self.partitions)
+            self._start_producer()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_producer(self) -> None:
+        assert self.tools is not None
+        self.producer = YsbProducer(
+            self.tools, self.topic, self.rate, self.log_dir, self.campaigns, self.ads_per_campaign
+        ).start()
+
+    def restart_producer(self, rate: int) -> None:
+        """The producer again at ``rate`` events/s (a campaign's next level), into the same topic."""
+        if self.producer is not None:
+            producer, self.producer = self.producer, None
+            producer.stop()
+        self.rate = rate
+        self._start_producer()
+
+    def describe(self) -> str:
+        return f"Kafka {self.bootstrap}, topic {self.topic}"
+
+    def check_running(self) -> None:
+        if self.producer is not None:
+            self.producer.check_running()
+        if self.broker is not None:
+            self.broker.check_running()
+
+    def lag(self, read: int, at: float) -> float | None:
+        """Records produced by ``at`` that a consumer which had read ``read`` records of the topic (the
+        sum of its offsets; the topic is new) had not read yet; None without the producer's reports."""
+        produced = acknowledged_at(self.producer.reports(), at) if self.producer is not None else None
+        return None if produced is None else produced - read
+
+    def produced_between(self, start: float, end: float) -> int | None:
+        """Records the broker acknowledged to the producer in [start, end] (None: its reports do not
+        cover both ends)."""
+        return produced_between(self.producer.reports(), start, end) if self.producer is not None else None
+
+    def stop(self) -> None:
+        try:
+            if self.producer is not None:
+                producer, self.producer = self.producer, None
+                producer.stop()
+        finally:
+            if self.broker is not None:
+                broker, self.broker = self.broker, None
+                broker.stop()

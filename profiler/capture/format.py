@@ -225,6 +225,12 @@ class EventCount:
     window_end: float | None = None
     method: str = ""
     uncertainty: float | None = None
+    # Events read from Kafka (None: not from Kafka, or unknown): the records produced into the topic over
+    # a span of the window, and the records the engine says it read over the same span (its own count,
+    # which may place the ends of the window apart from ``count``'s); the span and how, in produced_detail.
+    produced: int | None = None
+    produced_read: int | None = None
+    produced_detail: str = ""
 
 
 @dataclass(frozen=True)

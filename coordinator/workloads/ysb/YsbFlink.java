@@ -51,8 +51,9 @@ import org.apache.flink.util.Collector;
  *   -> keyBy campaign -> 10 s event-time tumbling window (CampaignProcessor) -> RedisResultSink
  *
  * The function classes carry the YSB Flink job's names so that application_profiles/flink.txt tells
- * the steps apart (operators of one kind share Flink's StreamMap/StreamFlatMap frames). There is no
- * Kafka broker here: the source is Flink's DataGeneratorSource, rate-limited, writing YSB's JSON.
+ * the steps apart (operators of one kind share Flink's StreamMap/StreamFlatMap frames). The source is
+ * Flink's DataGeneratorSource, rate-limited, writing YSB's JSON; YsbFlinkKafka runs the same pipeline
+ * on the records of a Kafka topic.
  *
  * usage: YsbFlink --rate N --ads FILE --redis-port P [--parallelism 2]
  *   FILE: one "ad_id campaign_id" pair per line (the Python side writes the same mapping as Spark's).
@@ -66,29 +67,49 @@ public final class YsbFlink {
     }
 
     public static void main(String[] argv) throws Exception {
+        Map<String, String> args = arguments(argv);
+        int rate = Integer.parseInt(args.getOrDefault("rate", "20000"));
+        HashMap<String, String> adToCampaign = adCampaigns(args.get("ads"));
+        String[] adIds = adToCampaign.keySet().stream().sorted().toArray(String[]::new);
+
+        StreamExecutionEnvironment env = environment(args);
+        DataGeneratorSource<String> source = new DataGeneratorSource<>(
+            new EventGenerator(adIds), Long.MAX_VALUE, new PacedRateLimiterStrategy<>(rate), Types.STRING);
+        run(env, env.fromSource(source, WatermarkStrategy.noWatermarks(), "YSB generator"), adToCampaign, args);
+    }
+
+    /** "--key value" pairs. */
+    static Map<String, String> arguments(String[] argv) {
         Map<String, String> args = new HashMap<>();
         for (int i = 0; i + 1 < argv.length; i += 2) {
             args.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
         }
-        int rate = Integer.parseInt(args.getOrDefault("rate", "20000"));
-        int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "2"));
-        int redisPort = Integer.parseInt(args.getOrDefault("redis-port", "6379"));
+        return args;
+    }
+
+    /** The ad -> campaign table of FILE: one "ad_id campaign_id" pair per line. */
+    static HashMap<String, String> adCampaigns(String file) throws IOException {
         HashMap<String, String> adToCampaign = new HashMap<>();
-        for (String line : Files.readAllLines(Paths.get(args.get("ads")), StandardCharsets.UTF_8)) {
+        for (String line : Files.readAllLines(Paths.get(file), StandardCharsets.UTF_8)) {
             String[] parts = line.trim().split("\\s+");
             if (parts.length == 2) {
                 adToCampaign.put(parts[0], parts[1]);
             }
         }
-        String[] adIds = adToCampaign.keySet().stream().sorted().toArray(String[]::new);
+        return adToCampaign;
+    }
 
+    static StreamExecutionEnvironment environment(Map<String, String> args) {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
-        env.setParallelism(parallelism);
-        DataGeneratorSource<String> source = new DataGeneratorSource<>(
-            new EventGenerator(adIds), Long.MAX_VALUE, new PacedRateLimiterStrategy<>(rate), Types.STRING);
+        env.setParallelism(Integer.parseInt(args.getOrDefault("parallelism", "2")));
+        return env;
+    }
 
-        DataStream<Tuple4<String, String, Long, Long>> enriched = env
-            .fromSource(source, WatermarkStrategy.noWatermarks(), "YSB generator")
+    /** YSB from the JSON ad events of ``events`` (the generator or Kafka) to the Redis sink; runs the job. */
+    static void run(StreamExecutionEnvironment env, DataStream<String> events, HashMap<String, String> adToCampaign,
+                    Map<String, String> args) throws Exception {
+        int redisPort = Integer.parseInt(args.getOrDefault("redis-port", "6379"));
+        DataStream<Tuple4<String, String, Long, Long>> enriched = events
             .flatMap(new DeserializeBolt()).name("DeserializeBolt")
             .filter(new EventFilterBolt()).name("EventFilterBolt")
             .map(new ProjectionBolt()).name("ProjectionBolt")

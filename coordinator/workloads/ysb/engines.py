@@ -8,26 +8,28 @@ coordinator/workloads/ysb/flink.py, with its cluster in coordinator/workloads/fl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
+from coordinator.workloads.kafka import KafkaFeed
 from coordinator.workloads.processes import Lifecycle, free_port
-from coordinator.workloads.sparkcluster import LocalSparkCluster
+from coordinator.workloads.sparkcluster import LocalSparkCluster, SparkClusterError
 from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow, YsbFlinkRun
 from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.spark import (
     BatchProgress,
+    EpochOffset,
     YsbOptions,
     YsbRun,
-    batches_between,
+    batches_finished_between,
     epoch_rows_between,
 )
 
 if TYPE_CHECKING:
-    from coordinator.workloads.kafka import KafkaTools, LocalKafkaBroker, YsbProducer
     from profiler.capture.format import EventCount
 
 
@@ -40,6 +42,33 @@ class WindowResult:
     events: int | None  # input events the query reports for the window (None: it reports none)
     throughput: str  # one human-readable clause
     sink_rows: int
+    produced: SourceCount | None = None  # reading Kafka: the records produced over the span ``events`` covers
+
+
+@dataclass(frozen=True)
+class SourceCount:
+    """Records produced into Kafka over the span whose records an engine's count of the window covers,
+    to hold that count against (EventCount.produced in events.json)."""
+
+    records: int
+    span_start: float
+    span_end: float
+    detail: str
+
+
+def produced_over(feed: KafkaFeed | None, span: tuple[float, float] | None, how: str) -> SourceCount | None:
+    """The records ``feed``'s producer had acknowledged over ``span`` (None without Kafka, a span or
+    producer reports covering both ends)."""
+    if feed is None or span is None:
+        return None
+    records = feed.produced_between(*span)
+    if records is None:
+        return None
+    detail = (
+        f"records the broker acknowledged to the demo's producer from {span[0]:.3f} to {span[1]:.3f} (unix s), "
+        f"{how}; each end interpolated between the producer's once-a-second reports"
+    )
+    return SourceCount(records, span[0], span[1], detail)
 
 
 class YsbEngine(Protocol):
@@ -101,15 +130,13 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
             log_dir=log_dir,
         )
         self.ysb: YsbRun | None = None
-        self.broker: LocalKafkaBroker | None = None
-        self.kafka: KafkaTools | None = None
-        self.producer: YsbProducer | None = None
+        self.kafka = KafkaFeed.for_options(options, log_dir)
 
     def start(self) -> None:
         try:
             self.cluster.start()
-            if self.options.source == "kafka":
-                self._start_kafka()
+            if self.kafka is not None:
+                self.kafka.start()
             self.ysb = self._new_run()
             self.ysb.start()
         except BaseException:
@@ -123,38 +150,13 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
             kafka_bootstrap=bootstrap,
         )
 
-    def _start_kafka(self) -> None:
-        """The broker (a local one unless the options name one), the topic (one partition per generator
-        partition) and the producer at --rate."""
-        from coordinator.workloads.kafka import KafkaTools, LocalKafkaBroker, kafka_lib
-
-        if self.options.kafka_bootstrap:
-            self.kafka = KafkaTools(self.options.kafka_bootstrap, kafka_lib())
-        else:
-            self.broker = LocalKafkaBroker(log_dir=self.log_dir / "kafka").start()
-            self.kafka = self.broker.tools()
-        self.kafka.create_topic(self.options.kafka_topic, self.options.partitions)
-        self._start_producer()
-
-    def _start_producer(self) -> None:
-        from coordinator.workloads.kafka import YsbProducer
-
-        assert self.kafka is not None
-        options = self.options
-        self.producer = YsbProducer(
-            self.kafka, options.kafka_topic, options.rate, self.log_dir / "kafka", options.campaigns,
-            options.ads_per_campaign,
-        ).start()
-
     def describe(self) -> str:
-        kafka = f"; Kafka {self.kafka.bootstrap}, topic {self.options.kafka_topic}" if self.kafka is not None else ""
+        kafka = f"; {self.kafka.describe()}" if self.kafka is not None else ""
         return f"Spark master {self.cluster.master_url}{kafka}"
 
     def check_running(self) -> None:
-        if self.producer is not None:
-            self.producer.check_running()
-        if self.broker is not None:
-            self.broker.check_running()
+        if self.kafka is not None:
+            self.kafka.check_running()
         super().check_running()
 
     def restart_query(self, rate: int) -> None:
@@ -165,10 +167,8 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
             ysb.stop()
         self.options = replace(self.options, rate=rate)
         self.driver_port = free_port()
-        if self.producer is not None:
-            producer, self.producer = self.producer, None
-            producer.stop()
-            self._start_producer()
+        if self.kafka is not None:
+            self.kafka.restart_producer(rate)
         self.ysb = self._new_run()
         self.ysb.start()
 
@@ -194,12 +194,6 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
         the profiler's own count stands)."""
         return None
 
-    def produced_between(self, start: float, end: float) -> int | None:
-        """Records the Kafka producer had acknowledged in [start, end] (None without Kafka)."""
-        from coordinator.workloads.kafka import produced_between
-
-        return produced_between(self.producer.reports(), start, end) if self.producer is not None else None
-
     def stop(self) -> None:
         """The query, then the producer, the broker and the cluster; each step even when one before failed."""
         try:
@@ -208,16 +202,10 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
                 ysb.stop()
         finally:
             try:
-                if self.producer is not None:
-                    producer, self.producer = self.producer, None
-                    producer.stop()
+                if self.kafka is not None:
+                    self.kafka.stop()
             finally:
-                try:
-                    if self.broker is not None:
-                        broker, self.broker = self.broker, None
-                        broker.stop()
-                finally:
-                    self.cluster.stop()
+                self.cluster.stop()
 
 
 class SparkStructuredYsb(_SparkYsb):
@@ -228,21 +216,29 @@ class SparkStructuredYsb(_SparkYsb):
     events_source = "the driver's SQL REST API (rows its micro-batches read; Spark UI on a free loopback port)"
 
     def window(self, start: float, end: float) -> WindowResult:
-        from coordinator.workloads.ysb.spark import median_processed_rate, sustained_throughput
+        from coordinator.workloads.ysb.spark import kafka_read_span, median_processed_rate, sustained_throughput
 
-        batches: list[BatchProgress] = batches_between(self._run().progress(), start, end)
-        produced = self.produced_between(start, end)
-        kafka = "" if produced is None else f"; {produced} records produced into Kafka in the window"
+        progress = self._run().progress()
+        # placed by their finish time, as the profiler's count from the driver's REST API places them
+        batches: list[BatchProgress] = batches_finished_between(progress, start, end)
+        how = (
+            "the span whose records the micro-batches that finished in the window read (from the start of "
+            "the batch before the first to the start of the last: a batch reads up to the end offsets it "
+            "finds when it starts)"
+        )
         return WindowResult(
             units=len(batches),
             unit_name="micro-batches",
             events=sum(b.input_rows for b in batches),
             throughput=f"throughput {sustained_throughput(batches):.0f} events/s of busy time, median batch "
-            f"{median_processed_rate(batches):.0f} events/s{kafka}",
+            f"{median_processed_rate(batches):.0f} events/s",
             sink_rows=self.sink_rows(),
+            produced=produced_over(self.kafka, kafka_read_span(progress, batches), how),
         )
 
 
+# A continuous query reading Kafka has caught up when it is less than this many seconds of events behind.
+CAUGHT_UP_S = 2.0
 # RateStreamContinuousPartitionReader waits (1000 / rows per second per partition).toLong ms per row:
 # 0 ms, i.e. no throttle at all, above 1000 rows/s per partition.
 RATE_STEP_LIMIT = 1000
@@ -253,8 +249,30 @@ class SparkContinuousYsb(_SparkYsb):
 
     spe = "spark-continuous-processing"
     profile = "application_profiles/spark_continuous.txt"
-    events_source = "the query's offsets log (rows the rate source produced in the epochs of the window)"
+    events_source = "the query's offsets log (rows its source produced or read in the epochs of the window)"
     continuous = True
+
+    def wait_ready(self, timeout: float) -> None:
+        """The first windows in Redis; reading Kafka, then until the query has caught up with the
+        topic: the records produced while its first epochs compiled their code wait in the topic, and
+        the epochs that drain them are start-up, not the steady state the demo profiles."""
+        deadline = time.monotonic() + timeout
+        super().wait_ready(timeout)
+        if self.kafka is None:
+            return
+        lag: float | None = None
+        while time.monotonic() < deadline:
+            self.check_running()
+            epochs = self._run().epochs()
+            lag = self.kafka.lag(epochs[-1].rows, epochs[-1].committed_at) if epochs else None
+            if lag is not None and lag <= CAUGHT_UP_S * self.options.rate:
+                return
+            time.sleep(1.0)
+        behind = f"{lag:.0f}" if lag is not None else "an unknown number of"
+        raise SparkClusterError(
+            f"the continuous query is {behind} records behind the "
+            f"Kafka topic after {timeout:.0f} s; lower --rate or raise --ready-timeout; read {self.log_dir}"
+        )
 
     def count_events(self, start: float, end: float) -> EventCount | None:
         from profiler.capture.format import EventCount
@@ -263,24 +281,36 @@ class SparkContinuousYsb(_SparkYsb):
         if counted is None:
             return None
         rows, epochs = counted
+        what = "records the Kafka source read" if self.kafka is not None else "rows the rate source produced"
         detail = (
-            f"rows the rate source produced in the {epochs} epochs committed inside the window (offsets/<epoch> "
+            f"{what} in the {epochs} epochs committed inside the window (offsets/<epoch> "
             "of the query's checkpoint, placed by the time the driver wrote them); a continuous query runs no "
             "micro-batches and reports no progress; resolution: one epoch (1 s) at each end of the window"
         )
         return EventCount(rows, "spark-offsets-log", detail, start, end)
 
     def window(self, start: float, end: float) -> WindowResult:
-        counted = epoch_rows_between(self._run().epochs(), start, end)
+        all_epochs = self._run().epochs()
+        counted = epoch_rows_between(all_epochs, start, end)
         rows, epochs = counted if counted is not None else (None, 0)
         rate = f"{rows / (end - start):.0f} events/s" if rows is not None and end > start else "no epochs"
-        if self.options.rate / self.options.partitions > RATE_STEP_LIMIT:
+        if self.kafka is None and self.options.rate / self.options.partitions > RATE_STEP_LIMIT:
             # Spark's continuous rate reader sleeps (1000 / rows per s per partition) ms per row, an integer.
             rate += (
                 f" (unthrottled: above {RATE_STEP_LIMIT} rows/s per partition Spark's continuous rate source "
                 "does not wait between rows, so this is the query's maximum, not --rate)"
             )
-        return WindowResult(epochs, "epochs", rows, f"throughput {rate}", self.sink_rows())
+        how = "the span of the epochs counted (from the commit of the last epoch before the window to the last inside)"
+        produced = produced_over(self.kafka, epoch_span(all_epochs, start, end), how)
+        return WindowResult(epochs, "epochs", rows, f"throughput {rate}", self.sink_rows(), produced)
+
+
+def epoch_span(epochs: list[EpochOffset], start: float, end: float) -> tuple[float, float] | None:
+    """From the commit of the last epoch before ``start`` to that of the last one inside [start, end]:
+    the span epoch_rows_between counts."""
+    before = [e.committed_at for e in epochs if e.committed_at <= start]
+    inside = [e.committed_at for e in epochs if start < e.committed_at <= end]
+    return (before[-1], inside[-1]) if before and inside else None
 
 
 class FlinkYsb(FlinkYsbEngine):
@@ -298,6 +328,8 @@ class FlinkYsb(FlinkYsbEngine):
             ysb.stop()
         self.options = replace(self.options, rate=rate)
         self._job = None
+        if self.kafka is not None:
+            self.kafka.restart_producer(rate)
         self.ysb = YsbFlinkRun(self.cluster, self.options).start()
 
     def _job_window(self, start: float, end: float) -> JobWindow:
@@ -308,9 +340,10 @@ class FlinkYsb(FlinkYsbEngine):
     def window(self, start: float, end: float) -> WindowResult:
         job = self._job_window(start, end)
         rate = job.events / (end - start) if end > start else 0.0
+        how = "the window itself (the job reads the topic as records arrive; the profiler's count is the window's)"
         return WindowResult(
             job.windows, "10 s windows", job.events, f"throughput {rate:.0f} events/s by the job's own count",
-            job.sink_rows,
+            job.sink_rows, produced_over(self.kafka, (start, end), how),
         )
 
     def count_events(self, start: float, end: float) -> EventCount | None:
@@ -319,7 +352,8 @@ class FlinkYsb(FlinkYsbEngine):
         job = self._job_window(start, end)
         detail = (
             "the job's own count: the views in its Redis windows times three (every third generated event is a "
-            "view), the windows at the ends by their overlap with the window"
+            "view; the Kafka producer picks each event's type at random, a third of them views on average), the "
+            "windows at the ends by their overlap with the window"
         )
         return EventCount(job.events, "ysb-redis-windows", detail, start, end)
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
+from coordinator.workloads.kafka import KafkaFeed
 from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS as FLINK_JAVA_OPTIONS
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 YSB_DIR = Path(__file__).resolve().parent
 JOB_SOURCE = YSB_DIR / "YsbFlink.java"
 JOB_CLASS = "ysb.YsbFlink"
+KAFKA_JOB_SOURCE = YSB_DIR / "YsbFlinkKafka.java"
+KAFKA_JOB_CLASS = "ysb.YsbFlinkKafka"
 WINDOW_MS = 10_000
 # The generator makes every third event a view (event_type = index mod 3), so a window's view count
 # times three is the number of events generated in its 10 s of event time (= generation wall time).
@@ -58,12 +61,26 @@ def build_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
     return compile_jar([JOB_SOURCE, RESP_SOURCE], str(flink_home / "lib" / "*"), "ysb-flink-job", jars, cache)
 
 
+def build_kafka_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
+    """The job reading Kafka (YsbFlinkKafka.java) with flink-connector-kafka and kafka-clients inside
+    the jar: a job brings its connectors, Flink's lib/ holds none."""
+    from coordinator.workloads.kafka import flink_kafka_jars
+
+    jars = sorted(p.name for p in (flink_home / "lib").glob("flink-dist-*.jar"))
+    return compile_jar(
+        [JOB_SOURCE, RESP_SOURCE, KAFKA_JOB_SOURCE], str(flink_home / "lib" / "*"), "ysb-flink-kafka-job", jars,
+        cache, bundle=flink_kafka_jars(),
+    )
+
+
 @dataclass(frozen=True)
 class YsbFlinkOptions:
     rate: int = 20_000
     campaigns: int = 100
     ads_per_campaign: int = 10
     parallelism: int = 2
+    kafka_bootstrap: str = ""  # read the events from kafka_topic of this broker, not the generator
+    kafka_topic: str = ""
 
 
 def events_between(window_views: Mapping[str, int], start: float, end: float) -> float:
@@ -96,14 +113,18 @@ class YsbFlinkRun(Lifecycle):
 
     def start(self) -> YsbFlinkRun:
         try:
-            jar = build_job_jar(self.cluster.home)
+            kafka = bool(self.options.kafka_bootstrap)
+            jar = build_kafka_job_jar(self.cluster.home) if kafka else build_job_jar(self.cluster.home)
             mapping = ad_campaign_mapping(self.options.campaigns, self.options.ads_per_campaign)
             ads = self.cluster.tmp_dir / "ysb-ads.txt"
             ads.write_text("".join(f"{m.ad_id} {m.campaign_id}\n" for m in mapping))
             self.redis = RedisServer().start()
             args = ["--rate", str(self.options.rate), "--ads", str(ads), "--redis-port", str(self.redis.port),
                     "--parallelism", str(self.options.parallelism)]
-            self.job_id = self.cluster.submit_jar(jar, JOB_CLASS, args, parallelism=self.options.parallelism)
+            if kafka:
+                args += ["--kafka-bootstrap", self.options.kafka_bootstrap, "--kafka-topic", self.options.kafka_topic]
+            main_class = KAFKA_JOB_CLASS if kafka else JOB_CLASS
+            self.job_id = self.cluster.submit_jar(jar, main_class, args, parallelism=self.options.parallelism)
             self.cluster.wait_for_job_running(self.job_id)
         except BaseException:
             self.stop()
@@ -216,6 +237,7 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
         )
         self.ysb: YsbFlinkRun | None = None
         self.log_dir = log_dir  # the cluster's logs, conf, pid files and the job's ad file
+        self.kafka = KafkaFeed.for_options(options, log_dir)
 
     def __enter__(self) -> Self:
         self.start()
@@ -229,22 +251,35 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
                 ysb, self.ysb = self.ysb, None
                 ysb.stop()
         finally:
-            self.cluster.__exit__(exc_type, exc, tb)
+            try:
+                if self.kafka is not None:
+                    self.kafka.stop()
+            finally:
+                self.cluster.__exit__(exc_type, exc, tb)
 
     def start(self) -> None:
         try:
             flink_home(say=print)  # installs Flink into the cache on first use
             self.cluster.start()
+            if self.kafka is not None:
+                self.kafka.start()
+                self.options = replace(self.options, kafka_bootstrap=self.kafka.bootstrap, kafka_topic=self.kafka.topic)
             self.ysb = YsbFlinkRun(self.cluster, self.options).start()
         except BaseException:
             self.stop()
             raise
 
+    def check_running(self) -> None:
+        if self.kafka is not None:
+            self.kafka.check_running()
+        super().check_running()
+
     def stop(self) -> None:
         self.__exit__(None, None, None)
 
     def describe(self) -> str:
-        return f"Flink JobManager {self.cluster.rest_url}, job {self._run().job_id}"
+        kafka = f"; {self.kafka.describe()}" if self.kafka is not None else ""
+        return f"Flink JobManager {self.cluster.rest_url}, job {self._run().job_id}{kafka}"
 
     def known_spes(self) -> str:
         return flink_known_spes(self.cluster.tmp_dir / "conf")

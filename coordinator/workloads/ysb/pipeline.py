@@ -140,9 +140,10 @@ def event_json(ads: int, ads_per_campaign: int) -> Column:
 
 
 def read_kafka(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
-    """The ad events as YSB reads them: JSON records of a Kafka topic (Spark's Kafka micro-batch reader,
-    from the latest offsets on), one column ``value``. The cast of the record's bytes to a string is
-    part of the read; from_json (deserialize) stays a step of its own, as in the paper."""
+    """The ad events as YSB reads them: JSON records of a Kafka topic (Spark's Kafka reader, micro-batch
+    or continuous as the query's trigger says, from the latest offsets on), one column ``value``. The
+    cast of the record's bytes to a string is part of the read; from_json (deserialize) stays a step of
+    its own, as in the paper."""
     rows = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -288,10 +289,15 @@ def build_ysb(
 
 
 def build_ysb_continuous(
-    spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int
+    spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int,
+    kafka: tuple[str, str] | None = None,
 ) -> DataFrame:
     """YSB for Continuous Processing up to the sink, which computes the window: campaign_id, event_time,
-    pre_window_latency_ms per view event."""
-    raw = generate_events_continuous(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions)
+    pre_window_latency_ms per view event. The source: the rate generator, or with ``kafka`` (bootstrap
+    servers, topic) Spark's continuous Kafka reader."""
+    if kafka is not None:
+        raw = read_kafka(spark, *kafka)
+    else:
+        raw = generate_events_continuous(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions)
     joined = join_campaigns_continuous(spark, project(filter_views(deserialize(raw))))
     return enrich(joined).select("campaign_id", "event_time", "pre_window_latency_ms")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from coordinator.workloads.processes import Lifecycle
 from coordinator.workloads.sparkcluster import (
+    DEFAULT_JAVA_OPTIONS,
     LocalSparkCluster,
     SparkClusterError,
     SparkSubmitProcess,
@@ -64,14 +65,9 @@ class YsbOptions:
 
 
 def check_source(source: str, spe: str) -> str:
-    """``source`` when the engine ``spe`` (a key of engines.ENGINES) can read it, else a ConfigError."""
+    """``source`` when it is one the engines read (all three read both), else a ConfigError."""
     if source not in SOURCES:
         raise ConfigError(f"--source {source}: unknown source; use one of {', '.join(SOURCES)}")
-    if source == "kafka" and spe != "spark-str":
-        raise ConfigError(
-            f"--source kafka --spe {spe}: only spark-str reads Kafka so far (issue 33); use --spe spark-str "
-            "or --source generator"
-        )
     return source
 
 
@@ -98,42 +94,67 @@ def parse_progress(stdout: str) -> list[BatchProgress]:
     return batches
 
 
+def batch_began(batch: BatchProgress) -> float | None:
+    """The unix time the micro-batch's trigger began (None without a readable timestamp)."""
+    try:
+        return datetime.fromisoformat(batch.timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def batches_between(batches: list[BatchProgress], start: float, end: float) -> list[BatchProgress]:
     """Batches that began within [start, end] (epoch seconds); batches with no timestamp are left out."""
-    selected = []
-    for batch in batches:
-        try:
-            began = datetime.fromisoformat(batch.timestamp.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
-        if start <= began <= end:
-            selected.append(batch)
-    return selected
+    return [b for b in batches if (began := batch_began(b)) is not None and start <= began <= end]
+
+
+def batches_finished_between(batches: list[BatchProgress], start: float, end: float) -> list[BatchProgress]:
+    """Batches that finished within [start, end]: the rule of the profiler's count from the driver's
+    REST API (profiler/engines/events.py places each micro-batch by its finish time)."""
+    return [
+        b for b in batches
+        if (began := batch_began(b)) is not None and start <= began + b.trigger_ms / 1000.0 <= end
+    ]
+
+
+def kafka_read_span(batches: list[BatchProgress], selected: list[BatchProgress]) -> tuple[float, float] | None:
+    """When the records ``selected`` (consecutive micro-batches of ``batches``) read from Kafka were
+    produced: a micro-batch reads up to the end offsets it finds when it begins, so from the beginning
+    of the batch before the first selected one to the beginning of the last. None when that batch is
+    not in ``batches`` (the app missed its progress) or a timestamp is unreadable."""
+    if not selected:
+        return None
+    began = {b.batch: batch_began(b) for b in batches}
+    first, last = began.get(selected[0].batch - 1), began.get(selected[-1].batch)
+    return None if first is None or last is None else (first, last)
 
 
 @dataclass(frozen=True)
 class EpochOffset:
-    """One committed epoch of a continuous query reading the ``rate`` source."""
+    """One committed epoch of a continuous query (its ``rate`` or Kafka source)."""
 
     epoch: int
     committed_at: float  # unix time the driver wrote its offsets (mtime of offsets/<epoch>)
-    rows: int  # rows the source had produced over all partitions by the end of the epoch
+    rows: int  # rows the source had produced (rate) or read up to (Kafka) over all partitions by the epoch's end
 
 
-def parse_rate_offsets(text: str, partitions: int) -> int:
-    """Rows produced so far from one offsets/<epoch> file of a continuous ``rate`` source.
+def parse_epoch_offsets(text: str, partitions: int) -> int:
+    """Rows so far from one offsets/<epoch> file of a continuous query: "v1", the batch metadata,
+    then the source's offset.
 
-    The file is "v1", the batch metadata, then the source offset, e.g.
-    {"0":{"value":546966,"runTimeMs":...},"1":{"value":382563,...}}: each partition's reader starts at
-    its partition number and steps ``value`` by the number of partitions per row.
+    The ``rate`` source's: {"0":{"value":546966,"runTimeMs":...},"1":{"value":382563,...}}, each
+    partition's reader starting at its partition number and stepping ``value`` by the number of
+    partitions per row. The Kafka source's: {"<topic>":{"0":120433,"1":119876}}, the next offset to
+    read per partition, whose sum is the records read up to there (the topic starts at offset 0).
     """
     lines = [line for line in text.splitlines() if line.strip()]
     offsets = json.loads(lines[-1])
-    return sum((int(o["value"]) - int(p)) // partitions for p, o in offsets.items())
+    if all(isinstance(o, dict) and "value" in o for o in offsets.values()):
+        return sum((int(o["value"]) - int(p)) // partitions for p, o in offsets.items())
+    return sum(int(offset) for topic in offsets.values() for offset in topic.values())
 
 
 def read_epoch_offsets(checkpoint: Path, partitions: int) -> list[EpochOffset]:
-    """Committed epochs of a continuous ``rate`` query from its checkpoint (offsets/ and commits/)."""
+    """Committed epochs of a continuous query from its checkpoint (offsets/ and commits/)."""
     commits, offsets = checkpoint / "commits", checkpoint / "offsets"
     committed = {p.name for p in commits.glob("[0-9]*")} if commits.is_dir() else set()
     epochs = []
@@ -141,9 +162,9 @@ def read_epoch_offsets(checkpoint: Path, partitions: int) -> list[EpochOffset]:
         if path.name not in committed:
             continue
         try:
-            rows = parse_rate_offsets(path.read_text(), partitions)
+            rows = parse_epoch_offsets(path.read_text(), partitions)
             epochs.append(EpochOffset(int(path.name), path.stat().st_mtime, rows))
-        except (OSError, ValueError, KeyError, IndexError, AttributeError):
+        except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
             continue
     return sorted(epochs, key=lambda e: e.epoch)
 
@@ -198,6 +219,32 @@ def _spark_conf(options: YsbOptions) -> dict[str, str]:
         "spark.sql.ui.retainedExecutions": "200",
         "spark.ui.retainedDeadExecutors": "10",
     } | ({} if options.frame_pointers else {"spark.executor.extraJavaOptions": "", "spark.driver.extraJavaOptions": ""})
+
+
+# Executors reading Kafka continuously: Spark's KafkaDataConsumer warns on every fetch that a continuous
+# task's thread is not an UninterruptibleThread (KAFKA-1894), once per record; measured, that warning
+# took 73 of the Kafka task's 193 samples (38 %). It stays an error-level logger; the rest is Spark's
+# own default (log4j2-defaults.properties: INFO to stderr).
+_EXECUTOR_LOG4J2 = """\
+rootLogger.level = info
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.kafkaconsumer.name = org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer
+logger.kafkaconsumer.level = error
+"""
+
+
+def executor_log_conf(options: YsbOptions, work: Path) -> dict[str, str]:
+    """The executors' log4j2 configuration for a continuous query on Kafka (_EXECUTOR_LOG4J2, written
+    into ``work``), on top of their other JVM options; nothing otherwise."""
+    config = work / "executor-log4j2.properties"
+    config.write_text(_EXECUTOR_LOG4J2)
+    java = DEFAULT_JAVA_OPTIONS if options.frame_pointers else ""
+    return {"spark.executor.extraJavaOptions": f"{java} -Dlog4j2.configurationFile={config}".strip()}
 
 
 def store_ad_campaigns(redis: RedisServer, mapping: list[AdCampaign]) -> None:
@@ -285,6 +332,8 @@ class YsbRun(Lifecycle):
             if self.continuous:
                 args.append("--continuous")
             conf = _spark_conf(self.options) | redis_conf
+            if self.continuous and self.kafka_bootstrap:
+                conf |= executor_log_conf(self.options, self._work)
             if jars:
                 conf["spark.jars"] = ",".join(jars)
             if self.driver_port:

@@ -5,21 +5,34 @@ from __future__ import annotations
 
 import argparse
 import xml.etree.ElementTree as ET
+import zipfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from coordinator.cli import main
-from coordinator.commands.demo import bootstrap_servers
+from coordinator.commands.demo import bootstrap_servers, produced_clause
 from coordinator.workloads.kafka import (
+    KafkaFeed,
+    KafkaTools,
     LocalKafkaBroker,
     Produced,
+    YsbProducer,
     _pom,
     parse_produced,
     produced_between,
     topic_name,
 )
-from coordinator.workloads.ysb.spark import YsbOptions, check_source
+from coordinator.workloads.ysb.engines import SourceCount, produced_over
+from coordinator.workloads.ysb.javabuild import bundle_jars
+from coordinator.workloads.ysb.spark import (
+    BatchProgress,
+    YsbOptions,
+    batches_finished_between,
+    check_source,
+    kafka_read_span,
+)
 from profiler.errors import ConfigError
 
 
@@ -61,14 +74,11 @@ def test_topic_names_kafka_refuses_are_one_error(name: str) -> None:
         topic_name(name)
 
 
-def test_check_source_allows_kafka_only_where_an_engine_reads_it() -> None:
+def test_check_source_allows_both_sources_on_every_engine() -> None:
     assert YsbOptions().source == "generator"
     for spe in ("spark-str", "spark-cp", "flink"):
         assert check_source("generator", spe) == "generator"
-    assert check_source("kafka", "spark-str") == "kafka"
-    for spe in ("spark-cp", "flink"):
-        with pytest.raises(ConfigError, match=f"--source kafka --spe {spe}"):
-            check_source("kafka", spe)
+        assert check_source("kafka", spe) == "kafka"
     with pytest.raises(ConfigError, match="unknown source"):
         check_source("pulsar", "spark-str")
 
@@ -96,16 +106,12 @@ def test_pom_names_each_artifact() -> None:
     assert found == [("org.apache.kafka", "kafka_2.13", "4.1.1"), ("g", "a", "1")]
 
 
-def test_demo_parses_source_and_refuses_kafka_on_other_engines_before_starting(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_demo_parses_source_and_topic_before_starting(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code = main(["demo", "--source", "kafka", "--spe", "flink", "--out", str(out)])
-    assert code == ConfigError.exit_code
-    assert "--source kafka --spe flink" in capsys.readouterr().err
-    assert not out.exists()  # nothing was made
-    with pytest.raises(SystemExit):
-        main(["demo", "--source", "pulsar"])
+    for argv in (["--source", "pulsar"], ["--source", "kafka", "--spe", "flink", "--kafka-topic", "ysb events"]):
+        with pytest.raises(SystemExit):
+            main(["demo", *argv, "--out", str(out)])
+        assert not out.exists()  # nothing was made
 
 
 def test_bootstrap_servers_are_host_port_lists() -> None:
@@ -132,3 +138,77 @@ def test_ready_reading_kafka_waits_for_the_backlog_to_drain() -> None:
     assert not is_ready(0, 10_000, kafka)
     assert not is_ready(450_000, 10_000, kafka)  # the events of the first batch's compile time
     assert is_ready(12_000, 10_000, kafka) and is_ready(30_000, 10_000, kafka)
+
+
+def _progress(batch: int, began: float, rows: int, trigger_ms: int) -> BatchProgress:
+    stamp = datetime.fromtimestamp(began, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return BatchProgress(batch, stamp, rows, 0.0, 0.0, trigger_ms)
+
+
+def test_micro_batches_of_the_window_read_what_was_produced_from_their_predecessors_start() -> None:
+    # GIVEN batches 4..8 beginning every 2 s from t=100, each taking 1.5 s (batch 5 has no timestamp)
+    batches = [_progress(b, 100.0 + 2 * (b - 4), 1000, 1500) for b in range(4, 9)]
+    # WHEN the window is [103, 107.6]: batches 5 (finished 103.5), 6 (105.5) and 7 (107.5) finished in it
+    inside = batches_finished_between(batches, 103.0, 107.6)
+    # THEN they are placed by their finish time, and their records were produced from batch 4's start
+    # (the end offsets batch 5 found) to batch 7's start
+    assert [b.batch for b in inside] == [5, 6, 7]
+    assert kafka_read_span(batches, inside) == (100.0, 106.0)
+    assert kafka_read_span(batches, inside[1:]) == (102.0, 106.0)
+    assert kafka_read_span(batches[1:], inside) is None  # batch 4's start is unknown
+    assert kafka_read_span(batches, []) is None
+
+
+def _feed_with_reports(tmp_path: Path, text: str) -> KafkaFeed:
+    feed = KafkaFeed("ysb", 2, 1000, tmp_path, 10, 10, bootstrap="127.0.0.1:9092")
+    producer = YsbProducer(KafkaTools("127.0.0.1:9092", tmp_path), "ysb", 1000, tmp_path)
+    producer.log_path = tmp_path / "producer.out"
+    producer.log_path.write_text(text)
+    feed.producer = producer
+    return feed
+
+
+def test_produced_over_a_span_interpolates_the_producers_reports(tmp_path: Path) -> None:
+    feed = _feed_with_reports(tmp_path, "PRODUCED 0 100000 failed 0\nPRODUCED 1000 101000 failed 0\n"
+                                        "PRODUCED 3000 102000 failed 0\n")
+    produced = produced_over(feed, (100.5, 101.5), "a test span")
+    assert produced is not None and produced.records == 2000 - 500  # 1000 + half of 2000, less half of 1000
+    assert (produced.span_start, produced.span_end) == (100.5, 101.5) and "a test span" in produced.detail
+    assert produced_over(feed, (99.0, 101.0), "") is None  # the reports do not cover the start
+    assert produced_over(feed, None, "") is None
+    assert produced_over(None, (100.5, 101.5), "") is None  # the generator: nothing produced
+
+
+def test_demo_line_compares_the_engines_count_with_the_records_produced() -> None:
+    produced = SourceCount(200_000, 1.0, 2.0, "")
+    assert produced_clause(201_000, produced) == "; 200000 records produced into Kafka over the same span (+0.5 %)"
+    assert produced_clause(None, produced) == "; 200000 records produced into Kafka over the same span"
+    assert produced_clause(5, None) == ""
+
+
+def test_a_bundled_jar_carries_its_classes_and_every_jars_services(tmp_path: Path) -> None:
+    # GIVEN two library jars with a class each, a shared service file, a signature and a manifest
+    libs = []
+    for name in ("a", "b"):
+        jar = tmp_path / f"{name}.jar"
+        with zipfile.ZipFile(jar, "w") as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+            archive.writestr(f"META-INF/{name.upper()}.SF", "signed")
+            archive.writestr("META-INF/services/x.Factory", f"{name}.Impl\n")
+            archive.writestr(f"{name}/Impl.class", name)
+            archive.writestr("shared/Same.class", name)
+            archive.writestr("module-info.class", name)
+        libs.append(jar)
+    # WHEN they are bundled into a jar
+    target = tmp_path / "uber.jar"
+    with zipfile.ZipFile(target, "w") as archive:
+        archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+        bundle_jars(archive, libs)
+    # THEN it has both classes once (the first jar's copy wins), both providers, and no foreign metadata
+    with zipfile.ZipFile(target) as archive:
+        names = archive.namelist()
+        assert sorted(names) == sorted(
+            ["META-INF/MANIFEST.MF", "a/Impl.class", "b/Impl.class", "shared/Same.class", "META-INF/services/x.Factory"]
+        )
+        assert archive.read("shared/Same.class") == b"a"
+        assert archive.read("META-INF/services/x.Factory") == b"a.Impl\nb.Impl\n"

@@ -14,7 +14,7 @@ from coordinator.workloads.processes import first_error_line
 from coordinator.workloads.sparkcluster import SparkClusterError
 from coordinator.workloads.ysb import jvmstats
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping, ad_id, campaign_id
-from coordinator.workloads.ysb.spark import epoch_rows_between, parse_rate_offsets, read_epoch_offsets
+from coordinator.workloads.ysb.spark import epoch_rows_between, parse_epoch_offsets, read_epoch_offsets
 
 STAT = "4242 (C2 CompilerThre) S 1 2 3 4 5 6 7 8 9 10 1500 250 0 0 20 0 1 0 100 0 0"
 
@@ -119,7 +119,15 @@ def test_failed_workload_logs_are_kept_and_named(tmp_path: Path) -> None:
 def test_rate_offsets_count_rows_of_all_partitions() -> None:
     # each partition starts at its number and steps by the number of partitions per row
     text = 'v1\n{"batchWatermarkMs":0,"conf":{}}\n{"1":{"value":21,"runTimeMs":5},"0":{"value":40,"runTimeMs":5}}\n'
-    assert parse_rate_offsets(text, partitions=2) == 10 + 20
+    assert parse_epoch_offsets(text, partitions=2) == 10 + 20
+
+
+def test_kafka_offsets_of_a_continuous_epoch_are_the_records_read_so_far() -> None:
+    # Spark's continuous Kafka reader: the next offset per partition of the topic
+    text = 'v1\n{"batchWatermarkMs":0,"conf":{}}\n{"ysb":{"1":1200,"0":1350}}\n'
+    assert parse_epoch_offsets(text, partitions=2) == 2550
+    with pytest.raises((ValueError, TypeError, AttributeError)):
+        parse_epoch_offsets('v1\n{}\n{"ysb":["0"]}\n', partitions=2)
 
 
 def test_continuous_events_come_from_the_epochs_inside_the_window(tmp_path: Path) -> None:
