@@ -54,6 +54,7 @@ UNKNOWN = "[unknown]"
 INTERPRETER = "Interpreter"  # HotSpot's template interpreter: one symbol for every interpreted frame
 LOST_USER = "[lost user stack]"
 LOST_KERNEL = "[lost kernel stack]"
+MEMO_LIMIT = 100_000  # native addresses a process's memo takes during the window (~15 MB at most)
 
 # Frames a correctly walked thread stack ends in (outermost first in the walk's order).
 THREAD_ROOTS = frozenset(
@@ -197,6 +198,21 @@ class FrameMemo:
         if frame is None:
             frame = self._memo[addr] = self._resolve(addr)
         return frame
+
+    def resolve_native(self, addr: int) -> None:
+        """Name ``addr`` now if it is native code (profiler/symbols/batches.py: during the window); other
+        kinds are named later, with the perf map of their epoch. Stops adding at MEMO_LIMIT addresses."""
+        if addr in self._memo or len(self._memo) >= MEMO_LIMIT:
+            return
+        frame = self._resolve(addr)
+        if frame.kind == "native" and frame.module:  # a symbol found in a file: no perf map can rename it
+            self._memo[addr] = frame
+
+    def adopt_native(self, other: FrameMemo) -> None:
+        """Take the native names ``other`` found (its cache was opened while the process ran)."""
+        for addr, frame in other._memo.items():
+            if frame.kind == "native" and frame.module:
+                self._memo.setdefault(addr, frame)
 
     def _resolve(self, addr: int) -> Frame:
         raise NotImplementedError

@@ -112,6 +112,10 @@ class FakeSampler:
     def checkpoint(self) -> None:
         return None  # checkpoints are tested in tests/unit/capture/test_checkpoint.py
 
+    def name_batch(self) -> int:
+        self.batches = getattr(self, "batches", 0) + 1
+        return 0
+
     def collect(self) -> dict[int, CollectedStacks]:
         if self.fail_collect:
             raise RuntimeError("symbolizer exploded")
