@@ -33,6 +33,12 @@ class FetchCommand:
         parser.add_argument("--known-hosts", type=Path, help="known_hosts file (default: ~/.ssh/known_hosts)")
         parser.add_argument("--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)")
         parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines (for scripts)")
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            dest="fetch_all",
+            help="also fetch what the analysis does not read (each host's <host>_unmatched.folded)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.errors import PartialRunError
@@ -40,7 +46,10 @@ class FetchCommand:
         from coordinator.remote.session import make_transport
 
         outcome = fetch_run(
-            args.run_dir, make_transport(args.known_hosts, False, args.connect_timeout), progress=not args.quiet
+            args.run_dir,
+            make_transport(args.known_hosts, False, args.connect_timeout),
+            progress=not args.quiet,
+            everything=args.fetch_all,
         )
         info = outcome.info
         if not outcome.fetched:
