@@ -5,7 +5,8 @@ reconnect window, the host profilers are not stopped: each finishes its window o
 its capture in its private work directory, which run.json names (`workdir`). This command reaches
 those hosts again (SSH as in `coordinator profile`, with the run's copy of cluster.txt), waits for
 a profiler still sampling (at most until the window's end plus the finish grace, then it is stopped
-and what it has is kept), fetches each capture into RUN_DIR/hosts/<host>/, removes the work
+and what it has is kept), fetches each capture into RUN_DIR/hosts/<host>/ (what the analysis and the
+report read: the host's <host>_unmatched.folded stays there unless --all), removes the work
 directory, and rewrites run.json. Exit code 0 when every host is now ok, 9 when some are not.
 Running it again is harmless: hosts without a work directory are left alone.
 

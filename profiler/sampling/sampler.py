@@ -1,7 +1,8 @@
 """The eBPF stack sampler: one bcc program for all target processes, folded stacks per PID after the window.
 
 Requires root (CAP_BPF + CAP_PERFMON), bcc and kernel headers; works without a hardware PMU (software
-cpu-clock event). Symbolization happens only in collect(), after stop().
+cpu-clock event). Native frames are named in batches during the window (name_batch, every interval), the
+rest of symbolization in collect(), after stop().
 
 Two ways to collect (``collection``; "auto" picks the first that loads, recorded in meta.json):
 - "ringbuf" (Linux 5.8+, the default): every sample's raw stacks and timestamp go through a BPF ring

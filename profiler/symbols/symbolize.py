@@ -1,4 +1,5 @@
-"""Addresses to frame names after the window: native code through bcc, JIT code through perf maps.
+"""Addresses to frame names: native code through bcc (in batches during the window, profiler/symbols/batches.py,
+and after it for what they left), JIT code through perf maps after the window.
 
 Java frames come out as ``com.example.CpuSplit::burnAlpha`` whichever way the map was written
 (``jcmd Compiler.perfmap`` spells ``long com.example.CpuSplit.burnAlpha(long, long)``, our JVMTI agent
