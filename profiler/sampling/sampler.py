@@ -60,7 +60,7 @@ from ..capture.stackstore import (
 from ..capture.stacktable import StackTableBuilder
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadwatch import ThreadWatch
-from ..symbols.batches import BATCH_STACKS, NativeResolver, WindowSymbols
+from ..symbols.batches import BATCH_STACKS, WindowSymbols
 from ..symbols.symbolize import (
     Frame,
     KernelSymbols,
@@ -543,15 +543,9 @@ class StackSampler:
         if self._bpf is None or self.collection != "ringbuf":
             return 0
         if self._window is None:
-            self._window = WindowSymbols(self._open_window_symbols, KernelSymbols(), self.stack_walk == "bpf")
+            self._window = WindowSymbols(self._symbols.window_symbols, self.stack_walk == "bpf")
         window = self._window
         return window.name_batch(self._store.keys_since(window.stacks_named, limit))
-
-    def _open_window_symbols(self, pid: int) -> NativeResolver | None:
-        """A symbol cache for a batch: only of a target that still runs (a later process with its pid is not it)."""
-        if pid not in self._targets or not self._alive(pid):
-            return None
-        return ProcessSymbols(pid)
 
     @property
     def thread_names(self) -> str:
@@ -885,7 +879,7 @@ def collect_ringbuf(
     ``cfi``'s tables, native names found during the window taken from ``window``; and the samples dropped
     in all (ring buffer full)."""
     result: dict[int, CollectedStacks] = {}
-    kernel = window.kernel if window is not None else KernelSymbols()
+    kernel = KernelSymbols()
     dropped_total = 0
     try:
         for pid in sorted(set(targets) | set(store.pids())):
@@ -926,8 +920,7 @@ def collect_ringbuf(
                 symbols_of.discard_history(pid)
             result[pid] = CollectedStacks(table, stats)
     finally:
-        if window is None:
-            kernel.close()  # else the sampler's: close() frees it
+        kernel.close()
     return result, dropped_total
 
 

@@ -79,7 +79,8 @@ def run_window(batch_every: int | None, limit: int = 3) -> tuple[StackStore, Win
     store = StackStore(10 * 10**9)
     store.begin(0)
     kernel = FakeKernel()
-    window = WindowSymbols(lambda pid: FakeProcessSymbols(), kernel, walker=False) if batch_every else None
+    prepared = FakeProcessSymbols()  # the cache the sampler keeps for the process (symbolprep's)
+    window = WindowSymbols(lambda pid: prepared, walker=False) if batch_every else None
     for number, (time_s, user, kernel_stack, context) in enumerate(sample_stream(), 1):
         store.add(PID, PID, b"worker", time_s * 10**9, user, kernel_stack, 0, context=context)
         if window is not None and batch_every and number % batch_every == 0:
@@ -95,24 +96,27 @@ def test_batches_leave_the_capture_byte_for_byte_the_same_and_the_post_run_pass_
     assert window is not None
     while window.name_batch(store.keys_since(window.stacks_named, 3)):  # the last batches, as at the end
         pass
-    # WHEN the pass after the window adopts the batches' names
+    prepared = window.used[PID]
+    assert isinstance(prepared, FakeProcessSymbols)
+    looked_up = len(prepared.resolved)
+    # WHEN the pass after the window adopts the batches' names into the fresh cache of the live process
     end_symbols = FakeProcessSymbols()
     window.adopt_into(PID, end_symbols)
-    kernel_seen = len(kernel.resolved)
     table = tabulate(store, end_symbols, kernel)
     # THEN the table is the same bytes, and that pass resolved JIT addresses only (natives came from the batches)
     assert encode_table(table) == encode_table(reference)
     assert end_symbols.resolved and all(addr < NATIVE_LOW for addr in end_symbols.resolved)
     assert window.stacks_named == store.distinct_stacks == 17
-    assert kernel.resolved[kernel_seen:] == []  # the kernel's names are memoized by the batches too
-    assert window.symbols == {}  # the window's cache is freed once adopted
+    # ... and the batches asked bcc once per distinct pc (13 of them), not once per stack that holds it
+    assert looked_up == len(set(prepared.resolved)) == 13
+    assert window.used == {} and not prepared.closed  # the prepared cache is its owner's to free
 
 
 def test_a_process_that_exits_mid_window_keeps_the_native_names_its_batches_found() -> None:
     # GIVEN a process whose samples were batched while it ran, and which is gone when the window ends
     store, window, kernel = run_window(batch_every=1, limit=100)
     assert window is not None
-    gone = FakeProcessSymbols(alive=False)
+    gone = FakeProcessSymbols(alive=False)  # a fresh cache of a process that is gone names nothing
     window.adopt_into(PID, gone)
     # WHEN its stacks are named after the window
     table = tabulate(store, gone, kernel)
@@ -139,14 +143,14 @@ def test_a_batch_skips_tagged_walker_values_and_a_process_without_a_cache() -> N
         opened[pid] = FakeProcessSymbols()
         return opened[pid]
 
-    window = WindowSymbols(open_symbols, FakeKernel(), walker=True)
+    window = WindowSymbols(open_symbols, walker=True)
     # WHEN a batch runs
     assert window.name_batch(store.keys_since(0, 10)) == 2
     # THEN only the pc was resolved, and the process without a cache is left to the pass after the window
     assert opened[PID].resolved == [NATIVE_LOW + 0x10]
-    assert window.symbols[99] is None
+    assert 99 not in window.used
     window.close()
-    assert opened[PID].closed and window.kernel.closed  # type: ignore[attr-defined]
+    assert window.used == {} and not opened[PID].closed
 
 
 def test_the_memo_of_a_batch_keeps_file_symbols_only_and_stops_at_its_bound(monkeypatch: object) -> None:
