@@ -204,11 +204,11 @@ def render(results: Path) -> str:
         "analyze peak RSS | load |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in sorted(rows, key=lambda r: (r["workload"], r["label"] != "before", r["duration"])):
+    for r in sorted(rows, key=lambda r: (r["workload"], r["label"] != "before", r["duration"], r["label"])):
         lines.append(
             f"| {r['workload']} | {r['label']} | {r['duration']} s | {r['executors']} | {r['samples']} | "
             f"{r['deepest']} | {size(r['stack_bytes_per_executor_minute'])} | "
-            f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.0f} MB | "
+            f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.1f} MB | "
             f"+{r['agent_growth'] / MB:.0f} MB | {r['agent_cpu_pct']:.2f} % | {r['post_run_seconds']:.1f} s | "
             f"{r['fetch_seconds']:.2f} s | {r['analyze_seconds']:.1f} s | {r['analyze_peak_rss'] / MB:.0f} MB | "
             f"{r['machine'].rpartition('load ')[2]} |"
