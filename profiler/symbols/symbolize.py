@@ -17,6 +17,7 @@ Stacks cut by the depth limit are counted as truncated instead, never as unwalka
 
 from __future__ import annotations
 
+import bisect
 import ctypes as ct
 import os
 import re
@@ -264,13 +265,23 @@ class ProcessSymbols(FrameMemo):
                         self._file_ranges.append((int(low, 16), int(high, 16)))
         except OSError:
             pass
+        self._file_ranges.sort()  # /proc/PID/maps lists them in order; sorted, whatever it said
+        self._range_lows = [low for low, _high in self._file_ranges]
 
     def _warm(self) -> None:
         for low, _high in self._file_ranges:
             self._resolve_raw(low)
 
     def _in_file(self, addr: int) -> bool:
-        return any(low <= addr < high for low, high in self._file_ranges)
+        at = bisect.bisect_right(self._range_lows, addr) - 1  # the last range starting at or below addr
+        return any(low <= addr < high for low, high in self._file_ranges[max(0, at - 1) : at + 1])
+
+    def resolve_native(self, addr: int) -> None:
+        """FrameMemo.resolve_native without asking bcc about an address in no file mapping (JIT code,
+        stubs: never native, and bcc's search for them is the slow path)."""
+        if self._file_ranges and not self._in_file(addr):
+            return
+        super().resolve_native(addr)
 
     def _resolve_raw(self, addr: int) -> tuple[str | None, str | None]:
         if self._cache is None:

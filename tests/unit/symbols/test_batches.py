@@ -163,3 +163,27 @@ def test_the_memo_of_a_batch_keeps_file_symbols_only_and_stops_at_its_bound(monk
     monkeypatch.setattr(symbolize, "MEMO_LIMIT", 1)  # type: ignore[attr-defined]
     symbols.resolve_native(NATIVE_LOW + 8)
     assert list(symbols._memo) == [NATIVE_LOW]
+
+
+def test_a_live_process_cache_asks_bcc_only_about_pcs_in_a_file_mapping() -> None:
+    from profiler.symbols.symbolize import ProcessSymbols
+
+    # GIVEN a process's cache whose executable file mappings are two ranges (bcc itself stubbed out)
+    symbols = ProcessSymbols.__new__(ProcessSymbols)
+    symbols._memo = {}
+    symbols._file_ranges = [(0x5000, 0x6000), (0x1000, 0x2000)]
+    symbols._file_ranges.sort()
+    symbols._range_lows = [low for low, _high in symbols._file_ranges]
+    asked: list[int] = []
+
+    def resolve(addr: int) -> Frame:
+        asked.append(addr)
+        return Frame(f"f{addr:x}", "native", "libfake.so")
+
+    symbols._resolve = resolve  # type: ignore[method-assign]
+    # WHEN a batch names pcs inside, between, before and after them
+    for addr in (0x1000, 0x1FFF, 0x2000, 0x4FFF, 0x5800, 0x6000, 0x10, 0x9000):
+        symbols.resolve_native(addr)
+    # THEN only the pcs in a file reached bcc (JIT code and stubs are named after the window)
+    assert asked == [0x1000, 0x1FFF, 0x5800]
+    assert [symbols._in_file(a) for a in (0x0FFF, 0x1000, 0x2000, 0x5FFF, 0x6000)] == [False, True, False, True, False]
