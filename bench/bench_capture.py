@@ -109,6 +109,16 @@ def stack_bytes(capture_dir: Path) -> int:
     return sum(p.stat().st_size for p in capture_dir.glob("pids/*/*") if p.name in names)
 
 
+def fetch_bytes(capture_dir: Path, everything: bool) -> int:
+    """Bytes of the tar stream `coordinator fetch` moves (deploy.fetch_command's exclusions), or with ``everything``."""
+    from coordinator.remote.deploy import FETCH_SKIPPED
+    from profiler.capture.checkpoint import CHECKPOINT_DIR
+
+    skipped = () if everything else FETCH_SKIPPED
+    argv = ["tar", "-C", str(capture_dir), f"--exclude=./{CHECKPOINT_DIR}", *(f"--exclude=./{p}" for p in skipped)]
+    return len(subprocess.run([*argv, "-cf", "-", "."], capture_output=True, check=True).stdout)
+
+
 def fetch_seconds(capture_dir: Path, work: Path) -> float:
     """What `coordinator fetch` moves: the capture as a tar stream, unpacked elsewhere."""
     target = work / "fetched"
@@ -159,6 +169,8 @@ def measure(args: argparse.Namespace, duration: int, work: Path, jar: Path | Non
         "agent_cpu_pct": 100 * max(o["profiler_cpu_seconds"] for o in overheads) / (minutes * 60),
         "post_run_seconds": max(o["post_run_seconds"] for o in overheads),
         "fetch_seconds": sum(fetch_seconds(c, work) for c in captures),
+        "fetch_bytes": sum(fetch_bytes(c, everything=False) for c in captures),
+        "fetch_bytes_all": sum(fetch_bytes(c, everything=True) for c in captures),
         "analyze_seconds": analyze_wall,
         "analyze_peak_rss": analyze_peak,
         "deepest": deepest_stack(captures, args.src),
@@ -192,11 +204,11 @@ def render(results: Path) -> str:
         "analyze peak RSS | load |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in sorted(rows, key=lambda r: (r["workload"], r["label"] != "before", r["duration"])):
+    for r in sorted(rows, key=lambda r: (r["workload"], r["label"] != "before", r["duration"], r["label"])):
         lines.append(
             f"| {r['workload']} | {r['label']} | {r['duration']} s | {r['executors']} | {r['samples']} | "
             f"{r['deepest']} | {size(r['stack_bytes_per_executor_minute'])} | "
-            f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.0f} MB | "
+            f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.1f} MB | "
             f"+{r['agent_growth'] / MB:.0f} MB | {r['agent_cpu_pct']:.2f} % | {r['post_run_seconds']:.1f} s | "
             f"{r['fetch_seconds']:.2f} s | {r['analyze_seconds']:.1f} s | {r['analyze_peak_rss'] / MB:.0f} MB | "
             f"{r['machine'].rpartition('load ')[2]} |"

@@ -135,6 +135,7 @@ class SamplerLike(Protocol):
     def stop(self) -> None: ...
     def collect(self) -> dict[int, CollectedStacks]: ...
     def checkpoint(self) -> SamplerCheckpoint | None: ...  # what changed since the last call; None: unsupported
+    def name_batch(self) -> int: ...  # native frames of the stacks new since the last call named now
     def close(self) -> None: ...
 
 
@@ -465,6 +466,10 @@ class WindowState:
     overhead_points: list[OverheadPoint] = field(default_factory=list)
     rss_baseline: int | None = None
     window_started: bool = False
+    name_batches: int = 0  # each interval: native frames named during the window
+    name_batch_stacks: int = 0
+    name_batch_cpu: float = 0.0
+    name_batch_failed: bool = False
     meta: RunMeta | None = None
 
 
@@ -698,6 +703,7 @@ class Runner:
             except Exception:  # noqa: BLE001 - a process that just exited has its exit reading
                 continue
             state.counter_readings.setdefault(process.pid, []).append(reading)
+        self._name_batch(components)
         state.overhead_points.append(
             OverheadPoint(
                 t=round(self.clock() - state.start_time, 3),
@@ -705,6 +711,19 @@ class Runner:
                 cpu_seconds=round(_own_cpu_seconds() - state.cpu_before, 4),
             )
         )
+
+    def _name_batch(self, components: Components) -> None:
+        """Native frames named while the processes run (a failure leaves them to the pass after the window)."""
+        state = self.state
+        cpu = _own_cpu_seconds()
+        try:
+            state.name_batch_stacks += components.sampler.name_batch()
+        except Exception as exc:  # noqa: BLE001 - an optimisation: the post-run pass names what it missed
+            if not state.name_batch_failed:
+                state.warnings.append(f"native frames not named during the window ({exc.__class__.__name__}: {exc})")
+            state.name_batch_failed = True
+        state.name_batches += 1
+        state.name_batch_cpu += _own_cpu_seconds() - cpu
 
     # ------------------------------------------------------------------ the checkpoint journal
 
@@ -1003,6 +1022,9 @@ class Runner:
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 rss_baseline_bytes=state.rss_baseline,
                 timeline=tuple(state.overhead_points),
+                name_batches=state.name_batches,
+                name_batch_stacks=state.name_batch_stacks,
+                name_batch_cpu_seconds=round(state.name_batch_cpu, 4),
                 **self._checkpoint_cost(),
             ),
         )

@@ -5,7 +5,8 @@ reconnect window, the host profilers are not stopped: each finishes its window o
 its capture in its private work directory, which run.json names (`workdir`). This command reaches
 those hosts again (SSH as in `coordinator profile`, with the run's copy of cluster.txt), waits for
 a profiler still sampling (at most until the window's end plus the finish grace, then it is stopped
-and what it has is kept), fetches each capture into RUN_DIR/hosts/<host>/, removes the work
+and what it has is kept), fetches each capture into RUN_DIR/hosts/<host>/ (what the analysis and the
+report read: the host's <host>_unmatched.folded stays there unless --all), removes the work
 directory, and rewrites run.json. Exit code 0 when every host is now ok, 9 when some are not.
 Running it again is harmless: hosts without a work directory are left alone.
 
@@ -33,6 +34,12 @@ class FetchCommand:
         parser.add_argument("--known-hosts", type=Path, help="known_hosts file (default: ~/.ssh/known_hosts)")
         parser.add_argument("--connect-timeout", type=positive_float, default=10.0, help="seconds to reach a host (10)")
         parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines (for scripts)")
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            dest="fetch_all",
+            help="also fetch what the analysis does not read (each host's <host>_unmatched.folded)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.errors import PartialRunError
@@ -40,7 +47,10 @@ class FetchCommand:
         from coordinator.remote.session import make_transport
 
         outcome = fetch_run(
-            args.run_dir, make_transport(args.known_hosts, False, args.connect_timeout), progress=not args.quiet
+            args.run_dir,
+            make_transport(args.known_hosts, False, args.connect_timeout),
+            progress=not args.quiet,
+            everything=args.fetch_all,
         )
         info = outcome.info
         if not outcome.fetched:

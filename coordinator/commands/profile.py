@@ -111,6 +111,11 @@ class ProfileCommand:
             "--pid", type=positive_int, action="append", default=[], help="also sample this PID on every host"
         )
         parser.add_argument("--no-analyze", action="store_true", help="only capture; run `coordinator analyze` later")
+        parser.add_argument(
+            "--fetch-all",
+            action="store_true",
+            help="also fetch what the analysis does not read (each host's <host>_unmatched.folded)",
+        )
         parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines (for scripts)")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -159,6 +164,7 @@ class ProfileCommand:
             known_spes=Path(known_spes),
             net=args.net,
             off_cpu=args.off_cpu,
+            fetch_all=args.fetch_all,
             events=args.events,
             pids=tuple(args.pid),
             sampling=SamplingOptions(

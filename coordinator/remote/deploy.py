@@ -32,6 +32,12 @@ PROFILE_FILE = "application_profile.txt"
 KNOWN_SPES_FILE = "known_spes.txt"
 TEMP_PREFIX = "taskprof"
 
+# What `coordinator profile`/`fetch` leave on the host unless asked for everything (--fetch-all / --all):
+# files the analysis and the report never read. The host's unmatched stacks are folded text (the costly
+# form: every frame of every unmatched stack spelled out); the analysis derives its own unmatched.folded
+# from the stack tables.
+FETCH_SKIPPED = ("*_unmatched.folded",)
+
 # Build products and caches stay home: the host compiles its own bytecode.
 _EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 _EXCLUDED_DIRS = ("__pycache__",)
@@ -268,10 +274,11 @@ def alive_command(layout: RemoteLayout, needs_sudo: bool) -> str:
     )
 
 
-def fetch_command(layout: RemoteLayout, needs_sudo: bool) -> str:
+def fetch_command(layout: RemoteLayout, needs_sudo: bool, everything: bool = False) -> str:
     """The capture as a tar stream; a checkpoint journal stays on the host (only `profiler recover` there
-    can use it: it names the host's files)."""
-    return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} --exclude=./{CHECKPOINT_DIR} -cf - ."
+    can use it: it names the host's files), and so do FETCH_SKIPPED's files unless ``everything``."""
+    skipped = "" if everything else "".join(f" --exclude={shlex.quote('./' + p)}" for p in FETCH_SKIPPED)
+    return f"{sudo_prefix(needs_sudo)}tar -C {shlex.quote(layout.out)} --exclude=./{CHECKPOINT_DIR}{skipped} -cf - ."
 
 
 def check_workdir(workdir: str) -> str:

@@ -133,6 +133,7 @@ class RunRequest:
     pids: tuple[int, ...] = ()
     sampling: SamplingOptions = SamplingOptions()
     off_cpu: bool = False  # profiler run --off-cpu (docs/offcpu.md)
+    fetch_all: bool = False  # fetch deploy.FETCH_SKIPPED's files too
 
 
 class HostTransport(ABC):
@@ -201,8 +202,9 @@ class HostTransport(ABC):
         """Send INT/TERM/KILL; True when the profiler was alive to receive it."""
 
     @abstractmethod
-    def fetch_capture(self, dest: Path) -> None:
-        """Copy the capture directory into ``dest`` (created)."""
+    def fetch_capture(self, dest: Path, everything: bool = False) -> None:
+        """Copy the capture directory into ``dest`` (created): what the analysis and the report read, or
+        with ``everything`` deploy.FETCH_SKIPPED's files too."""
 
     @abstractmethod
     def log_tail(self, lines: int = 20) -> str: ...
@@ -325,10 +327,11 @@ class LocalHost(HostTransport):
         self.process.send_signal(getattr(signal, f"SIG{signal_name}"))
         return True
 
-    def fetch_capture(self, dest: Path) -> None:
+    def fetch_capture(self, dest: Path, everything: bool = False) -> None:
         dest.mkdir(parents=True, exist_ok=True)
         if Path(self.layout.out).is_dir():  # absent when the profiler failed before writing anything
-            ignore = shutil.ignore_patterns(CHECKPOINT_DIR)  # the journal stays (see deploy.fetch_command)
+            skipped = () if everything else deploy.FETCH_SKIPPED
+            ignore = shutil.ignore_patterns(CHECKPOINT_DIR, *skipped)  # the journal stays (see deploy.fetch_command)
             shutil.copytree(self.layout.out, dest, dirs_exist_ok=True, ignore=ignore)
 
     def log_tail(self, lines: int = 20) -> str:

@@ -82,6 +82,7 @@ def fetch_run(
     factory: TransportFactory,
     finish_grace: float | None = None,
     progress: bool = True,
+    everything: bool = False,
 ) -> FetchOutcome:
     """Recover every host of ``run_dir`` whose run.json entry still names a work directory."""
     run_dir = Path(run_dir)
@@ -104,6 +105,7 @@ def fetch_run(
         frequency=info.frequency,
         profile=run_dir / rundir.PROFILE_COPY,
         known_spes=run_dir / rundir.PROFILE_COPY,  # not used: nothing is deployed
+        fetch_all=everything,
     )
     grace = max(60.0, 0.25 * info.duration) if finish_grace is None else finish_grace
     board = ProgressBoard([h.host for h in pending])

@@ -375,7 +375,7 @@ class HostWorker(threading.Thread):
         dest = rundir.host_capture_dir(self.run_dir, self.spec.label)
         deadline = time.monotonic() + 2 * self.reconnect_window
         try:
-            self._with_reconnect(lambda: self.transport.fetch_capture(dest), deadline)
+            self._with_reconnect(lambda: self.transport.fetch_capture(dest, self.request.fetch_all), deadline)
         except TransportLost as exc:
             self._fail(f"could not fetch the capture: {exc}")
             return
@@ -442,7 +442,7 @@ class HostWorker(threading.Thread):
                 return f"nothing recovered: {why}"
             self.log.write(self.spec.label, f"recovery: {one_line(result.stdout)}")
             self._phase("fetching", "the recovered capture")
-            self._with_reconnect(lambda: transport.fetch_capture(dest), deadline)
+            self._with_reconnect(lambda: transport.fetch_capture(dest, self.request.fetch_all), deadline)
         except TransportLost as exc:
             return f"not recovered: {exc}"
         return ""

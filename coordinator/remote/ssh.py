@@ -341,13 +341,13 @@ class SshHost(HostTransport):
             return False
         return self.exec(deploy.signal_command(self.layout, signal_name, self.needs_sudo), timeout=20).returncode == 0
 
-    def fetch_capture(self, dest: Path) -> None:
+    def fetch_capture(self, dest: Path, everything: bool = False) -> None:
         """Stream a tar of the capture over one channel (far faster than SFTP file by file)."""
         dest.mkdir(parents=True, exist_ok=True)
         try:
             channel = self._client().get_transport().open_session(timeout=30)  # type: ignore[union-attr]
             channel.settimeout(self.options.command_timeout)  # seconds without a byte, not for the whole
-            channel.exec_command(deploy.fetch_command(self.layout, self.needs_sudo))
+            channel.exec_command(deploy.fetch_command(self.layout, self.needs_sudo, everything))
             stream = channel.makefile("rb")
             with tarfile.open(fileobj=stream, mode="r|") as archive:
                 archive.extractall(dest, filter="data")

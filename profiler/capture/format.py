@@ -332,6 +332,9 @@ class Overhead:
     checkpoint_cpu_seconds: float = 0.0  # the profiler CPU they took (in profiler_cpu_seconds too)
     checkpoint_seconds: float = 0.0  # their wall time, fsync included
     checkpoint_bytes: int = 0  # journal bytes written
+    name_batches: int = 0  # batches that named native frames during the window (profiler/symbols/batches.py)
+    name_batch_stacks: int = 0  # distinct stacks they named
+    name_batch_cpu_seconds: float = 0.0  # the profiler CPU they took (in profiler_cpu_seconds too)
 
 
 @dataclass(frozen=True)

@@ -306,6 +306,11 @@ class StackStore:
             self._counts.setdefault(tgid, Counter())[packed] += count
             self.samples += count
 
+    def keys_since(self, start: int, limit: int) -> list[StackKey]:
+        """At most ``limit`` stack keys in the order first seen, from the ``start``-th on (the batches that
+        name stacks during the window; another thread may be adding: a list slice is taken whole)."""
+        return self._key_list[start : start + limit]
+
     def sample_counts(self) -> dict[int, int]:
         """Samples counted per process."""
         return {tgid: sum(counts.values()) for tgid, counts in self._counts.items()}

@@ -1,7 +1,8 @@
 """The eBPF stack sampler: one bcc program for all target processes, folded stacks per PID after the window.
 
 Requires root (CAP_BPF + CAP_PERFMON), bcc and kernel headers; works without a hardware PMU (software
-cpu-clock event). Symbolization happens only in collect(), after stop().
+cpu-clock event). Native frames are named in batches during the window (name_batch, every interval), the
+rest of symbolization in collect(), after stop().
 
 Two ways to collect (``collection``; "auto" picks the first that loads, recorded in meta.json):
 - "ringbuf" (Linux 5.8+, the default): every sample's raw stacks and timestamp go through a BPF ring
@@ -59,6 +60,7 @@ from ..capture.stackstore import (
 from ..capture.stacktable import StackTableBuilder
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadwatch import ThreadWatch
+from ..symbols.batches import BATCH_STACKS, WindowSymbols
 from ..symbols.symbolize import (
     Frame,
     KernelSymbols,
@@ -224,6 +226,7 @@ class StackSampler:
             jit_walkable=self.jit_walkable,
         )
         self._store = StackStore(int(interval * 1e9))
+        self._window: WindowSymbols | None = None  # native names found during the window (name_batch)
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
         self._jvms.keep_log = checkpoints  # and the Java names learned since
         self._file_lock = threading.Lock()  # the reader thread files samples; checkpoint() takes the delta
@@ -533,6 +536,17 @@ class StackSampler:
         names = self._jvms.take_names()
         return SamplerCheckpoint(delta, self._store.origin_ns, dropped, self._symbols.history_versions(), names)
 
+    def name_batch(self, limit: int = BATCH_STACKS) -> int:
+        """During the window (the runner's thread, every interval): the native and kernel frames of up to
+        ``limit`` stacks new since the last batch named now, while their processes run (see
+        profiler/symbols/batches.py); returns how many stacks it looked at."""
+        if self._bpf is None or self.collection != "ringbuf":
+            return 0
+        if self._window is None:
+            self._window = WindowSymbols(self._symbols.window_symbols, self.stack_walk == "bpf")
+        window = self._window
+        return window.name_batch(self._store.keys_since(window.stacks_named, limit))
+
     @property
     def thread_names(self) -> str:
         """Where the stacks' thread names come from: "uprobe" (renames watched), "jcmd" (read once), "comm"."""
@@ -643,6 +657,9 @@ class StackSampler:
                     self._bpf = None
                     self._attached = False
         self._symbols.close()
+        if self._window is not None:
+            self._window.close()
+            self._window = None
         self._jvms.close()
         self._depth.restore(self.warnings)
         self._closed = True
@@ -688,6 +705,7 @@ class StackSampler:
                 self.kernel_stack_depth,
                 self._last_interval(),
                 self._cfi,
+                self._window,
             )
             if self._names is not None:
                 collected = {
@@ -858,11 +876,13 @@ def collect_ringbuf(
     kernel_stack_depth: int,
     last: int | None,
     cfi: CfiLoader | None = None,
+    window: WindowSymbols | None = None,
 ) -> tuple[dict[int, CollectedStacks], int]:
     """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
     interval), each Java frame named by the perf-map version of its sample's time, interpreted frames by
     ``jvms`` (our walker; None: bpf_get_stack's stacks), stacks ending at a native frame told apart by
-    ``cfi``'s tables; and the samples dropped in all (ring buffer full)."""
+    ``cfi``'s tables, native names found during the window taken from ``window``; and the samples dropped
+    in all (ring buffer full)."""
     result: dict[int, CollectedStacks] = {}
     kernel = KernelSymbols()
     dropped_total = 0
@@ -876,6 +896,8 @@ def collect_ringbuf(
                 if jvms is not None:
                     jvms.final_check(pid)
                 symbols, owned = symbols_of.symbols_for(pid)
+                if window is not None:
+                    window.adopt_into(pid, symbols)
                 try:
                     is_java = symbols_of.is_java(pid, symbols)
                     folder = StackFolder(

@@ -1,4 +1,5 @@
-"""Addresses to frame names after the window: native code through bcc, JIT code through perf maps.
+"""Addresses to frame names: native code through bcc (in batches during the window, profiler/symbols/batches.py,
+and after it for what they left), JIT code through perf maps after the window.
 
 Java frames come out as ``com.example.CpuSplit::burnAlpha`` whichever way the map was written
 (``jcmd Compiler.perfmap`` spells ``long com.example.CpuSplit.burnAlpha(long, long)``, our JVMTI agent
@@ -16,6 +17,7 @@ Stacks cut by the depth limit are counted as truncated instead, never as unwalka
 
 from __future__ import annotations
 
+import bisect
 import ctypes as ct
 import os
 import re
@@ -54,6 +56,7 @@ UNKNOWN = "[unknown]"
 INTERPRETER = "Interpreter"  # HotSpot's template interpreter: one symbol for every interpreted frame
 LOST_USER = "[lost user stack]"
 LOST_KERNEL = "[lost kernel stack]"
+MEMO_LIMIT = 100_000  # native addresses a process's memo takes during the window (~15 MB at most)
 
 # Frames a correctly walked thread stack ends in (outermost first in the walk's order).
 THREAD_ROOTS = frozenset(
@@ -198,6 +201,21 @@ class FrameMemo:
             frame = self._memo[addr] = self._resolve(addr)
         return frame
 
+    def resolve_native(self, addr: int) -> None:
+        """Name ``addr`` now if it is native code (profiler/symbols/batches.py: during the window); other
+        kinds are named later, with the perf map of their epoch. Stops adding at MEMO_LIMIT addresses."""
+        if addr in self._memo or len(self._memo) >= MEMO_LIMIT:
+            return
+        frame = self._resolve(addr)
+        if frame.kind == "native" and frame.module:  # a symbol found in a file: no perf map can rename it
+            self._memo[addr] = frame
+
+    def adopt_native(self, other: FrameMemo) -> None:
+        """Take the native names ``other`` found (its cache was opened while the process ran)."""
+        for addr, frame in other._memo.items():
+            if frame.kind == "native" and frame.module:
+                self._memo.setdefault(addr, frame)
+
     def _resolve(self, addr: int) -> Frame:
         raise NotImplementedError
 
@@ -247,13 +265,23 @@ class ProcessSymbols(FrameMemo):
                         self._file_ranges.append((int(low, 16), int(high, 16)))
         except OSError:
             pass
+        self._file_ranges.sort()  # /proc/PID/maps lists them in order; sorted, whatever it said
+        self._range_lows = [low for low, _high in self._file_ranges]
 
     def _warm(self) -> None:
         for low, _high in self._file_ranges:
             self._resolve_raw(low)
 
     def _in_file(self, addr: int) -> bool:
-        return any(low <= addr < high for low, high in self._file_ranges)
+        at = bisect.bisect_right(self._range_lows, addr) - 1  # the last range starting at or below addr
+        return any(low <= addr < high for low, high in self._file_ranges[max(0, at - 1) : at + 1])
+
+    def resolve_native(self, addr: int) -> None:
+        """FrameMemo.resolve_native without asking bcc about an address in no file mapping (JIT code,
+        stubs: never native, and bcc's search for them is the slow path)."""
+        if self._file_ranges and not self._in_file(addr):
+            return
+        super().resolve_native(addr)
 
     def _resolve_raw(self, addr: int) -> tuple[str | None, str | None]:
         if self._cache is None:

@@ -230,6 +230,12 @@ class SymbolPreparer:
         prepared.perf_map_ok = prepared.perf_map_ok or result.ok
         return result
 
+    def window_symbols(self, pid: int) -> ProcessSymbols | None:
+        """During the window: the cache prepared for ``pid`` (the worker has finished with it), or None
+        while it is not ready. Only the caller's thread uses it until collection."""
+        prepared = self._prepared.get(pid)
+        return prepared.symbols if prepared is not None else None
+
     # ------------------------------------------------------------ at collection (worker stopped)
 
     def symbols_for(self, pid: int) -> tuple[ProcessSymbols, bool]:

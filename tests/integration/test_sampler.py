@@ -234,3 +234,34 @@ def test_ring_buffer_keeps_every_sample_with_its_interval(cpu_split_jvm):
     assert set(per_interval) <= set(range(6)) and len(per_interval) >= 4, per_interval
     busiest = max(per_interval.values())
     assert all(per_interval[i] >= 0.3 * busiest for i in range(1, 4)), per_interval  # steady workload
+
+
+def test_native_frames_named_during_the_window_keep_their_names_after_the_jvm_exits(start_cpu_split_jvm):
+    # GIVEN a JVM sampled for a few seconds, with a batch naming its native frames while it runs
+    jvm = start_cpu_split_jvm()
+    sampler = StackSampler(interval=1.0)
+    try:
+        sampler.start()
+        sampler.begin_window()
+        sampler.add_pid(jvm.pid)
+        sampler.prepare_symbols(jvm.pid)
+        time.sleep(4)
+        deadline = time.monotonic() + 120  # the symbol worker prepares its cache in the background (slow under load)
+        while sampler._symbols.window_symbols(jvm.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        named = sampler.name_batch()
+        batched = sampler._window is not None and jvm.pid in sampler._window.used  # its cache took the names
+        # WHEN the JVM exits before the window ends
+        jvm.kill()
+        sampler.pid_exited(jvm.pid)
+        sampler.stop()
+        collected = sampler.collect()[jvm.pid]
+    finally:
+        sampler.close()
+    # THEN the batch looked at its stacks, and its native frames carry their names and libraries
+    assert named > 0 and batched
+    table = collected.table
+    frames = zip(table.names, table.kinds, table.modules)
+    native = {name for name, kind, module in frames if kind == "native" and module}
+    assert native and any(module == "libjvm.so" for module in table.modules), sorted(native)[:20]
+    assert collected.stats.samples > 0

@@ -84,6 +84,7 @@ class FakeSampler:
         self.started = self.stopped = self.closed = self.window_begun = False
         self.fail_collect = fail_collect
         self.warnings: list[str] = []
+        self.batches = 0
 
     def start(self) -> None:
         self.started = True
@@ -111,6 +112,10 @@ class FakeSampler:
 
     def checkpoint(self) -> None:
         return None  # checkpoints are tested in tests/unit/capture/test_checkpoint.py
+
+    def name_batch(self) -> int:
+        self.batches += 1
+        return 0
 
     def collect(self) -> dict[int, CollectedStacks]:
         if self.fail_collect:
@@ -276,6 +281,8 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     overhead = capture.read_overhead(out)
     assert overhead.rss_baseline_bytes > 0
     assert 2 <= len(overhead.timeline) <= 4 and all(p.rss_bytes > 0 for p in overhead.timeline)
+    # AND native frames were named in a batch at every interval's end, counted in overhead.json
+    assert overhead.name_batches == len(overhead.timeline) == components.sampler.batches
 
 
 def test_stop_request_ends_window_early_and_writes_everything(tmp_path: Path) -> None:

@@ -94,3 +94,46 @@ def test_a_destination_that_is_a_link_or_a_file_is_refused_before_any_connection
     assert len(err) == 1 and "coordinator fetch" in err[0], err
     assert "symbolic link" in err[0] or "not a directory" in err[0], err
     assert list(elsewhere.iterdir()) == []
+
+
+def _capture_with_everything(out: Path) -> None:
+    """A host's capture: what the analysis reads, the host's unmatched stacks, and a checkpoint journal."""
+    (out / "pids" / "42").mkdir(parents=True)
+    (out / "meta.json").write_text("{}")
+    (out / "pids" / "42" / "stacks.tpc").write_bytes(b"table")
+    (out / "node1_result.csv").write_text("rows\n")
+    (out / "node1_unmatched.folded").write_text("worker;a;b 3\n")
+    (out / "checkpoint").mkdir()
+    (out / "checkpoint" / "journal.tpj").write_bytes(b"journal")
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_the_fetch_leaves_what_the_analysis_does_not_read_on_the_host_unless_asked(
+    tmp_path: Path, everything: bool
+) -> None:
+    import io
+    import subprocess
+    import tarfile
+
+    from coordinator.remote import deploy
+    from coordinator.remote.cluster import parse_cluster
+    from coordinator.remote.hosts import LocalHost
+
+    # GIVEN a work directory whose capture holds the host's unmatched stacks and a journal
+    workdir = tmp_path / "taskprof.abc"
+    _capture_with_everything(workdir / "out")
+    expected = {"meta.json", "pids/42/stacks.tpc", "node1_result.csv"}
+    if everything:
+        expected.add("node1_unmatched.folded")
+    # WHEN the local transport copies it, and the SSH transport's tar command streams it
+    host = LocalHost(parse_cluster(["localhost"], "cluster.txt")[0])
+    host.workdir = workdir
+    host.fetch_capture(tmp_path / "local", everything)
+    command = deploy.fetch_command(deploy.RemoteLayout(str(workdir)), False, everything)
+    streamed = subprocess.run(["sh", "-c", command], capture_output=True, check=True).stdout
+    (tmp_path / "ssh").mkdir()
+    with tarfile.open(fileobj=io.BytesIO(streamed)) as archive:
+        archive.extractall(tmp_path / "ssh", filter="data")
+    # THEN both bring the same files: never the journal, the unmatched stacks only when asked for everything
+    for dest in (tmp_path / "local", tmp_path / "ssh"):
+        assert {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()} == expected
