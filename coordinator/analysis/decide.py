@@ -69,7 +69,7 @@ def stack_fingerprint(frame_prints: Iterable[int]) -> int:
 
 def frame_fingerprint(text: str) -> int:
     """A 64-bit fingerprint of one frame's folded text."""
-    digest = blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    digest = blake2b(text.encode("utf-8"), digest_size=8).digest()  # a lone surrogate: UnicodeEncodeError
     return int.from_bytes(digest, "little", signed=True)
 
 
@@ -99,6 +99,10 @@ class TaskDecider:
             return self.folded(capture.read_stack_counts(path, intervals))
         except OSError as exc:
             raise CaptureFormatError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from None
+        except UnicodeEncodeError:  # JSON's \ud800 escapes decode to text no file can hold
+            raise CaptureFormatError(
+                f"{path}: a frame name is not UTF-8 text (a lone surrogate); re-run or re-fetch the capture"
+            ) from None
 
     def table(self, table: StackTable, intervals: tuple[int, int] | None = None) -> PidTaskSums:
         """A stack table's sums: frames matched once, each stack decided from its frame ids."""

@@ -3,8 +3,12 @@ exactly what the same samples give as folded text: a real-derived capture conver
 
 from __future__ import annotations
 
+import gzip
+import shutil
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from coordinator.analysis.decide import TaskDecider
 from coordinator.analysis.engines import analyze
@@ -13,10 +17,19 @@ from coordinator.analysis.timeline import SubWindow
 from coordinator.report.view import time_series
 from profiler.capture import format as capture
 from profiler.capture.folded import read_folded
-from profiler.capture.stacktable import StackTableBuilder, read_table, table_from_folded, write_table
+from profiler.capture.stacktable import (
+    StackTableBuilder,
+    encode_table,
+    read_table,
+    table_from_folded,
+    write_table,
+)
+from profiler.errors import CaptureFormatError
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
+from profiler.recovery import recover_capture
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_run_dir
+from tests.unit.capture.test_checkpoint import GONE_PID, FakeKernel, libc_function, write_journal
 
 ROOT = Path(__file__).resolve().parents[4]
 REAL_STACKS = ROOT / "tests" / "data" / "spark_executor_real.folded"
@@ -155,3 +168,39 @@ def test_same_named_frames_of_two_modules_count_as_one_stack() -> None:
     sums = TaskDecider(Matcher(parse_profile(PROFILE))).table(table)
     assert sums.total == 10 and len(sums.fingerprints) == 1
     assert sums == TaskDecider(Matcher(parse_profile(PROFILE))).folded(table.folded())
+
+
+def test_a_capture_rebuilt_by_recover_analyses_as_its_folded_twin(tmp_path: Path) -> None:
+    # GIVEN the capture `profiler recover` rebuilt from the journal of a killed run (stack tables)
+    recovered = tmp_path / "tables" / "cap"
+    recovered.mkdir(parents=True)
+    address, maps = libc_function("getpid")
+    write_journal(recovered, maps, address)
+    recover_capture(recovered, kernel=FakeKernel)
+    assert capture.table_path(recovered, GONE_PID).is_file()
+    twin = tmp_path / "folded" / "cap"  # the same run id: the directory's name
+    twin.parent.mkdir()
+    shutil.copytree(recovered, twin)
+    to_folded(twin)
+    # WHEN both are analysed
+    for form in ("tables", "folded"):
+        analyze([tmp_path / form / "cap"], out_dir=tmp_path / f"{form}-out", engine="in-process")
+    # THEN every sample is counted in its task, and both forms give the same summary
+    summary = (tmp_path / "tables-out" / "summary.csv").read_text()
+    assert f"node9,{GONE_PID},workload,spark,Getpid,21," in summary
+    for name in ("summary.csv", "unmatched.folded"):
+        assert (tmp_path / "tables-out" / name).read_bytes() == (tmp_path / "folded-out" / name).read_bytes()
+
+
+def test_a_table_with_a_frame_name_no_file_can_hold_is_one_line_naming_it(tmp_path: Path) -> None:
+    # GIVEN a capture whose table's header escapes a lone surrogate (valid JSON, not UTF-8 text)
+    run = write_run_dir(tmp_path / "run", "run", {"h1": [PidSpec(7, {"x;y": 1}, cycles=1e9)]})
+    builder = StackTableBuilder()
+    builder.add(0, builder.stack((builder.frame("main", "thread"), builder.frame("XXXXXX", "jit"))), None, 3)
+    raw = encode_table(builder.build()).replace(b"XXXXXX", b"\\ud800")
+    path = capture.table_path(run / "hosts" / "h1", 7)
+    path.write_bytes(gzip.compress(raw))
+    capture.stacks_path(run / "hosts" / "h1", 7).unlink()
+    # WHEN it is analysed, THEN one error names the file and the fix
+    with pytest.raises(CaptureFormatError, match=r"stacks.tpc: a frame name is not UTF-8 text.*re-fetch"):
+        analyze([run], engine="in-process")
