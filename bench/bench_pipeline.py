@@ -1,13 +1,16 @@
 """Time `coordinator analyze` (the PySpark pipeline) on a whole archive: local[2] and local[1].
 
 Generates the archive with bench/make_archive.py when it is missing (100 runs × 8 hosts × 4
-executors from real executor stacks; --quick: 10 runs), then, for each master, in a fresh Python
-process (so the JVM start-up is really measured): Spark session start-up, the job (read, match,
-sum, write summary.csv and per-task stacks), samples/s, stack lines/s, distinct stacks/s, the
-JVM start-up share, and the CPU seconds of the whole process tree (the JVM, its Python workers and
-the driver) — on a shared machine the CPU seconds say more than the wall time.
+executors from real executor stacks, as stack tables, capture format 4, or with --form folded as
+folded text; --quick: 10 runs), then, for each master, in a fresh Python process (so the JVM start-up
+is really measured): Spark session start-up, the job (read, match, sum, write summary.csv and
+unmatched.folded), samples/s, stack lines/s, distinct stacks/s, the JVM start-up share, the CPU
+seconds of the whole process tree (the JVM, its Python workers and the driver) — on a shared machine
+the CPU seconds say more than the wall time — and the peak RSS of the driver (getrusage), the JVM and
+the Python workers (sampled every 0.25 s).
 
-usage: .venv/bin/python bench/bench_pipeline.py [--quick] [--archive DIR] [--masters local[2],local[1]]
+usage: .venv/bin/python bench/bench_pipeline.py [--quick] [--form tables|folded] [--archive DIR]
+       [--masters local[2],local[1]]
 results: docs/benchmarks/pipeline.md (with --write)
 """
 
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import threading
@@ -30,13 +34,17 @@ RESULTS = ROOT / "docs" / "benchmarks" / "pipeline.md"
 
 
 class TreeCpu:
-    """CPU seconds of this process and all its descendants, sampled (descendants come and go)."""
+    """CPU seconds and peak RSS of this process and all its descendants, sampled every 0.25 s
+    (descendants come and go): the driver (this Python process, getrusage), the JVM and the Python workers."""
 
     def __init__(self) -> None:
         import psutil
 
         self._me = psutil.Process()
         self._seen: dict[int, float] = {}
+        self.peak_jvm = 0  # bytes
+        self.peak_worker = 0  # bytes, the largest single Python worker
+        self.peak_workers = 0  # bytes, all Python workers at one moment
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -44,12 +52,20 @@ class TreeCpu:
         import psutil
 
         while not self._stop.is_set():
+            workers = 0
             for process in self._me.children(recursive=True):
                 try:
                     times = process.cpu_times()
                     self._seen[process.pid] = times.user + times.system
+                    rss = process.memory_info().rss
+                    if process.name() == "java":
+                        self.peak_jvm = max(self.peak_jvm, rss)
+                    else:
+                        workers += rss
+                        self.peak_worker = max(self.peak_worker, rss)
                 except psutil.Error:
                     pass
+            self.peak_workers = max(self.peak_workers, workers)
             self._stop.wait(0.25)
 
     def __enter__(self) -> TreeCpu:
@@ -63,6 +79,10 @@ class TreeCpu:
     def total(self) -> float:
         own = self._me.cpu_times()
         return own.user + own.system + sum(self._seen.values())
+
+
+def _mb(value: float) -> float:
+    return round(value / 2**20, 1)
 
 
 def one(master: str, archive: Path, out: Path) -> dict[str, object]:
@@ -99,6 +119,10 @@ def one(master: str, archive: Path, out: Path) -> dict[str, object]:
         "distinct_stacks_per_second": round(stats.distinct_stacks / job_seconds),
         "cpu_seconds_session": round(cpu_session, 1),
         "cpu_seconds_job": round(cpu_job, 1),
+        "peak_rss_driver_mb": _mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+        "peak_rss_jvm_mb": _mb(cpu.peak_jvm),
+        "peak_rss_python_worker_mb": _mb(cpu.peak_worker),
+        "peak_rss_python_workers_mb": _mb(cpu.peak_workers),
         "load_before": round(load_before, 1),
         "load_after": round(os.getloadavg()[0], 1),
     }
@@ -111,10 +135,13 @@ def stack_files(archive: Path) -> list[Path]:
 
 def stack_lines(path: Path) -> int:
     """Distinct stacks of one stacks file (its lines, for folded text)."""
-    from profiler.capture.stacktable import read_table
+    if path.suffix == ".tpc":  # the header says how many stacks the table has (docs/capture-format.md)
+        import gzip
+        import struct
 
-    if path.suffix == ".tpc":
-        return len(read_table(path).stacks)
+        with gzip.open(path, "rb") as handle:
+            _magic, _version, length = struct.unpack("<5sBI", handle.read(10))
+            return int(json.loads(handle.read(length))["stacks"])
     with path.open(encoding="utf-8") as handle:
         return sum(1 for _ in handle)
 
@@ -138,15 +165,18 @@ def write_results(results: list[dict[str, object]], archive_facts: str, command:
 
     header = (
         "| master | total s | JVM+session s | job s | start-up share | samples/s | stack lines/s |"
-        " distinct stacks/s | CPU s (job) | load avg before/after |"
+        " distinct stacks/s | CPU s (job) | peak RSS MB: driver / JVM / Python workers (largest) |"
+        " load avg before/after |"
     )
-    lines = [header, "|" + "---|" * 10]
+    lines = [header, "|" + "---|" * 11]
     for r in results:
         lines.append(
             f"| {r['master']} | {r['total_seconds']} | {r['session_seconds']} | {r['job_seconds']} |"
             f" {float(r['startup_share']) * 100:.0f} % | {int(r['samples_per_second']):,} |"  # type: ignore[call-overload]
             f" {int(r['lines_per_second']):,} | {int(r['distinct_stacks_per_second']):,} |"  # type: ignore[call-overload]
-            f" {r['cpu_seconds_job']} | {r['load_before']} / {r['load_after']} |"
+            f" {r['cpu_seconds_job']} | {r['peak_rss_driver_mb']} / {r['peak_rss_jvm_mb']} /"
+            f" {r['peak_rss_python_workers_mb']} ({r['peak_rss_python_worker_mb']}) |"
+            f" {r['load_before']} / {r['load_after']} |"
         )
     section = "\n".join(
         [
@@ -166,9 +196,9 @@ def write_results(results: list[dict[str, object]], archive_facts: str, command:
     )
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Pipeline benchmark\n\n"
     marker = "<!-- results -->"
-    if marker in text:
-        head, _, _ = text.partition(marker)
-        text = f"{head}{marker}\n\n{section}"
+    if marker in text:  # newest run first; earlier runs (the folded archive's figure) stay below
+        head, _, earlier = text.partition(marker)
+        text = f"{head}{marker}\n\n{section}{earlier.lstrip(chr(10)) and chr(10) + earlier.lstrip(chr(10))}"
     else:
         text += f"\n{marker}\n\n{section}"
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -180,27 +210,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archive", type=Path, default=None, help="archive directory (generated when missing)")
     parser.add_argument("--masters", default="local[2],local[1]")
     parser.add_argument("--quick", action="store_true", help="10 runs instead of 100")
+    parser.add_argument(
+        "--form", choices=("tables", "folded"), default="tables",
+        help="the archive to generate when missing: stack tables (capture format 4, default) or folded text",
+    )
     parser.add_argument("--write", action="store_true", help=f"write the results to {RESULTS.relative_to(ROOT)}")
     parser.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("/tmp/taskprof-bench-analysis"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    archive = args.archive or Path(f"/tmp/taskprof-archive{'-quick' if args.quick else ''}")
+    archive = args.archive or Path(f"/tmp/taskprof-archive-{args.form}{'-quick' if args.quick else ''}")
     if args.one:
         print(json.dumps(one(args.one, archive, args.out)))
         return 0
     from bench.make_archive import make_archive
 
     if not archive.exists():
-        facts = make_archive(archive, 10 if args.quick else 100, 8, 4, 0.6, 0.1, 1)
+        facts = make_archive(archive, 10 if args.quick else 100, 8, 4, 0.6, 0.1, 1, compact=args.form == "tables")
         print(f"generated {archive}: {facts}")
     found = stack_files(archive)
     sizes = sum(p.stat().st_size for p in found) / 1e6
-    form = "stack tables (stacks.tpc)" if found and found[0].suffix == ".tpc" else "folded stacks"
+    tables = bool(found) and found[0].suffix == ".tpc"
+    form = "stack tables (stacks.tpc, capture format 4)" if tables else "folded stacks"
     runs = sum(1 for p in archive.iterdir() if (p / "run.json").is_file())
     archive_facts = (
         f"{runs} runs, {len(found)} executor stack files, {sizes:.1f} MB of {form} "
-        "(bench/make_archive.py from tests/data/spark_executor_real.folded"
-        f"{', then --compact' if form.startswith('stack tables') else ''})"
+        "(bench/make_archive.py from tests/data/spark_executor_real.folded,"
+        f"{' --compact: each stack spread over 90 timeline intervals' if tables else ''})"
     )
     results = []
     for master in args.masters.split(","):

@@ -1,5 +1,6 @@
-"""The analysis job: folded stacks of whole archives matched to tasks with the host agent's own
-matcher, summed per PID, written as summary.csv and per-task folded stacks.
+"""The analysis job: the stacks of whole archives matched to tasks with the host agent's own matcher
+(stack tables by frame ids, folded files stack by stack: decide.TaskDecider), summed per PID, written as
+summary.csv, analysis.json and unmatched.folded.
 
 On Spark for archives, or in this process (``run_analysis_in_process``, no JVM) for small inputs on
 a local master, with the same matcher, sums, files and byte-identical output (``choose_engine``).
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.analysis.inputs import PidTaskCounts, RunInput, read_inputs, read_pid_stacks, resolve_profile_text
+from coordinator.analysis.decide import PidTaskSums, TaskDecider
+from coordinator.analysis.inputs import PidTaskCounts, RunInput, read_inputs, resolve_profile_text
 from coordinator.analysis.rows import (
     ANALYSIS_FILE,
     BARE_CAPTURE_ANALYSIS_DIR,
@@ -47,26 +49,30 @@ from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 from profiler.files.outputs import check_output_dir, mark_output_dir
 from profiler.files.textinput import open_text
 from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 APP_NAME = "taskprof-analyze"
-# Output kinds of the matching step (one DataFrame carries all three, so the input is read once).
-KIND_STACK = 0  # one distinct stack: its task and its samples over every input
-KIND_PID = 1  # samples of one PID in one task (partial sums, added up on the driver)
+# Row kinds of the job's one DataFrame (the input is read once; everything else is small).
+KIND_PID = 1  # samples of one PID in one task (pid_key, task, samples, multi)
 KIND_ERROR = 2  # an input file that could not be read; ``stack`` holds the message
+KIND_UNMATCHED = 3  # samples of one unmatched stack in one partition (digest; stack text on its first row)
+KIND_FINGERPRINT = 4  # one distinct stack of a partition (fingerprint), for the distinct-stack count
 READ_BATCH_ROWS = 20_000
 FILES_PER_SLICE = 16
-# Below this much folded text on a local master, the job runs in this process with the same matcher
-# and the same row code (byte-identical output) instead of paying ~10 s of JVM start-up: a single run
-# is summarised in seconds; Spark is for archives.
+# Below this much stack data on a local master, the job runs in this process with the same reader, matcher
+# and row code (byte-identical output) instead of paying ~10 s of JVM start-up: a single run is summarised
+# in seconds; Spark is for archives.
 IN_PROCESS_MAX_BYTES = 256 * 1024 * 1024
 ENGINES = ("auto", "spark", "in-process")
 
-RAW_SCHEMA = "pid_key int, digest binary, stack string, samples long, error string"
-MATCHED_SCHEMA = "kind int, pid_key int, task int, stack string, samples long, multi long"
+DECIDED_COLUMNS = ("kind", "pid_key", "task", "digest", "stack", "samples", "multi", "fingerprint")
+DECIDED_SCHEMA = (
+    "kind int, pid_key int, task int, digest binary, stack string, samples long, multi long, fingerprint long"
+)
 
 
 @dataclass(frozen=True)
@@ -203,152 +209,77 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-# ---------------------------------------------------------------- worker functions (run in Python workers)
+# ---------------------------------------------------------------- worker function (runs in Python workers)
 
 
-def _read_stack_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """(pid_key, path, first, last) rows in, (pid_key, digest, stack, samples, error) rows out: one
-    row per distinct stack of each file (of the intervals first..last of a timeline.folded when they
-    are set, see read_pid_stacks), keyed by a 128-bit BLAKE2b digest of the stack. The text itself
-    travels only with the first occurrence in this partition (the same stacks recur in every
-    executor of an archive), so the JVM hashes and shuffles 16-byte keys, not kilobyte strings.
-    A file that cannot be read gives one row with an empty digest and ``error`` set."""
+def _decided_rows(
+    key: int, sums: PidTaskSums, seen: set[bytes]
+) -> Iterator[tuple[int, int | None, int | None, bytes | None, str | None, int, int, int | None]]:
+    """DECIDED_SCHEMA rows of one PID: its samples per task, then its unmatched stacks keyed by a 128-bit
+    BLAKE2b digest of their text, the text travelling only with a digest's first row in the partition."""
     from hashlib import blake2b
 
+    for task, (samples, multi) in enumerate(zip(sums.samples, sums.multi)):
+        if samples:
+            yield KIND_PID, key, task, None, None, samples, multi, None
+    for stack, samples in sums.unmatched.items():
+        digest = blake2b(stack.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        first = digest not in seen
+        seen.add(digest)
+        yield KIND_UNMATCHED, None, None, digest, stack if first else None, samples, 0, None
+
+
+def _record_batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
     import pyarrow as pa
 
-    from coordinator.analysis.inputs import read_pid_stacks
-
-    rows: list[tuple[int, bytes, str | None, int, str | None]] = []
-    digests: dict[str, bytes] = {}
-
-    def flush() -> pa.RecordBatch:
-        keys, digest_column, stacks, counts, errors = zip(*rows)
-        rows.clear()
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(keys, pa.int32()),
-                pa.array(digest_column, pa.binary()),
-                pa.array(stacks, pa.string()),
-                pa.array(counts, pa.int64()),
-                pa.array(errors, pa.string()),
-            ],
-            names=["pid_key", "digest", "stack", "samples", "error"],
-        )
-
-    for batch in batches:
-        columns = (batch.column(name).to_pylist() for name in ("pid_key", "path", "first", "last"))
-        for key, path, first, last in zip(*columns):
-            try:
-                folded = read_pid_stacks(Path(path), None if first is None else (first, last))
-            except CaptureFormatError as exc:
-                rows.append((key, b"", None, 0, str(exc)))
-                continue
-            except OSError as exc:
-                rows.append((key, b"", None, 0, f"{path}: cannot read ({exc.strerror or exc}); check the file"))
-                continue
-            for stack, count in folded.items():
-                if count <= 0:
-                    continue
-                digest = digests.get(stack)
-                if digest is None:
-                    digest = digests[stack] = blake2b(stack.encode("utf-8"), digest_size=16).digest()
-                    rows.append((key, digest, stack, count, None))
-                else:
-                    rows.append((key, digest, None, count, None))
-            if len(rows) >= READ_BATCH_ROWS:
-                yield flush()
-    if rows:
-        yield flush()
+    types = (pa.int32(), pa.int32(), pa.int32(), pa.binary(), pa.string(), pa.int64(), pa.int64(), pa.int64())
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, kind) for column, kind in zip(columns, types)], names=list(DECIDED_COLUMNS)
+    )
 
 
-def _match_function(profile_broadcast: Any, task_count: int) -> Any:
-    """The mapInArrow function of the matching step; the Matcher is built once per partition from
-    the broadcast profile text and memoizes per distinct frame."""
+def _decide_function(profile_broadcast: Any) -> Any:
+    """The mapInArrow function of the job: (pid_key, path, first, last) rows in, DECIDED_SCHEMA rows out.
+    Each file is read in the form it is stored (decide.TaskDecider: a stack table's frames matched once,
+    its stacks decided by frame ids) with one Matcher per partition, memoized over its files. Only sums,
+    unmatched stacks and the partition's distinct stack fingerprints go back to the JVM; a file that
+    cannot be read gives one KIND_ERROR row with the message in ``stack``."""
 
-    def match_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from profiler.matching.matcher import Matcher
-
-        matcher = Matcher(parse_profile(profile_broadcast.value, "<application profile>"))
-        classify = matcher.classify
-        names = ["kind", "pid_key", "task", "stack", "samples", "multi"]
+    def decide_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        decider = TaskDecider(Matcher(parse_profile(profile_broadcast.value, "<application profile>")))
+        rows: list[tuple[Any, ...]] = []
+        seen: set[bytes] = set()
+        fingerprints: set[int] = set()
         for batch in batches:
-            stacks = batch.column("stack").to_pylist()
-            totals = batch.column("samples").to_numpy(zero_copy_only=False)
-            errors = batch.column("error").to_pylist()
-            error_messages = [e for s, e in zip(stacks, errors) if s is None and e is not None]
-            if error_messages:
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.array([KIND_ERROR] * len(error_messages), pa.int32()),
-                        pa.array([None] * len(error_messages), pa.int32()),
-                        pa.array([None] * len(error_messages), pa.int32()),
-                        pa.array(error_messages, pa.string()),
-                        pa.array([0] * len(error_messages), pa.int64()),
-                        pa.array([0] * len(error_messages), pa.int64()),
-                    ],
-                    names=names,
-                )
-            decided = [classify(s) if s is not None else (-1, False) for s in stacks]
-            task = np.fromiter((d[0] for d in decided), dtype=np.int64, count=len(decided))
-            multi = np.fromiter((d[1] for d in decided), dtype=np.bool_, count=len(decided))
-            valid = task >= 0
-            # One row per distinct stack (for the per-task folded files).
-            stack_rows = int(valid.sum())
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array(np.full(stack_rows, KIND_STACK, dtype=np.int32)),
-                    pa.array([None] * stack_rows, pa.int32()),
-                    pa.array(task[valid].astype(np.int32)),
-                    pa.array([s for s in stacks if s is not None], pa.string()),
-                    pa.array(totals[valid].astype(np.int64)),
-                    pa.array(np.where(multi, totals, 0)[valid].astype(np.int64)),
-                ],
-                names=names,
-            )
-            # Samples per (PID, task): expand each stack's task over the PIDs that sampled it.
-            refs = batch.column("refs")
-            lengths = pc.list_value_length(refs).to_numpy(zero_copy_only=False)
-            lengths = np.where(valid, np.nan_to_num(lengths.astype(np.float64)), 0).astype(np.int64)
-            flat = pc.list_flatten(refs.filter(pa.array(valid)))
-            pid_keys = flat.field("pid_key").to_numpy(zero_copy_only=False).astype(np.int64)
-            samples = flat.field("samples").to_numpy(zero_copy_only=False).astype(np.int64)
-            ref_task = np.repeat(task[valid], lengths[valid])
-            ref_multi = np.repeat(multi[valid], lengths[valid])
-            combined = pid_keys * (task_count + 1) + ref_task
-            unique, inverse = np.unique(combined, return_inverse=True)
-            # float64 bincount is exact below 2**53 samples
-            sums = np.bincount(inverse, weights=samples, minlength=len(unique)).astype(np.int64)
-            multi_sums = np.bincount(inverse, weights=np.where(ref_multi, samples, 0), minlength=len(unique)).astype(
-                np.int64
-            )
-            n = len(unique)
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array(np.full(n, KIND_PID, dtype=np.int32)),
-                    pa.array((unique // (task_count + 1)).astype(np.int32)),
-                    pa.array((unique % (task_count + 1)).astype(np.int32)),
-                    pa.array([None] * n, pa.string()),
-                    pa.array(sums),
-                    pa.array(multi_sums),
-                ],
-                names=names,
-            )
+            columns = (batch.column(name).to_pylist() for name in ("pid_key", "path", "first", "last"))
+            for key, path, first, last in zip(*columns):
+                try:
+                    sums = decider.read(Path(path), None if first is None else (first, last))
+                except CaptureFormatError as exc:
+                    rows.append((KIND_ERROR, key, None, None, str(exc), 0, 0, None))
+                    continue
+                rows.extend(_decided_rows(key, sums, seen))
+                fingerprints |= sums.fingerprints
+                if len(rows) >= READ_BATCH_ROWS:
+                    yield _record_batch(rows)
+                    rows.clear()
+        rows.extend((KIND_FINGERPRINT, None, None, None, None, 0, 0, f) for f in fingerprints)
+        for start in range(0, len(rows), READ_BATCH_ROWS):
+            yield _record_batch(rows[start : start + READ_BATCH_ROWS])
 
-    return match_batches
+    return decide_batches
 
 
 # ---------------------------------------------------------------- DataFrame steps
 
 
-def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str, int | None, int | None]]) -> DataFrame:
-    """One row per (PID, distinct stack) of every stacks file (``pid_key, path, first, last``, the
-    intervals set for a sub-window): ``pid_key, digest, stack (first occurrence per partition
-    only), samples, error``."""
+def decide_stacks(
+    spark: SparkSession, files: Sequence[tuple[int, str, int | None, int | None]], profile_text: str
+) -> DataFrame:
+    """Every stacks file (``pid_key, path, first, last``, the intervals set for a sub-window) read and
+    decided in the Python workers: DECIDED_SCHEMA rows of kinds KIND_PID, KIND_UNMATCHED,
+    KIND_FINGERPRINT and KIND_ERROR."""
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     schema = StructType([
@@ -361,32 +292,16 @@ def stack_counts(spark: SparkSession, files: Sequence[tuple[int, str, int | None
     # Enough slices to keep every core busy, few enough that small inputs need one Python task.
     slices = max(1, min(math.ceil(len(files) / FILES_PER_SLICE), 4 * parallelism))
     paths = spark.createDataFrame(list(files), schema).repartition(slices)
-    return paths.mapInArrow(_read_stack_files, RAW_SCHEMA)
-
-
-def match_stacks(stacks: DataFrame, profile_text: str, task_count: int) -> DataFrame:
-    """Every distinct stack matched once (the host agent's Matcher), with the PIDs that sampled it
-    expanded back into per-(PID, task) sums. Rows of kinds KIND_STACK, KIND_PID and KIND_ERROR."""
-    from pyspark.sql import functions as F
-
-    spark = stacks.sparkSession
     profile_broadcast = spark.sparkContext.broadcast(profile_text)
-    # Every non-null stack of one digest is the same text, so first() is deterministic here.
-    grouped = stacks.groupBy("digest").agg(
-        F.first("stack", ignorenulls=True).alias("stack"),
-        F.sum("samples").alias("samples"),
-        F.collect_list(F.struct("pid_key", "samples")).alias("refs"),
-        F.min("error").alias("error"),
-    )
-    return grouped.mapInArrow(_match_function(profile_broadcast, task_count), MATCHED_SCHEMA)
+    return paths.mapInArrow(_decide_function(profile_broadcast), DECIDED_SCHEMA)
 
 
-def pid_counts(matched: DataFrame, task_names: Sequence[str]) -> tuple[dict[int, PidTaskCounts], list[str]]:
+def pid_counts(decided: DataFrame, task_names: Sequence[str]) -> tuple[dict[int, PidTaskCounts], list[str]]:
     """Samples per (PID, task) and the read errors, collected to the driver (small)."""
     from pyspark.sql import functions as F
 
     summed = (
-        matched.filter(F.col("kind") != KIND_STACK)
+        decided.filter(F.col("kind").isin(KIND_PID, KIND_ERROR))
         .groupBy("kind", "pid_key", "task", "stack")
         .agg(F.sum("samples").alias("samples"), F.sum("multi").alias("multi"))
         .collect()
@@ -403,25 +318,28 @@ def pid_counts(matched: DataFrame, task_names: Sequence[str]) -> tuple[dict[int,
     return {key: PidTaskCounts(samples[key], multi.get(key, {})) for key in samples}, errors
 
 
-def stack_totals(matched: DataFrame) -> tuple[int, int]:
-    """(distinct stacks, samples) over all inputs."""
+def distinct_stacks(decided: DataFrame) -> int:
+    """Distinct stacks over all inputs (by their fingerprints, decide.stack_fingerprint)."""
     from pyspark.sql import functions as F
 
-    row = matched.filter(F.col("kind") == KIND_STACK).agg(F.count("*"), F.sum("samples")).collect()[0]
-    return int(row[0]), int(row[1] or 0)
+    row = decided.filter(F.col("kind") == KIND_FINGERPRINT).agg(F.countDistinct("fingerprint")).collect()[0]
+    return int(row[0])
 
 
-def sorted_unmatched_stacks(matched: DataFrame, unmatched: int) -> Iterator[tuple[str, int]]:
-    """(stack, samples) of the stacks no task matched (task index ``unmatched``), most samples first,
-    ties by stack text (Spark orders strings by UTF-8 bytes, the same as Python's code-point order).
-    Only these come back to the driver: the tasks' stacks stay in the captures (the report and
-    `coordinator export` derive them)."""
+def sorted_unmatched_stacks(decided: DataFrame) -> Iterator[tuple[str, int]]:
+    """(stack, samples) of the stacks no task matched, merged over every input, most samples first, ties
+    by stack text (Spark orders strings by UTF-8 bytes, the same as Python's code-point order). Only these
+    come back to the driver: the tasks' stacks stay in the captures (the report and `coordinator export`
+    derive them)."""
     from pyspark.sql import functions as F
 
+    # Every non-null stack of one digest is the same text, so first() is deterministic here.
     ordered = (
-        matched.filter((F.col("kind") == KIND_STACK) & (F.col("task") == unmatched))
-        .select("stack", "samples")
+        decided.filter(F.col("kind") == KIND_UNMATCHED)
+        .groupBy("digest")
+        .agg(F.first("stack", ignorenulls=True).alias("stack"), F.sum("samples").alias("samples"))
         .orderBy(F.col("samples").desc(), F.col("stack").asc())
+        .select("stack", "samples")
     )
     for row in ordered.toLocalIterator(prefetchPartitions=True):
         yield str(row[0]), int(row[1])
@@ -489,19 +407,20 @@ def run_analysis(
         counts: dict[int, PidTaskCounts] = {}
         distinct = samples = 0
         if files:
-            matched = match_stacks(stack_counts(spark, files), profile_text, len(profile.task_names))
+            decided = decide_stacks(spark, files, profile_text)
             from pyspark import StorageLevel
 
-            matched.persist(StorageLevel.MEMORY_AND_DISK)
+            decided.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                counts, errors = pid_counts(matched, task_names)
+                counts, errors = pid_counts(decided, task_names)
                 if errors:
                     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
                     raise CaptureFormatError(errors[0] + more)
-                distinct, samples = stack_totals(matched)
-                _write_unmatched(scratch / UNMATCHED_FILE, sorted_unmatched_stacks(matched, len(profile.task_names)))
+                distinct = distinct_stacks(decided)
+                samples = sum(sum(c.samples.values()) for c in counts.values())
+                _write_unmatched(scratch / UNMATCHED_FILE, sorted_unmatched_stacks(decided))
             finally:
-                matched.unpersist()
+                decided.unpersist()
         else:
             _write_unmatched(scratch / UNMATCHED_FILE, ())
         _write_summary(
@@ -550,43 +469,25 @@ def run_analysis_in_process(
     master: str,
     window: SubWindow | None = None,
 ) -> tuple[int, int]:
-    """The same job as run_analysis without Spark, for inputs small enough for one process: every
-    distinct stack matched once by the same Matcher, the same sums, files and ordering."""
-    from profiler.matching.matcher import Matcher
-
+    """The same job as run_analysis without Spark, for inputs small enough for one process: every stacks
+    file read and decided by the same reader (decide.TaskDecider), the same sums, files and ordering."""
     profile = parse_profile(profile_text, profile_source)
     task_names = profile.result_task_names
-    matcher = Matcher(profile)
-    decided: dict[str, tuple[int, bool]] = {}
+    decider = TaskDecider(Matcher(profile))
     unmatched: Counter[str] = Counter()
-    unmatched_index = len(profile.task_names)
+    fingerprints: set[int] = set()
     total = 0
     counts: dict[int, PidTaskCounts] = {}
     for run in runs:
         for pid in run.pids:
             if pid.stacks is None:
                 continue
-            try:
-                folded = read_pid_stacks(pid.stacks, pid.intervals)
-            except OSError as exc:
-                raise CaptureFormatError(f"{pid.stacks}: cannot read ({exc.strerror or exc}); check the file") from None
-            samples: dict[str, int] = {}
-            multi: dict[str, int] = {}
-            for stack, count in folded.items():
-                if count <= 0:
-                    continue
-                verdict = decided.get(stack)
-                if verdict is None:
-                    verdict = decided[stack] = matcher.classify(stack)
-                index, is_multi = verdict
-                task = task_names[index]
-                samples[task] = samples.get(task, 0) + count
-                multi[task] = multi.get(task, 0) + (count if is_multi else 0)
-                total += count
-                if index == unmatched_index:
-                    unmatched[stack] += count
-            if samples:
-                counts[pid.key] = PidTaskCounts(samples, multi)
+            sums = decider.read(pid.stacks, pid.intervals)
+            if sums.total:
+                counts[pid.key] = PidTaskCounts(*sums.by_task(task_names))
+            total += sums.total
+            unmatched.update(sums.unmatched)
+            fingerprints |= sums.fingerprints
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
     try:
@@ -597,7 +498,7 @@ def run_analysis_in_process(
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return len(decided), total
+    return len(fingerprints), total
 
 
 def _task_classifier(profile_text: str, profile_source: str) -> tuple[tuple[str, ...], Callable[[str], str]]:
@@ -631,15 +532,16 @@ def _append_cut_rows(summary: Path, extra: Sequence[Mapping[str, Any]], cut_colu
 
 
 def _add_stage_rows(summary: Path, runs: Sequence[RunInput], profile_text: str, profile_source: str) -> None:
-    """Rewrite summary.csv with the runs' Spark stage rows after its other rows (in this process:
-    contexts.json files are small next to the stacks, and each stack is matched once)."""
+    """Rewrite summary.csv with the runs' Spark stage rows after its other rows (in this process: the
+    samples with a thread context are few next to the stacks, and each stack is decided once)."""
     from coordinator.analysis.stages import STAGE_COLUMNS, read_pid_stages, read_spark_index, stage_rows
 
-    task_names, task_of = _task_classifier(profile_text, profile_source)
+    profile = parse_profile(profile_text, profile_source)
+    decider = TaskDecider(Matcher(profile))
     extra = []
     label_names = label_columns(runs)
     for run in sorted(runs, key=lambda r: r.run):
-        rows = stage_rows(run.run, task_names, read_pid_stages(run, task_of), read_spark_index(run))
+        rows = stage_rows(run.run, profile.result_task_names, read_pid_stages(run, decider), read_spark_index(run))
         labels = {label_names[key]: value for key, value in run.labels.items()}
         extra += [{**row, **labels} for row in rows]
     _append_cut_rows(summary, extra, STAGE_COLUMNS)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from coordinator.analysis import timeline
+from coordinator.analysis.decide import interval_samples
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from profiler.capture import format as capture
 from profiler.capture.format import EventCount, NetStats, PidCounters, ProcessInfo
@@ -201,7 +202,7 @@ def _apply_sample_fractions(run: RunInput) -> RunInput:
         for pid in host.pids:
             counters = pid.counters
             if pid.counters_source == timeline.COUNTERS_SCALED and counters is not None and pid.stacks:
-                per_interval = timeline.interval_samples(capture.iter_timeline(pid.stacks))
+                per_interval = interval_samples(pid.stacks)
                 fraction = timeline.sample_fraction(per_interval, host.span)
                 if fraction is None:
                     pid = replace(
@@ -216,7 +217,8 @@ def _apply_sample_fractions(run: RunInput) -> RunInput:
 
 def read_pid_stacks(path: Path, intervals: tuple[int, int] | None) -> Counter[str]:
     """The stacks of one PID: its whole stacks.tpc or stacks.folded, or the intervals ``first..last`` of
-    its stacks.tpc or timeline.folded merged. Both engines read through this one function."""
+    its stacks.tpc or timeline.folded merged, as folded text: for what needs the stacks themselves (flame
+    graphs, exports, compare, draft-profile). The engines sum tasks without the text (decide.TaskDecider)."""
     return capture.read_stack_counts(path, intervals)
 
 

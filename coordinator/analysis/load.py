@@ -5,7 +5,7 @@ stacks and time series.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from profiler.capture.format import (
     contained,
     expect_json,
     is_capture_dir,
-    iter_timeline,
     json_kind,
     pid_stacks_file,
     pid_timeline_file,
@@ -241,12 +240,12 @@ def load_offcpu(capture: Capture, problems: list[str]) -> dict[int, list[OffCpuE
 
 @dataclass(frozen=True)
 class TimelineInput:
-    """What the time chart of one host reads: each workload PID's timeline entries (read lazily,
-    once) and counters timeline."""
+    """What the time chart of one host reads: each workload PID's timeline file (stacks.tpc or
+    timeline.folded, read when the chart is built: decide.TaskDecider.interval_tasks) and counters timeline."""
 
     interval: float
     duration: float
-    entries: Mapping[int, Iterable[tuple[int, str, int]]]
+    files: Mapping[int, Path]
     deltas: Mapping[int, Sequence[CounterDelta]] = field(default_factory=dict)
     window_cycles: Mapping[int, float | None] = field(default_factory=dict)  # counters.json, for PIDs without deltas
 
@@ -256,13 +255,13 @@ def load_timeline(capture: Capture, problems: list[str] | None = None) -> Timeli
     unreadable counters timeline is added to ``problems`` (the health panel)."""
     if timeline.timeline_problem(capture.meta) is not None:
         return None
-    entries: dict[int, Iterable[tuple[int, str, int]]] = {}
+    files: dict[int, Path] = {}
     deltas: dict[int, Sequence[CounterDelta]] = {}
     for process in capture.processes:
         path = pid_timeline_file(capture.directory, process.pid)
         if not process.sampled or path is None:
             continue
-        entries[process.pid] = iter_timeline(path)  # a generator: the file is read when build_view uses it
+        files[process.pid] = path
         try:
             rows = read_counters_timeline(capture.directory, process.pid)
         except CaptureFormatError as exc:
@@ -271,8 +270,8 @@ def load_timeline(capture: Capture, problems: list[str] | None = None) -> Timeli
                 problems.append(f"{capture.meta.host} PID {process.pid}: time chart without cycles: {exc}")
         if rows is not None:
             deltas[process.pid] = rows
-    window_cycles = {pid: c.cycles for pid, c in capture.counters.items() if pid in entries}
-    return TimelineInput(capture.meta.interval, capture.meta.duration, entries, deltas, window_cycles)
+    window_cycles = {pid: c.cycles for pid, c in capture.counters.items() if pid in files}
+    return TimelineInput(capture.meta.interval, capture.meta.duration, files, deltas, window_cycles)
 
 
 def read_analysis_record(summary: Path | None) -> tuple[str | None, str | None, Mapping[str, Any] | None]:

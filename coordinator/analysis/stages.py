@@ -7,10 +7,11 @@ as summary.csv's optional stage rows (``coordinator analyze --by stage``) and as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.analysis.decide import TaskDecider
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler.capture import format as capture
@@ -130,15 +131,14 @@ def read_spark_index(run: RunInput) -> SparkIndex:
     return spark_index(payloads)
 
 
-def stage_task_counts(
-    contexts: Mapping[tuple[str, str], int], task_of: Callable[[str], str]
-) -> dict[str, Counter[str]]:
-    """Spark stage ("12.0") → task of the profile → samples, for the samples whose thread ran a Spark task."""
+def stage_task_counts(context_tasks: Mapping[str, Mapping[str, int]]) -> dict[str, Counter[str]]:
+    """Spark stage ("12.0") → task of the profile → samples, from context (full thread name) → task →
+    samples: the samples whose thread ran a Spark task."""
     out: dict[str, Counter[str]] = {}
-    for (context, stack), count in contexts.items():
+    for context, tasks in context_tasks.items():
         task = parse_task_thread(context)
         if task is not None:
-            out.setdefault(task.stage_label, Counter())[task_of(stack)] += count
+            out.setdefault(task.stage_label, Counter()).update(tasks)
     return out
 
 
@@ -153,16 +153,16 @@ class PidStages:
     stages: Mapping[str, Counter[str]]
 
 
-def read_pid_stages(run: RunInput, task_of: Callable[[str], str]) -> list[PidStages]:
-    """Every workload PID of the run with a contexts.json (I/O: reads the captures)."""
+def read_pid_stages(run: RunInput, decider: TaskDecider) -> list[PidStages]:
+    """Every workload PID of the run with thread contexts (I/O: reads the captures; a stack table's stacks
+    decided from frame ids)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
         table = capture.read_pid_table(capture_dir, pid.process.pid)
-        contexts = table.context_counts() if table is not None else None
+        contexts = decider.context_tasks(table) if table is not None else None
         if not contexts or table is None:
             continue
-        stages = stage_task_counts(contexts, task_of)
-        out.append(PidStages(samples=table.samples, stages=stages, **cost_fields(pid.counters)))
+        out.append(PidStages(samples=table.samples, stages=stage_task_counts(contexts), **cost_fields(pid.counters)))
     return out
 
 

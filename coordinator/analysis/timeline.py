@@ -8,7 +8,7 @@ docs/summary-format.md says how a sub-window changes summary.csv, docs/report.md
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -200,14 +200,6 @@ def _instructions_only(value: float | None, note: str) -> dict[str, CounterValue
     return {INSTRUCTIONS_EVENT: CounterValue(value, value is not None, note=note)}
 
 
-def interval_samples(entries: Iterable[tuple[int, str, int]]) -> dict[int, int]:
-    """Samples per interval of one PID's timeline entries ``(interval, stack, count)``."""
-    totals: dict[int, int] = {}
-    for interval, _stack, count in entries:
-        totals[interval] = totals.get(interval, 0) + count
-    return totals
-
-
 def sample_fraction(per_interval: Mapping[int, int], span: IntervalSpan) -> float | None:
     """Share of a PID's samples that fall in the span; None when it has no samples at all."""
     total = sum(per_interval.values())
@@ -217,24 +209,6 @@ def sample_fraction(per_interval: Mapping[int, int], span: IntervalSpan) -> floa
 
 
 # ---------------------------------------------------------------- the report's time chart
-
-
-def task_interval_samples(
-    entries: Iterable[tuple[int, str, int]], match: Callable[[str], str]
-) -> dict[int, dict[str, int]]:
-    """interval → task → samples of one PID; ``match`` is the summary's Matcher.match, called once
-    per distinct stack."""
-    decided: dict[str, str] = {}
-    out: dict[int, dict[str, int]] = {}
-    for interval, stack, count in entries:
-        if count <= 0:
-            continue
-        task = decided.get(stack)
-        if task is None:
-            task = decided[stack] = match(stack)
-        slot = out.setdefault(interval, {})
-        slot[task] = slot.get(task, 0) + count
-    return out
 
 
 @dataclass(frozen=True)
@@ -294,7 +268,7 @@ def host_timeline(
     """Per interval and task: samples summed over the host's workload PIDs, share of the host's
     samples, and cycles = Σ over PIDs of (task samples / PID samples) × the PID's cycle delta in
     that interval (the summary's rule, paper section 3.3, applied per interval). ``per_pid`` is
-    task_interval_samples of each PID, ``deltas`` the PIDs' counters timelines. A PID without a
+    decide.TaskDecider.interval_tasks of each PID, ``deltas`` the PIDs' counters timelines. A PID without a
     counters timeline gets its window cycles (``window_cycles``) × its share of its samples in the
     interval, as ``analyze --from/--to`` does; without those either, the interval's cycles are None."""
     count = interval_count(duration, interval)

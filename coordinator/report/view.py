@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.analysis import timeline
+from coordinator.analysis.decide import TaskDecider
 from coordinator.analysis.load import RunData, TimelineInput
 from coordinator.analysis.rows import cell_number, pid_rows_by_task, sum_known
 from coordinator.analysis.stages import annotate_codegen_frames, spark_index, stage_lines
@@ -22,6 +23,7 @@ from coordinator.report.model import HealthLine, HostSection, ProcessLine, Repor
 from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table
 from profiler.capture.format import ALL_TASKS, UNMATCHED, Capture, CaptureFormatError, ProcessInfo
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.matching.appprofile import ApplicationProfile
 from profiler.matching.matcher import Matcher
 
 # Categorical colours for tasks in profile order (Tableau 10, then Tableau 20's light tones).
@@ -393,14 +395,14 @@ def time_series(
     """The time chart of every host with a timeline, hosts in name order. Stacks are classified by
     ``matcher`` (the summary's Matcher; None: everything is unmatched); a timeline that cannot be
     read leaves its PID out and adds a line to ``problems``."""
-    match = matcher.match if matcher is not None else (lambda stack: UNMATCHED)
+    decider = TaskDecider(matcher if matcher is not None else Matcher(ApplicationProfile((), "<no profile>")))
     out = []
     for host in sorted(timelines):
         data = timelines[host]
         per_pid = {}
-        for pid in sorted(data.entries):
+        for pid in sorted(data.files):
             try:
-                per_pid[pid] = timeline.task_interval_samples(data.entries[pid], match)
+                per_pid[pid] = decider.interval_tasks(data.files[pid])
             except (CaptureFormatError, OSError) as exc:
                 problems.append(f"{host} PID {pid}: left out of the time chart: {exc}")
         if per_pid:

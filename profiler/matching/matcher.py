@@ -201,6 +201,16 @@ class Matcher:
         """
         return self._decision_of(tuple(filter(None, map(self._frame_mask_of, stack.split(FRAME_SEPARATOR)))))
 
+    def frame_mask(self, frame: str) -> int:
+        """Bit i set when task i has a pattern matching ``frame`` (one frame as folded text shows it);
+        memoized per distinct frame."""
+        return self._frame_mask_of(frame)
+
+    def decide_masks(self, masks: tuple[int, ...]) -> tuple[int, int]:
+        """``classify_mask``'s answer for a stack given as the non-zero ``frame_mask`` of its frames, root
+        first: how a reader that interned frames decides its stacks without their text."""
+        return self._decision_of(masks)
+
     def classify(self, stack: str) -> tuple[int, bool]:
         """(index into ``result_names``, whether other frames matched other tasks)."""
         index, others = self.classify_mask(stack)

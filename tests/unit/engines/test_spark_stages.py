@@ -83,7 +83,10 @@ def test_stage_rows_cut_each_executor_by_stage_and_sum_cycles_by_samples() -> No
         ("Executor task launch worker for task 0.0 in stage 1.0 (TID 3)", f"{TASK_ROOT};state"): 4,
     })
     tasks = {f"{TASK_ROOT};{GEN.format(2)}": "Join", f"{TASK_ROOT};json": "Deserialize", f"{TASK_ROOT};state": "Window"}
-    counts = stage_task_counts(contexts, tasks.__getitem__)
+    by_context: dict[str, Counter[str]] = {}
+    for (context, stack), count in contexts.items():
+        by_context.setdefault(context, Counter())[tasks[stack]] += count
+    counts = stage_task_counts(by_context)
     assert counts == {"0.0": Counter({"Join": 6, "Deserialize": 2}), "1.0": Counter({"Window": 4})}
     pids = [PidStages(20, 2000.0, 2.0, True, counts), PidStages(10, None, None, None, {"0.0": Counter({"Join": 2})})]
     # WHEN the rows are made with the driver's view

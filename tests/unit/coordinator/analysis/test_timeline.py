@@ -4,17 +4,21 @@ from a capture with a timeline."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from coordinator.analysis import timeline
+from coordinator.analysis.decide import TaskDecider
 from coordinator.analysis.load import load_run, load_timeline
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from coordinator.report.render import render_report
 from coordinator.report.view import build_view
+from profiler.capture import format as capture
 from profiler.capture.format import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
+from profiler.capture.stacktable import table_from_folded, write_table
 from profiler.errors import ConfigError
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
@@ -87,13 +91,19 @@ def test_counters_over_a_sub_window() -> None:
     assert timeline.sample_fraction({}, span) is None
 
 
-def test_time_series_use_the_summary_matcher_and_counter_deltas() -> None:
-    matcher = Matcher(parse_profile(KNOWN_PROFILE))
-    entries = [(i, stack, n) for i, part in (TIMELINE_PID_100.timeline or {}).items() for stack, n in part.items()]
-    per_pid = {100: timeline.task_interval_samples(entries, matcher.match)}
+def test_time_series_use_the_summary_matcher_and_counter_deltas(tmp_path: Path) -> None:
+    decider = TaskDecider(Matcher(parse_profile(KNOWN_PROFILE)))
+    entries = {(i, stack): n for i, part in (TIMELINE_PID_100.timeline or {}).items() for stack, n in part.items()}
+    (tmp_path / "timeline.folded").write_text(capture.format_timeline(entries))
+    per_pid = {100: decider.interval_tasks(tmp_path / "timeline.folded")}
     assert per_pid[100][0] == {"Kafka": 50, "GC": 10}
+    # the same samples as a stack table give the same series
+    by_stack = Counter({stack: n for (_i, stack), n in entries.items()})
+    write_table(tmp_path / "stacks.tpc", table_from_folded(by_stack, Counter(entries)), capture.atomic_write_bytes)
+    assert decider.interval_tasks(tmp_path / "stacks.tpc") == per_pid[100]
     # PID 200: no counters timeline, 2e9 window cycles over its 40 samples
-    per_pid[200] = timeline.task_interval_samples([(1, KAFKA_STACK, 30), (2, OTHER_STACK, 10)], matcher.match)
+    (tmp_path / "200.folded").write_text(capture.format_timeline({(1, KAFKA_STACK): 30, (2, OTHER_STACK): 10}))
+    per_pid[200] = decider.interval_tasks(tmp_path / "200.folded")
     chart = timeline.host_timeline(
         "h1", 10.0, 30.0, per_pid, {100: TIMELINE_PID_100.counters_timeline or ()},
         ("Kafka", "Deserialize", "GC", "unmatched"), {200: 2.0e9},
