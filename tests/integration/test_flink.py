@@ -29,6 +29,12 @@ from tests.fixtures.flink import RateWindowJob, profile_flink_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 YSB_TASKS = ("Kafka/Source", "Deserialize", "Filter+Projection", "Join", "Enrich", "Window", "Sink")
+# The job's cheapest steps, with their share of the workload samples in docs/demo.md's long Flink run
+# (Filter+Projection 0.7 %, Enrich under 1 %): a 30 s window at 10,000 events/s gives ~450 samples, so
+# each expects about 3-4 and misses all of them in one run out of 20-30 by chance alone. They are
+# required only when the window holds enough samples to expect at least 8 (a miss then has p < 0.04 %).
+CHEAP_TASKS = {"Filter+Projection": 0.007, "Enrich": 0.009}
+MIN_EXPECTED = 8
 
 
 def test_scope_finds_the_jobmanager_managing_and_the_taskmanagers_workload(flink_cluster: LocalFlinkCluster) -> None:
@@ -115,7 +121,10 @@ def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) ->
     # AND every YSB task was sampled, with little left unmatched
     whole = {r["task"]: r for r in rows if r["host"] == "*" and r["pid"] == "*" and r["role"] == "workload"}
     shares = {task: float(row["share"] or 0.0) for task, row in whole.items()}
+    total = int(whole["*"]["samples"])
     for task in YSB_TASKS:
+        if total * CHEAP_TASKS.get(task, 1.0) < MIN_EXPECTED:
+            continue  # too few samples to expect this cheap step at all (see CHEAP_TASKS)
         assert shares.get(task, 0.0) > 0.0, f"{task} has no samples: {shares}"
     assert shares.get("unmatched", 1.0) < 0.10, f"unmatched too large: {shares}"
 
