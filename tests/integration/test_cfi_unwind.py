@@ -4,7 +4,6 @@ on real processes, with the minimal walker of tests/fixtures/cfi_walker.py."""
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import subprocess
 import time
@@ -17,9 +16,6 @@ import pytest
 from tests.fixtures.cfi_walker import END_CFI, CfiWalker, Walk, cfi_walker
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
-
 
 @pytest.fixture(scope="module")
 def fpless_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:

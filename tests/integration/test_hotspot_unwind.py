@@ -15,16 +15,13 @@ import pytest
 from profiler.capture.stackstore import CUT_HOTSPOT
 from profiler.sampling.sampler import StackSampler
 from profiler.unwind import hotspot
-from tests.fixtures.jvm import java_home
+from tests.fixtures.jvm import java_home, temurin_25
 from tests.integration.test_perfmap_refresh import NAMES, _ask, _counts, start_churn
 from tests.integration.test_perfmap_refresh import churn_classes as churn_classes  # the fixture
 from tests.integration.test_walker import _sample
 
 MIN_SAMPLES = 1200
-JAVA_HOMES = {
-    "17": java_home(),
-    "25": next(iter(sorted(Path("/usr/lib/jvm").glob("temurin-25*"))), None),
-}
+JAVA_HOMES = {"17": java_home, "25": temurin_25}  # called in the test: a missing JDK fails there
 
 
 def _bare(frame: str) -> str:
@@ -49,9 +46,7 @@ def _burner_counts(folded: Counter[str], methods: list[str]) -> Counter[str | No
 
 @pytest.mark.parametrize("jdk", ["17", "25"])
 def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, jdk):
-    home = JAVA_HOMES[jdk]
-    if home is None:
-        pytest.skip("no Temurin 25 in /usr/lib/jvm")
+    home = JAVA_HOMES[jdk]()
     # GIVEN a JVM without frame pointers in JIT code, burning 50/30/20 in three compiled methods
     jvm = start_cpu_split_jvm(preserve_frame_pointer=False, threads=2, warmup_ms=3000, java=home)
     # WHEN our walker samples it (no perf map needed: frames named from the JVM's nmethods)
@@ -80,9 +75,7 @@ def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, 
 
 @pytest.mark.parametrize("jdk", ["17", "25"])
 def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_cpu_split_jvm, jdk):
-    home = JAVA_HOMES[jdk]
-    if home is None:
-        pytest.skip("no Temurin 25 in /usr/lib/jvm")
+    home = JAVA_HOMES[jdk]()
     # GIVEN the JIT's defaults: C2 inlines the three burners into their caller's loop, no frame pointers
     jvm = start_cpu_split_jvm(preserve_frame_pointer=False, dontinline=False, warmup_ms=5000, java=home)
     # WHEN sampled by the walker, names from the nmethods' debug information only
@@ -112,9 +105,7 @@ def churn_jvm_no_fp(
 ) -> Iterator[subprocess.Popen[str]]:
     """CodeChurn without frame pointers: fresh classes every 3 s, the old ones unloaded and their
     compiled code freed (the next generation's lands at reused addresses); on JDK 17 and 25."""
-    home = JAVA_HOMES[request.param]
-    if home is None:
-        pytest.skip("no Temurin 25 in /usr/lib/jvm")
+    home = JAVA_HOMES[request.param]()
     process = start_churn(churn_classes, 3000, frame_pointers=False, java=home)
     try:
         yield process

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import format as capture
-from tests.fixtures.jvm import java_home
+from tests.fixtures.jvm import java_home, temurin_25
 from tests.integration.test_profiler_run import result_rows, wait_for_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,14 +47,9 @@ class BlockedJvm:
 
 # The JVM's view of a wait is read through its vmStructs, whose layout moved between releases (JDK 25's
 # Thread::_osthread, Thread.sleepNanos0, Object.wait0): the default JDK and the newest one installed.
-TEMURIN_25 = Path("/usr/lib/jvm/temurin-25-jdk-amd64")
-
-
 @pytest.fixture(params=["default-jdk", "temurin-25"])
 def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlockedJvm]:
-    home = java_home() if request.param == "default-jdk" else TEMURIN_25
-    if not (home / "bin" / "java").exists():
-        pytest.skip(f"no {home}/bin/java on this host")
+    home = java_home() if request.param == "default-jdk" else temurin_25()
     classes = tmp_path / "classes"
     subprocess.run([str(home / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
     argv = [
