@@ -23,16 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from coordinator.workloads.processes import (
-    Lifecycle,
+    ScratchLifecycle,
     free_port,
     live_process_tree,
     log_tail,
     poll_until,
-    release_scratch,
-    scratch_dir,
     spawn_logged,
     stop_all,
     terminate_group,
@@ -136,7 +134,7 @@ class FlinkProcess:
 # poll_until, stopping with stop_all, releasing the scratch directory); what stays here apart from
 # sparkcluster.py is engine-specific and only looks alike: Flink is configured by config.yaml and asked
 # over its REST API, Spark by environment variables and its Master's web UI and log lines.
-class LocalFlinkCluster(Lifecycle):
+class LocalFlinkCluster(ScratchLifecycle):
     """Context manager: a standalone JobManager and ``taskmanagers`` TaskManagers on 127.0.0.1.
 
     Each TaskManager has ``slots`` slots; every JVM runs with -XX:+PreserveFramePointer
@@ -145,6 +143,8 @@ class LocalFlinkCluster(Lifecycle):
     ``log_dir``, or a temporary directory kept when FLINK_LOCAL_KEEP_LOGS is set, start-up failed or
     the ``with`` block ended with an error other than Ctrl-C).
     """
+
+    not_started: ClassVar[type[Exception]] = FlinkClusterError
 
     taskmanagers: int = 2
     slots: int = 1
@@ -161,8 +161,6 @@ class LocalFlinkCluster(Lifecycle):
     jobmanager: FlinkProcess | None = field(init=False, default=None)
     workers: list[FlinkProcess] = field(init=False, default_factory=list)
     jobs: list[str] = field(init=False, default_factory=list)
-    _tmp: Path | None = field(init=False, default=None)
-    _owns_tmp: bool = field(init=False, default=False)
     _keep_logs: bool = field(init=False, default=False)
     _env: dict[str, str] = field(init=False, default_factory=dict)
     _home: Path | None = field(init=False, default=None)
@@ -174,12 +172,6 @@ class LocalFlinkCluster(Lifecycle):
         if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
             self._keep_logs = True
         self.stop()
-
-    @property
-    def tmp_dir(self) -> Path:
-        if self._tmp is None:
-            raise FlinkClusterError("LocalFlinkCluster: not started; call start() or use it as a context manager")
-        return self._tmp
 
     @property
     def home(self) -> Path:
@@ -197,7 +189,7 @@ class LocalFlinkCluster(Lifecycle):
         if self.jobmanager is not None:
             return self
         home = self.home
-        self._tmp, self._owns_tmp = scratch_dir(self.log_dir, "flink-local-")
+        self.make_scratch(self.log_dir, "flink-local-")
         self.rest_port = free_port()
         self.rpc_port = free_port()
         conf_dir = self._write_conf(home)
@@ -424,4 +416,4 @@ class LocalFlinkCluster(Lifecycle):
         self.workers.clear()
         self.jobs.clear()
         keep = self._keep_logs or bool(os.environ.get("FLINK_LOCAL_KEEP_LOGS"))
-        self._tmp = release_scratch(self.stop, self._tmp, self._owns_tmp, keep)
+        self.release_scratch(keep)

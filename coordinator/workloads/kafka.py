@@ -18,15 +18,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from coordinator.workloads.processes import (
     Lifecycle,
+    ScratchLifecycle,
     free_port,
     log_tail,
     poll_until,
-    release_scratch,
-    scratch_dir,
     spawn_logged,
     stop_all,
 )
@@ -243,7 +242,7 @@ def _cluster_id() -> str:
 
 
 @dataclass
-class LocalKafkaBroker(Lifecycle):
+class LocalKafkaBroker(ScratchLifecycle):
     """Context manager: one Kafka broker and KRaft controller in one JVM on 127.0.0.1.
 
     Two free loopback ports (clients, controller); the log and data in ``tmp_dir`` (``log_dir``, or a
@@ -251,6 +250,8 @@ class LocalKafkaBroker(Lifecycle):
     its own process group, SIGTERM'd when we die (processes.die_with_parent); ``stop()`` kills it.
     Each partition keeps at most ``retention_bytes`` (a long demo's topic must not fill the disk).
     """
+
+    not_started: ClassVar[type[Exception]] = KafkaError
 
     log_dir: Path | None = None
     heap: str = "512m"
@@ -262,15 +263,7 @@ class LocalKafkaBroker(Lifecycle):
     controller_port: int = field(init=False, default=0)
     process: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _lib: Path | None = field(init=False, default=None)
-    _tmp: Path | None = field(init=False, default=None)
-    _owns_tmp: bool = field(init=False, default=False)
     _keep_logs: bool = field(init=False, default=False)
-
-    @property
-    def tmp_dir(self) -> Path:
-        if self._tmp is None:
-            raise KafkaError("LocalKafkaBroker: not started; call start() or use it as a context manager")
-        return self._tmp
 
     @property
     def lib(self) -> Path:
@@ -320,7 +313,7 @@ class LocalKafkaBroker(Lifecycle):
         if self.process is not None:
             return self
         self._lib = self._lib or kafka_lib()  # before any scratch directory: a missing jar is one error line
-        self._tmp, self._owns_tmp = scratch_dir(self.log_dir, "kafka-local-")
+        self.make_scratch(self.log_dir, "kafka-local-")
         self.port, self.controller_port = free_port(), free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()
@@ -378,7 +371,7 @@ class LocalKafkaBroker(Lifecycle):
             process, self.process = self.process, None
             stop_all([process], [process.pid] if process.poll() is None else [], _STOP_GRACE_S)
         keep = self._keep_logs or bool(os.environ.get("KAFKA_LOCAL_KEEP_LOGS"))
-        self._tmp = release_scratch(self.stop, self._tmp, self._owns_tmp, keep)
+        self.release_scratch(keep)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import psutil
 
@@ -45,6 +46,30 @@ class Lifecycle(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@dataclass
+class ScratchLifecycle(Lifecycle):
+    """A component with a scratch directory for its logs and files (the Spark and Flink clusters, the
+    Kafka broker): made by ``start()``, removed by ``stop()`` when it is the component's own."""
+
+    not_started: ClassVar[type[Exception]] = RuntimeError  # raised by tmp_dir before start()
+
+    _tmp: Path | None = field(init=False, default=None)
+    _owns_tmp: bool = field(init=False, default=False)
+
+    @property
+    def tmp_dir(self) -> Path:
+        if self._tmp is None:
+            raise self.not_started(f"{type(self).__name__}: not started; call start() or use it as a context manager")
+        return self._tmp
+
+    def make_scratch(self, log_dir: Path | None, prefix: str) -> None:
+        self._tmp, self._owns_tmp = scratch_dir(log_dir, prefix)
+
+    def release_scratch(self, keep: bool) -> None:
+        """The end of ``stop()``: see the function of the same name."""
+        self._tmp = release_scratch(self.stop, self._tmp, self._owns_tmp, keep)
 
 
 def scratch_dir(log_dir: Path | None, prefix: str) -> tuple[Path, bool]:

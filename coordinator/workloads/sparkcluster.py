@@ -19,19 +19,18 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 
 from coordinator.workloads.processes import (
-    Lifecycle,
+    ScratchLifecycle,
     die_with_parent,
     first_error_line,
     free_port,
     live_process_tree,
     log_tail,
     poll_until,
-    release_scratch,
-    scratch_dir,
     spawn_logged,
     stop_all,
     terminate_group,
@@ -142,12 +141,14 @@ class WorkerProcess:
 
 
 @dataclass
-class LocalSparkCluster(Lifecycle):
+class LocalSparkCluster(ScratchLifecycle):
     """Context manager: a standalone Master and one Worker on 127.0.0.1, on free ports.
 
     ``submit()`` runs spark-submit against it (frame pointers on in driver and executors);
     ``add_worker()`` starts another Worker later; ``stop()`` kills everything it started.
     """
+
+    not_started: ClassVar[type[Exception]] = SparkClusterError
 
     worker_cores: int = 1
     worker_memory: str = "1g"
@@ -162,19 +163,11 @@ class LocalSparkCluster(Lifecycle):
     workers: list[WorkerProcess] = field(init=False, default_factory=list)
     apps: list[SparkSubmitProcess] = field(init=False, default_factory=list)
     _master: subprocess.Popen[bytes] | None = field(init=False, default=None)
-    _tmp: Path | None = field(init=False, default=None)
-    _owns_tmp: bool = field(init=False, default=False)
     _env: dict[str, str] = field(init=False, default_factory=dict)
     _spark_home: Path | None = field(init=False, default=None)
     _app_counter: int = field(init=False, default=0)
 
     # --- lifecycle -------------------------------------------------------------------------------
-
-    @property
-    def tmp_dir(self) -> Path:
-        if self._tmp is None:
-            raise SparkClusterError("LocalSparkCluster: not started; call start() or use it as a context manager")
-        return self._tmp
 
     @property
     def spark_home(self) -> Path:
@@ -185,7 +178,7 @@ class LocalSparkCluster(Lifecycle):
     def start(self) -> LocalSparkCluster:
         if self._master is not None:
             return self
-        self._tmp, self._owns_tmp = scratch_dir(self.log_dir, "spark-local-")
+        self.make_scratch(self.log_dir, "spark-local-")
         self._env = self._build_env()
         atexit.register(self.stop)
         try:
@@ -475,4 +468,4 @@ class LocalSparkCluster(Lifecycle):
         self._master = None
         self.apps.clear()
         self.workers.clear()
-        self._tmp = release_scratch(self.stop, self._tmp, self._owns_tmp, bool(os.environ.get("SPARK_LOCAL_KEEP_LOGS")))
+        self.release_scratch(bool(os.environ.get("SPARK_LOCAL_KEEP_LOGS")))
