@@ -65,6 +65,7 @@ setup(
     extras_require={
         "coordinator": [
             "paramiko>=3", "jinja2>=3", "pyspark==4.2.0", "pandas>=2", "pyarrow>=14", "rich>=13",
+            "numpy>=1.24",  # coordinator/analysis/decide.py sums stack-table rows with it (pandas brings it too)
             # coordinator/export/profile_pb2.py was generated for protobuf 7.35.1 (scripts/gen-pprof-proto.sh)
             "protobuf>=7.35.1,<8",
         ],
