@@ -820,11 +820,11 @@ class Runner:
         actions: list[Callable[[], None]] = [lambda: components.counters.add_pid(process.pid)]
         if process.sampled:
             actions.append(lambda: components.sampler.add_pid(process.pid))
+            if components.offcpu is not None:  # before the symbols (seconds): its window starts here
+                actions.append(lambda: components.offcpu.add_pid(process.pid))  # type: ignore[union-attr]
             actions.append(lambda: components.sampler.prepare_symbols(process.pid))
             if self.journal is not None:
                 actions.append(lambda: self.journal.note_process(process.pid))  # type: ignore[union-attr]
-            if components.offcpu is not None:
-                actions.append(lambda: components.offcpu.add_pid(process.pid))  # type: ignore[union-attr]
         if components.net is not None:
             actions.append(lambda: components.net.add_pid(process.pid))  # type: ignore[union-attr]
         return actions

@@ -21,6 +21,7 @@ from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entri
 from ..errors import CapabilityError, PrivilegeError
 from ..symbols.symbolize import KernelSymbols, ProcessSymbols, fold_stack
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
+from .offcpu_idle import IdleThread, WholeWindowWatch, idle_entries
 from .offcpu_java import JavaThreadWatch
 
 BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
@@ -185,6 +186,8 @@ class OffCpuTracer:
         self._warnings: list[str] = []
         self._lock = threading.Lock()
         self._java: JavaThreadWatch | None = None  # the JVMs' own word on their threads' waits
+        self._whole = WholeWindowWatch()  # threads with no switch in the window (blocked all of it)
+        self._idle: dict[int, list[IdleThread]] = {}
 
     def bpf_text(self) -> str:
         source = BPF_SOURCE.read_text(encoding="utf-8")
@@ -242,9 +245,13 @@ class OffCpuTracer:
                     pass
             if self._java is not None:
                 self._java.detach(pid)
+            self._whole.forget(pid)
 
     def _write_pid(self, pid: int) -> None:
-        if self._java is not None:  # first: the process's first blocks already have their JVM's view
+        # The threads' marks first: one that runs after its mark is traced from its next switch-out, one that
+        # does not run again is blocked all window (never both: its mark would differ at the end).
+        self._whole.begin(pid, time.monotonic_ns())
+        if self._java is not None:  # before the scope: the process's first blocks have their JVM's view
             self._java.attach(pid)
         self._bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
@@ -254,6 +261,11 @@ class OffCpuTracer:
             return
         if self._java is not None:
             self._java.stop()
+        java = self._java
+        self._idle = self._whole.finish(  # before the detach: a thread woken meanwhile is traced, not lost
+            time.monotonic_ns(), self.min_block_ns,
+            java.view_for if java is not None else (lambda _pid: lambda _tid: (JAVA_NONE, 0)),
+        )
         try:
             self._bpf.detach_raw_tracepoint(tp=b"sched_switch")
         except Exception:  # noqa: BLE001 - already gone: nothing to detach
@@ -311,6 +323,9 @@ class OffCpuTracer:
                     result[pid] = name_blocks(blocks, stack_of, _frame_namer(symbols), kernel.resolve, java_name)
                 finally:
                     symbols.close()
+            for pid, threads in sorted(self._idle.items()):  # whole-window blocks: not sampled, not scaled
+                java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
+                result[pid] = merge_entries([*result.get(pid, []), *idle_entries(threads, java_name)])
         finally:
             kernel.close()
         self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))

@@ -13,9 +13,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..capture.offcpu import JAVA_NONE
 from ..errors import VMStructsError
 from ..unwind.hotspot import MethodNamer, open_namer
-from ..unwind.javathreads import ThreadLayout, host_tids, java_frame_name, read_java_threads, thread_layout
+from ..unwind.javathreads import (
+    ThreadLayout,
+    host_tids,
+    java_frame_name,
+    read_java_threads,
+    read_thread_view,
+    thread_layout,
+)
 
 REFRESH_SECONDS = 1.0  # a thread started since the last refresh keeps the kernel's cause until the next
 
@@ -27,7 +35,7 @@ class JavaThreadWatch:
         self._bpf = bpf
         self._refresh_seconds = refresh_seconds
         self._jvms: dict[int, tuple[MethodNamer, ThreadLayout]] = {}
-        self._threads: dict[int, set[int]] = {}  # pid -> host tids written to java_threads
+        self._threads: dict[int, dict[int, int]] = {}  # pid -> host tid -> JavaThread, as in java_threads
         self._names: dict[tuple[int, int], str | None] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -77,14 +85,16 @@ class JavaThreadWatch:
             else:  # a container's: only the threads whose host id is known (never another process's id)
                 current = {to_host[tid]: address for tid, address in threads.items() if tid in to_host}
             table = self._bpf[b"java_threads"]
-            for tid in self._threads.get(pid, set()) - current.keys():
+            written = self._threads.get(pid, {})
+            for tid in written.keys() - current.keys():
                 try:
                     del table[ctypes.c_uint32(tid)]
                 except KeyError:
                     pass
-            for tid, address in current.items():
-                table[ctypes.c_uint32(tid)] = ctypes.c_uint64(address)
-            self._threads[pid] = set(current)
+            for tid, address in current.items():  # only what changed: most threads outlive many refreshes
+                if written.get(tid) != address:
+                    table[ctypes.c_uint32(tid)] = ctypes.c_uint64(address)
+            self._threads[pid] = dict(current)
 
     def detach(self, pid: int) -> None:
         """Stop following ``pid`` (it exited: a later process given the same pid is another)."""
@@ -93,7 +103,7 @@ class JavaThreadWatch:
             if known is None:
                 return
             known[0].memory.close()
-            for tid in self._threads.pop(pid, set()):
+            for tid in self._threads.pop(pid, {}):
                 try:
                     del self._bpf[b"java_threads"][ctypes.c_uint32(tid)]
                 except KeyError:
@@ -120,6 +130,22 @@ class JavaThreadWatch:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    def view_for(self, pid: int) -> Callable[[int], tuple[int, int]]:
+        """tid -> (java_state, java_frame) of ``pid``'s thread now, as offcpu_trace.c reads it at a switch-out
+        ((JAVA_NONE, 0): not a followed JVM's thread). For threads blocked now (offcpu_idle.py)."""
+        with self._lock:
+            known = self._jvms.get(pid)
+            threads = dict(self._threads.get(pid, {}))
+        if known is None:
+            return lambda _tid: (JAVA_NONE, 0)
+        namer, layout = known
+
+        def view(tid: int) -> tuple[int, int]:
+            address = threads.get(tid)
+            return read_thread_view(namer.memory, layout, address) if address else (JAVA_NONE, 0)
+
+        return view
 
     def namer_for(self, pid: int) -> Callable[[int], str | None]:
         """Names of ``pid``'s stored last Java frames (None: not a followed JVM, or not nameable)."""

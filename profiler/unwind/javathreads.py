@@ -133,3 +133,34 @@ def java_frame_name(namer: MethodNamer, value: int) -> str | None:
     except OSError:
         return None
     return namer.name(method)
+
+
+# offcpu_trace.c's JAVA_* states (profiler/capture/offcpu.py has the same values)
+_JAVA_IN_VM, _JAVA_MONITOR, _JAVA_WAIT = 1, 2, 3
+
+
+def read_thread_view(memory: ProcessMemory, layout: ThreadLayout, java_thread: int) -> tuple[int, int]:
+    """What offcpu_trace.c's java_view reads at a switch-out, read from user space for a thread that is
+    blocked now: (java_state, java_frame). The target's memory: a failed read is (JAVA_IN_VM, 0)."""
+
+    def u64(address: int) -> int:
+        try:
+            return memory.u64(address) if address else 0
+        except OSError:
+            return 0
+
+    state = _JAVA_IN_VM
+    if u64(java_thread + layout.pending_monitor):
+        state = _JAVA_MONITOR
+    elif u64(java_thread + layout.waiting_monitor):
+        state = _JAVA_WAIT
+    sp = u64(java_thread + layout.last_java_sp)
+    if sp == 0:
+        return state, 0
+    pc = u64(java_thread + layout.last_java_pc) or u64(sp - 8)
+    start, end = layout.interpreter
+    if start <= pc < end:
+        fp = u64(java_thread + layout.last_java_fp)
+        method = u64(fp + layout.method_slot) if fp else 0
+        return state, (method | JAVA_INTERPRETED) if method else 0
+    return state, pc

@@ -26,7 +26,7 @@ MAIN = "com.example.BlockedSplit"
 PROFILE = (
     "Hold: burnHolding\nBetween: burnBetween\n"
     "Sleeper: offcpu-sleeper\nLocker: offcpu-locker\nPiper: offcpu-piper\n"
-    "Parker: offcpu-parker\nWaiter: offcpu-waiter\n"
+    "Parker: offcpu-parker\nWaiter: offcpu-waiter\nDozer: offcpu-dozer\nIdler: offcpu-idler\n"
 )
 KNOWN_SPES = f"# test-only\ntestspe workload blocked {MAIN}\n"
 THREADS = {"Sleeper": "sleep_s", "Locker": "lock_s", "Piper": "pipe_s", "Parker": "park_s", "Waiter": "wait_s"}
@@ -142,11 +142,23 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # with the last Java frame the JVM recorded below the walked frames (JDK 17: Thread.sleep; 21+: sleep0...)
     assert any(e.cause == "sleep" and ";java.lang.Thread::sleep" in e.stack for e in entries), entries[:5]
     assert any(e.cause == "park" and "Unsafe::park" in e.stack for e in entries), entries[:5]
+    # AND a thread with no context switch in the window (one Thread.sleep of an hour, one Object.wait
+    # without timeout) is blocked all of it: found from /proc (its schedstat did not change), its cause
+    # from the JVM's view read at the end, its stack marked as not walked
+    window = capture.read_meta(out).duration
+    for task, cause in (("Dozer", "sleep"), ("Idler", "wait")):
+        seconds = float(rows[task]["offcpu_seconds"])
+        print(f"{task}: blocked {seconds:.2f} s of a {window:.2f} s window, {rows[task]}")
+        assert abs(seconds - window) < 0.03 * window, (task, seconds, window, rows[task])
+        assert float(rows[task][f"offcpu_{cause}_seconds"]) == pytest.approx(seconds), (task, rows[task])
+    idle = [e for e in entries if e.stack.startswith(("offcpu-dozer;", "offcpu-idler;"))]
+    assert len(idle) == 2 and all(";[blocked all window];" in e.stack and e.switches == 1 for e in idle), idle
+    assert any(";java.lang.Object::wait" in e.stack for e in idle), idle
     # AND `coordinator analyze` gives summary.csv the same off-CPU seconds per task
     from coordinator.analysis.engines import analyze
 
     analyze([out], out_dir=tmp_path / "analysis", engine="in-process")
     with open(tmp_path / "analysis" / "summary.csv") as handle:
         summary = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
-    for task in (*THREADS, "*"):
+    for task in (*THREADS, "Dozer", "Idler", "*"):
         assert float(summary[task]["offcpu_seconds"]) == pytest.approx(float(rows[task]["offcpu_seconds"]), rel=1e-5)

@@ -18,6 +18,8 @@ import java.util.concurrent.locks.LockSupport;
  *   offcpu-piper    a blocking read of a pipe that offcpu-writer feeds slowly -> net (pipe/socket wait)
  *   offcpu-parker   LockSupport.parkNanos(PARK_MS), never unparked            -> park
  *   offcpu-waiter   Object.wait(WAIT_MS) on a monitor nobody notifies         -> wait
+ *   offcpu-dozer    one Thread.sleep of an hour: no context switch in a window -> sleep, all window
+ *   offcpu-idler    Object.wait() without timeout, never notified              -> wait, all window
  * offcpu-holder spins on the CPU in burnHolding while it holds the monitor; offcpu-locker spins in
  * burnBetween until the holder takes the monitor again (holding_s, between_s: their thread CPU time).
  *
@@ -159,6 +161,26 @@ public final class BlockedSplit {
         }
     }
 
+    static void dozer() {
+        try {
+            Thread.sleep(3_600_000L);
+        } catch (InterruptedException e) {
+            // the run is over
+        }
+    }
+
+    static final Object NEVER = new Object();
+
+    static void idler() {
+        synchronized (NEVER) {
+            try {
+                NEVER.wait();
+            } catch (InterruptedException e) {
+                // the run is over
+            }
+        }
+    }
+
     static Thread start(String name, Runnable body) {
         Thread thread = new Thread(body, name);
         thread.setDaemon(true);
@@ -192,6 +214,8 @@ public final class BlockedSplit {
         start("offcpu-piper", () -> piper(pipe.source()));
         start("offcpu-parker", () -> parker(parkMs));
         start("offcpu-waiter", () -> waiter(waitMs));
+        start("offcpu-dozer", BlockedSplit::dozer);
+        start("offcpu-idler", BlockedSplit::idler);
         System.out.println("READY");
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         String line;
