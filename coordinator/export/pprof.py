@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 from typing import TYPE_CHECKING, Any
 
-from coordinator.export.stacks import ExportSet, TaskStack
+from coordinator.export.stacks import ExportSet, OffCpuStack, TaskStack
 
 if TYPE_CHECKING:
     from coordinator.export import profile_pb2
@@ -20,6 +20,8 @@ LABEL_KEYS: tuple[str, ...] = ("run", "host", "pid", "process", "role", "engine"
 SAMPLES_TYPE = ("samples", "count")
 CPU_TYPE = ("cpu", "nanoseconds")
 CYCLES_TYPE = ("cycles", "count")
+OFFCPU_TYPE = ("off_cpu", "nanoseconds")  # blocked time (runs with --off-cpu): its own samples
+CAUSE_LABEL = "cause"  # on off-CPU samples only: the cause of the wait (docs/offcpu.md)
 
 
 class StringTable:
@@ -57,6 +59,11 @@ def comments(export: ExportSet, with_cycles: bool) -> list[str]:
     notes = [f"spe-taskprof run {export.run_id}: samples per task as in summary.csv"]
     if export.window:
         notes.append(export.window)
+    if export.offcpu:
+        notes.append(
+            "off_cpu = nanoseconds blocked (profiler run --off-cpu), in samples of their own labelled with "
+            "their cause; summed over each task's threads"
+        )
     unmeasured = [p.label for p in export.processes if p.cpu_seconds is None]
     if unmeasured:
         notes.append("cpu = samples × sampling period (no CPU counters) for: " + ", ".join(unmeasured))
@@ -71,15 +78,18 @@ def comments(export: ExportSet, with_cycles: bool) -> list[str]:
 
 
 def build_profile(export: ExportSet) -> profile_pb2.Profile:
-    """The Profile message: sample types samples/count, cpu/nanoseconds and, when any process has
-    cycles, cycles/count; one Sample per (process, stack), leaf first, with its labels. A frame is
-    one Function and one Location (no addresses: the stacks are symbolized already)."""
+    """The Profile message: sample types samples/count, cpu/nanoseconds, when any process has cycles
+    cycles/count, and for a run with --off-cpu off_cpu/nanoseconds; one Sample per (process, stack),
+    leaf first, with its labels; the blocked time in samples of its own (one per process, stack and
+    cause: 0 in the other types, labelled with its ``cause``). A frame is one Function and one Location
+    (no addresses: the stacks are symbolized already)."""
     from coordinator.export import profile_pb2
 
     string = StringTable()
     profile = profile_pb2.Profile()
     with_cycles = any(p.cycles is not None for p in export.processes)
-    types = [SAMPLES_TYPE, CPU_TYPE] + ([CYCLES_TYPE] if with_cycles else [])
+    with_offcpu = bool(export.offcpu)
+    types = [SAMPLES_TYPE, CPU_TYPE] + ([CYCLES_TYPE] if with_cycles else []) + ([OFFCPU_TYPE] if with_offcpu else [])
     for kind, unit in types:
         profile.sample_type.add(type=string(kind), unit=string(unit))
     period = _period_ns(export)
@@ -93,35 +103,61 @@ def build_profile(export: ExportSet) -> profile_pb2.Profile:
     # One mapping for every location, flagged as symbolized: pprof then neither looks for a binary
     # to symbolize with nor warns that the main binary's name is unknown.
     profile.mapping.add(id=1, filename=string("[spe-taskprof folded stacks]"), has_functions=True)
-    locations: dict[str, int] = {}
+    locations = _Locations(profile, string)
     for stack in export.stacks:
         sample = profile.sample.add()
-        for frame in reversed(stack.frames):  # pprof: location_id[0] is the leaf
-            location_id = locations.get(frame)
-            if location_id is None:
-                location_id = locations[frame] = len(locations) + 1
-                name = string(frame)
-                profile.function.add(id=location_id, name=name, system_name=name)
-                profile.location.add(id=location_id, mapping_id=1).line.add(function_id=location_id)
-            sample.location_id.append(location_id)
+        sample.location_id.extend(locations.leaf_first(stack.frames))
         values = [stack.count, _cpu_ns(stack, period)]
         if with_cycles:
             cycles = stack.cycles
             values.append(round(cycles) if cycles is not None else 0)
-        sample.value.extend(values)
+        sample.value.extend(values + ([0] if with_offcpu else []))
         for key, value in zip(LABEL_KEYS, _label_values(stack)):
+            sample.label.add(key=string(key), str=string(value))
+    for blocked in export.offcpu:
+        sample = profile.sample.add()
+        sample.location_id.extend(locations.leaf_first(blocked.frames))
+        sample.value.extend([0] * (len(types) - 1) + [blocked.blocked_ns])
+        for key, value in zip((*LABEL_KEYS, CAUSE_LABEL), (*_label_values(blocked), blocked.cause)):
             sample.label.add(key=string(key), str=string(value))
     profile.comment.extend(string(note) for note in comments(export, with_cycles))
     profile.string_table.extend(string.strings)
     return profile
 
 
-def _label_values(stack: TaskStack) -> tuple[str, ...]:
+class _Locations:
+    """One Function and one Location per distinct frame name."""
+
+    def __init__(self, profile: Any, string: StringTable) -> None:
+        self._profile, self._string = profile, string
+        self._ids: dict[str, int] = {}
+
+    def leaf_first(self, frames: list[str]) -> list[int]:
+        ids = []
+        for frame in reversed(frames):  # pprof: location_id[0] is the leaf
+            location_id = self._ids.get(frame)
+            if location_id is None:
+                location_id = self._ids[frame] = len(self._ids) + 1
+                name = self._string(frame)
+                self._profile.function.add(id=location_id, name=name, system_name=name)
+                self._profile.location.add(id=location_id, mapping_id=1).line.add(function_id=location_id)
+            ids.append(location_id)
+        return ids
+
+
+def _label_values(stack: TaskStack | OffCpuStack) -> tuple[str, ...]:
     process = stack.process
     pid = str(process.pid)
     return (
-        process.run, process.host, pid, f"{process.host}:{pid}", process.role, process.engine, process.kind,
-        stack.thread, stack.task,
+        process.run,
+        process.host,
+        pid,
+        f"{process.host}:{pid}",
+        process.role,
+        process.engine,
+        process.kind,
+        stack.thread,
+        stack.task,
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from profiler.capture.folded import FRAME_SEPARATOR, sanitize_frame
 from profiler.capture.format import ALL_TASKS
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.matching.matcher import Matcher
 
@@ -78,6 +79,26 @@ class TaskStack:
 
 
 @dataclass(frozen=True)
+class OffCpuStack:
+    """Blocked nanoseconds of one folded stack of one process for one cause (``offcpu.folded``, runs with
+    --off-cpu), in the task the same matcher gives the stack."""
+
+    process: ExportProcess
+    task: str
+    stack: str
+    cause: str
+    blocked_ns: int
+
+    @property
+    def frames(self) -> list[str]:
+        return self.stack.split(FRAME_SEPARATOR)
+
+    @property
+    def thread(self) -> str:
+        return self.stack.partition(FRAME_SEPARATOR)[0]
+
+
+@dataclass(frozen=True)
 class ExportSet:
     """The stacks of a run (or a selection of it) with their tasks."""
 
@@ -89,6 +110,7 @@ class ExportSet:
     duration: float | None = None  # seconds: the longest host window
     window: str | None = None  # the analysis's sub-window, as the report describes it
     left_out: tuple[str, ...] = ()  # "host: why" for each host with no readable capture
+    offcpu: tuple[OffCpuStack, ...] = ()  # blocked time (runs with --off-cpu, whole window only), as stacks
 
     def task_samples(self) -> dict[tuple[str, int, str], int]:
         """(host, pid, task) -> samples: what summary.csv's PID rows count."""
@@ -99,9 +121,7 @@ class ExportSet:
         return totals
 
 
-def collect_stacks(
-    per_process: Iterable[tuple[ExportProcess, Mapping[str, int]]], matcher: Matcher
-) -> list[TaskStack]:
+def collect_stacks(per_process: Iterable[tuple[ExportProcess, Mapping[str, int]]], matcher: Matcher) -> list[TaskStack]:
     """Every stack of every process with the task ``matcher`` gives it (``Matcher.classify``, the
     rule summary.csv counts with); non-positive counts are left out. Per process the stacks come most
     samples first, ties by stack text, so exports are deterministic."""
@@ -111,6 +131,21 @@ def collect_stacks(
         ordered = sorted(((s, c) for s, c in counts.items() if c > 0), key=lambda item: (-item[1], item[0]))
         for stack, count in ordered:
             out.append(TaskStack(process, names[matcher.classify(stack)[0]], stack, count))
+    return out
+
+
+def collect_offcpu(
+    per_process: Iterable[tuple[ExportProcess, Sequence[OffCpuEntry]]], matcher: Matcher
+) -> list[OffCpuStack]:
+    """Every off-CPU entry of every process with its task (the same leaf-first rule as the samples'),
+    most blocked time first per process, ties by stack and cause; empty entries left out."""
+    names = matcher.result_names
+    out: list[OffCpuStack] = []
+    for process, entries in per_process:
+        for entry in sorted(entries, key=lambda e: (-e.blocked_ns, e.stack, e.cause)):
+            if entry.blocked_ns > 0:
+                task = names[matcher.classify(entry.stack)[0]]
+                out.append(OffCpuStack(process, task, entry.stack, entry.cause, entry.blocked_ns))
     return out
 
 
@@ -125,13 +160,12 @@ def select(
     _check_known("task", tasks, export.task_names)
     _check_known("host", hosts, sorted({p.host for p in export.processes}))
     _check_known("PID", pids, sorted({p.pid for p in export.processes if not hosts or p.host in hosts}))
-    processes = tuple(
-        p for p in export.processes if (not hosts or p.host in hosts) and (not pids or p.pid in pids)
-    )
+    processes = tuple(p for p in export.processes if (not hosts or p.host in hosts) and (not pids or p.pid in pids))
     kept = set(processes)
     stacks = tuple(s for s in export.stacks if s.process in kept and (not tasks or s.task in tasks))
+    offcpu = tuple(s for s in export.offcpu if s.process in kept and (not tasks or s.task in tasks))
     task_names = tuple(t for t in export.task_names if not tasks or t in tasks)
-    return replace(export, task_names=task_names, processes=processes, stacks=stacks)
+    return replace(export, task_names=task_names, processes=processes, stacks=stacks, offcpu=offcpu)
 
 
 def _check_known(what: str, asked: Sequence[object], known: Sequence[object]) -> None:
@@ -146,7 +180,7 @@ def task_frame(task: str) -> str:
     return sanitize_frame(f"{TASK_FRAME_PREFIX}{task}]")
 
 
-def frame_names(stack: TaskStack, with_task: bool) -> list[str]:
+def frame_names(stack: TaskStack | OffCpuStack, with_task: bool) -> list[str]:
     """Frames of a stack root first; with ``with_task`` the task's frame before the thread."""
     frames = stack.frames
     return [task_frame(stack.task), *frames] if with_task else frames
@@ -173,7 +207,7 @@ def _cell(row: Mapping[str, str] | None, column: str) -> float | None:
 def load_export_set(run_dir: Path) -> ExportSet:
     """The stacks of every sampled process of a run directory (or bare capture), matched with the
     profile summary.csv was computed with and restricted to its sub-window, as the report draws them."""
-    from coordinator.analysis.load import load_run, load_stacks
+    from coordinator.analysis.load import load_offcpu, load_run, load_stacks
 
     run = load_run(run_dir)
     if run.profile_text is None:
@@ -185,19 +219,29 @@ def load_export_set(run_dir: Path) -> ExportSet:
         h.name: load_stacks(h.capture, None, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
     }
     left_out = tuple(f"{h.name}: {h.reason or h.state}" for h in run.hosts if h.capture is None)
-    return replace(export_set_of(run, stacks), left_out=left_out)
+    problems: list[str] = []  # an unreadable offcpu.folded leaves that PID's blocked time out, as in the report
+    # Blocked time is summed over the whole window: a run analysed with --from/--to exports none of it
+    offcpu = (
+        {h.name: load_offcpu(h.capture, problems) for h in run.hosts if h.capture is not None} if not run.window else {}
+    )
+    return replace(export_set_of(run, stacks, offcpu), left_out=left_out + tuple(problems))
 
 
-def export_set_of(run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> ExportSet:
+def export_set_of(
+    run: RunData,
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
+    offcpu: Mapping[str, Mapping[int, Sequence[OffCpuEntry]]] | None = None,
+) -> ExportSet:
     """The ExportSet of a loaded run and its stacks (host -> pid -> stack -> samples, as the report
     loads them). CPU seconds and cycles per process come from summary.csv's PID `*` rows (the
-    analysis's own numbers, sub-window included), else from the capture's counters. Needs the run's
-    profile (``run.profile_text``)."""
+    analysis's own numbers, sub-window included), else from the capture's counters. ``offcpu``: host ->
+    pid -> off-CPU entries of the same processes. Needs the run's profile (``run.profile_text``)."""
     from profiler.matching.appprofile import parse_profile
 
     matcher = Matcher(parse_profile(run.profile_text or "", run.profile_source or "<profile>"))
     totals = _pid_totals(run.rows)
     per_process: list[tuple[ExportProcess, Mapping[str, int]]] = []
+    blocked: list[tuple[ExportProcess, Sequence[OffCpuEntry]]] = []
     starts, durations = [], []
     for host in run.hosts:
         if host.capture is None or host.name not in stacks:
@@ -232,6 +276,7 @@ def export_set_of(run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, i
                 cycles_estimated=estimated,
             )
             per_process.append((process, counts))
+            blocked.append((process, (offcpu or {}).get(host.name, {}).get(pid, ())))
     return ExportSet(
         run_id=run.run_id,
         task_names=matcher.result_names,
@@ -240,6 +285,7 @@ def export_set_of(run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, i
         start_time=min(starts) if starts else None,
         duration=max(durations) if durations else None,
         window=_window_text(run.window),
+        offcpu=tuple(collect_offcpu(blocked, matcher)),
     )
 
 
@@ -253,7 +299,9 @@ def _window_text(window: Mapping[str, object] | None) -> str | None:
 __all__ = [
     "ExportProcess",
     "ExportSet",
+    "OffCpuStack",
     "TaskStack",
+    "collect_offcpu",
     "collect_stacks",
     "export_set_of",
     "frame_names",
