@@ -162,3 +162,16 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
         summary = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
     for task in (*THREADS, "Dozer", "Idler", "*"):
         assert float(summary[task]["offcpu_seconds"]) == pytest.approx(float(rows[task]["offcpu_seconds"]), rel=1e-5)
+    # AND the pprof export of the capture carries the blocked time: off_cpu nanoseconds per task are the
+    # capture's offcpu_seconds (the same matcher and rows), the dozer's with its cause label
+    from coordinator.export.files import render
+    from coordinator.export.pprof import decode
+    from coordinator.export.stacks import load_export_set
+    from tests.fixtures.exports import pprof_totals
+
+    profile = decode(render(load_export_set(out), "pprof"))  # type: ignore[arg-type]
+    strings = profile.string_table
+    assert (strings[profile.sample_type[-1].type], strings[profile.sample_type[-1].unit]) == ("off_cpu", "nanoseconds")
+    exported = pprof_totals(profile, len(profile.sample_type) - 1)
+    for task in (*THREADS, "Dozer", "Idler"):
+        assert exported[("h", pid, task)] / 1e9 == pytest.approx(float(rows[task]["offcpu_seconds"]), rel=1e-5)
