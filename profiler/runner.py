@@ -235,7 +235,9 @@ def real_components(options: RunOptions) -> Components:
     if options.off_cpu:
         from .sampling.offcpu import OffCpuTracer
 
-        offcpu = OffCpuTracer(options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every)
+        offcpu = OffCpuTracer(
+            options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every, borrow_namer=sampler.jvm_namer
+        )
     counters = CounterGroup()
 
     def cycles_source() -> str:

@@ -20,6 +20,7 @@ from ..bpf.compiler import compile_program
 from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
 from ..errors import CapabilityError, PrivilegeError
 from ..symbols.symbolize import KernelSymbols, ProcessSymbols, fold_stack
+from ..unwind.hotspot import MethodNamer
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
 from .offcpu_idle import IdleThread, WholeWindowWatch, idle_entries
 from .offcpu_java import JavaThreadWatch
@@ -174,7 +175,11 @@ class OffCpuTracer:
     """
 
     def __init__(
-        self, min_block_ms: float = DEFAULT_MIN_BLOCK_MS, stack_entries: int = 32768, sample_every: int = 1
+        self,
+        min_block_ms: float = DEFAULT_MIN_BLOCK_MS,
+        stack_entries: int = 32768,
+        sample_every: int = 1,
+        borrow_namer: Callable[[int], MethodNamer | None] | None = None,
     ) -> None:
         self.min_block_ns = int(min_block_ms * 1e6)
         self.sample_every = sample_every  # one switch-out in this many is followed; sums are scaled back
@@ -186,6 +191,7 @@ class OffCpuTracer:
         self._warnings: list[str] = []
         self._lock = threading.Lock()
         self._java: JavaThreadWatch | None = None  # the JVMs' own word on their threads' waits
+        self._borrow_namer = borrow_namer  # the sampler's JVM namers: vmStructs read once per JVM, not twice
         self._whole = WholeWindowWatch()  # threads with no switch in the window (blocked all of it)
         self._idle: dict[int, list[IdleThread]] = {}
 
@@ -219,7 +225,7 @@ class OffCpuTracer:
             ) from None
         self._bpf = bpf
         self._attached = True
-        self._java = JavaThreadWatch(bpf)
+        self._java = JavaThreadWatch(bpf, borrow=self._borrow_namer)
         with self._lock:
             for pid in sorted(self._pids):
                 self._write_pid(pid)

@@ -31,8 +31,15 @@ REFRESH_SECONDS = 1.0  # a thread started since the last refresh keeps the kerne
 class JavaThreadWatch:
     """Keeps ``java_layouts``/``java_threads`` of a loaded offcpu_trace.c program in step with the JVMs."""
 
-    def __init__(self, bpf: Any, refresh_seconds: float = REFRESH_SECONDS) -> None:
+    def __init__(
+        self,
+        bpf: Any,
+        refresh_seconds: float = REFRESH_SECONDS,
+        borrow: Callable[[int], MethodNamer | None] | None = None,
+    ) -> None:
         self._bpf = bpf
+        self._borrow = borrow  # a namer another component opened (the sampler's): used, never closed here
+        self._owned: set[int] = set()  # pids whose namer this watch opened (and closes)
         self._refresh_seconds = refresh_seconds
         self._jvms: dict[int, tuple[MethodNamer, ThreadLayout]] = {}
         self._threads: dict[int, dict[int, int]] = {}  # pid -> host tid -> JavaThread, as in java_threads
@@ -44,13 +51,17 @@ class JavaThreadWatch:
 
     def attach(self, pid: int) -> bool:
         """Follow ``pid``'s threads if it is a HotSpot JVM whose vmStructs have what offcpu_trace.c reads."""
-        try:
-            namer = open_namer(pid)
-        except (VMStructsError, OSError):
-            return False  # not a JVM (or gone): nothing to follow
+        namer = self._borrow(pid) if self._borrow is not None else None
+        owned = namer is None
+        if namer is None:
+            try:
+                namer = open_namer(pid)
+            except (VMStructsError, OSError):
+                return False  # not a JVM (or gone): nothing to follow
         layout = thread_layout(namer.layout)
         if layout is None:
-            namer.memory.close()
+            if owned:
+                namer.memory.close()
             self.errors.append(
                 f"off-cpu: pid {pid}: the JVM's vmStructs lack its threads' fields; its causes are the kernel's only"
             )
@@ -65,6 +76,8 @@ class JavaThreadWatch:
         value.pending_monitor, value.waiting_monitor = layout.pending_monitor, layout.waiting_monitor
         with self._lock:
             self._jvms[pid] = (namer, layout)
+            if owned:
+                self._owned.add(pid)
             table[ctypes.c_uint32(pid)] = value
         self._refresh_pid(pid)
         return True
@@ -102,7 +115,9 @@ class JavaThreadWatch:
             known = self._jvms.pop(pid, None)
             if known is None:
                 return
-            known[0].memory.close()
+            if pid in self._owned:
+                self._owned.discard(pid)
+                known[0].memory.close()
             for tid in self._threads.pop(pid, {}):
                 try:
                     del self._bpf[b"java_threads"][ctypes.c_uint32(tid)]
@@ -165,6 +180,8 @@ class JavaThreadWatch:
     def close(self) -> None:
         self.stop()
         with self._lock:
-            for namer, _layout in self._jvms.values():
-                namer.memory.close()
+            for pid, (namer, _layout) in self._jvms.items():
+                if pid in self._owned:
+                    namer.memory.close()
             self._jvms.clear()
+            self._owned.clear()

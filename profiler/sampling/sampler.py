@@ -73,7 +73,7 @@ from ..symbols.symbolize import (
 from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
 from ..unwind.cfi import CfiLoader
 from ..unwind.codecache import COMPILED_TAG, CodeCacheLayout
-from ..unwind.hotspot import JvmNames, VMLayout
+from ..unwind.hotspot import JvmNames, MethodNamer, VMLayout
 
 STACK_NONE = -1  # kernel stack not asked for (user-mode sample); see stack_sampler.c
 MAX_TARGETS = 4096
@@ -446,6 +446,11 @@ class StackSampler:
     def _attach_jvm(self, pid: int) -> bool:
         """A JVM entered the scope (symbol worker): read its vmStructs so the walker names interpreted frames."""
         return self.stack_walk == "bpf" and self._jvms.attach(pid)
+
+    def jvm_namer(self, pid: int) -> MethodNamer | None:
+        """The namer of ``pid``'s JVM the sampler opened (its vmStructs read), None when it has none (yet).
+        Lent: it stays the sampler's, closed by close()."""
+        return self._jvms.namers.get(pid)
 
     def jit_walkable(self, pid: int) -> bool:
         """The walker steps ``pid``'s JIT frames by their CodeBlobs (no frame pointers needed)."""
