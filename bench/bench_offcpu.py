@@ -6,7 +6,7 @@ The slowdown of a window is 1 - its hand-offs per second / the mean of the base 
 rounds is the result. Also hand-offs per CPU-second of the JVM (insensitive to how much CPU other jobs
 left it), context switches per second, and the profiler's own CPU and kernel BPF time (overhead.json).
 
-usage: .venv/bin/python bench/bench_offcpu.py [--rounds N] [--window S] [--pairs N] [--no-write]
+usage: .venv/bin/python bench/bench_offcpu.py [--rounds N] [--window S] [--pairs N] [--conditions A,B] [--no-write]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +36,7 @@ CONDITIONS: dict[str, list[str] | None] = {
     "on-cpu": [],
     "off-cpu": ["--off-cpu"],
     "off-cpu 1/10": ["--off-cpu", "--off-cpu-sample-every", "10"],
+    "off-cpu 1/100": ["--off-cpu", "--off-cpu-sample-every", "100"],
 }
 Reading = tuple[float, int, float, int]  # monotonic time, hand-offs, JVM CPU seconds, context switches
 
@@ -49,13 +50,22 @@ class Window:
     switches_per_s: float
     profiler_cpu_s: float = 0.0
     bpf_cpu_s: float = 0.0  # kernel time in the profiler's BPF programs, per `window` seconds of its window
+    load: float = 0.0  # the host's 1-minute load average at the window's end
 
 
 class Jvm:
     def __init__(self, classes: Path, pairs: int) -> None:
         java = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "java"
-        argv = [str(java), "-XX:+PreserveFramePointer", "-Xmx64m", "-cp", str(classes), "com.example.PingPongRate",
-                "--pairs", str(pairs)]
+        argv = [
+            str(java),
+            "-XX:+PreserveFramePointer",
+            "-Xmx64m",
+            "-cp",
+            str(classes),
+            "com.example.PingPongRate",
+            "--pairs",
+            str(pairs),
+        ]
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         assert self.process.stdout is not None and self.process.stdout.readline().strip() == "READY"
         self.pid = self.process.pid
@@ -118,9 +128,26 @@ def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Pat
         return _window(condition, round_no, start, jvm.reading())
     name = condition.replace(" ", "").replace("/", "_")
     out, status = scratch / f"cap-{name}-{round_no}", scratch / f"status-{name}-{round_no}.json"
-    argv = [sys.executable, "-m", "profiler", "run", "--duration", str(window), "--out", str(out), "--pid",
-            str(jvm.pid), "--known-spes", str(_no_spes(scratch)), "--status-file", str(status), "--checkpoint", "0",
-            "--force", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "profiler",
+        "run",
+        "--duration",
+        str(window),
+        "--out",
+        str(out),
+        "--pid",
+        str(jvm.pid),
+        "--known-spes",
+        str(_no_spes(scratch)),
+        "--status-file",
+        str(status),
+        "--checkpoint",
+        "0",
+        "--force",
+        *extra,
+    ]
     profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_state(status, "sampling", profiler)
     start = jvm.reading()
@@ -134,65 +161,84 @@ def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Pat
     # per second of the profiler's own window: a starved profiler's window runs past --duration
     bpf = (overhead.bpf_run_time_ns or 0) / 1e9 / max(capture.read_meta(out).duration, 1e-3) * window
     result = _window(condition, round_no, start, end)
-    return Window(**{**result.__dict__, "profiler_cpu_s": overhead.profiler_cpu_seconds, "bpf_cpu_s": bpf})
+    return replace(result, profiler_cpu_s=overhead.profiler_cpu_seconds, bpf_cpu_s=bpf)
 
 
 def _window(condition: str, round_no: int, start: Reading, end: Reading) -> Window:
     seconds, cpu = end[0] - start[0], end[2] - start[2]
     handoffs = end[1] - start[1]
     per_cpu = handoffs / cpu if cpu > 0 else 0.0
-    return Window(condition, round_no, handoffs / seconds, per_cpu, (end[3] - start[3]) / seconds)
+    switches = (end[3] - start[3]) / seconds
+    return Window(condition, round_no, handoffs / seconds, per_cpu, switches, load=os.getloadavg()[0])
 
 
-def summarize(windows: list[Window]) -> dict[str, dict[str, float]]:
-    """Per condition: median hand-offs/s and per CPU-s, median slowdown against the base windows, CPU costs."""
+def summarize(windows: list[Window], conditions: list[str]) -> dict[str, dict[str, float]]:
+    """Per condition: median hand-offs/s and per CPU-s, median slowdown against the base windows and its
+    spread over the rounds (min, max), CPU costs."""
     base = [w for w in windows if w.condition == "base"]
     base_rate = statistics.mean(w.handoffs_per_s for w in base)
     base_per_cpu = statistics.mean(w.handoffs_per_cpu_s for w in base)
     summary = {}
-    for condition in CONDITIONS:
+    for condition in conditions:
         mine = [w for w in windows if w.condition == condition]
+        per_s = [1 - w.handoffs_per_s / base_rate for w in mine]
+        per_cpu = [1 - w.handoffs_per_cpu_s / base_per_cpu for w in mine]
         summary[condition] = {
             "handoffs_per_s": statistics.median(w.handoffs_per_s for w in mine),
             "switches_per_s": statistics.median(w.switches_per_s for w in mine),
-            "slowdown": statistics.median(1 - w.handoffs_per_s / base_rate for w in mine),
-            "slowdown_per_cpu": statistics.median(1 - w.handoffs_per_cpu_s / base_per_cpu for w in mine),
+            "slowdown": statistics.median(per_s),
+            "slowdown_min": min(per_s),
+            "slowdown_max": max(per_s),
+            "slowdown_per_cpu": statistics.median(per_cpu),
+            "slowdown_per_cpu_min": min(per_cpu),
+            "slowdown_per_cpu_max": max(per_cpu),
             "profiler_cpu_s": statistics.median(w.profiler_cpu_s for w in mine),
             "bpf_cpu_s": statistics.median(w.bpf_cpu_s for w in mine),
         }
     return summary
 
 
+def _pct(summary: dict[str, float], key: str) -> str:
+    return f"{100 * summary[key]:+.1f} % ({100 * summary[key + '_min']:+.1f} … {100 * summary[key + '_max']:+.1f})"
+
+
 def report(summary: dict[str, dict[str, float]], args: argparse.Namespace, windows: list[Window]) -> str:
+    conditions = list(summary)
+    loads = [w.load for w in windows]
     lines = [
         "# Off-CPU tracing cost (`bench/bench_offcpu.py`)",
         "",
         f"Command: `.venv/bin/python bench/bench_offcpu.py --rounds {args.rounds} --window {args.window:g} "
-        f"--pairs {args.pairs}`; host {platform.node()}, kernel {platform.release()}, {os.cpu_count()} CPUs "
-        "(shared with other jobs while it ran: read the per-CPU-second column).",
+        f"--pairs {args.pairs} --conditions {','.join(c.replace(' ', '_') for c in conditions)}`; host "
+        f"{platform.node()}, kernel {platform.release()}, {os.cpu_count()} CPUs, shared with other jobs while it "
+        f"ran: load average (1 min) {min(loads):.0f}–{max(loads):.0f} over the windows.",
         "",
         "Workload: bench/PingPongRate.java, thread pairs handing a token over with park/unpark (every hand-off"
-        " is a futex wait and wake). Windows interleaved base / on-CPU only / on-CPU + --off-cpu / on-CPU +"
-        " --off-cpu --off-cpu-sample-every 10, medians over rounds. The fair comparison for --off-cpu is against"
-        " on-CPU only (the profiler's start-up, perf-map dumps and sampling are in both).",
+        " is a futex wait and wake). Windows interleaved (" + " / ".join(conditions) + "), each condition once"
+        " per round; medians over rounds, (min … max) the spread. Slowdown against the mean of the base windows."
+        " The fair comparison for --off-cpu is against on-CPU only (the profiler's start-up, perf-map dumps and"
+        " sampling are in both).",
         "",
         "| condition | hand-offs/s | context switches/s | slowdown (per s) | slowdown (per JVM CPU-s) |"
         " profiler CPU s / window | BPF CPU s / window |",
         "|---|---|---|---|---|---|---|",
     ]
-    for condition in CONDITIONS:
+    for condition in conditions:
         s = summary[condition]
         lines.append(
-            f"| {condition} | {s['handoffs_per_s']:,.0f} | {s['switches_per_s']:,.0f} | {100 * s['slowdown']:+.1f} % |"
-            f" {100 * s['slowdown_per_cpu']:+.1f} % | {s['profiler_cpu_s']:.2f} | {s['bpf_cpu_s']:.2f} |"
+            f"| {condition} | {s['handoffs_per_s']:,.0f} | {s['switches_per_s']:,.0f} | {_pct(s, 'slowdown')} |"
+            f" {_pct(s, 'slowdown_per_cpu')} | {s['profiler_cpu_s']:.2f} | {s['bpf_cpu_s']:.2f} |"
         )
-    lines += ["", "Windows (condition, round, hand-offs/s, per JVM CPU-s, switches/s, profiler CPU s, BPF CPU s):", ""]
+    lines += [
+        "",
+        "Windows (condition, round, hand-offs/s, per JVM CPU-s, switches/s, profiler CPU s, BPF CPU s, load):",
+        "",
+    ]
     lines += [
         f"- {w.condition} {w.round}: {w.handoffs_per_s:,.0f}, {w.handoffs_per_cpu_s:,.0f}, {w.switches_per_s:,.0f},"
-        f" {w.profiler_cpu_s:.2f}, {w.bpf_cpu_s:.2f}"
+        f" {w.profiler_cpu_s:.2f}, {w.bpf_cpu_s:.2f}, {w.load:.0f}"
         for w in windows
     ]
-    lines += ["", f"Load average during the run: {os.getloadavg()[0]:.0f} (1 min) at its end."]
     return "\n".join(lines) + "\n"
 
 
@@ -201,8 +247,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument(
+        "--conditions", default=",".join(c.replace(" ", "_") for c in CONDITIONS),
+        help="comma-separated, '_' for ' ' (base is always measured): " + ", ".join(CONDITIONS),
+    )  # fmt: skip
     parser.add_argument("--no-write", action="store_true", help=f"print only, do not write {DOC}")
     args = parser.parse_args()
+    conditions = ["base"] + [c.replace("_", " ") for c in args.conditions.split(",") if c and c != "base"]
+    unknown = [c for c in conditions if c not in CONDITIONS]
+    if unknown:
+        parser.error(f"--conditions: unknown {unknown[0]!r}; choose from {', '.join(CONDITIONS)}")
     with tempfile.TemporaryDirectory(prefix="bench-offcpu-") as scratch_name:
         scratch = Path(scratch_name)
         javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
@@ -213,11 +267,11 @@ def main() -> int:
             windows = [
                 measure(jvm, condition, round_no, args.window, scratch)
                 for round_no in range(args.rounds)
-                for condition in CONDITIONS
+                for condition in conditions
             ]
         finally:
             jvm.close()
-    text = report(summarize(windows), args, windows)
+    text = report(summarize(windows, conditions), args, windows)
     print(text)
     if not args.no_write:
         DOC.write_text(text)

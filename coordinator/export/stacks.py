@@ -46,13 +46,12 @@ class ExportProcess:
 
 
 @dataclass(frozen=True)
-class TaskStack:
-    """Samples of one folded stack (root first, the thread name as root) of one process, in one task."""
+class _ProcessStack:
+    """One folded stack (root first, the thread name as root) of one process, in one task."""
 
     process: ExportProcess
     task: str
     stack: str
-    count: int
 
     @property
     def frames(self) -> list[str]:
@@ -61,6 +60,13 @@ class TaskStack:
     @property
     def thread(self) -> str:
         return self.stack.partition(FRAME_SEPARATOR)[0]
+
+
+@dataclass(frozen=True)
+class TaskStack(_ProcessStack):
+    """Samples of one folded stack of one process, in one task."""
+
+    count: int
 
     @property
     def cpu_seconds(self) -> float | None:
@@ -79,23 +85,12 @@ class TaskStack:
 
 
 @dataclass(frozen=True)
-class OffCpuStack:
+class OffCpuStack(_ProcessStack):
     """Blocked nanoseconds of one folded stack of one process for one cause (``offcpu.folded``, runs with
     --off-cpu), in the task the same matcher gives the stack."""
 
-    process: ExportProcess
-    task: str
-    stack: str
     cause: str
     blocked_ns: int
-
-    @property
-    def frames(self) -> list[str]:
-        return self.stack.split(FRAME_SEPARATOR)
-
-    @property
-    def thread(self) -> str:
-        return self.stack.partition(FRAME_SEPARATOR)[0]
 
 
 @dataclass(frozen=True)
