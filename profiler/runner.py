@@ -98,7 +98,7 @@ class RunOptions:
     # counted (meta.json) but not summed.
     off_cpu: bool = False
     off_cpu_min_block_ms: float = 1.0
-    off_cpu_sample_every: int = 1  # follow one switch-out in N (the stack walks are the cost), sums scaled by N
+    off_cpu_sample_every: int = 1  # beyond 100/s per thread follow one switch-out in N, counted N times
 
 
 # ------------------------------------------------------------------ component interfaces

@@ -310,7 +310,7 @@ class RunMeta:
     thread_names: str = "comm"  # (v3) "uprobe" (renames watched), "jcmd" (names at start only), "comm"
     # --off-cpu's minimum blocked time (pids/<pid>/offcpu.folded); None: the run had no --off-cpu
     off_cpu_min_block_ms: float | None = None
-    off_cpu_sample_every: int | None = None  # one switch-out in N followed, sums scaled by N (1: all)
+    off_cpu_sample_every: int | None = None  # beyond 100/s per thread one switch-out in N, counted N times
 
     @property
     def duration(self) -> float:

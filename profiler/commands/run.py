@@ -81,8 +81,9 @@ class RunCommand:
             type=positive_int,
             default=1,
             metavar="N",
-            help="with --off-cpu: follow one switch-out in N at random and scale the sums by N (1: all); the stack "
-            "walks at every switch-out are the cost on threads that switch tens of thousands of times a second",
+            help="with --off-cpu: beyond a thread's first 100 voluntary switch-outs a second, follow one in N at "
+            "random and count it N times (1: all); the stack walks at every switch-out are the cost on threads "
+            "that switch thousands of times a second",
         )
         parser.add_argument("--events", type=positive_int, help="events processed in the window, if known")
         parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")

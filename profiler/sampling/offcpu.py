@@ -27,6 +27,9 @@ from .offcpu_java import JavaThreadWatch
 
 BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
 DEFAULT_MIN_BLOCK_MS = 1.0
+# A thread's voluntary switch-outs per second that are followed whatever --off-cpu-sample-every says
+# (offcpu_trace.c's EXACT_PER_EPOCH per 100 ms): threads that block rarely, for long, are measured exactly.
+EXACT_SWITCH_OUTS_PER_S = 100
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ def build_bpf_text(source: str, layout: SwitchLayout | None, min_block_ns: int, 
         f"#define NEXT_PID_OFF {layout.task_pid_offset}",
         f"#define MIN_BLOCK_NS {int(min_block_ns)}",
         f"#define SAMPLE_EVERY {int(sample_every)}",
+        f"#define EXACT_PER_EPOCH {EXACT_SWITCH_OUTS_PER_S // 10}",
     ]
     return "\n".join(defines) + "\n" + source
 
@@ -84,12 +88,13 @@ class RawBlock:
 
 def open_blocks(pending: Iterable[RawBlock], end_ns: int, min_block_ns: int) -> list[RawBlock]:
     """Threads still switched out when the window ended: ``pending`` holds their switch-out time in
-    ``blocked_ns``; each counts up to ``end_ns`` if that is at least the minimum."""
+    ``blocked_ns`` and its weight in ``switches`` (the switch-outs it stands for; 0 read as 1); each
+    counts up to ``end_ns``, times its weight, if that is at least the minimum."""
     closed = []
     for block in pending:
-        blocked = end_ns - block.blocked_ns
+        blocked, weight = end_ns - block.blocked_ns, max(block.switches, 1)
         if blocked >= min_block_ns:
-            closed.append(replace(block, blocked_ns=blocked, switches=1))
+            closed.append(replace(block, blocked_ns=blocked * weight, switches=weight))
     return closed
 
 
@@ -103,13 +108,6 @@ def without_tracing_frames(kernel_leaf_first: list[str]) -> list[str]:
     while start < len(kernel_leaf_first) and kernel_leaf_first[start].startswith(_TRACING_FRAMES):
         start += 1
     return kernel_leaf_first[start:]
-
-
-def scaled(blocks: Iterable[RawBlock], sample_every: int) -> list[RawBlock]:
-    """Sums of one switch-out in ``sample_every`` as estimates of all: time and switches × ``sample_every``."""
-    if sample_every <= 1:
-        return list(blocks)
-    return [replace(b, blocked_ns=b.blocked_ns * sample_every, switches=b.switches * sample_every) for b in blocks]
 
 
 # The outermost frames of a thread (glibc's and HotSpot's thread starts): a walk that reached one is whole.
@@ -182,7 +180,7 @@ class OffCpuTracer:
         borrow_namer: Callable[[int], MethodNamer | None] | None = None,
     ) -> None:
         self.min_block_ns = int(min_block_ms * 1e6)
-        self.sample_every = sample_every  # one switch-out in this many is followed; sums are scaled back
+        self.sample_every = sample_every  # beyond EXACT_SWITCH_OUTS_PER_S: one switch-out in N is followed
         self.stack_entries = stack_entries
         self._bpf: Any = None
         self._attached = False
@@ -280,13 +278,14 @@ class OffCpuTracer:
         end_ns = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
         pending = [
             RawBlock(int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
-                     int(v.time_ns), 0, int(v.java_state), int(v.java_frame))
+                     int(v.time_ns), int(v.weight), int(v.java_state), int(v.java_frame))
             for v in self._bpf[b"switched_out"].values()
         ]
         self._pending = open_blocks(pending, end_ns, self.min_block_ns)
 
     def read_blocks(self) -> dict[int, list[RawBlock]]:
-        """The kernel's sums and the blocks closed at stop(), per PID."""
+        """The kernel's sums and the blocks closed at stop(), per PID: estimates of all switch-outs (a
+        sampled one was weighted in the kernel by the switch-outs it stands for)."""
         by_pid: dict[int, list[RawBlock]] = {}
         if self._bpf is None:
             return by_pid
@@ -297,7 +296,7 @@ class OffCpuTracer:
             by_pid.setdefault(block.tgid, []).append(block)
         for block in self._pending:
             by_pid.setdefault(block.tgid, []).append(block)
-        return {pid: scaled(blocks, self.sample_every) for pid, blocks in by_pid.items()}
+        return by_pid
 
     def collect(self, symbols_for: Callable[[int], Any] = default_symbols) -> dict[int, list[OffCpuEntry]]:
         """Entries per added PID (empty when it never blocked long enough); names the stacks now."""

@@ -18,8 +18,12 @@
 #define MIN_BLOCK_NS 1000000
 #endif
 #ifndef SAMPLE_EVERY
-#define SAMPLE_EVERY 1  // remember one switch-out in SAMPLE_EVERY, at random; user space scales the sums
+#define SAMPLE_EVERY 1  // beyond EXACT_PER_EPOCH: remember one switch-out in SAMPLE_EVERY, at random
 #endif
+#ifndef EXACT_PER_EPOCH
+#define EXACT_PER_EPOCH 10  // voluntary switch-outs per thread and epoch always remembered (weight 1)
+#endif
+#define EPOCH_NS 100000000ULL  // 100 ms
 #ifndef THREAD_ENTRIES
 #define THREAD_ENTRIES 65536
 #endif
@@ -67,7 +71,14 @@ struct switch_out {
     s32 user_stack_id;
     s32 kernel_stack_id;
     u32 reason;
+    u32 weight;  // the switch-outs this one stands for: 1, or SAMPLE_EVERY when it was sampled
     char comm[16];
+};
+
+// A thread's voluntary switch-outs in the current epoch (the rate that decides whether it is sampled).
+struct switch_rate {
+    u64 epoch;
+    u64 count;
 };
 
 struct block_key {
@@ -90,6 +101,7 @@ BPF_HASH(target_tgids, u32, u8, TGID_ENTRIES);
 BPF_HASH(java_layouts, u32, struct java_layout, TGID_ENTRIES);
 BPF_HASH(java_threads, u32, u64, THREAD_ENTRIES);
 BPF_HASH(switched_out, u32, struct switch_out, THREAD_ENTRIES);
+BPF_HASH(switch_rates, u32, struct switch_rate, THREAD_ENTRIES);
 BPF_HASH(blocked, struct block_key, struct block_sum, BLOCK_ENTRIES);
 BPF_STACK_TRACE(offcpu_stacks, STACK_ENTRIES);
 // [0]: switch-outs not remembered (switched_out full), [1]: blocks not summed (blocked full),
@@ -150,21 +162,52 @@ static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out)
     out->java_frame = pc;
 }
 
+// The two stack walks are most of the cost (--off-cpu-sample-every bounds it). A thread's first
+// EXACT_PER_EPOCH voluntary switch-outs of each epoch are all remembered (weight 1): threads that block
+// a few times a second, whose blocks are long and few, are measured exactly. Beyond that, and for every
+// preemption (CPU contention, not a wait), one switch-out in SAMPLE_EVERY is remembered at random and
+// stands for SAMPLE_EVERY (weight): an unbiased estimate where blocks are many. 0: not remembered.
+static __always_inline u32 sample_weight(u32 tid, u64 now, u32 reason) {
+    if (SAMPLE_EVERY <= 1)
+        return 1;
+    if (reason != REASON_PREEMPTED) {
+        u64 epoch = now / EPOCH_NS;
+        struct switch_rate *rate = switch_rates.lookup(&tid);
+        if (rate == 0) {
+            struct switch_rate first = {epoch, 1};
+            switch_rates.update(&tid, &first);  // full map: the thread stays exact (costlier, still right)
+            return 1;
+        }
+        if (rate->epoch != epoch) {
+            rate->epoch = epoch;
+            rate->count = 0;
+        }
+        rate->count += 1;
+        if (rate->count <= EXACT_PER_EPOCH)
+            return 1;
+    }
+    return bpf_get_prandom_u32() % SAMPLE_EVERY == 0 ? SAMPLE_EVERY : 0;
+}
+
 static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 now) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
     if (tid == 0 || target_tgids.lookup(&tgid) == 0)
         return;
     // An exiting thread (TASK_DEAD 0x80, EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10) never runs again: not a block.
-    if (ctx->args[3] & 0xb0)
+    if (ctx->args[3] & 0xb0) {
+        switch_rates.delete(&tid);
         return;
-    // The two stack walks are most of the cost: a sample of the switch-outs bounds it (--off-cpu-sample-every).
-    if (SAMPLE_EVERY > 1 && bpf_get_prandom_u32() % SAMPLE_EVERY != 0)
+    }
+    u32 reason = switch_reason(ctx->args[0], ctx->args[3]);
+    u32 weight = sample_weight(tid, now, reason);
+    if (weight == 0)
         return;
     struct switch_out out = {};
     out.time_ns = now;
     out.tgid = tgid;
-    out.reason = switch_reason(ctx->args[0], ctx->args[3]);
+    out.reason = reason;
+    out.weight = weight;
     out.user_stack_id = offcpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
     out.kernel_stack_id = offcpu_stacks.get_stackid(ctx, 0);
     bpf_get_current_comm(&out.comm, sizeof(out.comm));
@@ -186,21 +229,22 @@ static __always_inline void account(u32 tid, u64 now) {
     key.kernel_stack_id = out->kernel_stack_id;
     key.reason = out->reason;
     __builtin_memcpy(&key.comm, out->comm, sizeof(key.comm));
+    u64 weight = out->weight;
     switched_out.delete(&tid);
     if (delta < MIN_BLOCK_NS) {
-        count_drop(3, 1);
-        count_drop(4, delta);
+        count_drop(3, weight);
+        count_drop(4, delta * weight);
         return;
     }
     struct block_sum zero = {};
     struct block_sum *sum = blocked.lookup_or_try_init(&key, &zero);
     if (sum == 0) {
-        count_drop(1, 1);
-        count_drop(2, delta);
+        count_drop(1, weight);
+        count_drop(2, delta * weight);
         return;
     }
-    __sync_fetch_and_add(&sum->blocked_ns, delta);
-    __sync_fetch_and_add(&sum->switches, 1);
+    __sync_fetch_and_add(&sum->blocked_ns, delta * weight);
+    __sync_fetch_and_add(&sum->switches, weight);
 }
 
 RAW_TRACEPOINT_PROBE(sched_switch)

@@ -13,7 +13,6 @@ from profiler.sampling.offcpu import (
     build_bpf_text,
     name_blocks,
     open_blocks,
-    scaled,
     without_tracing_frames,
 )
 
@@ -77,14 +76,14 @@ def test_bpf_text_needs_the_four_argument_tracepoint_and_carries_the_offsets() -
     source = BPF_SOURCE.read_text()
     text = build_bpf_text(source, SwitchLayout(task_pid_offset=1264, switch_args=4), 2_000_000)
     assert "#define NEXT_PID_OFF 1264" in text and "#define MIN_BLOCK_NS 2000000" in text
-    assert "#define SAMPLE_EVERY 1\n" in text
+    assert "#define SAMPLE_EVERY 1\n" in text and "#define EXACT_PER_EPOCH 10\n" in text
     assert "#define SAMPLE_EVERY 10\n" in build_bpf_text(source, SwitchLayout(1264, 4), 1, sample_every=10)
     for layout in (None, SwitchLayout(1264, 3), SwitchLayout(1264, None)):
         with pytest.raises(CapabilityError, match="kernel >= 5.18 with BTF; run without --off-cpu"):
             build_bpf_text(source, layout, 1)
 
 
-def test_sampled_switch_outs_are_scaled_back_to_estimates_of_all() -> None:
-    blocks = [RawBlock(7, 1, 2, 1, "t", 3_000_000, 2)]
-    assert scaled(blocks, 1) == blocks
-    assert scaled(blocks, 10) == [RawBlock(7, 1, 2, 1, "t", 30_000_000, 20)]
+def test_a_sampled_open_block_counts_its_weight() -> None:
+    # a switch-out remembered with weight 10 (one in 10 of a busy thread's) still open at the end
+    pending = [RawBlock(7, 1, 2, 1, "t", 1_000, 10)]
+    assert open_blocks(pending, end_ns=4_000, min_block_ns=1_000) == [RawBlock(7, 1, 2, 1, "t", 30_000, 10)]
