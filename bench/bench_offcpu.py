@@ -37,6 +37,7 @@ CONDITIONS: dict[str, list[str] | None] = {
     "off-cpu": ["--off-cpu"],
     "off-cpu 1/10": ["--off-cpu", "--off-cpu-sample-every", "10"],
     "off-cpu 1/100": ["--off-cpu", "--off-cpu-sample-every", "100"],
+    "off-cpu 1/1000": ["--off-cpu", "--off-cpu-sample-every", "1000"],  # ~ the program's floor: no walks
 }
 Reading = tuple[float, int, float, int]  # monotonic time, hand-offs, JVM CPU seconds, context switches
 
@@ -51,6 +52,7 @@ class Window:
     profiler_cpu_s: float = 0.0
     bpf_cpu_s: float = 0.0  # kernel time in the profiler's BPF programs, per `window` seconds of its window
     load: float = 0.0  # the host's 1-minute load average at the window's end
+    bpf_us_per_run: float = 0.0  # mean run time of the profiler's BPF programs (the tracer runs at every switch)
 
 
 class Jvm:
@@ -161,7 +163,8 @@ def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Pat
     # per second of the profiler's own window: a starved profiler's window runs past --duration
     bpf = (overhead.bpf_run_time_ns or 0) / 1e9 / max(capture.read_meta(out).duration, 1e-3) * window
     result = _window(condition, round_no, start, end)
-    return replace(result, profiler_cpu_s=overhead.profiler_cpu_seconds, bpf_cpu_s=bpf)
+    per_run = (overhead.bpf_run_time_ns or 0) / 1e3 / max(overhead.bpf_run_count or 0, 1)
+    return replace(result, profiler_cpu_s=overhead.profiler_cpu_seconds, bpf_cpu_s=bpf, bpf_us_per_run=per_run)
 
 
 def _window(condition: str, round_no: int, start: Reading, end: Reading) -> Window:
@@ -194,6 +197,7 @@ def summarize(windows: list[Window], conditions: list[str]) -> dict[str, dict[st
             "slowdown_per_cpu_max": max(per_cpu),
             "profiler_cpu_s": statistics.median(w.profiler_cpu_s for w in mine),
             "bpf_cpu_s": statistics.median(w.bpf_cpu_s for w in mine),
+            "bpf_us_per_run": statistics.median(w.bpf_us_per_run for w in mine),
         }
     return summary
 
@@ -220,14 +224,15 @@ def report(summary: dict[str, dict[str, float]], args: argparse.Namespace, windo
         " sampling are in both).",
         "",
         "| condition | hand-offs/s | context switches/s | slowdown (per s) | slowdown (per JVM CPU-s) |"
-        " profiler CPU s / window | BPF CPU s / window |",
-        "|---|---|---|---|---|---|---|",
+        " profiler CPU s / window | BPF CPU s / window | BPF µs / run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for condition in conditions:
         s = summary[condition]
         lines.append(
             f"| {condition} | {s['handoffs_per_s']:,.0f} | {s['switches_per_s']:,.0f} | {_pct(s, 'slowdown')} |"
             f" {_pct(s, 'slowdown_per_cpu')} | {s['profiler_cpu_s']:.2f} | {s['bpf_cpu_s']:.2f} |"
+            f" {s['bpf_us_per_run']:.2f} |"
         )
     lines += [
         "",
@@ -236,7 +241,7 @@ def report(summary: dict[str, dict[str, float]], args: argparse.Namespace, windo
     ]
     lines += [
         f"- {w.condition} {w.round}: {w.handoffs_per_s:,.0f}, {w.handoffs_per_cpu_s:,.0f}, {w.switches_per_s:,.0f},"
-        f" {w.profiler_cpu_s:.2f}, {w.bpf_cpu_s:.2f}, {w.load:.0f}"
+        f" {w.profiler_cpu_s:.2f}, {w.bpf_cpu_s:.2f}, {w.bpf_us_per_run:.2f}, {w.load:.0f}"
         for w in windows
     ]
     return "\n".join(lines) + "\n"
