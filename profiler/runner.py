@@ -45,7 +45,7 @@ from .capture.format import (
     RunMeta,
     VertexWindow,
 )
-from .capture.offcpu import OffCpuEntry
+from .capture.offcpu import DEFAULT_SAMPLE_EVERY, OffCpuEntry
 from .capture.stackstore import CollectedStacks, SamplerCheckpoint
 from .capture.stacktable import write_table
 from .capture.timeline import CounterReading, counter_deltas, rss_bytes
@@ -98,7 +98,7 @@ class RunOptions:
     # counted (meta.json) but not summed.
     off_cpu: bool = False
     off_cpu_min_block_ms: float = 1.0
-    off_cpu_sample_every: int = 1  # beyond 100/s per thread follow one switch-out in N, counted N times
+    off_cpu_sample_every: int = DEFAULT_SAMPLE_EVERY  # beyond 100/s per thread one switch-out in N, counted N times
 
 
 # ------------------------------------------------------------------ component interfaces

@@ -35,6 +35,7 @@ from ..argtypes import (
     positive_int,
 )
 from ..capture.checkpoint import DEFAULT_CHECKPOINT
+from ..capture.offcpu import DEFAULT_SAMPLE_EVERY
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
 
 
@@ -79,11 +80,11 @@ class RunCommand:
         parser.add_argument(
             "--off-cpu-sample-every",
             type=positive_int,
-            default=1,
+            default=DEFAULT_SAMPLE_EVERY,
             metavar="N",
             help="with --off-cpu: beyond a thread's first 100 voluntary switch-outs a second, follow one in N at "
             "random and count it N times (1: all); the stack walks at every switch-out are the cost on threads "
-            "that switch thousands of times a second",
+            f"that switch thousands of times a second ({DEFAULT_SAMPLE_EVERY})",
         )
         parser.add_argument("--events", type=positive_int, help="events processed in the window, if known")
         parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")

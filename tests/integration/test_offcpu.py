@@ -95,6 +95,8 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     pid = blocked_jvm.process.pid
     rows = {r["task"]: r for r in result_rows(out, "h") if r["pid"] == str(pid)}
     assert capture.read_meta(out).off_cpu_min_block_ms == 1.0
+    # the defaults: one busy switch-out in 10 followed; these threads block < 100 times a second: all followed
+    assert capture.read_meta(out).off_cpu_sample_every == 10
     # THEN each thread's blocked seconds is the JVM's measurement (the two windows differ by the status
     # file's polling: a few tenths of a second of ~15 s), and the split among the five within 5 points.
     # Compared without the time the thread was preempted (switched out while runnable): the JVM times
