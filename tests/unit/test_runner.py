@@ -199,6 +199,28 @@ class FakeNet:
         pass
 
 
+class SteppedTime:
+    """The window's clock for the runner: waiting advances it at once, so a 1.2 s window always holds its
+    polls (at 0.5, 1.0 and 1.2 s) however loaded the host is; a stop still ends the wait."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def clock(self) -> float:
+        return self.now
+
+
+class SteppingEvent(threading.Event):
+    def __init__(self, time: SteppedTime) -> None:
+        super().__init__()
+        self.time = time
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout and not self.is_set():
+            self.time.now += timeout
+        return self.is_set()
+
+
 def make(
     tmp_path: Path,
     duration: float = 1.2,
@@ -206,6 +228,7 @@ def make(
     net: bool = False,
     interval: float = 10.0,
     growing: bool = False,
+    real_time: bool = False,
 ):
     profile_path = tmp_path / "profile.txt"
     profile_path.write_text(PROFILE_TEXT)
@@ -224,7 +247,10 @@ def make(
     options = RunOptions(
         duration=duration, out=out, profile=profile_path, known_spes=profile_path, host="h1", net=net, interval=interval
     )
-    return Runner(options, components), components, out
+    if real_time:
+        return Runner(options, components), components, out
+    time = SteppedTime()
+    return Runner(options, components, clock=time.clock, stop_event=SteppingEvent(time)), components, out
 
 
 def read_rows(out: Path) -> list[dict[str, str]]:
@@ -286,7 +312,7 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
 
 
 def test_stop_request_ends_window_early_and_writes_everything(tmp_path: Path) -> None:
-    runner, components, out = make(tmp_path, duration=60)
+    runner, components, out = make(tmp_path, duration=60, real_time=True)
     threading.Timer(0.6, runner.request_stop).start()
     runner.run(parse_profile(PROFILE_TEXT))
 
