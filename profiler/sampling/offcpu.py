@@ -22,6 +22,7 @@ from ..errors import CapabilityError, PrivilegeError
 from ..symbols.symbolize import KernelSymbols, ProcessSymbols, fold_stack
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
 from .offcpu_java import JavaThreadWatch
+from .offcpu_timeline import OffCpuTimeline, OpenBlock, block_key, sums_of
 
 BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
 DEFAULT_MIN_BLOCK_MS = 1.0
@@ -185,6 +186,9 @@ class OffCpuTracer:
         self._warnings: list[str] = []
         self._lock = threading.Lock()
         self._java: JavaThreadWatch | None = None  # the JVMs' own word on their threads' waits
+        self._timeline: OffCpuTimeline | None = None  # snapshots at interval ends (tick), for the timeline
+        # after collect(), with ticks: interval -> PID -> entries (pids/<pid>/offcpu_timeline.folded)
+        self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] = {}
 
     def bpf_text(self) -> str:
         source = BPF_SOURCE.read_text(encoding="utf-8")
@@ -248,6 +252,32 @@ class OffCpuTracer:
             self._java.attach(pid)
         self._bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
+    def _switched_out(self) -> list[tuple[int, RawBlock]]:
+        """(thread id, block) of the threads switched out now; ``blocked_ns`` holds the switch-out time."""
+        table = self._bpf[b"switched_out"]
+        found = []
+        for key in list(table.keys()):
+            try:
+                v = table[key]
+            except KeyError:  # switched in meanwhile
+                continue
+            found.append((int(key.value), RawBlock(
+                int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
+                int(v.time_ns), 0, int(v.java_state), int(v.java_frame),
+            )))
+        return found
+
+    def tick(self, interval: int) -> None:
+        """Interval ``interval`` of the window ends: snapshot the sums, so that collect() splits them by
+        interval too (profiler/sampling/offcpu_timeline.py)."""
+        if self._bpf is None or not self._attached:
+            return
+        if self._timeline is None:
+            self._timeline = OffCpuTimeline(self.min_block_ns, self.sample_every)
+        now_ns = time.monotonic_ns()
+        opened = [OpenBlock(tid, block.blocked_ns, block_key(block)) for tid, block in self._switched_out()]
+        self._timeline.snapshot(interval, now_ns, sums_of(scaled(self._summed(), self.sample_every)), opened)
+
     def stop(self) -> None:
         """Detach; the threads still switched out count up to now (their block began in the window)."""
         if self._bpf is None or not self._attached:
@@ -260,22 +290,24 @@ class OffCpuTracer:
             pass
         self._attached = False
         end_ns = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
-        pending = [
-            RawBlock(int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
-                     int(v.time_ns), 0, int(v.java_state), int(v.java_frame))
-            for v in self._bpf[b"switched_out"].values()
-        ]
+        pending = [block for _tid, block in self._switched_out()]
         self._pending = open_blocks(pending, end_ns, self.min_block_ns)
+
+    def _summed(self) -> list[RawBlock]:
+        """The kernel's sums so far (not scaled)."""
+        return [
+            RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
+                     _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
+                     int(key.java_frame))
+            for key, value in self._bpf[b"blocked"].items()
+        ]
 
     def read_blocks(self) -> dict[int, list[RawBlock]]:
         """The kernel's sums and the blocks closed at stop(), per PID."""
         by_pid: dict[int, list[RawBlock]] = {}
         if self._bpf is None:
             return by_pid
-        for key, value in self._bpf[b"blocked"].items():
-            block = RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
-                             _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
-                             int(key.java_frame))
+        for block in self._summed():
             by_pid.setdefault(block.tgid, []).append(block)
         for block in self._pending:
             by_pid.setdefault(block.tgid, []).append(block)
@@ -302,13 +334,22 @@ class OffCpuTracer:
                     cache[stack_id] = None
             return cache[stack_id]
 
+        per_interval: dict[int, list[RawBlock]] = {}
+        if self._timeline is not None:
+            final = [block for blocks in by_pid.values() for block in blocks]
+            per_interval = self._timeline.finish(self._timeline.last_interval, final)
         kernel = KernelSymbols()
         try:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
                 try:
                     java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
-                    result[pid] = name_blocks(blocks, stack_of, _frame_namer(symbols), kernel.resolve, java_name)
+                    names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
+                    result[pid] = name_blocks(blocks, *names)
+                    for interval, interval_blocks in per_interval.items():
+                        mine = [block for block in interval_blocks if block.tgid == pid]
+                        if mine:
+                            self.interval_entries.setdefault(interval, {})[pid] = name_blocks(mine, *names)
                 finally:
                     symbols.close()
         finally:
