@@ -194,3 +194,23 @@ def test_sub_window_cuts_off_cpu_time_from_its_timeline(timeline_run: Path, tmp_
     # AND a PID without a timeline is "not measured" in the cut, measured in the whole window
     assert _row(cut, "h1", "200", "*")["offcpu_seconds"] == ""
     assert float(_row(whole, "h1", "200", "*")["offcpu_seconds"]) == 1.0
+
+
+def test_report_loads_the_blocked_stacks_of_the_sub_windows_intervals(timeline_run: Path) -> None:
+    from coordinator.analysis.load import load_offcpu
+    from profiler.capture import format as capture
+    from profiler.capture.offcpu import OffCpuEntry
+
+    host = timeline_run / "hosts" / "h1"
+    poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;futex_wait_[k]"
+    by_interval = {0: [OffCpuEntry("net", poll, 1, 1)], 1: [OffCpuEntry("net", poll, 20, 2)],
+                   2: [OffCpuEntry("net", poll, 300, 3)]}  # fmt: skip
+    capture.write_offcpu(host, 100, [OffCpuEntry("net", poll, 321, 6)])
+    capture.write_offcpu_timeline(host, 100, by_interval)
+    capture.write_offcpu(host, 200, [OffCpuEntry("net", poll, 5, 1)])  # no timeline: left out of a cut
+    problems: list[str] = []
+    loaded = capture.read_capture(host)
+    whole = {100: [OffCpuEntry("net", poll, 321, 6)], 200: [OffCpuEntry("net", poll, 5, 1)]}
+    assert load_offcpu(loaded, problems) == whole
+    assert load_offcpu(loaded, problems, (1, 2)) == {100: [OffCpuEntry("net", poll, 320, 5)]}
+    assert problems == []
