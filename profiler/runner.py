@@ -167,6 +167,10 @@ class OffCpuLike(Protocol):
     def pid_exited(self, pid: int) -> None: ...  # a later process with its pid is not traced
     def collect(self) -> dict[int, list[OffCpuEntry]]: ...  # names the stacks: after the sampler's collect()
     def close(self) -> None: ...
+    def tick(self, interval: int) -> None: ...  # an interval of the window ends (the per-interval split)
+
+    # after collect(): interval -> PID -> entries, for the intervals tick() saw
+    interval_entries: dict[int, dict[int, list[OffCpuEntry]]]
 
 
 class SparkPlansLike(Protocol):
@@ -498,6 +502,7 @@ class Collected:
     stacks: dict[int, CollectedStacks] = field(default_factory=dict)
     net: dict[int, NetStats] = field(default_factory=dict)
     offcpu: dict[int, list[OffCpuEntry]] = field(default_factory=dict)
+    offcpu_intervals: dict[int, dict[int, list[OffCpuEntry]]] = field(default_factory=dict)  # interval -> PID
     events: EventCount | None = None
     spark_plans: dict[str, Any] | None = None
     flink_vertices: list[VertexWindow] = field(default_factory=list)
@@ -705,6 +710,8 @@ class Runner:
             except Exception:  # noqa: BLE001 - a process that just exited has its exit reading
                 continue
             state.counter_readings.setdefault(process.pid, []).append(reading)
+        if components.offcpu is not None:
+            self._guarded("off-CPU interval sums", components.offcpu.tick, interval)
         self._name_batch(components)
         state.overhead_points.append(
             OverheadPoint(
@@ -874,6 +881,8 @@ class Runner:
             capture.write_net(out, pid_net)
         for pid, entries in collected.offcpu.items():
             capture.write_offcpu(out, pid, entries)
+            intervals = {i: by_pid.get(pid, []) for i, by_pid in collected.offcpu_intervals.items()}
+            capture.write_offcpu_timeline(out, pid, intervals)
         events = collected.events
         if events is not None:
             capture.write_events(out, replace(events, window_start=state.start_time, window_end=state.end_time))
@@ -911,6 +920,7 @@ class Runner:
         if components.offcpu is not None:
             try:
                 collected.offcpu = components.offcpu.collect()
+                collected.offcpu_intervals = components.offcpu.interval_entries
             except Exception as exc:  # noqa: BLE001
                 state.warnings.append(f"off-CPU time could not be collected ({exc.__class__.__name__}: {exc})")
         for process in processes:

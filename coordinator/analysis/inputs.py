@@ -165,7 +165,8 @@ def _offcpu_of(capture_dir: Path, process: ProcessInfo) -> tuple[OffCpuEntry, ..
 def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidInput:
     """A PID restricted to the span: stacks from timeline.folded, counters from counters_timeline.json.
     Without a counters timeline the counters stay the window totals, marked COUNTERS_SCALED (see
-    _apply_sample_fractions); network bytes and off-CPU time have no timeline and become "not measured"."""
+    _apply_sample_fractions); off-CPU time from offcpu_timeline.folded; network bytes have no timeline and
+    become "not measured"."""
     if span.whole:  # the same numbers as no sub-window at all: counters.json is exact
         return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
     stacks = None
@@ -186,8 +187,17 @@ def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidIn
         counters, source = timeline.unmeasured_counters(counters), timeline.COUNTERS_NONE
     return replace(
         pid, stacks=stacks, intervals=(span.first, span.last), counters=counters, net=None, counters_source=source,
-        offcpu=None,  # no timeline of blocked time yet: not measured in a sub-window
+        offcpu=_offcpu_in(pid, capture_dir, span),
     )
+
+
+def _offcpu_in(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> tuple[OffCpuEntry, ...] | None:
+    """The PID's blocked time in the span from offcpu_timeline.folded; None (not measured) without one
+    (no --off-cpu, or a capture older than format 5)."""
+    if pid.offcpu is None:
+        return None
+    by_interval = capture.read_pid_offcpu_timeline(capture_dir, pid.process.pid)
+    return timeline.window_offcpu(by_interval, span) if by_interval is not None else None
 
 
 def _apply_sample_fractions(run: RunInput) -> RunInput:

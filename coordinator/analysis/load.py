@@ -29,10 +29,11 @@ from profiler.capture.format import (
     read_counters_timeline,
     read_json_file,
     read_pid_offcpu,
+    read_pid_offcpu_timeline,
     read_spark_plans,
     result_file_name,
 )
-from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.offcpu import OffCpuEntry, merge_entries
 from profiler.files.textinput import TEXT_ENCODING, open_text
 
 # ---------------------------------------------------------------- loading
@@ -221,15 +222,23 @@ def load_stacks(
     return stacks
 
 
-def load_offcpu(capture: Capture, problems: list[str]) -> dict[int, list[OffCpuEntry]]:
+def load_offcpu(
+    capture: Capture, problems: list[str], intervals: tuple[int, int] | None = None
+) -> dict[int, list[OffCpuEntry]]:
     """Off-CPU entries of every workload PID that has them (a run without --off-cpu: none); an unreadable
-    file leaves that PID out and is reported in ``problems``."""
+    file leaves that PID out and is reported in ``problems``. ``intervals`` (first, last): only the blocked
+    time of those intervals (offcpu_timeline.folded; a PID without one is left out: not measured)."""
     entries: dict[int, list[OffCpuEntry]] = {}
     for process in capture.processes:
         if not process.sampled:
             continue
         try:
-            found = read_pid_offcpu(capture.directory, process.pid)
+            if intervals is None:
+                found = read_pid_offcpu(capture.directory, process.pid)
+            else:
+                by_interval = read_pid_offcpu_timeline(capture.directory, process.pid) or {}
+                first, last = intervals
+                found = merge_entries(e for i, es in by_interval.items() if first <= i <= last for e in es)
         except (CaptureFormatError, OSError) as exc:
             problems.append(f"{capture.meta.host} PID {process.pid}: off-CPU time left out: {exc}")
             continue

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from profiler.capture.format import CounterDelta, CounterValue, Overhead, PidCounters, RunMeta
+from profiler.capture.offcpu import OffCpuEntry, merge_entries
 from profiler.errors import ConfigError
 from profiler.matching.aggregate import INSTRUCTIONS_EVENT
 
@@ -346,3 +347,15 @@ def overhead_series(overhead: Overhead | None) -> OverheadSeries | None:
     return OverheadSeries(
         tuple(p.t for p in points), tuple(p.rss_bytes / 2**20 for p in points), tuple(cpu)
     )
+
+
+def window_offcpu(by_interval: Mapping[int, Sequence[OffCpuEntry]], span: IntervalSpan) -> tuple[OffCpuEntry, ...]:
+    """Blocked time of the span (pids/<pid>/offcpu_timeline.folded): the entries of its intervals, merged
+    per (cause, stack). Entries past the capture's last interval belong to it (the window's end)."""
+    last_of_capture = span.count - 1
+    return tuple(merge_entries(
+        entry
+        for interval, entries in by_interval.items()
+        if span.first <= min(interval, last_of_capture) <= span.last
+        for entry in entries
+    ))

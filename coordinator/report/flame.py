@@ -113,11 +113,12 @@ class StackClassifications:
     """Memo of ``Matcher.decide`` per distinct stack, shared by every graph of one report.
 
     The matcher is the summary's own, so a frame's colour is the task the summary counted its
-    samples in; without a profile (``None``) every stack is unmatched.
+    samples in; without a profile (``None``) every stack is unmatched. ``off_cpu``: the stacks are blocked
+    stacks, decided by the off-CPU rule (``Matcher.decide_offcpu``) as summary.csv's offcpu columns are.
     """
 
-    def __init__(self, matcher: Matcher | None, task_names: Sequence[str]) -> None:
-        self._matcher = matcher
+    def __init__(self, matcher: Matcher | None, task_names: Sequence[str], off_cpu: bool = False) -> None:
+        self._decide = None if matcher is None else matcher.decide_offcpu if off_cpu else matcher.decide
         self.task_names: tuple[str, ...] = tuple(task_names)
         self._task_index = {name: index for index, name in enumerate(self.task_names)}
         self._memo: dict[str, tuple[int, int | None]] = {}
@@ -132,10 +133,10 @@ class StackClassifications:
         """(task index, deciding frame index) of a folded stack; ``frames`` saves a split if known."""
         found = self._memo.get(stack)
         if found is None:
-            if self._matcher is None:
+            if self._decide is None:
                 task, decider = UNMATCHED, None
             else:
-                task, decider = self._matcher.decide(frames if frames is not None else stack.split(FRAME_SEPARATOR))
+                task, decider = self._decide(frames if frames is not None else stack.split(FRAME_SEPARATOR))
             found = (self.task_index(task), decider)
             self._memo[stack] = found
         return found

@@ -190,11 +190,11 @@ def render_report(
         max_stacks=max_stacks,
         problems=problems,
         timelines={name: t for name, t in timelines.items() if t is not None},
-        # whole-window sums only: a run analysed with --from/--to has no blocked time of its sub-window
+        # a run analysed with --from/--to: the blocked time of its sub-window's intervals
         offcpu={
-            h.name: load_offcpu(h.capture, problems)
+            h.name: load_offcpu(h.capture, problems, run.host_intervals(h.name))
             for h in run.hosts
-            if h.capture is not None and run.host_intervals(h.name) is None
+            if h.capture is not None
         },
     )
     exports = export_files(run, stacks)

@@ -157,7 +157,11 @@ def build_view(
         stacks, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
     )
     graphs += offcpu_flamegraphs(
-        offcpu or {}, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
+        offcpu or {},
+        flame.StackClassifications(matcher, task_names, off_cpu=True),
+        frames,
+        processes_by_host,
+        max_stacks,
     )
     task_samples = {task: sum(counts.values()) for task, counts in by_task.items()}
     unmatched_total = task_samples[UNMATCHED]

@@ -24,13 +24,13 @@ from typing import Any
 from ..errors import CaptureFormatError
 from ..files.textinput import TEXT_ENCODING, open_text
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
-from .offcpu import CAUSES, OFFCPU_FILE, OffCpuEntry, format_offcpu, read_offcpu
+from .offcpu import CAUSES, OFFCPU_FILE, OffCpuEntry, format_offcpu, parse_offcpu_lines, read_offcpu
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # v1: no timeline, no perf-map refresh; v2: no full thread names, no contexts.json; v1-v3: folded stacks
 # (stacks.folded, timeline.folded, contexts.json) instead of the stack table (stacks.tpc); the rest reads the same
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 META_FILE = "meta.json"
 SCOPE_FILE = "scope.json"
@@ -704,6 +704,43 @@ def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
     """``pid``'s off-CPU entries; None when the run had no --off-cpu (or an older profiler wrote it)."""
     path = _pid_file(capture_dir, pid, OFFCPU_FILE)
     return read_offcpu(path) if path.is_file() else None
+
+
+OFFCPU_TIMELINE_FILE = "offcpu_timeline.folded"  # v5: blocked time per interval (--off-cpu)
+MAX_OFFCPU_INTERVAL = 10_000_000
+
+
+def write_offcpu_timeline(capture_dir: Path, pid: int, by_interval: Mapping[int, Iterable[OffCpuEntry]]) -> None:
+    """``interval cause blocked_ns switches stack`` per line: ``offcpu.folded`` split by interval."""
+    text = "".join(
+        "".join(f"{interval} {line}\n" for line in format_offcpu(entries).splitlines())
+        for interval, entries in sorted(by_interval.items())
+    )
+    atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_FILE, text)
+
+
+def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffCpuEntry]] | None:
+    """``pid``'s off-CPU entries per interval; None when the capture has none (no --off-cpu, or older than v5)."""
+    path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
+    if not path.is_file():
+        return None
+    by_interval: dict[int, list[OffCpuEntry]] = {}
+    with open_text(path, lenient=True) as handle:
+        for number, raw in enumerate(handle, start=1):
+            interval_text, _space, rest = raw.partition(" ")
+            if not raw.strip():
+                continue
+            if not (is_count(interval_text) and int(interval_text) <= MAX_OFFCPU_INTERVAL):
+                raise CaptureFormatError(
+                    f"{path}:{number}: expected 'interval cause blocked_ns switches stack' with a whole interval "
+                    f"up to {MAX_OFFCPU_INTERVAL}, got {raw[:80]!r}; fix or drop the line"
+                )
+            try:
+                entries = list(parse_offcpu_lines([rest], str(path)))
+            except CaptureFormatError as exc:
+                raise CaptureFormatError(str(exc).replace(f"{path}:1:", f"{path}:{number}:", 1)) from None
+            by_interval.setdefault(int(interval_text), []).extend(entries)
+    return by_interval
 
 
 def read_events(capture_dir: Path) -> EventCount | None:

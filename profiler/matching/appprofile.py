@@ -30,6 +30,9 @@ MAX_PATTERN_CHARS = 4096
 MAX_PATTERN_TOTAL = 64 * 1024
 MAX_TASKS = 1000
 MAX_PATTERNS = 10000
+# A task name ending in this marks a *waiting* task (docs/matching.md, docs/offcpu.md): its patterns only
+# say how a thread waits, so off-CPU matching passes them over. On-CPU matching ignores the mark.
+WAITING_MARK = " [waiting]"
 _UNESCAPED_COMMA = re.compile(r"(?<!\\),")
 
 
@@ -80,6 +83,7 @@ class Task:
     name: str
     patterns: tuple[Pattern, ...]
     line: int
+    waiting: bool = False  # marked ``[waiting]``: off-CPU matching passes its patterns over
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,11 @@ class ApplicationProfile:
         return tuple(task.name for task in self.tasks)
 
     @property
+    def waiting_task_names(self) -> tuple[str, ...]:
+        """The tasks marked ``[waiting]``, in profile order."""
+        return tuple(task.name for task in self.tasks if task.waiting)
+
+    @property
     def result_task_names(self) -> tuple[str, ...]:
         """Task names of a match result: profile order, then ``unmatched``."""
         return (*self.task_names, UNMATCHED)
@@ -102,7 +111,8 @@ class ApplicationProfile:
         lines = []
         for task in self.tasks:
             spelled = [p.spelled.replace(",", _ESCAPED_COMMA) for p in task.patterns]
-            lines.append(f"{task.name}{TASK_SEPARATOR}{', '.join(spelled)}")
+            mark = WAITING_MARK if task.waiting else ""
+            lines.append(f"{task.name}{mark}{TASK_SEPARATOR}{', '.join(spelled)}")
         return "\n".join(lines) + "\n"
 
 
@@ -171,8 +181,11 @@ def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
         if not line or line.startswith("#"):
             continue
         name, sep, spec = line.partition(TASK_SEPARATOR)
+        waiting = False
         if sep:
             name = name.strip()
+            if name.endswith(WAITING_MARK):
+                name, waiting = name[: -len(WAITING_MARK)].rstrip(), True
             raw_patterns = _split_patterns(spec)
             if not spec.strip():
                 raise config_error(source, number, f"task {name!r} has no patterns", f"write '{name}: pattern, ...'")
@@ -216,7 +229,7 @@ def parse_profile(text: str, source: str = "<string>") -> ApplicationProfile:
                     "use fewer, shorter patterns",
                 )
             patterns.append(pattern)
-        tasks.append(Task(name, tuple(patterns), number))
+        tasks.append(Task(name, tuple(patterns), number, waiting))
     if not tasks:
         raise config_error(
             source, 1, "no task defined (the profile is empty or only comments)",

@@ -28,6 +28,20 @@ DeferredStacks = tuple[Callable[[int], str], list[int], list[int]]
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
+# User frames that only say *how* a thread blocks (docs/offcpu.md, "Which task a blocked stack goes to"):
+# the JVM's blocking natives and their Java callers, HotSpot's and glibc's wait primitives. Off-CPU
+# matching passes them over, as it does kernel frames and the patterns of a profile's waiting tasks.
+# Substrings of a frame's text; these frames sit at the leaf of nearly every blocked stack.
+OFFCPU_WAIT_FRAMES: tuple[str, ...] = (
+    "jdk.internal.misc.Unsafe::park", "sun.misc.Unsafe::park", "java.util.concurrent.locks.LockSupport::park",
+    "java.lang.Thread::sleep", "java.lang.Thread::yield", "java.lang.Object::wait",
+    "Unsafe_Park", "Parker::park", "JVM_Sleep", "JVM_MonitorWait", "JavaThread::sleep", "ObjectMonitor::",
+    "Monitor::wait", "PlatformMonitor::", "PlatformEvent::park", "PlatformParker::",
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__futex_abstimed_wait",
+    "futex_wait", "__lll_lock_wait", "pthread_mutex_lock", "epoll_wait", "__poll", "__select",
+    "nanosleep", "sched_yield",
+)
+
 
 def literal_alternation(words: Iterable[str]) -> str | None:
     """One regex that finds any of ``words`` (literal substrings), factored as a trie; None when
@@ -158,6 +172,10 @@ class Matcher:
         self._frame_mask_of = self._frame_masks.__getitem__
         self._decisions = _Memo(self._decide)
         self._decision_of = self._decisions.__getitem__
+        self._waiting_bits = sum(1 << i for i, task in enumerate(profile.tasks) if task.waiting)
+        self._is_wait_frame = literal_searcher(literal_key(frame) for frame in OFFCPU_WAIT_FRAMES)
+        self._offcpu_frame_masks = _Memo(self._offcpu_frame_mask)
+        self._offcpu_frame_mask_of = self._offcpu_frame_masks.__getitem__
 
     # -- pickling (Spark ships the matcher to executors): rebuild the compiled state from the profile
     def __getstate__(self) -> dict[str, Any]:
@@ -179,6 +197,13 @@ class Matcher:
             if not mask & bit and regex_search(frame) is not None:
                 mask |= bit
         return mask
+
+    def _offcpu_frame_mask(self, frame: str) -> int:
+        """``_frame_mask`` without what only says how a thread waits: 0 for a kernel frame or a blocking
+        primitive (OFFCPU_WAIT_FRAMES), and never the bits of waiting tasks."""
+        if frame.endswith(KERNEL_SUFFIX) or self._is_wait_frame(literal_key(frame)):
+            return 0
+        return self._frame_mask_of(frame) & ~self._waiting_bits
 
     def _decide(self, masks: tuple[int, ...]) -> tuple[int, int]:
         """(task index, mask of the other tasks matched by other frames) for the non-zero frame
@@ -211,6 +236,16 @@ class Matcher:
         first: how a reader that interned frames decides its stacks without their text."""
         return self._decision_of(masks)
 
+    def classify_offcpu_mask(self, stack: str) -> tuple[int, int]:
+        """``classify_mask`` for a blocked (off-CPU) stack: frames that only say how the thread waits
+        (kernel frames, OFFCPU_WAIT_FRAMES, waiting tasks' patterns) are passed over, so the first other
+        task from the leaf decides; when no frame names one, the on-CPU rule decides (a waiting task)."""
+        frames = stack.split(FRAME_SEPARATOR)
+        masks = tuple(filter(None, map(self._offcpu_frame_mask_of, frames)))
+        if not masks:
+            return self._decision_of(tuple(filter(None, map(self._frame_mask_of, frames))))
+        return self._decision_of(masks)
+
     def classify(self, stack: str) -> tuple[int, bool]:
         """(index into ``result_names``, whether other frames matched other tasks)."""
         index, others = self.classify_mask(stack)
@@ -231,6 +266,16 @@ class Matcher:
             decider -= 1
         if decider < 0:
             return UNMATCHED, None
+        return self.result_names[self._decision_of(tuple(filter(None, masks)))[0]], decider
+
+    def decide_offcpu(self, frames: Sequence[str]) -> tuple[str, int | None]:
+        """``decide`` by the off-CPU rule of ``classify_offcpu_mask``: the task and its deciding frame."""
+        masks = list(map(self._offcpu_frame_mask_of, frames))
+        if not any(masks):
+            return self.decide(frames)
+        decider = len(masks) - 1
+        while not masks[decider]:
+            decider -= 1
         return self.result_names[self._decision_of(tuple(filter(None, masks)))[0]], decider
 
     def task_names_of(self, mask: int) -> tuple[str, ...]:
@@ -523,11 +568,13 @@ def match_folded_files(matcher: Matcher, paths: Iterable[str | Path]) -> MatchRe
 
 
 def match_offcpu(matcher: Matcher, entries: Iterable[OffCpuEntry]) -> dict[str, Counter[str]]:
-    """Blocked nanoseconds per task and cause: each off-CPU stack goes to its task by the same leaf-first
-    rule as the samples (tasks without blocked time absent)."""
+    """Blocked nanoseconds per task and cause: each off-CPU stack goes to its task by the leaf-first rule
+    that passes over how the thread waits (``Matcher.classify_offcpu_mask``; tasks without blocked time absent)."""
     by_task: dict[str, Counter[str]] = {}
+    names = matcher.result_names
     for entry in entries:
-        by_task.setdefault(matcher.match(entry.stack), Counter())[entry.cause] += entry.blocked_ns
+        task = names[matcher.classify_offcpu_mask(entry.stack)[0]]
+        by_task.setdefault(task, Counter())[entry.cause] += entry.blocked_ns
     return by_task
 
 

@@ -24,6 +24,7 @@ from ..unwind.hotspot import MethodNamer
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
 from .offcpu_idle import IdleThread, WholeWindowWatch, idle_entries
 from .offcpu_java import JavaThreadWatch
+from .offcpu_timeline import OffCpuTimeline, OpenBlock, block_key, split_span, sums_of
 
 BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
 DEFAULT_MIN_BLOCK_MS = 1.0
@@ -192,6 +193,11 @@ class OffCpuTracer:
         self._borrow_namer = borrow_namer  # the sampler's JVM namers: vmStructs read once per JVM, not twice
         self._whole = WholeWindowWatch()  # threads with no switch in the window (blocked all of it)
         self._idle: dict[int, list[IdleThread]] = {}
+        self._idle_end_ns = 0  # when the idle threads were last seen not to have run
+        self._timeline: OffCpuTimeline | None = None  # snapshots at interval ends (tick), for the timeline
+        self._ticks: list[tuple[int, int]] = []  # (interval, monotonic ns of its end), for the idle threads
+        # after collect(), with ticks: interval -> PID -> entries (pids/<pid>/offcpu_timeline.folded)
+        self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] = {}
 
     def bpf_text(self) -> str:
         source = BPF_SOURCE.read_text(encoding="utf-8")
@@ -259,6 +265,37 @@ class OffCpuTracer:
             self._java.attach(pid)
         self._bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
+    def _switched_out(self) -> list[tuple[int, RawBlock]]:
+        """(thread id, block) of the threads switched out now; ``blocked_ns`` holds the switch-out time and
+        ``switches`` its weight (the switch-outs a followed one stands for)."""
+        table = self._bpf[b"switched_out"]
+        found = []
+        for key in list(table.keys()):
+            try:
+                v = table[key]
+            except KeyError:  # switched in meanwhile
+                continue
+            found.append((int(key.value), RawBlock(
+                int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
+                int(v.time_ns), int(v.weight), int(v.java_state), int(v.java_frame),
+            )))
+        return found
+
+    def tick(self, interval: int) -> None:
+        """Interval ``interval`` of the window ends: snapshot the sums, so that collect() splits them by
+        interval too (profiler/sampling/offcpu_timeline.py)."""
+        if self._bpf is None or not self._attached:
+            return
+        if self._timeline is None:
+            self._timeline = OffCpuTimeline(self.min_block_ns)
+        now_ns = time.monotonic_ns()
+        opened = [
+            OpenBlock(tid, block.blocked_ns, block_key(block), max(block.switches, 1))
+            for tid, block in self._switched_out()
+        ]
+        self._timeline.snapshot(interval, now_ns, sums_of(self._summed()), opened)
+        self._ticks.append((interval, now_ns))
+
     def stop(self) -> None:
         """Detach; the threads still switched out count up to now (their block began in the window)."""
         if self._bpf is None or not self._attached:
@@ -266,8 +303,9 @@ class OffCpuTracer:
         if self._java is not None:
             self._java.stop()
         java = self._java
+        self._idle_end_ns = time.monotonic_ns()
         self._idle = self._whole.finish(  # before the detach: a thread woken meanwhile is traced, not lost
-            time.monotonic_ns(), self.min_block_ns,
+            self._idle_end_ns, self.min_block_ns,
             java.view_for if java is not None else (lambda _pid: lambda _tid: (JAVA_NONE, 0)),
         )
         try:
@@ -276,12 +314,17 @@ class OffCpuTracer:
             pass
         self._attached = False
         end_ns = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
-        pending = [
-            RawBlock(int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
-                     int(v.time_ns), int(v.weight), int(v.java_state), int(v.java_frame))
-            for v in self._bpf[b"switched_out"].values()
-        ]
+        pending = [block for _tid, block in self._switched_out()]
         self._pending = open_blocks(pending, end_ns, self.min_block_ns)
+
+    def _summed(self) -> list[RawBlock]:
+        """The kernel's sums so far (each followed switch-out already weighted in the kernel)."""
+        return [
+            RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
+                     _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
+                     int(key.java_frame))
+            for key, value in self._bpf[b"blocked"].items()
+        ]
 
     def read_blocks(self) -> dict[int, list[RawBlock]]:
         """The kernel's sums and the blocks closed at stop(), per PID: estimates of all switch-outs (a
@@ -289,10 +332,7 @@ class OffCpuTracer:
         by_pid: dict[int, list[RawBlock]] = {}
         if self._bpf is None:
             return by_pid
-        for key, value in self._bpf[b"blocked"].items():
-            block = RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
-                             _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
-                             int(key.java_frame))
+        for block in self._summed():
             by_pid.setdefault(block.tgid, []).append(block)
         for block in self._pending:
             by_pid.setdefault(block.tgid, []).append(block)
@@ -319,22 +359,47 @@ class OffCpuTracer:
                     cache[stack_id] = None
             return cache[stack_id]
 
+        per_interval: dict[int, list[RawBlock]] = {}
+        if self._timeline is not None:
+            final = [block for blocks in by_pid.values() for block in blocks]
+            per_interval = self._timeline.finish(self._timeline.last_interval, final)
         kernel = KernelSymbols()
         try:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
                 try:
                     java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
-                    result[pid] = name_blocks(blocks, stack_of, _frame_namer(symbols), kernel.resolve, java_name)
+                    names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
+                    result[pid] = name_blocks(blocks, *names)
+                    for interval, interval_blocks in per_interval.items():
+                        mine = [block for block in interval_blocks if block.tgid == pid]
+                        if mine:
+                            self.interval_entries.setdefault(interval, {})[pid] = name_blocks(mine, *names)
                 finally:
                     symbols.close()
-            for pid, threads in sorted(self._idle.items()):  # whole-window blocks: not sampled, not scaled
-                java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
-                result[pid] = merge_entries([*result.get(pid, []), *idle_entries(threads, java_name)])
+            self._add_idle(result)
         finally:
             kernel.close()
         self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))
         return result
+
+    def _add_idle(self, result: dict[int, list[OffCpuEntry]]) -> None:
+        """The whole-window blocks (not sampled, not scaled) into ``result`` and, split where the intervals
+        ended, into the timeline's entries."""
+        last = self._timeline.last_interval if self._timeline is not None else -1
+        for pid, threads in sorted(self._idle.items()):
+            java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
+            result[pid] = merge_entries([*result.get(pid, []), *idle_entries(threads, java_name)])
+            if last < 0:
+                continue
+            parts: dict[int, list[IdleThread]] = {}
+            for thread in threads:
+                start_ns = self._idle_end_ns - thread.blocked_ns
+                for interval, ns in split_span(start_ns, self._idle_end_ns, self._ticks, last).items():
+                    parts.setdefault(interval, []).append(replace(thread, blocked_ns=ns))
+            for interval, interval_threads in parts.items():
+                entries = self.interval_entries.setdefault(interval, {})
+                entries[pid] = merge_entries([*entries.get(pid, []), *idle_entries(interval_threads, java_name)])
 
     def _check_drops(self, summed_ns: int) -> None:
         short, short_ns = self.short_blocks

@@ -75,7 +75,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     argv = [
         sys.executable, "-m", "profiler", "run", "--duration", "15", "--out", str(out), "--host", "h",
         "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
-        "--status-file", str(status), "--off-cpu", "--checkpoint", "0",
+        "--status-file", str(status), "--off-cpu", "--checkpoint", "0", "--interval", "5",
     ]  # fmt: skip
     profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -158,6 +158,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     assert any(";java.lang.Object::wait" in e.stack for e in idle), idle
     # AND `coordinator analyze` gives summary.csv the same off-CPU seconds per task
     from coordinator.analysis.engines import analyze
+    from coordinator.analysis.timeline import SubWindow
 
     analyze([out], out_dir=tmp_path / "analysis", engine="in-process")
     with open(tmp_path / "analysis" / "summary.csv") as handle:
@@ -177,3 +178,21 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     exported = pprof_totals(profile, len(profile.sample_type) - 1)
     for task in (*THREADS, "Dozer", "Idler"):
         assert exported[("h", pid, task)] / 1e9 == pytest.approx(float(rows[task]["offcpu_seconds"]), rel=1e-5)
+    # AND the blocked time per 5 s interval (offcpu_timeline.folded) adds up to the window's, stack by stack
+    by_interval = capture.read_pid_offcpu_timeline(out, pid)
+    assert by_interval is not None and set(by_interval) == {0, 1, 2}, by_interval and sorted(by_interval)
+    summed: dict[tuple[str, str], int] = {}
+    for interval_entries in by_interval.values():
+        for e in interval_entries:
+            summed[e.cause, e.stack] = summed.get((e.cause, e.stack), 0) + e.blocked_ns
+    assert summed == {(e.cause, e.stack): e.blocked_ns for e in entries}
+    # AND `analyze --from 5 --to 10` cuts it: the sleeper, asleep nearly all the time, was asleep ~5 s of it
+    analyze([out], out_dir=tmp_path / "cut", engine="in-process", window=SubWindow(5.0, 10.0))
+    with open(tmp_path / "cut" / "summary.csv") as handle:
+        cut = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
+    sleeper_whole = float(rows["Sleeper"]["offcpu_sleep_seconds"])
+    assert float(cut["Sleeper"]["offcpu_sleep_seconds"]) == pytest.approx(sleeper_whole / 3, rel=0.15), cut["Sleeper"]
+    assert float(cut["*"]["offcpu_seconds"]) < float(rows["*"]["offcpu_seconds"]) * 0.5
+    # and the threads blocked all window are split at the interval ends like the walked blocks
+    dozer_whole = float(rows["Dozer"]["offcpu_sleep_seconds"])
+    assert float(cut["Dozer"]["offcpu_sleep_seconds"]) == pytest.approx(dozer_whole / 3, rel=0.15), cut["Dozer"]

@@ -290,7 +290,7 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     runner.run(parse_profile(PROFILE_TEXT))
 
     meta = capture.read_meta(out)
-    assert meta.format_version == 4 and meta.stack_collection == "ringbuf" and meta.interval == 0.4
+    assert meta.format_version == capture.FORMAT_VERSION and meta.stack_collection == "ringbuf" and meta.interval == 0.4
     assert components.sampler.window_begun
     # THEN the stacks' timeline sums to the folded stacks
     assert capture.read_timeline(out, 102) == capture.read_timeline(out, 102, first=0, last=0)
@@ -465,10 +465,15 @@ class FakeOffCpu:
         self.added: list[int] = []
         self.exited: list[int] = []
         self.order: list[str] = []
+        self.ticks: list[int] = []
+        self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] = {}
 
     def start(self) -> str:
         self.order.append("start")
         return "sched_switch"
+
+    def tick(self, interval: int) -> None:
+        self.ticks.append(interval)
 
     def add_pid(self, pid: int) -> None:
         self.added.append(pid)
@@ -482,6 +487,7 @@ class FakeOffCpu:
     def collect(self) -> dict[int, list[OffCpuEntry]]:
         self.order.append("collect")
         entries = {101: [OffCpuEntry("lock", "main;run;burnAlpha;futex_wait_[k]", 2_000_000_000, 4)]}
+        self.interval_entries = {self.ticks[-1]: entries} if self.ticks else {}
         return {pid: entries.get(pid, []) for pid in self.added}
 
     def close(self) -> None:
@@ -500,6 +506,10 @@ def test_off_cpu_component_traces_workload_pids_and_its_time_reaches_files_rows_
     assert offcpu.added == [101, 102] and offcpu.order == ["start", "stop", "collect", "close"]
     assert offcpu.exited == [101]  # its time stays (below), its pid is no longer followed
     assert capture.read_pid_offcpu(out, 101) == offcpu.collect()[101]
+    # the per-interval split: every interval end was a tick, the last one holds the fake's time
+    assert offcpu.ticks and offcpu.ticks == sorted(set(offcpu.ticks))
+    assert capture.read_pid_offcpu_timeline(out, 101) == {offcpu.ticks[-1]: offcpu.collect()[101]}
+    assert capture.read_pid_offcpu_timeline(out, 102) == {}
     assert capture.read_pid_offcpu(out, 102) == [] and capture.read_pid_offcpu(out, 200) is None
     rows = {(r["pid"], r["task"]): r for r in read_rows(out)}
     assert float(rows[("101", "Alpha")]["offcpu_lock_seconds"]) == 2.0

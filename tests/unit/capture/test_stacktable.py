@@ -142,10 +142,11 @@ def test_a_newer_capture_format_is_refused(tmp_path: Path) -> None:
     write_capture(tmp_path, "h1", [PidSpec(100, {"t;f": 1})])
     meta = capture.read_meta(tmp_path)
     text = (tmp_path / capture.META_FILE).read_text().replace(
-        f'"format_version": {meta.format_version}', '"format_version": 5'
+        f'"format_version": {meta.format_version}', f'"format_version": {capture.FORMAT_VERSION + 1}'
     )
     capture.atomic_write_text(tmp_path / capture.META_FILE, text)
-    with pytest.raises(CaptureFormatError, match="format_version 5, this version reads 1, 2, 3, 4"):
+    newer, readable = capture.FORMAT_VERSION + 1, ", ".join(map(str, capture.READABLE_VERSIONS))
+    with pytest.raises(CaptureFormatError, match=f"format_version {newer}, this version reads {readable}"):
         capture.read_meta(tmp_path)
 
 

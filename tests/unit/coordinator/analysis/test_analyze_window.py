@@ -164,3 +164,53 @@ def test_timeline_without_counters_timeline_for_the_whole_host(tmp_path: Path) -
     total = _row(_rows(tmp_path / "out" / "summary.csv"), "h", "300", "*")
     # its share of the window's samples is 0, so are its sub-window counters
     assert (total["samples"], total["cycles"], total["cpu_seconds"]) == ("0", "0", "0")
+
+
+def test_sub_window_cuts_off_cpu_time_from_its_timeline(timeline_run: Path, tmp_path: Path) -> None:
+    from profiler.capture import format as capture
+    from profiler.capture.offcpu import OffCpuEntry, merge_entries
+
+    # GIVEN PID 100 blocked polling Kafka 1 s, 2 s and 4 s in the three intervals and 0.5 s in a GC thread in
+    # the second; PID 200 has offcpu.folded but no timeline (a capture older than format 5)
+    host = timeline_run / "hosts" / "h1"
+    poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;Unsafe::park;futex_wait_[k]"
+    by_interval = {
+        0: [OffCpuEntry("net", poll, 10**9, 10)],
+        1: [OffCpuEntry("net", poll, 2 * 10**9, 20), OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 5 * 10**8, 1)],
+        2: [OffCpuEntry("net", poll, 4 * 10**9, 40)],
+    }
+    capture.write_offcpu(host, 100, merge_entries(e for es in by_interval.values() for e in es))
+    capture.write_offcpu_timeline(host, 100, by_interval)
+    capture.write_offcpu(host, 200, [OffCpuEntry("net", poll, 10**9, 1)])
+    # WHEN the second interval alone is analysed, and the whole window
+    assert _analyze(timeline_run, tmp_path / "cut", "--from", "10", "--to", "20") == 0
+    assert _analyze(timeline_run, tmp_path / "whole") == 0
+    cut, whole = _rows(tmp_path / "cut" / "summary.csv"), _rows(tmp_path / "whole" / "summary.csv")
+    # THEN the cut holds that interval's blocked time per task and cause, the whole window all of it
+    assert float(_row(cut, "h1", "100", "Kafka")["offcpu_net_seconds"]) == 2.0
+    assert float(_row(cut, "h1", "100", "GC")["offcpu_lock_seconds"]) == 0.5
+    assert float(_row(cut, "h1", "100", "*")["offcpu_seconds"]) == 2.5
+    assert float(_row(whole, "h1", "100", "Kafka")["offcpu_net_seconds"]) == 7.0
+    # AND a PID without a timeline is "not measured" in the cut, measured in the whole window
+    assert _row(cut, "h1", "200", "*")["offcpu_seconds"] == ""
+    assert float(_row(whole, "h1", "200", "*")["offcpu_seconds"]) == 1.0
+
+
+def test_report_loads_the_blocked_stacks_of_the_sub_windows_intervals(timeline_run: Path) -> None:
+    from coordinator.analysis.load import load_offcpu
+    from profiler.capture import format as capture
+    from profiler.capture.offcpu import OffCpuEntry
+
+    host = timeline_run / "hosts" / "h1"
+    poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;futex_wait_[k]"
+    by_interval = {0: [OffCpuEntry("net", poll, 1, 1)], 1: [OffCpuEntry("net", poll, 20, 2)],
+                   2: [OffCpuEntry("net", poll, 300, 3)]}  # fmt: skip
+    capture.write_offcpu(host, 100, [OffCpuEntry("net", poll, 321, 6)])
+    capture.write_offcpu_timeline(host, 100, by_interval)
+    capture.write_offcpu(host, 200, [OffCpuEntry("net", poll, 5, 1)])  # no timeline: left out of a cut
+    problems: list[str] = []
+    loaded = capture.read_capture(host)
+    whole = {100: [OffCpuEntry("net", poll, 321, 6)], 200: [OffCpuEntry("net", poll, 5, 1)]}
+    assert load_offcpu(loaded, problems) == whole
+    assert load_offcpu(loaded, problems, (1, 2)) == {100: [OffCpuEntry("net", poll, 320, 5)]}
+    assert problems == []
