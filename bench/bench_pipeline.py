@@ -239,8 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = []
     for master in args.masters.split(","):
-        command = [sys.executable, __file__, "--archive", str(archive), "--one", master, "--out", str(args.out)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        command = [sys.executable, __file__, "--archive", str(archive.resolve()), "--one", master, "--out",
+                   str(args.out.resolve())]
+        # In this tree's directory: Spark starts its Python workers with `python -m`, which puts the working
+        # directory first on their path, so elsewhere (another checkout) they would run that tree's code.
+        done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
             return done.returncode

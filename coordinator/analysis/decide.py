@@ -9,13 +9,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
+from itertools import compress
+from itertools import count as numbered
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.capture import format as capture
 from profiler.capture.folded import FRAME_SEPARATOR
 from profiler.capture.stacktable import STACK_TABLE_FILE, StackTable, read_table
 from profiler.errors import CaptureFormatError
 from profiler.matching.matcher import Matcher
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the CLI starts without it
+    import numpy as np
+
+    from coordinator.analysis.tableread import TableArrays
 
 _EXACT_FLOAT = 2**53  # integers up to here are exact in float64
 
@@ -42,23 +50,35 @@ class PidTaskSums:
 
 
 def stack_samples(table: StackTable, intervals: tuple[int, int] | None = None) -> Iterator[tuple[int, int]]:
-    """(stack id, samples) of a table's stacks with samples, over intervals ``first..last`` (None: all).
-    numpy sums the rows (a table of a 900 s window has tens of thousands); a float64 sum is exact below
-    2^53, so a table whose counts could exceed it is summed in Python (StackTable.stack_counts)."""
+    """(stack id, samples) of a table's stacks with samples, over intervals ``first..last`` (None: all)."""
+    return row_sums(table.stack_ids, table.counts, table.intervals, len(table.stacks), intervals)
+
+
+def row_sums(
+    stack_ids: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray,
+    row_intervals: Sequence[int] | np.ndarray, stacks: int,
+    intervals: tuple[int, int] | None = None,
+) -> Iterator[tuple[int, int]]:
+    """(stack id, samples) of the stacks with samples of a table's rows, over intervals ``first..last``
+    (None: all), in stack-id order. numpy sums the rows (a table of a 900 s window has tens of thousands); a
+    float64 sum is exact below 2^53, so rows whose counts could exceed it are summed in Python."""
     import numpy as np
 
-    stack_ids = np.asarray(table.stack_ids, dtype=np.int64)
-    counts = np.asarray(table.counts, dtype=np.uint64)
+    ids = np.asarray(stack_ids, dtype=np.int64)
+    values = np.asarray(counts, dtype=np.uint64)
     if intervals is not None:
-        slices = np.asarray(table.intervals, dtype=np.int64)
+        slices = np.asarray(row_intervals, dtype=np.int64)
         kept = (slices >= intervals[0]) & (slices <= intervals[1])
-        stack_ids, counts = stack_ids[kept], counts[kept]
-    if len(counts) and int(counts.max()) * len(counts) >= _EXACT_FLOAT:
-        yield from ((s, n) for s, n in table.stack_counts(*(intervals or (None, None))).items() if n > 0)
+        ids, values = ids[kept], values[kept]
+    if len(values) and int(values.max()) * len(values) >= _EXACT_FLOAT:
+        exact: Counter[int] = Counter()
+        for stack_id, count in zip(ids.tolist(), values.tolist()):
+            exact[stack_id] += count
+        yield from sorted((s, n) for s, n in exact.items() if n > 0)
         return
-    totals = np.bincount(stack_ids, weights=counts.astype(np.float64), minlength=len(table.stacks))
-    for stack_id in np.flatnonzero(totals > 0).tolist():
-        yield stack_id, int(totals[stack_id])
+    totals = np.bincount(ids, weights=values.astype(np.float64), minlength=stacks)
+    found = np.flatnonzero(totals > 0)
+    yield from zip(found.tolist(), totals[found].astype(np.int64).tolist())
 
 
 def stack_fingerprint(frame_prints: Iterable[int]) -> int:
@@ -73,6 +93,18 @@ def frame_fingerprint(text: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
+class _FrameMemo(dict):  # type: ignore[type-arg]
+    """frame text -> (Matcher.frame_mask, frame_fingerprint), computed once; hits are one C-level lookup."""
+
+    def __init__(self, matcher: Matcher) -> None:
+        super().__init__()
+        self._mask = matcher.frame_mask
+
+    def __missing__(self, text: str) -> tuple[int, int]:
+        value = self[text] = (self._mask(text), frame_fingerprint(text))
+        return value
+
+
 class TaskDecider:
     """The tasks of stacks under one Matcher, memoized over every file one worker reads: each distinct frame
     text is matched and fingerprinted once; a stack costs a lookup per frame and one per combination of
@@ -83,6 +115,7 @@ class TaskDecider:
         self._unmatched_index = matcher.unmatched_index
         self._width = len(matcher.result_names)
         self._prints: dict[str, int] = {}
+        self._frames = _FrameMemo(matcher)
 
     def _print_of(self, text: str) -> int:
         found = self._prints.get(text)
@@ -95,7 +128,9 @@ class TaskDecider:
         ``intervals``: only the intervals ``first..last``); an unreadable file is a CaptureFormatError."""
         try:
             if path.name == STACK_TABLE_FILE:
-                return self.table(read_table(path), intervals)
+                from coordinator.analysis.tableread import read_table_arrays
+
+                return self.arrays(read_table_arrays(path), intervals)
             return self.folded(capture.read_stack_counts(path, intervals))
         except OSError as exc:
             raise CaptureFormatError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from None
@@ -127,6 +162,54 @@ class TaskDecider:
             text_of = table.stack_text(texts)
             for stack_id, count in unmatched_ids:
                 sums.unmatched[text_of(stack_id)] += count
+        return sums
+
+    def arrays(self, table: TableArrays, intervals: tuple[int, int] | None = None) -> PidTaskSums:
+        """``table``'s sums from the prefix-coded stacks: a stack's state (the OR of its frames' masks, its
+        leaf-most matching frame's mask and the OR of the masks before that one) is the state of the frames
+        it shares with the stack before, carried on through its own frames, so each frame of the file is
+        looked at once (and in Python only when it matches a task). Decides every stack as ``table()`` does
+        (Matcher.decide_masks: the leaf-most matching frame's task, the other frames' tasks as ``multi``)."""
+        texts = table.frame_texts()
+        frame_masks, frame_prints = zip(*map(self._frames.__getitem__, texts)) if texts else ((), ())
+        mask_of, print_of = frame_masks.__getitem__, frame_prints.__getitem__
+        decide = self.matcher.decide_masks
+        sums = PidTaskSums([0] * self._width, [0] * self._width)
+        samples, multi, fingerprints = sums.samples, sums.multi, sums.fingerprints
+        totals = row_sums(table.stack_ids, table.counts, table.intervals, table.stack_count, intervals)
+        wanted, count = next(totals, (-1, 0))
+        path: list[int] = []  # the current stack's frame ids
+        prints: list[int] = []  # their frame_fingerprints
+        # The state after each matching frame of the current stack: (depth: frames up to and including it,
+        # (all masks so far, this leaf mask, the masks before it)); depth 0 is the empty stack's.
+        depths, states = [0], [(0, 0, 0)]
+        unmatched_ids = []
+        for stack_id, (prefix, suffix) in enumerate(table.prefix_coded()):
+            del path[prefix:], prints[prefix:]
+            path += suffix
+            prints += map(print_of, suffix)
+            while depths[-1] > prefix:
+                depths.pop()
+                states.pop()
+            state = states[-1]
+            masks = list(map(mask_of, suffix))
+            if any(masks):  # few frames match: they alone are looked at in Python
+                for depth, mask in zip(compress(numbered(prefix + 1), masks), filter(None, masks)):
+                    state = (state[0] | mask, mask, state[0])
+                    depths.append(depth)
+                    states.append(state)
+            if stack_id != wanted:
+                continue
+            index, others = decide(((state[2], state[1]) if state[2] else (state[1],)) if state[1] else ())
+            samples[index] += count
+            if others:
+                multi[index] += count
+            fingerprints.add(hash(tuple(prints)))  # stack_fingerprint, inlined: the hot loop
+            if index == self._unmatched_index:
+                unmatched_ids.append((tuple(path), count))
+            wanted, count = next(totals, (-1, 0))
+        for frames, count in unmatched_ids:
+            sums.unmatched[FRAME_SEPARATOR.join(map(texts.__getitem__, frames))] += count
         return sums
 
     def folded(self, counts: Mapping[str, int]) -> PidTaskSums:

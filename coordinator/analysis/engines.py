@@ -60,7 +60,8 @@ APP_NAME = "taskprof-analyze"
 KIND_PID = 1  # samples of one PID in one task (pid_key, task, samples, multi)
 KIND_ERROR = 2  # an input file that could not be read; ``stack`` holds the message
 KIND_UNMATCHED = 3  # samples of one unmatched stack in one partition (digest; stack text on its first row)
-KIND_FINGERPRINT = 4  # one distinct stack of a partition (fingerprint), for the distinct-stack count
+KIND_FINGERPRINT = 4  # distinct stacks of a partition: their fingerprints packed in ``digest`` (int64 LE)
+FINGERPRINTS_PER_ROW = 1 << 20
 READ_BATCH_ROWS = 20_000
 FILES_PER_SLICE = 16
 # Below this much stack data on a local master, the job runs in this process with the same reader, matcher
@@ -69,10 +70,8 @@ FILES_PER_SLICE = 16
 IN_PROCESS_MAX_BYTES = 256 * 1024 * 1024
 ENGINES = ("auto", "spark", "in-process")
 
-DECIDED_COLUMNS = ("kind", "pid_key", "task", "digest", "stack", "samples", "multi", "fingerprint")
-DECIDED_SCHEMA = (
-    "kind int, pid_key int, task int, digest binary, stack string, samples long, multi long, fingerprint long"
-)
+DECIDED_COLUMNS = ("kind", "pid_key", "task", "digest", "stack", "samples", "multi")
+DECIDED_SCHEMA = "kind int, pid_key int, task int, digest binary, stack string, samples long, multi long"
 
 
 @dataclass(frozen=True)
@@ -214,29 +213,39 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
 
 def _decided_rows(
     key: int, sums: PidTaskSums, seen: set[bytes]
-) -> Iterator[tuple[int, int | None, int | None, bytes | None, str | None, int, int, int | None]]:
+) -> Iterator[tuple[int, int | None, int | None, bytes | None, str | None, int, int]]:
     """DECIDED_SCHEMA rows of one PID: its samples per task, then its unmatched stacks keyed by a 128-bit
     BLAKE2b digest of their text, the text travelling only with a digest's first row in the partition."""
     from hashlib import blake2b
 
     for task, (samples, multi) in enumerate(zip(sums.samples, sums.multi)):
         if samples:
-            yield KIND_PID, key, task, None, None, samples, multi, None
+            yield KIND_PID, key, task, None, None, samples, multi
     for stack, samples in sums.unmatched.items():
         digest = blake2b(stack.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         first = digest not in seen
         seen.add(digest)
-        yield KIND_UNMATCHED, None, None, digest, stack if first else None, samples, 0, None
+        yield KIND_UNMATCHED, None, None, digest, stack if first else None, samples, 0
 
 
 def _record_batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
     import pyarrow as pa
 
-    types = (pa.int32(), pa.int32(), pa.int32(), pa.binary(), pa.string(), pa.int64(), pa.int64(), pa.int64())
+    types = (pa.int32(), pa.int32(), pa.int32(), pa.binary(), pa.string(), pa.int64(), pa.int64())
     columns = list(zip(*rows))
     return pa.RecordBatch.from_arrays(
         [pa.array(column, kind) for column, kind in zip(columns, types)], names=list(DECIDED_COLUMNS)
     )
+
+
+def _fingerprint_rows(fingerprints: set[int]) -> Iterator[tuple[Any, ...]]:
+    """A partition's distinct stack fingerprints packed as little-endian int64s, FINGERPRINTS_PER_ROW a row."""
+    import numpy as np
+
+    values = np.fromiter(fingerprints, dtype=np.int64, count=len(fingerprints))
+    for start in range(0, len(values), FINGERPRINTS_PER_ROW):
+        packed = values[start : start + FINGERPRINTS_PER_ROW].astype("<i8").tobytes()
+        yield KIND_FINGERPRINT, None, None, packed, None, 0, 0
 
 
 def _decide_function(profile_broadcast: Any) -> Any:
@@ -257,14 +266,14 @@ def _decide_function(profile_broadcast: Any) -> Any:
                 try:
                     sums = decider.read(Path(path), None if first is None else (first, last))
                 except CaptureFormatError as exc:
-                    rows.append((KIND_ERROR, key, None, None, str(exc), 0, 0, None))
+                    rows.append((KIND_ERROR, key, None, None, str(exc), 0, 0))
                     continue
                 rows.extend(_decided_rows(key, sums, seen))
                 fingerprints |= sums.fingerprints
                 if len(rows) >= READ_BATCH_ROWS:
                     yield _record_batch(rows)
                     rows.clear()
-        rows.extend((KIND_FINGERPRINT, None, None, None, None, 0, 0, f) for f in fingerprints)
+        rows.extend(_fingerprint_rows(fingerprints))
         for start in range(0, len(rows), READ_BATCH_ROWS):
             yield _record_batch(rows[start : start + READ_BATCH_ROWS])
 
@@ -296,34 +305,35 @@ def decide_stacks(
     return paths.mapInArrow(_decide_function(profile_broadcast), DECIDED_SCHEMA)
 
 
-def pid_counts(decided: DataFrame, task_names: Sequence[str]) -> tuple[dict[int, PidTaskCounts], list[str]]:
-    """Samples per (PID, task) and the read errors, collected to the driver (small)."""
+def pid_counts(
+    decided: DataFrame, task_names: Sequence[str]
+) -> tuple[dict[int, PidTaskCounts], list[str], int]:
+    """Samples per (PID, task), the read errors and the number of distinct stacks (by their fingerprints,
+    decide.stack_fingerprint), collected to the driver in one pass: a few rows per PID and one per
+    partition's packed fingerprints, summed here (no grouping in the JVM)."""
+    import numpy as np
     from pyspark.sql import functions as F
 
-    summed = (
-        decided.filter(F.col("kind").isin(KIND_PID, KIND_ERROR))
-        .groupBy("kind", "pid_key", "task", "stack")
-        .agg(F.sum("samples").alias("samples"), F.sum("multi").alias("multi"))
+    rows = (
+        decided.filter(F.col("kind").isin(KIND_PID, KIND_ERROR, KIND_FINGERPRINT))
+        .select("kind", "pid_key", "task", "digest", "stack", "samples", "multi")
         .collect()
     )
-    errors = sorted(str(row["stack"]) for row in summed if row["kind"] == KIND_ERROR)
+    errors = sorted(str(row["stack"]) for row in rows if row["kind"] == KIND_ERROR)
+    packed = [np.frombuffer(row["digest"], dtype="<i8") for row in rows if row["kind"] == KIND_FINGERPRINT]
+    distinct = len(np.unique(np.concatenate(packed))) if packed else 0
+    summed: dict[tuple[int, int], list[int]] = {}
+    for row in rows:
+        if row["kind"] == KIND_PID:
+            slot = summed.setdefault((row["pid_key"], row["task"]), [0, 0])
+            slot[0] += row["samples"]
+            slot[1] += row["multi"]
     samples: dict[int, dict[str, int]] = {}
     multi: dict[int, dict[str, int]] = {}
-    for row in summed:
-        if row["kind"] != KIND_PID:
-            continue
-        task = task_names[row["task"]]
-        samples.setdefault(row["pid_key"], {})[task] = int(row["samples"])
-        multi.setdefault(row["pid_key"], {})[task] = int(row["multi"])
-    return {key: PidTaskCounts(samples[key], multi.get(key, {})) for key in samples}, errors
-
-
-def distinct_stacks(decided: DataFrame) -> int:
-    """Distinct stacks over all inputs (by their fingerprints, decide.stack_fingerprint)."""
-    from pyspark.sql import functions as F
-
-    row = decided.filter(F.col("kind") == KIND_FINGERPRINT).agg(F.countDistinct("fingerprint")).collect()[0]
-    return int(row[0])
+    for (key, task), (count, in_others) in sorted(summed.items()):
+        samples.setdefault(key, {})[task_names[task]] = count
+        multi.setdefault(key, {})[task_names[task]] = in_others
+    return {key: PidTaskCounts(samples[key], multi[key]) for key in samples}, errors, distinct
 
 
 def sorted_unmatched_stacks(decided: DataFrame) -> Iterator[tuple[str, int]]:
@@ -412,11 +422,10 @@ def run_analysis(
 
             decided.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                counts, errors = pid_counts(decided, task_names)
+                counts, errors, distinct = pid_counts(decided, task_names)
                 if errors:
                     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
                     raise CaptureFormatError(errors[0] + more)
-                distinct = distinct_stacks(decided)
                 samples = sum(sum(c.samples.values()) for c in counts.values())
                 _write_unmatched(scratch / UNMATCHED_FILE, sorted_unmatched_stacks(decided))
             finally:

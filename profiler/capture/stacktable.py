@@ -298,6 +298,11 @@ def write_table(path: Path, table: StackTable, write: Callable[[Path, bytes], No
 
 def read_table(path: Path) -> StackTable:
     """The table of a stacks.tpc; a truncated, corrupt or unknown file is one CaptureFormatError naming it."""
+    return decode_table(read_table_bytes(path), str(path))
+
+
+def read_table_bytes(path: Path) -> bytes:
+    """A stacks.tpc's uncompressed bytes (``decode_table``'s input); errors as ``read_table``."""
     try:
         with gzip.open(path, "rb") as handle:
             raw = handle.read(MAX_TABLE_BYTES + 1)
@@ -307,17 +312,33 @@ def read_table(path: Path) -> StackTable:
         raise CaptureFormatError(f"{path}: truncated or corrupt ({exc}); re-run or re-fetch the capture") from None
     if len(raw) > MAX_TABLE_BYTES:
         raise CaptureFormatError(f"{path}: more than {MAX_TABLE_BYTES} bytes uncompressed; not a stack table")
-    return decode_table(raw, str(path))
+    return raw
 
 
-def _bad(source: str, what: str) -> CaptureFormatError:
+def bad_table(source: str, what: str) -> CaptureFormatError:
     return CaptureFormatError(f"{source}: {what}; re-run or re-fetch the capture")
 
 
-def decode_table(raw: bytes, source: str) -> StackTable:
-    """``encode_table``'s inverse; every id and length is checked before it is used."""
+@dataclass(frozen=True)
+class TableHeader:
+    """A table file's checked header: frames, contexts, whether it has sample times, and the array sizes."""
+
+    names: list[str]
+    kinds: list[str]
+    modules: list[str]
+    contexts: list[str]
+    timeline: bool
+    sizes: tuple[int, int, int]  # stacks, stack frames, rows
+
+
+# The arrays after the header, in file order: (array typecode, which header size gives its length).
+ARRAY_LAYOUT = (("I", 0), ("I", 0), ("I", 1), ("I", 2), ("I", 2), ("I", 2), ("Q", 2))
+
+
+def decode_header(raw: bytes, source: str) -> tuple[TableHeader, int]:
+    """The checked header of a table's bytes and where its arrays start."""
     if len(raw) < _PREAMBLE.size or raw[:5] != MAGIC:
-        raise _bad(source, "not a stack table (no TPSTK magic)")
+        raise bad_table(source, "not a stack table (no TPSTK magic)")
     _magic, version, header_length = _PREAMBLE.unpack_from(raw)
     if version not in READABLE_TABLE_VERSIONS:
         raise CaptureFormatError(
@@ -328,39 +349,78 @@ def decode_table(raw: bytes, source: str) -> StackTable:
     try:
         header = json.loads(raw[_PREAMBLE.size : at].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad(source, f"header is not JSON ({exc})") from None
+        raise bad_table(source, f"header is not JSON ({exc})") from None
     names, kinds, modules, contexts, sizes = _check_header(header, source)
-    arrays, at = _read_arrays(raw, at, sizes, source)
+    return TableHeader(names, kinds, modules, contexts, bool(header["timeline"]), (sizes[0], sizes[1], sizes[2])), at
+
+
+def array_spans(raw: bytes, at: int, header: TableHeader, source: str) -> list[tuple[str, int, int]]:
+    """(typecode, start, length) of each array of ``ARRAY_LAYOUT``; a file cut short or with bytes after the
+    last row is a CaptureFormatError."""
+    spans = []
+    for code, size in ARRAY_LAYOUT:
+        length = header.sizes[size]
+        end = at + array(code).itemsize * length
+        if end > len(raw):
+            raise bad_table(source, "cut short (the arrays the header announces are not all there)")
+        spans.append((code, at, length))
+        at = end
     if at != len(raw):
-        raise _bad(source, f"{len(raw) - at} bytes after the last row")
+        raise bad_table(source, f"{len(raw) - at} bytes after the last row")
+    return spans
+
+
+def decode_table(raw: bytes, source: str) -> StackTable:
+    """``encode_table``'s inverse; every id and length is checked before it is used. (The coordinator's
+    numpy reader, coordinator/analysis/tableread.py, makes the same checks with the same messages.)"""
+    header, at = decode_header(raw, source)
+    arrays = []
+    for code, start, length in array_spans(raw, at, header, source):
+        values = array(code)
+        values.frombytes(raw[start : start + values.itemsize * length])
+        if sys.byteorder != "little":
+            values.byteswap()
+        arrays.append(values)
     prefixes, suffix_lengths, suffixes, intervals, stack_ids, context_ids, counts = arrays
-    stacks = _unfold_stacks(prefixes, suffix_lengths, suffixes, len(names), source)
+    stacks = _unfold_stacks(prefixes, suffix_lengths, suffixes, len(header.names), source)
     if stack_ids and max(stack_ids) >= len(stacks):
-        raise _bad(source, "a row names a stack the table does not have")
-    if context_ids and max(context_ids) > len(contexts):
-        raise _bad(source, "a row names a context the table does not have")
+        raise bad_table(source, ROW_STACK_ERROR)
+    if context_ids and max(context_ids) > len(header.contexts):
+        raise bad_table(source, ROW_CONTEXT_ERROR)
     if counts and max(counts) > MAX_COUNT:
-        raise _bad(source, "a row's count is above 2^63 - 1")
-    return StackTable(names, kinds, modules, stacks, contexts, intervals, stack_ids, context_ids, counts,
-                      bool(header["timeline"]))
+        raise bad_table(source, ROW_COUNT_ERROR)
+    return StackTable(header.names, header.kinds, header.modules, stacks, header.contexts, intervals, stack_ids,
+                      context_ids, counts, header.timeline)
+
+
+ROW_STACK_ERROR = "a row names a stack the table does not have"
+ROW_CONTEXT_ERROR = "a row names a context the table does not have"
+ROW_COUNT_ERROR = "a row's count is above 2^63 - 1"
+FRAME_ID_ERROR = "a stack names a frame the table does not have"
+LEFTOVER_ERROR = "stack frames left over after the last stack"
+
+
+def prefix_error(stack: int) -> str:
+    return f"stack {stack} shares more frames than the stack before it has"
 
 
 def _strings(value: object, source: str, what: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise _bad(source, f"{what} is not a list of strings")
+    if not isinstance(value, list) or not set(map(type, value)) <= {str}:  # JSON's strings are exactly str
+        raise bad_table(source, f"{what} is not a list of strings")
     return value
 
 
 def _indexes(value: object, names: Sequence[str], count: int, source: str, what: str) -> list[str]:
+    # set(map(type, ...)), min and max run in C: a header holds one kind and one module per frame
     if not (isinstance(value, list) and len(value) == count
-            and all(type(item) is int and 0 <= item < len(names) for item in value)):
-        raise _bad(source, f"{what} is not one index per frame")
+            and (not value or (set(map(type, value)) == {int} and min(value) >= 0 and max(value) < len(names)))):
+        raise bad_table(source, f"{what} is not one index per frame")
     return [names[item] for item in value]
 
 
 def _check_header(header: object, source: str) -> tuple[list[str], list[str], list[str], list[str], list[int]]:
     if not isinstance(header, dict):
-        raise _bad(source, "header is not a JSON object")
+        raise bad_table(source, "header is not a JSON object")
     names = _strings(header.get("names"), source, "names")
     kinds = _indexes(header.get("kinds"), _strings(header.get("kind_names"), source, "kind_names"), len(names),
                      source, "kinds")
@@ -369,27 +429,10 @@ def _check_header(header: object, source: str) -> tuple[list[str], list[str], li
     contexts = _strings(header.get("contexts"), source, "contexts")
     sizes = [header.get(key) for key in ("stacks", "stack_frames", "rows")]
     if not all(type(size) is int and 0 <= size <= MAX_TABLE_BYTES for size in sizes):
-        raise _bad(source, "stacks, stack_frames and rows are not counts")
+        raise bad_table(source, "stacks, stack_frames and rows are not counts")
     if not isinstance(header.get("timeline"), bool):
-        raise _bad(source, "timeline is not true/false")
+        raise bad_table(source, "timeline is not true/false")
     return names, kinds, modules, contexts, [int(size) for size in sizes]  # type: ignore[arg-type]
-
-
-def _read_arrays(raw: bytes, at: int, sizes: list[int], source: str) -> tuple[list[array], int]:  # type: ignore[type-arg]
-    stacks, stack_frames, rows = sizes
-    layout = [("I", stacks), ("I", stacks), ("I", stack_frames), ("I", rows), ("I", rows), ("I", rows), ("Q", rows)]
-    arrays = []
-    for code, length in layout:
-        values = array(code)
-        end = at + values.itemsize * length
-        if end > len(raw):
-            raise _bad(source, "cut short (the arrays the header announces are not all there)")
-        values.frombytes(raw[at:end])
-        if sys.byteorder != "little":
-            values.byteswap()
-        arrays.append(values)
-        at = end
-    return arrays, at
 
 
 def _unfold_stacks(
@@ -397,16 +440,16 @@ def _unfold_stacks(
 ) -> list[tuple[int, ...]]:
     """Stacks from their prefix coding: each shares ``prefix`` frames with the one before it."""
     if suffixes and max(suffixes) >= frames:
-        raise _bad(source, "a stack names a frame the table does not have")
+        raise bad_table(source, FRAME_ID_ERROR)
     stacks: list[tuple[int, ...]] = []
     previous: tuple[int, ...] = ()
     at = 0
     for prefix, length in zip(prefixes, suffix_lengths):
         if prefix > len(previous) or at + length > len(suffixes):
-            raise _bad(source, f"stack {len(stacks)} shares more frames than the stack before it has")
+            raise bad_table(source, prefix_error(len(stacks)))
         previous = previous[:prefix] + tuple(suffixes[at : at + length])
         at += length
         stacks.append(previous)
     if at != len(suffixes):
-        raise _bad(source, "stack frames left over after the last stack")
+        raise bad_table(source, LEFTOVER_ERROR)
     return stacks

@@ -191,8 +191,11 @@ def test_in_process_engine_writes_the_same_bytes_as_spark(
     spark: object, multi_run_archive: list[Path], tmp_path: Path
 ) -> None:
     # GIVEN the multi-run, multi-host archive analysed on Spark and in-process (no JVM)
-    analyze(multi_run_archive, out_dir=tmp_path / "spark", spark=spark)
+    on_spark = analyze(multi_run_archive, out_dir=tmp_path / "spark", spark=spark)
     output = analyze(multi_run_archive, out_dir=tmp_path / "local", engine="in-process")
+    # (the distinct stacks: Spark's workers send packed fingerprints, the driver counts them)
+    assert on_spark.stats.distinct_stacks == output.stats.distinct_stacks > 1
+    assert on_spark.stats.samples == output.stats.samples > 0
     # THEN every file is byte-identical, and auto picks in-process for such a small local input
     files = sorted(p.relative_to(tmp_path / "spark") for p in (tmp_path / "spark").rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file())
