@@ -1,8 +1,12 @@
 """The scope analyzer: which processes on this host belong to the engine, found from their command
 lines (known_spes.txt) at start and, while the window runs, from exec events or polling of /proc.
 
-How new processes are found, cheaply enough for a 0.2-0.5 s poll:
-- every poll lists /proc (pids only);
+How new processes are found, cheaply enough for a 0.2-0.5 s poll on a host with much process churn:
+- every poll lists /proc (pids only); in tracepoint mode only the pids new since the last listing and
+  those waiting to settle are looked at, not every pid again;
+- a process is parsed against known_spes.txt only if its command line holds one of the texts the
+  patterns require (spes.required_fragments); the others cost one cmdline read (in tracepoint mode
+  nothing more: if one later execs into an engine process, its exec event says so);
 - tracepoint mode: the exec watcher names every pid that exec'd, which is inspected at once (one
   cmdline read); this also catches a known pid that exec'd into an engine process (spark-class's
   bash becoming the JVM). A new pid without an exec is a fork: it is inspected once it is 0.3 s
@@ -33,6 +37,7 @@ from .spes import (
     default_spark_master,
     entry_point,
     needs_spark_master,
+    required_fragments,
     summarize_cmdline,
 )
 
@@ -219,6 +224,8 @@ class ScopeAnalyzer:
         self._monotonic = monotonic
         self._state = _State()
         self._needs_master = needs_spark_master(self.kinds)
+        self._fragments = required_fragments(self.kinds)
+        self._listed: set[int] = set()  # the pids of the previous listing of /proc
         self._last_full_scan = 0.0
         self._started = False
         self.exec_watch_mode = "polling"
@@ -277,7 +284,10 @@ class ScopeAnalyzer:
         if rescan or (polling and mono - self._last_full_scan >= POLL_FULL_RESCAN_SECONDS):
             state.seen.clear()
             self._last_full_scan = mono
-        for pid in sorted(listed):
+        # tracepoint mode looks only at what changed: new pids and those waiting to settle (a pid
+        # inspected before, or unreadable like a kernel thread, is not read again every poll)
+        changed = listed if polling or rescan else (listed - self._listed) | state.pending.keys()
+        for pid in sorted(changed):
             if pid in state.tracked:
                 continue
             if pid in state.pending:
@@ -297,8 +307,9 @@ class ScopeAnalyzer:
                 self._inspect(pid, now, source="scan", recheck=seen)
         for pid in [pid for pid in state.pending if pid not in listed]:
             del state.pending[pid]
-        for pid in [pid for pid in state.seen if pid not in listed]:
-            del state.seen[pid]
+        for pid in self._listed - listed:
+            state.seen.pop(pid, None)
+        self._listed = listed
         self._check_exits(listed, now)
         new, exited = state.new, state.exited
         state.new, state.exited = [], []
@@ -339,7 +350,8 @@ class ScopeAnalyzer:
     # ------------------------------------------------------------------ inspection
 
     def _scan_all(self, now: float, source: str) -> None:
-        for pid in sorted(self._proc.pids()):
+        self._listed = set(self._proc.pids())
+        for pid in sorted(self._listed):
             if pid not in self._state.tracked:
                 self._inspect(pid, now, source=source)
         self._last_full_scan = self._monotonic()
@@ -357,15 +369,24 @@ class ScopeAnalyzer:
         if pid == os.getpid():
             return
         cmdline = self._proc.cmdline(pid)
-        stat = self._proc.stat(pid) if cmdline is not None else None
-        if cmdline is None or stat is None:
+        if cmdline is None:
             state.seen.pop(pid, None)
             return
         if recheck is not None and recheck.cmdline == cmdline:
             return
-        mono = self._monotonic()
-        born = recheck.born_monotonic if recheck is not None else mono - stat.age
+        candidate = self._candidate(cmdline)
+        if not candidate and self._watcher is not None:
+            # not an engine process: the exec watcher tells if it becomes one, its age is not needed
+            state.seen[pid] = _Seen(cmdline, self._monotonic())
+            return
+        stat = self._proc.stat(pid)
+        if stat is None:
+            state.seen.pop(pid, None)
+            return
+        born = recheck.born_monotonic if recheck is not None else self._monotonic() - stat.age
         state.seen[pid] = _Seen(cmdline, born)
+        if not candidate:
+            return
         default_master = self._default_master(pid, cmdline)
         kind = classify(cmdline, self.kinds, default_master)
         parent_kind = classify_parent(cmdline, self.kinds, default_master)
@@ -383,6 +404,14 @@ class ScopeAnalyzer:
             parent = self._proc.snapshot(stat.ppid)
             if parent is not None:
                 self._track(parent, parent_kind, now, source)
+
+    def _candidate(self, cmdline: tuple[str, ...]) -> bool:
+        """Whether ``cmdline`` holds a text some known_spes.txt line needs (required_fragments): the
+        others match no line and are not parsed."""
+        if self._fragments is None:
+            return True
+        text = "\0".join(cmdline)
+        return any(fragment in text for fragment in self._fragments)
 
     def _same_as_parent(self, ppid: int, cmdline: tuple[str, ...]) -> bool:
         return ppid > 1 and self._proc.cmdline(ppid) == cmdline
