@@ -21,6 +21,7 @@ A pid keeps the kind it was first filed under, even if it later execs something 
 from __future__ import annotations
 
 import os
+import select
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -87,6 +88,12 @@ class ProcSource(Protocol):
 
     def jvm(self, pid: int) -> tuple[str | None, bool | None]: ...
 
+    def alive(self, pid: int, identity: int) -> bool:
+        """Whether the process (``pid``, ``identity``) still runs (asked every poll for each tracked one)."""
+        ...
+
+    def close(self) -> None: ...
+
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -99,6 +106,7 @@ class PsutilProcSource:
         import psutil
 
         self._psutil = psutil
+        self._pidfds: dict[int, int] = {}  # tracked pid -> a pidfd of that very process
 
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir("/proc") if name.isdigit()]
@@ -152,6 +160,36 @@ class PsutilProcSource:
         except (self._psutil.Error, OSError):
             return {}
 
+    def alive(self, pid: int, identity: int) -> bool:
+        """A pidfd opened at the first call (and checked against ``identity`` then) turns readable when its
+        process exits: one poll(2) per call instead of a /proc/PID/stat read, which walks every thread of a
+        JVM for its CPU times. Without pidfds (Linux < 5.3) the stat is read every call."""
+        fd = self._pidfds.get(pid)
+        if fd is not None:
+            poller = select.poll()  # not select(): the agent holds thousands of fds
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(0):
+                return True
+            os.close(self._pidfds.pop(pid))
+            return False
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # gone, or no pidfds here
+            fd = None
+        stat = self.stat(pid)  # after the open: a pidfd of a pid reused since is not kept
+        if stat is None or stat.identity != identity:
+            if fd is not None:
+                os.close(fd)
+            return False
+        if fd is not None:
+            self._pidfds[pid] = fd
+        return True
+
+    def close(self) -> None:
+        fds, self._pidfds = list(self._pidfds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
     def read_text(self, pid: int, path: str) -> str | None:
         # the file as the process sees it (containers have their own mount namespace), read as safeio
         # reads a target's files: no link out of its root, no FIFO, bounded, its user's or root's
@@ -172,8 +210,15 @@ class PsutilProcSource:
 
 @dataclass
 class _Tracked:
-    info: ProcessInfo
+    info: ProcessInfo  # last_seen as of its start or exit; alive_at while it runs
     identity: int
+    alive_at: float
+
+    def current(self) -> ProcessInfo:
+        if self.info.exited or self.info.last_seen == self.alive_at:
+            return self.info
+        self.info = replace(self.info, last_seen=self.alive_at)
+        return self.info
 
 
 @dataclass
@@ -325,7 +370,7 @@ class ScopeAnalyzer:
         return list(self._watcher.prog_ids) if self._watcher is not None else []
 
     def processes(self) -> list[ProcessInfo]:
-        return [tracked.info for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]
+        return [tracked.current() for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]
 
     def finish(self, end_time: float) -> list[ProcessInfo]:
         """Final records: a process still running was observed until ``end_time``."""
@@ -333,13 +378,14 @@ class ScopeAnalyzer:
         self._check_exits(listed, end_time)
         for tracked in self._state.tracked.values():
             if not tracked.info.exited:
-                tracked.info = replace(tracked.info, last_seen=max(end_time, tracked.info.first_seen))
+                tracked.alive_at = max(end_time, tracked.info.first_seen)
         return self.processes()
 
     def close(self) -> None:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.close()
+        self._proc.close()
 
     def __enter__(self) -> ScopeAnalyzer:
         return self
@@ -443,7 +489,7 @@ class ScopeAnalyzer:
             jvm_version=version,
             preserve_frame_pointer=preserve_frame_pointer,
         )
-        state.tracked[snap.pid] = _Tracked(info, snap.identity)
+        state.tracked[snap.pid] = _Tracked(info, snap.identity, now)
         state.new.append(info)
         return info
 
@@ -457,9 +503,8 @@ class ScopeAnalyzer:
         for pid, tracked in self._state.tracked.items():
             if tracked.info.exited:
                 continue
-            stat = self._proc.stat(pid) if pid in listed else None
-            if stat is not None and stat.identity == tracked.identity:
-                tracked.info = replace(tracked.info, last_seen=now)
+            if pid in listed and self._proc.alive(pid, tracked.identity):
+                tracked.alive_at = now
                 continue
             tracked.info = replace(tracked.info, last_seen=now, exited=True)
             self._state.exited.append(pid)

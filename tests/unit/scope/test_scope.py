@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -85,6 +86,13 @@ class FakeProc:
 
     def jvm(self, pid: int) -> tuple[str | None, bool | None]:
         return self.jvms.get(pid, (None, None))
+
+    def alive(self, pid: int, identity: int) -> bool:
+        stat = self.stat(pid)
+        return stat is not None and stat.identity == identity
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -322,3 +330,33 @@ def test_polling_mode_without_literal_patterns_classifies_everything(env: tuple[
     proc.spawn(950, ("/opt/etl-job", "--once"), age=0.01)
     new, _ = scope.poll()
     assert [(p.pid, p.kind) for p in new] == [(950, "job")]
+
+
+def test_real_proc_source_tells_exits_from_a_pidfd() -> None:
+    import subprocess
+
+    from profiler.scope.analyzer import PsutilProcSource
+
+    proc = PsutilProcSource()
+    child = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        stat = proc.stat(child.pid)
+        assert stat is not None
+        assert not proc.alive(child.pid, stat.identity + 1)  # the pid of another process than tracked
+        assert proc.alive(child.pid, stat.identity) and proc.alive(child.pid, stat.identity)
+        other_stat = proc.stat(other.pid)
+        assert other_stat is not None and proc.alive(other.pid, other_stat.identity)
+        child.kill()  # a zombie until waited for: it no longer runs
+        deadline = time.monotonic() + 5
+        while proc.alive(child.pid, stat.identity) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not proc.alive(child.pid, stat.identity)
+        child.wait()
+        assert not proc.alive(child.pid, stat.identity)
+    finally:
+        proc.close()
+        for process in (child, other):
+            process.kill()
+            process.wait()
+    assert proc.stat(other.pid) is None
