@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..bpf.compiler import compile_program
+from ..bpf.compiler import compile_program, release_freed_memory
 from ..capture.checkpoint import start_ticks
 from ..capture.format import DEFAULT_INTERVAL, SamplerStats
 from ..capture.stackstore import (
@@ -927,6 +927,9 @@ def collect_ringbuf(
                     if owned:
                         symbols.close()
                 store.forget(pid)
+                # the symbol cache's and the naming's heap back to the kernel before the next process and the
+                # writing: glibc keeps it otherwise, and the next steps stack on it
+                release_freed_memory()
                 symbols_of.discard_history(pid)
             result[pid] = CollectedStacks(table, stats)
     finally:

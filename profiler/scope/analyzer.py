@@ -1,8 +1,12 @@
 """The scope analyzer: which processes on this host belong to the engine, found from their command
 lines (known_spes.txt) at start and, while the window runs, from exec events or polling of /proc.
 
-How new processes are found, cheaply enough for a 0.2-0.5 s poll:
-- every poll lists /proc (pids only);
+How new processes are found, cheaply enough for a 0.2-0.5 s poll on a host with much process churn:
+- every poll lists /proc (pids only); in tracepoint mode only the pids new since the last listing and
+  those waiting to settle are looked at, not every pid again;
+- a process is parsed against known_spes.txt only if its command line holds one of the texts the
+  patterns require (spes.required_fragments); the others cost one cmdline read (in tracepoint mode
+  nothing more: if one later execs into an engine process, its exec event says so);
 - tracepoint mode: the exec watcher names every pid that exec'd, which is inspected at once (one
   cmdline read); this also catches a known pid that exec'd into an engine process (spark-class's
   bash becoming the JVM). A new pid without an exec is a fork: it is inspected once it is 0.3 s
@@ -17,6 +21,7 @@ A pid keeps the kind it was first filed under, even if it later execs something 
 from __future__ import annotations
 
 import os
+import select
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +38,7 @@ from .spes import (
     default_spark_master,
     entry_point,
     needs_spark_master,
+    required_fragments,
     summarize_cmdline,
 )
 
@@ -82,6 +88,12 @@ class ProcSource(Protocol):
 
     def jvm(self, pid: int) -> tuple[str | None, bool | None]: ...
 
+    def alive(self, pid: int, identity: int) -> bool:
+        """Whether the process (``pid``, ``identity``) still runs (asked every poll for each tracked one)."""
+        ...
+
+    def close(self) -> None: ...
+
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -94,6 +106,7 @@ class PsutilProcSource:
         import psutil
 
         self._psutil = psutil
+        self._pidfds: dict[int, int] = {}  # tracked pid -> a pidfd of that very process
 
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir("/proc") if name.isdigit()]
@@ -147,6 +160,36 @@ class PsutilProcSource:
         except (self._psutil.Error, OSError):
             return {}
 
+    def alive(self, pid: int, identity: int) -> bool:
+        """A pidfd opened at the first call (and checked against ``identity`` then) turns readable when its
+        process exits: one poll(2) per call instead of a /proc/PID/stat read, which walks every thread of a
+        JVM for its CPU times. Without pidfds (Linux < 5.3) the stat is read every call."""
+        fd = self._pidfds.get(pid)
+        if fd is not None:
+            poller = select.poll()  # not select(): the agent holds thousands of fds
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(0):
+                return True
+            os.close(self._pidfds.pop(pid))
+            return False
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # gone, or no pidfds here
+            fd = None
+        stat = self.stat(pid)  # after the open: a pidfd of a pid reused since is not kept
+        if stat is None or stat.identity != identity:
+            if fd is not None:
+                os.close(fd)
+            return False
+        if fd is not None:
+            self._pidfds[pid] = fd
+        return True
+
+    def close(self) -> None:
+        fds, self._pidfds = list(self._pidfds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
     def read_text(self, pid: int, path: str) -> str | None:
         # the file as the process sees it (containers have their own mount namespace), read as safeio
         # reads a target's files: no link out of its root, no FIFO, bounded, its user's or root's
@@ -167,8 +210,15 @@ class PsutilProcSource:
 
 @dataclass
 class _Tracked:
-    info: ProcessInfo
+    info: ProcessInfo  # last_seen as of its start or exit; alive_at while it runs
     identity: int
+    alive_at: float
+
+    def current(self) -> ProcessInfo:
+        if self.info.exited or self.info.last_seen == self.alive_at:
+            return self.info
+        self.info = replace(self.info, last_seen=self.alive_at)
+        return self.info
 
 
 @dataclass
@@ -219,6 +269,8 @@ class ScopeAnalyzer:
         self._monotonic = monotonic
         self._state = _State()
         self._needs_master = needs_spark_master(self.kinds)
+        self._fragments = required_fragments(self.kinds)
+        self._listed: set[int] = set()  # the pids of the previous listing of /proc
         self._last_full_scan = 0.0
         self._started = False
         self.exec_watch_mode = "polling"
@@ -277,7 +329,10 @@ class ScopeAnalyzer:
         if rescan or (polling and mono - self._last_full_scan >= POLL_FULL_RESCAN_SECONDS):
             state.seen.clear()
             self._last_full_scan = mono
-        for pid in sorted(listed):
+        # tracepoint mode looks only at what changed: new pids and those waiting to settle (a pid
+        # inspected before, or unreadable like a kernel thread, is not read again every poll)
+        changed = listed if polling or rescan else (listed - self._listed) | state.pending.keys()
+        for pid in sorted(changed):
             if pid in state.tracked:
                 continue
             if pid in state.pending:
@@ -297,8 +352,9 @@ class ScopeAnalyzer:
                 self._inspect(pid, now, source="scan", recheck=seen)
         for pid in [pid for pid in state.pending if pid not in listed]:
             del state.pending[pid]
-        for pid in [pid for pid in state.seen if pid not in listed]:
-            del state.seen[pid]
+        for pid in self._listed - listed:
+            state.seen.pop(pid, None)
+        self._listed = listed
         self._check_exits(listed, now)
         new, exited = state.new, state.exited
         state.new, state.exited = [], []
@@ -314,7 +370,7 @@ class ScopeAnalyzer:
         return list(self._watcher.prog_ids) if self._watcher is not None else []
 
     def processes(self) -> list[ProcessInfo]:
-        return [tracked.info for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]
+        return [tracked.current() for tracked in sorted(self._state.tracked.values(), key=lambda t: t.info.pid)]
 
     def finish(self, end_time: float) -> list[ProcessInfo]:
         """Final records: a process still running was observed until ``end_time``."""
@@ -322,13 +378,14 @@ class ScopeAnalyzer:
         self._check_exits(listed, end_time)
         for tracked in self._state.tracked.values():
             if not tracked.info.exited:
-                tracked.info = replace(tracked.info, last_seen=max(end_time, tracked.info.first_seen))
+                tracked.alive_at = max(end_time, tracked.info.first_seen)
         return self.processes()
 
     def close(self) -> None:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.close()
+        self._proc.close()
 
     def __enter__(self) -> ScopeAnalyzer:
         return self
@@ -339,7 +396,8 @@ class ScopeAnalyzer:
     # ------------------------------------------------------------------ inspection
 
     def _scan_all(self, now: float, source: str) -> None:
-        for pid in sorted(self._proc.pids()):
+        self._listed = set(self._proc.pids())
+        for pid in sorted(self._listed):
             if pid not in self._state.tracked:
                 self._inspect(pid, now, source=source)
         self._last_full_scan = self._monotonic()
@@ -357,15 +415,24 @@ class ScopeAnalyzer:
         if pid == os.getpid():
             return
         cmdline = self._proc.cmdline(pid)
-        stat = self._proc.stat(pid) if cmdline is not None else None
-        if cmdline is None or stat is None:
+        if cmdline is None:
             state.seen.pop(pid, None)
             return
         if recheck is not None and recheck.cmdline == cmdline:
             return
-        mono = self._monotonic()
-        born = recheck.born_monotonic if recheck is not None else mono - stat.age
+        candidate = self._candidate(cmdline)
+        if not candidate and self._watcher is not None:
+            # not an engine process: the exec watcher tells if it becomes one, its age is not needed
+            state.seen[pid] = _Seen(cmdline, self._monotonic())
+            return
+        stat = self._proc.stat(pid)
+        if stat is None:
+            state.seen.pop(pid, None)
+            return
+        born = recheck.born_monotonic if recheck is not None else self._monotonic() - stat.age
         state.seen[pid] = _Seen(cmdline, born)
+        if not candidate:
+            return
         default_master = self._default_master(pid, cmdline)
         kind = classify(cmdline, self.kinds, default_master)
         parent_kind = classify_parent(cmdline, self.kinds, default_master)
@@ -383,6 +450,14 @@ class ScopeAnalyzer:
             parent = self._proc.snapshot(stat.ppid)
             if parent is not None:
                 self._track(parent, parent_kind, now, source)
+
+    def _candidate(self, cmdline: tuple[str, ...]) -> bool:
+        """Whether ``cmdline`` holds a text some known_spes.txt line needs (required_fragments): the
+        others match no line and are not parsed."""
+        if self._fragments is None:
+            return True
+        text = "\0".join(cmdline)
+        return any(fragment in text for fragment in self._fragments)
 
     def _same_as_parent(self, ppid: int, cmdline: tuple[str, ...]) -> bool:
         return ppid > 1 and self._proc.cmdline(ppid) == cmdline
@@ -414,7 +489,7 @@ class ScopeAnalyzer:
             jvm_version=version,
             preserve_frame_pointer=preserve_frame_pointer,
         )
-        state.tracked[snap.pid] = _Tracked(info, snap.identity)
+        state.tracked[snap.pid] = _Tracked(info, snap.identity, now)
         state.new.append(info)
         return info
 
@@ -428,9 +503,8 @@ class ScopeAnalyzer:
         for pid, tracked in self._state.tracked.items():
             if tracked.info.exited:
                 continue
-            stat = self._proc.stat(pid) if pid in listed else None
-            if stat is not None and stat.identity == tracked.identity:
-                tracked.info = replace(tracked.info, last_seen=now)
+            if pid in listed and self._proc.alive(pid, tracked.identity):
+                tracked.alive_at = now
                 continue
             tracked.info = replace(tracked.info, last_seen=now, exited=True)
             self._state.exited.append(pid)

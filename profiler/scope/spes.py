@@ -375,6 +375,56 @@ def classify_parent(
     return _best([k for k in kinds if k.parent_of and _matches(k, entry, default_master)])
 
 
+def required_fragments(kinds: Sequence[SpeKind]) -> tuple[str, ...] | None:
+    """One text per pattern alternative that every command line matching it contains, or None when some
+    alternative has no literal text (e.g. ``*``): then every command line is a candidate.
+
+    Every entry point (argv[0], a main class, a jar, a module, a script, their file names) is a piece of
+    one argument, so a command line holding none of these texts matches no line: the scope analyzer
+    classifies only the command lines that hold one (a substring test instead of parsing every new
+    process on the host)."""
+    texts: list[str] = []
+    for kind in kinds:
+        for alternative in kind.pattern.split("|"):
+            longest = max(_literal_runs(alternative), key=len, default="")
+            if not longest:
+                return None
+            texts.append(longest)
+    return tuple(dict.fromkeys(texts))
+
+
+def _literal_runs(glob: str) -> list[str]:
+    """The runs of a shell-style glob that match only themselves (fnmatch's rules: ``*`` and ``?`` are
+    wildcards, ``[...]`` a set whose first character, after an optional ``!``, may be ``]``; a ``[``
+    that no ``]`` closes is literal, but what follows it is left out here: shorter runs are safe)."""
+    runs: list[str] = []
+    current: list[str] = []
+    index = 0
+    while index < len(glob):
+        char = glob[index]
+        if char in "*?":
+            runs.append("".join(current))
+            current = []
+        elif char == "[":
+            runs.append("".join(current))
+            current = []
+            end = index + 1
+            if end < len(glob) and glob[end] == "!":
+                end += 1
+            if end < len(glob) and glob[end] == "]":
+                end += 1
+            close = glob.find("]", end)
+            if close < 0:
+                break
+            index = close
+        else:
+            current.append(char)
+        index += 1
+    else:
+        runs.append("".join(current))
+    return [run for run in runs if run]
+
+
 def needs_spark_master(kinds: Sequence[SpeKind]) -> bool:
     return any(key == "master" for kind in kinds for key, _ in kind.conditions)
 

@@ -50,8 +50,9 @@ class WindowSymbols:
         self.walker = walker
         self.used: dict[int, NativeResolver] = {}  # pid -> the cache its names went into
         self._seen: dict[int, set[bytes | int]] = {}  # pid -> chunks and pcs looked at (bounded)
-        self.stacks_named = 0  # store keys looked at so far (the store hands them out in order)
-        self.batches = 0
+        # the store's keys looked at so far: where the next batch starts (the store hands them out in order);
+        # how many batches ran and what they cost are the runner's to count (overhead.json name_batch_*)
+        self.stacks_named = 0
 
     def name_batch(self, new_keys: Sequence[StackKey]) -> int:
         """Resolve the native pcs of ``new_keys`` (the store's keys from ``stacks_named`` on); returns how
@@ -72,7 +73,6 @@ class WindowSymbols:
                 self._name_chunk(symbols, chunk, seen)
                 seen.add(chunk)
         self.stacks_named += len(new_keys)
-        self.batches += 1
         return len(new_keys)
 
     def _name_chunk(self, symbols: NativeResolver, chunk: bytes, seen: set[bytes | int]) -> None:

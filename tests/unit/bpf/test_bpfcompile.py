@@ -42,3 +42,18 @@ def test_only_clean_read_only_mappings_of_llvm_and_clang_are_listed() -> None:
 def test_nothing_listed_in_garbage() -> None:
     assert compiler_mappings("") == []
     assert compiler_mappings("not smaps\nAnonymous: 0 kB\n7f-7e r-xp\n") == []
+
+
+def test_compile_program_drops_compiler_pages_before_and_heap_after(monkeypatch) -> None:
+    from profiler.bpf import compiler
+
+    calls: list[str] = []
+    monkeypatch.setattr(compiler, "release_compiler_pages", lambda: calls.append("pages") or 0)
+    monkeypatch.setattr(compiler, "release_freed_memory", lambda: calls.append("heap"))
+
+    def fake_bpf(text: bytes) -> str:
+        calls.append(f"compile {text.decode()}")
+        return "loaded"
+
+    assert compiler.compile_program(fake_bpf, "int x;") == "loaded"
+    assert calls == ["pages", "compile int x;", "heap"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -42,6 +43,8 @@ class FakeProc:
     files: dict[str, str] = field(default_factory=dict)
     jvms: dict[int, tuple[str | None, bool | None]] = field(default_factory=dict)
     reads: int = 0
+    stats: int = 0
+    kernel: set[int] = field(default_factory=set)  # kernel threads: listed, no command line
 
     def spawn(self, pid: int, cmdline: tuple[str, ...], ppid: int = 1, age: float = 10.0, user: str = "spark") -> None:
         self.table[pid] = (ppid, cmdline, user, self.clock.now - age)
@@ -56,13 +59,14 @@ class FakeProc:
         del self.table[pid]
 
     def pids(self) -> list[int]:
-        return list(self.table)
+        return [*self.table, *self.kernel]
 
     def cmdline(self, pid: int) -> tuple[str, ...] | None:
         self.reads += 1
         return self.table[pid][1] if pid in self.table else None
 
     def stat(self, pid: int) -> ProcStat | None:
+        self.stats += 1
         if pid not in self.table:
             return None
         ppid, _, _, start = self.table[pid]
@@ -82,6 +86,13 @@ class FakeProc:
 
     def jvm(self, pid: int) -> tuple[str | None, bool | None]:
         return self.jvms.get(pid, (None, None))
+
+    def alive(self, pid: int, identity: int) -> bool:
+        stat = self.stat(pid)
+        return stat is not None and stat.identity == identity
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -278,3 +289,74 @@ def test_dropped_exec_records_trigger_a_full_rescan(env: tuple[FakeClock, FakePr
     watcher.dropped = True
     new, _ = scope.poll()
     assert [p.pid for p in new] == [800]
+
+
+def test_tracepoint_mode_reads_only_what_changed(env: tuple[FakeClock, FakeProc]) -> None:
+    # a busy host: kernel threads and processes that are no engine's are not read again every poll,
+    # and a process whose command line holds no known_spes.txt text is not parsed nor stat'ed
+    clock, proc = env
+    proc.kernel.update(range(2, 40))
+    watcher = FakeWatcher()
+    scope = make(proc, clock, watcher)
+    scope.start()
+    reads, stats = proc.reads, proc.stats
+    for _ in range(5):
+        clock.now += 0.3
+        assert scope.poll() == ([], [])
+    assert proc.reads == reads and proc.stats - stats == 5 * 2  # the exit checks of 100 and 102
+    proc.spawn(900, ("gcc", "-c", "x.c"), age=0.01)
+    watcher.pending = [900]
+    stats = proc.stats
+    assert scope.poll() == ([], [])
+    assert proc.stats - stats == 2
+    # it may still become an executor: its exec says so
+    proc.exec(900, ("java", "-Dx=CoarseGrained", "org.apache.spark.executor.CoarseGrainedExecutorBackend"))
+    watcher.pending = [900]
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind) for p in new] == [(900, "executor")]
+    # a command line holding a pattern's text that is not its entry point is parsed and left out
+    proc.spawn(901, ("tail", "-f", "org.apache.spark.executor.CoarseGrainedExecutorBackend.log"), age=0.01)
+    watcher.pending = [901]
+    assert scope.poll() == ([], [])
+
+
+def test_polling_mode_without_literal_patterns_classifies_everything(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    kinds = parse_known_spes("any workload job *-job\n", "test")
+    scope = ScopeAnalyzer(
+        kinds, proc=proc, watcher_factory=lambda: FakeWatcher(fail=True), clock=clock, monotonic=clock.mono
+    )
+    scope.start()
+    proc.spawn(950, ("/opt/etl-job", "--once"), age=0.01)
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind) for p in new] == [(950, "job")]
+
+
+def test_real_proc_source_tells_exits_from_a_pidfd() -> None:
+    import subprocess
+
+    from profiler.scope.analyzer import PsutilProcSource
+
+    proc = PsutilProcSource()
+    child = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        stat = proc.stat(child.pid)
+        assert stat is not None
+        assert not proc.alive(child.pid, stat.identity + 1)  # the pid of another process than tracked
+        assert proc.alive(child.pid, stat.identity) and proc.alive(child.pid, stat.identity)
+        other_stat = proc.stat(other.pid)
+        assert other_stat is not None and proc.alive(other.pid, other_stat.identity)
+        child.kill()  # a zombie until waited for: it no longer runs
+        deadline = time.monotonic() + 5
+        while proc.alive(child.pid, stat.identity) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not proc.alive(child.pid, stat.identity)
+        child.wait()
+        assert not proc.alive(child.pid, stat.identity)
+    finally:
+        proc.close()
+        for process in (child, other):
+            process.kill()
+            process.wait()
+    assert proc.stat(other.pid) is None

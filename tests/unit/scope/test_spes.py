@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
 
 from profiler.errors import ConfigError
 from profiler.scope.spes import (
+    _literal_runs,
     classify,
     classify_parent,
     default_known_spes_path,
@@ -16,6 +18,7 @@ from profiler.scope.spes import (
     load_known_spes,
     parse_known_spes,
     parse_spark_defaults_master,
+    required_fragments,
     summarize_cmdline,
 )
 
@@ -306,3 +309,30 @@ def test_summary_keeps_main_class_and_caps_length() -> None:
     assert summarize_cmdline(["tool", "-cp", "b" * 500, "x"]) == "tool -cp <500 chars> x"
     assert summarize_cmdline(["python3", "-m", "pyspark.daemon"]) == "python3 -m pyspark.daemon"
     assert summarize_cmdline([]) == ""
+
+
+@pytest.mark.parametrize(
+    ("glob", "runs"),
+    [
+        ("org.apache.X", ["org.apache.X"]),
+        ("a*b?cd", ["a", "b", "cd"]),
+        ("local[[]*", ["local"]),
+        ("x[!]]yz", ["x", "yz"]),
+        ("ab[cd", ["ab"]),  # an unclosed [ is literal in fnmatch; what follows it is left out
+        ("[]]", []),
+        ("*", []),
+    ],
+)
+def test_literal_runs_of_a_glob(glob: str, runs: list[str]) -> None:
+    assert _literal_runs(glob) == runs
+
+
+def test_required_fragments_are_in_every_matching_command_line() -> None:
+    kinds = parse_known_spes(
+        "e workload a org.apache.*Backend\ne workload b pyspark.d?emon|x[!]]yz master=local*\n", "test"
+    )
+    fragments = required_fragments(kinds)
+    assert fragments == ("org.apache.", "pyspark.d", "yz")
+    for glob, text in [("org.apache.*Backend", "org.apache.ExecBackend"), ("x[!]]yz", "xayz")]:
+        assert fnmatchcase(text, glob) and any(f in text for f in fragments)
+    assert required_fragments(parse_known_spes("e workload a run|*\n", "test")) is None
