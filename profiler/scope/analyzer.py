@@ -27,6 +27,7 @@ from ..errors import CapabilityError, ConfigError
 from ..files import safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
+    DEFAULT_ROLES,
     SpeKind,
     classify,
     classify_parent,
@@ -208,8 +209,10 @@ class ScopeAnalyzer:
         watcher_factory: Callable[[], ExecSource] | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        roles: Sequence[str] = DEFAULT_ROLES,
     ) -> None:
         self.kinds = tuple(kinds)
+        self.roles = frozenset(roles)  # a process whose line has another role stays out of the scope
         self.manual_pids = tuple(dict.fromkeys(manual_pids))
         self._want_exec_watch = exec_watch
         self._proc: ProcSource = proc if proc is not None else PsutilProcSource()
@@ -367,8 +370,8 @@ class ScopeAnalyzer:
         born = recheck.born_monotonic if recheck is not None else mono - stat.age
         state.seen[pid] = _Seen(cmdline, born)
         default_master = self._default_master(pid, cmdline)
-        kind = classify(cmdline, self.kinds, default_master)
-        parent_kind = classify_parent(cmdline, self.kinds, default_master)
+        kind = self._in_roles(classify(cmdline, self.kinds, default_master))
+        parent_kind = self._in_roles(classify_parent(cmdline, self.kinds, default_master))
         if kind is None and parent_kind is None:
             return
         if kind is not None and first_listed is not None and not settled and self._same_as_parent(stat.ppid, cmdline):
@@ -383,6 +386,11 @@ class ScopeAnalyzer:
             parent = self._proc.snapshot(stat.ppid)
             if parent is not None:
                 self._track(parent, parent_kind, now, source)
+
+    def _in_roles(self, kind: SpeKind | None) -> SpeKind | None:
+        """The line a process matched, if its role is asked for. The role filters after the best line
+        is chosen, so leaving a role out never lets a weaker line of another role take the process."""
+        return kind if kind is not None and kind.role in self.roles else None
 
     def _same_as_parent(self, ppid: int, cmdline: tuple[str, ...]) -> bool:
         return ppid > 1 and self._proc.cmdline(ppid) == cmdline
