@@ -244,6 +244,9 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+MAX_CONFIG_PATH = 1024  # known_spes.txt lines are at most 4096 characters (profiler/scope/spes.py)
+
+
 def broker_config(bootstrap: str) -> str | None:
     """The properties file of the Kafka broker that listens on ``bootstrap`` on this host (the argument
     after kafka.Kafka on its command line), None when no local process listens there or it is no
@@ -270,8 +273,9 @@ def broker_config(bootstrap: str) -> str | None:
 
 def broker_known_spes(config: str | None) -> str:
     """The known_spes.txt line that selects only the broker started with ``config`` (role broker:
-    in the scope with --roles ...,broker), or nothing without one."""
-    if config is None:
+    in the scope with --roles ...,broker), or nothing without one. The file's name comes from another
+    process's command line: one that known_spes.txt could not hold on a line gives no line."""
+    if not config or len(config) > MAX_CONFIG_PATH:
         return ""
     return f"kafka  broker  broker  {BROKER_MAIN_CLASS}  arg={literal_glob(config)}\n"
 

@@ -241,6 +241,7 @@ def test_a_brokers_known_spes_line_selects_it_by_its_properties_file(tmp_path: P
     # THEN it is that file; a free port or a remote host has none and gives no line
     assert found == str(config)
     assert other is None and broker_config("kafka.example.com:9092") is None and broker_known_spes(None) == ""
+    assert broker_known_spes("") == "" and broker_known_spes("/" + "x" * 5000) == ""
     # AND the line parses as role broker and picks that broker, not another one
     (kind,) = parse_known_spes(broker_known_spes(found), "demo-known-spes")
     assert (kind.engine, kind.role) == ("kafka", "broker")
