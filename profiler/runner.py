@@ -57,6 +57,7 @@ from .files.textinput import TEXT_ENCODING
 from .matching.aggregate import aggregate_host
 from .matching.appprofile import ApplicationProfile
 from .matching.matcher import Matcher, MatchResult, match_offcpu, match_table
+from .scope.spes import DEFAULT_ROLES
 
 if TYPE_CHECKING:
     from .sampling.sampler import StackSampler
@@ -76,6 +77,7 @@ class RunOptions:
     profile: Path
     known_spes: Path
     pids: tuple[int, ...] = ()
+    roles: tuple[str, ...] = DEFAULT_ROLES  # the known_spes.txt roles in scope (--roles)
     frequency: int = 99
     net: bool = False
     events: int | None = None
@@ -247,7 +249,7 @@ def real_components(options: RunOptions) -> Components:
     def cycles_source() -> str:
         return str(counters.cycles_source)
 
-    scope = ScopeAnalyzer(kinds, manual_pids=options.pids, exec_watch=options.exec_watch)
+    scope = ScopeAnalyzer(kinds, manual_pids=options.pids, exec_watch=options.exec_watch, roles=options.roles)
 
     def prog_ids() -> list[int]:
         ids = sampler.prog_ids + scope.prog_ids

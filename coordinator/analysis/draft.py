@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator.analysis.stages import SparkIndex
@@ -50,6 +50,23 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("GC", (), ("GC Thread", "G1 ", "re:^G1", "VM Thread", "ParallelGC", "SerialHeap", "re:^GC ")),
     ("JIT compiler", (), ("C1 CompilerThre", "C2 CompilerThre", "re:^Compile::", "CompileBroker")),
 )
+# Reading from Kafka, on either engine (real consumer stacks: docs/demo.md "Kafka"), as the paper's Kafka
+# task: the consumer's fetch (KafkaConsumer.poll, Fetcher, NetworkClient, Selector) under the engine's
+# reader (Spark's kafka010 KafkaDataConsumer and partition readers; Flink's KafkaSourceReader,
+# KafkaPartitionSplitReader on its SplitFetcher thread "Source Data Fetcher for <chain>"). Turning a
+# record's bytes into the engine's value is kept apart, listed first: a frame both lines match (Kafka's
+# Deserializer classes) is deserialization. Parsing the value (JSON) is the query's own, leafier task.
+KAFKA_TASKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Kafka record deserialization",
+     ("org.apache.kafka.common.serialization", "org.apache.flink.connector.kafka.source.reader.deserializer",
+      "org.apache.flink.api.common.serialization", "org.apache.spark.sql.kafka010.KafkaRecordToRowConverter")),
+    ("Kafka source (consumer fetch)",
+     ("org.apache.kafka.", "org.apache.spark.sql.kafka010", "org.apache.flink.connector.kafka.source",
+      "org.apache.flink.connector.base.source.reader.fetcher", "re:^Source Data Fetcher for",
+      "re:^kafka-coordinator-heartbeat-thread")),
+)
+# Frames that say the stacks read Kafka at all (a SplitFetcher alone may serve a file source)
+KAFKA_MARKERS = ("org.apache.kafka.", "org.apache.spark.sql.kafka010", "org.apache.flink.connector.kafka")
 CODEGEN_TASK = "Codegen {n} ({operators})"  # never ": " inside a task name: it ends the name
 OTHER_TASK = "Other threads"
 OTHER_MIN_SHARE = 0.002  # a thread kind joins "Other threads" once it holds 0.2 % of the samples
@@ -105,6 +122,19 @@ def _family_lines(frames: Mapping[str, int], plan_operators: set[str]) -> list[s
     return lines
 
 
+def kafka_lines(frames: Iterable[str]) -> list[str]:
+    """The Kafka tasks (KAFKA_TASKS) with the patterns the frames hold, when the stacks read Kafka."""
+    frames = list(frames)
+    if not any(marker in frame.replace("/", ".") for frame in frames for marker in KAFKA_MARKERS):
+        return []
+    lines = []
+    for name, patterns in KAFKA_TASKS:
+        present = [p for p in patterns if any(_pattern_hits(p, frame) for frame in frames)]
+        if present:
+            lines.append(f"{name}: {', '.join(_escape(p) for p in present)}")
+    return lines
+
+
 def _pattern_hits(pattern: str, frame: str) -> bool:
     if pattern.startswith("re:"):
         return re.search(pattern[3:], frame) is not None
@@ -152,7 +182,7 @@ def draft_profile(stacks: Mapping[str, int], index: SparkIndex, source: str = ""
     # in-frame priority keep them apart; codegen stages come next, the runtime families after them.
     early = [line for line in lines if line.startswith(("JSON", "Reflection"))]
     late = [line for line in lines if line not in early]
-    task_lines = early + _codegen_lines(frames, index) + late
+    task_lines = early + kafka_lines(frames) + _codegen_lines(frames, index) + late
     other = _other_line(stacks, task_lines)
     if other is not None:
         task_lines.append(other)

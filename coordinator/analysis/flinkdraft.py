@@ -1,7 +1,8 @@
 """A drafted application profile for a Flink run: tasks named after the job's operators (the chains of
 flink.json's vertices, split at " -> "), patterns taken from the frames the captured stacks contain
 under each vertex's task threads, a "chain, operator unknown" task per vertex for what no operator
-claims, then Flink's runtime (network, serialization, task mailbox, waiting, GC, JIT).
+claims, then Flink's runtime (network, serialization, task mailbox, waiting, GC, JIT); a job reading
+Kafka gets the Kafka tasks of draft.KAFKA_TASKS first (fetch, and record deserialization apart).
 
 Pure: stacks (folded counts of the workload processes) and the vertices in, profile text and the
 shares it gives out. The Flink engine side of ``coordinator draft-profile`` (issue 18's command).
@@ -13,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from coordinator.analysis.draft import Draft
+from coordinator.analysis.draft import KAFKA_TASKS, Draft, kafka_lines
 from coordinator.analysis.inputs import RunInput
 from profiler.capture.folded import FRAME_SEPARATOR
 from profiler.capture.format import UNMATCHED, VertexWindow, read_flink_vertices
@@ -178,14 +179,16 @@ def draft_lines(stacks: Mapping[str, int], vertices: Sequence[VertexWindow]) -> 
     matching gives a sample to the deepest operator on its stack), each vertex's chain, the runtime."""
     chains = list(dict.fromkeys(v.name for v in sorted(vertices, key=lambda v: not v.source)))
     by_vertex = frames_by_vertex(stacks, chains)
-    lines, claimed = [], set()
+    all_frames = Counter(f for stack in stacks for f in stack.split(FRAME_SEPARATOR))
+    # Kafka first: its reader's frames are also the source operator's kind, and the first line wins a frame
+    lines = kafka_lines(all_frames)
+    claimed = {pattern for _name, patterns in KAFKA_TASKS for pattern in patterns}
     for chain in chains:
         for operator, found in operator_patterns(chain, by_vertex[chain]):
             patterns = [p for p in found if p not in claimed]
             claimed.update(patterns)
             if patterns:
                 lines.append(f"{operator_task_name(operator)}: {', '.join(escape_pattern(p) for p in patterns)}")
-    all_frames = Counter(f for stack in stacks for f in stack.split(FRAME_SEPARATOR))
     for name, runtime_patterns in RUNTIME:
         present = [p for p in runtime_patterns if any(_hits(p, frame) for frame in all_frames)]
         if present:

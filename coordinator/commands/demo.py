@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from coordinator.commands.profile import add_roles_option
 from profiler.argtypes import bounded, duration, frequency, positive_int
 from profiler.errors import ConfigError, ProfilerError
 
@@ -46,6 +47,7 @@ examples:
   $ coordinator demo --spe flink --duration 60
   $ coordinator demo --source kafka --duration 60     # YSB read from a local Kafka broker
   $ coordinator demo --source kafka --spe flink --duration 60
+  $ coordinator demo --source kafka --roles workload,managing,broker   # the broker's cycles per event too
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
@@ -281,6 +283,7 @@ class DemoCommand:
             "--kafka-topic", type=kafka_topic, default="ysb",
             help="with --source kafka: the topic the demo creates (it must not exist yet) and reads (ysb)",
         )
+        add_roles_option(parser)
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument(
             "--frame-pointers",
@@ -379,6 +382,7 @@ class DemoCommand:
             profile=data_file(engine.profile),
             known_spes=known_spes,
             off_cpu=args.off_cpu,
+            roles=args.roles,
         )
         labels = {"workload": "ysb", "spe": engine.spe, "rate": str(rate), "campaigns": str(args.campaigns)}
         if args.source != "generator":

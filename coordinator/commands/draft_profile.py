@@ -10,6 +10,8 @@ would get on this run and the next steps go to stderr.
 Without spark.json (the REST API was off) codegen stages are listed as "operators unknown".
 For a Flink run (flink.json in a capture) the tasks are the job graph's operators, Flink's runtime
 and, per job vertex, what no operator claims ("chain, operator unknown"); docs/matching.md.
+On both engines a run reading Kafka gets "Kafka source (consumer fetch)" and, apart from it, "Kafka
+record deserialization" first.
 
 examples:
   coordinator draft-profile runs/demo-20261123-1840

@@ -20,6 +20,7 @@ from profiler.argtypes import (
     positive_float,
     positive_int,
 )
+from profiler.scope.spes import DEFAULT_ROLES, ROLES, role_list
 
 if TYPE_CHECKING:
     from coordinator.remote.cluster import HostSpec
@@ -45,10 +46,23 @@ examples:
   $ coordinator profile --cluster cluster.txt --duration 300 --label load=50k --label engine=spark
   $ coordinator profile --duration 60 --accept-new-hosts       # first contact: record host keys
   $ coordinator profile --duration 60 --out runs/baseline --force --quiet
+  $ coordinator profile --duration 60 --roles workload,managing,broker   # the Kafka brokers' cost too
   then:
   $ coordinator analyze runs/baseline --profile my_edited_profile.txt
   $ xdg-open runs/baseline/report/index.html
 """
+
+def add_roles_option(parser: argparse.ArgumentParser) -> None:
+    """--roles: which roles of known_spes.txt each host puts in its scope (profiler run --roles)."""
+    parser.add_argument(
+        "--roles",
+        type=role_list,
+        default=DEFAULT_ROLES,
+        metavar="ROLE[,ROLE...]",
+        help=f"the known_spes.txt roles to profile, of {', '.join(ROLES)} ({','.join(DEFAULT_ROLES)}): broker "
+        "adds the Kafka brokers, counted like managing processes, with their cycles per event in summary.csv",
+    )
+
 
 class ProfileCommand:
     __doc__ = _HELP
@@ -68,6 +82,7 @@ class ProfileCommand:
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
         parser.add_argument("--profile", type=Path, help=f"application profile (default: {DEFAULT_PROFILE})")
         parser.add_argument("--known-spes", type=Path, help=f"process kinds to find (default: {DEFAULT_KNOWN_SPES})")
+        add_roles_option(parser)
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
         parser.add_argument(
@@ -164,6 +179,7 @@ class ProfileCommand:
             known_spes=Path(known_spes),
             net=args.net,
             off_cpu=args.off_cpu,
+            roles=args.roles,
             fetch_all=args.fetch_all,
             events=args.events,
             pids=tuple(args.pid),

@@ -21,6 +21,7 @@ from pathlib import Path
 import profiler
 from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 from profiler.capture.format import DEFAULT_INTERVAL
+from profiler.scope.spes import DEFAULT_ROLES
 
 BUNDLE_NAME = "bundle.tar.gz"
 PKG_DIR = "pkg"
@@ -183,6 +184,7 @@ def profiler_run_args(
     perf_map_refresh: float = 60.0,
     checkpoint: float = DEFAULT_CHECKPOINT,
     off_cpu: bool = False,
+    roles: Sequence[str] = DEFAULT_ROLES,
 ) -> list[str]:
     """Arguments of ``profiler run`` for one host (paths inside its work directory)."""
     args = [
@@ -215,6 +217,8 @@ def profiler_run_args(
         args.append("--net")
     if off_cpu:
         args.append("--off-cpu")
+    if tuple(roles) != DEFAULT_ROLES:
+        args += ["--roles", ",".join(roles)]
     if events is not None:
         args += ["--events", str(int(events))]
     for pid in pids:

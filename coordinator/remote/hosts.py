@@ -26,6 +26,7 @@ from coordinator.remote.deploy import RemoteLayout
 from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 from profiler.capture.format import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
+from profiler.scope.spes import DEFAULT_ROLES
 
 
 def terminal_text(value: Any) -> str:
@@ -133,6 +134,7 @@ class RunRequest:
     pids: tuple[int, ...] = ()
     sampling: SamplingOptions = SamplingOptions()
     off_cpu: bool = False  # profiler run --off-cpu (docs/offcpu.md)
+    roles: tuple[str, ...] = DEFAULT_ROLES  # profiler run --roles: the known_spes.txt roles in scope
     fetch_all: bool = False  # fetch deploy.FETCH_SKIPPED's files too
 
 
@@ -189,6 +191,7 @@ class HostTransport(ABC):
             perf_map_refresh=request.sampling.perf_map_refresh,
             checkpoint=request.sampling.checkpoint,
             off_cpu=request.off_cpu,
+            roles=request.roles,
         )
 
     @abstractmethod

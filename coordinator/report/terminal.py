@@ -85,8 +85,8 @@ def task_tables(
         events = cell_number(first.get("events"), lenient=True)
         if events is not None and host == ALL_TASKS:
             notes.append(f"events in the window: {events:,.0f}")
-        if first.get("role") == "managing":
-            notes.append("managing process: not sampled")
+        if first.get("role") in ("managing", "broker"):
+            notes.append(f"{first.get('role')} process: not sampled")
         tables.append(TaskTable(title, tuple(_cells(row) for row in group), tuple(notes)))
     return tables
 

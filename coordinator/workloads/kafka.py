@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import psutil
+
 from coordinator.workloads.processes import (
     Lifecycle,
     ScratchLifecycle,
@@ -32,6 +34,7 @@ from coordinator.workloads.processes import (
 from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS, java_home
 from coordinator.workloads.ysb.javabuild import cache_dir, compile_jar
 from profiler.errors import CapabilityError, ConfigError, ProfilerError
+from profiler.scope.spes import literal_glob
 
 if TYPE_CHECKING:
     from coordinator.workloads.ysb.spark import YsbOptions
@@ -241,6 +244,42 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+MAX_CONFIG_PATH = 1024  # known_spes.txt lines are at most 4096 characters (profiler/scope/spes.py)
+
+
+def broker_config(bootstrap: str) -> str | None:
+    """The properties file of the Kafka broker that listens on ``bootstrap`` on this host (the argument
+    after kafka.Kafka on its command line), None when no local process listens there or it is no
+    broker started that way. Its command line is read, nothing else."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0") or not port.isdigit():
+        return None
+    try:
+        connections = psutil.net_connections("tcp")
+    except psutil.Error:
+        return None
+    for connection in connections:
+        if connection.status != psutil.CONN_LISTEN or connection.laddr.port != int(port) or not connection.pid:
+            continue
+        try:
+            cmdline = psutil.Process(connection.pid).cmdline()
+        except psutil.Error:
+            return None
+        if BROKER_MAIN_CLASS in cmdline[:-1]:
+            return cmdline[cmdline.index(BROKER_MAIN_CLASS) + 1]
+        return None
+    return None
+
+
+def broker_known_spes(config: str | None) -> str:
+    """The known_spes.txt line that selects only the broker started with ``config`` (role broker:
+    in the scope with --roles ...,broker), or nothing without one. The file's name comes from another
+    process's command line: one that known_spes.txt could not hold on a line gives no line."""
+    if not config or len(config) > MAX_CONFIG_PATH:
+        return ""
+    return f"kafka  broker  broker  {BROKER_MAIN_CLASS}  arg={literal_glob(config)}\n"
+
+
 @dataclass
 class LocalKafkaBroker(ScratchLifecycle):
     """Context manager: one Kafka broker and KRaft controller in one JVM on 127.0.0.1.
@@ -317,7 +356,7 @@ class LocalKafkaBroker(ScratchLifecycle):
         self.port, self.controller_port = free_port(), free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()
-        config = self.tmp_dir / "server.properties"
+        config = self.config_path
         config.write_text("".join(f"{key}={value}\n" for key, value in self.server_properties().items()))
         (self.tmp_dir / "log4j2.properties").write_text(_LOG4J2)
         atexit.register(self.stop)
@@ -364,6 +403,10 @@ class LocalKafkaBroker(ScratchLifecycle):
 
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    @property
+    def config_path(self) -> Path:
+        return self.tmp_dir / "server.properties"
 
     def stop(self) -> None:
         """Kill the broker's process group and wait for it. Idempotent."""
@@ -535,6 +578,13 @@ class KafkaFeed(Lifecycle):
 
     def describe(self) -> str:
         return f"Kafka {self.bootstrap}, topic {self.topic}"
+
+    def known_spes(self) -> str:
+        """The line that puts this feed's broker in a profile's scope with --roles ...,broker: the one
+        it started, else the one listening on its bootstrap address on this host, if any."""
+        if self.broker is not None:
+            return broker_known_spes(str(self.broker.config_path))
+        return broker_known_spes(broker_config(self.bootstrap))
 
     def check_running(self) -> None:
         if self.producer is not None:

@@ -1,8 +1,8 @@
 """Sample the stream-engine processes of this host and write a capture directory.
 
-Finds Spark/Flink processes from known_spes.txt (and --pid), samples the stacks of workload processes
-with one in-kernel-filtered BPF program at --frequency Hz on every CPU, reads per-process counters,
-then symbolizes, matches stacks to the tasks of the application profile and writes
+Finds Spark/Flink processes from known_spes.txt (and --pid; Kafka brokers with --roles), samples the
+stacks of workload processes with one in-kernel-filtered BPF program at --frequency Hz on every CPU,
+reads per-process counters, then symbolizes, matches stacks to the tasks of the application profile and writes
 <out>/<host>_result.csv. Needs root (or CAP_BPF and CAP_PERFMON), bcc and kernel headers or BTF.
 Overhead: BPF compilation (~2-3 CPU-seconds) happens before the window; sampling at 99 Hz costs well
 under 1 % of a core. SIGINT/SIGTERM end the window early; everything collected is still written.
@@ -13,6 +13,7 @@ examples:
   profiler run --duration 60 --out /tmp/cap
   profiler run --duration 900 --out /tmp/cap --profile my_profile.txt --net
   profiler run --duration 60 --out /tmp/cap --off-cpu --off-cpu-min-block 5
+  profiler run --duration 60 --out /tmp/cap --roles workload,managing,broker   (Kafka brokers too)
   profiler run --duration 30 --out /tmp/cap --pid 4242 --frequency 199 --force
   profiler run --duration 900 --out /tmp/cap --checkpoint 10   (killed? profiler recover /tmp/cap)
 """
@@ -37,6 +38,7 @@ from ..argtypes import (
 from ..capture.checkpoint import DEFAULT_CHECKPOINT
 from ..capture.offcpu import DEFAULT_SAMPLE_EVERY
 from ..defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE, data_file
+from ..scope.spes import DEFAULT_ROLES, ROLES, role_list
 
 
 def host_label(text: str) -> str:
@@ -61,6 +63,14 @@ class RunCommand:
         )
         parser.add_argument(
             "--pid", type=positive_int, action="append", default=[], help="add a process by hand (repeatable)"
+        )
+        parser.add_argument(
+            "--roles",
+            type=role_list,
+            default=DEFAULT_ROLES,
+            metavar="ROLE[,ROLE...]",
+            help=f"the known_spes.txt roles to put in the scope, of {', '.join(ROLES)} ({','.join(DEFAULT_ROLES)}); "
+            "add broker to count the Kafka brokers on the host beside the executors",
         )
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
@@ -162,6 +172,7 @@ class RunCommand:
             profile=args.profile or data_file(DEFAULT_PROFILE),
             known_spes=args.known_spes or data_file(DEFAULT_KNOWN_SPES),
             pids=tuple(args.pid),
+            roles=args.roles,
             frequency=args.frequency,
             net=args.net,
             events=args.events,

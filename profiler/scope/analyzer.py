@@ -32,6 +32,7 @@ from ..errors import CapabilityError, ConfigError
 from ..files import safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
+    DEFAULT_ROLES,
     SpeKind,
     classify,
     classify_parent,
@@ -258,8 +259,10 @@ class ScopeAnalyzer:
         watcher_factory: Callable[[], ExecSource] | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        roles: Sequence[str] = DEFAULT_ROLES,
     ) -> None:
         self.kinds = tuple(kinds)
+        self.roles = frozenset(roles)  # a process whose line has another role stays out of the scope
         self.manual_pids = tuple(dict.fromkeys(manual_pids))
         self._want_exec_watch = exec_watch
         self._proc: ProcSource = proc if proc is not None else PsutilProcSource()
@@ -434,8 +437,8 @@ class ScopeAnalyzer:
         if not candidate:
             return
         default_master = self._default_master(pid, cmdline)
-        kind = classify(cmdline, self.kinds, default_master)
-        parent_kind = classify_parent(cmdline, self.kinds, default_master)
+        kind = self._in_roles(classify(cmdline, self.kinds, default_master))
+        parent_kind = self._in_roles(classify_parent(cmdline, self.kinds, default_master))
         if kind is None and parent_kind is None:
             return
         if kind is not None and first_listed is not None and not settled and self._same_as_parent(stat.ppid, cmdline):
@@ -458,6 +461,11 @@ class ScopeAnalyzer:
             return True
         text = "\0".join(cmdline)
         return any(fragment in text for fragment in self._fragments)
+
+    def _in_roles(self, kind: SpeKind | None) -> SpeKind | None:
+        """The line a process matched, if its role is asked for. The role filters after the best line
+        is chosen, so leaving a role out never lets a weaker line of another role take the process."""
+        return kind if kind is not None and kind.role in self.roles else None
 
     def _same_as_parent(self, ppid: int, cmdline: tuple[str, ...]) -> bool:
         return ppid > 1 and self._proc.cmdline(ppid) == cmdline

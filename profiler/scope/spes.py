@@ -6,6 +6,7 @@ The file format is documented in the header comment of known_spes.txt itself.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -17,7 +18,10 @@ from pathlib import Path
 from ..errors import config_error
 from ..files.textinput import BOM, check_line_lengths, read_text_input
 
-ROLES = ("workload", "managing")
+ROLES = ("workload", "managing", "broker")
+# The roles in scope unless --roles says otherwise: a Kafka broker serves many jobs and is only
+# profiled when asked for (profiler run --roles workload,managing,broker).
+DEFAULT_ROLES = ("workload", "managing")
 CONDITION_KEYS = ("master", "class", "arg")
 PARENT_PREFIX = "parent-of:"
 SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
@@ -30,7 +34,7 @@ class SpeKind:
     """One line of known_spes.txt."""
 
     engine: str
-    role: str  # "workload" or "managing"
+    role: str  # one of ROLES
     kind: str
     pattern: str  # glob over the entry points (without the parent-of: prefix)
     line: int
@@ -69,7 +73,7 @@ def parse_known_spes(text: str, source: str) -> tuple[SpeKind, ...]:
             )
         engine, role, kind, pattern, *rest = fields
         if role not in ROLES:
-            raise config_error(source, number, f"unknown role {role!r}", "use 'workload' or 'managing'")
+            raise config_error(source, number, f"unknown role {role!r}", f"use one of {', '.join(ROLES)}")
         for label, value in (("engine", engine), ("kind", kind)):
             if not _NAME.match(value):
                 raise config_error(
@@ -103,6 +107,32 @@ def parse_known_spes(text: str, source: str) -> tuple[SpeKind, ...]:
     if not kinds:
         raise config_error(source, None, "no process kinds defined", "add lines like 'spark workload executor CLASS'")
     return tuple(kinds)
+
+
+def role_list(text: str) -> tuple[str, ...]:
+    """argparse type of ``--roles``: a comma-separated list of ROLES, in the given order without
+    repeats; the error names the word that is not a role."""
+    roles = tuple(dict.fromkeys(word.strip() for word in text.split(",")))
+    if not roles or "" in roles:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ROLE[,ROLE...] with ROLE one of {', '.join(ROLES)}")
+    for role in roles:
+        if role not in ROLES:
+            raise argparse.ArgumentTypeError(f"{text!r}: unknown role {role!r}; use one of {', '.join(ROLES)}")
+    return roles
+
+
+def literal_glob(text: str) -> str:
+    """A GLOB of a known_spes.txt condition that matches ``text`` (``*``, ``?`` and ``[`` bracketed);
+    a blank, "|" or "#", which the line's syntax takes for itself, is matched by "?" instead."""
+    out = []
+    for char in text:
+        if char in "*?[":
+            out.append(f"[{char}]")
+        elif char.isspace() or char in "|#":
+            out.append("?")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def _strip_comment(line: str) -> str:

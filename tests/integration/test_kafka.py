@@ -1,8 +1,9 @@
 """A real Kafka broker (KRaft, one JVM) for the whole module: the producer's acknowledged records are
 what the topic's end offsets say, a profiled `coordinator demo --source kafka` on each engine (Spark
 Structured Streaming, Spark Continuous Processing, Flink) reads the topic, its Kafka task holds Kafka
-consumer frames and it read what was produced, and the broker stops leaving nothing behind. One broker
-serves every test (the demo uses it with --kafka-bootstrap)."""
+consumer frames and it read what was produced, the broker counted as role broker (--roles), and the
+broker stops leaving nothing behind. One broker serves every test (the demo uses it with
+--kafka-bootstrap)."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def test_demo_reads_kafka_and_profiles_the_consumer(broker: LocalKafkaBroker, tm
     result = subprocess.run(
         [sys.executable, "-m", "coordinator", "demo", "--spe", spe, "--source", "kafka",
          "--kafka-bootstrap", broker.bootstrap, "--kafka-topic", topic, "--duration", "30", "--warmup", "10",
-         "--rate", str(rate), "--campaigns", "100", "--out", str(out), "--quiet"],
+         "--rate", str(rate), "--campaigns", "100", "--out", str(out), "--quiet",
+         "--roles", "workload,managing,broker"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
@@ -124,6 +126,11 @@ def test_demo_reads_kafka_and_profiles_the_consumer(broker: LocalKafkaBroker, tm
     assert counted["count"] is not None
     run = json.loads((out / "run.json").read_text())
     assert run["labels"]["source"] == "kafka"
+    # AND the broker it was given, and only that one, is counted as role broker with its cost per event
+    with open(out / "summary.csv", newline="") as handle:
+        brokers = [r for r in csv.DictReader(handle) if r["role"] == "broker"]
+    assert [(int(r["pid"]), r["engine"]) for r in brokers] == [(broker.pid(), "kafka")], brokers
+    assert float(brokers[0]["cpu_seconds"]) > 0 and float(brokers[0]["cycles_per_event"]) > 0, brokers
     # AND the demo stopped its producer and engine, but not the broker it was given
     assert _processes_mentioning(topic) == []
     assert broker.pid() is not None

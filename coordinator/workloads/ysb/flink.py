@@ -282,7 +282,8 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
         return f"Flink JobManager {self.cluster.rest_url}, job {self._run().job_id}{kafka}"
 
     def known_spes(self) -> str:
-        return flink_known_spes(self.cluster.tmp_dir / "conf")
+        broker = self.kafka.known_spes() if self.kafka is not None else ""
+        return flink_known_spes(self.cluster.tmp_dir / "conf") + broker
 
     def workload_pids(self) -> list[int]:
         return self.cluster.taskmanager_pids()

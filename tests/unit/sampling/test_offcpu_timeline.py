@@ -12,7 +12,7 @@ from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.errors import CaptureFormatError
 from profiler.sampling.offcpu import RawBlock
-from profiler.sampling.offcpu_timeline import split_span, OffCpuTimeline, OpenBlock, block_key
+from profiler.sampling.offcpu_timeline import OffCpuTimeline, OpenBlock, block_key, split_span
 
 S = 1_000_000_000
 MIN = 1_000_000

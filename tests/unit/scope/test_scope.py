@@ -17,7 +17,8 @@ KINDS = parse_known_spes(
     "spark managing driver org.apache.spark.deploy.SparkSubmit\n"
     "spark managing worker org.apache.spark.deploy.worker.Worker\n"
     "spark managing pyspark-driver parent-of:org.apache.spark.deploy.SparkSubmit arg=pyspark-shell\n"
-    "spark workload python-worker pyspark.daemon\n",
+    "spark workload python-worker pyspark.daemon\n"
+    "kafka broker broker kafka.Kafka\n",
     "test",
 )
 EXECUTOR = ("java", "-cp", "x", "org.apache.spark.executor.CoarseGrainedExecutorBackend", "--executor-id", "0")
@@ -360,3 +361,33 @@ def test_real_proc_source_tells_exits_from_a_pidfd() -> None:
             process.kill()
             process.wait()
     assert proc.stat(other.pid) is None
+
+
+def test_roles_choose_which_lines_put_a_process_in_the_scope(env: tuple[FakeClock, FakeProc]) -> None:
+    # GIVEN a host with a Spark worker, an executor and a Kafka broker
+    clock, proc = env
+    proc.spawn(103, ("java", "-cp", "libs/*", "kafka.Kafka", "/srv/kafka/server.properties"))
+    # WHEN the scope is found with the default roles, with the broker asked for, and with workload only
+    found = {}
+    for roles in (None, ("workload", "managing", "broker"), ("workload",)):
+        scope = make(proc, clock) if roles is None else make(proc, clock, roles=roles)
+        scope.start()
+        found[roles] = {p.pid: (p.engine, p.role, p.kind) for p in scope.processes()}
+        scope.close()
+    # THEN the broker is in the scope only when asked for, as role broker, never sampled
+    assert found[None] == {100: ("spark", "managing", "worker"), 102: ("spark", "workload", "executor")}
+    assert found[("workload", "managing", "broker")] == {**found[None], 103: ("kafka", "broker", "broker")}
+    assert found[("workload",)] == {102: ("spark", "workload", "executor")}
+
+
+def test_a_left_out_role_never_hands_a_process_to_a_weaker_line(env: tuple[FakeClock, FakeProc]) -> None:
+    # GIVEN a local-master driver: its best line is workload, a weaker one (no condition) managing
+    clock, proc = env
+    proc.spawn(104, ("java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "--master", "local[2]", "app.py"))
+    # WHEN only managing processes are asked for
+    scope = make(proc, clock, roles=("managing",))
+    scope.start()
+    roles = {p.pid: p.role for p in scope.processes()}
+    scope.close()
+    # THEN the driver stays out (it is not the "driver" managing line), the Worker is in
+    assert roles == {100: "managing"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -9,16 +11,20 @@ import pytest
 
 from profiler.errors import ConfigError
 from profiler.scope.spes import (
+    DEFAULT_ROLES,
+    ROLES,
     _literal_runs,
     classify,
     classify_parent,
     default_known_spes_path,
     default_spark_master,
     entry_point,
+    literal_glob,
     load_known_spes,
     parse_known_spes,
     parse_spark_defaults_master,
     required_fragments,
+    role_list,
     summarize_cmdline,
 )
 
@@ -62,7 +68,7 @@ def test_parse_fields_conditions_and_comments() -> None:
     ("text", "message"),
     [
         ("spark workload executor\n", "k.txt:1: expected 'ENGINE ROLE KIND PATTERN"),
-        ("# c\nspark worker executor org.X\n", "k.txt:2: unknown role 'worker'; use 'workload' or 'managing'"),
+        ("# c\nspark worker executor org.X\n", "k.txt:2: unknown role 'worker'; use one of workload, managing, broker"),
         ("spark workload executor org.X color=red\n", "k.txt:1: bad condition 'color=red'"),
         ("spark workload executor org.X master\n", "k.txt:1: bad condition 'master'"),
         ("spark workload exec/utor org.X\n", "k.txt:1: kind 'exec/utor'"),
@@ -336,3 +342,60 @@ def test_required_fragments_are_in_every_matching_command_line() -> None:
     for glob, text in [("org.apache.*Backend", "org.apache.ExecBackend"), ("x[!]]yz", "xayz")]:
         assert fnmatchcase(text, glob) and any(f in text for f in fragments)
     assert required_fragments(parse_known_spes("e workload a run|*\n", "test")) is None
+
+
+def test_broker_is_a_role_and_the_shipped_file_knows_kafka_brokers() -> None:
+    # GIVEN the shipped known_spes.txt; WHEN a Kafka broker's command line (kafka-server-start.sh) is classified
+    kinds = load_known_spes(default_known_spes_path())
+    broker = ("java", "-Xmx1G", "-cp", "/opt/kafka/libs/*", "kafka.Kafka", "/opt/kafka/config/server.properties")
+    kind = classify(broker, kinds)
+    # THEN it is the broker role of engine kafka, counted but not sampled; its tools are no broker
+    assert kind is not None and (kind.engine, kind.role, kind.kind) == ("kafka", "broker", "broker")
+    assert not kind.sampled
+    tool = ("java", "-cp", "/opt/kafka/libs/*", "kafka.tools.StorageTool", "format", "-c", "server.properties")
+    assert classify(tool, kinds) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "roles"),
+    [
+        ("workload", ("workload",)),
+        ("workload,managing,broker", ("workload", "managing", "broker")),
+        ("broker, workload,broker", ("broker", "workload")),
+    ],
+)
+def test_role_list_keeps_order_without_repeats(text: str, roles: tuple[str, ...]) -> None:
+    assert role_list(text) == roles
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workers", "'workers': unknown role 'workers'; use one of workload, managing, broker"),
+        ("workload,,broker", "expected ROLE[,ROLE...]"),
+        ("", "expected ROLE[,ROLE...]"),
+        ("Broker", "unknown role 'Broker'"),
+    ],
+)
+def test_role_list_names_the_bad_word(text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        role_list(text)
+
+
+def test_default_roles_leave_brokers_out() -> None:
+    assert DEFAULT_ROLES == ("workload", "managing") and set(DEFAULT_ROLES) < set(ROLES)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["/tmp/kafka-local-ab12/server.properties", "/tmp/a[1]*?/x.properties", "/tmp/my dir|#x/s.properties"],
+)
+def test_literal_glob_matches_its_text_and_fits_a_line(text: str) -> None:
+    glob = literal_glob(text)
+    assert fnmatchcase(text, glob)
+    assert not any(char.isspace() or char in "|#" for char in glob)
+    assert not fnmatchcase(text + "x", glob) and not fnmatchcase("/tmp/other/server.properties", glob)
+    # a line carrying it parses, and selects the process started with that file
+    (kind,) = parse_known_spes(f"kafka broker broker kafka.Kafka arg={glob}\n", "k.txt")
+    assert classify(("java", "kafka.Kafka", text), (kind,)) == kind
+    assert classify(("java", "kafka.Kafka", "/tmp/other/server.properties"), (kind,)) is None

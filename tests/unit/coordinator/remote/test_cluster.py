@@ -174,3 +174,16 @@ def test_off_cpu_reaches_the_host_agent_only_when_asked(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     RunCommand().prepare_parser(parser)
     assert parser.parse_args(args[1:]).off_cpu is True
+
+
+def test_roles_reach_the_host_agent_only_when_not_the_default(tmp_path: Path) -> None:
+    from profiler.commands.run import RunCommand
+
+    layout = deploy.RemoteLayout(str(tmp_path / "taskprof.x"))
+    assert "--roles" not in deploy.profiler_run_args(layout, "h", 3.0, 99, None, roles=("workload", "managing"))
+    args = deploy.profiler_run_args(layout, "h", 3.0, 99, None, roles=("workload", "managing", "broker"))
+    assert args[args.index("--roles") + 1] == "workload,managing,broker"
+    parser = argparse.ArgumentParser()
+    RunCommand().prepare_parser(parser)
+    assert parser.parse_args(args[1:]).roles == ("workload", "managing", "broker")
+    assert parser.parse_args(deploy.profiler_run_args(layout, "h", 3.0, 99, None)[1:]).roles == ("workload", "managing")

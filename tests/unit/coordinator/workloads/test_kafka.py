@@ -4,6 +4,8 @@ names, the broker's configuration, the Maven pom, and the demo's --source checks
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 import zipfile
 from datetime import datetime, timezone
@@ -20,10 +22,13 @@ from coordinator.workloads.kafka import (
     Produced,
     YsbProducer,
     _pom,
+    broker_config,
+    broker_known_spes,
     parse_produced,
     produced_between,
     topic_name,
 )
+from coordinator.workloads.processes import free_port
 from coordinator.workloads.ysb.engines import SourceCount, produced_over
 from coordinator.workloads.ysb.javabuild import bundle_jars
 from coordinator.workloads.ysb.spark import (
@@ -34,6 +39,7 @@ from coordinator.workloads.ysb.spark import (
     kafka_read_span,
 )
 from profiler.errors import ConfigError
+from profiler.scope.spes import classify, parse_known_spes
 
 
 def test_parse_produced_reads_only_whole_report_lines() -> None:
@@ -212,3 +218,40 @@ def test_a_bundled_jar_carries_its_classes_and_every_jars_services(tmp_path: Pat
         )
         assert archive.read("shared/Same.class") == b"a"
         assert archive.read("META-INF/services/x.Factory") == b"a.Impl\nb.Impl\n"
+
+
+def test_a_brokers_known_spes_line_selects_it_by_its_properties_file(tmp_path: Path) -> None:
+    # GIVEN a process listening on loopback whose command line is a broker's (kafka.Kafka FILE)
+    config = tmp_path / "kafka [1]" / "server.properties"
+    script = (
+        "import socket,sys,time\n"
+        "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with subprocess.Popen([sys.executable, "-c", script, "kafka.Kafka", str(config)], stdout=subprocess.PIPE,
+                          text=True) as listener:
+        try:
+            assert listener.stdout is not None
+            port = int(listener.stdout.readline())
+            # WHEN the demo asks which broker listens on its bootstrap address
+            found = broker_config(f"127.0.0.1:{port},127.0.0.1:1")
+            other = broker_config(f"127.0.0.1:{free_port()}")
+        finally:
+            listener.kill()
+    # THEN it is that file; a free port or a remote host has none and gives no line
+    assert found == str(config)
+    assert other is None and broker_config("kafka.example.com:9092") is None and broker_known_spes(None) == ""
+    assert broker_known_spes("") == "" and broker_known_spes("/" + "x" * 5000) == ""
+    # AND the line parses as role broker and picks that broker, not another one
+    (kind,) = parse_known_spes(broker_known_spes(found), "demo-known-spes")
+    assert (kind.engine, kind.role) == ("kafka", "broker")
+    assert classify(("java", "-cp", "libs/*", "kafka.Kafka", str(config)), (kind,)) == kind
+    assert classify(("java", "-cp", "libs/*", "kafka.Kafka", str(tmp_path / "server.properties")), (kind,)) is None
+
+
+def test_demo_and_profile_take_roles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("demo", "profile"):
+        with pytest.raises(SystemExit):
+            main([command, "--roles", "workload,brokers", "--duration", "1", "--out", str(tmp_path / "run")])
+        assert "unknown role 'brokers'" in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
