@@ -177,34 +177,25 @@ def build_view(
         series.to_json({name: index for index, name in enumerate(task_names)})
         for series in time_series(timelines or {}, matcher, task_names, problems)
     ]
-    health = tuple(HealthLine("bad", "capture", problem) for problem in problems) + health_lines(
-        run,
-        processes,
-        _unmatched_share(cluster, task_samples),
-        sum(1 for g in graphs if g.dropped_stacks),
-        max_stacks,
-        _multi_task_share(cluster_rows),
-    )
     spark = spark_index(run.spark_plans)
-    health += tuple(
-        HealthLine("warn", "Spark REST API", f"{note}; stages keep their ids only, codegen stages are not named")
-        for note in spark.notes[:3]
-        if not spark.reachable
+    health = (
+        tuple(HealthLine("bad", "capture", problem) for problem in problems)
+        + health_lines(
+            run,
+            processes,
+            _unmatched_share(cluster, task_samples),
+            sum(1 for g in graphs if g.dropped_stacks),
+            max_stacks,
+            _multi_task_share(cluster_rows),
+        )
+        + _spark_health(spark)
     )
     flink_lines = flink_vertex_lines(run, stacks)
     vertices, subtasks = vertex_lines(run.vertex_rows)
-    payload: dict[str, Any] = {
-        "runId": run.run_id,
-        "frames": annotate_codegen_frames(frames.names, spark),
-        "tasks": [{"name": name, "color": colors[name]} for name in task_names],
-        "mixedColor": MIXED_COLOR,
-        "graphs": [g.to_json() for g in graphs],
-        "defaultGraph": next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None),
-        "maxStacks": max_stacks,
-        "chart": {"unit": unit, "bars": bars},
-        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
-        "overhead": _overhead_payload(captures),
-    }
+    tasks = [{"name": name, "color": colors[name]} for name in task_names]
+    payload = _payload(
+        run, captures, frames, spark, tasks, graphs, max_stacks, {"unit": unit, "bars": bars}, time_chart
+    )
     return ReportView(
         title=f"Task-level CPU profile {run.run_id}",
         run_id=run.run_id,
@@ -233,6 +224,42 @@ def build_view(
         flink_run=bool(flink_lines or vertices),
         offcpu=offcpu_table(rows, task_names, colors),
     )
+
+
+def _spark_health(spark: Any) -> tuple[HealthLine, ...]:
+    """A warning per note (up to three) when no Spark driver's REST API could be read."""
+    if spark.reachable:
+        return ()
+    return tuple(
+        HealthLine("warn", "Spark REST API", f"{note}; stages keep their ids only, codegen stages are not named")
+        for note in spark.notes[:3]
+    )
+
+
+def _payload(
+    run: RunData,
+    captures: Mapping[str, Capture],
+    frames: flame.FrameTable,
+    spark: Any,
+    tasks: list[dict[str, str]],
+    graphs: Sequence[Any],
+    max_stacks: int,
+    chart: dict[str, Any],
+    time_chart: list[Any],
+) -> dict[str, Any]:
+    """The page script's data: frames, tasks and their colours, flamegraphs, the chart and the timeline."""
+    return {
+        "runId": run.run_id,
+        "frames": annotate_codegen_frames(frames.names, spark),
+        "tasks": tasks,
+        "mixedColor": MIXED_COLOR,
+        "graphs": [g.to_json() for g in graphs],
+        "defaultGraph": next((g.key for g in graphs if g.kind == "host"), graphs[0].key if graphs else None),
+        "maxStacks": max_stacks,
+        "chart": chart,
+        "timeline": {"hosts": time_chart, "window": _window_payload(run)},
+        "overhead": _overhead_payload(captures),
+    }
 
 
 def _candidates(unmatched: Mapping[str, int], count: int) -> tuple[tuple[str, int, float], ...]:

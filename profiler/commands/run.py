@@ -49,105 +49,118 @@ def host_label(text: str) -> str:
     return text
 
 
+def _add_scope_arguments(parser: argparse.ArgumentParser) -> None:
+    """The window, its output and which processes are in the scope."""
+    parser.add_argument("--duration", type=duration, required=True, help="window length in seconds")
+    parser.add_argument("--out", type=Path, help="capture directory (default: ./capture-HOST-TIME)")
+    parser.add_argument("--profile", type=Path, default=None, help=f"application profile (default: {DEFAULT_PROFILE})")
+    parser.add_argument(
+        "--known-spes", type=Path, default=None, help=f"process kinds to find (default: {DEFAULT_KNOWN_SPES})"
+    )
+    parser.add_argument(
+        "--pid", type=positive_int, action="append", default=[], help="add a process by hand (repeatable)"
+    )
+    parser.add_argument(
+        "--roles",
+        type=role_list,
+        default=DEFAULT_ROLES,
+        metavar="ROLE[,ROLE...]",
+        help=f"the known_spes.txt roles to put in the scope, of {', '.join(ROLES)} ({','.join(DEFAULT_ROLES)}); "
+        "add broker to count the Kafka brokers on the host beside the executors",
+    )
+
+
+def _add_collector_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is collected beside the stacks: the sampling rate, network bytes, off-CPU time."""
+    parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
+    parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
+    parser.add_argument(
+        "--off-cpu",
+        action="store_true",
+        help="also sum the time workload threads spend blocked, per stack and cause (sleep, monitor, wait, park, "
+        "lock, net, disk, safepoint, preempted), from the sched_switch tracepoint (docs/offcpu.md)",
+    )
+    parser.add_argument(
+        "--off-cpu-min-block",
+        type=min_block_ms,
+        default=1.0,
+        metavar="MS",
+        help="with --off-cpu: blocks shorter than this many milliseconds are counted but not summed (1)",
+    )
+    parser.add_argument(
+        "--off-cpu-sample-every",
+        type=positive_int,
+        default=DEFAULT_SAMPLE_EVERY,
+        metavar="N",
+        help="with --off-cpu: beyond a thread's first 100 voluntary switch-outs a second, follow one in N at "
+        "random and count it N times (1: all); the stack walks at every switch-out are the cost on threads "
+        f"that switch thousands of times a second ({DEFAULT_SAMPLE_EVERY})",
+    )
+
+
+def _add_capture_arguments(parser: argparse.ArgumentParser) -> None:
+    """How samples are walked, named, sliced and stored."""
+    parser.add_argument("--events", type=positive_int, help="events processed in the window, if known")
+    parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")
+    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+    parser.add_argument(
+        "--max-stack-depth",
+        type=positive_int,
+        default=None,
+        help="frames per user stack kept (1024 with --stack-walk bpf, 127 with kernel); a deeper stack keeps "
+        "its leaf and root ends (bpf) or its leaf end (kernel)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=interval,
+        default=10.0,
+        help="seconds per timeline slice (10): shares and cycles over time, analyze --from/--to",
+    )
+    parser.add_argument(
+        "--perf-map-refresh",
+        type=perf_map_refresh,
+        default=60.0,
+        help="seconds between Java perf-map refreshes (60; 0 = at the end only): each sample is named with "
+        "the JIT code of its time",
+    )
+    parser.add_argument(
+        "--stack-collection",
+        choices=("auto", "ringbuf", "stackmap"),
+        default="auto",
+        help="ringbuf: every sample to user space, nothing lost to a full map (Linux 5.8+); stackmap: the "
+        "in-kernel stack map (no timeline); auto: ringbuf when the kernel has it",
+    )
+    parser.add_argument(
+        "--stack-walk",
+        choices=("auto", "bpf", "kernel"),
+        default="auto",
+        help="bpf: our walker (names interpreted Java frames, keeps the root of deep stacks; needs "
+        "--stack-collection ringbuf); kernel: bpf_get_stack; auto: bpf when it loads",
+    )
+    parser.add_argument(
+        "--hotspot-unwind",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="walk JIT-compiled Java frames by their CodeBlobs, without -XX:+PreserveFramePointer or perf maps, "
+        "inlined methods named (docs/unwinding.md); --no-hotspot-unwind walks them by frame pointers only "
+        "(default: on)",
+    )
+    parser.add_argument(
+        "--stack-storage-size",
+        type=positive_int,
+        default=65536,
+        help="with --stack-collection stackmap: distinct stacks the BPF map holds (65536; about 1 KB of "
+        "kernel memory each at depth 127)",
+    )
+
+
 class RunCommand:
     __doc__ = __doc__  # the module's: its examples and the --checkpoint note reach --help
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--duration", type=duration, required=True, help="window length in seconds")
-        parser.add_argument("--out", type=Path, help="capture directory (default: ./capture-HOST-TIME)")
-        parser.add_argument(
-            "--profile", type=Path, default=None, help=f"application profile (default: {DEFAULT_PROFILE})"
-        )
-        parser.add_argument(
-            "--known-spes", type=Path, default=None, help=f"process kinds to find (default: {DEFAULT_KNOWN_SPES})"
-        )
-        parser.add_argument(
-            "--pid", type=positive_int, action="append", default=[], help="add a process by hand (repeatable)"
-        )
-        parser.add_argument(
-            "--roles",
-            type=role_list,
-            default=DEFAULT_ROLES,
-            metavar="ROLE[,ROLE...]",
-            help=f"the known_spes.txt roles to put in the scope, of {', '.join(ROLES)} ({','.join(DEFAULT_ROLES)}); "
-            "add broker to count the Kafka brokers on the host beside the executors",
-        )
-        parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
-        parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
-        parser.add_argument(
-            "--off-cpu",
-            action="store_true",
-            help="also sum the time workload threads spend blocked, per stack and cause (sleep, monitor, wait, park, "
-            "lock, net, disk, safepoint, preempted), from the sched_switch tracepoint (docs/offcpu.md)",
-        )
-        parser.add_argument(
-            "--off-cpu-min-block",
-            type=min_block_ms,
-            default=1.0,
-            metavar="MS",
-            help="with --off-cpu: blocks shorter than this many milliseconds are counted but not summed (1)",
-        )
-        parser.add_argument(
-            "--off-cpu-sample-every",
-            type=positive_int,
-            default=DEFAULT_SAMPLE_EVERY,
-            metavar="N",
-            help="with --off-cpu: beyond a thread's first 100 voluntary switch-outs a second, follow one in N at "
-            "random and count it N times (1: all); the stack walks at every switch-out are the cost on threads "
-            f"that switch thousands of times a second ({DEFAULT_SAMPLE_EVERY})",
-        )
-        parser.add_argument("--events", type=positive_int, help="events processed in the window, if known")
-        parser.add_argument("--host", type=host_label, default=None, help="label of this host in the results")
-        parser.add_argument("--force", action="store_true", help="replace an existing output directory")
-        parser.add_argument(
-            "--max-stack-depth",
-            type=positive_int,
-            default=None,
-            help="frames per user stack kept (1024 with --stack-walk bpf, 127 with kernel); a deeper stack keeps "
-            "its leaf and root ends (bpf) or its leaf end (kernel)",
-        )
-        parser.add_argument(
-            "--interval",
-            type=interval,
-            default=10.0,
-            help="seconds per timeline slice (10): shares and cycles over time, analyze --from/--to",
-        )
-        parser.add_argument(
-            "--perf-map-refresh",
-            type=perf_map_refresh,
-            default=60.0,
-            help="seconds between Java perf-map refreshes (60; 0 = at the end only): each sample is named with "
-            "the JIT code of its time",
-        )
-        parser.add_argument(
-            "--stack-collection",
-            choices=("auto", "ringbuf", "stackmap"),
-            default="auto",
-            help="ringbuf: every sample to user space, nothing lost to a full map (Linux 5.8+); stackmap: the "
-            "in-kernel stack map (no timeline); auto: ringbuf when the kernel has it",
-        )
-        parser.add_argument(
-            "--stack-walk",
-            choices=("auto", "bpf", "kernel"),
-            default="auto",
-            help="bpf: our walker (names interpreted Java frames, keeps the root of deep stacks; needs "
-            "--stack-collection ringbuf); kernel: bpf_get_stack; auto: bpf when it loads",
-        )
-        parser.add_argument(
-            "--hotspot-unwind",
-            action=argparse.BooleanOptionalAction,
-            default=True,
-            help="walk JIT-compiled Java frames by their CodeBlobs, without -XX:+PreserveFramePointer or perf maps, "
-            "inlined methods named (docs/unwinding.md); --no-hotspot-unwind walks them by frame pointers only "
-            "(default: on)",
-        )
-        parser.add_argument(
-            "--stack-storage-size",
-            type=positive_int,
-            default=65536,
-            help="with --stack-collection stackmap: distinct stacks the BPF map holds (65536; about 1 KB of "
-            "kernel memory each at depth 127)",
-        )
+        _add_scope_arguments(parser)
+        _add_collector_arguments(parser)
+        _add_capture_arguments(parser)
         parser.add_argument(
             "--checkpoint",
             type=checkpoint_period,
