@@ -19,7 +19,7 @@ CONTRACT_FILES = ("pyproject.toml", "Makefile")
 def run_contract(tree: Path) -> subprocess.CompletedProcess[str]:
     """`make import-contract` in ``tree``, importing that tree's packages (not the installed ones)."""
     if shutil.which("make") is None or not (VENV_BIN / "lint-imports").exists():
-        pytest.skip("needs make and lint-imports (pip install -e '.[dev]')")
+        pytest.fail("make or lint-imports is missing: scripts/setup.sh installs them (build-essential, .[dev])")
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
         ["make", "-s", "-C", str(tree), "import-contract", f"VENV={VENV_BIN.parent}"],
