@@ -25,6 +25,7 @@ from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
 from .offcpu_idle import IdleThread, WholeWindowWatch, idle_entries
 from .offcpu_java import JavaThreadWatch
 from .offcpu_timeline import OffCpuTimeline, OpenBlock, block_key, split_span, sums_of
+from .offcpu_timeline import by_pid as blocks_by_pid
 
 BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
 DEFAULT_MIN_BLOCK_MS = 1.0
@@ -329,14 +330,9 @@ class OffCpuTracer:
     def read_blocks(self) -> dict[int, list[RawBlock]]:
         """The kernel's sums and the blocks closed at stop(), per PID: estimates of all switch-outs (a
         sampled one was weighted in the kernel by the switch-outs it stands for)."""
-        by_pid: dict[int, list[RawBlock]] = {}
         if self._bpf is None:
-            return by_pid
-        for block in self._summed():
-            by_pid.setdefault(block.tgid, []).append(block)
-        for block in self._pending:
-            by_pid.setdefault(block.tgid, []).append(block)
-        return by_pid
+            return {}
+        return blocks_by_pid([*self._summed(), *self._pending])
 
     def collect(self, symbols_for: Callable[[int], Any] = default_symbols) -> dict[int, list[OffCpuEntry]]:
         """Entries per added PID (empty when it never blocked long enough); names the stacks now."""
@@ -359,10 +355,11 @@ class OffCpuTracer:
                     cache[stack_id] = None
             return cache[stack_id]
 
-        per_interval: dict[int, list[RawBlock]] = {}
+        per_interval: dict[int, dict[int, list[RawBlock]]] = {}  # interval -> PID -> blocks
         if self._timeline is not None:
             final = [block for blocks in by_pid.values() for block in blocks]
-            per_interval = self._timeline.finish(self._timeline.last_interval, final)
+            finished = self._timeline.finish(self._timeline.last_interval, final)
+            per_interval = {interval: blocks_by_pid(blocks) for interval, blocks in finished.items()}
         kernel = KernelSymbols()
         try:
             for pid, blocks in sorted(by_pid.items()):
@@ -372,7 +369,7 @@ class OffCpuTracer:
                     names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
                     result[pid] = name_blocks(blocks, *names)
                     for interval, interval_blocks in per_interval.items():
-                        mine = [block for block in interval_blocks if block.tgid == pid]
+                        mine = interval_blocks.get(pid)
                         if mine:
                             self.interval_entries.setdefault(interval, {})[pid] = name_blocks(mine, *names)
                 finally:
