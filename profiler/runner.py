@@ -1103,17 +1103,19 @@ class Runner:
     def _close(self, components: Components) -> None:
         if self.journal is not None:
             self.journal.close()
-        for closer in (components.sampler.close, components.scope.close, components.counters.close):
-            try:
-                closer()
-            except Exception as exc:  # noqa: BLE001 - closing the others matters more
-                self.state.warnings.append(f"close failed: {exc}")
+        # The optional tracers first: the off-CPU tracer's JVM thread watch reads through namers it borrows
+        # from the sampler (their /proc/PID/mem descriptors), which the sampler's close() closes.
         for optional in (components.net, components.offcpu):
             if optional is not None:
                 try:
                     optional.close()
                 except Exception:  # noqa: BLE001
                     pass
+        for closer in (components.sampler.close, components.scope.close, components.counters.close):
+            try:
+                closer()
+            except Exception as exc:  # noqa: BLE001 - closing the others matters more
+                self.state.warnings.append(f"close failed: {exc}")
 
 
 @contextmanager

@@ -519,6 +519,27 @@ def test_off_cpu_component_traces_workload_pids_and_its_time_reaches_files_rows_
     assert meta.off_cpu_min_block_ms == 2.5 and "off-cpu: a fake warning" in meta.warnings
 
 
+def test_the_off_cpu_tracer_closes_before_the_sampler_whose_jvm_namers_it_borrows(tmp_path: Path) -> None:
+    # GIVEN an off-CPU tracer (its JVM thread watch reads through the sampler's namers) and a run that fails
+    runner, components, _out = make(tmp_path)
+    closed: list[str] = []
+    offcpu = FakeOffCpu()
+    offcpu.close = lambda: closed.append("offcpu")  # type: ignore[method-assign]
+    sampler_close = components.sampler.close
+
+    def close_sampler() -> None:
+        closed.append("sampler")
+        sampler_close()
+
+    components.sampler.close = close_sampler  # type: ignore[method-assign]
+    components.offcpu = offcpu
+    runner.options = replace(runner.options, off_cpu=True)
+    # WHEN the run ends
+    runner.run(parse_profile(PROFILE_TEXT))
+    # THEN the borrower closed first: the namers' descriptors are never read after the sampler closed them
+    assert closed == ["offcpu", "sampler"]
+
+
 def test_without_off_cpu_the_columns_are_empty_and_no_file_is_written(tmp_path: Path) -> None:
     runner, _components, out = make(tmp_path)
     runner.run(parse_profile(PROFILE_TEXT))
