@@ -23,9 +23,9 @@ from coordinator.analysis.stages import (
 )
 from profiler.capture.format import UNMATCHED
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.engines.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
-from profiler.engines.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
 
 REST = Path(__file__).resolve().parents[2] / "data" / "spark_rest"
 GEN = "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage{}::processNext"
