@@ -232,7 +232,8 @@ def stage_rows(
             row["cpu_seconds"] = sum_known(cpu)
             row["cycles_estimated"] = any(bool(pid.cycles_estimated) for pid in pids)
             if measured:
-                row.update(offcpu_columns(_stage_blocked(pids, label, None if task == ALL else task)))
+                blocked = _stage_blocked(pids, label, None if task == ALL else task)
+                row.update(offcpu_columns(blocked, row["cpu_seconds"]))
             rows.append(row)
     return rows
 

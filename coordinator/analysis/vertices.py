@@ -227,7 +227,7 @@ def _subtask_rows(
     total = sum(stacks.values())
     blocked = pid.offcpu.get(thread, {}) if pid.offcpu is not None else None
     rows = [_fill(_row(run, pid.host, pid.pid, **values), total, pid.samples, pid, ci=True)]
-    rows[0].update(offcpu_columns(task_causes(blocked, None)))
+    rows[0].update(offcpu_columns(task_causes(blocked, None), rows[0].get("cpu_seconds")))
     tasks: Counter[str] = Counter()
     by_operator: Counter[str] = Counter()
     for stack, count in stacks.items():
@@ -237,7 +237,7 @@ def _subtask_rows(
         tasks.setdefault(task, 0)  # blocked, never sampled on a CPU
     for task, count in sorted(tasks.items(), key=lambda item: (-item[1], item[0])):
         rows.append(_fill(_row(run, pid.host, pid.pid, **values, task=task), count, total, pid, ci=True))
-        rows[-1].update(offcpu_columns(task_causes(blocked, task)))
+        rows[-1].update(offcpu_columns(task_causes(blocked, task), rows[-1].get("cpu_seconds")))
     for operator in (*operators.operators(thread.chain), MAILBOX_WAIT, OPERATOR_UNKNOWN):
         count = by_operator.get(operator, 0)
         rows.append(_fill(_row(run, pid.host, pid.pid, **values, operator=operator), count, total, pid, ci=True))

@@ -59,7 +59,11 @@ SPARK_FILE = "spark.json"
 DEFAULT_INTERVAL = 10.0
 
 # Blocked seconds per task (profiler run --off-cpu): in all, then per cause (profiler/capture/offcpu.py).
-OFFCPU_COLUMNS: tuple[str, ...] = ("offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES))
+# Wall seconds per task (async-profiler's wall-clock view: every thread's time whatever its state), with
+# --off-cpu: its threads' on-CPU seconds plus their off-CPU seconds (blocked, and runnable but waiting for a CPU).
+OFFCPU_COLUMNS: tuple[str, ...] = (
+    "offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES), "wall_seconds",
+)
 
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
 RESULT_COLUMNS: tuple[str, ...] = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import format as capture
-from profiler.capture.format import OFFCPU_COLUMNS, RESULT_COLUMNS, ProcessInfo
+from profiler.capture.format import OFFCPU_COLUMNS, RESULT_COLUMNS, PidCounters, ProcessInfo
 from profiler.capture.offcpu import (
     CAUSES,
     JAVA_IN_VM,
@@ -125,7 +125,7 @@ def test_blocked_time_goes_to_tasks_by_the_leaf_first_rule() -> None:
 
 def test_result_rows_carry_offcpu_seconds_per_task_and_cause_and_none_without_off_cpu() -> None:
     assert RESULT_COLUMNS[-len(OFFCPU_COLUMNS):] == OFFCPU_COLUMNS
-    assert ("offcpu_seconds", *(f"offcpu_{c}_seconds" for c in CAUSES)) == OFFCPU_COLUMNS
+    assert ("offcpu_seconds", *(f"offcpu_{c}_seconds" for c in CAUSES), "wall_seconds") == OFFCPU_COLUMNS
     matcher = Matcher(parse_profile("Poll: KafkaConsumer\n"))
     workload = ProcessInfo(7, "workload", "spark", "executor", "u", "java", 0.0, 10.0)
     manager = ProcessInfo(8, "managing", "spark", "worker", "u", "java", 0.0, 10.0)
@@ -139,8 +139,20 @@ def test_result_rows_carry_offcpu_seconds_per_task_and_cause_and_none_without_of
     assert by_key[(7, "unmatched")]["offcpu_seconds"] == 0.0  # measured: nothing blocked there
     assert by_key[(7, "*")]["offcpu_seconds"] == 2.5
     assert by_key[(8, "*")]["offcpu_seconds"] is None  # a managing PID is not traced
+    assert poll["wall_seconds"] is None  # no CPU seconds measured: no wall seconds either
     without = aggregate_host("h", [workload], matched, {}, {})
-    assert all(row["offcpu_seconds"] is None for row in without)
+    assert all(row["offcpu_seconds"] is None and row["wall_seconds"] is None for row in without)
+
+
+def test_wall_seconds_are_on_cpu_plus_off_cpu_seconds_per_task() -> None:
+    matcher = Matcher(parse_profile("Poll: KafkaConsumer\n"))
+    workload = ProcessInfo(7, "workload", "spark", "executor", "u", "java", 0.0, 10.0)
+    matched = {7: match_stacks(matcher, {"E;KafkaConsumer.poll": 3, "E;x": 1})}
+    counters = {7: PidCounters(7, {}, None, False, cpu_seconds=4.0)}
+    offcpu = {7: {"Poll": Counter({"net": 2_000_000_000, "preempted": 500_000_000})}}
+    rows = {r["task"]: r for r in aggregate_host("h", [workload], matched, counters, {}, offcpu)}
+    assert rows["Poll"]["cpu_seconds"] == 3.0 and rows["Poll"]["wall_seconds"] == 5.5
+    assert rows["unmatched"]["wall_seconds"] == 1.0 and rows["*"]["wall_seconds"] == 6.5
 
 
 @pytest.mark.parametrize(

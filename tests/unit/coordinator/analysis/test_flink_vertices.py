@@ -206,13 +206,19 @@ def _flink_run(tmp_path: Path) -> Path:
     return host
 
 
-def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(tmp_path: Path) -> None:
-    run = _flink_run(tmp_path)
+def _by_vertex_on_both_engines(run: Path, tmp_path: Path) -> list[str]:
+    """summary.csv of ``analyze --by vertex`` with each engine (tmp_path/<engine>/summary.csv)."""
     texts = []
     for engine in ("in-process", "spark"):
         out = tmp_path / engine
         analyze([run], out_dir=out, engine=engine, by="vertex")
         texts.append((out / "summary.csv").read_text())
+    return texts
+
+
+def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(tmp_path: Path) -> None:
+    run = _flink_run(tmp_path)
+    texts = _by_vertex_on_both_engines(run, tmp_path)
     assert texts[0] == texts[1]
     with open(tmp_path / "spark" / "summary.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -342,11 +348,7 @@ def test_analyze_by_vertex_cuts_the_subtasks_blocked_time_the_same_on_both_engin
     capture.write_offcpu(run, pid, [e for interval in entries.values() for e in interval])
     capture.write_offcpu_timeline(run, pid, entries)
     # WHEN both engines cut the run by vertex
-    texts = []
-    for engine in ("in-process", "spark"):
-        out = tmp_path / engine
-        analyze([run], out_dir=out, engine=engine, by="vertex")
-        texts.append((out / "summary.csv").read_text())
+    texts = _by_vertex_on_both_engines(run, tmp_path)
     # THEN they agree, and the subtasks' rows hold their threads' blocked seconds by cause
     assert texts[0] == texts[1]
     with open(tmp_path / "spark" / "summary.csv", newline="") as handle:
