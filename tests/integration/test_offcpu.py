@@ -229,4 +229,5 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     for stage, cause, _key in STAGES:
         whole = float(staged[(stage, "SparkTask")][f"offcpu_{cause}_seconds"])
         part = float(staged_cut[(stage, "SparkTask")][f"offcpu_{cause}_seconds"])
+        print(f"stage {stage} with --from 5 --to 10: {cause} {part:.2f} s of {whole:.2f} s")
         assert part == pytest.approx(whole / 3, rel=0.15), (stage, part, whole)
