@@ -242,7 +242,8 @@ def real_components(options: RunOptions) -> Components:
         from .sampling.offcpu import OffCpuTracer
 
         offcpu = OffCpuTracer(
-            options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every, borrow_namer=sampler.jvm_namer
+            options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every, borrow_namer=sampler.jvm_namer,
+            thread_label=sampler.thread_label,
         )
     counters = CounterGroup()
 

@@ -569,11 +569,12 @@ def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str,
     )
 
     _task_names, task_of = _task_classifier(profile_text, profile_source)
+    matcher = Matcher(parse_profile(profile_text, profile_source))
     extra = []
     label_names = label_columns(runs)
     for run in sorted(runs, key=lambda r: r.run):
         chains = sorted({v.name for v in flink_vertices_of(run)})
-        pids = read_pid_vertices(run, chains)
+        pids = read_pid_vertices(run, chains, matcher)
         stacks: Counter[str] = Counter()
         for pid in pids:
             for by_stack in pid.subtasks.values():
@@ -652,14 +653,12 @@ def analyze(
     overlapping ``--from``/``--to`` (analysis.json records which); a capture without a timeline
     is a ConfigError before any stack is read. ``by="stage"``: summary.csv gains Spark stage rows
     (coordinator/analysis/stages.py), ``by="vertex"`` Flink vertex and subtask rows
-    (coordinator/analysis/vertices.py); whole window only.
+    (coordinator/analysis/vertices.py); both over the sub-window too, on-CPU and off-CPU columns.
     """
     if not run_dirs:
         raise ConfigError("no run directory given; pass at least one RUN_DIR")
     if by not in (None, "stage", "vertex"):
         raise ConfigError(f"--by {by!r}: only 'stage' (Spark stages) and 'vertex' (Flink vertices) are known")
-    if by is not None and window is not None and window.requested:
-        raise ConfigError(f"--by {by} covers the whole window (thread contexts have no timeline); drop --from/--to")
     runs = read_inputs([Path(p) for p in run_dirs], labels, window)
     if by is not None:
         _check_engine_of_cut(by, runs)

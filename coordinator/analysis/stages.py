@@ -13,9 +13,11 @@ from typing import Any
 
 from coordinator.analysis.decide import TaskDecider
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
+from coordinator.analysis.offcpucut import ContextOffCpu, add_offcpu, read_context_offcpu, task_causes
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler.capture import format as capture
 from profiler.engines.sparkplan import codegen_stage_of, parse_task_thread
+from profiler.matching.aggregate import offcpu_columns
 from profiler.matching.stats import share_ci95
 
 # summary.csv columns that only stage rows fill (after the fixed columns, before run labels)
@@ -151,18 +153,42 @@ class PidStages:
     cpu_seconds: float | None
     cycles_estimated: bool | None
     stages: Mapping[str, Counter[str]]
+    # stage -> task -> cause -> blocked ns of the PID's task threads (--off-cpu); None: not measured
+    offcpu: Mapping[str, Mapping[str, Counter[str]]] | None = None
+
+
+def stage_offcpu(blocked: ContextOffCpu) -> dict[str, dict[str, Counter[str]]]:
+    """Spark stage ("12.0") -> task -> cause -> blocked nanoseconds, from the blocked time per thread
+    context: the time of the threads that ran a Spark task."""
+    out: dict[str, dict[str, Counter[str]]] = {}
+    for context, tasks in blocked.items():
+        task = parse_task_thread(context)
+        if task is not None:
+            add_offcpu(out.setdefault(task.stage_label, {}), tasks)
+    return out
 
 
 def read_pid_stages(run: RunInput, decider: TaskDecider) -> list[PidStages]:
-    """Every workload PID of the run with thread contexts (I/O: reads the captures; a stack table's stacks
-    decided from frame ids)."""
+    """Every workload PID of the run with thread contexts, over its intervals (the sub-window's when the
+    inputs were restricted) (I/O: reads the captures; a stack table's stacks decided from frame ids)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
         table = capture.read_pid_table(capture_dir, pid.process.pid)
-        contexts = decider.context_tasks(table) if table is not None else None
-        if not contexts or table is None:
+        if table is not None and pid.intervals is not None:
+            table = table.within(*pid.intervals)
+        contexts = decider.context_tasks(table) if table is not None else {}
+        blocked = read_context_offcpu(capture_dir, pid, decider.matcher)
+        offcpu = stage_offcpu(blocked) if blocked is not None else None
+        if not contexts and not offcpu:
             continue
-        out.append(PidStages(samples=table.samples, stages=stage_task_counts(contexts), **cost_fields(pid.counters)))
+        out.append(
+            PidStages(
+                samples=table.samples if table is not None else 0,
+                stages=stage_task_counts(contexts),
+                offcpu=offcpu,
+                **cost_fields(pid.counters),
+            )
+        )
     return out
 
 
@@ -179,7 +205,8 @@ def stage_rows(
     share = the task's samples in the stage / the stage's samples; cycles and CPU seconds are each
     PID's (samples of the task in the stage / all samples of the PID) × the PID's totals, summed.
     """
-    labels = sorted({label for pid in pids for label in pid.stages}, key=_stage_sort_key)
+    labels = sorted({label for pid in pids for label in (*pid.stages, *(pid.offcpu or ()))}, key=_stage_sort_key)
+    measured = any(pid.offcpu is not None for pid in pids)
     rows: list[dict[str, Any]] = []
     for label in labels:
         info = index.stage(_stage_sort_key(label)[0])
@@ -204,8 +231,19 @@ def stage_rows(
             row["cycles"] = sum_known(cycles)
             row["cpu_seconds"] = sum_known(cpu)
             row["cycles_estimated"] = any(bool(pid.cycles_estimated) for pid in pids)
+            if measured:
+                blocked = _stage_blocked(pids, label, None if task == ALL else task)
+                row.update(offcpu_columns(blocked, row["cpu_seconds"]))
             rows.append(row)
     return rows
+
+
+def _stage_blocked(pids: Sequence[PidStages], label: str, task: str | None) -> Counter[str]:
+    """Blocked nanoseconds per cause of ``task`` (None: all tasks) in stage ``label``, over the PIDs."""
+    causes: Counter[str] = Counter()
+    for pid in pids:
+        causes.update(task_causes((pid.offcpu or {}).get(label, {}), task) or Counter())
+    return causes
 
 
 def codegen_note(codegen_stage: int, operators: Sequence[str]) -> str:

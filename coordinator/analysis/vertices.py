@@ -26,11 +26,13 @@ from coordinator.analysis.flinkdraft import (
     operators_of,
 )
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
+from coordinator.analysis.offcpucut import ContextOffCpu, add_offcpu, read_context_offcpu, task_causes
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
 from profiler.capture import format as capture
 from profiler.capture.folded import FRAME_SEPARATOR
-from profiler.capture.format import FlinkSubtask
+from profiler.capture.format import OFFCPU_COLUMNS, FlinkSubtask
 from profiler.engines.flinkmetrics import TaskThread, parse_task_thread
+from profiler.matching.aggregate import offcpu_columns
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
 from profiler.matching.stats import share_ci95
@@ -143,18 +145,36 @@ class PidVertices:
     cpu_seconds: float | None
     cycles_estimated: bool | None
     subtasks: Mapping[TaskThread, Counter[str]]  # subtask → stack → samples
+    # subtask → task → cause → blocked ns of its task thread (--off-cpu); None: not measured
+    offcpu: Mapping[TaskThread, Mapping[str, Counter[str]]] | None = None
 
 
-def read_pid_vertices(run: RunInput, chains: Collection[str]) -> list[PidVertices]:
-    """Every workload PID of the run with samples of Flink task threads (I/O: reads the captures)."""
+def subtask_offcpu(blocked: ContextOffCpu, chains: Collection[str]) -> dict[TaskThread, dict[str, Counter[str]]]:
+    """Subtask → task → cause → blocked nanoseconds, from the blocked time per thread context."""
+    out: dict[TaskThread, dict[str, Counter[str]]] = {}
+    for context, tasks in blocked.items():
+        thread = task_thread_of(context, chains)
+        if thread is not None:
+            add_offcpu(out.setdefault(thread, {}), tasks)
+    return out
+
+
+def read_pid_vertices(run: RunInput, chains: Collection[str], matcher: Matcher | None = None) -> list[PidVertices]:
+    """Every workload PID of the run with samples (or, with ``matcher``, blocked time) of Flink task threads,
+    over its intervals (the sub-window's when the inputs were restricted) (I/O: reads the captures)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
         table = capture.read_pid_table(capture_dir, pid.process.pid)
         if table is None:
             continue
+        if pid.intervals is not None:
+            table = table.within(*pid.intervals)
         stacks = table.folded()
-        contexts = table.context_counts()
-        subtasks = subtask_stacks(contexts, stacks, chains)
+        subtasks = subtask_stacks(table.context_counts(), stacks, chains)
+        blocked = read_context_offcpu(capture_dir, pid, matcher) if matcher is not None else None
+        offcpu = subtask_offcpu(blocked, chains) if blocked is not None else None
+        for thread in offcpu or ():
+            subtasks.setdefault(thread, Counter())  # blocked all along: a subtask without samples
         if subtasks:
             out.append(
                 PidVertices(
@@ -162,6 +182,7 @@ def read_pid_vertices(run: RunInput, chains: Collection[str]) -> list[PidVertice
                     pid=pid.process.pid,
                     samples=sum(stacks.values()),
                     subtasks=subtasks,
+                    offcpu=offcpu,
                     **cost_fields(pid.counters),
                 )
             )
@@ -204,14 +225,19 @@ def _subtask_rows(
     """A subtask's ``*`` row (share of its PID's samples), then per profile task and per operator of the
     chain (share of the subtask's samples)."""
     total = sum(stacks.values())
+    blocked = pid.offcpu.get(thread, {}) if pid.offcpu is not None else None
     rows = [_fill(_row(run, pid.host, pid.pid, **values), total, pid.samples, pid, ci=True)]
+    rows[0].update(offcpu_columns(task_causes(blocked, None), rows[0].get("cpu_seconds")))
     tasks: Counter[str] = Counter()
     by_operator: Counter[str] = Counter()
     for stack, count in stacks.items():
         tasks[task_of(stack)] += count
         by_operator[operators.operator_of(thread.chain, stack)] += count
+    for task in blocked or ():
+        tasks.setdefault(task, 0)  # blocked, never sampled on a CPU
     for task, count in sorted(tasks.items(), key=lambda item: (-item[1], item[0])):
         rows.append(_fill(_row(run, pid.host, pid.pid, **values, task=task), count, total, pid, ci=True))
+        rows[-1].update(offcpu_columns(task_causes(blocked, task), rows[-1].get("cpu_seconds")))
     for operator in (*operators.operators(thread.chain), MAILBOX_WAIT, OPERATOR_UNKNOWN):
         count = by_operator.get(operator, 0)
         rows.append(_fill(_row(run, pid.host, pid.pid, **values, operator=operator), count, total, pid, ci=True))
@@ -271,6 +297,8 @@ def _vertex_totals(
         row["cycles"] = sum_known(r.get("cycles") for r in members)
         row["cpu_seconds"] = sum_known(r.get("cpu_seconds") for r in members)
         row["cycles_estimated"] = any(bool(r.get("cycles_estimated")) for r in members)
+        if not operator:  # blocked time is per subtask and task, not per operator of the chain
+            row.update({column: sum_known(r.get(column) for r in members) for column in OFFCPU_COLUMNS})
         out.append(row)
     return out
 

@@ -99,7 +99,7 @@ class AnalyzeCommand:
             "--by",
             choices=("stage", "vertex"),
             help="also cut summary.csv by Spark stage or by Flink job vertex and subtask (rows with a stage or "
-            "vertex column; whole window only)",
+            "vertex column; with --from/--to over the sub-window)",
         )
 
     def run(self, args: argparse.Namespace) -> int:

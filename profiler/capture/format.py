@@ -17,14 +17,23 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import CaptureFormatError
 from ..files.textinput import TEXT_ENCODING, open_text
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
-from .offcpu import CAUSES, OFFCPU_FILE, OffCpuEntry, format_offcpu, parse_offcpu_lines, read_offcpu
+from .offcpu import (
+    CAUSES,
+    OFFCPU_CONTEXTS_FILE,
+    OFFCPU_FILE,
+    OffCpuEntry,
+    format_offcpu,
+    format_offcpu_contexts,
+    parse_offcpu_lines,
+    read_offcpu,
+)
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
 FORMAT_VERSION = 5
@@ -50,7 +59,11 @@ SPARK_FILE = "spark.json"
 DEFAULT_INTERVAL = 10.0
 
 # Blocked seconds per task (profiler run --off-cpu): in all, then per cause (profiler/capture/offcpu.py).
-OFFCPU_COLUMNS: tuple[str, ...] = ("offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES))
+# Wall seconds per task (async-profiler's wall-clock view: every thread's time whatever its state), with
+# --off-cpu: its threads' on-CPU seconds plus their off-CPU seconds (blocked, and runnable but waiting for a CPU).
+OFFCPU_COLUMNS: tuple[str, ...] = (
+    "offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES), "wall_seconds",
+)
 
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
 RESULT_COLUMNS: tuple[str, ...] = (
@@ -711,20 +724,23 @@ MAX_OFFCPU_INTERVAL = 10_000_000
 
 
 def write_offcpu_timeline(capture_dir: Path, pid: int, by_interval: Mapping[int, Iterable[OffCpuEntry]]) -> None:
-    """``interval cause blocked_ns switches stack`` per line: ``offcpu.folded`` split by interval."""
+    """``interval cause blocked_ns switches stack`` per line: ``offcpu.folded`` split by interval; and the
+    part of each line's time whose thread carried a context (a Spark task, a Flink subtask) in
+    offcpu_contexts.json (rows may be none: the run measured it, no thread had one)."""
+    by_interval = {interval: list(entries) for interval, entries in by_interval.items()}
     text = "".join(
         "".join(f"{interval} {line}\n" for line in format_offcpu(entries).splitlines())
         for interval, entries in sorted(by_interval.items())
     )
     atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_FILE, text)
+    atomic_write_text(
+        pid_dir(capture_dir, pid) / OFFCPU_CONTEXTS_FILE, format_offcpu_contexts(by_interval, OFFCPU_TIMELINE_FILE)
+    )
 
 
-def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffCpuEntry]] | None:
-    """``pid``'s off-CPU entries per interval; None when the capture has none (no --off-cpu, or older than v5)."""
-    path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
-    if not path.is_file():
-        return None
-    by_interval: dict[int, list[OffCpuEntry]] = {}
+def _offcpu_timeline_lines(path: Path) -> list[tuple[int, OffCpuEntry]]:
+    """(interval, entry) per line of an offcpu_timeline.folded, in file order (blank lines left out)."""
+    lines: list[tuple[int, OffCpuEntry]] = []
     with open_text(path, lenient=True) as handle:
         for number, raw in enumerate(handle, start=1):
             interval_text, _space, rest = raw.partition(" ")
@@ -739,7 +755,52 @@ def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffC
                 entries = list(parse_offcpu_lines([rest], str(path)))
             except CaptureFormatError as exc:
                 raise CaptureFormatError(str(exc).replace(f"{path}:1:", f"{path}:{number}:", 1)) from None
-            by_interval.setdefault(int(interval_text), []).extend(entries)
+            lines += [(int(interval_text), entry) for entry in entries]
+    return lines
+
+
+def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffCpuEntry]] | None:
+    """``pid``'s off-CPU entries per interval; None when the capture has none (no --off-cpu, or older than v5)."""
+    path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
+    if not path.is_file():
+        return None
+    by_interval: dict[int, list[OffCpuEntry]] = {}
+    for interval, entry in _offcpu_timeline_lines(path):
+        by_interval.setdefault(interval, []).append(entry)
+    return by_interval
+
+
+def read_pid_offcpu_contexts(capture_dir: Path, pid: int) -> dict[int, list[OffCpuEntry]] | None:
+    """``pid``'s blocked time of threads with a context, per interval (entries with ``context`` set); None
+    when the capture has no offcpu_contexts.json (no --off-cpu, or made before contexts were kept)."""
+    path = _pid_file(capture_dir, pid, OFFCPU_CONTEXTS_FILE)
+    if not path.is_file():
+        return None
+    payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
+    names = expect_json(payload.get("contexts", []), list, path, "contexts")
+    rows = expect_json(payload.get("rows", []), list, path, "rows")
+    timeline = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
+    lines = _offcpu_timeline_lines(timeline) if rows else []
+    by_interval: dict[int, list[OffCpuEntry]] = {}
+    for number, row in enumerate(rows, 1):
+        if not (
+            isinstance(row, list)
+            and len(row) == 4
+            and all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row)
+            and 0 <= row[0] < len(names)
+            and isinstance(names[row[0]], str)
+            and 1 <= row[1] <= len(lines)
+            and 0 <= row[2] <= lines[row[1] - 1][1].blocked_ns
+            and 0 <= row[3] <= MAX_COUNT
+        ):
+            raise CaptureFormatError(
+                f"{path}: row {number} is not [context index, line of {OFFCPU_TIMELINE_FILE}, blocked_ns up to "
+                "that line's, switches]; re-run the capture"
+            )
+        interval, entry = lines[row[1] - 1]
+        by_interval.setdefault(interval, []).append(
+            replace(entry, blocked_ns=row[2], switches=row[3], context=names[row[0]])
+        )
     return by_interval
 
 

@@ -6,7 +6,8 @@ Pure (text in, records out): the host agent writes and reads it, the analysis re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,9 @@ class OffCpuEntry:
     stack: str  # folded, root first: thread name, user frames, kernel frames (``_[k]``)
     blocked_ns: int
     switches: int
+    # the thread's full name when it carries a unit of work (a Spark task, a Flink subtask: the on-CPU
+    # samples' context, profiler/scope/threadnames.py); the stack's root is then the name's kind
+    context: str | None = None
 
 
 def _has(frames: Sequence[str], needles: Sequence[str], kernel: bool) -> bool:
@@ -122,22 +126,52 @@ def classify_cause(reason: int, stack: str, java_state: int = JAVA_NONE, java_fr
     return CAUSE_OTHER
 
 
-def merge_entries(entries: Iterable[OffCpuEntry]) -> list[OffCpuEntry]:
-    """One entry per (cause, stack), most blocked time first, ties by cause and stack (deterministic)."""
-    sums: dict[tuple[str, str], list[int]] = {}
+def merge_entries(entries: Iterable[OffCpuEntry], keep_contexts: bool = True) -> list[OffCpuEntry]:
+    """One entry per (cause, stack, context) (per (cause, stack) without ``keep_contexts``), most blocked
+    time first, ties by cause, stack and context (deterministic)."""
+    sums: dict[tuple[str, str, str | None], list[int]] = {}
     for entry in entries:
-        total = sums.setdefault((entry.cause, entry.stack), [0, 0])
+        total = sums.setdefault((entry.cause, entry.stack, entry.context if keep_contexts else None), [0, 0])
         total[0] += entry.blocked_ns
         total[1] += entry.switches
-    merged = [OffCpuEntry(cause, stack, ns, switches) for (cause, stack), (ns, switches) in sums.items()]
-    return sorted(merged, key=lambda e: (-e.blocked_ns, e.cause, e.stack))
+    merged = [
+        OffCpuEntry(cause, stack, ns, switches, context) for (cause, stack, context), (ns, switches) in sums.items()
+    ]
+    return sorted(merged, key=lambda e: (-e.blocked_ns, e.cause, e.stack, e.context or ""))
 
 
 def format_offcpu(entries: Iterable[OffCpuEntry]) -> str:
-    """``cause blocked_ns switches stack`` per line (the stack last: its frames may hold spaces)."""
+    """``cause blocked_ns switches stack`` per line (the stack last: its frames may hold spaces), summed over
+    the contexts (they go to offcpu_contexts.json: ``format_offcpu_contexts``)."""
     return "".join(
-        f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n" for e in merge_entries(entries) if e.blocked_ns > 0
+        f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n"
+        for e in merge_entries(entries, keep_contexts=False)
+        if e.blocked_ns > 0
     )
+
+
+OFFCPU_CONTEXTS_FILE = "offcpu_contexts.json"
+
+
+def format_offcpu_contexts(by_interval: Mapping[int, Iterable[OffCpuEntry]], timeline_file: str) -> str:
+    """offcpu_contexts.json: the blocked time of the entries with a context, per (context, line of the
+    timeline text that ``by_interval`` formats to, 1-based): a stack is not repeated per task."""
+    lines: dict[tuple[int, str, str], int] = {}
+    parts: list[tuple[int, OffCpuEntry]] = []
+    for interval, entries in sorted(by_interval.items()):
+        kept = list(entries)
+        for entry in merge_entries(kept, keep_contexts=False):
+            if entry.blocked_ns > 0:
+                lines[(interval, entry.cause, entry.stack)] = len(lines) + 1
+        parts += [(interval, e) for e in merge_entries(kept) if e.context is not None and e.blocked_ns > 0]
+    names = sorted({entry.context for _interval, entry in parts if entry.context is not None})
+    ids = {name: index for index, name in enumerate(names)}
+    rows = sorted(
+        [ids[e.context], lines[(interval, e.cause, e.stack)], e.blocked_ns, e.switches]
+        for interval, e in parts
+        if e.context is not None
+    )
+    return json.dumps({"timeline": timeline_file, "contexts": names, "rows": rows}, separators=(",", ":")) + "\n"
 
 
 def parse_offcpu_lines(lines: Iterable[str], source: str) -> Iterator[OffCpuEntry]:

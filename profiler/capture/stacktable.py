@@ -111,6 +111,16 @@ class StackTable:
                 counts[(self.contexts[context_id - 1], text(stack_id))] += count
         return counts
 
+    def within(self, first: int, last: int) -> StackTable:
+        """The table of the rows of intervals ``first..last`` (inclusive) only: a sub-window's samples."""
+        builder = StackTableBuilder(self.timeline)
+        builder.adopt_frames(self)
+        for interval, stack_id, context_id, count in zip(self.intervals, self.stack_ids, self.context_ids, self.counts):
+            if first <= interval <= last:
+                context = self.contexts[context_id - 1] if context_id else None
+                builder.add(interval, builder.stack(self.stacks[stack_id]), context, count)
+        return builder.build()
+
     def clamped(self, last: int) -> StackTable:
         """The table with every interval past ``last`` counted in ``last`` (a window ends a hair late)."""
         if not self.intervals or max(self.intervals) <= last:

@@ -27,12 +27,15 @@ def _scaled(total: float | None, share: float | None) -> float | None:
     return None if total is None or share is None else share * total
 
 
-def offcpu_columns(by_cause: Mapping[str, int] | None) -> dict[str, object]:
-    """The off-CPU columns of one row from blocked nanoseconds per cause (None: no --off-cpu)."""
+def offcpu_columns(by_cause: Mapping[str, int] | None, cpu_seconds: object = None) -> dict[str, object]:
+    """The off-CPU columns of one row from blocked nanoseconds per cause (None: no --off-cpu), and its wall
+    seconds: ``cpu_seconds`` (the row's on-CPU seconds; None: not measured, and no wall seconds) + off-CPU."""
     if by_cause is None:
         return {}
-    columns: dict[str, object] = {"offcpu_seconds": sum(by_cause.values()) / 1e9}
+    offcpu = sum(by_cause.values()) / 1e9
+    columns: dict[str, object] = {"offcpu_seconds": offcpu}
     columns.update({f"offcpu_{cause}_seconds": by_cause.get(cause, 0) / 1e9 for cause in CAUSES})
+    columns["wall_seconds"] = cpu_seconds + offcpu if isinstance(cpu_seconds, int | float) else None
     return columns
 
 
@@ -69,7 +72,7 @@ def aggregate_pid(
                 cpu_seconds=_scaled(cpu_seconds, share),
             )
             if offcpu is not None:
-                row.update(offcpu_columns(offcpu.get(task, Counter())))
+                row.update(offcpu_columns(offcpu.get(task, Counter()), row["cpu_seconds"]))
             rows.append(row)
     instructions = counters.get(INSTRUCTIONS_EVENT) if counters is not None else None
     # IPC needs measured cycles: instructions over task-clock × nominal Hz is not a pipeline figure.
@@ -97,7 +100,7 @@ def aggregate_pid(
             bytes_received_external=net.bytes_received_external,
         )
     if offcpu is not None:
-        totals.update(offcpu_columns(sum(offcpu.values(), Counter())))
+        totals.update(offcpu_columns(sum(offcpu.values(), Counter()), cpu_seconds))
     rows.append(totals)
     return rows
 

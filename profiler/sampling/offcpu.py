@@ -19,6 +19,7 @@ from typing import Any
 from ..bpf.compiler import compile_program
 from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
 from ..errors import CapabilityError, PrivilegeError
+from ..scope.threadnames import ThreadLabel
 from ..symbols.symbolize import KernelSymbols, ProcessSymbols, fold_stack
 from ..unwind.hotspot import MethodNamer
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
@@ -86,6 +87,28 @@ class RawBlock:
     switches: int
     java_state: int = JAVA_NONE  # what the JVM said of the thread (JAVA_*)
     java_frame: int = 0  # its last Java frame as offcpu_trace.c stored it (0: none)
+    tid: int = 0  # the thread (0: not known)
+
+
+# (kind, context) of a thread: the root frame its stacks get and its full name when that names a unit of work
+ThreadKind = tuple[str, "str | None"]
+# The sampler's thread namer: (tgid, tid, monotonic ns, comm) -> its label, None without thread names
+ThreadLabeler = Callable[[int, int, int, bytes], "ThreadLabel | None"]
+
+
+def label_threads(
+    threads: Iterable[tuple[int, int, str]], time_ns: int, thread_label: ThreadLabeler | None
+) -> dict[tuple[int, int, str], ThreadKind]:
+    """(kind, context) of each (tgid, tid, comm) at ``time_ns``, as the on-CPU samples name their threads
+    (profiler/scope/threadnames.py); the comm and no context where the thread's full name is not known."""
+    labels: dict[tuple[int, int, str], ThreadKind] = {}
+    for key in threads:
+        if key in labels:
+            continue
+        tgid, tid, comm = key
+        label = thread_label(tgid, tid, time_ns, comm.encode("utf-8", "replace")) if thread_label and tid else None
+        labels[key] = (label.kind, label.context) if label is not None else (comm, None)
+    return labels
 
 
 def open_blocks(pending: Iterable[RawBlock], end_ns: int, min_block_ns: int) -> list[RawBlock]:
@@ -126,8 +149,10 @@ def name_blocks(
     user_name: Callable[[int], str],
     kernel_name: Callable[[int], str],
     java_name: Callable[[int], str | None] = lambda _frame: None,
+    thread_of: Callable[[RawBlock], ThreadKind] = lambda block: (block.comm, None),
 ) -> list[OffCpuEntry]:
-    """Entries of one process: each block's stacks named (None from ``stack_of``: lost) and its cause.
+    """Entries of one process: each block's stacks named (None from ``stack_of``: lost) and its cause; the
+    root is its thread's kind (``thread_of``), the entry's context its full name when it names a unit of work.
 
     A Java thread's last Java frame (named by ``java_name``) goes below the walked user frames, as their
     caller, when the walk was cut: the frame-pointer walk of a blocked JVM thread usually stops in glibc,
@@ -140,13 +165,14 @@ def name_blocks(
         java_frame = java_name(block.java_frame) if block.java_frame else None
         if java_frame is not None and user_frames is not None and not _whole(user_frames):
             user_frames.append(java_frame)
+        kind, context = thread_of(block)
         stack = fold_stack(
-            block.comm,
+            kind,
             user_frames,
             without_tracing_frames([kernel_name(a) for a in kernel]) if kernel is not None else None,
         )
         cause = classify_cause(block.reason, stack, block.java_state, java_frame)
-        entries.append(OffCpuEntry(cause, stack, block.blocked_ns, block.switches))
+        entries.append(OffCpuEntry(cause, stack, block.blocked_ns, block.switches, context))
     return merge_entries(entries)
 
 
@@ -180,6 +206,7 @@ class OffCpuTracer:
         stack_entries: int = 32768,
         sample_every: int = 1,
         borrow_namer: Callable[[int], MethodNamer | None] | None = None,
+        thread_label: ThreadLabeler | None = None,
     ) -> None:
         self.min_block_ns = int(min_block_ms * 1e6)
         self.sample_every = sample_every  # beyond EXACT_SWITCH_OUTS_PER_S: one switch-out in N is followed
@@ -192,6 +219,9 @@ class OffCpuTracer:
         self._lock = threading.Lock()
         self._java: JavaThreadWatch | None = None  # the JVMs' own word on their threads' waits
         self._borrow_namer = borrow_namer  # the sampler's JVM namers: vmStructs read once per JVM, not twice
+        self._thread_label = thread_label  # the sampler's thread names: blocks get the samples' kinds and contexts
+        self._tick_labels: dict[int, dict[tuple[int, int, str], ThreadKind]] = {}  # interval -> names at its end
+        self._end_ns = 0  # when stop() closed the window: the threads' names then name the window's blocks
         self._whole = WholeWindowWatch()  # threads with no switch in the window (blocked all of it)
         self._idle: dict[int, list[IdleThread]] = {}
         self._idle_end_ns = 0  # when the idle threads were last seen not to have run
@@ -278,7 +308,7 @@ class OffCpuTracer:
                 continue
             found.append((int(key.value), RawBlock(
                 int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
-                int(v.time_ns), int(v.weight), int(v.java_state), int(v.java_frame),
+                int(v.time_ns), int(v.weight), int(v.java_state), int(v.java_frame), int(key.value),
             )))
         return found
 
@@ -294,8 +324,12 @@ class OffCpuTracer:
             OpenBlock(tid, block.blocked_ns, block_key(block), max(block.switches, 1))
             for tid, block in self._switched_out()
         ]
-        self._timeline.snapshot(interval, now_ns, sums_of(self._summed()), opened)
+        sums = sums_of(self._summed())
+        self._timeline.snapshot(interval, now_ns, sums, opened)
         self._ticks.append((interval, now_ns))
+        # the names now: a thread renamed per unit of work (Spark) keeps the interval's blocks under this one
+        threads = [(b.tgid, b.tid, b.comm) for b in (*sums, *(o.key for o in opened))]
+        self._tick_labels[interval] = label_threads(threads, now_ns, self._thread_label)
 
     def stop(self) -> None:
         """Detach; the threads still switched out count up to now (their block began in the window)."""
@@ -314,7 +348,7 @@ class OffCpuTracer:
         except Exception:  # noqa: BLE001 - already gone: nothing to detach
             pass
         self._attached = False
-        end_ns = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
+        end_ns = self._end_ns = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
         pending = [block for _tid, block in self._switched_out()]
         self._pending = open_blocks(pending, end_ns, self.min_block_ns)
 
@@ -323,7 +357,7 @@ class OffCpuTracer:
         return [
             RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
                      _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
-                     int(key.java_frame))
+                     int(key.java_frame), int(key.tid))
             for key, value in self._bpf[b"blocked"].items()
         ]
 
@@ -367,11 +401,12 @@ class OffCpuTracer:
                 try:
                     java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
                     names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
-                    result[pid] = name_blocks(blocks, *names)
+                    result[pid] = name_blocks(blocks, *names, self._thread_of(blocks))
                     for interval, interval_blocks in per_interval.items():
                         mine = interval_blocks.get(pid)
                         if mine:
-                            self.interval_entries.setdefault(interval, {})[pid] = name_blocks(mine, *names)
+                            named = name_blocks(mine, *names, self._thread_of(mine, interval))
+                            self.interval_entries.setdefault(interval, {})[pid] = named
                 finally:
                     symbols.close()
             self._add_idle(result)
@@ -380,13 +415,23 @@ class OffCpuTracer:
         self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))
         return result
 
+    def _thread_of(self, blocks: Sequence[RawBlock], interval: int | None = None) -> Callable[[RawBlock], ThreadKind]:
+        """The kind and context of each block's thread: by its name at the end of ``interval`` (as that
+        interval's snapshot saw it), else at the window's end."""
+        at_tick = self._tick_labels.get(interval, {}) if interval is not None else {}
+        missing = [(b.tgid, b.tid, b.comm) for b in blocks if (b.tgid, b.tid, b.comm) not in at_tick]
+        labels = {**label_threads(missing, self._end_ns, self._thread_label), **at_tick}
+        return lambda block: labels[(block.tgid, block.tid, block.comm)]
+
     def _add_idle(self, result: dict[int, list[OffCpuEntry]]) -> None:
         """The whole-window blocks (not sampled, not scaled) into ``result`` and, split where the intervals
         ended, into the timeline's entries."""
         last = self._timeline.last_interval if self._timeline is not None else -1
         for pid, threads in sorted(self._idle.items()):
             java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
-            result[pid] = merge_entries([*result.get(pid, []), *idle_entries(threads, java_name)])
+            # a thread that never ran in the window was not renamed in it: its name at the end holds throughout
+            labels = label_threads([(pid, t.tid, t.comm) for t in threads], self._end_ns, self._thread_label)
+            result[pid] = merge_entries([*result.get(pid, []), *idle_entries(threads, java_name, labels, pid)])
             if last < 0:
                 continue
             parts: dict[int, list[IdleThread]] = {}
@@ -396,7 +441,8 @@ class OffCpuTracer:
                     parts.setdefault(interval, []).append(replace(thread, blocked_ns=ns))
             for interval, interval_threads in parts.items():
                 entries = self.interval_entries.setdefault(interval, {})
-                entries[pid] = merge_entries([*entries.get(pid, []), *idle_entries(interval_threads, java_name)])
+                idle = idle_entries(interval_threads, java_name, labels, pid)
+                entries[pid] = merge_entries([*entries.get(pid, []), *idle])
 
     def _check_drops(self, summed_ns: int) -> None:
         short, short_ns = self.short_blocks

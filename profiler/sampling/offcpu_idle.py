@@ -13,7 +13,7 @@ thread. The parsers are pure and take text.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..capture.offcpu import (
@@ -206,14 +206,21 @@ def _idle_thread(pid: int, before: ThreadMark, blocked_ns: int, view: JavaView) 
     )
 
 
-def idle_entries(threads: list[IdleThread], java_name: Callable[[int], str | None]) -> list[OffCpuEntry]:
-    """Entries of one process's idle threads: ``comm;[blocked all window];<last Java frame>;<kernel frames>``,
-    the cause as for a walked block (the user frames are not known: only the JVM's last Java frame)."""
+def idle_entries(
+    threads: list[IdleThread],
+    java_name: Callable[[int], str | None],
+    labels: Mapping[tuple[int, int, str], tuple[str, str | None]] | None = None,
+    tgid: int = 0,
+) -> list[OffCpuEntry]:
+    """Entries of one process's idle threads: ``name;[blocked all window];<last Java frame>;<kernel frames>``,
+    the cause as for a walked block (the user frames are not known: only the JVM's last Java frame). The
+    name is the thread's kind in ``labels`` ((tgid, tid, comm) -> kind and context), else its comm."""
     entries = []
     for thread in threads:
         frame = java_name(thread.java_frame) if thread.java_frame else None
         user = [frame] if frame is not None else []
-        stack = fold_stack(thread.comm, [*user, WHOLE_WINDOW_FRAME], thread.kernel_leaf_first)
+        kind, context = (labels or {}).get((tgid, thread.tid, thread.comm), (thread.comm, None))
+        stack = fold_stack(kind, [*user, WHOLE_WINDOW_FRAME], thread.kernel_leaf_first)
         cause = classify_cause(thread.reason, stack, thread.java_state, frame)
-        entries.append(OffCpuEntry(cause, stack, thread.blocked_ns, 1))
+        entries.append(OffCpuEntry(cause, stack, thread.blocked_ns, 1, context))
     return merge_entries(entries)

@@ -4,7 +4,7 @@
 // leaves the CPU (prev), so bpf_get_current_pid_tgid() and the stack helpers see prev. When prev belongs
 // to a target process, the time, its user and kernel stack ids and the kernel's reason are remembered by
 // thread id; when a remembered thread is switched in again (next), the time in between is added to
-// (tgid, stacks, reason, thread name) if it is at least MIN_BLOCK_NS. The sums stay in the kernel: user
+// (tgid, thread, stacks, reason, thread name) if it is at least MIN_BLOCK_NS. The sums stay in the kernel: user
 // space reads the map once, after the window.
 // Prototype (kernel >= 5.18): (bool preempt, struct task_struct *prev, struct task_struct *next,
 // unsigned int prev_state); NEXT_PID_OFF is task_struct.pid's byte offset from the kernel's BTF.
@@ -89,7 +89,7 @@ struct block_key {
     s32 kernel_stack_id;
     u32 reason;
     char comm[16];
-    u32 pad;  // explicit: the key is hashed byte for byte
+    u32 tid;  // the thread: user space names it as the sampler does (full name, Spark task, Flink subtask)
 };
 
 struct block_sum {
@@ -229,6 +229,7 @@ static __always_inline void account(u32 tid, u64 now) {
     key.kernel_stack_id = out->kernel_stack_id;
     key.reason = out->reason;
     __builtin_memcpy(&key.comm, out->comm, sizeof(key.comm));
+    key.tid = tid;
     u64 weight = out->weight;
     switched_out.delete(&tid);
     if (delta < MIN_BLOCK_NS) {

@@ -59,6 +59,7 @@ from ..capture.stackstore import (
 )
 from ..capture.stacktable import StackTableBuilder
 from ..errors import CapabilityError, ConfigError, PrivilegeError
+from ..scope.threadnames import ThreadLabel
 from ..scope.threadwatch import ThreadWatch
 from ..symbols.batches import BATCH_STACKS, WindowSymbols
 from ..symbols.symbolize import (
@@ -451,6 +452,11 @@ class StackSampler:
         """The namer of ``pid``'s JVM the sampler opened (its vmStructs read), None when it has none (yet).
         Lent: it stays the sampler's, closed by close()."""
         return self._jvms.namers.get(pid)
+
+    def thread_label(self, tgid: int, tid: int, time_ns: int, comm: bytes) -> ThreadLabel | None:
+        """How the samples name thread ``tid`` at ``time_ns`` (its kind and context, from its full name);
+        None without thread names. The off-CPU tracer names its blocks with it: one namer for both."""
+        return self._names.label(tgid, tid, time_ns, comm) if self._names is not None else None
 
     def jit_walkable(self, pid: int) -> bool:
         """The walker steps ``pid``'s JIT frames by their CodeBlobs (no frame pointers needed)."""

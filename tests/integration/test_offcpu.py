@@ -27,7 +27,10 @@ PROFILE = (
     "Hold: burnHolding\nBetween: burnBetween\n"
     "Sleeper: offcpu-sleeper\nLocker: offcpu-locker\nPiper: offcpu-piper\n"
     "Parker: offcpu-parker\nWaiter: offcpu-waiter\nDozer: offcpu-dozer\nIdler: offcpu-idler\n"
+    "SparkTask: Executor task launch worker\n"
 )
+# The two threads named as Spark task threads: stage, the cause of their waits, their measurement.
+STAGES = (("3.0", "sleep", "stage3_s"), ("4.0", "park", "stage4_s"))
 KNOWN_SPES = f"# test-only\ntestspe workload blocked {MAIN}\n"
 THREADS = {"Sleeper": "sleep_s", "Locker": "lock_s", "Piper": "pipe_s", "Parker": "park_s", "Waiter": "wait_s"}
 # The cause each thread's wait must be given: by the kernel (the pipe) or by the JVM (its futex waits).
@@ -196,3 +199,35 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # and the threads blocked all window are split at the interval ends like the walked blocks
     dozer_whole = float(rows["Dozer"]["offcpu_sleep_seconds"])
     assert float(cut["Dozer"]["offcpu_sleep_seconds"]) == pytest.approx(dozer_whole / 3, rel=0.15), cut["Dozer"]
+    # AND every task row's wall seconds are its on-CPU plus its off-CPU seconds (async-profiler's wall view)
+    for task, row in rows.items():
+        if row["cpu_seconds"]:
+            wall = float(row["cpu_seconds"]) + float(row["offcpu_seconds"])
+            assert float(row["wall_seconds"]) == pytest.approx(wall, abs=2e-3), (task, row)  # CSV: 6 digits
+    # AND the blocked stacks of the Spark-named threads are rooted at their kind, as their samples are
+    assert any(e.stack.startswith("Executor task launch worker;") for e in entries), entries[:5]
+    assert not any(e.stack.startswith("Executor task l;") for e in entries), entries[:5]
+    # AND `analyze --by stage` gives each task thread's blocked time to its stage (the full thread name
+    # kept as the block's context), the JVM's measurement within the bound above, with its cause
+    def stage_rows(directory: Path) -> dict[tuple[str, str], dict[str, str]]:
+        with open(directory / "summary.csv") as handle:
+            return {(r["stage"], r["task"]): r for r in csv.DictReader(handle) if r.get("stage")}
+
+    analyze([out], out_dir=tmp_path / "stages", engine="in-process", by="stage")
+    staged = stage_rows(tmp_path / "stages")
+    for stage, cause, key in STAGES:
+        row = staged[(stage, "SparkTask")]
+        waited_s = float(row["offcpu_seconds"]) - float(row["offcpu_preempted_seconds"])
+        print(f"stage {stage}: waited {waited_s:.2f} s, JVM measured {truth[key]:.2f} s, {cause} "
+              f"{float(row[f'offcpu_{cause}_seconds']):.2f} s")
+        assert abs(waited_s - truth[key]) < 0.08 * truth[key] + 0.3, (stage, row, truth)
+        assert float(row[f"offcpu_{cause}_seconds"]) > 0.95 * waited_s, (stage, row)
+        assert float(staged[(stage, "*")]["offcpu_seconds"]) == pytest.approx(float(row["offcpu_seconds"]))
+    # and with --from 5 --to 10 a third of it (the intervals of the sub-window)
+    analyze([out], out_dir=tmp_path / "stages-cut", engine="in-process", by="stage", window=SubWindow(5.0, 10.0))
+    staged_cut = stage_rows(tmp_path / "stages-cut")
+    for stage, cause, _key in STAGES:
+        whole = float(staged[(stage, "SparkTask")][f"offcpu_{cause}_seconds"])
+        part = float(staged_cut[(stage, "SparkTask")][f"offcpu_{cause}_seconds"])
+        print(f"stage {stage} with --from 5 --to 10: {cause} {part:.2f} s of {whole:.2f} s")
+        assert part == pytest.approx(whole / 3, rel=0.15), (stage, part, whole)

@@ -20,19 +20,23 @@ import java.util.concurrent.locks.LockSupport;
  *   offcpu-waiter   Object.wait(WAIT_MS) on a monitor nobody notifies         -> wait
  *   offcpu-dozer    one Thread.sleep of an hour: no context switch in a window -> sleep, all window
  *   offcpu-idler    Object.wait() without timeout, never notified              -> wait, all window
+ *   two threads named as Spark names its task threads (a per-unit name: the profiler keeps the full name
+ *   as the thread's context), "Executor task launch worker for task 0.0 in stage 3.0 (TID 7)" sleeping
+ *   SLEEP_MS at a time and "... task 1.0 in stage 4.0 (TID 8)" parking PARK_MS at a time -> sleep, park
  * offcpu-holder spins on the CPU in burnHolding while it holds the monitor; offcpu-locker spins in
  * burnBetween until the holder takes the monitor again (holding_s, between_s: their thread CPU time).
  *
  * Protocol (stdout, one line each): READY once every thread runs, then on stdin:
  *   reset  -> zero the counters, answer RESET
  *   report -> one JSON line {"sleep_s": s, "lock_s": s, "pipe_s": s, "park_s": s, "wait_s": s,
- *             "holding_s": s, "between_s": s}
+ *             "holding_s": s, "between_s": s, "stage3_s": s, "stage4_s": s}
  *   quit   -> exit
  */
 public final class BlockedSplit {
     static final Object MONITOR = new Object();
     static final Object WAITED = new Object();
     static volatile long sleepNanos, lockNanos, pipeNanos, parkNanos, waitNanos, holdingNanos, betweenNanos;
+    static volatile long stage3Nanos, stage4Nanos;
     static volatile long round, lockerRound;
     static volatile long sink;
     static volatile boolean running = true;
@@ -69,7 +73,7 @@ public final class BlockedSplit {
         return x;
     }
 
-    static void sleeper(int sleepMs) {
+    static void sleeper(int sleepMs, boolean stageTask) {
         while (running) {
             long t0 = System.nanoTime();
             try {
@@ -77,7 +81,11 @@ public final class BlockedSplit {
             } catch (InterruptedException e) {
                 return;
             }
-            sleepNanos += System.nanoTime() - t0;
+            if (stageTask) {
+                stage3Nanos += System.nanoTime() - t0;
+            } else {
+                sleepNanos += System.nanoTime() - t0;
+            }
         }
     }
 
@@ -139,11 +147,15 @@ public final class BlockedSplit {
         }
     }
 
-    static void parker(int parkMs) {
+    static void parker(int parkMs, boolean stageTask) {
         while (running) {
             long t0 = System.nanoTime();
             LockSupport.parkNanos(parkMs * 1_000_000L);
-            parkNanos += System.nanoTime() - t0;
+            if (stageTask) {
+                stage4Nanos += System.nanoTime() - t0;
+            } else {
+                parkNanos += System.nanoTime() - t0;
+            }
         }
     }
 
@@ -190,14 +202,15 @@ public final class BlockedSplit {
 
     static void reset() {
         sleepNanos = lockNanos = pipeNanos = parkNanos = waitNanos = holdingNanos = betweenNanos = 0;
+        stage3Nanos = stage4Nanos = 0;
     }
 
     static String report() {
         return String.format(
             "{\"sleep_s\": %.6f, \"lock_s\": %.6f, \"pipe_s\": %.6f, \"park_s\": %.6f, \"wait_s\": %.6f, "
-                + "\"holding_s\": %.6f, \"between_s\": %.6f}",
+                + "\"holding_s\": %.6f, \"between_s\": %.6f, \"stage3_s\": %.6f, \"stage4_s\": %.6f}",
             sleepNanos / 1e9, lockNanos / 1e9, pipeNanos / 1e9, parkNanos / 1e9, waitNanos / 1e9,
-            holdingNanos / 1e9, betweenNanos / 1e9);
+            holdingNanos / 1e9, betweenNanos / 1e9, stage3Nanos / 1e9, stage4Nanos / 1e9);
     }
 
     public static void main(String[] args) throws Exception {
@@ -207,15 +220,17 @@ public final class BlockedSplit {
         int parkMs = arg(args, "--park-ms", 15);
         int waitMs = arg(args, "--wait-ms", 35);
         Pipe pipe = Pipe.open();
-        start("offcpu-sleeper", () -> sleeper(sleepMs));
+        start("offcpu-sleeper", () -> sleeper(sleepMs, false));
         start("offcpu-holder", () -> holder(holdMs));
         start("offcpu-locker", BlockedSplit::locker);
         start("offcpu-writer", () -> writer(pipe.sink(), pipeMs));
         start("offcpu-piper", () -> piper(pipe.source()));
-        start("offcpu-parker", () -> parker(parkMs));
+        start("offcpu-parker", () -> parker(parkMs, false));
         start("offcpu-waiter", () -> waiter(waitMs));
         start("offcpu-dozer", BlockedSplit::dozer);
         start("offcpu-idler", BlockedSplit::idler);
+        start("Executor task launch worker for task 0.0 in stage 3.0 (TID 7)", () -> sleeper(sleepMs, true));
+        start("Executor task launch worker for task 1.0 in stage 4.0 (TID 8)", () -> parker(parkMs, true));
         System.out.println("READY");
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         String line;

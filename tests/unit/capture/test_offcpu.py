@@ -3,19 +3,21 @@ content, the per-task split by the leaf-first rule, and the result rows' off-CPU
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from profiler.capture import format as capture
-from profiler.capture.format import OFFCPU_COLUMNS, RESULT_COLUMNS, ProcessInfo
+from profiler.capture.format import OFFCPU_COLUMNS, RESULT_COLUMNS, PidCounters, ProcessInfo
 from profiler.capture.offcpu import (
     CAUSES,
     JAVA_IN_VM,
     JAVA_MONITOR,
     JAVA_NONE,
     JAVA_WAIT,
+    OFFCPU_CONTEXTS_FILE,
     REASON_OTHER,
     REASON_PREEMPTED,
     REASON_SLEEPING,
@@ -123,7 +125,7 @@ def test_blocked_time_goes_to_tasks_by_the_leaf_first_rule() -> None:
 
 def test_result_rows_carry_offcpu_seconds_per_task_and_cause_and_none_without_off_cpu() -> None:
     assert RESULT_COLUMNS[-len(OFFCPU_COLUMNS):] == OFFCPU_COLUMNS
-    assert ("offcpu_seconds", *(f"offcpu_{c}_seconds" for c in CAUSES)) == OFFCPU_COLUMNS
+    assert ("offcpu_seconds", *(f"offcpu_{c}_seconds" for c in CAUSES), "wall_seconds") == OFFCPU_COLUMNS
     matcher = Matcher(parse_profile("Poll: KafkaConsumer\n"))
     workload = ProcessInfo(7, "workload", "spark", "executor", "u", "java", 0.0, 10.0)
     manager = ProcessInfo(8, "managing", "spark", "worker", "u", "java", 0.0, 10.0)
@@ -137,8 +139,20 @@ def test_result_rows_carry_offcpu_seconds_per_task_and_cause_and_none_without_of
     assert by_key[(7, "unmatched")]["offcpu_seconds"] == 0.0  # measured: nothing blocked there
     assert by_key[(7, "*")]["offcpu_seconds"] == 2.5
     assert by_key[(8, "*")]["offcpu_seconds"] is None  # a managing PID is not traced
+    assert poll["wall_seconds"] is None  # no CPU seconds measured: no wall seconds either
     without = aggregate_host("h", [workload], matched, {}, {})
-    assert all(row["offcpu_seconds"] is None for row in without)
+    assert all(row["offcpu_seconds"] is None and row["wall_seconds"] is None for row in without)
+
+
+def test_wall_seconds_are_on_cpu_plus_off_cpu_seconds_per_task() -> None:
+    matcher = Matcher(parse_profile("Poll: KafkaConsumer\n"))
+    workload = ProcessInfo(7, "workload", "spark", "executor", "u", "java", 0.0, 10.0)
+    matched = {7: match_stacks(matcher, {"E;KafkaConsumer.poll": 3, "E;x": 1})}
+    counters = {7: PidCounters(7, {}, None, False, cpu_seconds=4.0)}
+    offcpu = {7: {"Poll": Counter({"net": 2_000_000_000, "preempted": 500_000_000})}}
+    rows = {r["task"]: r for r in aggregate_host("h", [workload], matched, counters, {}, offcpu)}
+    assert rows["Poll"]["cpu_seconds"] == 3.0 and rows["Poll"]["wall_seconds"] == 5.5
+    assert rows["unmatched"]["wall_seconds"] == 1.0 and rows["*"]["wall_seconds"] == 6.5
 
 
 @pytest.mark.parametrize(
@@ -166,3 +180,47 @@ def test_the_jvms_word_never_overrides_the_kernels_for_net_disk_preemption_or_a_
     assert classify_cause(REASON_PREEMPTED, f"t;{FUTEX}", JAVA_WAIT, park) == "preempted"
     assert classify_cause(REASON_UNINTERRUPTIBLE, f"t;{FUTEX}", JAVA_WAIT, park) == "disk"
     assert classify_cause(REASON_SLEEPING, "t;[lost kernel stack]", JAVA_WAIT, park) == "other"
+
+
+def test_contexts_of_the_timeline_round_trip_without_repeating_stacks(tmp_path: Path) -> None:
+    # GIVEN two task threads blocked in one stack in interval 0 and one of them again in interval 1
+    stage3 = "Executor task launch worker for task 1.0 in stage 3.0 (TID 8)"
+    stage4 = "Executor task launch worker for task 2.0 in stage 4.0 (TID 9)"
+    stack = "Executor task launch worker;Unsafe::park;futex_wait_[k]"
+    by_interval = {
+        0: [OffCpuEntry("park", stack, 4, 1, stage3), OffCpuEntry("park", stack, 6, 2, stage4),
+            OffCpuEntry("lock", "VM Thread;futex_wait_[k]", 9, 1)],
+        1: [OffCpuEntry("park", stack, 5, 1, stage3)],
+    }
+    # WHEN the timeline is written and read back
+    capture.write_offcpu_timeline(tmp_path, 42, by_interval)
+    # THEN the timeline sums over the contexts, the contexts file holds each task's part by line
+    timeline = capture.read_pid_offcpu_timeline(tmp_path, 42)
+    assert timeline == {0: [OffCpuEntry("park", stack, 10, 3), OffCpuEntry("lock", "VM Thread;futex_wait_[k]", 9, 1)],
+                        1: [OffCpuEntry("park", stack, 5, 1)]}
+    contexts = capture.read_pid_offcpu_contexts(tmp_path, 42)
+    assert contexts == {0: [OffCpuEntry("park", stack, 4, 1, stage3), OffCpuEntry("park", stack, 6, 2, stage4)],
+                        1: [OffCpuEntry("park", stack, 5, 1, stage3)]}
+    raw = (tmp_path / "pids" / "42" / OFFCPU_CONTEXTS_FILE).read_text()
+    assert raw.count("futex_wait") == 0 and raw.count("stage 3.0") == 1
+
+
+def test_a_capture_without_contexts_file_reads_as_not_measured_and_one_without_contexts_as_none(
+    tmp_path: Path,
+) -> None:
+    assert capture.read_pid_offcpu_contexts(tmp_path, 42) is None
+    capture.write_offcpu_timeline(tmp_path, 42, {0: [OffCpuEntry("lock", "t;futex_wait_[k]", 9, 1)]})
+    assert capture.read_pid_offcpu_contexts(tmp_path, 42) == {}
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [[[0, 1, 10, 1]], [[1, 1, 1, 1]], [[0, 2, 1, 1]], [[0, 0, 1, 1]], [[0, 1, 1]], [[0, 1, True, 1]], ["x"]],
+)
+def test_contexts_rows_that_do_not_fit_the_timeline_are_refused_naming_the_file(tmp_path: Path, rows: list) -> None:
+    capture.write_offcpu_timeline(tmp_path, 42, {0: [OffCpuEntry("lock", "t;futex_wait_[k]", 9, 1)]})
+    path = tmp_path / "pids" / "42" / OFFCPU_CONTEXTS_FILE
+    path.write_text(json.dumps({"contexts": ["a (1/2)#0"], "rows": rows}))
+    with pytest.raises(CaptureFormatError) as error:
+        capture.read_pid_offcpu_contexts(tmp_path, 42)
+    assert str(error.value).startswith(f"{path}: row 1 ") and "re-run" in str(error.value)

@@ -286,3 +286,17 @@ def test_the_table_names_each_epoch_with_its_perf_map_and_reuses_nothing_stale()
                                               (TASK, f"{root};new::m2;ksys_read_[k]"): 1})
     assert sorted(set(table.intervals)) == [0, 1, 2]
     assert folder.stats_fields["lost_user_stack"] == 0
+
+
+def test_a_table_within_intervals_keeps_only_their_rows_with_their_contexts() -> None:
+    builder = StackTableBuilder()
+    stack = builder.stack((builder.frame("Executor task launch worker", "thread"), builder.frame("run", "java")))
+    builder.add(0, stack, TASK, 3)
+    builder.add(1, stack, TASK, 4)
+    builder.add(1, stack, None, 5)
+    builder.add(2, stack, "other task", 6)
+    table = builder.build()
+    cut = table.within(1, 1)
+    assert cut.samples == 9 and set(cut.intervals) == {1}
+    assert cut.context_counts() == Counter({(TASK, "Executor task launch worker;run"): 4})
+    assert table.within(0, 2).context_counts() == table.context_counts() and table.within(3, 9).samples == 0

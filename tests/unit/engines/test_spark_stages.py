@@ -10,17 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.analysis.draft import draft_profile
+from coordinator.analysis.offcpucut import context_offcpu
 from coordinator.analysis.stages import (
     PidStages,
     SparkIndex,
     annotate_codegen_frames,
     spark_index,
     stage_lines,
+    stage_offcpu,
     stage_rows,
     stage_task_counts,
 )
 from profiler.capture.format import UNMATCHED
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.engines.sparkplan import SparkPlan, codegen_operators, codegen_stage_of, parse_task_thread, plan_operators
+from profiler.matching.appprofile import parse_profile
+from profiler.matching.matcher import Matcher
 
 REST = Path(__file__).resolve().parents[2] / "data" / "spark_rest"
 GEN = "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage{}::processNext"
@@ -172,3 +177,35 @@ def test_collector_reads_stages_jobs_and_plans_from_the_rest_api(monkeypatch: An
     index = spark_index([payload])
     assert index.stage(0).batch == 0 and index.operators(4) == ("Filter", "Project", "HashAggregate")
     assert {"MicroBatchScan", "Exchange", "WriteToDataSourceV2"} <= index.plan_operators
+
+
+def test_stage_rows_carry_the_task_threads_blocked_time_by_stage_task_and_cause() -> None:
+    # GIVEN blocked time of three task threads (stages 0.0 and 2.0, the latter never sampled on a CPU)
+    # and of a thread that ran no Spark task, one executor measured off-CPU, one not
+    matcher = Matcher(parse_profile("Fetch: ShuffleBlockFetcherIterator\nJoin: HashJoin\n"))
+    entries = [
+        OffCpuEntry("park", f"{TASK_ROOT};ShuffleBlockFetcherIterator::next;Unsafe::park", 3_000_000_000, 5,
+                    "Executor task launch worker for task 0.0 in stage 0.0 (TID 1)"),
+        OffCpuEntry("net", f"{TASK_ROOT};HashJoin::probe;sock_read", 1_000_000_000, 2,
+                    "Executor task launch worker for task 1.0 in stage 0.0 (TID 2)"),
+        OffCpuEntry("sleep", f"{TASK_ROOT};Thread::sleep", 2_000_000_000, 1,
+                    "Executor task launch worker for task 0.0 in stage 2.0 (TID 3)"),
+        OffCpuEntry("lock", "VM Thread;futex_wait_[k]", 9_000_000_000, 1),
+    ]
+    blocked = stage_offcpu(context_offcpu(entries, matcher))
+    pids = [
+        PidStages(20, 2000.0, 2.0, True, {"0.0": Counter({"Join": 10})}, blocked),
+        PidStages(10, None, None, None, {"0.0": Counter({"Join": 2})}, None),
+    ]
+    # WHEN the stage rows are made
+    rows = stage_rows("run1", ["Fetch", "Join", UNMATCHED], pids, SparkIndex())
+    by_key = {(r["stage"], r["task"]): r for r in rows}
+    # THEN each stage's task rows hold their threads' blocked seconds by cause, the stage row the sum
+    assert by_key[("0.0", "Fetch")]["offcpu_seconds"] == 3.0 and by_key[("0.0", "Fetch")]["offcpu_park_seconds"] == 3.0
+    assert by_key[("0.0", "Join")]["offcpu_net_seconds"] == 1.0 and by_key[("0.0", "Join")]["samples"] == 12
+    assert by_key[("0.0", "*")]["offcpu_seconds"] == 4.0 and by_key[("0.0", UNMATCHED)]["offcpu_seconds"] == 0.0
+    assert by_key[("2.0", "*")]["offcpu_sleep_seconds"] == 2.0 and by_key[("2.0", "*")]["samples"] == 0
+    # a run without --off-cpu leaves the columns empty (not measured), as the task rows do
+    unmeasured = stage_rows("run1", ["Join"], [PidStages(20, None, None, None, {"0.0": Counter({"Join": 1})})],
+                            SparkIndex())
+    assert all(row.get("offcpu_seconds") is None for row in unmeasured)

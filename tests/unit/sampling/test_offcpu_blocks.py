@@ -11,10 +11,12 @@ from profiler.sampling.offcpu import (
     RawBlock,
     SwitchLayout,
     build_bpf_text,
+    label_threads,
     name_blocks,
     open_blocks,
     without_tracing_frames,
 )
+from profiler.scope.threadnames import NameHistory
 
 
 def test_open_blocks_count_up_to_the_end_and_respect_the_minimum() -> None:
@@ -87,3 +89,42 @@ def test_a_sampled_open_block_counts_its_weight() -> None:
     # a switch-out remembered with weight 10 (one in 10 of a busy thread's) still open at the end
     pending = [RawBlock(7, 1, 2, 1, "t", 1_000, 10)]
     assert open_blocks(pending, end_ns=4_000, min_block_ns=1_000) == [RawBlock(7, 1, 2, 1, "t", 30_000, 10)]
+
+
+def test_blocks_of_threads_with_full_names_take_the_samples_kind_and_context() -> None:
+    # GIVEN two task threads of one kind (Spark renames its pool thread per task), one thread without a
+    # full name, and the sampler's namer (the same history the on-CPU samples are named from)
+    history = NameHistory()
+    history.renamed(7, 11, 100, "Executor task launch worker for task 1.0 in stage 3.0 (TID 8)")
+    history.renamed(7, 12, 100, "Executor task launch worker for task 2.0 in stage 4.0 (TID 9)")
+    history.renamed(7, 13, 100, "Flink Netty Server (6121) Thread 0")
+    stacks = {1: (0x10,), 2: (0x901,)}
+    user = {0x10: "Parker::park"}
+    kernel = {0x901: "futex_wait"}
+    blocks = [
+        RawBlock(7, 1, 2, 1, "Executor task l", 4_000_000, 2, tid=11),
+        RawBlock(7, 1, 2, 1, "Executor task l", 1_000_000, 1, tid=12),
+        RawBlock(7, 1, 2, 1, "Flink Netty Ser", 3_000_000, 1, tid=13),
+        RawBlock(7, 1, 2, 1, "VM Thread", 2_000_000, 1, tid=14),  # no full name: its comm, no context
+    ]
+    labels = label_threads([(b.tgid, b.tid, b.comm) for b in blocks], 200, history.label)
+    # WHEN the blocks are named with those labels
+    entries = name_blocks(blocks, stacks.get, user.__getitem__, kernel.__getitem__,
+                          thread_of=lambda b: labels[(b.tgid, b.tid, b.comm)])
+    # THEN the task threads share one stack (the kind) and keep their tasks apart as contexts
+    assert [(e.stack, e.blocked_ns, e.context) for e in entries] == [
+        ("Executor task launch worker;Parker::park;futex_wait_[k]", 4_000_000,
+         "Executor task launch worker for task 1.0 in stage 3.0 (TID 8)"),
+        ("Flink Netty Server (6121) Thread 0;Parker::park;futex_wait_[k]", 3_000_000, None),
+        ("VM Thread;Parker::park;futex_wait_[k]", 2_000_000, None),
+        ("Executor task launch worker;Parker::park;futex_wait_[k]", 1_000_000,
+         "Executor task launch worker for task 2.0 in stage 4.0 (TID 9)"),
+    ]
+
+
+def test_without_thread_names_or_a_thread_id_blocks_keep_their_comm() -> None:
+    def never(_tgid: int, _tid: int, _time: int, _comm: bytes) -> None:
+        raise AssertionError("no thread id: not asked")
+
+    assert label_threads([(7, 0, "worker")], 5, never) == {(7, 0, "worker"): ("worker", None)}
+    assert label_threads([(7, 3, "worker")], 5, None) == {(7, 3, "worker"): ("worker", None)}

@@ -27,6 +27,7 @@ from coordinator.analysis.vertices import (
 from coordinator.cli import main as coordinator_main
 from profiler.capture import format as capture
 from profiler.capture.format import FlinkSubtask
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.engines.flinkmetrics import (
     TaskThread,
     parse_task_thread,
@@ -205,13 +206,19 @@ def _flink_run(tmp_path: Path) -> Path:
     return host
 
 
-def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(tmp_path: Path) -> None:
-    run = _flink_run(tmp_path)
+def _by_vertex_on_both_engines(run: Path, tmp_path: Path) -> list[str]:
+    """summary.csv of ``analyze --by vertex`` with each engine (tmp_path/<engine>/summary.csv)."""
     texts = []
     for engine in ("in-process", "spark"):
         out = tmp_path / engine
         analyze([run], out_dir=out, engine=engine, by="vertex")
         texts.append((out / "summary.csv").read_text())
+    return texts
+
+
+def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(tmp_path: Path) -> None:
+    run = _flink_run(tmp_path)
+    texts = _by_vertex_on_both_engines(run, tmp_path)
     assert texts[0] == texts[1]
     with open(tmp_path / "spark" / "summary.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -322,3 +329,37 @@ def test_operators_of_the_same_name_in_one_chain_are_one_row() -> None:
     assert operators.operators(chain) == ("Map", "Sink: Out")
     assert operators.operator_of(chain, second_map) == "Map"
 
+
+
+def test_analyze_by_vertex_cuts_the_subtasks_blocked_time_the_same_on_both_engines(tmp_path: Path) -> None:
+    # GIVEN a Flink capture whose first TaskManager measured off-CPU time: its window subtask 1/2 parked,
+    # a subtask of the source blocked without ever being sampled, and a thread of no subtask waited
+    run = _flink_run(tmp_path)
+    _chains, pids = _recorded()
+    pid = pids[0].pid
+    window_1 = f"{WINDOW} (1/2)#0"
+    source_2 = f"{SOURCE} (2/2)#0"
+    entries = {
+        0: [OffCpuEntry("park", f"{WINDOW};TaskMailboxImpl::take;Unsafe::park", 2_000_000_000, 4, window_1),
+            OffCpuEntry("net", f"{SOURCE};KafkaConsumer::poll;ep_poll_[k]", 1_500_000_000, 3, source_2),
+            OffCpuEntry("lock", "VM Thread;futex_wait_[k]", 5_000_000_000, 1)],
+        1: [OffCpuEntry("park", f"{WINDOW};TaskMailboxImpl::take;Unsafe::park", 1_000_000_000, 2, window_1)],
+    }
+    capture.write_offcpu(run, pid, [e for interval in entries.values() for e in interval])
+    capture.write_offcpu_timeline(run, pid, entries)
+    # WHEN both engines cut the run by vertex
+    texts = _by_vertex_on_both_engines(run, tmp_path)
+    # THEN they agree, and the subtasks' rows hold their threads' blocked seconds by cause
+    assert texts[0] == texts[1]
+    with open(tmp_path / "spark" / "summary.csv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["vertex"]]
+    subtask_all = {
+        (r["vertex"], r["subtask"], r["pid"]): r for r in rows if r["task"] == ALL and not r["operator"]
+    }
+    assert float(subtask_all[(WINDOW, "1/2", str(pid))]["offcpu_park_seconds"]) == 3.0
+    assert float(subtask_all[(SOURCE, "2/2", str(pid))]["offcpu_net_seconds"]) == 1.5
+    assert float(subtask_all[(WINDOW, ALL, ALL)]["offcpu_seconds"]) == 3.0
+    tasks = {r["task"] for r in rows if r["vertex"] == SOURCE and r["pid"] == str(pid) and r["offcpu_seconds"]}
+    assert tasks - {ALL}, "the blocked time is also split by the profile's tasks"
+    assert sum(float(r["offcpu_seconds"]) for r in rows if r["host"] == ALL and r["task"] == ALL
+               and not r["operator"]) == 4.5  # the VM thread's wait belongs to no subtask
