@@ -3,16 +3,22 @@ frames dropped, lost stacks marked) and the BPF text's kernel checks."""
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import pytest
 
 from profiler.errors import CapabilityError
 from profiler.sampling.offcpu import (
     BPF_SOURCE,
+    DEFAULT_KERNEL_HZ,
     RawBlock,
     SwitchLayout,
     build_bpf_text,
+    kernel_hz_of_config,
     name_blocks,
     open_blocks,
+    read_kernel_hz,
     without_tracing_frames,
 )
 
@@ -78,6 +84,8 @@ def test_bpf_text_needs_the_four_argument_tracepoint_and_carries_the_offsets() -
     assert "#define NEXT_PID_OFF 1264" in text and "#define MIN_BLOCK_NS 2000000" in text
     assert "#define SAMPLE_EVERY 1\n" in text and "#define EXACT_PER_EPOCH 10\n" in text
     assert "#define SAMPLE_EVERY 10\n" in build_bpf_text(source, SwitchLayout(1264, 4), 1, sample_every=10)
+    assert "#define WALK_BUDGET_PER_EPOCH 10\n" in text and "#define EPOCH_JIFFIES 25\n" in text
+    assert "#define EPOCH_JIFFIES 100\n" in build_bpf_text(source, SwitchLayout(1264, 4), 1, hz=1000)
     for layout in (None, SwitchLayout(1264, 3), SwitchLayout(1264, None)):
         with pytest.raises(CapabilityError, match="kernel >= 5.18 with BTF; run without --off-cpu"):
             build_bpf_text(source, layout, 1)
@@ -87,3 +95,16 @@ def test_a_sampled_open_block_counts_its_weight() -> None:
     # a switch-out remembered with weight 10 (one in 10 of a busy thread's) still open at the end
     pending = [RawBlock(7, 1, 2, 1, "t", 1_000, 10)]
     assert open_blocks(pending, end_ns=4_000, min_block_ns=1_000) == [RawBlock(7, 1, 2, 1, "t", 30_000, 10)]
+
+
+def test_the_kernels_hz_comes_from_its_configuration_else_the_default(tmp_path: Path) -> None:
+    assert kernel_hz_of_config("# CONFIG_HZ_100 is not set\nCONFIG_HZ_1000=y\nCONFIG_HZ=1000\n") == 1000
+    assert kernel_hz_of_config("CONFIG_HZ=fast\n") is None and kernel_hz_of_config("CONFIG_HZ=0\n") is None
+    assert kernel_hz_of_config("") is None
+    plain, packed, broken = tmp_path / "config-6.1", tmp_path / "config.gz", tmp_path / "broken.gz"
+    plain.write_text("CONFIG_HZ=300\n")
+    packed.write_bytes(gzip.compress(b"CONFIG_HZ=100\n"))
+    broken.write_bytes(b"not gzip")
+    assert read_kernel_hz([broken, tmp_path / "missing", packed, plain]) == 100
+    assert read_kernel_hz([plain]) == 300
+    assert read_kernel_hz([broken, tmp_path / "missing"]) == DEFAULT_KERNEL_HZ
