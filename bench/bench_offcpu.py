@@ -38,7 +38,11 @@ CONDITIONS: dict[str, list[str] | None] = {
     "off-cpu 1/10": ["--off-cpu", "--off-cpu-sample-every", "10"],
     "off-cpu 1/100": ["--off-cpu", "--off-cpu-sample-every", "100"],
     "off-cpu 1/1000": ["--off-cpu", "--off-cpu-sample-every", "1000"],  # ~ the program's floor: no walks
+    # the same program with a sleeping process in the scope instead of the JVM: every switch of the host
+    # is someone else's, the floor that all other work on a profiled host pays
+    "off-cpu elsewhere": ["--off-cpu"],
 }
+ELSEWHERE = {"off-cpu elsewhere"}
 Reading = tuple[float, int, float, int]  # monotonic time, hand-offs, JVM CPU seconds, context switches
 
 
@@ -122,7 +126,8 @@ def _no_spes(scratch: Path) -> Path:
     return path
 
 
-def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Path) -> Window:
+def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Path, sleeper: int) -> Window:
+    """One window of ``condition``; ``sleeper``: the PID profiled instead of the JVM's (ELSEWHERE)."""
     extra = CONDITIONS[condition]
     if extra is None:
         start = jvm.reading()
@@ -140,7 +145,7 @@ def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Pat
         "--out",
         str(out),
         "--pid",
-        str(jvm.pid),
+        str(sleeper if condition in ELSEWHERE else jvm.pid),
         "--known-spes",
         str(_no_spes(scratch)),
         "--status-file",
@@ -267,14 +272,17 @@ def main() -> int:
         javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
         subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
         jvm = Jvm(scratch / "classes", args.pairs)
+        sleeper = subprocess.Popen(["sleep", "86400"])
         try:
             time.sleep(3)  # JIT warm-up
             windows = [
-                measure(jvm, condition, round_no, args.window, scratch)
+                measure(jvm, condition, round_no, args.window, scratch, sleeper.pid)
                 for round_no in range(args.rounds)
                 for condition in conditions
             ]
         finally:
+            sleeper.kill()
+            sleeper.wait(30)
             jvm.close()
     text = report(summarize(windows, conditions), args, windows)
     print(text)

@@ -1,6 +1,6 @@
 """The report's Flink section: Flink's own busy, back-pressured and idle time per job vertex (flink.json
 of the capture of the host whose JobManager answered) beside the time the vertex's task threads were
-sampled on CPU, and the events note with the count's uncertainty."""
+sampled on CPU and, with --off-cpu, blocked per cause; and the events note with the count's uncertainty."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from coordinator.analysis.load import RunData
 from coordinator.report.formats import format_number
 from coordinator.report.model import FlinkVertexLine
 from profiler.capture.format import Capture
-from profiler.engines.flinkmetrics import vertex_cpu
+from profiler.capture.offcpu import CAUSES, OffCpuEntry
+from profiler.engines.flinkmetrics import vertex_cpu, vertex_of_thread
+
+OffCpu = Mapping[str, Mapping[int, Sequence[OffCpuEntry]]]  # host -> PID -> entries
 
 
 def thread_samples(stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> Counter[str]:
@@ -22,6 +25,32 @@ def thread_samples(stacks: Mapping[str, Mapping[int, Mapping[str, int]]]) -> Cou
             for stack, count in folded.items():
                 found[stack.split(";", 1)[0]] += count
     return found
+
+
+def vertex_blocked_ns(offcpu: OffCpu, vertex_names: Sequence[str]) -> dict[str, Counter[str]]:
+    """Blocked nanoseconds per vertex and cause: each off-CPU stack goes to the vertex its root frame
+    (the thread's name: the kernel's 15-byte comm for a blocked thread) names alone
+    (``vertex_of_thread``); a thread name that fits no vertex or several is left out."""
+    found: dict[str, Counter[str]] = {}
+    for by_pid in offcpu.values():
+        for entries in by_pid.values():
+            for entry in entries:
+                vertex = vertex_of_thread(entry.stack.split(";", 1)[0], vertex_names)
+                if vertex is not None:
+                    found.setdefault(vertex, Counter())[entry.cause] += entry.blocked_ns
+    return found
+
+
+def _by_cause(blocked: Counter[str] | None, seconds: float, parallelism: int) -> tuple[tuple[str, float], ...]:
+    """Milliseconds per second of one subtask per cause (CAUSES order, only causes that occurred)."""
+    if not blocked or seconds <= 0:
+        return ()
+    scale = 1e-6 / seconds / max(parallelism, 1)
+    return tuple((cause, blocked[cause] * scale) for cause in CAUSES if blocked[cause] > 0)
+
+
+def _off_cpu_run(run: RunData) -> bool:
+    return any(h.capture is not None and h.capture.meta.off_cpu_min_block_ms is not None for h in run.hosts)
 
 
 def _whole_window(run: RunData) -> bool:
@@ -37,14 +66,17 @@ def _flink_capture(run: RunData) -> Capture | None:
 
 
 def flink_vertex_lines(
-    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]
+    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]], offcpu: OffCpu | None = None
 ) -> tuple[FlinkVertexLine, ...]:
-    """One line per job vertex, sources first; empty without flink.json."""
+    """One line per job vertex, sources first; empty without flink.json. ``offcpu`` (host -> PID ->
+    entries): with a run that had --off-cpu, each vertex's blocked time per cause."""
     capture = _flink_capture(run)
     if capture is None or not _whole_window(run):
         return ()
     meta = capture.meta
     found = vertex_cpu(thread_samples(stacks), capture.flink_vertices, meta.frequency, meta.duration)
+    blocked = vertex_blocked_ns(offcpu or {}, sorted({v.name for v in capture.flink_vertices}))
+    off_cpu = _off_cpu_run(run)
     lines = []
     for vertex in sorted(found, key=lambda v: (not v.window.source, v.window.job_name, v.window.name)):
         window = vertex.window
@@ -64,6 +96,9 @@ def flink_vertex_lines(
             on_cpu_ms_per_s=vertex.on_cpu_ms_per_s,
             busy_off_cpu_ms_per_s=max(busy - vertex.on_cpu_ms_per_s, 0.0) if busy is not None else None,
             samples=vertex.samples,
+            off_cpu_by_cause=(
+                _by_cause(blocked.get(window.name), meta.duration, window.parallelism) if off_cpu else None
+            ),
         ))
     return tuple(lines)
 

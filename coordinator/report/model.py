@@ -84,6 +84,9 @@ class FlinkVertexLine:
     on_cpu_ms_per_s: float
     busy_off_cpu_ms_per_s: float | None  # busy minus on CPU: waiting on locks, I/O, GC while busy
     samples: int
+    # the task threads' blocked time per cause (ms/s per subtask, CAUSES order, only causes > 0) when the
+    # run had --off-cpu: () when no blocked thread could be tied to the vertex (not measured); None: no --off-cpu
+    off_cpu_by_cause: tuple[tuple[str, float], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ def build_view(
         )
         + _spark_health(spark)
     )
-    flink_lines = flink_vertex_lines(run, stacks)
+    flink_lines = flink_vertex_lines(run, stacks, offcpu)
     vertices, subtasks = vertex_lines(run.vertex_rows)
     tasks = [{"name": name, "color": colors[name]} for name in task_names]
     payload = _payload(

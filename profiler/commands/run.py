@@ -93,8 +93,9 @@ def _add_collector_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SAMPLE_EVERY,
         metavar="N",
         help="with --off-cpu: beyond a thread's first 100 voluntary switch-outs a second, follow one in N at "
-        "random and count it N times (1: all); the stack walks at every switch-out are the cost on threads "
-        f"that switch thousands of times a second ({DEFAULT_SAMPLE_EVERY})",
+        "random and count it N times, more than N for a thread so busy that it would be followed over ~100 "
+        "more times a second (1: all, exactly); the stack walks are the cost on threads that switch "
+        f"thousands of times a second ({DEFAULT_SAMPLE_EVERY})",
     )
 
 

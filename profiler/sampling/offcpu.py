@@ -33,6 +33,39 @@ DEFAULT_MIN_BLOCK_MS = 1.0
 # A thread's voluntary switch-outs per second that are followed whatever --off-cpu-sample-every says
 # (offcpu_trace.c's EXACT_PER_EPOCH per 100 ms): threads that block rarely, for long, are measured exactly.
 EXACT_SWITCH_OUTS_PER_S = 100
+# Beyond those, the sampled switch-outs per thread and second aimed at (WALK_BUDGET_PER_EPOCH per 100 ms):
+# a busier thread is sampled at more than 1 in --off-cpu-sample-every, so its stack walks stay bounded.
+SAMPLED_SWITCH_OUTS_PER_S = 100
+# The kernel's tick rate when its configuration cannot be read (the epochs are counted in jiffies: the
+# program reads no clock source for them). Only the epoch's length depends on it, not the estimate's bias.
+DEFAULT_KERNEL_HZ = 250
+_KERNEL_CONFIGS = (Path("/proc/config.gz"), Path(f"/boot/config-{os.uname().release}"))
+
+
+def kernel_hz_of_config(text: str) -> int | None:
+    """CONFIG_HZ of a kernel configuration's text; None when it has none (or a nonsense value)."""
+    for line in text.splitlines():
+        if line.startswith("CONFIG_HZ="):
+            value = line.split("=", 1)[1].strip()
+            return int(value) if value.isdigit() and 10 <= int(value) <= 10000 else None
+    return None
+
+
+def read_kernel_hz(paths: Sequence[Path] = _KERNEL_CONFIGS) -> int:
+    """The running kernel's HZ from its configuration (/proc/config.gz, /boot/config-RELEASE), else
+    DEFAULT_KERNEL_HZ."""
+    import gzip
+
+    for path in paths:
+        try:
+            raw = path.read_bytes()[: 1 << 24]
+            text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", "replace")
+        except (OSError, EOFError, gzip.BadGzipFile):
+            continue
+        hz = kernel_hz_of_config(text)
+        if hz is not None:
+            return hz
+    return DEFAULT_KERNEL_HZ
 
 
 @dataclass(frozen=True)
@@ -58,8 +91,10 @@ def read_switch_layout(path: Path = VMLINUX_BTF) -> SwitchLayout | None:
     return SwitchLayout(task_pid_offset=offset // 8, switch_args=params - 1 if params else None)
 
 
-def build_bpf_text(source: str, layout: SwitchLayout | None, min_block_ns: int, sample_every: int = 1) -> str:
-    """The C program: defines first, then offcpu_trace.c."""
+def build_bpf_text(
+    source: str, layout: SwitchLayout | None, min_block_ns: int, sample_every: int = 1, hz: int = DEFAULT_KERNEL_HZ
+) -> str:
+    """The C program: defines first, then offcpu_trace.c; ``hz`` the kernel's tick rate (epochs in jiffies)."""
     if layout is None or layout.switch_args != 4:
         raise CapabilityError(
             f"{VMLINUX_BTF}: no task_struct.pid or no 4-argument sched_switch tracepoint in BTF; "
@@ -70,6 +105,8 @@ def build_bpf_text(source: str, layout: SwitchLayout | None, min_block_ns: int, 
         f"#define MIN_BLOCK_NS {int(min_block_ns)}",
         f"#define SAMPLE_EVERY {int(sample_every)}",
         f"#define EXACT_PER_EPOCH {EXACT_SWITCH_OUTS_PER_S // 10}",
+        f"#define WALK_BUDGET_PER_EPOCH {SAMPLED_SWITCH_OUTS_PER_S // 10}",
+        f"#define EPOCH_JIFFIES {max(int(hz) // 10, 1)}",
     ]
     return "\n".join(defines) + "\n" + source
 
@@ -230,10 +267,13 @@ class OffCpuTracer:
         # after collect(), with ticks: interval -> PID -> entries (pids/<pid>/offcpu_timeline.folded)
         self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] = {}
 
-    def bpf_text(self) -> str:
+    def bpf_text(self, rates_in_hash: bool = False) -> str:
+        """The program; ``rates_in_hash``: the threads' switch rates in a hash by thread id, for a kernel
+        that refuses task-local storage in a raw tracepoint program."""
         source = BPF_SOURCE.read_text(encoding="utf-8")
-        text = build_bpf_text(source, read_switch_layout(), self.min_block_ns, self.sample_every)
-        return f"#define STACK_ENTRIES {self.stack_entries}\n" + text
+        text = build_bpf_text(source, read_switch_layout(), self.min_block_ns, self.sample_every, read_kernel_hz())
+        fallback = "#define RATES_IN_HASH\n" if rates_in_hash else ""
+        return f"#define STACK_ENTRIES {self.stack_entries}\n{fallback}" + text
 
     def start(self) -> str:
         if self._bpf is not None:
@@ -246,18 +286,7 @@ class OffCpuTracer:
             raise CapabilityError(
                 "profiler/sampling/offcpu.py: cannot import bcc; install python3-bpfcc (scripts/setup.sh)"
             ) from None
-        text = self.bpf_text()
-        bpf = None
-        try:
-            bpf = compile_program(BPF, text)  # bcc attaches RAW_TRACEPOINT_PROBE programs as it loads them
-        except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
-            if bpf is not None:
-                bpf.cleanup()
-            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-            raise CapabilityError(
-                f"profiler run --off-cpu: cannot attach to the sched_switch raw tracepoint ({detail}); "
-                "run without --off-cpu"
-            ) from None
+        bpf = self._load(BPF)
         self._bpf = bpf
         self._attached = True
         self._java = JavaThreadWatch(bpf, borrow=self._borrow_namer)
@@ -266,6 +295,20 @@ class OffCpuTracer:
                 self._write_pid(pid)
         self._java.start()
         return "sched_switch"
+
+    def _load(self, bpf_class: Any) -> Any:
+        """Compile, load and attach; with the rates in a hash when task-local storage is refused."""
+        detail = ""
+        for rates_in_hash in (False, True):
+            try:
+                # bcc attaches RAW_TRACEPOINT_PROBE programs as it loads them
+                return compile_program(bpf_class, self.bpf_text(rates_in_hash))
+            except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
+                detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        raise CapabilityError(
+            f"profiler run --off-cpu: cannot attach to the sched_switch raw tracepoint ({detail}); "
+            "run without --off-cpu"
+        )
 
     def add_pid(self, pid: int) -> None:
         """Trace ``pid``'s threads from now on; may be called before or after start()."""
@@ -280,6 +323,7 @@ class OffCpuTracer:
         """Stop following ``pid`` (its sums stay): a later process given the same pid is not in the scope."""
         with self._lock:
             if self._bpf is not None:
+                self._set_scope_bit(pid, False)
                 try:
                     del self._bpf[b"target_tgids"][ctypes.c_uint32(pid)]
                 except KeyError:
@@ -295,6 +339,16 @@ class OffCpuTracer:
         if self._java is not None:  # before the scope: the process's first blocks have their JVM's view
             self._java.attach(pid)
         self._bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        self._set_scope_bit(pid, True)
+
+    def _set_scope_bit(self, pid: int, on: bool) -> None:
+        """``pid``'s bit in scope_bits, the bitmap the program's hot path reads (only user space writes
+        it, under the lock)."""
+        words = self._bpf[b"scope_bits"]
+        key = words.Key(pid >> 6)
+        value = int(words[key].value)
+        bit = 1 << (pid & 63)
+        words[key] = words.Leaf(value | bit if on else value & ~bit)
 
     def _switched_out(self) -> list[tuple[int, RawBlock]]:
         """(thread id, block) of the threads switched out now; ``blocked_ns`` holds the switch-out time and

@@ -13,6 +13,14 @@
 // offsets, both written by user space) the switch-out also reads what the JVM itself says of the wait:
 // its last Java frame (the JavaFrameAnchor HotSpot sets on every call out of Java code) and whether it
 // is entering a contended monitor or in Object.wait (JavaThread::_current_pending/waiting_monitor).
+//
+// The hot path: the program runs at EVERY context switch of the host, so a switch that concerns no
+// scoped thread must cost next to nothing. Two bitmaps in arrays (whose lookups the verifier inlines into
+// a load: no hashing, no helper call) answer first: is prev's process in the scope (scope_bits, by tgid,
+// written by user space), was next switched out by us (followed_bits, by thread id)? Only when one says
+// yes is the clock read and a hash touched. A scoped thread's switch rate (the sampling decision) lives
+// in its task-local storage (BPF_TASK_STORAGE: a pointer from the task, no hash), or in a hash keyed by
+// thread id where the kernel refuses task storage (RATES_IN_HASH).
 
 #ifndef MIN_BLOCK_NS
 #define MIN_BLOCK_NS 1000000
@@ -23,7 +31,9 @@
 #ifndef EXACT_PER_EPOCH
 #define EXACT_PER_EPOCH 10  // voluntary switch-outs per thread and epoch always remembered (weight 1)
 #endif
-#define EPOCH_NS 100000000ULL  // 100 ms
+#ifndef EPOCH_JIFFIES
+#define EPOCH_JIFFIES 25  // 100 ms at HZ=250 (user space gives the kernel's HZ / 10)
+#endif
 #ifndef THREAD_ENTRIES
 #define THREAD_ENTRIES 65536
 #endif
@@ -36,6 +46,11 @@
 #ifndef TGID_ENTRIES
 #define TGID_ENTRIES 4096
 #endif
+#ifndef WALK_BUDGET_PER_EPOCH
+#define WALK_BUDGET_PER_EPOCH 10  // sampled switch-outs per thread and epoch aimed at, beyond the exact ones
+#endif
+// The bitmaps cover every thread id the kernel can give (PID_MAX_LIMIT, 4,194,304: 512 KiB each).
+#define ID_WORDS 65536
 
 // The kernel's view of why prev left the CPU (user space refines it by the kernel frames).
 #define REASON_PREEMPTED 0      // still runnable: preempted, or yielded
@@ -75,10 +90,13 @@ struct switch_out {
     char comm[16];
 };
 
-// A thread's voluntary switch-outs in the current epoch (the rate that decides whether it is sampled).
+// A thread's switch-outs in the current epoch and the one before (the rate that decides its sampling).
 struct switch_rate {
     u64 epoch;
-    u64 count;
+    u32 voluntary;  // voluntary switch-outs this epoch (the first EXACT_PER_EPOCH are all followed)
+    u32 count;      // all switch-outs this epoch
+    u32 every;      // this epoch's 1-in-every beyond the exact ones (from the previous epoch's count)
+    u32 pad;
 };
 
 struct block_key {
@@ -97,11 +115,17 @@ struct block_sum {
     u64 switches;
 };
 
-BPF_HASH(target_tgids, u32, u8, TGID_ENTRIES);
+BPF_HASH(target_tgids, u32, u8, TGID_ENTRIES);  // the scope as user space wrote it (read by user space)
+BPF_ARRAY(scope_bits, u64, ID_WORDS);     // the same scope as bits by tgid: the hot path reads these
+BPF_ARRAY(followed_bits, u64, ID_WORDS);  // thread ids with an entry in switched_out
 BPF_HASH(java_layouts, u32, struct java_layout, TGID_ENTRIES);
 BPF_HASH(java_threads, u32, u64, THREAD_ENTRIES);
 BPF_HASH(switched_out, u32, struct switch_out, THREAD_ENTRIES);
+#ifdef RATES_IN_HASH
 BPF_HASH(switch_rates, u32, struct switch_rate, THREAD_ENTRIES);
+#else
+BPF_TASK_STORAGE(switch_rates, struct switch_rate);
+#endif
 BPF_HASH(blocked, struct block_key, struct block_sum, BLOCK_ENTRIES);
 BPF_STACK_TRACE(offcpu_stacks, STACK_ENTRIES);
 // [0]: switch-outs not remembered (switched_out full), [1]: blocks not summed (blocked full),
@@ -112,6 +136,22 @@ static __always_inline void count_drop(int index, u64 amount) {
     u64 *slot = offcpu_dropped.lookup(&index);
     if (slot)
         __sync_fetch_and_add(slot, amount);
+}
+
+// id's bit in a bitmap's word (0 when the word is missing). The word is looked up by the caller: bcc
+// wants each map named in the call, not passed as a pointer.
+static __always_inline u64 id_bit(u64 *word, u32 id) {
+    return word != 0 ? *word & (1ULL << (id & 63)) : 0;
+}
+
+static __always_inline u64 *scope_word(u32 tgid) {
+    u32 index = tgid >> 6;
+    return index < ID_WORDS ? scope_bits.lookup(&index) : 0;
+}
+
+static __always_inline u64 *followed_word(u32 tid) {
+    u32 index = tid >> 6;
+    return index < ID_WORDS ? followed_bits.lookup(&index) : 0;
 }
 
 static __always_inline u32 switch_reason(u64 preempt, u64 state) {
@@ -162,47 +202,67 @@ static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out)
     out->java_frame = pc;
 }
 
-// The two stack walks are most of the cost (--off-cpu-sample-every bounds it). A thread's first
-// EXACT_PER_EPOCH voluntary switch-outs of each epoch are all remembered (weight 1): threads that block
-// a few times a second, whose blocks are long and few, are measured exactly. Beyond that, and for every
-// preemption (CPU contention, not a wait), one switch-out in SAMPLE_EVERY is remembered at random and
-// stands for SAMPLE_EVERY (weight): an unbiased estimate where blocks are many. 0: not remembered.
-static __always_inline u32 sample_weight(u32 tid, u64 now, u32 reason) {
-    if (SAMPLE_EVERY <= 1)
-        return 1;
-    if (reason != REASON_PREEMPTED) {
-        u64 epoch = now / EPOCH_NS;
-        struct switch_rate *rate = switch_rates.lookup(&tid);
-        if (rate == 0) {
-            struct switch_rate first = {epoch, 1};
-            switch_rates.update(&tid, &first);  // full map: the thread stays exact (costlier, still right)
-            return 1;
-        }
-        if (rate->epoch != epoch) {
-            rate->epoch = epoch;
-            rate->count = 0;
-        }
-        rate->count += 1;
-        if (rate->count <= EXACT_PER_EPOCH)
-            return 1;
+// The two stack walks are most of the cost (~4 us each switch-out followed). A thread's first
+// EXACT_PER_EPOCH voluntary switch-outs of each epoch are all followed (weight 1): threads that block a few
+// times a second, whose blocks are long and few, are measured exactly. Beyond that, and for every
+// preemption (CPU contention, not a wait), one switch-out in `every` is followed at random and stands for
+// `every` (its weight): an unbiased estimate where blocks are many. `every` is SAMPLE_EVERY, or more for a
+// thread that switched out more than SAMPLE_EVERY * WALK_BUDGET_PER_EPOCH times in the previous epoch, so
+// that each thread's walks stay near EXACT_PER_EPOCH + WALK_BUDGET_PER_EPOCH per epoch whatever its rate.
+// It is fixed for the epoch before any of its switch-outs is seen: the estimate stays unbiased. 0: not followed.
+static __always_inline u32 epoch_every(struct switch_rate *rate, u64 epoch) {
+    if (rate->epoch != epoch) {
+        u32 busy = rate->epoch + 1 == epoch ? rate->count / WALK_BUDGET_PER_EPOCH : 0;
+        rate->every = busy > SAMPLE_EVERY ? busy : SAMPLE_EVERY;
+        rate->epoch = epoch;
+        rate->voluntary = 0;
+        rate->count = 0;
     }
-    return bpf_get_prandom_u32() % SAMPLE_EVERY == 0 ? SAMPLE_EVERY : 0;
+    rate->count += 1;
+    return rate->every;
 }
 
-static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 now) {
-    u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32, tid = (u32)id;
-    if (tid == 0 || target_tgids.lookup(&tgid) == 0)
-        return;
+static __always_inline u32 sample_weight(u32 tid, u32 reason) {
+    if (SAMPLE_EVERY <= 1)
+        return 1;
+    // Epochs counted in jiffies (a load: no clock source read), precise enough for 100 ms.
+    u64 epoch = bpf_jiffies64() / EPOCH_JIFFIES;
+#ifdef RATES_IN_HASH
+    struct switch_rate *rate = switch_rates.lookup(&tid);
+    if (rate == 0) {
+        struct switch_rate first = {epoch, 1, 1, SAMPLE_EVERY, 0};
+        switch_rates.update(&tid, &first);  // full map: the thread stays exact (costlier, still right)
+        return 1;
+    }
+#else
+    struct switch_rate *rate = switch_rates.task_storage_get(bpf_get_current_task_btf(), 0,
+                                                             BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (rate == 0)
+        return 1;  // no storage (out of memory): the thread stays exact (costlier, still right)
+#endif
+    u32 every = epoch_every(rate, epoch);
+    if (reason != REASON_PREEMPTED) {
+        rate->voluntary += 1;
+        if (rate->voluntary <= EXACT_PER_EPOCH)
+            return 1;
+    }
+    return bpf_get_prandom_u32() % every == 0 ? every : 0;
+}
+
+// Remembers prev's switch-out if it is followed; returns the time it read (0: none, not followed).
+static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid) {
     // An exiting thread (TASK_DEAD 0x80, EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10) never runs again: not a block.
     if (ctx->args[3] & 0xb0) {
+#ifdef RATES_IN_HASH
         switch_rates.delete(&tid);
-        return;
+#endif
+        return 0;  // task storage goes with the task
     }
     u32 reason = switch_reason(ctx->args[0], ctx->args[3]);
-    u32 weight = sample_weight(tid, now, reason);
+    u32 weight = sample_weight(tid, reason);
     if (weight == 0)
-        return;
+        return 0;
+    u64 now = bpf_ktime_get_ns();
     struct switch_out out = {};
     out.time_ns = now;
     out.tgid = tgid;
@@ -212,11 +272,18 @@ static __always_inline void remember(struct bpf_raw_tracepoint_args *ctx, u64 no
     out.kernel_stack_id = offcpu_stacks.get_stackid(ctx, 0);
     bpf_get_current_comm(&out.comm, sizeof(out.comm));
     java_view(tgid, tid, &out);
-    if (switched_out.update(&tid, &out) != 0)
+    if (switched_out.update(&tid, &out) != 0) {
         count_drop(0, 1);
+        return now;
+    }
+    u64 *word = followed_word(tid);
+    if (word != 0)
+        __sync_fetch_and_or(word, 1ULL << (tid & 63));
+    return now;
 }
 
-static __always_inline void account(u32 tid, u64 now) {
+static __always_inline void account(u32 tid, u64 *word, u64 now) {
+    __sync_fetch_and_and(word, ~(1ULL << (tid & 63)));
     struct switch_out *out = switched_out.lookup(&tid);
     if (out == 0)
         return;
@@ -250,11 +317,18 @@ static __always_inline void account(u32 tid, u64 now) {
 
 RAW_TRACEPOINT_PROBE(sched_switch)
 {
-    u64 now = bpf_ktime_get_ns();
-    remember(ctx, now);
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32, tid = (u32)id;
+    u64 out = tid != 0 ? id_bit(scope_word(tgid), tgid) : 0;
     u32 next_tid = 0;
     bpf_probe_read_kernel(&next_tid, sizeof(next_tid), (void *)(ctx->args[2] + NEXT_PID_OFF));
-    if (next_tid != 0)
-        account(next_tid, now);
+    u64 *next_word = next_tid != 0 ? followed_word(next_tid) : 0;
+    u64 in = id_bit(next_word, next_tid);
+    if (out == 0 && in == 0)
+        return 0;  // neither thread is ours: most switches of the host end here, before the clock
+    // The clock is read only for a switch-out that is followed and for a followed thread's switch-in.
+    u64 now = out != 0 ? remember(ctx, tgid, tid) : 0;
+    if (in != 0 && next_word != 0)
+        account(next_tid, next_word, now != 0 ? now : bpf_ktime_get_ns());
     return 0;
 }

@@ -3,17 +3,23 @@ frames dropped, lost stacks marked) and the BPF text's kernel checks."""
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import pytest
 
 from profiler.errors import CapabilityError
 from profiler.sampling.offcpu import (
     BPF_SOURCE,
+    DEFAULT_KERNEL_HZ,
     RawBlock,
     SwitchLayout,
     build_bpf_text,
+    kernel_hz_of_config,
     label_threads,
     name_blocks,
     open_blocks,
+    read_kernel_hz,
     without_tracing_frames,
 )
 from profiler.scope.threadnames import NameHistory
@@ -80,6 +86,8 @@ def test_bpf_text_needs_the_four_argument_tracepoint_and_carries_the_offsets() -
     assert "#define NEXT_PID_OFF 1264" in text and "#define MIN_BLOCK_NS 2000000" in text
     assert "#define SAMPLE_EVERY 1\n" in text and "#define EXACT_PER_EPOCH 10\n" in text
     assert "#define SAMPLE_EVERY 10\n" in build_bpf_text(source, SwitchLayout(1264, 4), 1, sample_every=10)
+    assert "#define WALK_BUDGET_PER_EPOCH 10\n" in text and "#define EPOCH_JIFFIES 25\n" in text
+    assert "#define EPOCH_JIFFIES 100\n" in build_bpf_text(source, SwitchLayout(1264, 4), 1, hz=1000)
     for layout in (None, SwitchLayout(1264, 3), SwitchLayout(1264, None)):
         with pytest.raises(CapabilityError, match="kernel >= 5.18 with BTF; run without --off-cpu"):
             build_bpf_text(source, layout, 1)
@@ -128,3 +136,40 @@ def test_without_thread_names_or_a_thread_id_blocks_keep_their_comm() -> None:
 
     assert label_threads([(7, 0, "worker")], 5, never) == {(7, 0, "worker"): ("worker", None)}
     assert label_threads([(7, 3, "worker")], 5, None) == {(7, 3, "worker"): ("worker", None)}
+def test_the_kernels_hz_comes_from_its_configuration_else_the_default(tmp_path: Path) -> None:
+    assert kernel_hz_of_config("# CONFIG_HZ_100 is not set\nCONFIG_HZ_1000=y\nCONFIG_HZ=1000\n") == 1000
+    assert kernel_hz_of_config("CONFIG_HZ=fast\n") is None and kernel_hz_of_config("CONFIG_HZ=0\n") is None
+    assert kernel_hz_of_config("") is None
+    plain, packed, broken = tmp_path / "config-6.1", tmp_path / "config.gz", tmp_path / "broken.gz"
+    plain.write_text("CONFIG_HZ=300\n")
+    packed.write_bytes(gzip.compress(b"CONFIG_HZ=100\n"))
+    broken.write_bytes(b"not gzip")
+    assert read_kernel_hz([broken, tmp_path / "missing", packed, plain]) == 100
+    assert read_kernel_hz([plain]) == 300
+    assert read_kernel_hz([broken, tmp_path / "missing"]) == DEFAULT_KERNEL_HZ
+
+
+def test_switch_rates_fall_back_to_a_hash_where_task_storage_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a kernel (a fake bcc) that refuses the program with task-local storage, then one that refuses both
+    import profiler.sampling.offcpu as offcpu
+
+    monkeypatch.setattr(offcpu, "read_switch_layout", lambda: SwitchLayout(1264, 4))
+    loaded: list[str] = []
+
+    def refuses_task_storage(text: bytes) -> str:
+        if b"#define RATES_IN_HASH" not in text:
+            raise Exception("Failed to load BPF program b'raw_tracepoint__sched_switch': Invalid argument")
+        loaded.append(text.decode())
+        return "loaded"
+
+    def refuses_all(text: bytes) -> str:
+        raise Exception("bpf: Failed to load program: Permission denied\nno sched_switch")
+
+    tracer = offcpu.OffCpuTracer(sample_every=10)
+    # THEN the program is loaded with the rates in a hash
+    assert tracer._load(refuses_task_storage) == "loaded" and len(loaded) == 1
+    assert "BPF_TASK_STORAGE" in loaded[0]  # the source keeps both; the define picks the hash
+    # AND where both are refused, one line names the failure and the way out
+    with pytest.raises(CapabilityError, match=r"cannot attach to the sched_switch raw tracepoint \(no sched_switch\); "
+                                              "run without --off-cpu"):
+        tracer._load(refuses_all)

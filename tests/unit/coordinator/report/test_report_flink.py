@@ -56,3 +56,45 @@ def test_health_says_when_subtasks_are_not_mapped_to_taskmanagers(tmp_path: Path
             assert view.flink_run and not view.subtask_lines  # the section says how to get vertex rows
         else:
             assert "1 of them sampled on this host" in line.text and len(view.subtask_lines) == 4
+
+
+def test_with_off_cpu_each_vertex_gets_its_task_threads_blocked_time_by_cause(
+    tmp_path: Path, tree_templates: None
+) -> None:
+    # GIVEN a Flink run with --off-cpu (30 s, parallelism 2): the source's task threads (kernel comm
+    # "Source: GenSour") blocked 6 s parked and 3 s on the network, a GC thread 9 s; the window's threads
+    # (comm "WindowSum -> Di") never blocked long enough, and a thread named like no vertex 5 s
+    import json
+
+    from profiler.capture.format import read_pid_offcpu, write_offcpu
+    from profiler.capture.offcpu import OffCpuEntry
+
+    run_dir = flink_run_dir(tmp_path / "runs")
+    capture_dir = run_dir / "hosts" / "node1"
+    meta = json.loads((capture_dir / "meta.json").read_text())
+    meta["off_cpu_min_block_ms"] = 1.0
+    (capture_dir / "meta.json").write_text(json.dumps(meta))
+    write_offcpu(capture_dir, 2201, [
+        OffCpuEntry("park", "Source: GenSour;jdk.internal.misc.Unsafe::park;futex_wait_[k]", 4_000_000_000, 40),
+        OffCpuEntry("park", "Source: GenSour;[blocked all window];futex_wait_[k]", 2_000_000_000, 1),
+        OffCpuEntry("net", "Source: GenSour;sun.nio.ch.SocketDispatcher::read0;tcp_recvmsg_[k]", 3_000_000_000, 30),
+        OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 9_000_000_000, 90),
+        OffCpuEntry("sleep", "Source: GenOthe;JVM_Sleep", 5_000_000_000, 5),
+    ])
+    # WHEN its report is built and rendered
+    index = render.render_report(run_dir)
+    run = render.load_run(run_dir)
+    stacks = {h.name: render.load_stacks(h.capture) for h in run.hosts if h.capture}
+    offcpu = {"node1": {2201: read_pid_offcpu(capture_dir, 2201) or []}}
+    lines = {line.name: line for line in render.build_view(run, stacks, offcpu=offcpu).flink_vertices}
+    # THEN the source's blocked time per subtask and second is split by cause (6 s / 30 s / 2 = 100 ms/s)
+    assert lines[SOURCE].off_cpu_by_cause == (("park", pytest.approx(100.0)), ("net", pytest.approx(50.0)))
+    # AND the window, whose threads were never seen blocked, is "not measured", not zero
+    assert lines[WINDOW].off_cpu_by_cause == ()
+    page = index.read_text(encoding="utf-8")
+    assert "blocked, by cause" in page and "park 100 · net 50" in page and "not measured" in page
+    # AND a run without --off-cpu has no such column
+    plain_dir = flink_run_dir(tmp_path / "plain")
+    plain = render.build_view(render.load_run(plain_dir), stacks, offcpu=offcpu)
+    assert all(line.off_cpu_by_cause is None for line in plain.flink_vertices)
+    assert "blocked, by cause" not in render.render_report(plain_dir).read_text(encoding="utf-8")
