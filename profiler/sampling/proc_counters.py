@@ -17,7 +17,8 @@ Where each value comes from (all deltas from ``open``, i.e. from when the pid en
   start time), so a reused tid is a new thread; the only loss is what a thread did between its last
   reading and its exit (a thread born and gone between two readings is lost whole).
 
-A process that is reaped between readings keeps the values of its last reading, with a note saying so.
+A process that is reaped between readings keeps the values of its last reading, with a note saying so;
+one reaped before any reading after ``open`` has no values (None, "not measured"), never 0.
 Everything under /proc/PID belongs to the target: reads are size-bounded, never follow a link, and a
 vanished thread or process (ENOENT, ESRCH) is normal, never an error.
 """
@@ -279,6 +280,7 @@ class PidProcCounters:
         self._last_ns = 0
         self._ledger = ThreadLedger()
         self._gone = False
+        self._readings = 0  # readings after the baseline
         self._frozen: dict[str, CounterValue] | None = None
 
     open_fds = 0  # no perf event, no fd held between readings
@@ -300,6 +302,7 @@ class PidProcCounters:
             return
         self._last_totals, self._last_ns = snapshot.totals, snapshot.taken_ns
         self._ledger = self._ledger.update(snapshot)
+        self._readings += 1
 
     def read(self) -> dict[str, CounterValue]:
         if self._frozen is not None:
@@ -311,6 +314,8 @@ class PidProcCounters:
         base = self._base
         if base is None or base.totals is None or self._last_totals is None:
             return CounterValue(None, False, note="process exited before counters were opened")
+        if self._gone and self._readings == 0:  # a zero here would claim it did nothing
+            return CounterValue(None, False, note="process exited before its first /proc reading: not measured")
         first, last = base.totals, self._last_totals
         value: float | None
         if source == "cpu":

@@ -120,9 +120,26 @@ def test_reused_pid_is_not_the_process_we_added(tmp_path: Path) -> None:
     proc.process(7, utime=10, start=1000)
     group = proc_group(tmp_path)
     group.add_pid(7)
+    proc.process(7, utime=20, start=1000)
+    assert group.read(7).events["task-clock"].value == pytest.approx(10 * TICK_NS)
     proc.process(7, utime=500, start=5000)  # another process got pid 7
     value = group.read(7).events["task-clock"]
-    assert value.value == 0 and "process exited" in value.note
+    assert value.value == pytest.approx(10 * TICK_NS) and "process exited" in value.note
+
+
+def test_process_gone_before_any_reading_is_not_measured_never_zero(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=3)
+    group = proc_group(tmp_path)
+    group.add_pid(7)
+    proc.end_process(7)
+    group.pid_exited(7)
+    counters = group.read(7)
+    for name in SOFTWARE:
+        value = counters.events[name]
+        assert value.value is None and not value.supported and "not measured" in value.note
+    assert counters.cpu_seconds is None and counters.cycles is None
 
 
 def test_vanished_before_add_and_missing_sched(tmp_path: Path) -> None:
