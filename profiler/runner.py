@@ -101,6 +101,7 @@ class RunOptions:
     off_cpu: bool = False
     off_cpu_min_block_ms: float = 1.0
     off_cpu_sample_every: int = DEFAULT_SAMPLE_EVERY  # beyond 100/s per thread one switch-out in N, counted N times
+    counters: str = "auto"  # software counters from /proc or perf events (--counters, sampling/counters.py)
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -245,7 +246,7 @@ def real_components(options: RunOptions) -> Components:
             options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every, borrow_namer=sampler.jvm_namer,
             thread_label=sampler.thread_label,
         )
-    counters = CounterGroup()
+    counters = CounterGroup(source=options.counters)
 
     def cycles_source() -> str:
         return str(counters.cycles_source)

@@ -75,6 +75,15 @@ def _add_collector_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
     parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
     parser.add_argument(
+        "--counters",
+        choices=("auto", "perf", "proc"),
+        default="auto",
+        help="where the software counters (task-clock, context-switches, cpu-migrations, page-faults) come "
+        "from: proc reads /proc and adds nothing to the workload's context switches; perf counts them with "
+        "perf events (+~2 µs per switch of a counted thread without a PMU, docs/benchmarks/overhead.md); "
+        "auto: proc unless hardware events open here (hardware events are always perf events)",
+    )
+    parser.add_argument(
         "--off-cpu",
         action="store_true",
         help="also sum the time workload threads spend blocked, per stack and cause (sleep, monitor, wait, park, "
@@ -206,6 +215,7 @@ class RunCommand:
             off_cpu=args.off_cpu,
             off_cpu_min_block_ms=args.off_cpu_min_block,
             off_cpu_sample_every=args.off_cpu_sample_every,
+            counters=args.counters,
         )
         if args.print_bpf:
             sampler = make_sampler(options)

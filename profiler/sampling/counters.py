@@ -16,6 +16,14 @@ included".
 
 Unsupported events are recorded with the reason and value None, never 0. Without a hardware PMU
 cycles are estimated as task-clock seconds x the nominal CPU frequency (``cycles_estimated``).
+
+Where the software events come from (``source``): every perf event costs the counted thread a perf
+context switch at each of its context switches (+2.1 µs per switch for the default software set on a
+host without a PMU, docs/benchmarks/overhead.md). ``proc`` reads task-clock, page-faults,
+context-switches and cpu-migrations from /proc instead (proc_counters.py); hardware events stay perf
+events. ``auto`` (the default) takes them from /proc when none of the requested hardware events opens
+here, i.e. when the perf context would exist for the software events alone; ``perf`` counts everything
+with perf events as before.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pathlib import Path
 from ..capture.format import CounterValue, PidCounters
 from ..errors import ConfigError
 from .perf_event import EventSpec, LinuxPerfSyscalls, PerfSyscalls, RawCount, describe_errno, event_spec
+from .proc_counters import PROC_EVENTS, PidProcCounters, ProcFiles
 
 DEFAULT_EVENTS: tuple[str, ...] = (
     "cycles",
@@ -50,6 +59,7 @@ TASK_CLOCK = "task-clock"
 CYCLES = "cycles"
 NOTE_SCALED = "scaled"
 NOTE_CHILDREN = "children included"
+COUNTER_SOURCES = ("auto", "perf", "proc")
 
 # ---------------------------------------------------------------- nominal frequency
 
@@ -300,7 +310,11 @@ class CounterGroup:
         events: Sequence[str] = DEFAULT_EVENTS,
         syscalls: PerfSyscalls | None = None,
         nominal_hz: tuple[float | None, str] | None = None,
+        source: str = "auto",
+        proc_files: ProcFiles | None = None,
     ) -> None:
+        if source not in COUNTER_SOURCES:
+            raise ConfigError(f"--counters: {source!r} is not one of {', '.join(COUNTER_SOURCES)}")
         specs: list[EventSpec] = []
         for name in events:
             try:
@@ -314,8 +328,12 @@ class CounterGroup:
         self._syscalls: PerfSyscalls = syscalls if syscalls is not None else LinuxPerfSyscalls()
         self.nominal_hz, self.nominal_hz_source = nominal_hz if nominal_hz is not None else nominal_cpu_hz()
         self._probe: dict[str, str] | None = None
+        self.source = source
+        self._proc_files = proc_files if proc_files is not None else ProcFiles()
         self._sets: dict[int, PidCounterSet] = {}
+        self._proc_sets: dict[int, PidProcCounters] = {}
         self._unsupported: dict[str, str] = {}
+        self.proc_events: tuple[str, ...] = ()
         self.inherit_thread = True
         if syscalls is None:
             raise_fd_limit()
@@ -339,8 +357,21 @@ class CounterGroup:
                 finally:
                     self._syscalls.close(fd)
             self._probe = result
-            self._unsupported = {name: reason for name, reason in result.items() if reason != "ok"}
+            self.proc_events = self._choose_proc_events(result)
+            self._unsupported = {
+                name: reason for name, reason in result.items() if reason != "ok" and name not in self.proc_events
+            }
         return dict(self._probe)
+
+    def _choose_proc_events(self, probe: Mapping[str, str]) -> tuple[str, ...]:
+        """The events read from /proc: with ``auto`` only when no requested hardware event opens (a host
+        without a PMU), since those keep a perf context in every thread anyway."""
+        software = tuple(spec.name for spec in self.specs if spec.name in PROC_EVENTS)
+        if self.source == "proc":
+            return software
+        if self.source == "auto" and not any(spec.hardware and probe.get(spec.name) == "ok" for spec in self.specs):
+            return software
+        return ()
 
     def _open_probe(self, spec: EventSpec, tid: int) -> int:
         fd, self.inherit_thread = open_event(self._syscalls, spec, tid, self.inherit_thread)
@@ -356,14 +387,23 @@ class CounterGroup:
         if pid in self._sets:
             return
         self.probe()
-        supported = [spec for spec in self.specs if spec.name not in self._unsupported]
+        if self.proc_events:
+            proc_set = PidProcCounters(pid, self.proc_events, self._proc_files)
+            proc_set.open()
+            self._proc_sets[pid] = proc_set
+        supported = [
+            spec for spec in self.specs if spec.name not in self._unsupported and spec.name not in self.proc_events
+        ]
         counter_set = PidCounterSet(pid, supported, self._syscalls, self.inherit_thread)
-        counter_set.open()
+        if supported:  # no perf event at all: not even the thread listing
+            counter_set.open()
         self._sets[pid] = counter_set
 
     def pid_exited(self, pid: int) -> None:
         if pid in self._sets:
             self._sets[pid].freeze()
+        if pid in self._proc_sets:
+            self._proc_sets[pid].freeze()
 
     @property
     def pids(self) -> list[int]:
@@ -376,6 +416,8 @@ class CounterGroup:
         if pid not in self._sets:
             raise KeyError(f"pid {pid} was never added to the counters")
         measured = self._sets[pid].read()
+        if pid in self._proc_sets:
+            measured.update(self._proc_sets[pid].read())
         events: dict[str, CounterValue] = {}
         for spec in self.specs:
             if spec.name in self._unsupported:
@@ -389,3 +431,5 @@ class CounterGroup:
         """Freeze every pid (values stay readable) and release all fds."""
         for counter_set in self._sets.values():
             counter_set.freeze()
+        for proc_set in self._proc_sets.values():
+            proc_set.freeze()

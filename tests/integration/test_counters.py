@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
 from profiler.sampling.counters import DEFAULT_EVENTS, CounterGroup
+from tests.fixtures.jvm import CpuSplitJvm
 
 # The child starts its CPU-burning threads only after the parent says "go", i.e. after add_pid:
 # their CPU reaches our counters only through inheritance. hashlib releases the GIL on large
@@ -81,9 +83,13 @@ def test_counters_follow_threads_created_after_add_pid() -> None:
         assert counters.cycles == pytest.approx(counters.cpu_seconds * group.nominal_hz)
 
 
-def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted() -> None:
+@pytest.mark.parametrize("source", ["perf", "proc"])
+def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted(source: str) -> None:
     # The parent burns ~0.3 s itself, then forks a child that burns ~0.6 s: with inherit_thread the
-    # child is not part of the parent's counts (it would be a scope process of its own).
+    # child is not part of the parent's counts (it would be a scope process of its own); /proc/PID/stat's
+    # utime+stime never hold a child's time (that is cutime+cstime).
+    # perf's fds stay readable after the process is reaped; /proc values are those of the last reading
+    # (here: of the zombie, before it is reaped; a reaped process keeps its earlier reading, unit-tested).
     code = (
         "import os, sys, time\n"
         "sys.stdin.readline()\n"
@@ -96,7 +102,7 @@ def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted() -
         "    os._exit(0)\n"
         "os.waitpid(pid, 0)\n"
     )
-    group = CounterGroup(["task-clock", "page-faults"])
+    group = CounterGroup(["task-clock", "page-faults"], source=source)
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
     try:
         group.add_pid(child.pid)
@@ -106,6 +112,9 @@ def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted() -
         child.stdin.close()
         # read the parent's own CPU before it is reaped (children's CPU is not in cpu_times user/system)
         rusage_before = os.times()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # a zombie: exited, not reaped
+        if source == "proc":
+            group.read(child.pid)
         child.wait(timeout=30)
         children_cpu = (os.times().children_user + os.times().children_system) - (
             rusage_before.children_user + rusage_before.children_system
@@ -121,3 +130,37 @@ def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted() -
     # the waited-for process tree used ~0.9 s (parent 0.3 + forked child 0.6); we count the parent only
     assert children_cpu > 0.8
     assert 0.25 < counters.cpu_seconds < 0.55, counters.cpu_seconds
+
+
+def test_proc_task_clock_of_a_busy_jvm_agrees_with_perf_and_the_jvm(cpu_split_jvm: CpuSplitJvm) -> None:
+    # GIVEN the JVM's whole-process task-clock counted by a perf event, bracketing the /proc readings:
+    # perf opened before the /proc baseline and read right after it, read again before and after the
+    # final /proc reading, so the /proc delta lies in [perf_end_before - perf_at_base, perf_end_after]
+    perf = CounterGroup(["task-clock"], source="perf")
+    proc = CounterGroup(["task-clock"], source="proc")
+    pid = cpu_split_jvm.pid
+    perf.add_pid(pid)
+    proc.add_pid(pid)
+    perf_at_base = perf.read(pid).cpu_seconds or 0.0
+    cpu_split_jvm.reset()
+    time.sleep(3.0)
+    jvm_own = sum(cpu_split_jvm.cpu_seconds().values())  # ThreadMXBean of the burner threads alone
+    perf_before = perf.read(pid).cpu_seconds or 0.0
+    measured = proc.read(pid)
+    perf_after = perf.read(pid).cpu_seconds or 0.0
+    perf.close()
+    proc.close()
+
+    assert proc.open_fds() == 0 and measured.cpu_seconds is not None
+    assert jvm_own > 0.5, f"the JVM burned too little CPU to compare ({jvm_own:.2f} s)"
+    # /proc's utime and stime are each truncated to a clock tick: up to two ticks under the truth at
+    # either end (the baseline and the reading), so four ticks of slack; nothing else may differ.
+    slack = 4 / os.sysconf("SC_CLK_TCK")
+    assert perf_before - perf_at_base - slack <= measured.cpu_seconds <= perf_after + slack, (
+        perf_at_base,
+        perf_before,
+        measured.cpu_seconds,
+        perf_after,
+    )
+    # the whole process holds the burner threads (plus JIT, GC and the reply thread)
+    assert measured.cpu_seconds >= jvm_own - slack

@@ -88,7 +88,9 @@ def test_hardware_counters_measured_and_scaled() -> None:
         (42, "task-clock"): RawCount(2_000, 2_000, 2_000),
         (43, "task-clock"): RawCount(1_000, 1_000, 1_000),
     }
-    group = CounterGroup(["cycles", "instructions", "task-clock"], syscalls=fake, nominal_hz=(2e9, "test"))
+    group = CounterGroup(
+        ["cycles", "instructions", "task-clock"], syscalls=fake, nominal_hz=(2e9, "test"), source="perf"
+    )
     assert group.probe() == {"cycles": "ok", "instructions": "ok", "task-clock": "ok"}
     group.add_pid(42)
     counters = group.read(42)
@@ -119,7 +121,10 @@ def test_unsupported_events_are_none_with_reason_and_cycles_estimated() -> None:
     fake = FakePerf({7: [7]}, missing=dict(NO_PMU))
     fake.counts = {(7, "task-clock"): RawCount(1_500_000_000, 10, 10)}
     group = CounterGroup(
-        ["cycles", "instructions", "branches", "branch-misses", "task-clock"], syscalls=fake, nominal_hz=(2.0e9, "test")
+        ["cycles", "instructions", "branches", "branch-misses", "task-clock"],
+        syscalls=fake,
+        nominal_hz=(2.0e9, "test"),
+        source="perf",
     )
     group.add_pid(7)
     counters = group.read(7)
@@ -132,7 +137,7 @@ def test_unsupported_events_are_none_with_reason_and_cycles_estimated() -> None:
 
 
 def test_task_clock_always_counted_and_unknown_event_is_config_error() -> None:
-    group = CounterGroup(["page-faults"], syscalls=FakePerf({}), nominal_hz=(1e9, "t"))
+    group = CounterGroup(["page-faults"], syscalls=FakePerf({}), nominal_hz=(1e9, "t"), source="perf")
     assert [spec.name for spec in group.specs] == ["page-faults", "task-clock"]
     with pytest.raises(ConfigError, match="unknown perf event 'cycels'"):
         CounterGroup(["cycels"], syscalls=FakePerf({}))
@@ -143,7 +148,7 @@ def test_task_clock_always_counted_and_unknown_event_is_config_error() -> None:
 def test_exited_pid_keeps_frozen_values_and_fds_are_released() -> None:
     fake = FakePerf({9: [9, 10]})
     fake.counts = {(9, "task-clock"): RawCount(100, 100, 100), (10, "task-clock"): RawCount(50, 50, 50)}
-    group = CounterGroup(["task-clock"], syscalls=fake, nominal_hz=(1e9, "t"))
+    group = CounterGroup(["task-clock"], syscalls=fake, nominal_hz=(1e9, "t"), source="perf")
     group.add_pid(9)
     group.pid_exited(9)
     assert group.open_fds() == 0
@@ -154,7 +159,7 @@ def test_exited_pid_keeps_frozen_values_and_fds_are_released() -> None:
 
 
 def test_vanished_pid_is_recorded_not_an_error() -> None:
-    group = CounterGroup(["task-clock"], syscalls=FakePerf({}), nominal_hz=(1e9, "t"))
+    group = CounterGroup(["task-clock"], syscalls=FakePerf({}), nominal_hz=(1e9, "t"), source="perf")
     group.add_pid(555)
     value = group.read(555).events["task-clock"]
     assert value.value is None and not value.supported and "exited before" in value.note
@@ -164,7 +169,7 @@ def test_vanished_pid_is_recorded_not_an_error() -> None:
 def test_old_kernel_without_inherit_thread_falls_back_and_says_so() -> None:
     fake = FakePerf({3: [3]}, reject_inherit_thread=True)
     fake.counts = {(3, "task-clock"): RawCount(10, 10, 10)}
-    group = CounterGroup(["task-clock"], syscalls=fake, nominal_hz=(1e9, "t"))
+    group = CounterGroup(["task-clock"], syscalls=fake, nominal_hz=(1e9, "t"), source="perf")
     group.add_pid(3)
     assert group.read(3).events["task-clock"].note == "children included"
     assert not any(inherit for _, _, inherit in fake.opened.values())
@@ -181,7 +186,7 @@ def test_partial_thread_failures_are_noted() -> None:
 
     fake = Flaky({20: [20, 21, 22]})
     fake.counts = {(20, "task-clock"): RawCount(10, 10, 10)}
-    group = CounterGroup(["task-clock"], syscalls=fake, nominal_hz=(1e9, "t"))
+    group = CounterGroup(["task-clock"], syscalls=fake, nominal_hz=(1e9, "t"), source="perf")
     group.add_pid(20)
     value = group.read(20).events["task-clock"]
     assert value.value == 10 and "incomplete: 1 thread(s)" in value.note and "EMFILE" in value.note

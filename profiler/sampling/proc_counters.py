@@ -1,0 +1,343 @@
+"""Software counters of one process read from /proc instead of perf events.
+
+Why: a perf event sits in its thread's perf context, which the kernel switches out and in at every
+context switch of that thread, billed to the workload (+2.1 µs per switch for the default software set
+on a host without a PMU, docs/benchmarks/overhead.md). Reading /proc costs the workload nothing
+between readings; the reading itself is the agent's CPU.
+
+Where each value comes from (all deltas from ``open``, i.e. from when the pid entered the scope):
+
+- task-clock: utime + stime of /proc/PID/stat: the whole process, exited threads included, resolution
+  one clock tick (1/SC_CLK_TCK s, 10 ms with the usual USER_HZ 100).
+- page-faults, minor-faults, major-faults: minflt / majflt of /proc/PID/stat (whole process, exited
+  threads included).
+- context-switches: voluntary + nonvoluntary_ctxt_switches of /proc/PID/task/TID/status, and
+  cpu-migrations: se.nr_migrations of /proc/PID/task/TID/sched (kernels with CONFIG_SCHED_DEBUG):
+  per thread, the kernel has no process total in /proc. Threads are tracked across readings by (tid,
+  start time), so a reused tid is a new thread; the only loss is what a thread did between its last
+  reading and its exit (a thread born and gone between two readings is lost whole).
+
+A process that is reaped between readings keeps the values of its last reading, with a note saying so;
+one reaped before any reading after ``open`` has no values (None, "not measured"), never 0.
+Everything under /proc/PID belongs to the target: reads are size-bounded, never follow a link, and a
+vanished thread or process (ENOENT, ESRCH) is normal, never an error.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..capture.format import CounterValue
+from ..files.safeio import open_without_links, read_fd
+
+TASK_CLOCK = "task-clock"
+# event name (perf's names and aliases) -> which /proc value answers it
+PROC_EVENTS: dict[str, str] = {
+    TASK_CLOCK: "cpu",
+    "page-faults": "faults",
+    "faults": "faults",
+    "minor-faults": "minor_faults",
+    "major-faults": "major_faults",
+    "context-switches": "switches",
+    "cs": "switches",
+    "cpu-migrations": "migrations",
+    "migrations": "migrations",
+}
+MAX_PROC_FILE = 64 * 1024  # stat < 1 KiB, status ~1.5 KiB, sched ~3 KiB; more is not a /proc file
+_VANISHED = (errno.ENOENT, errno.ESRCH)
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _count(text: str) -> int | None:
+    """A non-negative decimal (ASCII digits only: str.isdigit also accepts '²')."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+# ---------------------------------------------------------------- parsing (pure)
+
+
+@dataclass(frozen=True)
+class ProcessTotals:
+    """Whole-process values of /proc/PID/stat (exited threads included)."""
+
+    cpu_ticks: int  # utime + stime
+    minor_faults: int
+    major_faults: int
+    start_ticks: int  # tells a reused pid from the process we added
+
+
+@dataclass(frozen=True)
+class ThreadCounts:
+    """One thread's cumulative values; None where its file was missing or malformed."""
+
+    start_ticks: int
+    switches: int | None
+    migrations: int | None
+
+
+def parse_stat(text: str) -> ProcessTotals | None:
+    """The totals of /proc/PID/stat text; None when malformed. The comm may hold spaces and ')': the
+    fields start after the last ')'."""
+    close_at = text.rfind(")")
+    if close_at < 0:
+        return None
+    fields = text[close_at + 1 :].split()
+    # fields[0] is field 3 (state) of proc(5): minflt 10, majflt 12, utime 14, stime 15, starttime 22
+    if len(fields) < 20:
+        return None
+    numbers = [_count(fields[index]) for index in (7, 9, 11, 12, 19)]
+    minflt, majflt, utime, stime, start = numbers
+    if minflt is None or majflt is None or utime is None or stime is None or start is None:
+        return None
+    return ProcessTotals(utime + stime, minflt, majflt, start)
+
+
+def _last_value(text: str, key: str, separator: str) -> int | None:
+    """The value of the last ``key<separator> value`` line: the kernel writes its own lines after the
+    comm, so a comm that imitates one cannot win."""
+    found = None
+    for line in text.splitlines():
+        name, sep, value = line.partition(separator)
+        if sep and name.strip() == key:
+            found = _count(value.strip())
+    return found
+
+
+def parse_switches(status_text: str) -> int | None:
+    """voluntary + nonvoluntary context switches of /proc/PID/task/TID/status text."""
+    voluntary = _last_value(status_text, "voluntary_ctxt_switches", ":")
+    involuntary = _last_value(status_text, "nonvoluntary_ctxt_switches", ":")
+    return None if voluntary is None or involuntary is None else voluntary + involuntary
+
+
+def parse_migrations(sched_text: str) -> int | None:
+    """se.nr_migrations of /proc/PID/task/TID/sched text (its first line carries the comm: skipped)."""
+    _, _, body = sched_text.partition("\n")
+    return _last_value(body, "se.nr_migrations", ":")
+
+
+# ---------------------------------------------------------------- reading /proc
+
+
+class ProcFiles:
+    """Bounded, link-free reads under a /proc root (a fake tree in tests, the same code)."""
+
+    def __init__(self, root: str = "/proc", max_bytes: int = MAX_PROC_FILE) -> None:
+        self.root = os.path.abspath(root)
+        self.max_bytes = max_bytes
+
+    def text(self, relative: str) -> str | None:
+        """The file's text; None when it is gone, not a regular file, a link or oversized."""
+        try:
+            fd = open_without_links(f"{self.root}/{relative}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None  # gone (ENOENT/ESRCH), a link (ELOOP), not ours to read: nothing to count
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            raw = read_fd(fd, self.max_bytes + 1)
+        except OSError:
+            return None  # ESRCH: the task went away between open and read
+        finally:
+            os.close(fd)
+        if len(raw) > self.max_bytes:
+            return None
+        return raw.decode("utf-8", "replace")
+
+    def tasks(self, pid: int) -> list[int] | None:
+        """The thread ids of ``pid``; None when the process is gone."""
+        try:
+            fd = open_without_links(f"{self.root}/{pid}/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in _VANISHED or exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return None
+            raise
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return sorted(int(name) for name in names if name.isascii() and name.isdigit())
+
+    def process(self, pid: int) -> ProcessTotals | None:
+        text = self.text(f"{pid}/stat")
+        return parse_stat(text) if text is not None else None
+
+    def thread(self, pid: int, tid: int) -> ThreadCounts | None:
+        base = f"{pid}/task/{tid}"
+        stat_text = self.text(f"{base}/stat")
+        totals = parse_stat(stat_text) if stat_text is not None else None
+        if totals is None:
+            return None
+        status_text = self.text(f"{base}/status")
+        sched_text = self.text(f"{base}/sched")
+        return ThreadCounts(
+            totals.start_ticks,
+            parse_switches(status_text) if status_text is not None else None,
+            parse_migrations(sched_text) if sched_text is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class ProcSnapshot:
+    """One reading of a process: None totals when it is gone (or its pid now names another process)."""
+
+    totals: ProcessTotals | None
+    threads: Mapping[tuple[int, int], ThreadCounts]  # (tid, start ticks) -> counts
+    taken_ns: int
+
+
+def take_snapshot(files: ProcFiles, pid: int, clock_ns: Callable[[], int]) -> ProcSnapshot:
+    taken = clock_ns()
+    totals = files.process(pid)
+    threads: dict[tuple[int, int], ThreadCounts] = {}
+    for tid in (files.tasks(pid) or []) if totals is not None else []:
+        counts = files.thread(pid, tid)
+        if counts is not None:
+            threads[(tid, counts.start_ticks)] = counts
+    return ProcSnapshot(totals, threads, taken)
+
+
+# ---------------------------------------------------------------- tracking threads (pure)
+
+
+@dataclass(frozen=True)
+class ThreadLedger:
+    """Per thread (tid, start ticks): its counts when first seen in the scope, and when last seen."""
+
+    first: Mapping[tuple[int, int], ThreadCounts] = field(default_factory=dict)
+    last: Mapping[tuple[int, int], ThreadCounts] = field(default_factory=dict)
+    threads_seen: int = 0
+
+    def start(self, snapshot: ProcSnapshot) -> ThreadLedger:
+        """The threads alive when the pid entered the scope: their counts so far are not ours."""
+        return ThreadLedger(dict(snapshot.threads), dict(snapshot.threads), len(snapshot.threads))
+
+    def update(self, snapshot: ProcSnapshot) -> ThreadLedger:
+        """Threads seen now update their last counts; a thread born since counts from zero (all of it
+        happened in the scope); a thread gone keeps its last counts (the loss: its final moments)."""
+        first, last = dict(self.first), dict(self.last)
+        born = 0
+        for key, counts in snapshot.threads.items():
+            if key not in first:
+                first[key] = ThreadCounts(counts.start_ticks, 0, 0)
+                born += 1
+            last[key] = counts
+        return ThreadLedger(first, last, self.threads_seen + born)
+
+    def total(self, which: str) -> int | None:
+        """Sum over tracked threads of ``which`` ("switches" or "migrations"); None if no thread had it."""
+        value, any_known = 0, False
+        for key, latest in self.last.items():
+            now, then = getattr(latest, which), getattr(self.first[key], which)
+            if now is None:
+                continue
+            any_known = True
+            value += max(0, now - (then or 0))
+        return value if any_known else None
+
+
+# ---------------------------------------------------------------- one pid
+
+
+_SOURCE_NOTES = {
+    "cpu": "/proc/PID/stat utime+stime: whole process, exited threads included; resolution {tick} ms (clock ticks)",
+    "faults": "/proc/PID/stat minflt+majflt: whole process, exited threads included",
+    "minor_faults": "/proc/PID/stat minflt: whole process, exited threads included",
+    "major_faults": "/proc/PID/stat majflt: whole process, exited threads included",
+    "switches": "/proc/PID/task/*/status per thread: a thread's switches after its last reading before it "
+    "exited are not counted",
+    "migrations": "/proc/PID/task/*/sched per thread: a thread's migrations after its last reading before it "
+    "exited are not counted",
+}
+
+
+class PidProcCounters:
+    """The /proc-backed events of one pid, as deltas from ``open``; same surface as PidCounterSet."""
+
+    def __init__(
+        self,
+        pid: int,
+        events: Sequence[str],
+        files: ProcFiles | None = None,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        unknown = [name for name in events if name not in PROC_EVENTS]
+        if unknown:
+            raise ValueError(f"not a /proc counter: {', '.join(unknown)}")
+        self.pid = pid
+        self.events = tuple(events)
+        self._files = files if files is not None else ProcFiles()
+        self._clock_ns = clock_ns
+        self._base: ProcSnapshot | None = None
+        self._last_totals: ProcessTotals | None = None
+        self._last_ns = 0
+        self._ledger = ThreadLedger()
+        self._gone = False
+        self._readings = 0  # readings after the baseline
+        self._frozen: dict[str, CounterValue] | None = None
+
+    open_fds = 0  # no perf event, no fd held between readings
+
+    def open(self) -> None:
+        snapshot = take_snapshot(self._files, self.pid, self._clock_ns)
+        if snapshot.totals is None:
+            return  # exited before it could be counted: every value says so
+        self._base = snapshot
+        self._last_totals, self._last_ns = snapshot.totals, snapshot.taken_ns
+        self._ledger = ThreadLedger().start(snapshot)
+
+    def _refresh(self) -> None:
+        if self._base is None or self._gone or self._base.totals is None:
+            return
+        snapshot = take_snapshot(self._files, self.pid, self._clock_ns)
+        if snapshot.totals is None or snapshot.totals.start_ticks != self._base.totals.start_ticks:
+            self._gone = True  # reaped (or the pid now names another process): keep the last reading
+            return
+        self._last_totals, self._last_ns = snapshot.totals, snapshot.taken_ns
+        self._ledger = self._ledger.update(snapshot)
+        self._readings += 1
+
+    def read(self) -> dict[str, CounterValue]:
+        if self._frozen is not None:
+            return dict(self._frozen)
+        self._refresh()
+        return {name: self._value(PROC_EVENTS[name]) for name in self.events}
+
+    def _value(self, source: str) -> CounterValue:
+        base = self._base
+        if base is None or base.totals is None or self._last_totals is None:
+            return CounterValue(None, False, note="process exited before counters were opened")
+        if self._gone and self._readings == 0:  # a zero here would claim it did nothing
+            return CounterValue(None, False, note="process exited before its first /proc reading: not measured")
+        first, last = base.totals, self._last_totals
+        value: float | None
+        if source == "cpu":
+            value = (last.cpu_ticks - first.cpu_ticks) * 1e9 / CLOCK_TICKS_PER_S
+        elif source in ("faults", "minor_faults", "major_faults"):
+            minor = last.minor_faults - first.minor_faults
+            major = last.major_faults - first.major_faults
+            value = float({"faults": minor + major, "minor_faults": minor, "major_faults": major}[source])
+        else:
+            total = self._ledger.total(source)
+            if total is None:
+                missing = "sched (needs CONFIG_SCHED_DEBUG)" if source == "migrations" else "status"
+                return CounterValue(None, False, note=f"/proc/PID/task/*/{missing} unreadable")
+            value = float(total)
+        notes = [_SOURCE_NOTES[source].format(tick=round(1000 / CLOCK_TICKS_PER_S))]
+        if self._gone:
+            notes.append("process exited: values as of its last reading before exit")
+        elapsed = max(0, self._last_ns - base.taken_ns)
+        return CounterValue(value, True, elapsed, elapsed, "; ".join(notes))
+
+    def freeze(self) -> dict[str, CounterValue]:
+        """The final values (one last reading if the process is still there); later reads return them."""
+        if self._frozen is None:
+            self._frozen = self.read()
+        return dict(self._frozen)

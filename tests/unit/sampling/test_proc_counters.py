@@ -1,0 +1,201 @@
+"""The /proc counters against a fake /proc tree: deltas from add_pid, threads tracked across readings,
+hostile comms and files, vanished threads and processes, and which source ``auto`` chooses."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from profiler.errors import ConfigError
+from profiler.sampling.counters import CounterGroup
+from profiler.sampling.proc_counters import (
+    CLOCK_TICKS_PER_S,
+    ProcFiles,
+    parse_migrations,
+    parse_stat,
+    parse_switches,
+)
+from tests.fixtures.fakeproc import FakeProc, stat_line
+from tests.unit.sampling.test_counters import NO_PMU, FakePerf
+
+SOFTWARE = ["task-clock", "context-switches", "cpu-migrations", "page-faults"]
+TICK_NS = 1e9 / CLOCK_TICKS_PER_S
+
+
+def proc_group(
+    root: Path, events: list[str] | None = None, source: str = "proc", missing: dict[str, int] | None = None
+) -> CounterGroup:
+    fake = FakePerf({}, missing=dict(NO_PMU) | (missing or {}))
+    return CounterGroup(
+        events or SOFTWARE, syscalls=fake, nominal_hz=(1e9, "t"), source=source, proc_files=ProcFiles(str(root))
+    )
+
+
+@pytest.mark.parametrize("comm", ["java", "a b) S 1 2 3 (", ") 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9", "x)"])
+def test_stat_fields_start_after_the_last_parenthesis(comm: str) -> None:
+    totals = parse_stat(stat_line(42, comm, utime=7, stime=5, minflt=30, majflt=2, start=888))
+    assert totals is not None
+    assert (totals.cpu_ticks, totals.minor_faults, totals.major_faults, totals.start_ticks) == (12, 30, 2, 888)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "42 (java S 1", "42 (java) S 1 2 3", stat_line(1, "j", 7, 5, 3, 1, 9).replace(" 7 5 ", " ² 5 ")]
+)
+def test_malformed_stat_is_none(text: str) -> None:
+    assert parse_stat(text) is None
+
+
+def test_status_and_sched_take_the_kernels_own_lines() -> None:
+    # a comm imitating the kernel's lines comes first (Name:, the sched header): the last line wins
+    status = "Name:\tvoluntary_ctxt_switches: 999\nvoluntary_ctxt_switches:\t4\nnonvoluntary_ctxt_switches:\t3\n"
+    assert parse_switches(status) == 7
+    assert parse_switches("voluntary_ctxt_switches:\t4\n") is None
+    sched = "se.nr_migrations : 99 (1, #threads: 1)\n---\nse.nr_migrations   :   5\n"
+    assert parse_migrations(sched) == 5
+    assert parse_migrations("x (1, #threads: 1)\n---\nse.nr_migrations : -3\n") is None
+
+
+def test_deltas_from_add_pid_with_threads_born_and_gone(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=100, stime=50, minflt=1000, majflt=10, comm="java) S 1")
+    proc.thread(7, 7, voluntary=40, involuntary=10, migrations=5)
+    proc.thread(7, 8, voluntary=100, involuntary=0, migrations=1)
+    group = proc_group(tmp_path)
+    group.add_pid(7)
+    assert group.open_fds() == 0  # no perf event in any thread
+
+    # GIVEN thread 8 runs on, a thread 9 is born and reaches 6 switches, then both are read
+    proc.process(7, utime=130, stime=60, minflt=1500, majflt=12)
+    proc.thread(7, 8, voluntary=110, involuntary=2, migrations=3)
+    proc.thread(7, 9, voluntary=5, involuntary=1, migrations=2, start=1200)
+    first = group.read(7)
+    assert first.events["context-switches"].value == 12 + 6
+    assert first.events["cpu-migrations"].value == 2 + 2
+    assert first.cpu_seconds == pytest.approx(40 * TICK_NS / 1e9)
+    assert first.events["page-faults"].value == 502
+
+    # WHEN thread 8 exits (its last 5 switches unseen), thread 9 goes on, tid 8 is reused by a new thread
+    proc.thread(7, 8, voluntary=115, involuntary=2)
+    proc.end_thread(7, 8)
+    proc.thread(7, 9, voluntary=9, involuntary=1, migrations=2, start=1200)
+    proc.thread(7, 8, voluntary=3, involuntary=0, migrations=0, start=1500)
+    proc.thread(7, 7, voluntary=41, involuntary=10, migrations=5)
+    proc.process(7, utime=140, stime=60, minflt=1500, majflt=12)
+    second = group.read(7)
+    # THEN the gone thread keeps its last reading; the new tid 8 counts from zero
+    assert second.events["context-switches"].value == 1 + 12 + 10 + 3
+    assert second.events["task-clock"].value == pytest.approx(50 * TICK_NS)
+    note = second.events["context-switches"].note
+    assert "after its last reading before it exited are not counted" in note
+    assert "clock ticks" in second.events["task-clock"].note
+    task_clock = second.events["task-clock"]
+    assert task_clock.supported and task_clock.running_ns == task_clock.enabled_ns and not task_clock.scaled
+    assert second.cycles_estimated and second.cycles == pytest.approx(second.cpu_seconds * 1e9)  # type: ignore[operator]
+
+
+def test_reaped_process_keeps_its_last_reading_and_says_so(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10, minflt=5)
+    proc.thread(7, 7, voluntary=1)
+    group = proc_group(tmp_path)
+    group.add_pid(7)
+    proc.process(7, utime=30, minflt=9)
+    proc.thread(7, 7, voluntary=4)
+    assert group.read(7).events["task-clock"].value == pytest.approx(20 * TICK_NS)
+    proc.end_process(7)
+    group.pid_exited(7)
+    after = group.read(7)
+    assert after.events["task-clock"].value == pytest.approx(20 * TICK_NS)
+    assert after.events["context-switches"].value == 3 and after.events["page-faults"].value == 4
+    assert "process exited: values as of its last reading" in after.events["task-clock"].note
+    proc.process(7, utime=99)  # frozen: a later process with the same pid changes nothing
+    assert group.read(7).events["task-clock"].value == pytest.approx(20 * TICK_NS)
+
+
+def test_reused_pid_is_not_the_process_we_added(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10, start=1000)
+    group = proc_group(tmp_path)
+    group.add_pid(7)
+    proc.process(7, utime=20, start=1000)
+    assert group.read(7).events["task-clock"].value == pytest.approx(10 * TICK_NS)
+    proc.process(7, utime=500, start=5000)  # another process got pid 7
+    value = group.read(7).events["task-clock"]
+    assert value.value == pytest.approx(10 * TICK_NS) and "process exited" in value.note
+
+
+def test_process_gone_before_any_reading_is_not_measured_never_zero(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=3)
+    group = proc_group(tmp_path)
+    group.add_pid(7)
+    proc.end_process(7)
+    group.pid_exited(7)
+    counters = group.read(7)
+    for name in SOFTWARE:
+        value = counters.events[name]
+        assert value.value is None and not value.supported and "not measured" in value.note
+    assert counters.cpu_seconds is None and counters.cycles is None
+
+
+def test_vanished_before_add_and_missing_sched(tmp_path: Path) -> None:
+    group = proc_group(tmp_path)
+    group.add_pid(404)
+    gone = group.read(404)
+    assert all(gone.events[name].value is None and "exited before" in gone.events[name].note for name in SOFTWARE)
+    proc = FakeProc(tmp_path)
+    proc.process(8)
+    proc.thread(8, 8, voluntary=1, migrations=None)  # a kernel without CONFIG_SCHED_DEBUG
+    group.add_pid(8)
+    migrations = group.read(8).events["cpu-migrations"]
+    assert migrations.value is None and not migrations.supported and "CONFIG_SCHED_DEBUG" in migrations.note
+    assert group.read(8).events["context-switches"].value == 0
+
+
+def test_links_fifos_and_oversized_files_are_not_read(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text(stat_line(9, "root", 100, 100, 100, 100, 1000))
+    (tmp_path / "9").mkdir()
+    (tmp_path / "9" / "stat").symlink_to(secret)
+    files = ProcFiles(str(tmp_path), max_bytes=4096)
+    assert files.text("9/stat") is None and files.process(9) is None
+    proc.process(10)
+    os.mkfifo(tmp_path / "10" / "task" / "10")  # not a directory: no thread
+    assert files.tasks(10) == [10] and files.thread(10, 10) is None
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "stat").write_text("11 (x) " + "1 " * 5000)
+    assert files.text("11/stat") is None
+    (tmp_path / "12").symlink_to(tmp_path / "10")
+    assert files.tasks(12) is None and files.tasks(13) is None
+
+
+def test_auto_uses_proc_without_a_pmu_and_perf_with_one(tmp_path: Path) -> None:
+    FakeProc(tmp_path).process(7)
+    no_pmu = proc_group(tmp_path, ["cycles", *SOFTWARE], source="auto")
+    no_pmu.add_pid(7)
+    assert no_pmu.proc_events == tuple(SOFTWARE)
+    with_pmu = CounterGroup(
+        ["cycles", *SOFTWARE], syscalls=FakePerf({7: [7]}), nominal_hz=(1e9, "t"), proc_files=ProcFiles(str(tmp_path))
+    )
+    with_pmu.add_pid(7)
+    assert with_pmu.proc_events == () and with_pmu.open_fds() == 5
+    forced = CounterGroup(
+        ["cycles", *SOFTWARE],
+        syscalls=FakePerf({7: [7]}),
+        nominal_hz=(1e9, "t"),
+        source="proc",
+        proc_files=ProcFiles(str(tmp_path)),
+    )
+    forced.add_pid(7)
+    assert forced.proc_events == tuple(SOFTWARE) and forced.open_fds() == 1  # cycles alone stays a perf event
+    with pytest.raises(ConfigError, match="--counters"):
+        CounterGroup(SOFTWARE, syscalls=FakePerf({}), source="bpf")
+    # perf refused the software events too (perf_event_paranoid): /proc still counts them
+    refused = proc_group(tmp_path, SOFTWARE, source="auto", missing={n: errno.EACCES for n in SOFTWARE})
+    refused.add_pid(7)
+    assert refused.read(7).events["task-clock"].supported
