@@ -23,7 +23,7 @@ import os
 import re
 import struct
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -328,10 +328,23 @@ class KernelSymbols:
         self._sym_type = libbcc.bcc_symbol
         self._cache: int | None = self._lib.bcc_symcache_new(-1, None)
         self._memo: dict[int, str] = {}
+        self._reopen = False  # name_all closed the table: a later address not named opens it again
+
+    def name_all(self, stacks: Iterable[bytes | tuple[bytes, ...]]) -> None:
+        """Name every address of these kernel stacks now, then free bcc's table of /proc/kallsyms (all the
+        kernel's symbols, ~18 MB with 120 k of them): only the names used stay, so the table is not held
+        while user stacks are named (the post-run step's peak)."""
+        for stack in stacks:
+            for addr in raw_addresses(stack_bytes(stack)):
+                self.resolve(addr)
+        self.close()
+        self._reopen = True
 
     def resolve(self, addr: int) -> str:
         name = self._memo.get(addr)
         if name is None:
+            if self._cache is None and self._reopen:
+                self._cache, self._reopen = self._lib.bcc_symcache_new(-1, None), False
             sym = self._sym_type()
             if self._cache is not None and self._lib.bcc_symcache_resolve(self._cache, addr, ct.byref(sym)) == 0:
                 raw = ct.cast(sym.name, ct.c_char_p).value
