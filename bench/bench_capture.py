@@ -47,8 +47,8 @@ def build_jar(work: Path) -> Path:
     classes = work / "classes"
     classes.mkdir(parents=True, exist_ok=True)
     javac = java_home() / "bin" / "javac"
-    source = REPO / "bench" / "DeepStream.java"
-    subprocess.run([str(javac), "-d", str(classes), "-cp", f"{spark_home()}/jars/*", str(source)], check=True)
+    sources = [str(REPO / "bench" / name) for name in ("DeepStream.java", "DeepPaths.java")]
+    subprocess.run([str(javac), "-d", str(classes), "-cp", f"{spark_home()}/jars/*", *sources], check=True)
     jar = work / "deepstream.jar"
     jar_tool = java_home() / "bin" / "jar"
     subprocess.run([str(jar_tool), "cfe", str(jar), "DeepStream", "-C", str(classes), "."], check=True)
