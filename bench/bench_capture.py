@@ -2,7 +2,8 @@
 agent's peak RSS and CPU, post-run seconds, fetch and analysis time, for one profiler source tree.
 
 Workloads: ``deep`` (bench/DeepStream.java: a Spark Structured Streaming job fed by a socket whose map
-recurses 100-250 calls deep, Java stacks 100-200 frames; a local standalone cluster, one 2-core
+recurses 100-250 calls deep along a path of its own per line, Java stacks 100-200 frames, as many distinct
+stacks as samples; a local standalone cluster, one 2-core
 executor, profiled by `profiler run` at its defaults) and ``ysb`` (`coordinator demo`, YSB on Spark).
 ``--src`` runs another source tree (e.g. `git archive main | tar -x -C /tmp/main-src`) with this
 interpreter: the "before" rows. Each run appends one JSON line to ``--results``; ``--render`` turns
@@ -46,8 +47,8 @@ def build_jar(work: Path) -> Path:
     classes = work / "classes"
     classes.mkdir(parents=True, exist_ok=True)
     javac = java_home() / "bin" / "javac"
-    source = REPO / "bench" / "DeepStream.java"
-    subprocess.run([str(javac), "-d", str(classes), "-cp", f"{spark_home()}/jars/*", str(source)], check=True)
+    sources = [str(REPO / "bench" / name) for name in ("DeepStream.java", "DeepPaths.java")]
+    subprocess.run([str(javac), "-d", str(classes), "-cp", f"{spark_home()}/jars/*", *sources], check=True)
     jar = work / "deepstream.jar"
     jar_tool = java_home() / "bin" / "jar"
     subprocess.run([str(jar_tool), "cfe", str(jar), "DeepStream", "-C", str(classes), "."], check=True)
@@ -73,7 +74,9 @@ def profile_deep(duration: int, src: Path, out: Path, jar: Path) -> tuple[list[P
 
     port = free_port()
     server = socket.create_server(("127.0.0.1", port))
-    threading.Thread(target=serve_lines, args=(server,), daemon=True).start()
+    # 200 lines per second: Spark's socket source reads a micro-batch's lines by index from a list (quadratic
+    # in the lines per batch), which at 5,000 per second took 90 % of the executor's samples, not the map
+    threading.Thread(target=serve_lines, args=(server, 2), daemon=True).start()
     with LocalSparkCluster(worker_cores=2, worker_memory="2g") as cluster:
         conf = {"spark.executor.cores": "2", "spark.executor.memory": "1g"}
         app = cluster.submit(jar, ["127.0.0.1", str(port)], conf)
@@ -173,23 +176,25 @@ def measure(args: argparse.Namespace, duration: int, work: Path, jar: Path | Non
         "fetch_bytes_all": sum(fetch_bytes(c, everything=True) for c in captures),
         "analyze_seconds": analyze_wall,
         "analyze_peak_rss": analyze_peak,
-        "deepest": deepest_stack(captures, args.src),
+        **stack_shape(captures),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
         "time": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
     }
 
 
-def deepest_stack(captures: list[Path], src: Path) -> int:
-    """Frames of the deepest stack of the captures (read with this tree's reader: both forms)."""
+def stack_shape(captures: list[Path]) -> dict[str, int]:
+    """Frames of the deepest stack, and the distinct stacks of the process with the most (this tree's reader)."""
     from profiler.capture import format as capture
 
-    deepest = 0
+    deepest = distinct = 0
     for capture_dir in captures:
         for pid_dir in capture_dir.glob("pids/*"):
             path = capture.pid_stacks_file(capture_dir, int(pid_dir.name))
             if path is not None:
-                deepest = max([deepest, *(s.count(";") + 1 for s in capture.read_stack_counts(path))])
-    return deepest
+                stacks = capture.read_stack_counts(path)
+                deepest = max([deepest, *(s.count(";") + 1 for s in stacks)])
+                distinct = max(distinct, len(stacks))
+    return {"deepest": deepest, "distinct_stacks": distinct}
 
 
 def size(count: float) -> str:
@@ -199,15 +204,16 @@ def size(count: float) -> str:
 def render(results: Path) -> str:
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     lines = [
-        "| workload | code | window | executors | samples | deepest stack | stack bytes per executor-minute | "
-        "run dir per executor | agent peak RSS | in-window growth | agent CPU | post-run | fetch | analyze | "
+        "| workload | code | window | executors | samples | distinct stacks | deepest stack | "
+        "stack bytes per executor-minute | run dir per executor | agent peak RSS | in-window growth | agent CPU | "
+        "post-run | fetch | analyze | "
         "analyze peak RSS | load |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(rows, key=lambda r: (r["workload"], r["label"] != "before", r["duration"], r["label"])):
         lines.append(
             f"| {r['workload']} | {r['label']} | {r['duration']} s | {r['executors']} | {r['samples']} | "
-            f"{r['deepest']} | {size(r['stack_bytes_per_executor_minute'])} | "
+            f"{r.get('distinct_stacks', '')} | {r['deepest']} | {size(r['stack_bytes_per_executor_minute'])} | "
             f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.1f} MB | "
             f"+{r['agent_growth'] / MB:.0f} MB | {r['agent_cpu_pct']:.2f} % | {r['post_run_seconds']:.1f} s | "
             f"{r['fetch_seconds']:.2f} s | {r['analyze_seconds']:.1f} s | {r['analyze_peak_rss'] / MB:.0f} MB | "

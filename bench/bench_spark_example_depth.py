@@ -29,11 +29,12 @@ EXAMPLE = "examples/src/main/python/sql/streaming/structured_network_wordcount_w
 OLD_LIMIT = 127
 
 
-def serve_lines(server: socket.socket) -> None:
-    """The example's socket source: lines of random words, about 5,000 lines per second."""
+def serve_lines(server: socket.socket, lines_per_tick: int = 50) -> None:
+    """The example's socket source: lines of random words, ``lines_per_tick`` every 10 ms (50: about 5,000
+    lines per second)."""
     conn, _ = server.accept()
     while True:
-        block = "".join(" ".join(random.choice(WORDS) for _ in range(20)) + "\n" for _ in range(50))
+        block = "".join(" ".join(random.choice(WORDS) for _ in range(20)) + "\n" for _ in range(lines_per_tick))
         try:
             conn.sendall(block.encode())
         except OSError:

@@ -306,6 +306,10 @@ class StackStore:
             self._counts.setdefault(tgid, Counter())[packed] += count
             self.samples += count
 
+    def kernel_stacks(self) -> set[bytes | tuple[bytes, ...]]:
+        """The distinct kernel stacks stored, of every process (their addresses, to name them at once)."""
+        return {key.kernel for key in self._key_list if not isinstance(key.kernel, int)}
+
     def keys_since(self, start: int, limit: int) -> list[StackKey]:
         """At most ``limit`` stack keys in the order first seen, from the ``start``-th on (the batches that
         name stacks during the window; another thread may be adding: a list slice is taken whole)."""

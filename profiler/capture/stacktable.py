@@ -162,6 +162,10 @@ class StackTableBuilder:
             self._stack_list.append(frame_ids)
         return found
 
+    def stack_frames(self, stack_id: int) -> tuple[int, ...]:
+        """The frame ids of a stack interned before, root first."""
+        return self._stack_list[stack_id]
+
     def context(self, text: str | None) -> int:
         if text is None:
             return 0

@@ -898,6 +898,8 @@ def collect_ringbuf(
     kernel = KernelSymbols()
     dropped_total = 0
     try:
+        kernel.name_all(store.kernel_stacks())
+        release_freed_memory()
         for pid in sorted(set(targets) | set(store.pids())):
             samples, dropped = _target_counts(bpf, pid)
             dropped_total += dropped
@@ -909,6 +911,8 @@ def collect_ringbuf(
                 symbols, owned = symbols_of.symbols_for(pid)
                 if window is not None:
                     window.adopt_into(pid, symbols)
+                if owned:
+                    symbols_of.release_symbols(pid)  # a fresh cache names it: the prepared one's tables go now
                 try:
                     is_java = symbols_of.is_java(pid, symbols)
                     folder = StackFolder(
@@ -933,6 +937,7 @@ def collect_ringbuf(
                     if owned:
                         symbols.close()
                 store.forget(pid)
+                symbols_of.release_symbols(pid)
                 # the symbol cache's and the naming's heap back to the kernel before the next process and the
                 # writing: glibc keeps it otherwise, and the next steps stack on it
                 release_freed_memory()

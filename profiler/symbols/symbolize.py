@@ -23,7 +23,7 @@ import os
 import re
 import struct
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -328,10 +328,23 @@ class KernelSymbols:
         self._sym_type = libbcc.bcc_symbol
         self._cache: int | None = self._lib.bcc_symcache_new(-1, None)
         self._memo: dict[int, str] = {}
+        self._reopen = False  # name_all closed the table: a later address not named opens it again
+
+    def name_all(self, stacks: Iterable[bytes | tuple[bytes, ...]]) -> None:
+        """Name every address of these kernel stacks now, then free bcc's table of /proc/kallsyms (all the
+        kernel's symbols, ~18 MB with 120 k of them): only the names used stay, so the table is not held
+        while user stacks are named (the post-run step's peak)."""
+        for stack in stacks:
+            for addr in raw_addresses(stack_bytes(stack)):
+                self.resolve(addr)
+        self.close()
+        self._reopen = True
 
     def resolve(self, addr: int) -> str:
         name = self._memo.get(addr)
         if name is None:
+            if self._cache is None and self._reopen:
+                self._cache, self._reopen = self._lib.bcc_symcache_new(-1, None), False
             sym = self._sym_type()
             if self._cache is not None and self._lib.bcc_symcache_resolve(self._cache, addr, ct.byref(sym)) == 0:
                 raw = ct.cast(sym.name, ct.c_char_p).value
@@ -358,8 +371,11 @@ def gap_frame(frames_cut: int) -> str:
 
 @dataclass
 class _UserStack:
-    names: list[str] | None  # leaf first; None: the walk failed
+    names: list[str] | None  # leaf first; None: the walk failed, or only ``ids`` kept (StackFolder.stack_id)
     frames: list[Frame] | None = None  # the same frames with their kind and module
+    lost: bool = False  # the walk failed: no frames
+    # once interned (StackFolder.stack_id): the first table stack holding it and its frames there (from 1)
+    ids: tuple[int, int] | None = None
     truncated: bool = False
     unwalkable: bool = False
     interpreted_only: bool = False
@@ -446,13 +462,11 @@ class StackFolder:
         self.interpreted_unnamed: Counter[str] = Counter()
         self.stacks_cut: Counter[str] = Counter()
         self._kernel: dict[StoredStack, list[str] | None] = {}
-        # fold_ids: frame ids of each named user stack (by the identity of its _UserStack in self._user) and
-        # kernel stack, in the table they were interned into
+        # stack_id: the table frames and stacks are interned into, the frame id of each Frame (bounded by the
+        # distinct frames) and of each kernel stack (a named user stack keeps only its ids: _UserStack.ids)
         self._ids_table: StackTableBuilder | None = None
-        self._user_ids: dict[int, tuple[int, ...]] = {}
         self._kernel_ids: dict[StoredStack, tuple[int, ...]] = {}
-        self._frame_id_of: dict[int, int] = {}  # id(Frame) -> frame id (see _frame_ids)
-        self._frames_kept: list[Frame] = []  # the Frames of _frame_id_of, alive while their ids are keys
+        self._frame_id_of: dict[Frame, int] = {}
         self.counts = {
             "lost_user_stack": 0,
             "lost_kernel_stack": 0,
@@ -491,9 +505,7 @@ class StackFolder:
 
     def _forget_user_stacks(self) -> None:
         self._user.clear()
-        self._user_ids.clear()
         self._frame_id_of.clear()
-        self._frames_kept.clear()
 
     def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[list[Frame], int]:
         """(frames, frames cut) of one stored value of the walker: pc, tagged Method*, compiled frame
@@ -553,7 +565,7 @@ class StackFolder:
         known = self._user.get((raw, walk_end))
         if known is not None:
             return known
-        stack = _UserStack(None) if isinstance(raw, int) else self._resolve_user(raw, walk_end)
+        stack = _UserStack(None, lost=True) if isinstance(raw, int) else self._resolve_user(raw, walk_end)
         self._user[(raw, walk_end)] = stack
         return stack
 
@@ -598,7 +610,7 @@ class StackFolder:
     def _count(self, user: _UserStack, kernel_names: list[str] | None, kernel_truncated: bool, count: int) -> None:
         """Add one stack's ``count`` samples to the health counts."""
         counts = self.counts
-        if user.names is None:
+        if user.lost:
             counts["lost_user_stack"] += count
         if kernel_names is None:
             counts["lost_kernel_stack"] += count
@@ -636,33 +648,36 @@ class StackFolder:
         return user, kernel_names
 
     def _frame_ids(self, table: StackTableBuilder, frames_leaf_first: Sequence[Frame]) -> tuple[int, ...]:
-        """Frame ids, root first. Memoized by the Frame objects' identity: the symbolizer's memo and
-        self._user keep them alive (and so their ids unique) until use_perf_map clears this memo too."""
+        """Frame ids, root first. Memoized by the Frame's value: one entry per distinct frame (a compiled
+        frame's Frames are new objects in every stack), cleared with the perf map's epoch."""
         known = self._frame_id_of
         ids = []
         for frame in reversed(frames_leaf_first):
-            frame_id = known.get(id(frame))
+            frame_id = known.get(frame)
             if frame_id is None:
-                frame_id = known[id(frame)] = table.frame(sanitize_frame(frame.name), frame.kind, frame.module)
-                self._frames_kept.append(frame)
+                frame_id = known[frame] = table.frame(sanitize_frame(frame.name), frame.kind, frame.module)
             ids.append(frame_id)
         return tuple(ids)
 
-    def fold_ids(self, table: StackTableBuilder, key: StackKey, count: int) -> tuple[int, ...]:
-        """``fold`` into ``table``'s frame ids: the stack's frames root first. Each named user stack and
-        kernel stack is interned once (not once per interval, context or perf-map epoch it appears in)."""
-        user, kernel_names = self.fold_ids_again(key, count)
+    def stack_id(self, table: StackTableBuilder, key: StackKey, count: int) -> int:
+        """``fold`` into ``table``: the id of the stack of the stack's frames, root first. Each named user
+        stack and kernel stack is interned once (not once per interval, context or perf-map epoch it appears
+        in). A user stack keeps only where its frame ids are in the table (not its Frames and names: a
+        distinct stack costs the table's tuple and no more), so ``fold`` must not be asked for it afterwards."""
         if table is not self._ids_table:
             self._ids_table = table
-            self._user_ids.clear()
+            self._forget_user_stacks()  # their ids are another table's
             self._kernel_ids.clear()
-            self._frame_id_of.clear()
-            self._frames_kept.clear()
+        user, kernel_names = self.fold_ids_again(key, count)
         root = table.frame(sanitize_frame(key.comm.decode("utf-8", "replace")) or "[unnamed]", THREAD)
-        user_ids = self._user_ids.get(id(user))
-        if user_ids is None:
-            user_ids = (table.frame(LOST_USER, LOST),) if user.frames is None else self._frame_ids(table, user.frames)
-            self._user_ids[id(user)] = user_ids  # ``user`` lives in self._user until use_perf_map clears both
+        if user.ids is not None:
+            first, frames = user.ids
+            user_ids = table.stack_frames(first)[1 : 1 + frames]
+        elif user.frames is None:
+            user_ids = (table.frame(LOST_USER, LOST),)
+        else:
+            user_ids = self._frame_ids(table, user.frames)
+            user.frames = user.names = None
         kernel_ids = self._kernel_ids.get(key.kernel)
         if kernel_ids is None:
             if kernel_names is None:
@@ -670,7 +685,10 @@ class StackFolder:
             else:
                 kernel_ids = tuple(table.frame(sanitize_frame(name), KERNEL) for name in reversed(kernel_names))
             self._kernel_ids[key.kernel] = kernel_ids
-        return (root, *user_ids, *kernel_ids)
+        stack_id = table.stack((root, *user_ids, *kernel_ids))
+        if user.ids is None:
+            user.ids = (stack_id, len(user_ids))
+        return stack_id
 
 
 def tabulate_store(
@@ -695,7 +713,7 @@ def tabulate_store(
         for key, interval, context, count in store.context_entries(pid, epoch):
             stack_id = stack_ids.get(key)
             if stack_id is None:
-                stack_id = stack_ids[key] = table.stack(folder.fold_ids(table, key, count))
+                stack_id = stack_ids[key] = folder.stack_id(table, key, count)
             else:
                 folder.fold_ids_again(key, count)
             table.add(interval if last is None else min(interval, last), stack_id, context, count)

@@ -269,6 +269,15 @@ class SymbolPreparer:
             symbols is not None and (symbols.perf_map is not None or pid in self.histories)
         )
 
+    def release_symbols(self, pid: int) -> None:
+        """Free the cache prepared for ``pid`` (bcc's symbol tables of its files): after the window, once a
+        fresh cache has adopted its names or its stacks are named, so no two caches of a process, nor the
+        caches of processes already named, are held while the next one is named."""
+        prepared = self._prepared.get(pid)
+        if prepared is not None and prepared.symbols is not None:
+            prepared.symbols.close()
+            prepared.symbols = None
+
     def discard_history(self, pid: int) -> None:
         """The perf-map versions of ``pid`` are no longer needed (its stacks are folded)."""
         history = self.histories.get(pid)

@@ -1,0 +1,127 @@
+"""Where the host agent's memory goes after the window: `profiler run` in this process, its VmRSS read
+every 10 ms by a thread and binned by the post-run step running at that moment (the symbol cache of a
+process opened, the kernel's symbols, naming and tabulating its stacks, writing, matching), then each
+step's RSS when it began and its peak, in the order the steps first ran, and the distinct stacks of
+each process named. The window itself is one line ("window"), start-up another.
+
+usage: .venv/bin/python bench/postrun_memory.py -- run --duration 60 --pid PID --out /tmp/agent-memory \
+           --force --known-spes no_known_spes.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+MB = 1e6
+
+
+def vm_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Phases:
+    """The step running now, and per step (in order of first run) the RSS it began at and its peak."""
+
+    def __init__(self) -> None:
+        self.now = "start-up"
+        self.order: list[str] = []
+        self.began: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self.stacks: list[tuple[int, int]] = []  # (pid, distinct stacks) as named
+        self._stop = threading.Event()
+        self._enter("start-up")
+
+    def _enter(self, name: str) -> None:
+        self.now = name
+        if name not in self.began:
+            self.order.append(name)
+            self.began[name] = vm_rss()
+
+    def watch(self) -> None:
+        while not self._stop.wait(0.01):
+            rss = vm_rss()
+            self.peak[self.now] = max(self.peak.get(self.now, 0), rss)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wrap(self, owner: Any, attr: str, name: str, after: str | None = None) -> None:
+        """Label the time inside ``owner.attr`` as step ``name`` (and after it, ``after`` when given)."""
+        original: Callable[..., Any] = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def labelled(*args: Any, **kwargs: Any) -> Any:
+            previous = self.now
+            self._enter(name)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.peak[name] = max(self.peak.get(name, 0), vm_rss())
+                self._enter(after or previous)
+
+        setattr(owner, attr, labelled)
+
+
+def instrument(phases: Phases) -> None:
+    from profiler import runner
+    from profiler.sampling import sampler
+    from profiler.symbols import symbolprep
+
+    phases.wrap(sampler.StackSampler, "begin_window", "begin window", after="window")
+    phases.wrap(runner.Runner, "write_capture", "post-run: other", after="after the capture")
+    phases.wrap(
+        symbolprep.SymbolPreparer, "symbols_for", "symbol cache of a process (perf map read)", after="post-run: other"
+    )
+    phases.wrap(sampler, "KernelSymbols", "kernel symbols opened", after="post-run: other")
+    tabulate = sampler.tabulate_store
+
+    def counted(store: Any, pid: int, *args: Any, **kwargs: Any) -> Any:
+        table = tabulate(store, pid, *args, **kwargs)
+        phases.stacks.append((pid, len(table.stacks)))
+        return table
+
+    sampler.tabulate_store = counted
+    phases.wrap(sampler, "tabulate_store", "naming and tabulating stacks", after="post-run: other")
+    phases.wrap(runner, "write_table", "writing the stack table", after="post-run: other")
+    phases.wrap(runner, "match_table", "matching the table", after="post-run: other")
+    phases.wrap(runner.Runner, "_write_results", "result rows, unmatched stacks", after="post-run: other")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("profiler_args", nargs=argparse.REMAINDER, help="-- then profiler's arguments")
+    args = parser.parse_args()
+    argv = [a for a in args.profiler_args if a != "--"] if args.profiler_args[:1] == ["--"] else args.profiler_args
+    from profiler.cli import main as profiler_main
+
+    phases = Phases()
+    instrument(phases)
+    watcher = threading.Thread(target=phases.watch, daemon=True)
+    watcher.start()
+    start = time.monotonic()
+    try:
+        code = profiler_main(argv)
+    finally:
+        phases.stop()
+        watcher.join()
+    print(f"profiler exit {code} after {time.monotonic() - start:.0f} s; distinct stacks per pid: {phases.stacks}")
+    print(f"{'step':<45} {'RSS at start':>12} {'peak':>8}")
+    for name in phases.order:
+        print(f"{name:<45} {phases.began[name] / MB:>9.1f} MB {phases.peak.get(name, 0) / MB:>5.1f} MB")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
