@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -16,6 +17,8 @@ from profiler.argtypes import bounded, duration, frequency, positive_int
 from profiler.errors import ConfigError, ProfilerError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from coordinator.remote.session import ProfileOutcome
     from coordinator.workloads.ysb.engines import SourceCount, WindowResult, YsbEngine
     from profiler.capture.format import EventCount
@@ -231,6 +234,24 @@ def produced_clause(events: int | None, produced: SourceCount | None) -> str:
     return f"; {produced.records} records produced into Kafka over the same span{share}"
 
 
+def warm_up_cpu(engine: YsbEngine, seconds: float, say: Callable[[str], None], every: float = 5.0) -> None:
+    """Until every workload process has used ``seconds`` of CPU since it started (--warmup-cpu; 0: at
+    once), saying once a minute how much the least-run one still lacks. The engine fails the wait if
+    its query dies."""
+    from coordinator.workloads.ysb.jvmstats import cpu_short_of, process_cpu_seconds
+
+    said = time.monotonic()
+    waited = 0.0
+    while (short := cpu_short_of({p: process_cpu_seconds(p) for p in engine.workload_pids()}, seconds)) > 0:
+        if time.monotonic() - said >= 60.0:
+            say(f"demo: warming up: an executor lacks {short:.1f} of {seconds:.0f} CPU-seconds ({waited:.0f} s)")
+            said = time.monotonic()
+        engine.wait_processing(every)
+        waited += every
+    if seconds > 0:
+        say(f"demo: every executor has used {seconds:.0f} CPU-seconds ({waited:.0f} s after --warmup)")
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -263,6 +284,15 @@ class DemoCommand:
             type=_non_negative,
             default=30.0,
             help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
+        )
+        parser.add_argument(
+            "--warmup-cpu",
+            type=_non_negative,
+            default=0.0,
+            metavar="SECONDS",
+            help="after --warmup, keep warming up until every executor (TaskManager) has used SECONDS of CPU "
+            "since it started: the JIT's warm-up is an amount of the executors' CPU, which a loaded host "
+            "gives them slowly (0: wall-clock --warmup only)",
         )
         parser.add_argument(
             "--executors", type=_executors, default=2, help="1-core executors; 1-slot TaskManagers for flink (2)"
@@ -373,6 +403,7 @@ class DemoCommand:
         engine.wait_ready(args.ready_timeout)
         say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
         engine.wait_processing(args.warmup)
+        warm_up_cpu(engine, args.warmup_cpu, say)
         say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
         known_spes = scratch / "known_spes.txt"
         known_spes.write_text(engine.known_spes())

@@ -54,6 +54,23 @@ def thread_cpu(pid: int, proc: Path = Path("/proc")) -> ThreadCpu:
     return ThreadCpu(compiler, total / CLOCK_TICKS)
 
 
+def process_cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """User + system CPU seconds ``pid`` has used since it started (None once it has exited)."""
+    try:
+        return parse_task_stat((proc / str(pid) / "stat").read_text())[1] / CLOCK_TICKS
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_short_of(used: Mapping[int, float | None], goal: float) -> float:
+    """CPU seconds the least-run of ``used``'s processes still lacks to reach ``goal`` (0: all have);
+    processes that have exited (None) are left out, and with none left the whole goal is lacking."""
+    running = [seconds for seconds in used.values() if seconds is not None]
+    if not running:
+        return goal
+    return max(0.0, goal - min(running))
+
+
 def compiler_seconds_between(before: ThreadCpu, after: ThreadCpu) -> float:
     """Compiler-thread CPU between two readings. HotSpot starts and retires compiler threads on demand:
     a thread seen only in ``after`` counts from zero, a retired one's last interval is lost (under-count)."""

@@ -168,3 +168,53 @@ def test_demo_engine_is_a_choice_list() -> None:
     }
     with pytest.raises(SystemExit):
         parser.parse_args(["--spe", "storm"])
+
+
+def test_process_cpu_is_user_plus_system_of_its_stat(tmp_path: Path) -> None:
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77" / "stat").write_text(STAT.replace("C2 CompilerThre", "java"))
+    assert jvmstats.process_cpu_seconds(77, proc=tmp_path) == 1750 / jvmstats.CLOCK_TICKS
+    assert jvmstats.process_cpu_seconds(78, proc=tmp_path) is None  # exited
+
+
+def test_cpu_warmup_waits_for_the_least_run_process() -> None:
+    assert jvmstats.cpu_short_of({1: 70.0, 2: 40.0}, 60.0) == 20.0
+    assert jvmstats.cpu_short_of({1: 70.0, 2: 60.0}, 60.0) == 0.0
+    # an executor that exited does not hold the warm-up back; with none running, all of it is lacking
+    assert jvmstats.cpu_short_of({1: 70.0, 2: None}, 60.0) == 0.0
+    assert jvmstats.cpu_short_of({2: None}, 60.0) == 60.0
+    assert jvmstats.cpu_short_of({}, 0.0) == 0.0
+
+
+class _Engine:
+    """An engine whose two executors gain 10 CPU-seconds per wait."""
+
+    def __init__(self, proc: Path) -> None:
+        self.proc, self.waits = proc, 0
+
+    def workload_pids(self) -> list[int]:
+        return [11, 12]
+
+    def wait_processing(self, seconds: float) -> None:
+        self.waits += 1
+        for pid, base in ((11, 30), (12, 0)):
+            stat = STAT.replace("C2 CompilerThre", "java").replace("1500 250", f"{(base + 10 * self.waits) * 100} 0")
+            (self.proc / str(pid)).mkdir(exist_ok=True)
+            (self.proc / str(pid) / "stat").write_text(stat)
+
+
+def test_demo_cpu_warmup_ends_when_every_executor_reached_the_goal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coordinator.commands import demo
+
+    monkeypatch.setattr(jvmstats, "CLOCK_TICKS", 100)
+    real = jvmstats.process_cpu_seconds
+    monkeypatch.setattr(jvmstats, "process_cpu_seconds", lambda pid: real(pid, proc=tmp_path))
+    engine = _Engine(tmp_path)
+    said: list[str] = []
+    demo.warm_up_cpu(engine, 45.0, said.append, every=0.0)  # type: ignore[arg-type]
+    assert engine.waits == 5  # executor 12 reaches 45 CPU-seconds only at the fifth wait (50)
+    assert said[-1].startswith("demo: every executor has used 45 CPU-seconds")
+    demo.warm_up_cpu(engine, 0.0, said.append)  # type: ignore[arg-type]
+    assert engine.waits == 5
