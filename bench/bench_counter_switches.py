@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-from bench_offcpu import WORKLOAD, Jvm  # noqa: E402
+from bench_offcpu import Jvm, warm_jvm  # noqa: E402
 
 from profiler.sampling.counters import DEFAULT_EVENTS, TASK_CLOCK, CounterGroup  # noqa: E402
 
@@ -143,18 +142,10 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--read-every", type=float, default=1.0, help="seconds between counter readings (1)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-counters-") as scratch_name:
-        scratch = Path(scratch_name)
-        javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
-        subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
-        jvm = Jvm(scratch / "classes", args.pairs)
-        try:
-            time.sleep(3)  # JIT warm-up
-            windows = [
-                measure(jvm, condition, round_no, args) for round_no in range(args.rounds) for condition in CONDITIONS
-            ]
-        finally:
-            jvm.close()
+    with tempfile.TemporaryDirectory(prefix="bench-counters-") as scratch, warm_jvm(Path(scratch), args.pairs) as jvm:
+        windows = [
+            measure(jvm, condition, round_no, args) for round_no in range(args.rounds) for condition in CONDITIONS
+        ]
     print(report(windows, args))
     return 0
 

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -103,6 +105,19 @@ class Jvm:
     def close(self) -> None:
         self.process.kill()
         self.process.wait(30)
+
+
+@contextmanager
+def warm_jvm(scratch: Path, pairs: int) -> Iterator[Jvm]:
+    """PingPongRate compiled into ``scratch``, started with ``pairs`` thread pairs and warmed up; killed after."""
+    javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
+    subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
+    jvm = Jvm(scratch / "classes", pairs)
+    try:
+        time.sleep(3)  # JIT warm-up
+        yield jvm
+    finally:
+        jvm.close()
 
 
 def _wait_state(status: Path, state: str, profiler: subprocess.Popen[str], timeout: float = 300) -> None:
@@ -269,21 +284,17 @@ def main() -> int:
         parser.error(f"--conditions: unknown {unknown[0]!r}; choose from {', '.join(CONDITIONS)}")
     with tempfile.TemporaryDirectory(prefix="bench-offcpu-") as scratch_name:
         scratch = Path(scratch_name)
-        javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
-        subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
-        jvm = Jvm(scratch / "classes", args.pairs)
         sleeper = subprocess.Popen(["sleep", "86400"])
         try:
-            time.sleep(3)  # JIT warm-up
-            windows = [
-                measure(jvm, condition, round_no, args.window, scratch, sleeper.pid)
-                for round_no in range(args.rounds)
-                for condition in conditions
-            ]
+            with warm_jvm(scratch, args.pairs) as jvm:
+                windows = [
+                    measure(jvm, condition, round_no, args.window, scratch, sleeper.pid)
+                    for round_no in range(args.rounds)
+                    for condition in conditions
+                ]
         finally:
             sleeper.kill()
             sleeper.wait(30)
-            jvm.close()
     text = report(summarize(windows, conditions), args, windows)
     print(text)
     if not args.no_write:

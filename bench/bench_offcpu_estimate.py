@@ -14,13 +14,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_offcpu import WORKLOAD, Jvm, _no_spes, _wait_state  # noqa: E402
+from bench_offcpu import _no_spes, _wait_state, warm_jvm  # noqa: E402
 
 
 def switches_by_name(pid: int) -> dict[str, int]:
@@ -55,11 +54,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-offcpu-estimate-") as name:
         scratch = Path(name)
-        javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
-        subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
-        jvm = Jvm(scratch / "classes", args.pairs)
-        try:
-            time.sleep(3)  # JIT warm-up
+        with warm_jvm(scratch, args.pairs) as jvm:
             out, status = scratch / "cap", scratch / "status.json"
             argv = [
                 sys.executable, "-m", "profiler", "run", "--duration", str(args.window), "--out", str(out),
@@ -74,8 +69,6 @@ def main() -> int:
             after = switches_by_name(jvm.pid)
             profiler.communicate(timeout=600)
             estimated = estimated_by_name(out / "pids" / str(jvm.pid) / "offcpu.folded")
-        finally:
-            jvm.close()
     truth = {name: count - before.get(name, 0) for name, count in after.items()}
     print(f"--off-cpu-sample-every {args.every}, load {os.getloadavg()[0]:.0f}")
     print("| thread | switches (/proc) | estimated | ratio |\n|---|---|---|---|")

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_offcpu import WORKLOAD, Jvm  # noqa: E402
+from bench_offcpu import warm_jvm  # noqa: E402
 
 from profiler.runner import bpf_stats_enabled  # noqa: E402
 from profiler.sampling.offcpu import BPF_SOURCE, build_bpf_text, read_kernel_hz, read_switch_layout  # noqa: E402
@@ -92,23 +92,14 @@ def main() -> int:
     args = parser.parse_args()
     texts = variants(args.before, [int(n) for n in args.every.split(",")])
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in texts}
-    with tempfile.TemporaryDirectory(prefix="bench-offcpu-switch-") as scratch:
-        javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
-        subprocess.run([str(javac), "-d", f"{scratch}/classes", str(WORKLOAD)], check=True, timeout=180)
-        jvm = Jvm(Path(scratch) / "classes", 2)
-        try:
-            time.sleep(3)  # JIT warm-up
-            with bpf_stats_enabled():
-                for round_no in range(args.rounds):
-                    for name, text in texts.items():
-                        ns, rate = measure(name, text, jvm.pid, args.seconds)
-                        load = os.getloadavg()[0]
-                        results[name].append((ns, rate, load))
-                        print(
-                            f"round {round_no} {name}: {ns:.0f} ns/run, {rate:,.0f} runs/s, load {load:.0f}", flush=True
-                        )
-        finally:
-            jvm.close()
+    scratch = tempfile.TemporaryDirectory(prefix="bench-offcpu-switch-")
+    with scratch, warm_jvm(Path(scratch.name), 2) as jvm, bpf_stats_enabled():
+        for round_no in range(args.rounds):
+            for name, text in texts.items():
+                ns, rate = measure(name, text, jvm.pid, args.seconds)
+                load = os.getloadavg()[0]
+                results[name].append((ns, rate, load))
+                print(f"round {round_no} {name}: {ns:.0f} ns/run, {rate:,.0f} runs/s, load {load:.0f}", flush=True)
     print("\n| variant | ns per run (median) | min … max | runs/s (median) | load |\n|---|---|---|---|---|")
     for name, rows in results.items():
         times = [r[0] for r in rows]
