@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import format as capture
+from profiler.capture.offcpu import OffCpuEntry
 from tests.fixtures.jvm import java_home, temurin_25
 from tests.integration.test_profiler_run import result_rows, wait_for_state
 
@@ -159,6 +160,14 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     idle = [e for e in entries if e.stack.startswith(("offcpu-dozer;", "offcpu-idler;"))]
     assert len(idle) == 2 and all(";[blocked all window];" in e.stack and e.switches == 1 for e in idle), idle
     assert any(";java.lang.Object::wait" in e.stack for e in idle), idle
+    _check_analysis_and_exports(tmp_path, out, pid, rows, entries)
+    _check_wall_seconds_and_stages(tmp_path, out, rows, entries, truth)
+
+
+def _check_analysis_and_exports(
+    tmp_path: Path, out: Path, pid: int, rows: dict[str, dict[str, str]], entries: list[OffCpuEntry]
+) -> None:
+    """The capture of the test above through `coordinator analyze` (whole window and cut) and the pprof export."""
     # AND `coordinator analyze` gives summary.csv the same off-CPU seconds per task
     from coordinator.analysis.engines import analyze
     from coordinator.analysis.timeline import SubWindow
@@ -199,6 +208,15 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # and the threads blocked all window are split at the interval ends like the walked blocks
     dozer_whole = float(rows["Dozer"]["offcpu_sleep_seconds"])
     assert float(cut["Dozer"]["offcpu_sleep_seconds"]) == pytest.approx(dozer_whole / 3, rel=0.15), cut["Dozer"]
+
+
+def _check_wall_seconds_and_stages(
+    tmp_path: Path, out: Path, rows: dict[str, dict[str, str]], entries: list[OffCpuEntry], truth: dict[str, float]
+) -> None:
+    """Wall seconds per task row, and the blocked time of the Spark-named threads per stage."""
+    from coordinator.analysis.engines import analyze
+    from coordinator.analysis.timeline import SubWindow
+
     # AND every task row's wall seconds are its on-CPU plus its off-CPU seconds (async-profiler's wall view)
     for task, row in rows.items():
         if row["cpu_seconds"]:
