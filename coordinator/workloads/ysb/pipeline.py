@@ -30,7 +30,6 @@ EVENT_SCHEMA = StructType(
 
 
 WINDOW_MS = 10_000
-WATERMARK_STEP_MS = 60_000  # the watermark moves once per step (window_counts)
 CAMPAIGN_JOIN_CLASS = "ysb.RedisSink$CampaignJoin"
 
 
@@ -202,30 +201,20 @@ def enrich(events: DataFrame) -> DataFrame:
     )
 
 
-def window_counts(events: DataFrame, watermark_step_ms: int = WATERMARK_STEP_MS) -> DataFrame:
+def window_counts(events: DataFrame, watermark: str = WINDOW) -> DataFrame:
     """10 s event-time tumbling windows per campaign: count, latest event, worst pre-window latency.
 
-    Spark compiles the watermark into the state store's eviction and late-data predicates as a literal,
-    so each move of the watermark makes every executor compile new classes (and deoptimise the code
-    that calls them): on the event time it moved every micro-batch, on the 10 s window's start once per
-    window (about 10 new classes a minute on each executor, for the query's whole life). The watermark
-    is therefore on a coarser column, the event time truncated to ``watermark_step_ms`` (a minute, a
-    multiple of the window), which is also a grouping key (Spark evicts state by the watermarked key; a
-    window lies in one step, so the key splits no window): the watermark moves once a minute. A
-    window's state is dropped, and its late events with it, once an event two steps past its minute's
-    start arrived (delay: one step + 10 s): at least 60 s of lateness accepted (before: 10 s), at most
-    some 18,000 windows kept (1000 campaigns).
+    The watermark is on the event's window start (event time truncated to 10 s), not on the event time:
+    the same windows, closed at the same point (a window [t, t+10 s) closes once an event of t+20 s or
+    later arrived, either way), but Spark compiles the watermark into the state store's eviction and
+    late-data predicates as a literal, so a watermark that moved every micro-batch made every batch
+    compile two new classes on each executor; now it moves once per window.
     """
-    if watermark_step_ms % WINDOW_MS:
-        raise ValueError(f"watermark step {watermark_step_ms} ms: not a multiple of the {WINDOW_MS} ms window")
     window_start_ms = F.col("event_time") - F.pmod(F.col("event_time"), F.lit(WINDOW_MS))
-    step_start_ms = F.col("event_time") - F.pmod(F.col("event_time"), F.lit(watermark_step_ms))
-    delay = f"{(watermark_step_ms + WINDOW_MS) // 1000} seconds"
     return (
         events.withColumn("event_window_ts", F.timestamp_millis(window_start_ms))
-        .withColumn("watermark_ts", F.timestamp_millis(step_start_ms))
-        .withWatermark("watermark_ts", delay)
-        .groupBy(F.window("event_window_ts", WINDOW), "campaign_id", "watermark_ts")
+        .withWatermark("event_window_ts", watermark)
+        .groupBy(F.window("event_window_ts", WINDOW), "campaign_id")
         .agg(
             F.count(F.lit(1)).alias("events"),
             F.max("event_time").alias("last_event_time"),
