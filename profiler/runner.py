@@ -101,7 +101,7 @@ class RunOptions:
     off_cpu: bool = False
     off_cpu_min_block_ms: float = 1.0
     off_cpu_sample_every: int = DEFAULT_SAMPLE_EVERY  # beyond 100/s per thread one switch-out in N, counted N times
-    counters: str = "auto"  # software counters from /proc or perf events (--counters, sampling/counters.py)
+    counters: str = "perf"  # software counters from perf events or /proc (--counters, sampling/counters.py)
 
 
 # ------------------------------------------------------------------ component interfaces

@@ -77,11 +77,13 @@ def _add_collector_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--counters",
         choices=("auto", "perf", "proc"),
-        default="auto",
+        default="perf",
         help="where the software counters (task-clock, context-switches, cpu-migrations, page-faults) come "
-        "from: proc reads /proc and adds nothing to the workload's context switches; perf counts them with "
-        "perf events (+~2 µs per switch of a counted thread without a PMU, docs/benchmarks/overhead.md); "
-        "auto: proc unless hardware events open here (hardware events are always perf events)",
+        "from: perf (the default) counts them with perf events, frozen at a process's exit (+~2 µs per "
+        "switch of a counted thread without a PMU, docs/benchmarks/overhead.md); proc reads /proc and adds "
+        "nothing to the workload's context switches, but a process that exits loses what it did since its "
+        "last interval's reading; auto: proc unless hardware events open here (hardware events are always "
+        "perf events)",
     )
     parser.add_argument(
         "--off-cpu",
