@@ -12,7 +12,6 @@ thread. The parsers are pure and take text.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -27,13 +26,14 @@ from ..capture.offcpu import (
     merge_entries,
 )
 from ..symbols.symbolize import fold_stack
+from .proc_counters import ProcFiles
 
 WHOLE_WINDOW_FRAME = "[blocked all window]"  # below the thread name: this stack was read from /proc, not walked
 MAX_THREADS = 1 << 16  # per process: more task entries than this are not read
 MAX_KERNEL_FRAMES = 128
-_READ_LIMIT = 1 << 16  # bytes of one /proc file
 
 # /proc/PID/stat's state letter -> the reason offcpu_trace.c would have stored at the switch-out
+_PROC = ProcFiles()  # bounded reads that follow no link, regular files only (the counters' reader)
 _REASONS = {"S": REASON_SLEEPING, "D": REASON_UNINTERRUPTIBLE, "R": REASON_PREEMPTED}
 
 
@@ -107,24 +107,11 @@ def never_ran(before: ThreadMark, after: ThreadMark) -> bool:
     return (before.start_ticks, before.run_ns, before.slices) == (after.start_ticks, after.run_ns, after.slices)
 
 
-def _read(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, _READ_LIMIT).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def read_mark(pid: int, tid: int) -> ThreadMark | None:
     """The thread's mark now; None when it is gone or its files do not parse."""
-    base = f"/proc/{pid}/task/{tid}"
-    stat_text = _read(f"{base}/stat")
-    sched_text = _read(f"{base}/schedstat")
+    base = f"{pid}/task/{tid}"
+    stat_text = _PROC.text(f"{base}/stat")
+    sched_text = _PROC.text(f"{base}/schedstat")
     stat = parse_stat(stat_text) if stat_text is not None else None
     sched = parse_schedstat(sched_text) if sched_text is not None else None
     if stat is None or sched is None:
@@ -134,27 +121,22 @@ def read_mark(pid: int, tid: int) -> ThreadMark | None:
 
 def read_marks(pid: int) -> dict[int, ThreadMark]:
     """Every thread of ``pid`` now (none when the process is gone)."""
-    try:
-        names = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return {}
     marks = {}
-    for name in names[:MAX_THREADS]:
-        if name.isdigit():
-            mark = read_mark(pid, int(name))
-            if mark is not None:
-                marks[mark.tid] = mark
+    for tid in (_PROC.tasks(pid) or [])[:MAX_THREADS]:
+        mark = read_mark(pid, tid)
+        if mark is not None:
+            marks[mark.tid] = mark
     return marks
 
 
 def read_kernel_stack(pid: int, tid: int) -> list[str] | None:
     """A blocked thread's kernel stack, leaf first: /proc's stack, else its wchan; None when neither."""
-    base = f"/proc/{pid}/task/{tid}"
-    text = _read(f"{base}/stack")
+    base = f"{pid}/task/{tid}"
+    text = _PROC.text(f"{base}/stack")
     frames = parse_kernel_stack(text) if text is not None else []
     if frames:
         return frames
-    wchan = _read(f"{base}/wchan")
+    wchan = _PROC.text(f"{base}/wchan")
     return parse_wchan(wchan) if wchan is not None else None
 
 
