@@ -26,6 +26,7 @@ from coordinator.remote.deploy import RemoteLayout
 from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 from profiler.capture.format import DEFAULT_INTERVAL
 from profiler.errors import ProfilerError
+from profiler.files import procstat
 from profiler.scope.spes import DEFAULT_ROLES
 
 
@@ -311,9 +312,12 @@ class LocalHost(HostTransport):
         proc = Path(f"/proc/{int(status.pid)}")
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            line = procstat.split_stat((proc / "stat").read_bytes())
+        except OSError:
             return None
+        if line is None:
+            return None
+        state = line.state
         # as deploy.alive_command: an empty command line (exec or exit under way) still counts until a zombie
         ours = self.layout.status.encode() in cmdline or (not cmdline and state not in ("Z", "X"))
         return int(status.pid) if ours else None

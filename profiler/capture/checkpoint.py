@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import procstat
 from .format import PidCounters, ProcessInfo
 from .journal import Checkpoint, encode_checkpoint, encode_header
 from .stackstore import SamplerCheckpoint
@@ -87,11 +88,11 @@ def checkpoint_state(
 def start_ticks(pid: int) -> int | None:
     """/proc/PID/stat starttime: tells a reused pid from the original; None when the process is gone."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            line = procstat.split_stat(handle.read())
+    except OSError:
         return None
+    return line.count(procstat.STARTTIME) if line is not None else None
 
 
 def _read_maps(pid: int) -> tuple[int | None, str] | None:

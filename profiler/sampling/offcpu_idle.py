@@ -25,6 +25,7 @@ from ..capture.offcpu import (
     classify_cause,
     merge_entries,
 )
+from ..files import procstat
 from ..symbols.symbolize import fold_stack
 from .proc_counters import ProcFiles
 
@@ -64,15 +65,12 @@ class IdleThread:
 
 def parse_stat(text: str) -> tuple[str, str, int] | None:
     """(comm, state letter, start time in ticks) of /proc/.../stat text; None when malformed. The comm may
-    hold spaces and parentheses: it runs from the first '(' to the last ')'."""
-    open_at, close_at = text.find("("), text.rfind(")")
-    if open_at < 0 or close_at < open_at:
+    hold spaces and parentheses (``procstat``)."""
+    line = procstat.split_stat(text)
+    start = line.count(procstat.STARTTIME) if line is not None else None
+    if line is None or start is None or len(line.state) != 1:
         return None
-    fields = text[close_at + 1 :].split()
-    # after the comm: state is field 3, starttime field 22 of the whole line
-    if len(fields) < 20 or len(fields[0]) != 1 or not fields[19].isdigit():
-        return None
-    return text[open_at + 1 : close_at], fields[0], int(fields[19])
+    return line.comm, line.state, start
 
 
 def parse_schedstat(text: str) -> tuple[int, int] | None:

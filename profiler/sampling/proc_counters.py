@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..capture.format import CounterValue
+from ..files import procstat
 from ..files.safeio import open_without_links, read_fd
 
 TASK_CLOCK = "task-clock"
@@ -81,17 +82,14 @@ class ThreadCounts:
 
 
 def parse_stat(text: str) -> ProcessTotals | None:
-    """The totals of /proc/PID/stat text; None when malformed. The comm may hold spaces and ')': the
-    fields start after the last ')'."""
-    close_at = text.rfind(")")
-    if close_at < 0:
+    """The totals of /proc/PID/stat text; None when malformed (``procstat``: fields after the last ')')."""
+    line = procstat.split_stat(text)
+    if line is None:
         return None
-    fields = text[close_at + 1 :].split()
-    # fields[0] is field 3 (state) of proc(5): minflt 10, majflt 12, utime 14, stime 15, starttime 22
-    if len(fields) < 20:
-        return None
-    numbers = [_count(fields[index]) for index in (7, 9, 11, 12, 19)]
-    minflt, majflt, utime, stime, start = numbers
+    minflt, majflt, utime, stime, start = (
+        line.count(number)
+        for number in (procstat.MINFLT, procstat.MAJFLT, procstat.UTIME, procstat.STIME, procstat.STARTTIME)
+    )
     if minflt is None or majflt is None or utime is None or stime is None or start is None:
         return None
     return ProcessTotals(utime + stime, minflt, majflt, start)

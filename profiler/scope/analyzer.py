@@ -29,7 +29,7 @@ from typing import Protocol
 
 from ..capture.format import ProcessInfo
 from ..errors import CapabilityError, ConfigError
-from ..files import safeio
+from ..files import procstat, safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
     DEFAULT_ROLES,
@@ -131,13 +131,14 @@ class PsutilProcSource:
                 raw = handle.read()
         except OSError:
             return None
-        # the command name (field 2) may contain spaces and parentheses: split after the last ")"
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        line = procstat.split_stat(raw)
+        if line is None or line.state in ("Z", "X"):
             return None
-        start_ticks = int(fields[19])
+        ppid, start_ticks = line.count(procstat.PPID), line.count(procstat.STARTTIME)
+        if ppid is None or start_ticks is None:
+            return None
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / _CLOCK_TICKS
-        return ProcStat(int(fields[1]), start_ticks, max(0.0, age))
+        return ProcStat(ppid, start_ticks, max(0.0, age))
 
     def snapshot(self, pid: int) -> ProcSnapshot | None:
         psutil = self._psutil

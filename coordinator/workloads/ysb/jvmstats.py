@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.files import procstat
+
 # HotSpot names its compiler threads "C2 CompilerThre" / "C1 CompilerThre" (comm is cut at 15 bytes).
 COMPILER_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -30,10 +32,12 @@ class ThreadCpu:
 def parse_task_stat(text: str) -> tuple[str, float]:
     """(comm, utime + stime in clock ticks) of one /proc/<pid>[/task/<tid>]/stat line; comm may hold
     spaces and parentheses, so the fields are read after the last ')'."""
-    comm = text[text.index("(") + 1 : text.rindex(")")]
-    fields = text[text.rindex(")") + 2 :].split()
-    # fields[0] is state (field 3 of stat); utime and stime are fields 14 and 15.
-    return comm, float(fields[11]) + float(fields[12])
+    line = procstat.split_stat(text)
+    utime = line.count(procstat.UTIME) if line is not None else None
+    stime = line.count(procstat.STIME) if line is not None else None
+    if line is None or utime is None or stime is None:
+        raise ValueError(f"not a /proc stat line: {text[:80]!r}")
+    return line.comm, float(utime + stime)
 
 
 def is_compiler_thread(comm: str) -> bool:
