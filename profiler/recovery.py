@@ -153,6 +153,8 @@ class RecoveredScope:
 
 
 class RecoveredCounters:
+    exits_note = ""  # the recorded counters' notes already say how each was measured
+
     def __init__(self, counters: Mapping[int, PidCounters]) -> None:
         self._counters = dict(counters)
 

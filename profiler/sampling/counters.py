@@ -42,7 +42,7 @@ from ..capture.format import CounterValue, PidCounters
 from ..errors import ConfigError
 from .perf_event import EventSpec, LinuxPerfSyscalls, PerfSyscalls, RawCount, describe_errno, event_spec
 from .proc_counters import PROC_EVENTS, PidProcCounters, ProcFiles
-from .taskstats import ExitSource, NoExits, open_exit_source
+from .taskstats import ExitSource, NoExits, ThreadExit, open_exit_source
 
 DEFAULT_EVENTS: tuple[str, ...] = (
     "cycles",
@@ -411,10 +411,12 @@ class CounterGroup:
         its own."""
         if self._exits is None:
             self._exits = self._open_exits()
-        records = self._exits.drain()
-        if records:
-            for proc_set in self._proc_sets.values():
-                proc_set.record_exits(records)
+        by_process: dict[int, list[ThreadExit]] = {}
+        for record in self._exits.drain():  # every exit on the host: most are not ours
+            if record.tgid in self._proc_sets:
+                by_process.setdefault(record.tgid, []).append(record)
+        for pid, records in by_process.items():
+            self._proc_sets[pid].record_exits(records)
         return self._exits
 
     @property

@@ -137,6 +137,8 @@ class FakeSampler:
 class FakeCounters:
     """Cumulative counters: constant, or (``growing``) 1000 cycles and 0.5 CPU-s more with every read."""
 
+    exits_note = ""
+
     def __init__(self, growing: bool = False) -> None:
         self.added: list[int] = []
         self.closed = False
