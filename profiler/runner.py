@@ -938,8 +938,8 @@ class Runner:
                 state.warnings.append(f"pid {process.pid}: counters unreadable ({exc})")
         if components.counters.exits_note:
             state.warnings.append(
-                f"/proc counters: {components.counters.exits_note}: a process that exited lost what it did after "
-                "its last reading (run as root, or --counters perf)"
+                f"/proc counters: {components.counters.exits_note}: a process that exited may have lost what it "
+                "did after its last reading (run as root, or --counters perf)"
             )
         if components.net is not None:
             try:

@@ -421,8 +421,12 @@ class CounterGroup:
 
     @property
     def exits_note(self) -> str:
-        """Why exits are not followed ("" when they are, or no /proc counter was opened)."""
-        return self._exits.unavailable if self._exits is not None else ""
+        """Why exits are not (all) followed ("" when they are, or no /proc counter was opened)."""
+        if self._exits is None:
+            return ""
+        if self._exits.overruns:
+            return f"taskstats dropped exit records {self._exits.overruns} time(s) (its receive queue was full)"
+        return self._exits.unavailable
 
     def pid_exited(self, pid: int) -> None:
         if pid in self._proc_sets:
@@ -467,4 +471,6 @@ class CounterGroup:
         finally:
             if self._exits is not None:
                 self._exits.close()  # unregisters: nothing is queued for us after the window
-                self._exits = NoExits(self._exits.unavailable or "taskstats closed with the window")
+                closed = NoExits(self._exits.unavailable or "taskstats closed with the window")
+                closed.overruns = self._exits.overruns
+                self._exits = closed

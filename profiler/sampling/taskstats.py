@@ -218,6 +218,7 @@ class ExitSource(Protocol):
     """Where thread exits come from: the kernel's taskstats, or a replay in tests."""
 
     unavailable: str  # why no exits come ("" when they do)
+    overruns: int  # times the kernel dropped records because the queue was full
 
     def drain(self) -> list[ThreadExit]: ...
 
@@ -229,6 +230,7 @@ class NoExits:
 
     def __init__(self, why: str) -> None:
         self.unavailable = why
+        self.overruns = 0
 
     def drain(self) -> list[ThreadExit]:
         return []

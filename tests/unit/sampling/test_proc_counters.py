@@ -302,3 +302,27 @@ def test_records_queued_before_add_pid_are_not_the_new_pids(tmp_path: Path) -> N
     proc.end_process(7)
     group.pid_exited(7)
     assert group.read(7).events["task-clock"].value is None  # gone before its first reading, no record
+
+
+def test_without_taskstats_or_with_overruns_the_notes_and_the_group_say_so(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=3)
+    exits = ReplayExits(unavailable="taskstats unavailable (registering needs CAP_NET_ADMIN)")
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    proc.end_process(7)
+    group.pid_exited(7)
+    note = group.read(7).events["task-clock"].note
+    assert "not measured" in note and "CAP_NET_ADMIN" in note
+    assert group.exits_note == exits.unavailable
+    working = ReplayExits()
+    other = proc_group(tmp_path, exits=working)
+    assert other.exits_note == ""  # nothing opened yet
+    proc.process(8, utime=1)
+    other.add_pid(8)
+    assert other.exits_note == ""
+    working.overruns = 2
+    assert "dropped exit records 2 time(s)" in other.exits_note
+    other.close()
+    assert working.closed and "dropped" in other.exits_note
