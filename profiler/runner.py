@@ -148,6 +148,7 @@ class CountersLike(Protocol):
     def add_pid(self, pid: int) -> None: ...
     def pid_exited(self, pid: int) -> None: ...
     def read(self, pid: int) -> PidCounters: ...
+    def stop_exits(self) -> None: ...  # the window is over: stop following exits (taskstats)
     def close(self) -> None: ...
 
 
@@ -936,6 +937,7 @@ class Runner:
                 collected.counters[process.pid] = components.counters.read(process.pid)
             except Exception as exc:  # noqa: BLE001
                 state.warnings.append(f"pid {process.pid}: counters unreadable ({exc})")
+        components.counters.stop_exits()
         if components.counters.exits_note:
             state.warnings.append(
                 f"/proc counters: {components.counters.exits_note}: a process that exited may have lost what it "

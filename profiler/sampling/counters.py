@@ -469,8 +469,18 @@ class CounterGroup:
             for proc_set in self._proc_sets.values():
                 proc_set.freeze()
         finally:
-            if self._exits is not None:
-                self._exits.close()  # unregisters: nothing is queued for us after the window
-                closed = NoExits(self._exits.unavailable or "taskstats closed with the window")
-                closed.overruns = self._exits.overruns
-                self._exits = closed
+            self.stop_exits()
+
+    def stop_exits(self) -> None:
+        """Deliver the exits queued so far and unregister from taskstats (the window is over): later
+        readings see /proc alone."""
+        if self._exits is None or isinstance(self._exits, NoExits):
+            return
+        try:
+            if self._proc_sets:
+                self._route_exits()
+        finally:
+            self._exits.close()
+            closed = NoExits(self._exits.unavailable or "taskstats closed with the window")
+            closed.overruns = self._exits.overruns
+            self._exits = closed

@@ -139,6 +139,9 @@ class FakeCounters:
 
     exits_note = ""
 
+    def stop_exits(self) -> None:
+        pass
+
     def __init__(self, growing: bool = False) -> None:
         self.added: list[int] = []
         self.closed = False

@@ -326,3 +326,19 @@ def test_without_taskstats_or_with_overruns_the_notes_and_the_group_say_so(tmp_p
     assert "dropped exit records 2 time(s)" in other.exits_note
     other.close()
     assert working.closed and "dropped" in other.exits_note
+
+
+def test_stop_exits_delivers_what_is_queued_and_unregisters(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=3, utime=10)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    exits.queued = [_exit(7, 7, 30, 4)]
+    group.stop_exits()  # the window ends; 7 is reaped afterwards
+    assert exits.closed and exits.queued == []
+    proc.end_process(7)
+    group.pid_exited(7)
+    assert group.read(7).cpu_seconds == pytest.approx(20 * TICK_NS / 1e9)
+    group.close()
