@@ -264,7 +264,8 @@ class ThreadLedger:
         for record in exits:
             if record.tid in alive:
                 continue
-            key = _seen_key(previous, record.tid)
+            # a thread gone before ``previous`` was read but whose record came after it is an earlier one's
+            key = _seen_key(previous, record.tid) or _seen_key(last, record.tid)
             if key is None:
                 key = (record.tid, -1 - self.threads_seen - born)  # never a real start time
                 first[key] = ThreadCounts(-1, 0, None)

@@ -342,3 +342,22 @@ def test_stop_exits_delivers_what_is_queued_and_unregisters(tmp_path: Path) -> N
     group.pid_exited(7)
     assert group.read(7).cpu_seconds == pytest.approx(20 * TICK_NS / 1e9)
     group.close()
+
+
+def test_a_record_arriving_after_the_reading_that_missed_its_thread_is_not_counted_twice(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=1)
+    proc.thread(7, 8, voluntary=2)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    proc.thread(7, 8, voluntary=6)
+    assert group.read(7).events["context-switches"].value == 4
+    # GIVEN thread 8 exits right after the drain of the next reading: that reading misses it and its record
+    proc.end_thread(7, 8)
+    assert group.read(7).events["context-switches"].value == 4
+    # WHEN its record (8 switches in all) comes with the reading after
+    exits.queued = [_exit(8, 7, 0, 8)]
+    # THEN it replaces thread 8's last reading: 8 - 2, never 8 more
+    assert group.read(7).events["context-switches"].value == 6
