@@ -285,20 +285,32 @@ class TaskstatsListener:
         mask = self._cpus.encode() + b"\0"
         self._sock.send(_message(self.family_id, TASKSTATS_CMD_GET, [(command_attr, mask)], 2, flags))
 
+    @property
+    def port(self) -> int:
+        """The netlink port id the kernel sends our records to."""
+        return int(self._sock.getsockname()[0])
+
     def drain(self) -> list[ThreadExit]:
-        """Every exit queued so far; never blocks."""
+        """Every exit queued so far; never blocks. Only the kernel's datagrams count: any local process
+        may send to our port."""
         exits: list[ThreadExit] = []
-        while True:
+        while self._sock.fileno() >= 0:
             try:
-                buffer = self._sock.recv(MAX_MESSAGE_BYTES)
+                buffer, (sender, _groups) = self._sock.recvfrom(MAX_MESSAGE_BYTES)
             except BlockingIOError:
-                return exits
+                break
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:
                     self.overruns += 1
                     continue
-                raise
+                self.unavailable = f"taskstats stopped ({exc.strerror or exc})"
+                self.close()
+                break
+            if sender != 0:
+                self.counts.skip("not from the kernel")
+                continue
             exits.extend(parse_exit_buffer(buffer, self.family_id, self.counts))
+        return exits
 
     def close(self) -> None:
         if self._sock.fileno() < 0:
