@@ -9,7 +9,8 @@ network namespace (the family is not netns-aware) and needs CAP_NET_ADMIN to reg
 
 The record layout is ``struct taskstats`` of include/uapi/linux/taskstats.h, append-only across
 versions: the fields read here sit at fixed offsets from version 12 on (ac_tgid is v12). Parsing is
-pure and bounds-checked; a short, unknown or foreign record is skipped and counted, never trusted.
+pure and bounds-checked; a short, unknown or foreign record is skipped and counted, never trusted, and
+only datagrams sent by the kernel (port 0) are read: any local process may send to our port.
 """
 
 from __future__ import annotations
