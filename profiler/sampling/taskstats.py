@@ -93,26 +93,27 @@ class ParseCounts:
 # ---------------------------------------------------------------- parsing (pure)
 
 
-def iter_attributes(payload: bytes) -> Iterator[tuple[int, bytes]]:
-    """(type, value) of the netlink attributes in ``payload``; stops at a malformed one."""
+def _iter_length_type(buffer: bytes, header: str, header_size: int) -> Iterator[tuple[int, bytes]]:
+    """(type, body) of 4-aligned length-type-value items (netlink messages, attributes); stops at the
+    first whose length is below its header or past the buffer."""
     offset = 0
-    while offset + 4 <= len(payload):
-        length, kind = struct.unpack_from("=HH", payload, offset)
-        if length < 4 or offset + length > len(payload):
+    while offset + header_size <= len(buffer):
+        length, kind = struct.unpack_from(header, buffer, offset)
+        if length < header_size or offset + length > len(buffer):
             return
-        yield kind & NLA_TYPE_MASK, payload[offset + 4 : offset + length]
+        yield kind, buffer[offset + header_size : offset + length]
         offset += (length + 3) & ~3
+
+
+def iter_attributes(payload: bytes) -> Iterator[tuple[int, bytes]]:
+    """(type, value) of the netlink attributes in ``payload``."""
+    for kind, value in _iter_length_type(payload, "=HH", 4):
+        yield kind & NLA_TYPE_MASK, value
 
 
 def iter_messages(buffer: bytes) -> Iterator[tuple[int, bytes]]:
     """(nlmsg type, body after the 16-byte header) of each netlink message in ``buffer``."""
-    offset = 0
-    while offset + 16 <= len(buffer):
-        length, kind = struct.unpack_from("=IH", buffer, offset)
-        if length < 16 or offset + length > len(buffer):
-            return
-        yield kind, buffer[offset + 16 : offset + length]
-        offset += (length + 3) & ~3
+    return _iter_length_type(buffer, "=IH", 16)
 
 
 def parse_stats(raw: bytes, counts: ParseCounts) -> ThreadExit | None:

@@ -251,13 +251,19 @@ def test_exit_records_fill_the_last_interval_of_a_reaped_process(tmp_path: Path)
     assert exits.closed
 
 
-def test_exit_within_the_first_interval_is_measured(tmp_path: Path) -> None:
+def _single_thread_pid_7(tmp_path: Path) -> tuple[FakeProc, ReplayExits, CounterGroup]:
+    """Pid 7, one thread with 3 switches and 10 ticks, counted from /proc with replayed exits."""
     proc = FakeProc(tmp_path)
     proc.process(7, utime=10)
     proc.thread(7, 7, voluntary=3, utime=10)
     exits = ReplayExits()
     group = proc_group(tmp_path, exits=exits)
     group.add_pid(7)
+    return proc, exits, group
+
+
+def test_exit_within_the_first_interval_is_measured(tmp_path: Path) -> None:
+    proc, exits, group = _single_thread_pid_7(tmp_path)
     exits.queued = [_exit(7, 7, 42, 8)]
     proc.end_process(7)
     group.pid_exited(7)
@@ -329,12 +335,7 @@ def test_without_taskstats_or_with_overruns_the_notes_and_the_group_say_so(tmp_p
 
 
 def test_stop_exits_delivers_what_is_queued_and_unregisters(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    proc.process(7, utime=10)
-    proc.thread(7, 7, voluntary=3, utime=10)
-    exits = ReplayExits()
-    group = proc_group(tmp_path, exits=exits)
-    group.add_pid(7)
+    proc, exits, group = _single_thread_pid_7(tmp_path)
     exits.queued = [_exit(7, 7, 30, 4)]
     group.stop_exits()  # the window ends; 7 is reaped afterwards
     assert exits.closed and exits.queued == []
