@@ -202,6 +202,7 @@ def test_auto_uses_proc_without_a_pmu_and_perf_with_one(tmp_path: Path) -> None:
         nominal_hz=(1e9, "t"),
         source="proc",
         proc_files=ProcFiles(str(tmp_path)),
+        exit_source=ReplayExits,
     )
     forced.add_pid(7)
     assert forced.proc_events == tuple(SOFTWARE) and forced.open_fds() == 1  # cycles alone stays a perf event
