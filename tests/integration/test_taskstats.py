@@ -6,9 +6,12 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from profiler.sampling.taskstats import NETLINK_GENERIC, TaskstatsListener, ThreadExit
 from tests.fixtures.taskstats import exit_message, stats_record
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Inside a new pid namespace getpid() is 1; /proc (the host's, not remounted) still names its host pid.
 BURN = (
@@ -65,3 +68,13 @@ def test_a_datagram_from_another_process_is_not_taken_for_the_kernels() -> None:
         forger.close()
         listener.close()
     assert listener.drain() == []  # closed: nothing more, no error
+
+
+def test_without_cap_net_admin_the_source_says_why_and_delivers_nothing() -> None:
+    # GIVEN an agent process that lost CAP_NET_ADMIN (setpriv drops it from every set)
+    code = "from profiler.sampling.taskstats import open_exit_source\nsource = open_exit_source()\n"
+    code += "print(source.unavailable)\nprint(len(source.drain()))\nsource.close()\n"
+    argv = ["setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin", sys.executable, "-c", code]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True, cwd=REPO)
+    # THEN it says why, in the words the counters' notes carry, and never raises
+    assert result.stdout.splitlines() == ["taskstats unavailable (registering needs CAP_NET_ADMIN)", "0"]
