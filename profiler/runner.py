@@ -101,7 +101,7 @@ class RunOptions:
     off_cpu: bool = False
     off_cpu_min_block_ms: float = 1.0
     off_cpu_sample_every: int = DEFAULT_SAMPLE_EVERY  # beyond 100/s per thread one switch-out in N, counted N times
-    counters: str = "perf"  # software counters from perf events or /proc (--counters, sampling/counters.py)
+    counters: str = "auto"  # software counters from perf events or /proc (--counters, sampling/counters.py)
 
 
 # ------------------------------------------------------------------ component interfaces
@@ -143,9 +143,12 @@ class SamplerLike(Protocol):
 
 
 class CountersLike(Protocol):
+    @property
+    def exits_note(self) -> str: ...  # why exits of /proc-counted pids are not followed ("" when they are)
     def add_pid(self, pid: int) -> None: ...
     def pid_exited(self, pid: int) -> None: ...
     def read(self, pid: int) -> PidCounters: ...
+    def stop_exits(self) -> None: ...  # the window is over: stop following exits (taskstats)
     def close(self) -> None: ...
 
 
@@ -934,6 +937,12 @@ class Runner:
                 collected.counters[process.pid] = components.counters.read(process.pid)
             except Exception as exc:  # noqa: BLE001
                 state.warnings.append(f"pid {process.pid}: counters unreadable ({exc})")
+        components.counters.stop_exits()
+        if components.counters.exits_note:
+            state.warnings.append(
+                f"/proc counters: {components.counters.exits_note}: a process that exited may have lost what it "
+                "did after its last reading (run as root, or --counters perf)"
+            )
         if components.net is not None:
             try:
                 collected.net = components.net.collect()

@@ -77,13 +77,14 @@ def _add_collector_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--counters",
         choices=("auto", "perf", "proc"),
-        default="perf",
+        default="auto",
         help="where the software counters (task-clock, context-switches, cpu-migrations, page-faults) come "
-        "from: perf (the default) counts them with perf events, frozen at a process's exit (+~2 µs per "
-        "switch of a counted thread without a PMU, docs/benchmarks/overhead.md); proc reads /proc and adds "
-        "nothing to the workload's context switches, but a process that exits loses what it did since its "
-        "last interval's reading; auto: proc unless hardware events open here (hardware events are always "
-        "perf events)",
+        "from: auto (the default) reads /proc unless hardware events open here (a PMU: then all are perf "
+        "events, as perf stat -p); proc reads /proc and adds nothing to the workload's context switches, "
+        "with the kernel's taskstats exit records for what a process or thread did after its last reading "
+        "(needs CAP_NET_ADMIN; without it a process that exits loses its last interval); perf counts them "
+        "with perf events, frozen at exit (+~2 us per switch of a counted thread without a PMU, "
+        "docs/benchmarks/overhead.md)",
     )
     parser.add_argument(
         "--off-cpu",

@@ -23,7 +23,9 @@ host without a PMU, docs/benchmarks/overhead.md). ``proc`` reads task-clock, pag
 context-switches and cpu-migrations from /proc instead (proc_counters.py); hardware events stay perf
 events. ``auto`` (the default) takes them from /proc when none of the requested hardware events opens
 here, i.e. when the perf context would exist for the software events alone; ``perf`` counts everything
-with perf events as before.
+with perf events as before. While a pid is counted from /proc, a taskstats listener (taskstats.py,
+opened with the first such pid, closed in ``close``) delivers the exit records of its threads, so what
+it did after its last reading is not lost at its exit.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import errno
 import os
 import re
 import resource
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from ..capture.format import CounterValue, PidCounters
 from ..errors import ConfigError
 from .perf_event import EventSpec, LinuxPerfSyscalls, PerfSyscalls, RawCount, describe_errno, event_spec
 from .proc_counters import PROC_EVENTS, PidProcCounters, ProcFiles
+from .taskstats import ExitSource, NoExits, ThreadExit, open_exit_source
 
 DEFAULT_EVENTS: tuple[str, ...] = (
     "cycles",
@@ -312,6 +315,7 @@ class CounterGroup:
         nominal_hz: tuple[float | None, str] | None = None,
         source: str = "auto",
         proc_files: ProcFiles | None = None,
+        exit_source: Callable[[], ExitSource] = open_exit_source,
     ) -> None:
         if source not in COUNTER_SOURCES:
             raise ConfigError(f"--counters: {source!r} is not one of {', '.join(COUNTER_SOURCES)}")
@@ -330,6 +334,8 @@ class CounterGroup:
         self._probe: dict[str, str] | None = None
         self.source = source
         self._proc_files = proc_files if proc_files is not None else ProcFiles()
+        self._open_exits = exit_source
+        self._exits: ExitSource | None = None  # opened with the first /proc-counted pid, closed in close()
         self._sets: dict[int, PidCounterSet] = {}
         self._proc_sets: dict[int, PidProcCounters] = {}
         self._unsupported: dict[str, str] = {}
@@ -388,7 +394,8 @@ class CounterGroup:
             return
         self.probe()
         if self.proc_events:
-            proc_set = PidProcCounters(pid, self.proc_events, self._proc_files)
+            exits = self._route_exits()  # exits queued so far happened before this pid's first reading
+            proc_set = PidProcCounters(pid, self.proc_events, self._proc_files, exits_unavailable=exits.unavailable)
             proc_set.open()
             self._proc_sets[pid] = proc_set
         supported = [
@@ -399,7 +406,31 @@ class CounterGroup:
             counter_set.open()
         self._sets[pid] = counter_set
 
+    def _route_exits(self) -> ExitSource:
+        """Drain the exit records (opening the listener the first time) and hand each /proc-counted pid
+        its own."""
+        if self._exits is None:
+            self._exits = self._open_exits()
+        by_process: dict[int, list[ThreadExit]] = {}
+        for record in self._exits.drain():  # every exit on the host: most are not ours
+            if record.tgid in self._proc_sets:
+                by_process.setdefault(record.tgid, []).append(record)
+        for pid, records in by_process.items():
+            self._proc_sets[pid].record_exits(records)
+        return self._exits
+
+    @property
+    def exits_note(self) -> str:
+        """Why exits are not (all) followed ("" when they are, or no /proc counter was opened)."""
+        if self._exits is None:
+            return ""
+        if self._exits.overruns:
+            return f"taskstats dropped exit records {self._exits.overruns} time(s) (its receive queue was full)"
+        return self._exits.unavailable
+
     def pid_exited(self, pid: int) -> None:
+        if pid in self._proc_sets:
+            self._route_exits()
         if pid in self._sets:
             self._sets[pid].freeze()
         if pid in self._proc_sets:
@@ -417,6 +448,7 @@ class CounterGroup:
             raise KeyError(f"pid {pid} was never added to the counters")
         measured = self._sets[pid].read()
         if pid in self._proc_sets:
+            self._route_exits()
             measured.update(self._proc_sets[pid].read())
         events: dict[str, CounterValue] = {}
         for spec in self.specs:
@@ -431,5 +463,24 @@ class CounterGroup:
         """Freeze every pid (values stay readable) and release all fds."""
         for counter_set in self._sets.values():
             counter_set.freeze()
-        for proc_set in self._proc_sets.values():
-            proc_set.freeze()
+        try:
+            if self._proc_sets:
+                self._route_exits()
+            for proc_set in self._proc_sets.values():
+                proc_set.freeze()
+        finally:
+            self.stop_exits()
+
+    def stop_exits(self) -> None:
+        """Deliver the exits queued so far and unregister from taskstats (the window is over): later
+        readings see /proc alone."""
+        if self._exits is None or isinstance(self._exits, NoExits):
+            return
+        try:
+            if self._proc_sets:
+                self._route_exits()
+        finally:
+            self._exits.close()
+            closed = NoExits(self._exits.unavailable or "taskstats closed with the window")
+            closed.overruns = self._exits.overruns
+            self._exits = closed

@@ -14,11 +14,15 @@ Where each value comes from (all deltas from ``open``, i.e. from when the pid en
 - context-switches: voluntary + nonvoluntary_ctxt_switches of /proc/PID/task/TID/status, and
   cpu-migrations: se.nr_migrations of /proc/PID/task/TID/sched (kernels with CONFIG_SCHED_DEBUG):
   per thread, the kernel has no process total in /proc. Threads are tracked across readings by (tid,
-  start time), so a reused tid is a new thread; the only loss is what a thread did between its last
-  reading and its exit (a thread born and gone between two readings is lost whole).
+  start time), so a reused tid is a new thread.
 
-A process that is reaped between readings keeps the values of its last reading, with a note saying so;
-one reaped before any reading after ``open`` has no values (None, "not measured"), never 0.
+What a reading cannot see, exits, comes from the kernel's taskstats exit records (sampling/taskstats.py)
+when the caller delivers them: a thread that exits between readings counts its switches up to its exit,
+and a process reaped between readings adds what its threads did after its last reading (CPU, faults,
+switches) to it, so one that exits within its first interval is measured too. Without them (no
+CAP_NET_ADMIN, no CONFIG_TASKSTATS) a thread's switches after its last reading are lost, a reaped process
+keeps its last reading, and one reaped before any reading after ``open`` has no values (None, "not
+measured"), never 0; the notes say which. Migrations have no exit record: a thread's last ones are lost.
 Everything under /proc/PID belongs to the target: reads are size-bounded, never follow a link, and a
 vanished thread or process (ENOENT, ESRCH) is normal, never an error.
 """
@@ -29,12 +33,13 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..capture.format import CounterValue
 from ..files import procstat
 from ..files.safeio import open_without_links, read_fd
+from .taskstats import ThreadExit
 
 TASK_CLOCK = "task-clock"
 # event name (perf's names and aliases) -> which /proc value answers it
@@ -79,6 +84,9 @@ class ThreadCounts:
     start_ticks: int
     switches: int | None
     migrations: int | None
+    cpu_ticks: int = 0  # the thread's own utime + stime (what its exit record is compared with)
+    minor_faults: int = 0
+    major_faults: int = 0
 
 
 def parse_stat(text: str) -> ProcessTotals | None:
@@ -179,6 +187,9 @@ class ProcFiles:
             totals.start_ticks,
             parse_switches(status_text) if status_text is not None else None,
             parse_migrations(sched_text) if sched_text is not None else None,
+            totals.cpu_ticks,
+            totals.minor_faults,
+            totals.major_faults,
         )
 
 
@@ -240,6 +251,56 @@ class ThreadLedger:
             value += max(0, now - (then or 0))
         return value if any_known else None
 
+    def with_exits(
+        self, exits: Sequence[ThreadExit], previous: Mapping[tuple[int, int], ThreadCounts], alive: Collection[int]
+    ) -> ThreadLedger:
+        """Threads that exited since the ``previous`` reading count their switches up to their exit: one
+        seen then takes its exit record's total; one born and gone since counts it whole. A tid still
+        ``alive`` now (a zombie leader, a reused tid) is the snapshot's to tell."""
+        first, last = dict(self.first), dict(self.last)
+        born = 0
+        for record in exits:
+            if record.tid in alive:
+                continue
+            # a thread gone before ``previous`` was read but whose record came after it is an earlier one's
+            key = _seen_key(previous, record.tid) or _seen_key(last, record.tid)
+            if key is None:
+                key = (record.tid, -1 - self.threads_seen - born)  # never a real start time
+                first[key] = ThreadCounts(-1, 0, None)
+                born += 1
+            last[key] = replace(last.get(key, first[key]), switches=record.switches)
+        return ThreadLedger(first, last, self.threads_seen + born)
+
+
+def _seen_key(threads: Mapping[tuple[int, int], ThreadCounts], tid: int) -> tuple[int, int] | None:
+    """The key of ``tid`` in a reading (the latest-started one if the tid was reused)."""
+    keys = [key for key in threads if key[0] == tid]
+    return max(keys, key=lambda key: key[1]) if keys else None
+
+
+@dataclass(frozen=True)
+class ExitTail:
+    """What threads did between a process's last reading and their exit, from their exit records."""
+
+    cpu_ns: float = 0.0
+    minor_faults: int = 0
+    major_faults: int = 0
+    threads: int = 0
+
+
+def exit_tail(previous: Mapping[tuple[int, int], ThreadCounts], exits: Sequence[ThreadExit]) -> ExitTail:
+    """The exit records minus each thread's values at the last reading (whole for a thread born since).
+    The reading's CPU is in clock ticks of the adjusted utime+stime, the record's the exact runtime:
+    a difference below zero is the reading's rounding, counted as zero."""
+    cpu_ns, minor, major = 0.0, 0, 0
+    for record in exits:
+        key = _seen_key(previous, record.tid)
+        seen = previous[key] if key is not None else ThreadCounts(0, 0, None)
+        cpu_ns += max(0.0, record.cpu_ns - seen.cpu_ticks * 1e9 / CLOCK_TICKS_PER_S)
+        minor += max(0, record.minor_faults - seen.minor_faults)
+        major += max(0, record.major_faults - seen.major_faults)
+    return ExitTail(cpu_ns, minor, major, len(exits))
+
 
 # ---------------------------------------------------------------- one pid
 
@@ -249,15 +310,20 @@ _SOURCE_NOTES = {
     "faults": "/proc/PID/stat minflt+majflt: whole process, exited threads included",
     "minor_faults": "/proc/PID/stat minflt: whole process, exited threads included",
     "major_faults": "/proc/PID/stat majflt: whole process, exited threads included",
-    "switches": "/proc/PID/task/*/status per thread: a thread's switches after its last reading before it "
-    "exited are not counted",
+    "switches": "/proc/PID/task/*/status per thread",
     "migrations": "/proc/PID/task/*/sched per thread: a thread's migrations after its last reading before it "
     "exited are not counted",
 }
+_SWITCHES_TO_EXIT = "threads that exited counted up to their exit (taskstats)"
+_SWITCHES_LOST = "a thread's switches after its last reading before it exited are not counted"
 
 
 class PidProcCounters:
-    """The /proc-backed events of one pid, as deltas from ``open``; same surface as PidCounterSet."""
+    """The /proc-backed events of one pid, as deltas from ``open``; same surface as PidCounterSet.
+
+    Exit records (``record_exits``, from taskstats) fill what the readings miss: what a process did
+    between its last reading and its exit, and the switches of threads that exited between readings.
+    ``exits_unavailable`` says why there are none (empty when the caller delivers them)."""
 
     def __init__(
         self,
@@ -265,6 +331,7 @@ class PidProcCounters:
         events: Sequence[str],
         files: ProcFiles | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        exits_unavailable: str = "taskstats not used",
     ) -> None:
         unknown = [name for name in events if name not in PROC_EVENTS]
         if unknown:
@@ -273,10 +340,11 @@ class PidProcCounters:
         self.events = tuple(events)
         self._files = files if files is not None else ProcFiles()
         self._clock_ns = clock_ns
+        self._exits_unavailable = exits_unavailable
         self._base: ProcSnapshot | None = None
-        self._last_totals: ProcessTotals | None = None
-        self._last_ns = 0
+        self._last: ProcSnapshot | None = None
         self._ledger = ThreadLedger()
+        self._pending: list[ThreadExit] = []  # exits delivered since the last reading
         self._gone = False
         self._readings = 0  # readings after the baseline
         self._frozen: dict[str, CounterValue] | None = None
@@ -287,19 +355,26 @@ class PidProcCounters:
         snapshot = take_snapshot(self._files, self.pid, self._clock_ns)
         if snapshot.totals is None:
             return  # exited before it could be counted: every value says so
-        self._base = snapshot
-        self._last_totals, self._last_ns = snapshot.totals, snapshot.taken_ns
+        self._base = self._last = snapshot
         self._ledger = ThreadLedger().start(snapshot)
 
+    def record_exits(self, exits: Sequence[ThreadExit]) -> None:
+        """Exit records of this process's threads, delivered in the order the kernel sent them and
+        drained before the next reading (so a reading includes every exit delivered before it)."""
+        if self._frozen is None and self._base is not None:
+            self._pending.extend(record for record in exits if record.tgid == self.pid)
+
     def _refresh(self) -> None:
-        if self._base is None or self._gone or self._base.totals is None:
+        if self._base is None or self._last is None or self._gone or self._base.totals is None:
             return
         snapshot = take_snapshot(self._files, self.pid, self._clock_ns)
         if snapshot.totals is None or snapshot.totals.start_ticks != self._base.totals.start_ticks:
-            self._gone = True  # reaped (or the pid now names another process): keep the last reading
+            self._gone = True  # reaped (or the pid now names another process): last reading + exit records
             return
-        self._last_totals, self._last_ns = snapshot.totals, snapshot.taken_ns
-        self._ledger = self._ledger.update(snapshot)
+        alive = {tid for tid, _ in snapshot.threads}
+        self._ledger = self._ledger.update(snapshot).with_exits(self._pending, self._last.threads, alive)
+        self._pending.clear()  # their CPU and faults are in the process's totals now
+        self._last = snapshot
         self._readings += 1
 
     def read(self) -> dict[str, CounterValue]:
@@ -309,30 +384,44 @@ class PidProcCounters:
         return {name: self._value(PROC_EVENTS[name]) for name in self.events}
 
     def _value(self, source: str) -> CounterValue:
-        base = self._base
-        if base is None or base.totals is None or self._last_totals is None:
+        base, last = self._base, self._last
+        if base is None or base.totals is None or last is None or last.totals is None:
             return CounterValue(None, False, note="process exited before counters were opened")
-        if self._gone and self._readings == 0:  # a zero here would claim it did nothing
-            return CounterValue(None, False, note="process exited before its first /proc reading: not measured")
-        first, last = base.totals, self._last_totals
-        value: float | None
+        tail = exit_tail(last.threads, self._pending) if self._gone else ExitTail()
+        if self._gone and self._readings == 0 and not tail.threads:  # a zero would claim it did nothing
+            why = f"; {self._exits_unavailable}" if self._exits_unavailable else "; no exit record"
+            return CounterValue(None, False, note=f"process exited before its first /proc reading: not measured{why}")
+        value = self._measure(source, base.totals, last.totals, tail)
+        if value is None:
+            missing = "sched (needs CONFIG_SCHED_DEBUG)" if source == "migrations" else "status"
+            return CounterValue(None, False, note=f"/proc/PID/task/*/{missing} unreadable")
+        elapsed = max(0, last.taken_ns - base.taken_ns)
+        return CounterValue(value, True, elapsed, elapsed, "; ".join(self._notes(source, tail)))
+
+    def _measure(self, source: str, first: ProcessTotals, last: ProcessTotals, tail: ExitTail) -> float | None:
         if source == "cpu":
-            value = (last.cpu_ticks - first.cpu_ticks) * 1e9 / CLOCK_TICKS_PER_S
-        elif source in ("faults", "minor_faults", "major_faults"):
-            minor = last.minor_faults - first.minor_faults
-            major = last.major_faults - first.major_faults
-            value = float({"faults": minor + major, "minor_faults": minor, "major_faults": major}[source])
-        else:
-            total = self._ledger.total(source)
-            if total is None:
-                missing = "sched (needs CONFIG_SCHED_DEBUG)" if source == "migrations" else "status"
-                return CounterValue(None, False, note=f"/proc/PID/task/*/{missing} unreadable")
-            value = float(total)
+            return (last.cpu_ticks - first.cpu_ticks) * 1e9 / CLOCK_TICKS_PER_S + tail.cpu_ns
+        if source in ("faults", "minor_faults", "major_faults"):
+            minor = last.minor_faults - first.minor_faults + tail.minor_faults
+            major = last.major_faults - first.major_faults + tail.major_faults
+            return float({"faults": minor + major, "minor_faults": minor, "major_faults": major}[source])
+        ledger = self._ledger
+        if self._gone and self._last is not None:
+            ledger = ledger.with_exits(self._pending, self._last.threads, ())
+        total = ledger.total(source)
+        return None if total is None else float(total)
+
+    def _notes(self, source: str, tail: ExitTail) -> list[str]:
         notes = [_SOURCE_NOTES[source].format(tick=round(1000 / CLOCK_TICKS_PER_S))]
-        if self._gone:
+        if source == "switches":
+            notes.append(_SWITCHES_LOST if self._exits_unavailable else _SWITCHES_TO_EXIT)
+        if self._gone and tail.threads:
+            notes.append(f"process exited: its last reading plus {tail.threads} thread exit record(s) (taskstats)")
+        elif self._gone:
             notes.append("process exited: values as of its last reading before exit")
-        elapsed = max(0, self._last_ns - base.taken_ns)
-        return CounterValue(value, True, elapsed, elapsed, "; ".join(notes))
+        if self._gone and self._exits_unavailable:
+            notes.append(self._exits_unavailable)
+        return notes
 
     def freeze(self) -> dict[str, CounterValue]:
         """The final values (one last reading if the process is still there); later reads return them."""

@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 
+from profiler.capture.format import PidCounters
 from profiler.sampling.counters import DEFAULT_EVENTS, CounterGroup
 from tests.fixtures.jvm import CpuSplitJvm
 
@@ -120,16 +121,23 @@ def test_exited_process_keeps_its_counts_and_forked_children_are_not_counted(sou
             rusage_before.children_user + rusage_before.children_system
         )
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    group.pid_exited(child.pid)
-    counters = group.read(child.pid)
-    group.close()
+        counters = _final_counters(group, child)
     assert counters.cpu_seconds is not None
     # the waited-for process tree used ~0.9 s (parent 0.3 + forked child 0.6); we count the parent only
     assert children_cpu > 0.8
     assert 0.25 < counters.cpu_seconds < 0.55, counters.cpu_seconds
+
+
+def _final_counters(group: CounterGroup, child: subprocess.Popen[str]) -> PidCounters:
+    """The child's counters once it is gone (killed and reaped if a test step failed), the group closed."""
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    group.pid_exited(child.pid)
+    try:
+        return group.read(child.pid)
+    finally:
+        group.close()
 
 
 def _thread_runtimes(pid: int) -> dict[int, int]:
@@ -175,3 +183,52 @@ def test_proc_task_clock_of_a_busy_jvm_agrees_with_the_scheduler_perf_and_the_jv
     assert inner / 1e9 - slack <= measured.cpu_seconds <= perf_after + slack, (inner / 1e9, measured, perf_after)
     # the whole process holds the burner threads (plus JIT, GC and the reply thread)
     assert measured.cpu_seconds >= jvm_own - slack
+
+
+# Burns CPU in three threads after "go" and exits at once: between add_pid's baseline and the exit there
+# is no /proc reading, so everything it did must come from the kernel's taskstats exit records. It reports
+# its own CPU (CLOCK_PROCESS_CPUTIME_ID, exact) at "go" and just before it exits.
+SHORT_LIVED = r"""
+import hashlib, sys, threading, time
+data = b"x" * (1 << 20)
+def burn(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        hashlib.sha256(data).digest()
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.process_time()
+threads = [threading.Thread(target=burn, args=(0.3,)) for _ in range(3)]
+for t in threads: t.start()
+burn(0.2)
+for t in threads: t.join()
+print(time.process_time() - start, flush=True)
+"""
+
+
+def test_process_exiting_before_its_first_proc_reading_is_measured_from_its_exit_records() -> None:
+    group = CounterGroup(["task-clock", "context-switches", "page-faults"], source="proc")
+    child = subprocess.Popen(
+        [sys.executable, "-c", SHORT_LIVED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        group.add_pid(child.pid)
+        assert not group.exits_note, group.exits_note  # taskstats works on this host (root, CONFIG_TASKSTATS)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        own_cpu = float(child.stdout.readline())
+        child.wait(timeout=60)  # reaped: /proc/PID is gone before any reading after the baseline
+    finally:
+        counters = _final_counters(group, child)
+    assert own_cpu > 1.0, f"the workload did not burn CPU ({own_cpu:.2f}s)"
+    assert counters.cpu_seconds is not None, counters.events["task-clock"].note
+    # The exit records carry each thread's exact run time; the baseline they are measured from is the
+    # main thread's /proc utime and stime in whole clock ticks (each truncated: at most 2 ticks, 20 ms,
+    # too much), and the child's own clock misses the interpreter's work after the baseline and its
+    # shutdown after the last print (+8 … +14 ms in five runs here).
+    assert counters.cpu_seconds == pytest.approx(own_cpu, abs=0.03), (counters.cpu_seconds, own_cpu)
+    assert "thread exit record(s)" in counters.events["task-clock"].note
+    switches = counters.events["context-switches"]
+    assert switches.value is not None and switches.value > 0 and "up to their exit" in switches.note

@@ -137,6 +137,11 @@ class FakeSampler:
 class FakeCounters:
     """Cumulative counters: constant, or (``growing``) 1000 cycles and 0.5 CPU-s more with every read."""
 
+    exits_note = ""
+
+    def stop_exits(self) -> None:
+        pass
+
     def __init__(self, growing: bool = False) -> None:
         self.added: list[int] = []
         self.closed = False

@@ -18,7 +18,9 @@ from profiler.sampling.proc_counters import (
     parse_stat,
     parse_switches,
 )
+from profiler.sampling.taskstats import ThreadExit
 from tests.fixtures.fakeproc import FakeProc, stat_line
+from tests.fixtures.taskstats import ReplayExits
 from tests.unit.sampling.test_counters import NO_PMU, FakePerf
 
 SOFTWARE = ["task-clock", "context-switches", "cpu-migrations", "page-faults"]
@@ -26,11 +28,21 @@ TICK_NS = 1e9 / CLOCK_TICKS_PER_S
 
 
 def proc_group(
-    root: Path, events: list[str] | None = None, source: str = "proc", missing: dict[str, int] | None = None
+    root: Path,
+    events: list[str] | None = None,
+    source: str = "proc",
+    missing: dict[str, int] | None = None,
+    exits: ReplayExits | None = None,
 ) -> CounterGroup:
     fake = FakePerf({}, missing=dict(NO_PMU) | (missing or {}))
+    source_of_exits = exits if exits is not None else ReplayExits(unavailable="taskstats off in this test")
     return CounterGroup(
-        events or SOFTWARE, syscalls=fake, nominal_hz=(1e9, "t"), source=source, proc_files=ProcFiles(str(root))
+        events or SOFTWARE,
+        syscalls=fake,
+        nominal_hz=(1e9, "t"),
+        source=source,
+        proc_files=ProcFiles(str(root)),
+        exit_source=lambda: source_of_exits,
     )
 
 
@@ -190,6 +202,7 @@ def test_auto_uses_proc_without_a_pmu_and_perf_with_one(tmp_path: Path) -> None:
         nominal_hz=(1e9, "t"),
         source="proc",
         proc_files=ProcFiles(str(tmp_path)),
+        exit_source=ReplayExits,
     )
     forced.add_pid(7)
     assert forced.proc_events == tuple(SOFTWARE) and forced.open_fds() == 1  # cycles alone stays a perf event
@@ -199,3 +212,154 @@ def test_auto_uses_proc_without_a_pmu_and_perf_with_one(tmp_path: Path) -> None:
     refused = proc_group(tmp_path, SOFTWARE, source="auto", missing={n: errno.EACCES for n in SOFTWARE})
     refused.add_pid(7)
     assert refused.read(7).events["task-clock"].supported
+
+
+def _exit(tid: int, tgid: int, cpu_ticks: float, switches: int, minflt: int = 0) -> ThreadExit:
+    return ThreadExit(tid, tgid, int(cpu_ticks * TICK_NS), minflt, 0, switches, 1_000_000)
+
+
+def test_exit_records_fill_the_last_interval_of_a_reaped_process(tmp_path: Path) -> None:
+    # GIVEN pid 7 with threads 7 and 8, read once after add_pid
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10, minflt=5)
+    proc.thread(7, 7, voluntary=1, utime=6, minflt=5)
+    proc.thread(7, 8, voluntary=2, utime=4)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    proc.process(7, utime=30, minflt=9)
+    proc.thread(7, 7, voluntary=4, utime=20, minflt=9)
+    proc.thread(7, 8, voluntary=5, utime=10)
+    assert group.read(7).events["task-clock"].value == pytest.approx(20 * TICK_NS)
+    # WHEN both threads exit after that reading, a thread 9 is born and gone unseen, and 7 is reaped;
+    # a record of another process is delivered too
+    exits.queued = [
+        _exit(8, 7, 15, 9),
+        _exit(9, 7, 3, 2, minflt=1),
+        _exit(70, 70, 500, 100),
+        _exit(7, 7, 27, 6, minflt=12),
+    ]
+    proc.end_process(7)
+    group.pid_exited(7)
+    after = group.read(7)
+    # THEN the last reading plus each thread's part after it: CPU 20 + 5 + 3 + 7 ticks
+    assert after.events["task-clock"].value == pytest.approx(35 * TICK_NS)
+    assert after.events["page-faults"].value == 4 + 1 + 3
+    assert after.events["context-switches"].value == (6 - 1) + (9 - 2) + 2
+    assert "3 thread exit record(s)" in after.events["task-clock"].note
+    assert "up to their exit" in after.events["context-switches"].note
+    group.close()
+    assert exits.closed
+
+
+def _single_thread_pid_7(tmp_path: Path) -> tuple[FakeProc, ReplayExits, CounterGroup]:
+    """Pid 7, one thread with 3 switches and 10 ticks, counted from /proc with replayed exits."""
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=3, utime=10)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    return proc, exits, group
+
+
+def test_exit_within_the_first_interval_is_measured(tmp_path: Path) -> None:
+    proc, exits, group = _single_thread_pid_7(tmp_path)
+    exits.queued = [_exit(7, 7, 42, 8)]
+    proc.end_process(7)
+    group.pid_exited(7)
+    counters = group.read(7)
+    assert counters.cpu_seconds == pytest.approx(32 * TICK_NS / 1e9)
+    assert counters.events["context-switches"].value == 5
+
+
+def test_exits_before_a_reading_are_in_it_and_only_switches_are_added(tmp_path: Path) -> None:
+    # GIVEN thread 8 seen once, then exited before the next reading (its CPU is in the process's stat)
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=1)
+    proc.thread(7, 8, voluntary=2, utime=4)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    exits.queued = [_exit(8, 7, 9, 7)]
+    proc.end_thread(7, 8)
+    proc.process(7, utime=20)
+    counters = group.read(7)
+    # THEN CPU from the stat alone; the gone thread's 5 switches after its last reading are counted
+    assert counters.events["task-clock"].value == pytest.approx(10 * TICK_NS)
+    assert counters.events["context-switches"].value == 5
+    # WHEN the process is reaped with no record after that reading: the reading stands
+    proc.end_process(7)
+    group.pid_exited(7)
+    after = group.read(7)
+    assert after.events["task-clock"].value == pytest.approx(10 * TICK_NS)
+    assert "values as of its last reading" in after.events["task-clock"].note
+
+
+def test_records_queued_before_add_pid_are_not_the_new_pids(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(99)  # opens the listener
+    exits.queued = [_exit(8, 7, 50, 50)]  # a thread of 7 that ended before 7 entered the scope
+    group.add_pid(7)
+    proc.end_process(7)
+    group.pid_exited(7)
+    assert group.read(7).events["task-clock"].value is None  # gone before its first reading, no record
+
+
+def test_without_taskstats_or_with_overruns_the_notes_and_the_group_say_so(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=3)
+    exits = ReplayExits(unavailable="taskstats unavailable (registering needs CAP_NET_ADMIN)")
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    proc.end_process(7)
+    group.pid_exited(7)
+    note = group.read(7).events["task-clock"].note
+    assert "not measured" in note and "CAP_NET_ADMIN" in note
+    assert group.exits_note == exits.unavailable
+    working = ReplayExits()
+    other = proc_group(tmp_path, exits=working)
+    assert other.exits_note == ""  # nothing opened yet
+    proc.process(8, utime=1)
+    other.add_pid(8)
+    assert other.exits_note == ""
+    working.overruns = 2
+    assert "dropped exit records 2 time(s)" in other.exits_note
+    other.close()
+    assert working.closed and "dropped" in other.exits_note
+
+
+def test_stop_exits_delivers_what_is_queued_and_unregisters(tmp_path: Path) -> None:
+    proc, exits, group = _single_thread_pid_7(tmp_path)
+    exits.queued = [_exit(7, 7, 30, 4)]
+    group.stop_exits()  # the window ends; 7 is reaped afterwards
+    assert exits.closed and exits.queued == []
+    proc.end_process(7)
+    group.pid_exited(7)
+    assert group.read(7).cpu_seconds == pytest.approx(20 * TICK_NS / 1e9)
+    group.close()
+
+
+def test_a_record_arriving_after_the_reading_that_missed_its_thread_is_not_counted_twice(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=1)
+    proc.thread(7, 8, voluntary=2)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits)
+    group.add_pid(7)
+    proc.thread(7, 8, voluntary=6)
+    assert group.read(7).events["context-switches"].value == 4
+    # GIVEN thread 8 exits right after the drain of the next reading: that reading misses it and its record
+    proc.end_thread(7, 8)
+    assert group.read(7).events["context-switches"].value == 4
+    # WHEN its record (8 switches in all) comes with the reading after
+    exits.queued = [_exit(8, 7, 0, 8)]
+    # THEN it replaces thread 8's last reading: 8 - 2, never 8 more
+    assert group.read(7).events["context-switches"].value == 6
