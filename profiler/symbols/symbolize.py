@@ -401,18 +401,31 @@ class _UserStack:
 class _ValueNames:
     """What one stored user value (a pc, a tagged Method*, a compiled frame, a gap) names in an epoch: its
     frames, leaf first (a compiled frame's inlined methods), and what it adds to its stack's counts
-    (VALUE_COUNTS, in that order). Equal records name the same frames the same way."""
+    (VALUE_COUNTS packed by ``pack_counts``: a stack's counts are one sum). Equal records name the same
+    frames the same way."""
 
     frames: tuple[Frame, ...]
-    counts: tuple[int, ...]
+    counts: int
+    gap: int = 0  # frames cut from the middle of the stack (a gap value)
     unnamed: str | None = None  # why the interpreter frame stays unnamed
     compiled_unnamed: str | None = None  # why the compiled frame stays unnamed
 
 
 VALUE_COUNTS = (
-    "gap", "interpreted", "interpreted_named", "compiled", "compiled_named", "compiled_perf_map",
+    "interpreted", "interpreted_named", "compiled", "compiled_named", "compiled_perf_map",
     "java", "unresolved", "interpreter_frames", "compiled_methods",
 )  # fmt: skip
+_COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
+
+
+def pack_counts(counts: Sequence[int]) -> int:
+    """Small counts in one int, so that adding packed ints adds each count."""
+    return sum(count << (_COUNT_BITS * index) for index, count in enumerate(counts))
+
+
+def unpack_counts(packed: int) -> list[int]:
+    mask = (1 << _COUNT_BITS) - 1
+    return [(packed >> (_COUNT_BITS * index)) & mask for index in range(len(VALUE_COUNTS))]
 
 
 def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int) -> str | None:
@@ -490,6 +503,7 @@ class StackFolder:
         # the values that named something else in it than before (a stack named before one of them is stale)
         self._serial = 0
         self._checked: set[int] = set()
+        self._checked_chunks: set[bytes] = set()  # stored chunks whose every value is in _checked
         self._changes: list[set[int]] = [set()]
         self._values: dict[int, _ValueNames] = {}  # bounded by the distinct values of the process's stacks
         self._value_ids: dict[int, tuple[int, ...]] = {}  # a value's frame ids in _ids_table, root first
@@ -543,6 +557,7 @@ class StackFolder:
         self._serial += 1
         self._changes.append(set())
         self._checked = set()
+        self._checked_chunks = set()
 
     def _name_value(self, value: int) -> _ValueNames:
         """What ``value`` names now (the folder's perf map and generation)."""
@@ -552,18 +567,19 @@ class StackFolder:
             frames, gap = self._walker_frame(value, scratch, unnamed)
         else:
             frames, gap = [self.symbols.resolve(value)], 0
-        counts = (
-            gap, scratch.interpreted, scratch.interpreted_named, scratch.compiled, scratch.compiled_named,
+        counts = pack_counts((
+            scratch.interpreted, scratch.interpreted_named, scratch.compiled, scratch.compiled_named,
             scratch.compiled_perf_map, *java_frame_kinds(frames),
-        )  # fmt: skip
+        ))  # fmt: skip
         compiled_unnamed = next(iter(scratch.compiled_unnamed or ()), None)
-        return _ValueNames(tuple(frames), counts, next(iter(unnamed), None), compiled_unnamed)
+        return _ValueNames(tuple(frames), counts, gap, next(iter(unnamed), None), compiled_unnamed)
 
     def _check_values(self, values: Sequence[int]) -> None:
         """Name the values not yet named in this epoch; note those that name something else than before."""
-        unchecked = set(values).difference(self._checked)
-        if not unchecked:
+        checked = self._checked
+        if all(map(checked.__contains__, values)):  # the usual case: other stacks of the epoch had them
             return
+        unchecked = set(values).difference(checked)
         changes, known = self._changes[-1], self._values
         for value in unchecked:
             named = self._name_value(value)
@@ -649,7 +665,11 @@ class StackFolder:
             stack = self._user[(raw, walk_end)] = _UserStack(lost=True)
             return stack
         values = raw_addresses(stack_bytes(raw))
-        self._check_values(values)
+        chunks = (raw,) if isinstance(raw, bytes) else raw
+        if not self._checked_chunks.issuperset(chunks):  # stacks share chunks (their roots): looked at once
+            self._check_values(values)
+            if sum(map(len, chunks)) == 8 * len(values):  # no zero cut the stack short: all its chunks named
+                self._checked_chunks.update(chunks)
         if known is not None and self._unchanged_since(known.named_in, values):
             known.named_in = self._serial
             return known
@@ -660,15 +680,17 @@ class StackFolder:
         """A stack of values all named in this epoch (``_check_values``)."""
         records = list(map(self._values.__getitem__, values))
         frames = list(chain.from_iterable(map(attrgetter("frames"), records)))
-        sums = [sum(column) for column in zip(*map(attrgetter("counts"), records))] or [0] * len(VALUE_COUNTS)
-        gap, interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:6]
-        java, unresolved, interpreter_frames, compiled_methods = sums[6:]
+        sums = unpack_counts(sum(map(attrgetter("counts"), records)))
+        interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:5]
+        java, unresolved, interpreter_frames, compiled_methods = sums[5:]
+        gap = sum(map(attrgetter("gap"), records))
         stack = _UserStack(frames, named_in=self._serial, interpreted=interpreted)
         stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
         stack.compiled_perf_map = compiled_perf_map
         if self.walker:
-            stack.unnamed = dict(Counter(r.unnamed for r in records if r.unnamed is not None))
-            causes = Counter(r.compiled_unnamed for r in records if r.compiled_unnamed is not None)
+            unnamed, compiled_unnamed = attrgetter("unnamed"), attrgetter("compiled_unnamed")
+            stack.unnamed = dict(Counter(map(unnamed, filter(unnamed, records))))
+            causes = Counter(map(compiled_unnamed, filter(compiled_unnamed, records)))
             stack.compiled_unnamed = dict(causes) if causes else None
             truncated = gap > 0
         else:
