@@ -551,6 +551,12 @@ class StackFolder:
             self.generation = generation
             self._new_epoch()
 
+    def forget_names(self) -> None:
+        """Drop what was named (stacks, values, their ids): kept only while a table is being built."""
+        for names in (self._user, self._values, self._value_ids, self._frame_id_of, self._kernel_ids):
+            names.clear()
+        self._checked, self._checked_chunks, self._changes = set(), set(), [set() for _ in self._changes]
+
     def _new_epoch(self) -> None:
         """Every value is named again when it next occurs; the stacks keep their names until one of their
         values changes (StackFolder._user_stack)."""
@@ -789,8 +795,7 @@ class StackFolder:
         distinct stack costs the table's tuple and no more), so ``fold`` must not be asked for it afterwards."""
         if table is not self._ids_table:
             self._ids_table = table
-            for ids_cache in (self._user, self._value_ids, self._frame_id_of, self._kernel_ids):
-                ids_cache.clear()  # their ids are another table's
+            self.forget_names()  # their ids are another table's
         user, kernel_names = self.fold_ids_again(key, count)
         root = table.frame(sanitize_frame(key.comm.decode("utf-8", "replace")) or "[unnamed]", THREAD)
         if user.ids is not None:
@@ -840,6 +845,7 @@ def tabulate_store(
             else:
                 folder.fold_ids_again(key, count)
             table.add(interval if last is None else min(interval, last), stack_id, context, count)
+    folder.forget_names()  # before the table is built: the folder's memos do not stack on its arrays
     return table.build()
 
 
