@@ -1,6 +1,7 @@
 """The host agent's post-run step on a synthetic 900 s window of deep stacks: the stack store named into
 a stack table (profiler.symbols.symbolize.tabulate_store), written (gzip) and matched by frame id, with its time
-and the peak RSS it adds (getrusage and VmHWM of a fresh process, before and after the step).
+and the peak RSS it adds (getrusage and VmHWM of a fresh process before the step; VmHWM per phase, reset
+at each phase's start through /proc/self/clear_refs).
 
 The window is issue 29's: 130,000 samples over 90 intervals of 10 s, 15 perf-map epochs, ~22,000 distinct
 user stacks 60-200 frames deep (``--depth``) drawn from ~8,800 distinct frames, a tenth with a kernel part,
@@ -13,6 +14,8 @@ usage: .venv/bin/python bench/bench_postrun_table.py [--samples 130000] [--stack
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import random
 import resource
@@ -20,11 +23,13 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.capture.format import atomic_write_bytes
+from profiler.capture.folded import format_folded
+from profiler.capture.format import atomic_write_bytes, atomic_write_text
 from profiler.capture.stackstore import StackStore
 from profiler.capture.stacktable import write_table
 from profiler.defaults import DEFAULT_PROFILE, data_file
@@ -70,6 +75,32 @@ class KernelNames:
         return f"k{addr >> 12}"
 
 
+class Phases:
+    """CPU s, wall s and peak RSS (VmHWM, reset through /proc/self/clear_refs at each phase's start) per phase."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, float]] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start_hwm = reset_hwm()
+        cpu, wall = time.process_time(), time.monotonic()
+        yield
+        self.rows[name] = {
+            "cpu_s": round(time.process_time() - cpu, 2),
+            "wall_s": round(time.monotonic() - wall, 2),
+            "start_mb": round(start_hwm / 1e6, 1),
+            "peak_mb": round(vm_hwm() / 1e6, 1),
+        }
+
+
+def reset_hwm() -> int:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); returns it."""
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+    return vm_hwm()
+
+
 def vm_hwm() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -111,14 +142,22 @@ def main(argv: list[str] | None = None) -> int:
     before_hwm = vm_hwm()
     started = time.process_time()
     wall = time.monotonic()
-    folder = StackFolder(PoolSymbols(), KernelNames(), 1024, True, walker=True)
-    table = tabulate_store(store, 4242, folder, EveryEpochRenamed(), 89)  # type: ignore[arg-type]
-    store.forget(4242)
-    with tempfile.TemporaryDirectory() as scratch:
+    phases = Phases()
+    with phases.phase("naming and tabulating"):
+        folder = StackFolder(PoolSymbols(), KernelNames(), 1024, True, walker=True)
+        table = tabulate_store(store, 4242, folder, EveryEpochRenamed(), 89)  # type: ignore[arg-type]
+        store.forget(4242)
+    with tempfile.TemporaryDirectory() as scratch, phases.phase("writing the table"):
         path = Path(scratch) / "stacks.tpc"
         write_table(path, table, atomic_write_bytes)
         size = path.stat().st_size
-    result = match_table(Matcher(load_profile(data_file(DEFAULT_PROFILE))), table)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]  # the same samples give the same bytes
+    with phases.phase("matching"):
+        result = match_table(Matcher(load_profile(data_file(DEFAULT_PROFILE))), table)
+    with tempfile.TemporaryDirectory() as scratch, phases.phase("unmatched stacks"):
+        unmatched_path = Path(scratch) / "unmatched.folded"
+        atomic_write_text(unmatched_path, format_folded(result.unmatched))
+        unmatched_bytes = unmatched_path.stat().st_size
     print(json.dumps({
         "samples": args.samples,
         "distinct_stacks_stored": distinct,
@@ -127,13 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         "frame_references": sum(map(len, table.stacks)),
         "rows": len(table.counts),
         "file_bytes": size,
+        "file_sha256": digest,
         "matched_samples": result.total_samples,
+        "unmatched_stacks": len(result.unmatched),
+        "unmatched_bytes": unmatched_bytes,
         "post_run_cpu_seconds": round(time.process_time() - started, 2),
         "post_run_wall_seconds": round(time.monotonic() - wall, 2),
         "peak_rss_before_mb": round(before_rss / 1e6, 1),
-        "peak_rss_after_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6, 1),
+        # the post-run peak: the phases' (clear_refs resets getrusage's peak with VmHWM)
+        "vm_hwm_after_mb": max(round(before_hwm / 1e6, 1), *(row["peak_mb"] for row in phases.rows.values())),
         "vm_hwm_before_mb": round(before_hwm / 1e6, 1),
-        "vm_hwm_after_mb": round(vm_hwm() / 1e6, 1),
+        "phases": phases.rows,
     }))
     return 0
 

@@ -24,7 +24,9 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
@@ -140,8 +142,12 @@ def is_java_unwalkable(user_frames_leaf_first: Sequence[Frame], truncated: bool,
     """
     if not java_process or truncated or not any(frame.in_jit_code for frame in user_frames_leaf_first):
         return False
-    outermost = user_frames_leaf_first[-ROOT_WINDOW:]
-    return not any(frame_base_name(frame.name) in THREAD_ROOTS for frame in outermost)
+    return not reaches_thread_start(user_frames_leaf_first)
+
+
+def reaches_thread_start(user_frames_leaf_first: Sequence[Frame]) -> bool:
+    """One of the stack's ROOT_WINDOW outermost frames is a thread or process start frame."""
+    return any(frame_base_name(frame.name) in THREAD_ROOTS for frame in user_frames_leaf_first[-ROOT_WINDOW:])
 
 
 def fold_stack(comm: str, user_leaf_first: Sequence[str] | None, kernel_leaf_first: Sequence[str] | None) -> str:
@@ -369,11 +375,11 @@ def gap_frame(frames_cut: int) -> str:
     return f"[… {frames_cut} frames cut …]"
 
 
-@dataclass
+@dataclass(slots=True)
 class _UserStack:
-    names: list[str] | None  # leaf first; None: the walk failed, or only ``ids`` kept (StackFolder.stack_id)
-    frames: list[Frame] | None = None  # the same frames with their kind and module
+    frames: list[Frame] | None = None  # leaf first; None: the walk failed, or only ``ids`` kept (StackFolder.stack_id)
     lost: bool = False  # the walk failed: no frames
+    named_in: int = 0  # the folder's epoch serial in which its values were last checked (StackFolder._user_stack)
     # once interned (StackFolder.stack_id): the first table stack holding it and its frames there (from 1)
     ids: tuple[int, int] | None = None
     truncated: bool = False
@@ -388,7 +394,38 @@ class _UserStack:
     compiled: int = 0  # compiled frames the walker stored with their compile id
     compiled_named: int = 0  # named from the JVM's nmethod (vmStructs)
     compiled_perf_map: int = 0  # named by the perf map instead
-    compiled_unnamed: dict[str, int] = field(default_factory=dict)  # cause -> frames
+    compiled_unnamed: dict[str, int] | None = None  # cause -> frames
+
+
+@dataclass(frozen=True, slots=True)
+class _ValueNames:
+    """What one stored user value (a pc, a tagged Method*, a compiled frame, a gap) names in an epoch: its
+    frames, leaf first (a compiled frame's inlined methods), and what it adds to its stack's counts
+    (VALUE_COUNTS packed by ``pack_counts``: a stack's counts are one sum). Equal records name the same
+    frames the same way."""
+
+    frames: tuple[Frame, ...]
+    counts: int
+    gap: int = 0  # frames cut from the middle of the stack (a gap value)
+    unnamed: str | None = None  # why the interpreter frame stays unnamed
+    compiled_unnamed: str | None = None  # why the compiled frame stays unnamed
+
+
+VALUE_COUNTS = (
+    "interpreted", "interpreted_named", "compiled", "compiled_named", "compiled_perf_map",
+    "java", "unresolved", "interpreter_frames", "compiled_methods",
+)  # fmt: skip
+_COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
+
+
+def pack_counts(counts: Sequence[int]) -> int:
+    """Small counts in one int, so that adding packed ints adds each count."""
+    return sum(count << (_COUNT_BITS * index) for index, count in enumerate(counts))
+
+
+def unpack_counts(packed: int) -> list[int]:
+    mask = (1 << _COUNT_BITS) - 1
+    return [(packed >> (_COUNT_BITS * index)) & mask for index in range(len(VALUE_COUNTS))]
 
 
 def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int) -> str | None:
@@ -401,7 +438,7 @@ def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int)
         return CUT_CFI
     if walk_end == WALK_HOTSPOT_FAIL:
         return CUT_HOTSPOT
-    if not frames or any(frame_base_name(frame.name) in THREAD_ROOTS for frame in frames[-ROOT_WINDOW:]):
+    if not frames or reaches_thread_start(frames):
         return None
     return CUT_JAVA if frames[-1].in_jit_code else CUT_NATIVE
 
@@ -432,8 +469,11 @@ class JavaNamer(Protocol):
 class StackFolder:
     """Raw stacks of one process to folded lines, counting what the health panel reports.
 
-    Memoizes per distinct raw stack; ``use_perf_map`` and ``use_generation`` switch the JIT map and the
-    JVM's generation of method names (a new epoch) and forget the user stacks named with the old ones.
+    Each distinct stored value (pc, Method*, compiled frame) is named once per epoch in which it occurs, and
+    a distinct raw stack is named once: ``use_perf_map`` and ``use_generation`` begin a new epoch (the JIT
+    map, the JVM's generation of method names), in which a stack seen before is named again only when one
+    of its values names something else than when it was last named (code freed and its address reused,
+    a method's name changed).
     """
 
     def __init__(
@@ -459,6 +499,14 @@ class StackFolder:
         self.no_methods_cause = no_methods_cause  # why interpreter frames stay unnamed when methods is None
         self.native_cause = native_cause  # outermost pc -> a CUT_* cause finer than CUT_NATIVE, or None
         self._user: dict[tuple[StoredStack, int], _UserStack] = {}
+        # epochs: a serial per use_perf_map/use_generation; the values named in the current one; per serial,
+        # the values that named something else in it than before (a stack named before one of them is stale)
+        self._serial = 0
+        self._checked: set[int] = set()
+        self._checked_chunks: set[bytes] = set()  # stored chunks whose every value is in _checked
+        self._changes: list[set[int]] = [set()]
+        self._values: dict[int, _ValueNames] = {}  # bounded by the distinct values of the process's stacks
+        self._value_ids: dict[int, tuple[int, ...]] = {}  # a value's frame ids in _ids_table, root first
         self.interpreted_unnamed: Counter[str] = Counter()
         self.stacks_cut: Counter[str] = Counter()
         self._kernel: dict[StoredStack, list[str] | None] = {}
@@ -495,17 +543,64 @@ class StackFolder:
 
     def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
         self.symbols.set_perf_map(perf_map)
-        self._forget_user_stacks()
+        self._new_epoch()
 
     def use_generation(self, generation: int) -> None:
         """Name Java methods as the JVM's ``generation`` of names does (profiler/unwind/hotspot.py)."""
         if generation != self.generation:
             self.generation = generation
-            self._forget_user_stacks()
+            self._new_epoch()
 
-    def _forget_user_stacks(self) -> None:
-        self._user.clear()
-        self._frame_id_of.clear()
+    def forget_names(self) -> None:
+        """Drop what was named (stacks, values, their ids): kept only while a table is being built."""
+        for names in (self._user, self._values, self._value_ids, self._frame_id_of, self._kernel_ids):
+            names.clear()
+        self._checked, self._checked_chunks, self._changes = set(), set(), [set() for _ in self._changes]
+
+    def _new_epoch(self) -> None:
+        """Every value is named again when it next occurs; the stacks keep their names until one of their
+        values changes (StackFolder._user_stack)."""
+        self._serial += 1
+        self._changes.append(set())
+        self._checked = set()
+        self._checked_chunks = set()
+
+    def _name_value(self, value: int) -> _ValueNames:
+        """What ``value`` names now (the folder's perf map and generation)."""
+        scratch = _UserStack()
+        unnamed: Counter[str] = Counter()
+        if self.walker:
+            frames, gap = self._walker_frame(value, scratch, unnamed)
+        else:
+            frames, gap = [self.symbols.resolve(value)], 0
+        counts = pack_counts((
+            scratch.interpreted, scratch.interpreted_named, scratch.compiled, scratch.compiled_named,
+            scratch.compiled_perf_map, *java_frame_kinds(frames),
+        ))  # fmt: skip
+        compiled_unnamed = next(iter(scratch.compiled_unnamed or ()), None)
+        return _ValueNames(tuple(frames), counts, gap, next(iter(unnamed), None), compiled_unnamed)
+
+    def _check_values(self, values: Sequence[int]) -> None:
+        """Name the values not yet named in this epoch; note those that name something else than before."""
+        checked = self._checked
+        if all(map(checked.__contains__, values)):  # the usual case: other stacks of the epoch had them
+            return
+        unchecked = set(values).difference(checked)
+        changes, known = self._changes[-1], self._values
+        for value in unchecked:
+            named = self._name_value(value)
+            old = known.get(value)
+            if old is None:
+                known[value] = named
+            elif old != named:
+                known[value] = named
+                changes.add(value)
+                self._value_ids.pop(value, None)
+        self._checked |= unchecked
+
+    def _unchanged_since(self, serial: int, values: Sequence[int]) -> bool:
+        """No value of ``values`` has named something else since the epoch ``serial``."""
+        return all(not changed or changed.isdisjoint(values) for changed in self._changes[serial + 1 :])
 
     def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[list[Frame], int]:
         """(frames, frames cut) of one stored value of the walker: pc, tagged Method*, compiled frame
@@ -543,12 +638,18 @@ class StackFolder:
             unnamed[self.no_methods_cause if self.methods is None else NO_METHOD_SLOT] += 1
         return frame, 0
 
+    @staticmethod
+    def _count_unnamed(stack: _UserStack, cause: str) -> None:
+        if stack.compiled_unnamed is None:
+            stack.compiled_unnamed = {}
+        stack.compiled_unnamed[cause] = stack.compiled_unnamed.get(cause, 0) + 1
+
     def _compiled_frames(self, value: int, stack: _UserStack) -> list[Frame]:
         """A compiled frame, innermost first: the methods inlined at its pc and the compiled method, named
         from the JVM's nmethod (vmStructs), else the compiled method by the perf map at its pc."""
         stack.compiled += 1
         if self.methods is None:
-            stack.compiled_unnamed[NO_VMSTRUCTS] = stack.compiled_unnamed.get(NO_VMSTRUCTS, 0) + 1
+            self._count_unnamed(stack, NO_VMSTRUCTS)
             return [Frame(UNKNOWN, "anon")]
         pc, names, cause = self.methods.compiled_names(value, self.generation)
         if names:
@@ -558,44 +659,56 @@ class StackFolder:
         if frame.kind == "jit":
             stack.compiled_perf_map += 1
             return [frame]
-        stack.compiled_unnamed[cause] = stack.compiled_unnamed.get(cause, 0) + 1
+        self._count_unnamed(stack, cause)
         return [Frame(UNKNOWN, "anon")]
 
     def _user_stack(self, raw: StoredStack, walk_end: int) -> _UserStack:
+        """The stack named in this epoch: as named before when none of its values names something else now."""
         known = self._user.get((raw, walk_end))
-        if known is not None:
+        if known is not None and (known.lost or known.named_in == self._serial):
             return known
-        stack = _UserStack(None, lost=True) if isinstance(raw, int) else self._resolve_user(raw, walk_end)
-        self._user[(raw, walk_end)] = stack
+        if isinstance(raw, int):
+            stack = self._user[(raw, walk_end)] = _UserStack(lost=True)
+            return stack
+        values = raw_addresses(stack_bytes(raw))
+        chunks = (raw,) if isinstance(raw, bytes) else raw
+        if not self._checked_chunks.issuperset(chunks):  # stacks share chunks (their roots): looked at once
+            self._check_values(values)
+            if sum(map(len, chunks)) == 8 * len(values):  # no zero cut the stack short: all its chunks named
+                self._checked_chunks.update(chunks)
+        if known is not None and self._unchanged_since(known.named_in, values):
+            known.named_in = self._serial
+            return known
+        stack = self._user[(raw, walk_end)] = self._resolve_user(values, walk_end)
         return stack
 
-    def _resolve_user(self, raw: bytes | tuple[bytes, ...], walk_end: int) -> _UserStack:
-        addrs = raw_addresses(stack_bytes(raw))
-        stack = _UserStack(None)
-        gap = 0
+    def _resolve_user(self, values: tuple[int, ...], walk_end: int) -> _UserStack:
+        """A stack of values all named in this epoch (``_check_values``)."""
+        records = list(map(self._values.__getitem__, values))
+        frames = list(chain.from_iterable(map(attrgetter("frames"), records)))
+        sums = unpack_counts(sum(map(attrgetter("counts"), records)))
+        interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:5]
+        java, unresolved, interpreter_frames, compiled_methods = sums[5:]
+        gap = sum(map(attrgetter("gap"), records))
+        stack = _UserStack(frames, named_in=self._serial, interpreted=interpreted)
+        stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
+        stack.compiled_perf_map = compiled_perf_map
         if self.walker:
-            unnamed: Counter[str] = Counter()
-            frames = []
-            for value in addrs:
-                named, cut = self._walker_frame(value, stack, unnamed)
-                frames.extend(named)
-                gap += cut
-            stack.unnamed = dict(unnamed)
+            unnamed, compiled_unnamed = attrgetter("unnamed"), attrgetter("compiled_unnamed")
+            stack.unnamed = dict(Counter(map(unnamed, filter(unnamed, records))))
+            causes = Counter(map(compiled_unnamed, filter(compiled_unnamed, records)))
+            stack.compiled_unnamed = dict(causes) if causes else None
             truncated = gap > 0
         else:
-            frames = [self.symbols.resolve(a) for a in addrs]
-            truncated = len(addrs) >= self.depth
-        java, unresolved, interpreted, compiled = java_frame_kinds(frames)
-        stack.names = [f.name for f in frames]
-        stack.frames = frames
+            truncated = len(values) >= self.depth
         stack.truncated = truncated
-        stack.unwalkable = is_java_unwalkable(frames, truncated, self.java_process)
-        stack.interpreted_only = interpreted > 0 and compiled == 0
+        stack.unwalkable = self.java_process and not truncated and java > 0 and not reaches_thread_start(frames)
+        stack.interpreted_only = interpreter_frames > 0 and compiled_methods == 0
         stack.java_frames = java
         stack.unresolved = unresolved
         stack.cut = cut_cause(frames, gap, truncated and not self.walker, walk_end)
-        if stack.cut == CUT_NATIVE and self.native_cause is not None and addrs:
-            stack.cut = self.native_cause(addrs[-1]) or CUT_NATIVE
+        if stack.cut == CUT_NATIVE and self.native_cause is not None and values:
+            stack.cut = self.native_cause(values[-1]) or CUT_NATIVE
         return stack
 
     def _kernel_stack(self, raw: StoredStack) -> tuple[list[str] | None, bool]:
@@ -629,7 +742,7 @@ class StackFolder:
         counts["compiled_frames"] += user.compiled * count
         counts["compiled_named"] += user.compiled_named * count
         counts["compiled_perf_map"] += user.compiled_perf_map * count
-        for cause, frames in user.compiled_unnamed.items():
+        for cause, frames in (user.compiled_unnamed or {}).items():
             self.compiled_unnamed[cause] += frames * count
         if user.cut is not None:
             self.stacks_cut[user.cut] += count
@@ -638,7 +751,8 @@ class StackFolder:
         user = self._user_stack(user_raw, walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
         self._count(user, kernel_names, kernel_truncated, count)
-        return fold_stack(comm.decode("utf-8", "replace"), user.names, kernel_names)
+        names = None if user.frames is None else [frame.name for frame in user.frames]
+        return fold_stack(comm.decode("utf-8", "replace"), names, kernel_names)
 
     def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
         """Count ``count`` more samples of a stack already folded; its user part and kernel names."""
@@ -649,7 +763,7 @@ class StackFolder:
 
     def _frame_ids(self, table: StackTableBuilder, frames_leaf_first: Sequence[Frame]) -> tuple[int, ...]:
         """Frame ids, root first. Memoized by the Frame's value: one entry per distinct frame (a compiled
-        frame's Frames are new objects in every stack), cleared with the perf map's epoch."""
+        frame's Frames are new objects in every stack)."""
         known = self._frame_id_of
         ids = []
         for frame in reversed(frames_leaf_first):
@@ -659,6 +773,21 @@ class StackFolder:
             ids.append(frame_id)
         return tuple(ids)
 
+    def _user_ids(self, table: StackTableBuilder, raw: bytes | tuple[bytes, ...]) -> tuple[int, ...]:
+        """The frame ids of a user stack whose values are named in this epoch, root first: each value's ids
+        taken once from its frames (in the stack's order, so frames get the ids a frame-by-frame pass gives)."""
+        root_first = raw_addresses(stack_bytes(raw))[::-1]
+        ids_of = self._value_ids
+        found = list(map(ids_of.get, root_first))
+        if None in found:
+            for index, value in enumerate(root_first):
+                if found[index] is None:
+                    ids = ids_of.get(value)
+                    if ids is None:
+                        ids = ids_of[value] = self._frame_ids(table, self._values[value].frames)
+                    found[index] = ids
+        return tuple(chain.from_iterable(found))  # type: ignore[arg-type]
+
     def stack_id(self, table: StackTableBuilder, key: StackKey, count: int) -> int:
         """``fold`` into ``table``: the id of the stack of the stack's frames, root first. Each named user
         stack and kernel stack is interned once (not once per interval, context or perf-map epoch it appears
@@ -666,8 +795,7 @@ class StackFolder:
         distinct stack costs the table's tuple and no more), so ``fold`` must not be asked for it afterwards."""
         if table is not self._ids_table:
             self._ids_table = table
-            self._forget_user_stacks()  # their ids are another table's
-            self._kernel_ids.clear()
+            self.forget_names()  # their ids are another table's
         user, kernel_names = self.fold_ids_again(key, count)
         root = table.frame(sanitize_frame(key.comm.decode("utf-8", "replace")) or "[unnamed]", THREAD)
         if user.ids is not None:
@@ -676,8 +804,8 @@ class StackFolder:
         elif user.frames is None:
             user_ids = (table.frame(LOST_USER, LOST),)
         else:
-            user_ids = self._frame_ids(table, user.frames)
-            user.frames = user.names = None
+            user_ids = self._user_ids(table, key.user)  # type: ignore[arg-type]
+            user.frames = None
         kernel_ids = self._kernel_ids.get(key.kernel)
         if kernel_ids is None:
             if kernel_names is None:
@@ -717,6 +845,7 @@ def tabulate_store(
             else:
                 folder.fold_ids_again(key, count)
             table.add(interval if last is None else min(interval, last), stack_id, context, count)
+    folder.forget_names()  # before the table is built: the folder's memos do not stack on its arrays
     return table.build()
 
 

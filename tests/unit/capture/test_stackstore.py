@@ -29,7 +29,7 @@ from profiler.capture.stackstore import (
 )
 from profiler.capture.timeline import CounterReading, counter_deltas, rss_bytes
 from profiler.symbols.perfmap_history import PerfMapHistory
-from profiler.symbols.symbolize import STACK_NONE, Frame, StackFolder, gap_frame, raw_addresses
+from profiler.symbols.symbolize import STACK_NONE, Frame, StackFolder, gap_frame, raw_addresses, tabulate_store
 from profiler.unwind.hotspot import NO_METHOD_SLOT, STALE
 
 
@@ -280,3 +280,74 @@ def test_stacks_ending_at_a_native_frame_are_told_apart_by_the_unwind_tables() -
     folder.fold(b"w", raw(10, 1), STACK_NONE, 7)  # reached the thread's start: not cut
     # THEN each has its cause; one the tables know nothing about stays "ended at a native frame"
     assert folder.stats_fields["stacks_cut"] == {CUT_NO_CFI: 2, CUT_CFI_MISS: 3, CUT_NATIVE: 1}
+
+
+class CountingSymbols(FakeSymbols):
+    """FakeSymbols that counts its lookups (no memo of its own: each call is a naming)."""
+
+    def __init__(self, native: dict[int, str], jit: dict[int, str]) -> None:
+        super().__init__(native, jit)
+        self.lookups = 0
+
+    def resolve(self, addr: int) -> Frame:
+        self.lookups += 1
+        return super().resolve(addr)
+
+
+class MapsPerEpoch:
+    """A perf-map history whose epochs' maps are given (PerfMapHistory.map_for)."""
+
+    def __init__(self, maps: list[dict[int, str]]) -> None:
+        self.maps = maps
+
+    def map_for(self, epoch: int) -> dict[int, str]:
+        return self.maps[epoch]
+
+
+def test_each_value_is_named_once_per_epoch_and_a_stack_again_only_when_one_of_its_values_changed() -> None:
+    # GIVEN JIT address 10 holding old.A::m in epoch 0 and new.B::m (code freed, address reused) from epoch 1 on;
+    # stack S = (10, 2, 1) sampled in epochs 0, 2 and 3, and U = (10, 3, 1) only in epoch 1, where 10 changed
+    symbols = CountingSymbols({1: "start_thread", 2: "JavaThread::run", 3: "Thread::call"}, {})
+    folder = StackFolder(symbols, FakeKernel(), depth=8, java_process=True, walker=True)  # type: ignore[arg-type]
+    old, new = {10: "old.A::m", 11: "c.C::n"}, {10: "new.B::m", 11: "c.C::n"}
+    store = StackStore(interval_ns=10)
+    s, u, v = raw(10, 2, 1), raw(10, 3, 1), raw(11, 2, 1)
+    for epoch, user, count in ((0, s, 3), (1, u, 2), (2, s, 4), (3, s, 5), (3, s, 1), (3, v, 1)):
+        for _ in range(count):
+            store.add(7, 7, b"w", epoch * 10, user, STACK_NONE, epoch=epoch)
+    # WHEN the store is tabulated epoch by epoch
+    table = tabulate_store(store, 7, folder, MapsPerEpoch([old, new, new, new]), None)  # type: ignore[arg-type]
+    # THEN S is named with the code of each sample's epoch: the rename in epoch 1 reached S in epoch 2,
+    # although S was not sampled in epoch 1 and 10 named the same in epochs 1 and 2
+    assert table.folded() == {
+        "w;start_thread;JavaThread::run;old.A::m": 3,
+        "w;start_thread;Thread::call;new.B::m": 2,
+        "w;start_thread;JavaThread::run;new.B::m": 4 + 5 + 1,
+        "w;start_thread;JavaThread::run;c.C::n": 1,
+    }
+    assert sorted(table.stack_counts().values()) == [1, 2, 3, 10]  # S renamed is one stack over epochs 2 and 3
+    # and each distinct value was looked up once per epoch it occurs in (3 values in epochs 0-2, 4 in epoch 3
+    # where S and V share 2 and 1), not once per sample, per interval or per stack
+    assert symbols.lookups == 3 + 3 + 3 + 4
+    assert folder.counts["java_frames"] == 16 and folder.counts["java_unwalkable"] == 0
+
+
+def test_tabulating_gives_the_table_that_naming_every_epoch_afresh_gives() -> None:
+    # GIVEN 40 stacks over 6 epochs whose JIT map renames a few addresses in some epochs
+    store = StackStore(interval_ns=10)
+    maps = [{a: f"m{a}.e{epoch if a % 5 == 0 and epoch % 2 else 0}::x" for a in range(10, 30)} for epoch in range(6)]
+    for n in range(400):
+        epoch, first = (n * 7) % 6, 10 + (n % 40) // 2
+        store.add(7, 7, b"w", n, raw(first, 10 + n % 20, 2, 1), STACK_NONE, epoch=epoch)
+    native = {1: "start_thread", 2: "JavaThread::run"}
+    carried = StackFolder(FakeSymbols(native, {}), FakeKernel(), 8, True)  # type: ignore[arg-type]
+    table = tabulate_store(store, 7, carried, MapsPerEpoch(maps), None)  # type: ignore[arg-type]
+    # WHEN each epoch is named by a folder of its own (nothing carried over)
+    expected: dict[str, int] = {}
+    for epoch in store.epochs(7):
+        folder = StackFolder(FakeSymbols(native, maps[epoch]), FakeKernel(), 8, True)  # type: ignore[arg-type]
+        for key, _interval, count in store.entries(7, epoch):
+            line = folder.fold(key.comm, key.user, key.kernel, count)
+            expected[line] = expected.get(line, 0) + count
+    # THEN the same stacks with the same counts
+    assert table.folded() == expected
