@@ -186,7 +186,9 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
     # GIVEN both hosts sampling, each profiler holding its BPF programs
     child.wait_for(": sampling", 2, timeout=90)
     time.sleep(1.5)
-    remote_profilers = {p.pid for p in profiler_processes(str(sshd_factory.base))}
+    # this test's two profilers: one per host's session TMPDIR (the module's sshd base may still hold an
+    # earlier test's profiler that is finishing its own stop)
+    remote_profilers = {p.pid for host in hosts for p in profiler_processes(str(host.session_tmp))}
     assert len(remote_profilers) == 2 and bpf_programs_held_by(remote_profilers)
     # WHEN the coordinator gets SIGINT (Ctrl-C)
     child.process.send_signal(signal.SIGINT)
@@ -200,7 +202,8 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
         assert host.state == "partial" and "Ctrl-C" in host.reason, host
         assert host.end_time - host.start_time < 60
         assert (rundir.host_capture_dir(out, host.host) / f"{host.host}_result.csv").is_file()
-    _assert_nothing_left(hosts, str(sshd_factory.base))
+    for host in hosts:
+        _assert_nothing_left([host], str(host.session_tmp))
     assert bpf_programs_held_by(remote_profilers) == []
     deadline = time.monotonic() + 5  # an exited profiler may linger a moment as a zombie until init reaps it
     while any(psutil.pid_exists(pid) for pid in remote_profilers) and time.monotonic() < deadline:
