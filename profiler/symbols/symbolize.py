@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, lshift
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
@@ -416,11 +416,12 @@ VALUE_COUNTS = (
     "java", "unresolved", "interpreter_frames", "compiled_methods",
 )  # fmt: skip
 _COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
+_COUNT_SHIFTS = tuple(_COUNT_BITS * index for index in range(len(VALUE_COUNTS)))
 
 
 def pack_counts(counts: Sequence[int]) -> int:
     """Small counts in one int, so that adding packed ints adds each count."""
-    return sum(count << (_COUNT_BITS * index) for index, count in enumerate(counts))
+    return sum(map(lshift, counts, _COUNT_SHIFTS))  # no generator: called once per value and epoch
 
 
 def unpack_counts(packed: int) -> list[int]:
