@@ -8,7 +8,11 @@ user stacks 60-200 frames deep (``--depth``) drawn from ~8,800 distinct frames, 
 Spark task contexts on a third. Names come from an in-memory resolver, so bcc's own lookups (the same
 before and after issue 29) are not in the figure.
 
+``--native 0.3`` makes that share of the frame pool native code (symbols of libjvm.so, never renamed by a
+perf map); 0, the default, gives the table digest of the runs in docs/benchmarks/capture.md.
+
 usage: .venv/bin/python bench/bench_postrun_table.py [--samples 130000] [--stacks 22000] [--depth 60,200]
+       [--native 0]
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ FRAMES = 8_800
 class PoolSymbols:
     """Addresses 0x1000 * (i + 1) name frame i of a fixed pool of Java-like names."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: float = 0.0) -> None:
+        self.native = int(native * FRAMES)  # frames 0..native-1 are symbols of a file (libjvm.so), never renamed
         packages = ["org.apache.spark.sql.execution", "com.fasterxml.jackson.databind", "scala.collection", "java.util"]
         self.names = [f"{packages[i % 4]}.C{i // 7}::m{i}" for i in range(FRAMES)]
         self._memo: dict[int, Frame] = {}  # as FrameMemo: one Frame per address until the perf map changes
@@ -52,11 +57,13 @@ class PoolSymbols:
     def resolve(self, addr: int) -> Frame:
         frame = self._memo.get(addr)
         if frame is None:
-            frame = self._memo[addr] = Frame(self.names[(addr >> 12) - 1], "jit")
+            index = (addr >> 12) - 1
+            kind, module = ("native", "libjvm.so") if index < self.native else ("jit", "")
+            frame = self._memo[addr] = Frame(self.names[index], kind, module)
         return frame
 
     def set_perf_map(self, perf_map: object) -> None:
-        self._memo = {}
+        self._memo = {addr: frame for addr, frame in self._memo.items() if frame.kind == "native"}
 
     def close(self) -> None:
         pass
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=130_000)
     parser.add_argument("--stacks", type=int, default=22_000)
     parser.add_argument("--depth", default="60,200", help="user stack depth range (60,200)")
+    parser.add_argument("--native", type=float, default=0.0, help="share of the frames that are native (0)")
     args = parser.parse_args(argv)
     store = StackStore(10 * SECOND)
     fill(store, args, random.Random(29))
@@ -144,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic()
     phases = Phases()
     with phases.phase("naming and tabulating"):
-        folder = StackFolder(PoolSymbols(), KernelNames(), 1024, True, walker=True)
+        folder = StackFolder(PoolSymbols(args.native), KernelNames(), 1024, True, walker=True)
         table = tabulate_store(store, 4242, folder, EveryEpochRenamed(), 89)  # type: ignore[arg-type]
         store.forget(4242)
     with tempfile.TemporaryDirectory() as scratch, phases.phase("writing the table"):

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, lshift
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, sanitize_frame
@@ -416,11 +416,12 @@ VALUE_COUNTS = (
     "java", "unresolved", "interpreter_frames", "compiled_methods",
 )  # fmt: skip
 _COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
+_COUNT_SHIFTS = tuple(_COUNT_BITS * index for index in range(len(VALUE_COUNTS)))
 
 
 def pack_counts(counts: Sequence[int]) -> int:
     """Small counts in one int, so that adding packed ints adds each count."""
-    return sum(count << (_COUNT_BITS * index) for index, count in enumerate(counts))
+    return sum(map(lshift, counts, _COUNT_SHIFTS))  # no generator: called once per value and epoch
 
 
 def unpack_counts(packed: int) -> list[int]:
@@ -503,6 +504,7 @@ class StackFolder:
         # the values that named something else in it than before (a stack named before one of them is stale)
         self._serial = 0
         self._checked: set[int] = set()
+        self._fixed: set[int] = set()  # values no perf map or generation renames (gap, native): checked for good
         self._checked_chunks: set[bytes] = set()  # stored chunks whose every value is in _checked
         self._changes: list[set[int]] = [set()]
         self._values: dict[int, _ValueNames] = {}  # bounded by the distinct values of the process's stacks
@@ -555,14 +557,15 @@ class StackFolder:
         """Drop what was named (stacks, values, their ids): kept only while a table is being built."""
         for names in (self._user, self._values, self._value_ids, self._frame_id_of, self._kernel_ids):
             names.clear()
-        self._checked, self._checked_chunks, self._changes = set(), set(), [set() for _ in self._changes]
+        self._checked, self._fixed, self._checked_chunks = set(), set(), set()
+        self._changes = [set() for _ in self._changes]
 
     def _new_epoch(self) -> None:
         """Every value is named again when it next occurs; the stacks keep their names until one of their
         values changes (StackFolder._user_stack)."""
         self._serial += 1
         self._changes.append(set())
-        self._checked = set()
+        self._checked = set(self._fixed)
         self._checked_chunks = set()
 
     def _name_value(self, value: int) -> _ValueNames:
@@ -592,11 +595,24 @@ class StackFolder:
             old = known.get(value)
             if old is None:
                 known[value] = named
+                if self._never_renamed(value, named):
+                    self._fixed.add(value)
             elif old != named:
                 known[value] = named
                 changes.add(value)
                 self._value_ids.pop(value, None)
         self._checked |= unchecked
+
+    def _never_renamed(self, value: int, named: _ValueNames) -> bool:
+        """``value`` names the same in every epoch: a gap, or a pc whose every frame is a symbol of a file
+        (FrameMemo.resolve_native); a Method*, a compiled frame or code named by a perf map can change."""
+        if self.walker:
+            tag = value & TAG_MASK
+            if tag == GAP_TAG:
+                return True
+            if tag:
+                return False
+        return all(frame.kind == "native" and frame.module and frame.name != INTERPRETER for frame in named.frames)
 
     def _unchanged_since(self, serial: int, values: Sequence[int]) -> bool:
         """No value of ``values`` has named something else since the epoch ``serial``."""

@@ -332,6 +332,39 @@ def test_each_value_is_named_once_per_epoch_and_a_stack_again_only_when_one_of_i
     assert folder.counts["java_frames"] == 16 and folder.counts["java_unwalkable"] == 0
 
 
+class ModuleSymbols(CountingSymbols):
+    """CountingSymbols whose native frames are symbols of a file (libjvm.so), as bcc names them."""
+
+    def resolve(self, addr: int) -> Frame:
+        frame = super().resolve(addr)
+        return Frame(frame.name, "native", "libjvm.so") if frame.kind == "native" else frame
+
+
+def test_gap_and_native_values_are_named_once_for_good_while_a_jit_value_is_renamed_in_a_later_epoch() -> None:
+    # GIVEN native pcs 1 and 2 (symbols of libjvm.so), a gap of 40 frames and JIT address 10 renamed in epoch 2;
+    # stack S = (10, gap, 2, 1) sampled in epochs 0-3, T = (11, 2, 1) in epoch 3 only
+    symbols = ModuleSymbols({1: "start_thread", 2: "JavaThread::run"}, {})
+    folder = StackFolder(symbols, FakeKernel(), depth=8, java_process=True, walker=True)  # type: ignore[arg-type]
+    old, new = {10: "old.A::m", 11: "c.C::n"}, {10: "new.B::m", 11: "c.C::n"}
+    store = StackStore(interval_ns=10)
+    s, t = raw(10, GAP_TAG | 40, 2, 1), raw(11, 2, 1)
+    for epoch, user in ((0, s), (1, s), (2, s), (3, s), (3, t)):
+        store.add(7, 7, b"w", epoch * 10, user, STACK_NONE, epoch=epoch)
+    # WHEN the store is tabulated epoch by epoch
+    table = tabulate_store(store, 7, folder, MapsPerEpoch([old, old, new, new]), None)  # type: ignore[arg-type]
+    # THEN the rename of 10 reaches S from epoch 2 on, the gap and native frames stay as they were
+    cut = gap_frame(40)
+    assert table.folded() == {
+        f"w;start_thread;JavaThread::run;{cut};old.A::m": 2,
+        f"w;start_thread;JavaThread::run;{cut};new.B::m": 2,
+        "w;start_thread;JavaThread::run;c.C::n": 1,
+    }
+    # and the native pcs were looked up once in all (epoch 0), the JIT ones once per epoch they occur in
+    # (10 in epochs 0-3, 11 in epoch 3); the gap is no lookup
+    assert symbols.lookups == 2 + 4 + 1
+    assert folder.counts["truncated"] == 4
+
+
 def test_tabulating_gives_the_table_that_naming_every_epoch_afresh_gives() -> None:
     # GIVEN 40 stacks over 6 epochs whose JIT map renames a few addresses in some epochs
     store = StackStore(interval_ns=10)
