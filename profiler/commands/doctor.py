@@ -356,12 +356,13 @@ def check_btf() -> Check:
     )
 
 
-def check_counters() -> tuple[Check, Check, Check]:
+def check_counters() -> tuple[Check, Check, Check, Check]:
     from ..errors import ProfilerError
     from ..sampling.counters import CounterGroup, nominal_cpu_hz
 
+    group = CounterGroup()  # the default source (auto), as `profiler run` counts
     try:
-        probe = CounterGroup().probe()
+        probe = group.probe()
     except (OSError, ProfilerError) as exc:
         probe = {"task-clock": f"perf_event_open unusable: {exc}"}
     try:
@@ -382,7 +383,33 @@ def check_counters() -> tuple[Check, Check, Check]:
             f"nominal frequency {source}: cycles cannot be estimated",
             "cycles stay empty without a PMU; nothing else is affected",
         )
-    return pmu_check(probe), sampling, freq
+    return pmu_check(probe), sampling, freq, check_taskstats(uses_proc=bool(group.proc_events))
+
+
+def taskstats_check(unavailable: str, uses_proc: bool) -> Check:
+    """Whether /proc counters (``--counters auto`` on a host without a PMU, or ``proc``) can follow exits:
+    ``unavailable`` is the exit source's reason, empty when the taskstats listener registered."""
+    if not unavailable:
+        return Check("taskstats-exits", OK, "exit records register: a process reaped between readings keeps its counts")
+    if not uses_proc:
+        return Check("taskstats-exits", OK, f"{unavailable}; not needed: --counters auto counts with perf events here")
+    return Check(
+        "taskstats-exits",
+        WARN,
+        f"{unavailable}: with /proc counters (the default here) a process reaped between two readings loses "
+        "what it did since the last one",
+        "run the agent as root in the host's network namespace, or --counters perf (costs each context switch)",
+    )
+
+
+def check_taskstats(uses_proc: bool) -> Check:
+    from ..sampling.taskstats import open_exit_source
+
+    source = open_exit_source()
+    try:
+        return taskstats_check(source.unavailable, uses_proc)
+    finally:
+        source.close()
 
 
 def check_jcmd() -> Check:

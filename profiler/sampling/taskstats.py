@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import socket
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -271,9 +274,33 @@ class TaskstatsListener:
             if failure:
                 raise OSError(failure, os.strerror(failure))
             self._sock.setblocking(False)
+            self._pending: list[ThreadExit] = []
+            self._confirm_delivery()
         except OSError:
             self._sock.close()
             raise
+
+    def _confirm_delivery(self, timeout: float = 1.0) -> None:
+        """Registering succeeds in any network namespace, but the kernel delivers exit records only to
+        sockets of the initial one: a thread of ours that exits must be heard of, or there is no source.
+        Records of other exits that arrive meanwhile are kept for the first drain."""
+        probe = threading.Thread(target=lambda: None, name="taskstats-probe")
+        probe.start()
+        probe.join()
+        deadline = time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        while True:
+            arrived = self._receive()
+            self._pending.extend(arrived)
+            if any(record.tid == probe.native_id for record in arrived):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.unavailable:
+                raise OSError(
+                    errno.ENOMSG, "registered, but no exit record arrives: not the host's network namespace?"
+                )
+            poller.poll(max(1, int(remaining * 1000)))
 
     def _resolve_family(self) -> int:
         name = TASKSTATS_FAMILY.encode() + b"\0"
@@ -295,6 +322,11 @@ class TaskstatsListener:
     def drain(self) -> list[ThreadExit]:
         """Every exit queued so far; never blocks. Only the kernel's datagrams count: any local process
         may send to our port."""
+        exits, self._pending = self._pending, []
+        exits.extend(self._receive())
+        return exits
+
+    def _receive(self) -> list[ThreadExit]:
         exits: list[ThreadExit] = []
         while self._sock.fileno() >= 0:
             try:

@@ -69,6 +69,7 @@ def test_doctor_as_root_names_jvms_without_frame_pointers(jvms: tuple[int, int])
         "tracepoint:sock_send_length",
         "tracepoint:sock_recv_length",
         "jcmd",
+        "taskstats-exits",
     ):
         assert rows[name]["status"] == "ok", rows[name]
     # the PMU row agrees with what the counters themselves find

@@ -78,3 +78,18 @@ def test_without_cap_net_admin_the_source_says_why_and_delivers_nothing() -> Non
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True, cwd=REPO)
     # THEN it says why, in the words the counters' notes carry, and never raises
     assert result.stdout.splitlines() == ["taskstats unavailable (registering needs CAP_NET_ADMIN)", "0"]
+
+
+def test_in_another_network_namespace_registering_succeeds_but_the_source_says_it_hears_nothing() -> None:
+    # GIVEN an agent in a network namespace of its own: the kernel accepts the registration there but sends
+    # exit records only to sockets of the initial namespace (checked: 0 records where the host gets them)
+    code = "from profiler.sampling.taskstats import open_exit_source\nsource = open_exit_source()\n"
+    code += "print(source.unavailable)\nsource.close()\n"
+    inside = subprocess.run(["unshare", "-n", sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True, cwd=REPO)  # fmt: skip
+    host = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=REPO
+    )
+    # THEN the source says so instead of promising exits it will never deliver; on the host it registers
+    assert inside.stdout.strip().startswith("taskstats unavailable (registered, but no exit record arrives")
+    assert host.stdout.strip() == ""

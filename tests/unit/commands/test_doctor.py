@@ -88,3 +88,12 @@ def test_thread_names_need_uprobes_and_the_symbol() -> None:
     assert stripped.status == "warn" and "stripped" in stripped.detail and ".symtab" in stripped.fix
     assert thread_names_check(False, None, None).status == "warn"
     assert thread_names_check(True, None, None).status == "ok"
+
+
+def test_taskstats_row_warns_only_where_proc_counters_would_lose_exits() -> None:
+    from profiler.commands.doctor import taskstats_check
+
+    assert taskstats_check("", uses_proc=True).status == OK
+    lost = taskstats_check("taskstats unavailable (registering needs CAP_NET_ADMIN)", uses_proc=True)
+    assert lost.status == WARN and "CAP_NET_ADMIN" in lost.detail and "--counters perf" in lost.fix
+    assert taskstats_check("taskstats unavailable (x)", uses_proc=False).status == OK  # perf events: not needed
