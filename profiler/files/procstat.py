@@ -18,6 +18,12 @@ STIME = 15
 STARTTIME = 22
 
 
+def parse_count(text: str) -> int | None:
+    """A non-negative decimal of a /proc file; None otherwise (ASCII digits only: str.isdigit also
+    accepts '²')."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 @dataclass(frozen=True)
 class StatLine:
     comm: str
@@ -32,10 +38,9 @@ class StatLine:
     def count(self, number: int) -> int | None:
         """Field ``number`` as a non-negative integer; None when missing or not a number."""
         try:
-            value = self.field(number)
+            return parse_count(self.field(number))
         except IndexError:
             return None
-        return int(value) if value.isascii() and value.isdigit() else None
 
     @property
     def state(self) -> str:
@@ -55,4 +60,4 @@ def split_stat(text: str | bytes) -> StatLine | None:
     return StatLine(text[open_at + 1 : close_at], fields)
 
 
-__all__ = ["MAJFLT", "MINFLT", "PPID", "STARTTIME", "STATE", "STIME", "UTIME", "StatLine", "split_stat"]
+__all__ = ["MAJFLT", "MINFLT", "PPID", "STARTTIME", "STATE", "STIME", "UTIME", "StatLine", "parse_count", "split_stat"]

@@ -59,11 +59,6 @@ _VANISHED = (errno.ENOENT, errno.ESRCH)
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _count(text: str) -> int | None:
-    """A non-negative decimal (ASCII digits only: str.isdigit also accepts '²')."""
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
 # ---------------------------------------------------------------- parsing (pure)
 
 
@@ -110,7 +105,7 @@ def _last_value(text: str, key: str, separator: str) -> int | None:
     for line in text.splitlines():
         name, sep, value = line.partition(separator)
         if sep and name.strip() == key:
-            found = _count(value.strip())
+            found = procstat.parse_count(value.strip())
     return found
 
 
