@@ -463,13 +463,9 @@ class CounterGroup:
         """Freeze every pid (values stay readable) and release all fds."""
         for counter_set in self._sets.values():
             counter_set.freeze()
-        try:
-            if self._proc_sets:
-                self._route_exits()
-            for proc_set in self._proc_sets.values():
-                proc_set.freeze()
-        finally:
-            self.stop_exits()
+        self.stop_exits()  # the exits queued so far reach their pids before these freeze
+        for proc_set in self._proc_sets.values():
+            proc_set.freeze()
 
     def stop_exits(self) -> None:
         """Deliver the exits queued so far and unregister from taskstats (the window is over): later
