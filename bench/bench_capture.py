@@ -171,6 +171,7 @@ def measure(args: argparse.Namespace, duration: int, work: Path, jar: Path | Non
         "agent_growth": growth,
         "agent_cpu_pct": 100 * max(o["profiler_cpu_seconds"] for o in overheads) / (minutes * 60),
         "post_run_seconds": max(o["post_run_seconds"] for o in overheads),
+        "post_run_cpu_seconds": post_run_cpu(overheads),
         "fetch_seconds": sum(fetch_seconds(c, work) for c in captures),
         "fetch_bytes": sum(fetch_bytes(c, everything=False) for c in captures),
         "fetch_bytes_all": sum(fetch_bytes(c, everything=True) for c in captures),
@@ -180,6 +181,12 @@ def measure(args: argparse.Namespace, duration: int, work: Path, jar: Path | Non
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
         "time": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
     }
+
+
+def post_run_cpu(overheads: list[dict]) -> float | None:
+    """The largest post-run CPU of the hosts; None where the code measured is older than that figure."""
+    values = [o.get("post_run_cpu_seconds") for o in overheads]
+    return None if not values or None in values else max(values)
 
 
 def stack_shape(captures: list[Path]) -> dict[str, int]:
@@ -201,12 +208,17 @@ def size(count: float) -> str:
     return f"{count / 1e3:.1f} KB" if count < 1e6 else f"{count / 1e6:.2f} MB"
 
 
+def post_cpu(row: dict) -> str:
+    cpu = row.get("post_run_cpu_seconds")
+    return f" ({cpu:.1f} CPU s)" if cpu is not None else ""
+
+
 def render(results: Path) -> str:
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     lines = [
         "| workload | code | window | executors | samples | distinct stacks | deepest stack | "
         "stack bytes per executor-minute | run dir per executor | agent peak RSS | in-window growth | agent CPU | "
-        "post-run | fetch | analyze | "
+        "post-run (CPU) | fetch | analyze | "
         "analyze peak RSS | load |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -215,7 +227,8 @@ def render(results: Path) -> str:
             f"| {r['workload']} | {r['label']} | {r['duration']} s | {r['executors']} | {r['samples']} | "
             f"{r.get('distinct_stacks', '')} | {r['deepest']} | {size(r['stack_bytes_per_executor_minute'])} | "
             f"{size(r['run_dir_bytes_per_executor'])} | {r['agent_peak_rss'] / MB:.1f} MB | "
-            f"+{r['agent_growth'] / MB:.0f} MB | {r['agent_cpu_pct']:.2f} % | {r['post_run_seconds']:.1f} s | "
+            f"+{r['agent_growth'] / MB:.0f} MB | {r['agent_cpu_pct']:.2f} % | "
+            f"{r['post_run_seconds']:.1f} s{post_cpu(r)} | "
             f"{r['fetch_seconds']:.2f} s | {r['analyze_seconds']:.1f} s | {r['analyze_peak_rss'] / MB:.0f} MB | "
             f"{r['machine'].rpartition('load ')[2]} |"
         )

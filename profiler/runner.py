@@ -867,7 +867,7 @@ class Runner:
 
     def _write_capture(self, components: Components, profile: ApplicationProfile) -> None:
         """After the window: collect what the components hold, then write the capture directory."""
-        post_start = time.monotonic()
+        post_start = (time.monotonic(), time.process_time())
         self.status.update("writing", force=True)
         state = self.state
         if not state.end_time:
@@ -1030,8 +1030,9 @@ class Runner:
             off_cpu_sample_every=options.off_cpu_sample_every if options.off_cpu else None,
         )
 
-    def _write_overhead(self, post_start: float) -> None:
-        """The profiler's own cost: CPU, BPF run time, memory, and the time writing took since ``post_start``."""
+    def _write_overhead(self, post_start: tuple[float, float]) -> None:
+        """The profiler's own cost: CPU, BPF run time, memory, and the wall and CPU time writing took since
+        ``post_start`` (monotonic, process CPU)."""
         state = self.state
         bpf_time = bpf_count = None
         if state.bpf_before is not None and state.bpf_after is not None:
@@ -1043,7 +1044,8 @@ class Runner:
                 profiler_cpu_seconds=round(max(0.0, state.cpu_after - state.cpu_before), 4),
                 bpf_run_time_ns=bpf_time,
                 bpf_run_count=bpf_count,
-                post_run_seconds=round(time.monotonic() - post_start, 3),
+                post_run_seconds=round(time.monotonic() - post_start[0], 3),
+                post_run_cpu_seconds=round(time.process_time() - post_start[1], 3),
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 rss_baseline_bytes=state.rss_baseline,
                 timeline=tuple(state.overhead_points),

@@ -211,11 +211,14 @@ def _overhead_health(captures: Sequence[Capture]) -> list[HealthLine]:
             if overhead.bpf_run_time_ns is not None
             else ""
         )
+        post_cpu = (
+            f" ({overhead.post_run_cpu_seconds:.1f} CPU s)" if overhead.post_run_cpu_seconds is not None else ""
+        )
         lines.append(HealthLine(
             "warn" if per_core > OVERHEAD_WARN else "ok",
             "overhead",
             f"{capture.meta.host}: profiler used {overhead.profiler_cpu_seconds:.2f} CPU s "
-            f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s, "
+            f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s{post_cpu}, "
             f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB",
         ))
     return lines

@@ -337,7 +337,8 @@ class Overhead:
     profiler_cpu_seconds: float = 0.0
     bpf_run_time_ns: int | None = None  # None when kernel.bpf_stats_enabled could not be used
     bpf_run_count: int | None = None
-    post_run_seconds: float = 0.0
+    post_run_seconds: float = 0.0  # wall time from the window's end to overhead.json
+    post_run_cpu_seconds: float | None = None  # the process's CPU over the same span (None: older captures)
     peak_rss_bytes: int = 0
     rss_baseline_bytes: int | None = None  # RSS when the window started (BPF compiled, LLVM heap returned)
     timeline: tuple[OverheadPoint, ...] = ()
