@@ -336,6 +336,7 @@ class CounterGroup:
         self._proc_files = proc_files if proc_files is not None else ProcFiles()
         self._open_exits = exit_source
         self._exits: ExitSource | None = None  # opened with the first /proc-counted pid, closed in close()
+        self._exits_closed = False  # stop_exits closed a source that worked: the window is over, not a loss
         self._sets: dict[int, PidCounterSet] = {}
         self._proc_sets: dict[int, PidProcCounters] = {}
         self._unsupported: dict[str, str] = {}
@@ -426,6 +427,8 @@ class CounterGroup:
             return ""
         if self._exits.overruns:
             return f"taskstats dropped exit records {self._exits.overruns} time(s) (its receive queue was full)"
+        if self._exits_closed:
+            return ""  # followed all window, then closed by stop_exits: nothing was missed
         return self._exits.unavailable
 
     def pid_exited(self, pid: int) -> None:
@@ -477,6 +480,7 @@ class CounterGroup:
                 self._route_exits()
         finally:
             self._exits.close()
+            self._exits_closed = not self._exits.unavailable
             closed = NoExits(self._exits.unavailable or "taskstats closed with the window")
             closed.overruns = self._exits.overruns
             self._exits = closed
