@@ -373,6 +373,10 @@ class MethodNamer:
     frozen: dict[int, tuple[dict[int, str], dict[int, str]]] = field(default_factory=dict)  # past (names, failures)
     spellings: dict[str, str] = field(default_factory=dict)  # one string per name across generations
     log: list[tuple[int, int, str | None]] | None = None  # (generation, Method*, name or None: withdrawn)
+    # compiled frame values whose Method*s all have a name or a failure in the current ``names``/``failures``
+    # (the dicts they belong to kept beside them: a new generation's dicts start the set afresh)
+    _compiled_read: set[int] = field(default_factory=set, repr=False)
+    _compiled_read_for: dict[int, str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.compiled is None and self.layout.code_cache is not None:
@@ -418,6 +422,23 @@ class MethodNamer:
             return pc, [], self.cause(chain[-1], generation, STALE)
         inlined = [self.name(method, generation) for method in chain[:-1]]
         return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
+
+    def read_compiled(self, value: int) -> None:
+        """Read the names of a compiled frame's Method*s into the current generation, once per value: a
+        second call would read nothing (``name`` keeps both names and failures), so it is skipped. A frame
+        whose code could not be found yet is tried again next time."""
+        if self._compiled_read_for is not self.names:
+            self._compiled_read, self._compiled_read_for = set(), self.names
+        if value in self._compiled_read or self.compiled is None:
+            return
+        pc, compile_id = compiled_pc(self.compiled.layout, value)
+        chain = self.compiled.methods_of(pc, compile_id)
+        if not chain:
+            return
+        if self.name(chain[-1]) is not None:  # in compiled_names's order: no inlined name without the outer
+            for method in chain[:-1]:
+                self.name(method)
+        self._compiled_read.add(value)
 
     def _symbol(self, address: int) -> str:
         length = self.memory.u16(address + self.layout.offset("Symbol", "_length"))
@@ -778,7 +799,7 @@ class JvmNames:
         adds to ``names``, which keeps insertion order: the new ones are its last entries)."""
         known = len(namer.names)
         for value in compiled:
-            namer.compiled_names(value)
+            namer.read_compiled(value)
         for method in methods:
             if method not in namer.names:
                 namer.name(method)

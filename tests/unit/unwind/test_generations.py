@@ -241,3 +241,36 @@ def test_exact_mode_drops_names_read_across_an_unload() -> None:
     # THEN the name read across the unload is withdrawn (LATE), the one read before stays
     assert namer.name(X, 0) == "a.Alpha::spin"
     assert namer.name(Y, 0) is None and namer.cause(Y, 0, "x") == LATE
+
+
+class CountingCode:
+    """A code cache whose frames' chains are counted as they are looked up (CompiledNamer's interface)."""
+
+    def __init__(self, chains: dict[int, tuple[int, ...]]) -> None:
+        self.layout = SimpleNamespace(low=0)
+        self.chains, self.failures, self.lookups = chains, {}, Counter()
+
+    def methods_of(self, pc: int, compile_id: int) -> tuple[int, ...]:
+        self.lookups[pc] += 1
+        return self.chains.get(pc, ())
+
+
+def test_a_compiled_frame_is_read_once_per_generation_and_a_frame_without_code_again() -> None:
+    space = Metaspace()
+    namer = FakeNamer(space)
+    code = namer.compiled = CountingCode({0x40: (Y, X)})  # type: ignore[assignment]
+    jvms = jvm_names(namer)
+    known, unknown = COMPILED_TAG | 17 << COMPILE_ID_SHIFT | 0x40, COMPILED_TAG | 18 << COMPILE_ID_SHIFT | 0x80
+    # WHEN three stacks hold the same compiled frame, and one a frame whose code is not found yet
+    for _ in range(3):
+        jvms.note_stack(9, [], [known, unknown])
+    # THEN the known frame's chain is looked up and named once, the unknown frame every time
+    assert code.lookups == {0x40: 1, 0x80: 3}
+    assert namer.names == {X: "a.Alpha::spin", Y: "a.Alpha::other"}
+    assert namer.compiled_names(known)[1] == ["a.Alpha::other [inlined]", "a.Alpha::spin"]  # one more lookup
+    # WHEN classes unload (a new generation) and X's memory is reused
+    namer.new_generation()
+    space.methods[X] = "b.Beta::spin"
+    jvms.note_stack(9, [], [known])
+    # THEN the frame is read again into the new generation, and the old one keeps its names
+    assert code.lookups[0x40] == 3 and namer.names[X] == "b.Beta::spin" and namer.name(X, 0) == "a.Alpha::spin"
