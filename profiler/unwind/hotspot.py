@@ -423,13 +423,17 @@ class MethodNamer:
         inlined = [self.name(method, generation) for method in chain[:-1]]
         return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
 
+    def compiled_read(self) -> set[int]:
+        """The compiled values ``read_compiled`` has read into the current generation."""
+        if self._compiled_read_for is not self.names:
+            self._compiled_read, self._compiled_read_for = set(), self.names
+        return self._compiled_read
+
     def read_compiled(self, value: int) -> None:
         """Read the names of a compiled frame's Method*s into the current generation, once per value: a
         second call would read nothing (``name`` keeps both names and failures), so it is skipped. A frame
         whose code could not be found yet is tried again next time."""
-        if self._compiled_read_for is not self.names:
-            self._compiled_read, self._compiled_read_for = set(), self.names
-        if value in self._compiled_read or self.compiled is None:
+        if value in self.compiled_read() or self.compiled is None:
             return
         pc, compile_id = compiled_pc(self.compiled.layout, value)
         chain = self.compiled.methods_of(pc, compile_id)
@@ -798,8 +802,10 @@ class JvmNames:
         """Names of the stack's frames read into the current generation; the Method*s read anew (reading only
         adds to ``names``, which keeps insertion order: the new ones are its last entries)."""
         known = len(namer.names)
+        done = namer.compiled_read()
         for value in compiled:
-            namer.read_compiled(value)
+            if value not in done:
+                namer.read_compiled(value)
         for method in methods:
             if method not in namer.names:
                 namer.name(method)
