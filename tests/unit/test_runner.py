@@ -315,7 +315,7 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     # AND native frames were named in a batch at every interval's end, counted in overhead.json
     assert overhead.name_batches == len(overhead.timeline) == components.sampler.batches
     # AND the post-run step's CPU is measured beside its wall time (2 CPUs: at most twice the wall time)
-    assert overhead.post_run_cpu_seconds is not None and 0 <= overhead.post_run_cpu_seconds
+    assert overhead.post_run_cpu_seconds is not None and overhead.post_run_cpu_seconds >= 0
     assert overhead.post_run_cpu_seconds <= 2 * overhead.post_run_seconds + 0.05
 
 
