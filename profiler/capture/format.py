@@ -380,11 +380,17 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
 
 def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None) -> None:
     """``atomic_write_text`` for binary content (a gzip-compressed pprof profile)."""
+    atomic_write_chunks(path, (content,), mode)
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes], mode: int | None = None) -> None:
+    """``atomic_write_bytes`` of content that arrives in parts (written as they come, never joined)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
+            for chunk in chunks:
+                handle.write(chunk)
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
         os.replace(tmp, path)
