@@ -217,6 +217,50 @@ class StackTableBuilder:
         )
 
 
+def ordered_folded(
+    parts: Iterable[tuple[StackTable, Sequence[str], Sequence[int], Sequence[int]]],
+) -> Iterator[str]:
+    """``format_folded``'s lines of the stacks ``ids`` of tables (with ``frame_texts()`` and each id's
+    samples), stacks of the same text merged, most samples first, ties by text, one line at a time: the
+    order is found from the stacks' frame ids, not their texts (a deep stack's text is ~100x its ids).
+
+    A stack's sort key is a rank per frame, as fixed-width big-endian numbers: of the frame's text followed
+    by the separator, and of the last frame's text alone, among all those strings sorted. No frame text
+    holds the separator, so the first frame whose string differs decides as the first differing character
+    of the joined texts does (a last frame's text that begins another stack's frame there sorts first, as
+    the shorter text does), and two stacks have the same text exactly when they have the same key."""
+    parts = list(parts)
+    frames = {text for _table, texts, _ids, _counts in parts for text in texts}
+    strings = sorted(frames | {text + FRAME_SEPARATOR for text in frames})
+    rank = {string: number for number, string in enumerate(strings)}
+    del frames
+    code = "H" if len(strings) <= 1 << 16 else "I"
+    swap = sys.byteorder == "little"
+    samples: dict[bytes, int] = {}
+    for table, texts, ids, counts in parts:
+        inner = [rank[text + FRAME_SEPARATOR] for text in texts].__getitem__
+        last = [rank[text] for text in texts]
+        stacks = table.stacks
+        for stack_id, count in zip(ids, counts):
+            stack = stacks[stack_id]
+            key = array(code, map(inner, stack))
+            if stack:
+                key[-1] = last[stack[-1]]
+            if swap:
+                key.byteswap()
+            encoded = key.tobytes()
+            samples[encoded] = samples.get(encoded, 0) + count
+    ordered = sorted(samples.items(), key=lambda item: (-item[1], item[0]))
+    del samples, rank
+    string = strings.__getitem__
+    for encoded, count in ordered:
+        if count > 0:
+            key = array(code, encoded)
+            if swap:
+                key.byteswap()
+            yield f"{''.join(map(string, key))} {count}\n"
+
+
 def table_from_folded(
     folded: Mapping[str, int],
     timeline: Mapping[tuple[int, str], int] | None = None,

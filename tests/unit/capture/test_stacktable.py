@@ -26,6 +26,7 @@ from profiler.capture.stacktable import (
     encode_table,
     encode_table_parts,
     gzip_parts,
+    ordered_folded,
     read_table,
     table_from_folded,
     write_table,
@@ -96,6 +97,50 @@ def test_gzip_of_parts_is_gzip_of_their_join_however_they_are_cut() -> None:
         cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 40))))
         parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
         assert b"".join(gzip_parts(parts)) == gzip.compress(data, compresslevel=6, mtime=0)
+
+
+def _tricky_table(rng: random.Random) -> StackTableBuilder:
+    """Frames that sort differently alone and joined ('a' < 'a!' but 'a;x' > 'a!x'), one name under two
+    kinds (two frame ids, one text), prefixes of other stacks, and many ties in the counts."""
+    names = ["a", "a!", "a b", "", "ab", "b", "é", "a\x7f", "Z", "main", "k"]
+    builder = StackTableBuilder(timeline=True)
+    for _ in range(rng.randint(1, 300)):
+        depth = rng.randint(0, 12)
+        ids = [builder.frame(rng.choice(["t1", "t2"]), THREAD)]
+        ids += [builder.frame(rng.choice(names), rng.choice(["jit", "native", KERNEL])) for _ in range(depth)]
+        builder.add(rng.randint(0, 3), builder.stack(tuple(ids)), None, rng.choice([1, 1, 1, 2, 3, 7]))
+    return builder
+
+
+def test_unmatched_lines_from_table_ids_are_format_folded_of_the_merged_texts() -> None:
+    rng = random.Random(40)
+    for _ in range(40):
+        # GIVEN one to three tables (a host's PIDs) and some of each table's stacks
+        tables = [_tricky_table(rng).build() for _ in range(rng.randint(1, 3))]
+        parts, merged = [], Counter[str]()
+        for table in tables:
+            counts = table.stack_counts()
+            ids = [stack_id for stack_id in counts if rng.random() < 0.8]
+            parts.append((table, table.frame_texts(), ids, [counts[i] for i in ids]))
+            text = table.stack_text(table.frame_texts())
+            for stack_id in ids:
+                merged[text(stack_id)] += counts[stack_id]
+        # WHEN their lines are ordered from the ids  THEN they are the merged texts' folded file, byte for byte
+        assert "".join(ordered_folded(parts)) == format_folded(merged)
+
+
+def test_unmatched_lines_keep_their_order_past_65536_frame_strings() -> None:
+    builder = StackTableBuilder()
+    root = builder.frame("t", THREAD)
+    for number in range(40_000):  # 80,000 strings to rank: 4-byte ranks
+        frame = builder.frame(f"f{number * 7919 % 40_000}", "jit")
+        builder.add(0, builder.stack((root, frame, frame) if number % 3 else (root, frame)), None, 1 + number % 2)
+    table = builder.build()
+    counts = table.stack_counts()
+    text = table.stack_text(table.frame_texts())
+    merged = Counter({text(stack_id): count for stack_id, count in counts.items()})
+    parts = [(table, table.frame_texts(), list(counts), list(counts.values()))]
+    assert "".join(ordered_folded(parts)) == format_folded(merged)
 
 
 def test_frames_are_stored_once_with_kind_and_module() -> None:
