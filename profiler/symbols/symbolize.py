@@ -377,8 +377,7 @@ def gap_frame(frames_cut: int) -> str:
 
 @dataclass(slots=True)
 class _UserStack:
-    frames: list[Frame] | None = None  # leaf first; None: the walk failed, or only ``ids`` kept (StackFolder.stack_id)
-    lost: bool = False  # the walk failed: no frames
+    lost: bool = False  # the walk failed: no frames (its frames are its values' records: StackFolder._values)
     named_in: int = 0  # the folder's epoch serial in which its values were last checked (StackFolder._user_stack)
     # once interned (StackFolder.stack_id): the first table stack holding it and its frames there (from 1)
     ids: tuple[int, int] | None = None
@@ -465,6 +464,16 @@ class JavaNamer(Protocol):
     def cause(self, method: int, generation: int | None, default: str) -> str: ...
     def code_name(self, pc: int) -> str | None: ...
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]: ...
+
+
+def _root_frames(records: Sequence[_ValueNames]) -> tuple[Frame, ...]:
+    """The outermost ROOT_WINDOW frames (or all, when fewer) of a stack of value records, leaf first."""
+    frames: tuple[Frame, ...] = ()
+    for record in reversed(records):
+        frames = record.frames + frames
+        if len(frames) >= ROOT_WINDOW:
+            break
+    return frames
 
 
 class StackFolder:
@@ -701,12 +710,12 @@ class StackFolder:
     def _resolve_user(self, values: tuple[int, ...], walk_end: int) -> _UserStack:
         """A stack of values all named in this epoch (``_check_values``)."""
         records = list(map(self._values.__getitem__, values))
-        frames = list(chain.from_iterable(map(attrgetter("frames"), records)))
+        root_side = _root_frames(records)  # all that reaches_thread_start and cut_cause look at
         sums = unpack_counts(sum(map(attrgetter("counts"), records)))
         interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:5]
         java, unresolved, interpreter_frames, compiled_methods = sums[5:]
         gap = sum(map(attrgetter("gap"), records))
-        stack = _UserStack(frames, named_in=self._serial, interpreted=interpreted)
+        stack = _UserStack(named_in=self._serial, interpreted=interpreted)
         stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
         stack.compiled_perf_map = compiled_perf_map
         if self.walker:
@@ -718,11 +727,11 @@ class StackFolder:
         else:
             truncated = len(values) >= self.depth
         stack.truncated = truncated
-        stack.unwalkable = self.java_process and not truncated and java > 0 and not reaches_thread_start(frames)
+        stack.unwalkable = self.java_process and not truncated and java > 0 and not reaches_thread_start(root_side)
         stack.interpreted_only = interpreter_frames > 0 and compiled_methods == 0
         stack.java_frames = java
         stack.unresolved = unresolved
-        stack.cut = cut_cause(frames, gap, truncated and not self.walker, walk_end)
+        stack.cut = cut_cause(root_side, gap, truncated and not self.walker, walk_end)
         if stack.cut == CUT_NATIVE and self.native_cause is not None and values:
             stack.cut = self.native_cause(values[-1]) or CUT_NATIVE
         return stack
@@ -767,7 +776,10 @@ class StackFolder:
         user = self._user_stack(user_raw, walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
         self._count(user, kernel_names, kernel_truncated, count)
-        names = None if user.frames is None else [frame.name for frame in user.frames]
+        names = None
+        if not user.lost:  # its values are named in this epoch (_user_stack)
+            values = raw_addresses(stack_bytes(user_raw))  # type: ignore[arg-type]
+            names = [frame.name for value in values for frame in self._values[value].frames]
         return fold_stack(comm.decode("utf-8", "replace"), names, kernel_names)
 
     def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
@@ -817,11 +829,10 @@ class StackFolder:
         if user.ids is not None:
             first, frames = user.ids
             user_ids = table.stack_frames(first)[1 : 1 + frames]
-        elif user.frames is None:
+        elif user.lost:
             user_ids = (table.frame(LOST_USER, LOST),)
         else:
             user_ids = self._user_ids(table, key.user)  # type: ignore[arg-type]
-            user.frames = None
         kernel_ids = self._kernel_ids.get(key.kernel)
         if kernel_ids is None:
             if kernel_names is None:
