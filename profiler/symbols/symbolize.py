@@ -525,6 +525,7 @@ class StackFolder:
         # distinct frames) and of each kernel stack (a named user stack keeps only its ids: _UserStack.ids)
         self._ids_table: StackTableBuilder | None = None
         self._kernel_ids: dict[StoredStack, tuple[int, ...]] = {}
+        self._last_values: tuple[StoredStack | None, tuple[int, ...]] = (None, ())  # _user_stack's, for _user_ids
         self._frame_id_of: dict[Frame, int] = {}
         self.counts = {
             "lost_user_stack": 0,
@@ -568,6 +569,7 @@ class StackFolder:
             names.clear()
         self._checked, self._fixed, self._checked_chunks = set(), set(), set()
         self._changes = [set() for _ in self._changes]
+        self._last_values = (None, ())
 
     def _new_epoch(self) -> None:
         """Every value is named again when it next occurs; the stacks keep their names until one of their
@@ -696,6 +698,7 @@ class StackFolder:
             stack = self._user[(raw, walk_end)] = _UserStack(lost=True)
             return stack
         values = raw_addresses(stack_bytes(raw))
+        self._last_values = (raw, values)
         chunks = (raw,) if isinstance(raw, bytes) else raw
         if not self._checked_chunks.issuperset(chunks):  # stacks share chunks (their roots): looked at once
             self._check_values(values)
@@ -804,7 +807,8 @@ class StackFolder:
     def _user_ids(self, table: StackTableBuilder, raw: bytes | tuple[bytes, ...]) -> tuple[int, ...]:
         """The frame ids of a user stack whose values are named in this epoch, root first: each value's ids
         taken once from its frames (in the stack's order, so frames get the ids a frame-by-frame pass gives)."""
-        root_first = raw_addresses(stack_bytes(raw))[::-1]
+        last_raw, values = self._last_values
+        root_first = (values if last_raw is raw else raw_addresses(stack_bytes(raw)))[::-1]
         ids_of = self._value_ids
         found = list(map(ids_of.get, root_first))
         if None in found:
