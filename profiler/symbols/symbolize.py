@@ -412,8 +412,8 @@ class _ValueNames:
 
 VALUE_COUNTS = (
     "interpreted", "interpreted_named", "compiled", "compiled_named", "compiled_perf_map",
-    "java", "unresolved", "interpreter_frames", "compiled_methods",
-)  # fmt: skip
+    "java", "unresolved", "interpreter_frames", "compiled_methods", "with_cause", "gap",
+)  # fmt: skip  # with_cause: a value with a cause it stays unnamed; gap last: its sum is read unmasked
 _COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
 _COUNT_SHIFTS = tuple(_COUNT_BITS * index for index in range(len(VALUE_COUNTS)))
 
@@ -424,8 +424,9 @@ def pack_counts(counts: Sequence[int]) -> int:
 
 
 def unpack_counts(packed: int) -> list[int]:
+    """The counts of a packed sum; the last field is unbounded (no count after it to carry into)."""
     mask = (1 << _COUNT_BITS) - 1
-    return [(packed >> (_COUNT_BITS * index)) & mask for index in range(len(VALUE_COUNTS))]
+    return [(packed >> shift) & mask for shift in _COUNT_SHIFTS[:-1]] + [packed >> _COUNT_SHIFTS[-1]]
 
 
 def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int) -> str | None:
@@ -587,12 +588,14 @@ class StackFolder:
             frames, gap = self._walker_frame(value, scratch, unnamed)
         else:
             frames, gap = [self.symbols.resolve(value)], 0
+        compiled_unnamed = next(iter(scratch.compiled_unnamed or ()), None)
+        unnamed_cause = next(iter(unnamed), None)
         counts = pack_counts((
             scratch.interpreted, scratch.interpreted_named, scratch.compiled, scratch.compiled_named,
             scratch.compiled_perf_map, *java_frame_kinds(frames),
+            int(unnamed_cause is not None or compiled_unnamed is not None), gap,
         ))  # fmt: skip
-        compiled_unnamed = next(iter(scratch.compiled_unnamed or ()), None)
-        return _ValueNames(tuple(frames), counts, gap, next(iter(unnamed), None), compiled_unnamed)
+        return _ValueNames(tuple(frames), counts, gap, unnamed_cause, compiled_unnamed)
 
     def _check_values(self, values: Sequence[int]) -> None:
         """Name the values not yet named in this epoch; note those that name something else than before."""
@@ -712,20 +715,23 @@ class StackFolder:
 
     def _resolve_user(self, values: tuple[int, ...], walk_end: int) -> _UserStack:
         """A stack of values all named in this epoch (``_check_values``)."""
-        records = list(map(self._values.__getitem__, values))
-        root_side = _root_frames(records)  # all that reaches_thread_start and cut_cause look at
-        sums = unpack_counts(sum(map(attrgetter("counts"), records)))
+        record = self._values.__getitem__
+        sums = unpack_counts(sum(map(attrgetter("counts"), map(record, values))))  # one pass over the records
         interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:5]
-        java, unresolved, interpreter_frames, compiled_methods = sums[5:]
-        gap = sum(map(attrgetter("gap"), records))
+        java, unresolved, interpreter_frames, compiled_methods, with_cause, gap = sums[5:]
+        # all that reaches_thread_start and cut_cause look at (each value names one frame or more)
+        root_side = _root_frames(list(map(record, values[-ROOT_WINDOW:])))
         stack = _UserStack(named_in=self._serial, interpreted=interpreted)
         stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
         stack.compiled_perf_map = compiled_perf_map
         if self.walker:
-            unnamed, compiled_unnamed = attrgetter("unnamed"), attrgetter("compiled_unnamed")
-            stack.unnamed = dict(Counter(map(unnamed, filter(unnamed, records))))
-            causes = Counter(map(compiled_unnamed, filter(compiled_unnamed, records)))
-            stack.compiled_unnamed = dict(causes) if causes else None
+            stack.unnamed, stack.compiled_unnamed = {}, None
+            if with_cause:  # the causes' Counters only for the stacks with a value left unnamed
+                records = list(map(record, values))
+                unnamed, compiled_unnamed = attrgetter("unnamed"), attrgetter("compiled_unnamed")
+                stack.unnamed = dict(Counter(map(unnamed, filter(unnamed, records))))
+                causes = Counter(map(compiled_unnamed, filter(compiled_unnamed, records)))
+                stack.compiled_unnamed = dict(causes) if causes else None
             truncated = gap > 0
         else:
             truncated = len(values) >= self.depth
