@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_matcher import PROFILE, cpu_model, generate, read_and_split, timed  # noqa: E402
 
 from profiler.capture.folded import read_folded  # noqa: E402
-from profiler.capture.format import atomic_write_bytes  # noqa: E402
+from profiler.capture.format import atomic_write_chunks  # noqa: E402
 from profiler.capture.stacktable import read_table, table_from_folded, write_table  # noqa: E402
 from profiler.cli import main as profiler_main  # noqa: E402
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         generate(folded, args.stacks)
     table_file = args.data / f"stacks_{args.stacks}.tpc"
     if not table_file.exists():
-        write_table(table_file, table_from_folded(read_folded(folded)), atomic_write_bytes)
+        write_table(table_file, table_from_folded(read_folded(folded)), atomic_write_chunks)
     table = read_table(table_file)
     stacks, frames = read_and_split(folded)
     floor, floor_all, floor_wall = timed(lambda: read_and_split(folded), args.repeat)

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profiler.capture.folded import format_folded
-from profiler.capture.format import atomic_write_bytes, atomic_write_text
+from profiler.capture.format import atomic_write_chunks, atomic_write_text
 from profiler.capture.stackstore import StackStore
 from profiler.capture.stacktable import write_table
 from profiler.defaults import DEFAULT_PROFILE, data_file
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         store.forget(4242)
     with tempfile.TemporaryDirectory() as scratch, phases.phase("writing the table"):
         path = Path(scratch) / "stacks.tpc"
-        write_table(path, table, atomic_write_bytes)
+        write_table(path, table, atomic_write_chunks)
         size = path.stat().st_size
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]  # the same samples give the same bytes
     with phases.phase("matching"):

@@ -93,7 +93,7 @@ def write_tables(run_dir: Path, run_hosts: dict[str, list[PidSpec]], seed: int, 
             if spec.role == "workload":
                 rng = random.Random(f"{seed}:{run_dir.name}:{host}:{spec.pid}")
                 table = executor_table(dict(spec.stacks), rng, intervals)
-                write_table(capture.table_path(capture_dir, spec.pid), table, capture.atomic_write_bytes)
+                write_table(capture.table_path(capture_dir, spec.pid), table, capture.atomic_write_chunks)
 
 
 def make_archive(

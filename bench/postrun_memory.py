@@ -2,16 +2,21 @@
 every 10 ms by a thread and binned by the post-run step running at that moment (the symbol cache of a
 process opened, the kernel's symbols, naming and tabulating its stacks, writing, matching), then each
 step's RSS when it began and its peak, in the order the steps first ran, and the distinct stacks of
-each process named. The window itself is one line ("window"), start-up another.
+each process named. The window itself is one line ("window"), start-up another. Each step's CPU
+seconds (`process_time` between entering and leaving it, its inner steps not counted) are printed beside;
+`--profile-post FILE` also runs cProfile over the post-run step (`Runner._write_capture`), saves its stats to
+FILE and prints the functions with most own time.
 
-usage: .venv/bin/python bench/postrun_memory.py -- run --duration 60 --pid PID --out /tmp/agent-memory \
-           --force --known-spes no_known_spes.txt
+usage: .venv/bin/python bench/postrun_memory.py [--profile-post FILE] -- run --duration 60 --pid PID \
+           --out /tmp/agent-memory --force --known-spes no_known_spes.txt
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
+import pstats
 import sys
 import threading
 import time
@@ -40,10 +45,15 @@ class Phases:
         self.began: dict[str, int] = {}
         self.peak: dict[str, int] = {}
         self.stacks: list[tuple[int, int]] = []  # (pid, distinct stacks) as named
+        self.cpu: dict[str, float] = {}  # own CPU seconds per step (inner steps not counted)
+        self._cpu_mark = time.process_time()
         self._stop = threading.Event()
         self._enter("start-up")
 
     def _enter(self, name: str) -> None:
+        mark = time.process_time()
+        self.cpu[self.now] = self.cpu.get(self.now, 0.0) + mark - self._cpu_mark
+        self._cpu_mark = mark
         self.now = name
         if name not in self.began:
             self.order.append(name)
@@ -74,13 +84,30 @@ class Phases:
         setattr(owner, attr, labelled)
 
 
+def profile_post(runner_class: Any, stats_path: Path) -> None:
+    """cProfile around ``runner_class._write_capture`` (the post-run step), stats saved to ``stats_path``."""
+    original = runner_class._write_capture
+
+    @functools.wraps(original)
+    def profiled(*args: Any, **kwargs: Any) -> Any:
+        profile = cProfile.Profile()
+        try:
+            return profile.runcall(original, *args, **kwargs)
+        finally:
+            profile.dump_stats(str(stats_path))
+            pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(30)
+            pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(45)
+
+    runner_class._write_capture = profiled
+
+
 def instrument(phases: Phases) -> None:
     from profiler import runner
     from profiler.sampling import sampler
     from profiler.symbols import symbolprep
 
     phases.wrap(sampler.StackSampler, "begin_window", "begin window", after="window")
-    phases.wrap(runner.Runner, "write_capture", "post-run: other", after="after the capture")
+    phases.wrap(runner.Runner, "_write_capture", "post-run: other", after="after the capture")
     phases.wrap(
         symbolprep.SymbolPreparer, "symbols_for", "symbol cache of a process (perf map read)", after="post-run: other"
     )
@@ -101,6 +128,7 @@ def instrument(phases: Phases) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile-post", type=Path, metavar="FILE", help="cProfile the post-run step into FILE")
     parser.add_argument("profiler_args", nargs=argparse.REMAINDER, help="-- then profiler's arguments")
     args = parser.parse_args()
     argv = [a for a in args.profiler_args if a != "--"] if args.profiler_args[:1] == ["--"] else args.profiler_args
@@ -108,6 +136,10 @@ def main() -> int:
 
     phases = Phases()
     instrument(phases)
+    if args.profile_post is not None:
+        from profiler import runner
+
+        profile_post(runner.Runner, args.profile_post)
     watcher = threading.Thread(target=phases.watch, daemon=True)
     watcher.start()
     start = time.monotonic()
@@ -117,9 +149,10 @@ def main() -> int:
         phases.stop()
         watcher.join()
     print(f"profiler exit {code} after {time.monotonic() - start:.0f} s; distinct stacks per pid: {phases.stacks}")
-    print(f"{'step':<45} {'RSS at start':>12} {'peak':>8}")
+    print(f"{'step':<45} {'RSS at start':>12} {'peak':>8} {'CPU s':>8}")
     for name in phases.order:
-        print(f"{name:<45} {phases.began[name] / MB:>9.1f} MB {phases.peak.get(name, 0) / MB:>5.1f} MB")
+        began, peak, cpu = phases.began[name] / MB, phases.peak.get(name, 0) / MB, phases.cpu.get(name, 0.0)
+        print(f"{name:<45} {began:>9.1f} MB {peak:>5.1f} MB {cpu:>8.2f}")
     return code
 
 

@@ -18,7 +18,6 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,6 @@ from . import __version__
 from .bpf.compiler import release_compiler_pages, release_freed_memory
 from .capture import format as capture
 from .capture.checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
-from .capture.folded import format_folded
 from .capture.format import (
     DEFAULT_INTERVAL,
     EventCount,
@@ -56,7 +54,7 @@ from .files.outputs import check_output_dir, mark_output_dir
 from .files.textinput import TEXT_ENCODING
 from .matching.aggregate import aggregate_host
 from .matching.appprofile import ApplicationProfile
-from .matching.matcher import Matcher, MatchResult, match_offcpu, match_table
+from .matching.matcher import Matcher, MatchResult, match_offcpu, match_table, unmatched_folded_lines
 from .scope.spes import DEFAULT_ROLES
 
 if TYPE_CHECKING:
@@ -979,7 +977,7 @@ class Runner:
             table = collected.table
             if table.timeline:
                 table = table.clamped(self._last_interval())
-            write_table(capture.table_path(out, pid), table, capture.atomic_write_bytes)
+            write_table(capture.table_path(out, pid), table, capture.atomic_write_chunks)
             capture.write_sampler_stats(out, collected.stats)
             matched[pid] = match_table(matcher, table)
         return matched
@@ -991,10 +989,8 @@ class Runner:
         offcpu = {pid: match_offcpu(matcher, entries) for pid, entries in collected.offcpu.items()}
         rows = aggregate_host(options.host, sampled, matched, collected.counters, collected.net, offcpu)
         capture.atomic_write_text(out / capture.result_file_name(options.host), capture.format_result_csv(rows))
-        unmatched: Counter[str] = Counter()
-        for result in matched.values():
-            unmatched.update(result.unmatched)
-        capture.atomic_write_text(out / capture.unmatched_file_name(options.host), format_folded(unmatched))
+        unmatched = unmatched_folded_lines(matched.values())
+        capture.atomic_write_lines(out / capture.unmatched_file_name(options.host), unmatched)
 
     def _meta(self, components: Components) -> RunMeta:
         options, state = self.options, self.state

@@ -69,7 +69,6 @@ def match_result(task_names: Sequence[str], counts: PidTaskCounts) -> MatchResul
     return MatchResult(
         task_samples=samples,
         total_samples=sum(samples.values()),
-        unmatched=Counter(),
         multi_task_samples=sum(multi.values()),
         task_stacks={name: Counter() for name in task_names},
         task_multi_samples=multi,

@@ -379,13 +379,37 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
+def atomic_write_lines(path: Path, lines: Iterable[str], batch_chars: int = 1 << 18) -> None:
+    """``atomic_write_text`` of text that arrives as lines, encoded and written ~``batch_chars`` at a time."""
+
+    def batches() -> Iterator[bytes]:
+        batch: list[str] = []
+        size = 0
+        for line in lines:
+            batch.append(line)
+            size += len(line)
+            if size >= batch_chars:
+                yield "".join(batch).encode("utf-8")
+                batch, size = [], 0
+        if batch:
+            yield "".join(batch).encode("utf-8")
+
+    atomic_write_chunks(path, batches())
+
+
 def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None) -> None:
     """``atomic_write_text`` for binary content (a gzip-compressed pprof profile)."""
+    atomic_write_chunks(path, (content,), mode)
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes], mode: int | None = None) -> None:
+    """``atomic_write_bytes`` of content that arrives in parts (written as they come, never joined)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
+            for chunk in chunks:
+                handle.write(chunk)
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
         os.replace(tmp, path)

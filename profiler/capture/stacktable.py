@@ -217,6 +217,50 @@ class StackTableBuilder:
         )
 
 
+def ordered_folded(
+    parts: Iterable[tuple[StackTable, Sequence[str], Sequence[int], Sequence[int]]],
+) -> Iterator[str]:
+    """``format_folded``'s lines of the stacks ``ids`` of tables (with ``frame_texts()`` and each id's
+    samples), stacks of the same text merged, most samples first, ties by text, one line at a time: the
+    order is found from the stacks' frame ids, not their texts (a deep stack's text is ~100x its ids).
+
+    A stack's sort key is a rank per frame, as fixed-width big-endian numbers: of the frame's text followed
+    by the separator, and of the last frame's text alone, among all those strings sorted. No frame text
+    holds the separator, so the first frame whose string differs decides as the first differing character
+    of the joined texts does (a last frame's text that begins another stack's frame there sorts first, as
+    the shorter text does), and two stacks have the same text exactly when they have the same key."""
+    parts = list(parts)
+    frames = {text for _table, texts, _ids, _counts in parts for text in texts}
+    strings = sorted(frames | {text + FRAME_SEPARATOR for text in frames})
+    rank = {string: number for number, string in enumerate(strings)}
+    del frames
+    code = "H" if len(strings) <= 1 << 16 else "I"
+    swap = sys.byteorder == "little"
+    samples: dict[bytes, int] = {}
+    for table, texts, ids, counts in parts:
+        inner = [rank[text + FRAME_SEPARATOR] for text in texts].__getitem__
+        last = [rank[text] for text in texts]
+        stacks = table.stacks
+        for stack_id, count in zip(ids, counts):
+            stack = stacks[stack_id]
+            key = array(code, map(inner, stack))
+            if stack:
+                key[-1] = last[stack[-1]]
+            if swap:
+                key.byteswap()
+            encoded = key.tobytes()
+            samples[encoded] = samples.get(encoded, 0) + count
+    ordered = sorted(samples.items(), key=lambda item: (-item[1], item[0]))
+    del samples, rank
+    string = strings.__getitem__
+    for encoded, count in ordered:
+        if count > 0:
+            key = array(code, encoded)
+            if swap:
+                key.byteswap()
+            yield f"{''.join(map(string, key))} {count}\n"
+
+
 def table_from_folded(
     folded: Mapping[str, int],
     timeline: Mapping[tuple[int, str], int] | None = None,
@@ -259,22 +303,48 @@ def _le(values: array) -> bytes:  # type: ignore[type-arg]
     return values.tobytes()
 
 
+SUFFIX_CHUNK = 1 << 16  # frame ids per part of the suffix array while a table is encoded
+
+
 def encode_table(table: StackTable) -> bytes:
     """The uncompressed bytes of a table (see docs/capture-format.md, stacks.tpc)."""
-    kind_index = {kind: i for i, kind in enumerate(FRAME_KINDS)}
-    module_names = sorted(set(table.modules))
-    module_index = {module: i for i, module in enumerate(module_names)}
-    prefixes, suffix_lengths, suffixes = array("I"), array("I"), array("I")
+    return b"".join(encode_table_parts(table))
+
+
+def _prefix_coding(stacks: Sequence[tuple[int, ...]]) -> tuple[array, array]:  # type: ignore[type-arg]
+    """Per stack, the frames it shares with the stack before it and the number of frames after those."""
+    prefixes, suffix_lengths = array("I"), array("I")
     previous: tuple[int, ...] = ()
-    for stack in table.stacks:
+    for stack in stacks:
         shared = 0
         limit = min(len(stack), len(previous))
         while shared < limit and stack[shared] == previous[shared]:
             shared += 1
         prefixes.append(shared)
         suffix_lengths.append(len(stack) - shared)
-        suffixes.extend(stack[shared:])
         previous = stack
+    return prefixes, suffix_lengths
+
+
+def _suffix_parts(stacks: Sequence[tuple[int, ...]], prefixes: array) -> Iterator[bytes]:  # type: ignore[type-arg]
+    """The suffix array's bytes in parts of about SUFFIX_CHUNK ids (never the whole array at once)."""
+    suffixes = array("I")
+    for stack, shared in zip(stacks, prefixes):
+        suffixes.extend(stack[shared:])
+        if len(suffixes) >= SUFFIX_CHUNK:
+            yield _le(suffixes)
+            suffixes = array("I")
+    if suffixes:
+        yield _le(suffixes)
+
+
+def encode_table_parts(table: StackTable) -> Iterator[bytes]:
+    """``encode_table``'s bytes in parts, in order: the frames' suffix ids are produced a part at a time
+    (a deep window's 2-3 M frame references are never one more array and one joined copy in memory)."""
+    kind_index = {kind: i for i, kind in enumerate(FRAME_KINDS)}
+    module_names = sorted(set(table.modules))
+    module_index = {module: i for i, module in enumerate(module_names)}
+    prefixes, suffix_lengths = _prefix_coding(table.stacks)
     header = {
         "names": list(table.names),
         "kinds": [kind_index[kind] for kind in table.kinds],
@@ -284,16 +354,29 @@ def encode_table(table: StackTable) -> bytes:
         "contexts": list(table.contexts),
         "timeline": table.timeline,
         "stacks": len(table.stacks),
-        "stack_frames": len(suffixes),
+        "stack_frames": sum(suffix_lengths),
         "rows": len(table.counts),
     }
     header_bytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    parts = [_PREAMBLE.pack(MAGIC, TABLE_VERSION, len(header_bytes)), header_bytes, _le(prefixes),
-             _le(suffix_lengths), _le(suffixes)]
+    del header
+    yield _PREAMBLE.pack(MAGIC, TABLE_VERSION, len(header_bytes))
+    yield header_bytes
+    yield _le(prefixes)
+    yield _le(suffix_lengths)
+    yield from _suffix_parts(table.stacks, prefixes)
     for values, code in ((table.intervals, "I"), (table.stack_ids, "I"), (table.context_ids, "I"),
                          (table.counts, "Q")):
-        parts.append(_le(values if isinstance(values, array) else array(code, values)))
-    return b"".join(parts)
+        yield _le(values if isinstance(values, array) else array(code, values))
+
+
+def gzip_parts(parts: Iterable[bytes], level: int = 6) -> Iterator[bytes]:
+    """``gzip.compress(b"".join(parts), level, mtime=0)``'s bytes, in parts, without joining the input."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    for part in parts:
+        packed = compressor.compress(part)
+        if packed:
+            yield packed
+    yield compressor.flush()
 
 
 def is_table_file(path: Path) -> bool:
@@ -305,9 +388,10 @@ def is_table_file(path: Path) -> bool:
         return False
 
 
-def write_table(path: Path, table: StackTable, write: Callable[[Path, bytes], None]) -> None:
-    """gzip-compress the table into ``path`` through ``write`` (the capture's atomic writer)."""
-    write(path, gzip.compress(encode_table(table), compresslevel=6, mtime=0))
+def write_table(path: Path, table: StackTable, write: Callable[[Path, Iterable[bytes]], None]) -> None:
+    """gzip-compress the table into ``path`` through ``write`` (the capture's atomic writer of parts),
+    a part at a time: the same bytes as compressing the whole encoded table at once."""
+    write(path, gzip_parts(encode_table_parts(table)))
 
 
 def read_table(path: Path) -> StackTable:

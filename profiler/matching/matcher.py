@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, parse_source_line
+from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, format_folded, parse_source_line
 from ..capture.format import UNMATCHED
 from ..capture.offcpu import OffCpuEntry
-from ..capture.stacktable import StackTable
+from ..capture.stacktable import StackTable, ordered_folded
 from ..files.textinput import open_text
 from .appprofile import ApplicationProfile, Pattern, literal_key
 
-# Stacks of a stack table kept for a task until its Counter is built: (stack id -> folded text, ids, counts).
-DeferredStacks = tuple[Callable[[int], str], list[int], list[int]]
+# Stacks of a stack table kept for a task until its Counter is built: (the table, its frame texts, ids, counts).
+DeferredStacks = tuple[StackTable, list[str], list[int], list[int]]
 
 MAX_TRIE_NESTING = 100  # deeper tries compile slowly (and recursively) in ``re``: use plain scans
 
@@ -329,12 +329,17 @@ class MatchResult:
 
     task_samples: dict[str, int]  # every profile task in profile order, then "unmatched"; zeros included
     total_samples: int
-    unmatched: Counter[str]  # stack -> samples
     multi_task_samples: int  # samples whose stack matched patterns of >1 task in different frames
     task_stacks: Mapping[str, Counter[str]]  # task -> its stacks (drill-down flamegraphs); may be lazy
     task_multi_samples: dict[str, int] = field(default_factory=dict)  # multi-task samples per chosen task
     # (chosen task, task another frame matched) -> samples: what the leaf-first rule decided
     decided_over: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    @property
+    def unmatched(self) -> Counter[str]:
+        """Unmatched stack -> samples (built on first use: ``task_stacks``)."""
+        stacks = self.task_stacks.get(UNMATCHED)
+        return stacks if stacks is not None else Counter()
 
     def share(self, task: str) -> float | None:
         """Task samples / all samples; None when there are no samples."""
@@ -379,7 +384,8 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
             if lines:
                 stacks = stacks + [line.rstrip("\r\n").rpartition(" ")[0] for line in lines]
                 counts = counts + line_counts
-            for text_of, ids, id_counts in self._deferred.pop(task, ()):
+            for table, texts, ids, id_counts in self._deferred.pop(task, ()):
+                text_of = table.stack_text(texts)
                 stacks = stacks + [text_of(stack_id) for stack_id in ids]
                 counts = counts + id_counts
             merged = dict(zip(stacks, counts))
@@ -392,6 +398,14 @@ class TaskStacks(Mapping[str, "Counter[str]"]):
             self._built[task] = built
             del self._pending[task]
         return built
+
+    def table_parts(self, task: str) -> list[DeferredStacks] | None:
+        """A task's stacks as the table ids they came as, without their texts (``ordered_folded``); None
+        when some of them came as text or its Counter was built already."""
+        pending = self._pending.get(task)
+        if pending is None or pending[0] or pending[2]:
+            return None
+        return list(self._deferred.get(task, ()))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -425,7 +439,7 @@ class StackAccumulator:
     @property
     def entries(self) -> int:
         """Stack entries taken so far (lines or pairs with a positive count; repeats included)."""
-        deferred = sum(len(ids) for per_task in self._deferred for _text, ids, _counts in per_task)
+        deferred = sum(len(ids) for per_task in self._deferred for _table, _texts, ids, _counts in per_task)
         return sum(map(len, self._counts)) + sum(map(len, self._line_counts)) + deferred
 
     def add_table(self, table: StackTable, first: int | None = None, last: int | None = None) -> None:
@@ -448,10 +462,9 @@ class StackAccumulator:
             if others:
                 key = (index, others)
                 overrides[key] = overrides.get(key, 0) + count
-        text_of = table.stack_text(texts)
         for index, task_ids in enumerate(ids):
             if task_ids:
-                self._deferred[index].append((text_of, task_ids, counts[index]))
+                self._deferred[index].append((table, texts, task_ids, counts[index]))
 
     def add(self, stack: str, count: int) -> None:
         self.add_items(((stack, count),))
@@ -516,7 +529,7 @@ class StackAccumulator:
         matcher = self.matcher
         names = matcher.result_names
         samples = [
-            sum(c) + sum(lc) + sum(sum(n) for _text, _ids, n in deferred)
+            sum(c) + sum(lc) + sum(sum(n) for _table, _texts, _ids, n in deferred)
             for c, lc, deferred in zip(self._counts, self._line_counts, self._deferred)
         ]
         multi = [0] * len(names)
@@ -536,7 +549,6 @@ class StackAccumulator:
         return MatchResult(
             task_samples=dict(zip(names, samples)),
             total_samples=sum(samples),
-            unmatched=task_stacks[UNMATCHED],
             multi_task_samples=sum(multi),
             task_stacks=task_stacks,
             task_multi_samples=dict(zip(names, multi)),
@@ -565,6 +577,24 @@ def match_folded_files(matcher: Matcher, paths: Iterable[str | Path]) -> MatchRe
     for path in paths:
         accumulator.add_folded_file(path)
     return accumulator.result()
+
+
+def unmatched_folded_lines(results: Iterable[MatchResult]) -> Iterator[str]:
+    """``format_folded`` of the unmatched stacks of ``results`` merged, as lines: taken from the stack
+    tables' ids a line at a time (``ordered_folded``) when every result came from tables, so a host's
+    unmatched stacks are never all texts at once; else the text of their merged Counter."""
+    results = list(results)
+    parts: list[DeferredStacks] = []
+    for result in results:
+        stacks = result.task_stacks
+        part = stacks.table_parts(UNMATCHED) if isinstance(stacks, TaskStacks) else None
+        if part is None:
+            unmatched: Counter[str] = Counter()
+            for each in results:
+                unmatched.update(each.unmatched)
+            return iter((format_folded(unmatched),))
+        parts.extend(part)
+    return ordered_folded(parts)
 
 
 def match_offcpu(matcher: Matcher, entries: Iterable[OffCpuEntry]) -> dict[str, Counter[str]]:

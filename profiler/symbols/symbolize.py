@@ -377,8 +377,7 @@ def gap_frame(frames_cut: int) -> str:
 
 @dataclass(slots=True)
 class _UserStack:
-    frames: list[Frame] | None = None  # leaf first; None: the walk failed, or only ``ids`` kept (StackFolder.stack_id)
-    lost: bool = False  # the walk failed: no frames
+    lost: bool = False  # the walk failed: no frames (its frames are its values' records: StackFolder._values)
     named_in: int = 0  # the folder's epoch serial in which its values were last checked (StackFolder._user_stack)
     # once interned (StackFolder.stack_id): the first table stack holding it and its frames there (from 1)
     ids: tuple[int, int] | None = None
@@ -413,8 +412,8 @@ class _ValueNames:
 
 VALUE_COUNTS = (
     "interpreted", "interpreted_named", "compiled", "compiled_named", "compiled_perf_map",
-    "java", "unresolved", "interpreter_frames", "compiled_methods",
-)  # fmt: skip
+    "java", "unresolved", "interpreter_frames", "compiled_methods", "with_cause", "gap",
+)  # fmt: skip  # with_cause: a value with a cause it stays unnamed; gap last: its sum is read unmasked
 _COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
 _COUNT_SHIFTS = tuple(_COUNT_BITS * index for index in range(len(VALUE_COUNTS)))
 
@@ -425,8 +424,9 @@ def pack_counts(counts: Sequence[int]) -> int:
 
 
 def unpack_counts(packed: int) -> list[int]:
+    """The counts of a packed sum; the last field is unbounded (no count after it to carry into)."""
     mask = (1 << _COUNT_BITS) - 1
-    return [(packed >> (_COUNT_BITS * index)) & mask for index in range(len(VALUE_COUNTS))]
+    return [(packed >> shift) & mask for shift in _COUNT_SHIFTS[:-1]] + [packed >> _COUNT_SHIFTS[-1]]
 
 
 def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int) -> str | None:
@@ -465,6 +465,16 @@ class JavaNamer(Protocol):
     def cause(self, method: int, generation: int | None, default: str) -> str: ...
     def code_name(self, pc: int) -> str | None: ...
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]: ...
+
+
+def _root_frames(records: Sequence[_ValueNames]) -> tuple[Frame, ...]:
+    """The outermost ROOT_WINDOW frames (or all, when fewer) of a stack of value records, leaf first."""
+    frames: tuple[Frame, ...] = ()
+    for record in reversed(records):
+        frames = record.frames + frames
+        if len(frames) >= ROOT_WINDOW:
+            break
+    return frames
 
 
 class StackFolder:
@@ -516,6 +526,7 @@ class StackFolder:
         # distinct frames) and of each kernel stack (a named user stack keeps only its ids: _UserStack.ids)
         self._ids_table: StackTableBuilder | None = None
         self._kernel_ids: dict[StoredStack, tuple[int, ...]] = {}
+        self._last_values: tuple[StoredStack | None, tuple[int, ...]] = (None, ())  # _user_stack's, for _user_ids
         self._frame_id_of: dict[Frame, int] = {}
         self.counts = {
             "lost_user_stack": 0,
@@ -559,6 +570,7 @@ class StackFolder:
             names.clear()
         self._checked, self._fixed, self._checked_chunks = set(), set(), set()
         self._changes = [set() for _ in self._changes]
+        self._last_values = (None, ())
 
     def _new_epoch(self) -> None:
         """Every value is named again when it next occurs; the stacks keep their names until one of their
@@ -576,12 +588,14 @@ class StackFolder:
             frames, gap = self._walker_frame(value, scratch, unnamed)
         else:
             frames, gap = [self.symbols.resolve(value)], 0
+        compiled_unnamed = next(iter(scratch.compiled_unnamed or ()), None)
+        unnamed_cause = next(iter(unnamed), None)
         counts = pack_counts((
             scratch.interpreted, scratch.interpreted_named, scratch.compiled, scratch.compiled_named,
             scratch.compiled_perf_map, *java_frame_kinds(frames),
+            int(unnamed_cause is not None or compiled_unnamed is not None), gap,
         ))  # fmt: skip
-        compiled_unnamed = next(iter(scratch.compiled_unnamed or ()), None)
-        return _ValueNames(tuple(frames), counts, gap, next(iter(unnamed), None), compiled_unnamed)
+        return _ValueNames(tuple(frames), counts, gap, unnamed_cause, compiled_unnamed)
 
     def _check_values(self, values: Sequence[int]) -> None:
         """Name the values not yet named in this epoch; note those that name something else than before."""
@@ -687,6 +701,7 @@ class StackFolder:
             stack = self._user[(raw, walk_end)] = _UserStack(lost=True)
             return stack
         values = raw_addresses(stack_bytes(raw))
+        self._last_values = (raw, values)
         chunks = (raw,) if isinstance(raw, bytes) else raw
         if not self._checked_chunks.issuperset(chunks):  # stacks share chunks (their roots): looked at once
             self._check_values(values)
@@ -700,29 +715,32 @@ class StackFolder:
 
     def _resolve_user(self, values: tuple[int, ...], walk_end: int) -> _UserStack:
         """A stack of values all named in this epoch (``_check_values``)."""
-        records = list(map(self._values.__getitem__, values))
-        frames = list(chain.from_iterable(map(attrgetter("frames"), records)))
-        sums = unpack_counts(sum(map(attrgetter("counts"), records)))
+        record = self._values.__getitem__
+        sums = unpack_counts(sum(map(attrgetter("counts"), map(record, values))))  # one pass over the records
         interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:5]
-        java, unresolved, interpreter_frames, compiled_methods = sums[5:]
-        gap = sum(map(attrgetter("gap"), records))
-        stack = _UserStack(frames, named_in=self._serial, interpreted=interpreted)
+        java, unresolved, interpreter_frames, compiled_methods, with_cause, gap = sums[5:]
+        # all that reaches_thread_start and cut_cause look at (each value names one frame or more)
+        root_side = _root_frames(list(map(record, values[-ROOT_WINDOW:])))
+        stack = _UserStack(named_in=self._serial, interpreted=interpreted)
         stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
         stack.compiled_perf_map = compiled_perf_map
         if self.walker:
-            unnamed, compiled_unnamed = attrgetter("unnamed"), attrgetter("compiled_unnamed")
-            stack.unnamed = dict(Counter(map(unnamed, filter(unnamed, records))))
-            causes = Counter(map(compiled_unnamed, filter(compiled_unnamed, records)))
-            stack.compiled_unnamed = dict(causes) if causes else None
+            stack.unnamed, stack.compiled_unnamed = {}, None
+            if with_cause:  # the causes' Counters only for the stacks with a value left unnamed
+                records = list(map(record, values))
+                unnamed, compiled_unnamed = attrgetter("unnamed"), attrgetter("compiled_unnamed")
+                stack.unnamed = dict(Counter(map(unnamed, filter(unnamed, records))))
+                causes = Counter(map(compiled_unnamed, filter(compiled_unnamed, records)))
+                stack.compiled_unnamed = dict(causes) if causes else None
             truncated = gap > 0
         else:
             truncated = len(values) >= self.depth
         stack.truncated = truncated
-        stack.unwalkable = self.java_process and not truncated and java > 0 and not reaches_thread_start(frames)
+        stack.unwalkable = self.java_process and not truncated and java > 0 and not reaches_thread_start(root_side)
         stack.interpreted_only = interpreter_frames > 0 and compiled_methods == 0
         stack.java_frames = java
         stack.unresolved = unresolved
-        stack.cut = cut_cause(frames, gap, truncated and not self.walker, walk_end)
+        stack.cut = cut_cause(root_side, gap, truncated and not self.walker, walk_end)
         if stack.cut == CUT_NATIVE and self.native_cause is not None and values:
             stack.cut = self.native_cause(values[-1]) or CUT_NATIVE
         return stack
@@ -767,7 +785,10 @@ class StackFolder:
         user = self._user_stack(user_raw, walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
         self._count(user, kernel_names, kernel_truncated, count)
-        names = None if user.frames is None else [frame.name for frame in user.frames]
+        names = None
+        if not user.lost:  # its values are named in this epoch (_user_stack)
+            values = raw_addresses(stack_bytes(user_raw))  # type: ignore[arg-type]
+            names = [frame.name for value in values for frame in self._values[value].frames]
         return fold_stack(comm.decode("utf-8", "replace"), names, kernel_names)
 
     def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
@@ -792,7 +813,8 @@ class StackFolder:
     def _user_ids(self, table: StackTableBuilder, raw: bytes | tuple[bytes, ...]) -> tuple[int, ...]:
         """The frame ids of a user stack whose values are named in this epoch, root first: each value's ids
         taken once from its frames (in the stack's order, so frames get the ids a frame-by-frame pass gives)."""
-        root_first = raw_addresses(stack_bytes(raw))[::-1]
+        last_raw, values = self._last_values
+        root_first = (values if last_raw is raw else raw_addresses(stack_bytes(raw)))[::-1]
         ids_of = self._value_ids
         found = list(map(ids_of.get, root_first))
         if None in found:
@@ -817,11 +839,10 @@ class StackFolder:
         if user.ids is not None:
             first, frames = user.ids
             user_ids = table.stack_frames(first)[1 : 1 + frames]
-        elif user.frames is None:
+        elif user.lost:
             user_ids = (table.frame(LOST_USER, LOST),)
         else:
             user_ids = self._user_ids(table, key.user)  # type: ignore[arg-type]
-            user.frames = None
         kernel_ids = self._kernel_ids.get(key.kernel)
         if kernel_ids is None:
             if kernel_names is None:

@@ -4,6 +4,8 @@ analysis as the folded form of the same samples."""
 from __future__ import annotations
 
 import gzip
+import hashlib
+import random
 import struct
 from collections import Counter
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 from coordinator.analysis.engines import analyze
 from coordinator.analysis.timeline import SubWindow
 from profiler.capture import format as capture
+from profiler.capture import stacktable
 from profiler.capture.folded import format_folded, read_folded
 from profiler.capture.stackstore import StackStore
 from profiler.capture.stacktable import (
@@ -21,6 +24,9 @@ from profiler.capture.stacktable import (
     StackTableBuilder,
     decode_table,
     encode_table,
+    encode_table_parts,
+    gzip_parts,
+    ordered_folded,
     read_table,
     table_from_folded,
     write_table,
@@ -50,7 +56,7 @@ def sample_table() -> tuple[Counter[str], Counter[tuple[int, str]], Counter[tupl
 def test_a_table_round_trips_folded_counts_timeline_and_contexts(tmp_path: Path) -> None:
     folded, timeline, contexts = sample_table()
     path = tmp_path / "stacks.tpc"
-    write_table(path, table_from_folded(folded, timeline, contexts), capture.atomic_write_bytes)
+    write_table(path, table_from_folded(folded, timeline, contexts), capture.atomic_write_chunks)
     table = read_table(path)
     assert table.folded() == +folded
     assert Counter({(i, s): n for i, s, n in table.timeline_entries()}) == +timeline
@@ -63,6 +69,78 @@ def test_a_table_round_trips_folded_counts_timeline_and_contexts(tmp_path: Path)
     # AND the file is much smaller than the folded text of the same samples
     folded_bytes = len(format_folded(folded).encode()) + len(capture.format_timeline(timeline).encode())
     assert path.stat().st_size * 5 < folded_bytes
+
+
+def test_the_table_is_encoded_and_compressed_in_parts_into_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the sample table, whose bytes main wrote as one joined array compressed at once (digests of
+    # encode_table and gzip.compress(..., 6, mtime=0) at aebd5ee)
+    table = table_from_folded(*sample_table())
+    monkeypatch.setattr(stacktable, "SUFFIX_CHUNK", 97)  # many parts of the suffix array
+    # WHEN it is encoded in parts and written through the atomic writer of parts
+    parts = list(encode_table_parts(table))
+    path = tmp_path / "stacks.tpc"
+    write_table(path, table, capture.atomic_write_chunks)
+    # THEN the parts are the same bytes, and so is the file
+    raw = b"".join(parts)
+    assert len(parts) > 20  # the frame ids come a part at a time
+    assert hashlib.sha256(raw).hexdigest()[:16] == "7afa57177b9cf49f"
+    assert hashlib.sha256(path.read_bytes()).hexdigest()[:16] == "e16a0081aedc043f"
+    assert path.read_bytes() == gzip.compress(encode_table(table), compresslevel=6, mtime=0)
+
+
+def test_gzip_of_parts_is_gzip_of_their_join_however_they_are_cut() -> None:
+    rng = random.Random(29)
+    for _ in range(20):
+        data = bytes(rng.choice(b"stack\x00\x01") for _ in range(rng.randint(0, 200_000)))
+        cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 40))))
+        parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+        assert b"".join(gzip_parts(parts)) == gzip.compress(data, compresslevel=6, mtime=0)
+
+
+def _tricky_table(rng: random.Random) -> StackTableBuilder:
+    """Frames that sort differently alone and joined ('a' < 'a!' but 'a;x' > 'a!x'), one name under two
+    kinds (two frame ids, one text), prefixes of other stacks, and many ties in the counts."""
+    names = ["a", "a!", "a b", "", "ab", "b", "é", "a\x7f", "Z", "main", "k"]
+    builder = StackTableBuilder(timeline=True)
+    for _ in range(rng.randint(1, 300)):
+        depth = rng.randint(0, 12)
+        ids = [builder.frame(rng.choice(["t1", "t2"]), THREAD)]
+        ids += [builder.frame(rng.choice(names), rng.choice(["jit", "native", KERNEL])) for _ in range(depth)]
+        builder.add(rng.randint(0, 3), builder.stack(tuple(ids)), None, rng.choice([1, 1, 1, 2, 3, 7]))
+    return builder
+
+
+def test_unmatched_lines_from_table_ids_are_format_folded_of_the_merged_texts() -> None:
+    rng = random.Random(40)
+    for _ in range(40):
+        # GIVEN one to three tables (a host's PIDs) and some of each table's stacks
+        tables = [_tricky_table(rng).build() for _ in range(rng.randint(1, 3))]
+        parts, merged = [], Counter[str]()
+        for table in tables:
+            counts = table.stack_counts()
+            ids = [stack_id for stack_id in counts if rng.random() < 0.8]
+            parts.append((table, table.frame_texts(), ids, [counts[i] for i in ids]))
+            text = table.stack_text(table.frame_texts())
+            for stack_id in ids:
+                merged[text(stack_id)] += counts[stack_id]
+        # WHEN their lines are ordered from the ids  THEN they are the merged texts' folded file, byte for byte
+        assert "".join(ordered_folded(parts)) == format_folded(merged)
+
+
+def test_unmatched_lines_keep_their_order_past_65536_frame_strings() -> None:
+    builder = StackTableBuilder()
+    root = builder.frame("t", THREAD)
+    for number in range(40_000):  # 80,000 strings to rank: 4-byte ranks
+        frame = builder.frame(f"f{number * 7919 % 40_000}", "jit")
+        builder.add(0, builder.stack((root, frame, frame) if number % 3 else (root, frame)), None, 1 + number % 2)
+    table = builder.build()
+    counts = table.stack_counts()
+    text = table.stack_text(table.frame_texts())
+    merged = Counter({text(stack_id): count for stack_id, count in counts.items()})
+    parts = [(table, table.frame_texts(), list(counts), list(counts.values()))]
+    assert "".join(ordered_folded(parts)) == format_folded(merged)
 
 
 def test_frames_are_stored_once_with_kind_and_module() -> None:
@@ -110,7 +188,7 @@ def capture_profile():  # type: ignore[no-untyped-def]
 def test_a_damaged_table_is_one_line_naming_the_file(tmp_path: Path, damage, message) -> None:  # type: ignore[no-untyped-def]
     folded, timeline, contexts = sample_table()
     path = tmp_path / "stacks.tpc"
-    write_table(path, table_from_folded(folded, timeline, contexts), capture.atomic_write_bytes)
+    write_table(path, table_from_folded(folded, timeline, contexts), capture.atomic_write_chunks)
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(CaptureFormatError) as caught:
         read_table(path)
@@ -191,7 +269,7 @@ def test_a_compact_capture_converted_back_to_folded_analyses_the_same(tmp_path: 
         assert table is not None
         builder_table = table_from_folded(table.folded(), Counter(
             {(i, s): n for i, s, n in table.timeline_entries()}), contexts)
-        write_table(capture.table_path(cap, 100), builder_table, capture.atomic_write_bytes)
+        write_table(capture.table_path(cap, 100), builder_table, capture.atomic_write_chunks)
         if form == "folded":
             to_folded(cap)
     # THEN the folded twin reads back the same contexts and timeline, and analyses to the same bytes
@@ -211,7 +289,7 @@ def test_profiler_match_reads_a_table_by_its_content_and_a_capture_by_its_tables
 
     folded, timeline, contexts = sample_table()
     (tmp_path / "s.folded").write_text(format_folded(folded), encoding="utf-8")
-    write_table(tmp_path / "any-name.bin", table_from_folded(folded, timeline, contexts), capture.atomic_write_bytes)
+    write_table(tmp_path / "any-name.bin", table_from_folded(folded, timeline, contexts), capture.atomic_write_chunks)
     cap = write_capture(tmp_path / "cap", "h1", [PidSpec(100, dict(folded))])
     to_compact(cap)
     outputs = []

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture.folded import read_folded
+from profiler.capture.folded import format_folded, read_folded
+from profiler.capture.stacktable import table_from_folded
 from profiler.errors import CaptureFormatError
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import (
@@ -20,6 +21,8 @@ from profiler.matching.matcher import (
     literal_searcher,
     match_folded_files,
     match_stacks,
+    match_table,
+    unmatched_folded_lines,
 )
 
 PROFILE = """\
@@ -253,3 +256,21 @@ def test_fast_line_path_agrees_with_read_folded(matcher: Matcher, tmp_path: Path
     assert {t: dict(c) for t, c in streamed.task_stacks.items()} == {
         t: dict(c) for t, c in reference.task_stacks.items()
     }
+
+
+def test_a_hosts_unmatched_lines_come_from_its_tables_ids_as_its_merged_text_would(matcher: Matcher) -> None:
+    # GIVEN two PIDs' tables sharing an unmatched stack, and a result matched from text
+    first = Counter({"t;Foo.bar": 2, "t;Baz.qux": 4, "t;KafkaConsumer.poll": 9, "t;a b": 1, "t;a": 1})
+    second = Counter({"t;Foo.bar": 3, "u;x": 5, "GC Thread#1;y": 7})
+    by_table = [match_table(matcher, table_from_folded(counts)) for counts in (first, second)]
+    merged = Counter({"t;Foo.bar": 5, "t;Baz.qux": 4, "t;a b": 1, "t;a": 1, "u;x": 5})
+    # WHEN the unmatched lines are written from the tables (no Counter of texts is built)
+    lines = "".join(unmatched_folded_lines(by_table))
+    # THEN they are the merged Counter's folded text, and each result's unmatched Counter is still there
+    assert lines == format_folded(merged) == "t;Foo.bar 5\nu;x 5\nt;Baz.qux 4\nt;a 1\nt;a b 1\n"
+    assert by_table[0].unmatched == Counter({"t;Foo.bar": 2, "t;Baz.qux": 4, "t;a b": 1, "t;a": 1})
+    # a result from text, or one whose unmatched Counter was built, goes through the Counter: the same text
+    assert "".join(unmatched_folded_lines([*by_table, match_stacks(matcher, Counter({"t;Foo.bar": 1}))])) == (
+        format_folded(merged + Counter({"t;Foo.bar": 1}))
+    )
+    assert "".join(unmatched_folded_lines(by_table)) == lines
