@@ -21,6 +21,7 @@ interned chunks of CHUNK_FRAMES frames counted from the root, so stacks that dif
 from __future__ import annotations
 
 import struct
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -125,6 +126,14 @@ def unpack_count_key(packed: int) -> tuple[int, int, int, int]:
 
 
 @dataclass(frozen=True)
+class FreshChunks:
+    """What StackStore.take_fresh hands the native-name batches."""
+
+    stacks: int  # distinct stacks stored since the last take
+    chunks: tuple[tuple[int, bytes], ...]  # (tgid, user-stack chunk stored for the first time)
+
+
+@dataclass(frozen=True)
 class StoreDelta:
     """What a StackStore gained since the last delta was taken (the checkpoint journal's stack part)."""
 
@@ -199,6 +208,13 @@ class StackStore:
         self._delta: Counter[tuple[int, int]] = Counter()  # (tgid, packed key) -> samples
         self._keys_taken = 0
         self._contexts_taken = 1
+        # The batches that name native frames during the window (profiler/symbols/batches.py): the user-stack
+        # chunks stored since the last take_fresh(), and the process of the stack that first held each. Each
+        # chunk is handed out once, so the batches keep no set of the chunks they looked at.
+        self.track_fresh = False
+        self._fresh: list[bytes] = []
+        self._fresh_owner = array("I")
+        self._fresh_keys_taken = 0
 
     def begin(self, origin_ns: int) -> None:
         self.origin_ns = origin_ns
@@ -207,25 +223,36 @@ class StackStore:
         origin = self.origin_ns if self.origin_ns is not None else time_ns
         return max(0, (time_ns - origin) // self.interval_ns)
 
-    def _intern(self, raw: RawStack) -> tuple[StoredStack, bool]:
-        """The stored form of ``raw`` and whether it is new."""
+    def _intern(self, raw: RawStack, fresh: list[bytes] | None = None) -> tuple[StoredStack, bool]:
+        """The stored form of ``raw`` and whether it is new; chunks stored for the first time are appended
+        to ``fresh`` when given."""
         if isinstance(raw, int):
             return raw, False
         if len(raw) <= CHUNK_BYTES:
             known = self._chunks.get(raw)
             if known is None:
                 known = self._chunks[raw] = raw
+                if fresh is not None:
+                    fresh.append(raw)
                 return known, True
             return known, False
         head = len(raw) % CHUNK_BYTES  # chunks counted from the root: the leaf-most one may be shorter
         parts = [raw[:head]] if head else []
         parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
-        chunks = tuple(self._chunks.setdefault(part, part) for part in parts)
-        known_deep = self._deep.get(chunks)
-        if known_deep is None:
-            self._deep[chunks] = chunks
-            return chunks, True
-        return known_deep, False
+        known_deep = self._deep.get(tuple(parts))  # a tuple equals the stored one when its chunks are equal
+        if known_deep is not None:
+            return known_deep, False
+        chunks = []
+        for part in parts:
+            chunk = self._chunks.get(part)
+            if chunk is None:
+                chunk = self._chunks[part] = part
+                if fresh is not None:
+                    fresh.append(part)
+            chunks.append(chunk)
+        stored = tuple(chunks)
+        self._deep[stored] = stored
+        return stored, True
 
     def _context_id(self, context: str | None) -> int:
         if context is None:
@@ -253,7 +280,11 @@ class StackStore:
     ) -> bool:
         """Count one sample; True when its user stack was not seen before (callers look at new ones only).
         ``comm`` is the thread's kind (the stacks' root frame), ``context`` its unit of work."""
-        stored_user, new_user = self._intern(user)
+        fresh: list[bytes] | None = [] if self.track_fresh else None
+        stored_user, new_user = self._intern(user, fresh)
+        if fresh:
+            self._fresh.extend(fresh)
+            self._fresh_owner.extend([tgid] * len(fresh))
         key = StackKey(tgid, comm, stored_user, self._intern(kernel)[0], walk_end)
         key_id = self._keys.get(key)
         if key_id is None:
@@ -310,10 +341,24 @@ class StackStore:
         """The distinct kernel stacks stored, of every process (their addresses, to name them at once)."""
         return {key.kernel for key in self._key_list if not isinstance(key.kernel, int)}
 
-    def keys_since(self, start: int, limit: int) -> list[StackKey]:
-        """At most ``limit`` stack keys in the order first seen, from the ``start``-th on (the batches that
-        name stacks during the window; another thread may be adding: a list slice is taken whole)."""
-        return self._key_list[start : start + limit]
+    def take_fresh(self, limit: int) -> FreshChunks:
+        """The user-stack chunks stored since the last call (at most ``limit``; the rest wait for the next
+        call), in the order stored, and the stacks new since the last call (only with ``track_fresh``). The
+        caller serialises calls with add()."""
+        taken, owners = self._fresh[:limit], self._fresh_owner[:limit]
+        del self._fresh[:limit], self._fresh_owner[:limit]
+        stacks, self._fresh_keys_taken = len(self._key_list) - self._fresh_keys_taken, len(self._key_list)
+        return FreshChunks(stacks, tuple(zip(owners, taken, strict=True)))
+
+    @property
+    def fresh_left(self) -> int:
+        """Chunks waiting for take_fresh()."""
+        return len(self._fresh)
+
+    def stop_fresh(self) -> None:
+        """No more batches: stop keeping new chunks for them and drop those waiting."""
+        self.track_fresh = False
+        self._fresh, self._fresh_owner = [], array("I")
 
     def sample_counts(self) -> dict[int, int]:
         """Samples counted per process."""
