@@ -130,7 +130,6 @@ def instrument_window(trace_top: int) -> None:
                                         store.distinct_stacks, store.samples))
 
     def stopped(self: Any) -> None:
-        stop(self)
         if trace_top and tracemalloc.is_tracing():
             snapshot = tracemalloc.take_snapshot()
             tracemalloc.stop()
@@ -138,6 +137,7 @@ def instrument_window(trace_top: int) -> None:
             for stat in snapshot.statistics("lineno")[:trace_top]:
                 print(f"{stat.size / MB:>8.2f} MB {stat.count:>9,} blocks  {stat.traceback[0]}")
         print(window_memory.report(self, ticks, seen.get("baseline", 0)), flush=True)
+        stop(self)  # after: stop() turns the store's packed stacks back into addresses
 
     sampler_module.StackSampler.begin_window = begin_window
     runner.Runner._tick = ticked

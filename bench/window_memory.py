@@ -109,15 +109,17 @@ class Tick:
 def sampler_structures(sampler: Any) -> Iterator[tuple[str, list[Any]]]:
     """(label, roots) of the sampler's in-window structures, most specific first."""
     store = sampler._store
+    yield "store: packed user chunks, value table", [getattr(store, "_packed", None)]
     yield "store: raw stack chunks", [store._chunks]
     yield "store: deep stack tuples", [store._deep]
     yield "store: keys (dict + list)", [store._keys, store._key_list]
     yield "store: counts per process", [store._counts]
     yield "store: journal delta", [store._delta]
+    yield "store: chunks waiting for a batch", [getattr(store, "_fresh", None), getattr(store, "_fresh_owner", None)]
     yield "store: contexts", [store._contexts, store._context_list]
     window = sampler._window
     if window is not None:
-        yield "batches: seen chunks and pcs", [window._seen]
+        yield "batches: pcs looked at", [window._seen]
         yield "batches: native-name memos", [getattr(symbols, "_memo", None) for symbols in window.used.values()]
     prepared = sampler._symbols._prepared.values()
     yield "prepared symbol caches' memos", [getattr(p.symbols, "_memo", None) for p in prepared]

@@ -24,9 +24,10 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .format import SamplerStats
+from .packedchunks import PackedChunks
 from .stacktable import StackTable, table_from_folded
 
 # struct sample_t of profiler/sampling/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
@@ -215,6 +216,19 @@ class StackStore:
         self._fresh: list[bytes] = []
         self._fresh_owner = array("I")
         self._fresh_keys_taken = 0
+        # ``packed`` (the sampler's window): user-stack chunks held as value ids (profiler/capture/packedchunks.py)
+        # until end_window() turns them back into addresses for the post-run step.
+        self._packed: PackedChunks | None = None
+
+    @property
+    def packed(self) -> bool:
+        return self._packed is not None
+
+    def pack_user_stacks(self, chunks: PackedChunks | None = None) -> None:
+        """Hold user stacks packed from now on (before the first sample)."""
+        if self._key_list:
+            raise RuntimeError("pack_user_stacks() after samples were stored")
+        self._packed = chunks if chunks is not None else PackedChunks()
 
     def begin(self, origin_ns: int) -> None:
         self.origin_ns = origin_ns
@@ -254,6 +268,75 @@ class StackStore:
         self._deep[stored] = stored
         return stored, True
 
+    def _intern_user(self, raw: RawStack, fresh: list[bytes] | None = None) -> tuple[StoredStack, bool]:
+        if self._packed is not None:
+            return self._intern_packed(raw, self._packed, fresh)
+        return self._intern(raw, fresh)
+
+    def _intern_packed(
+        self, raw: RawStack, packed: PackedChunks, fresh: list[bytes] | None
+    ) -> tuple[StoredStack, bool]:
+        """``_intern`` of a user stack held packed: the same chunks, each as its packed form."""
+        if isinstance(raw, int):
+            return raw, False
+        if len(raw) % 8:
+            raw = raw[: len(raw) - len(raw) % 8]  # no partial value (the walker writes whole ones)
+        if len(raw) <= CHUNK_BYTES:
+            found, new = packed.find(raw)
+            if new and fresh is not None:
+                fresh.append(raw)
+            return found, new
+        head = len(raw) % CHUNK_BYTES
+        parts = [raw[:head]] if head else []
+        parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
+        chunks = []
+        for part in parts:
+            found, new = packed.find(part)
+            if new and fresh is not None:
+                fresh.append(part)
+            chunks.append(found)
+        stored = tuple(chunks)
+        known_deep = self._deep.get(stored)
+        if known_deep is not None:
+            return known_deep, False
+        self._deep[stored] = stored
+        return stored, True
+
+    def _expanded(self, stored: StoredStack, memo: dict[bytes, bytes] | None = None) -> StoredStack:
+        """A packed user stack as addresses: chunks interned (with ``memo``: the store's own chunks)."""
+        packed = self._packed
+        if packed is None or isinstance(stored, int):
+            return stored
+        if memo is None:
+            return b"".join(map(packed.expand, (stored,) if isinstance(stored, bytes) else stored))
+        chunks = []
+        for chunk in (stored,) if isinstance(stored, bytes) else stored:
+            raw = memo.get(chunk)
+            if raw is None:
+                raw = packed.expand(chunk)
+                raw = memo[chunk] = self._chunks.setdefault(raw, raw)
+            chunks.append(raw)
+        if isinstance(stored, bytes):
+            return chunks[0]
+        return tuple(chunks)
+
+    def end_window(self) -> None:
+        """The window is over: no more batches, and packed user stacks turned back into addresses (the same
+        chunks and tuples a store that never packed holds; key ids unchanged)."""
+        self.stop_fresh()
+        if self._packed is None:
+            return
+        memo: dict[bytes, bytes] = {}
+        deep: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}
+        keys = []
+        for key in self._key_list:
+            user = self._expanded(key.user, memo)
+            if isinstance(user, tuple):
+                user = deep.setdefault(user, user)
+            keys.append(StackKey(key.tgid, key.comm, user, key.kernel, key.walk_end))
+        self._packed, self._deep, self._key_list = None, deep, keys
+        self._keys = {key: key_id for key_id, key in enumerate(keys)}
+
     def _context_id(self, context: str | None) -> int:
         if context is None:
             return 0
@@ -281,7 +364,7 @@ class StackStore:
         """Count one sample; True when its user stack was not seen before (callers look at new ones only).
         ``comm`` is the thread's kind (the stacks' root frame), ``context`` its unit of work."""
         fresh: list[bytes] | None = [] if self.track_fresh else None
-        stored_user, new_user = self._intern(user, fresh)
+        stored_user, new_user = self._intern_user(user, fresh)
         if fresh:
             self._fresh.extend(fresh)
             self._fresh_owner.extend([tgid] * len(fresh))
@@ -306,7 +389,10 @@ class StackStore:
     def take_delta(self) -> StoreDelta:
         """Keys, contexts and counts added since the last call (all of them the first time); the caller
         serialises calls with add(). Memory: the delta holds one entry per counter touched since."""
-        keys = tuple(enumerate(self._key_list[self._keys_taken :], self._keys_taken))
+        keys = tuple(
+            (key_id, replace(key, user=self._expanded(key.user)) if self._packed is not None else key)
+            for key_id, key in enumerate(self._key_list[self._keys_taken :], self._keys_taken)
+        )
         contexts = tuple(
             (i, str(text)) for i, text in enumerate(self._context_list[self._contexts_taken :], self._contexts_taken)
         )
@@ -320,7 +406,7 @@ class StackStore:
         for key_id, key in delta.keys:
             if key_id != len(self._key_list):
                 raise ValueError(f"stack id {key_id} out of order (expected {len(self._key_list)})")
-            user = self._intern(key.user)[0] if not isinstance(key.user, tuple) else key.user
+            user = self._intern_user(key.user)[0] if not isinstance(key.user, tuple) else key.user
             kernel = self._intern(key.kernel)[0] if not isinstance(key.kernel, tuple) else key.kernel
             key = StackKey(key.tgid, key.comm, user, kernel, key.walk_end)
             self._keys[key] = key_id
@@ -370,8 +456,8 @@ class StackStore:
 
     @property
     def stored_bytes(self) -> int:
-        """Bytes of raw addresses held (the part that grows with distinct stacks)."""
-        return sum(len(raw) for raw in self._chunks)
+        """Bytes of raw addresses held (the part that grows with distinct stacks), packed ones included."""
+        return sum(len(raw) for raw in self._chunks) + (self._packed.held_bytes if self._packed is not None else 0)
 
     def pids(self) -> list[int]:
         return sorted(self._counts)

@@ -230,6 +230,7 @@ class StackSampler:
         self._window: WindowSymbols | None = None  # native names found during the window (name_batch)
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
         self._store.track_fresh = True  # name_batch() takes the chunks stored since its last call
+        self._store.pack_user_stacks()  # the window's largest part, held as value ids until end_window()
         self._jvms.keep_log = checkpoints  # and the Java names learned since
         self._file_lock = threading.Lock()  # the reader thread files samples; checkpoint() takes the delta
         # Full thread names need each sample's tid and time: the ring buffer's, not the stack map's.
@@ -645,7 +646,7 @@ class StackSampler:
         if self._names is not None:
             self._names.stop()  # the last seeds reach the history before the reader's last drain
         self._stop_reader()
-        self._store.stop_fresh()  # the batches are over: the post-run pass names what they left
+        self._store.end_window()  # the batches are over, the stacks held as addresses again for the post-run
         self._symbols.stop()
         if self._cfi is not None:
             self._cfi.stop()
@@ -707,6 +708,7 @@ class StackSampler:
         if self._attached:
             self.stop()
         self._stop_reader()
+        self._store.end_window()
         self._symbols.stop()
         if self.collection == "ringbuf":
             collected, dropped = collect_ringbuf(
