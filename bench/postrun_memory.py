@@ -104,7 +104,7 @@ def instrument(phases: Phases) -> None:
     phases.wrap(runner.Runner, "_write_results", "result rows, unmatched stacks", after="post-run: other")
 
 
-def instrument_window(trace_top: int) -> None:
+def instrument_window(trace_top: int, phases: Phases) -> None:
     """At the window's end print its structures' sizes (and with ``trace_top``, tracemalloc's largest sources)."""
     import tracemalloc
 
@@ -130,6 +130,9 @@ def instrument_window(trace_top: int) -> None:
                                         store.distinct_stacks, store.samples))
 
     def stopped(self: Any) -> None:
+        window_peak = phases.peak.get("window", 0)  # VmRSS every 10 ms, before the breakdown allocates
+        print(f"== window: peak VmRSS (10 ms samples) {window_peak / MB:.1f} MB, "
+              f"{(window_peak - seen.get('baseline', 0)) / MB:+.1f} MB over its start", flush=True)
         if trace_top and tracemalloc.is_tracing():
             snapshot = tracemalloc.take_snapshot()
             tracemalloc.stop()
@@ -157,7 +160,7 @@ def main() -> int:
     instrument(phases)
     if args.window_breakdown or args.tracemalloc:
         sys.path.insert(0, str(REPO / "bench"))
-        instrument_window(args.tracemalloc)
+        instrument_window(args.tracemalloc, phases)
     watcher = threading.Thread(target=phases.watch, daemon=True)
     watcher.start()
     start = time.monotonic()
