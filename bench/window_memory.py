@@ -112,6 +112,7 @@ def sampler_structures(sampler: Any) -> Iterator[tuple[str, list[Any]]]:
     yield "store: packed user chunks, value table", [getattr(store, "_packed", None)]
     yield "store: raw stack chunks", [store._chunks]
     yield "store: deep stack tuples", [store._deep]
+    yield "store: deep stacks seen lately (by hash)", [getattr(store, "_recent", None)]
     yield "store: keys (dict + list)", [store._keys, store._key_list]
     yield "store: counts per process", [store._counts]
     yield "store: journal delta", [store._delta]

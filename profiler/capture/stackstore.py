@@ -21,6 +21,7 @@ interned chunks of CHUNK_FRAMES frames counted from the root, so stacks that dif
 from __future__ import annotations
 
 import struct
+import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -73,6 +74,7 @@ SampleRecord = tuple[int, int, int, bytes, RawStack, RawStack, int, int]
 StoredStack = bytes | int | tuple[bytes, ...]
 CHUNK_FRAMES = 32
 CHUNK_BYTES = 8 * CHUNK_FRAMES
+RECENT_STACKS = 4096  # deep stacks a packed store finds again by one hash (~0.7 MB at most)
 
 
 def stack_bytes(stored: bytes | tuple[bytes, ...]) -> bytes:
@@ -219,6 +221,7 @@ class StackStore:
         # ``packed`` (the sampler's window): user-stack chunks held as value ids (profiler/capture/packedchunks.py)
         # until end_window() turns them back into addresses for the post-run step.
         self._packed: PackedChunks | None = None
+        self._recent: dict[int, tuple[int, tuple[bytes, ...]]] = {}  # hash of a deep stack -> (CRC-32, stored)
 
     @property
     def packed(self) -> bool:
@@ -286,6 +289,10 @@ class StackStore:
             if new and fresh is not None:
                 fresh.append(raw)
             return found, new
+        whole, crc = hash(raw), zlib.crc32(raw)  # a stack seen lately: no chunk looked up (the usual sample)
+        recent = self._recent.get(whole)
+        if recent is not None and recent[0] == crc:
+            return recent[1], False
         head = len(raw) % CHUNK_BYTES
         parts = [raw[:head]] if head else []
         parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
@@ -297,6 +304,9 @@ class StackStore:
             chunks.append(found)
         stored = tuple(chunks)
         known_deep = self._deep.get(stored)
+        if len(self._recent) >= RECENT_STACKS:
+            self._recent.clear()
+        self._recent[whole] = (crc, known_deep or stored)
         if known_deep is not None:
             return known_deep, False
         self._deep[stored] = stored
@@ -334,7 +344,7 @@ class StackStore:
             if isinstance(user, tuple):
                 user = deep.setdefault(user, user)
             keys.append(StackKey(key.tgid, key.comm, user, key.kernel, key.walk_end))
-        self._packed, self._deep, self._key_list = None, deep, keys
+        self._packed, self._deep, self._key_list, self._recent = None, deep, keys, {}
         self._keys = {key: key_id for key_id, key in enumerate(keys)}
 
     def _context_id(self, context: str | None) -> int:

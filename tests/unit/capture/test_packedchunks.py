@@ -124,15 +124,20 @@ def test_packed_chunks_give_their_addresses_back_and_hold_a_fraction_of_them() -
     assert chunks.held_bytes - before == 5 + 2 * 32
 
 
-def test_ids_past_16_bits_are_held_in_4_bytes() -> None:
+def test_a_chunk_whose_values_the_full_table_has_no_room_for_is_held_as_its_addresses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import profiler.capture.packedchunks as packedchunks
+
+    monkeypatch.setattr(packedchunks, "MAX_VALUES", 3)
     chunks = PackedChunks()
-    for n in range(0x10000):
-        chunks.find(raw(n + 1))
-    wide = raw(1, 0x10000 + 1, 0x12345)
+    known, _new = chunks.find(raw(1, 2, 3))  # the table is full now
+    wide = raw(1, 4, 2)
     packed, new = chunks.find(wide)
-    assert new and len(packed) == 5 + 4 * 3 and chunks.expand(packed) == wide
-    narrow, _ = chunks.find(raw(1, 2))
-    assert len(narrow) == 5 + 2 * 2
+    assert new and len(packed) == 5 + 8 * 3 and chunks.expand(packed) == wide
+    assert chunks.find(wide) == (packed, False) and chunks.expand(known) == raw(1, 2, 3)
+    narrow, _ = chunks.find(raw(3, 2))
+    assert len(narrow) == 5 + 2 * 2 and chunks.expand(narrow) == raw(3, 2)
 
 
 def test_a_packed_store_refuses_to_start_packing_after_samples() -> None:
@@ -140,3 +145,31 @@ def test_a_packed_store_refuses_to_start_packing_after_samples() -> None:
     store.add(1, 1, b"w", 0, raw(1), STACK_NONE)
     with pytest.raises(RuntimeError):
         store.pack_user_stacks()
+
+
+def test_a_store_whose_value_table_fills_up_still_gives_the_same_stacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import profiler.capture.packedchunks as packedchunks
+
+    monkeypatch.setattr(packedchunks, "MAX_VALUES", 50)  # most chunks then held as addresses
+    plain, plain_deltas, plain_batches = fill(None, seed=2)
+    packed, packed_deltas, packed_batches = fill(PackedChunks(), seed=2)
+    assert [encode_stacks(d) for d in packed_deltas] == [encode_stacks(d) for d in plain_deltas]
+    assert packed_batches == plain_batches and packed._key_list == plain._key_list
+    for tgid in plain.pids():
+        assert table_bytes(packed, tgid) == table_bytes(plain, tgid)
+
+
+def test_a_deep_stack_seen_lately_is_found_again_whole_and_the_memory_of_them_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import profiler.capture.stackstore as stackstore
+
+    monkeypatch.setattr(stackstore, "RECENT_STACKS", 2)
+    store = StackStore(interval_ns=10)
+    store.pack_user_stacks()
+    stacks = [raw(n, *range(1000, 1100)) for n in range(1, 4)]
+    stored = [store._intern_user(user)[0] for user in stacks]
+    assert len(store._recent) == 1  # cleared when the third came
+    assert store._intern_user(stacks[2]) == (stored[2], False)  # found whole
+    assert store._intern_user(stacks[0]) == (stored[0], False)  # found by its chunks, remembered again
+    assert len(store._recent) == 2
