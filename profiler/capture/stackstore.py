@@ -77,6 +77,14 @@ CHUNK_BYTES = 8 * CHUNK_FRAMES
 RECENT_STACKS = 4096  # deep stacks a packed store finds again by one hash (~0.7 MB at most)
 
 
+def _chunk_parts(raw: bytes) -> list[bytes]:
+    """A deep stack's chunks, leaf-most first, counted from the root: the leaf-most one may be shorter."""
+    head = len(raw) % CHUNK_BYTES
+    parts = [raw[:head]] if head else []
+    parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
+    return parts
+
+
 def stack_bytes(stored: bytes | tuple[bytes, ...]) -> bytes:
     """The raw addresses of a stored stack."""
     return stored if isinstance(stored, bytes) else b"".join(stored)
@@ -223,10 +231,6 @@ class StackStore:
         self._packed: PackedChunks | None = None
         self._recent: dict[int, tuple[int, tuple[bytes, ...]]] = {}  # hash of a deep stack -> (CRC-32, stored)
 
-    @property
-    def packed(self) -> bool:
-        return self._packed is not None
-
     def pack_user_stacks(self, chunks: PackedChunks | None = None) -> None:
         """Hold user stacks packed from now on (before the first sample)."""
         if self._key_list:
@@ -253,9 +257,7 @@ class StackStore:
                     fresh.append(raw)
                 return known, True
             return known, False
-        head = len(raw) % CHUNK_BYTES  # chunks counted from the root: the leaf-most one may be shorter
-        parts = [raw[:head]] if head else []
-        parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
+        parts = _chunk_parts(raw)
         known_deep = self._deep.get(tuple(parts))  # a tuple equals the stored one when its chunks are equal
         if known_deep is not None:
             return known_deep, False
@@ -293,11 +295,8 @@ class StackStore:
         recent = self._recent.get(whole)
         if recent is not None and recent[0] == crc:
             return recent[1], False
-        head = len(raw) % CHUNK_BYTES
-        parts = [raw[:head]] if head else []
-        parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
         chunks = []
-        for part in parts:
+        for part in _chunk_parts(raw):
             found, new = packed.find(part)
             if new and fresh is not None:
                 fresh.append(part)
