@@ -12,8 +12,13 @@ other, N tasks a second over the 8 threads; ``--names`` says where the name goes
 profiler's way: the thread kind in the stack key, the full name a counted context beside it) or
 ``in-key`` (the full name in the stack key, what we must not do: every task multiplies the stacks).
 
+``--packed`` holds user stacks as the sampler does during the window (profiler/capture/packedchunks.py);
+``--values N`` draws every frame from N pcs (a JVM's stacks reuse few values; 0: every frame a new value,
+packing's worst case).
+
 usage: .venv/bin/python bench/bench_stackstore.py [--samples N] [--pool N] [--root-frames N]
                                                   [--tasks-per-second N] [--names context|in-key]
+                                                  [--values N] [--packed]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import random
 import struct
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -39,17 +45,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root-frames", type=int, default=40, help="frames of each of the 20 shared roots (40)")
     parser.add_argument("--tasks-per-second", type=float, default=0.0, help="Spark tasks a second (0: no renames)")
     parser.add_argument("--names", choices=("context", "in-key"), default="context", help="where task names go")
+    parser.add_argument("--values", type=int, default=0, help="frames drawn from this many pcs (0: all distinct)")
+    parser.add_argument("--packed", action="store_true", help="user stacks packed, as the sampler's window holds them")
     args = parser.parse_args(argv)
     rng = random.Random(1)
-    roots = [[rng.randrange(1 << 40) for _ in range(args.root_frames)] for _ in range(20)]
+    pcs = [rng.randrange(1 << 40) for _ in range(args.values)]
+
+    def pc() -> int:
+        return rng.choice(pcs) if pcs else rng.randrange(1 << 40)
+
+    roots = [[pc() for _ in range(args.root_frames)] for _ in range(20)]
     pool = []
     for _ in range(args.pool):
-        frames = [rng.randrange(1 << 40) for _ in range(rng.randrange(5, 40))] + rng.choice(roots)
+        frames = [pc() for _ in range(rng.randrange(5, 40))] + rng.choice(roots)
         pool.append(struct.pack(f"<{len(frames)}Q", *frames))
     kernel = [struct.pack("<5Q", *[rng.randrange(1 << 40) for _ in range(5)]) for _ in range(50)]
     store = StackStore(10 * SECOND)
     store.begin(0)
+    if args.packed:
+        store.pack_user_stacks()
     tracemalloc.start()
+    cpu = time.process_time()
     for sample in range(args.samples):
         time_ns = sample * (900 * SECOND // args.samples)
         popular = rng.random() < 0.5
@@ -65,10 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         store.add(100 + sample % 2, sample % 8, thread_name, time_ns, bytes(bytearray(user)), kernel_stack,
                   epoch=time_ns // (60 * SECOND), context=context)
     current, _peak = tracemalloc.get_traced_memory()
+    cpu = time.process_time() - cpu
     print(
         f"samples {args.samples}, tasks {store.contexts}, distinct stacks {store.distinct_stacks}, raw addresses "
         f"{store.stored_bytes / 2**20:.1f} MiB, allocated {current / 2**20:.1f} MiB = "
-        f"{current / max(1, store.distinct_stacks):.0f} bytes per distinct stack"
+        f"{current / max(1, store.distinct_stacks):.0f} bytes per distinct stack; "
+        f"{cpu:.1f} CPU s filing them (traced, drawing samples included)"
     )
     return 0
 

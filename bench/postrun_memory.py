@@ -7,8 +7,13 @@ seconds (`process_time` between entering and leaving it, its inner steps not cou
 `--profile-post FILE` also runs cProfile over the post-run step (`Runner._write_capture`), saves its stats to
 FILE and prints the functions with most own time.
 
-usage: .venv/bin/python bench/postrun_memory.py [--profile-post FILE] -- run --duration 60 --pid PID \
-           --out /tmp/agent-memory --force --known-spes no_known_spes.txt
+``--window-breakdown`` also prints, when the window ends, what its structures hold (bench/window_memory.py:
+per structure, per allocator, RSS and distinct stacks per tick, the growth per distinct stack);
+``--tracemalloc N`` traces allocations from the window's start and prints the N largest sources still
+held when it ends (slows the agent and inflates its RSS: for attribution, not for the RSS figures).
+
+usage: .venv/bin/python bench/postrun_memory.py [--profile-post FILE] [--window-breakdown] [--tracemalloc 25] \
+           -- run --duration 60 --pid PID --out /tmp/agent-memory --force --known-spes no_known_spes.txt
 """
 
 from __future__ import annotations
@@ -126,9 +131,54 @@ def instrument(phases: Phases) -> None:
     phases.wrap(runner.Runner, "_write_results", "result rows, unmatched stacks", after="post-run: other")
 
 
+def instrument_window(trace_top: int, phases: Phases) -> None:
+    """At the window's end print its structures' sizes (and with ``trace_top``, tracemalloc's largest sources)."""
+    import tracemalloc
+
+    import window_memory
+
+    from profiler import runner
+    from profiler.sampling import sampler as sampler_module
+
+    ticks: list[window_memory.Tick] = []
+    seen: dict[str, Any] = {}
+    begin, tick, stop = sampler_module.StackSampler.begin_window, runner.Runner._tick, sampler_module.StackSampler.stop
+
+    def begin_window(self: Any) -> None:
+        seen["sampler"], seen["baseline"], seen["start"] = self, vm_rss(), time.monotonic()
+        if trace_top:
+            tracemalloc.start(1)
+        begin(self)
+
+    def ticked(self: Any, components: Any, interval: int) -> None:
+        tick(self, components, interval)
+        status, store = window_memory.proc_status(), seen["sampler"]._store
+        ticks.append(window_memory.Tick(time.monotonic() - seen["start"], status["VmRSS"], status["RssAnon"],
+                                        store.distinct_stacks, store.samples))
+
+    def stopped(self: Any) -> None:
+        window_peak = phases.peak.get("window", 0)  # VmRSS every 10 ms, before the breakdown allocates
+        print(f"== window: peak VmRSS (10 ms samples) {window_peak / MB:.1f} MB, "
+              f"{(window_peak - seen.get('baseline', 0)) / MB:+.1f} MB over its start", flush=True)
+        if trace_top and tracemalloc.is_tracing():
+            snapshot = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            print(f"== tracemalloc: the {trace_top} largest sources held at the window's end")
+            for stat in snapshot.statistics("lineno")[:trace_top]:
+                print(f"{stat.size / MB:>8.2f} MB {stat.count:>9,} blocks  {stat.traceback[0]}")
+        print(window_memory.report(self, ticks, seen.get("baseline", 0)), flush=True)
+        stop(self)  # after: stop() turns the store's packed stacks back into addresses
+
+    sampler_module.StackSampler.begin_window = begin_window
+    runner.Runner._tick = ticked
+    sampler_module.StackSampler.stop = stopped
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile-post", type=Path, metavar="FILE", help="cProfile the post-run step into FILE")
+    parser.add_argument("--window-breakdown", action="store_true", help="print the window's structures at its end")
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="N", help="and the N largest allocation sources")
     parser.add_argument("profiler_args", nargs=argparse.REMAINDER, help="-- then profiler's arguments")
     args = parser.parse_args()
     argv = [a for a in args.profiler_args if a != "--"] if args.profiler_args[:1] == ["--"] else args.profiler_args
@@ -140,6 +190,9 @@ def main() -> int:
         from profiler import runner
 
         profile_post(runner.Runner, args.profile_post)
+    if args.window_breakdown or args.tracemalloc:
+        sys.path.insert(0, str(REPO / "bench"))
+        instrument_window(args.tracemalloc, phases)
     watcher = threading.Thread(target=phases.watch, daemon=True)
     watcher.start()
     start = time.monotonic()

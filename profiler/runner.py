@@ -737,6 +737,7 @@ class Runner:
                 state.warnings.append(f"native frames not named during the window ({exc.__class__.__name__}: {exc})")
             state.name_batch_failed = True
         state.name_batches += 1
+        release_freed_memory()  # bcc's lookups: their freed heap would stay resident under the live stacks
         state.name_batch_cpu += _own_cpu_seconds() - cpu
 
     # ------------------------------------------------------------------ the checkpoint journal
@@ -799,6 +800,8 @@ class Runner:
             exited = [replace(p, exited=True) if p.pid in state.counters else p for p in processes]
             warnings = [*state.warnings, *components.sampler.warnings]
             journal.write(taken, exited, counters, state.counter_readings, warnings, components.cycles_source())
+            del taken
+            release_freed_memory()  # the checkpoint's encoded stacks (MBs with many new deep ones) given back
         except Exception as exc:  # noqa: BLE001 - the journal is insurance, the run goes on without it
             state.warnings.append(
                 f"checkpoint journal stopped after {journal.cost.count} checkpoints ({exc.__class__.__name__}: {exc}); "

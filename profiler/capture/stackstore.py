@@ -21,11 +21,14 @@ interned chunks of CHUNK_FRAMES frames counted from the root, so stacks that dif
 from __future__ import annotations
 
 import struct
+import zlib
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .format import SamplerStats
+from .packedchunks import PackedChunks
 from .stacktable import StackTable, table_from_folded
 
 # struct sample_t of profiler/sampling/stack_ringbuf.c: tgid, tid, time_ns, user_bytes, kernel_bytes, comm[16].
@@ -71,6 +74,15 @@ SampleRecord = tuple[int, int, int, bytes, RawStack, RawStack, int, int]
 StoredStack = bytes | int | tuple[bytes, ...]
 CHUNK_FRAMES = 32
 CHUNK_BYTES = 8 * CHUNK_FRAMES
+RECENT_STACKS = 4096  # deep stacks a packed store finds again by one hash (~0.7 MB at most)
+
+
+def _chunk_parts(raw: bytes) -> list[bytes]:
+    """A deep stack's chunks, leaf-most first, counted from the root: the leaf-most one may be shorter."""
+    head = len(raw) % CHUNK_BYTES
+    parts = [raw[:head]] if head else []
+    parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
+    return parts
 
 
 def stack_bytes(stored: bytes | tuple[bytes, ...]) -> bytes:
@@ -122,6 +134,14 @@ def unpack_count_key(packed: int) -> tuple[int, int, int, int]:
         (packed >> EPOCH_BITS) & ((1 << INTERVAL_BITS) - 1),
         packed & ((1 << EPOCH_BITS) - 1),
     )
+
+
+@dataclass(frozen=True)
+class FreshChunks:
+    """What StackStore.take_fresh hands the native-name batches."""
+
+    stacks: int  # distinct stacks stored since the last take
+    chunks: tuple[tuple[int, bytes], ...]  # (tgid, user-stack chunk stored for the first time)
 
 
 @dataclass(frozen=True)
@@ -199,6 +219,23 @@ class StackStore:
         self._delta: Counter[tuple[int, int]] = Counter()  # (tgid, packed key) -> samples
         self._keys_taken = 0
         self._contexts_taken = 1
+        # The batches that name native frames during the window (profiler/symbols/batches.py): the user-stack
+        # chunks stored since the last take_fresh(), and the process of the stack that first held each. Each
+        # chunk is handed out once, so the batches keep no set of the chunks they looked at.
+        self.track_fresh = False
+        self._fresh: list[bytes] = []
+        self._fresh_owner = array("I")
+        self._fresh_keys_taken = 0
+        # ``packed`` (the sampler's window): user-stack chunks held as value ids (profiler/capture/packedchunks.py)
+        # until end_window() turns them back into addresses for the post-run step.
+        self._packed: PackedChunks | None = None
+        self._recent: dict[int, tuple[int, tuple[bytes, ...]]] = {}  # hash of a deep stack -> (CRC-32, stored)
+
+    def pack_user_stacks(self, chunks: PackedChunks | None = None) -> None:
+        """Hold user stacks packed from now on (before the first sample)."""
+        if self._key_list:
+            raise RuntimeError("pack_user_stacks() after samples were stored")
+        self._packed = chunks if chunks is not None else PackedChunks()
 
     def begin(self, origin_ns: int) -> None:
         self.origin_ns = origin_ns
@@ -207,25 +244,107 @@ class StackStore:
         origin = self.origin_ns if self.origin_ns is not None else time_ns
         return max(0, (time_ns - origin) // self.interval_ns)
 
-    def _intern(self, raw: RawStack) -> tuple[StoredStack, bool]:
-        """The stored form of ``raw`` and whether it is new."""
+    def _intern(self, raw: RawStack, fresh: list[bytes] | None = None) -> tuple[StoredStack, bool]:
+        """The stored form of ``raw`` and whether it is new; chunks stored for the first time are appended
+        to ``fresh`` when given."""
         if isinstance(raw, int):
             return raw, False
         if len(raw) <= CHUNK_BYTES:
             known = self._chunks.get(raw)
             if known is None:
                 known = self._chunks[raw] = raw
+                if fresh is not None:
+                    fresh.append(raw)
                 return known, True
             return known, False
-        head = len(raw) % CHUNK_BYTES  # chunks counted from the root: the leaf-most one may be shorter
-        parts = [raw[:head]] if head else []
-        parts.extend(raw[at : at + CHUNK_BYTES] for at in range(head, len(raw), CHUNK_BYTES))
-        chunks = tuple(self._chunks.setdefault(part, part) for part in parts)
-        known_deep = self._deep.get(chunks)
-        if known_deep is None:
-            self._deep[chunks] = chunks
-            return chunks, True
-        return known_deep, False
+        parts = _chunk_parts(raw)
+        known_deep = self._deep.get(tuple(parts))  # a tuple equals the stored one when its chunks are equal
+        if known_deep is not None:
+            return known_deep, False
+        chunks = []
+        for part in parts:
+            chunk = self._chunks.get(part)
+            if chunk is None:
+                chunk = self._chunks[part] = part
+                if fresh is not None:
+                    fresh.append(part)
+            chunks.append(chunk)
+        stored = tuple(chunks)
+        self._deep[stored] = stored
+        return stored, True
+
+    def _intern_user(self, raw: RawStack, fresh: list[bytes] | None = None) -> tuple[StoredStack, bool]:
+        if self._packed is not None:
+            return self._intern_packed(raw, self._packed, fresh)
+        return self._intern(raw, fresh)
+
+    def _intern_packed(
+        self, raw: RawStack, packed: PackedChunks, fresh: list[bytes] | None
+    ) -> tuple[StoredStack, bool]:
+        """``_intern`` of a user stack held packed: the same chunks, each as its packed form."""
+        if isinstance(raw, int):
+            return raw, False
+        if len(raw) % 8:
+            raw = raw[: len(raw) - len(raw) % 8]  # no partial value (the walker writes whole ones)
+        if len(raw) <= CHUNK_BYTES:
+            found, new = packed.find(raw)
+            if new and fresh is not None:
+                fresh.append(raw)
+            return found, new
+        whole, crc = hash(raw), zlib.crc32(raw)  # a stack seen lately: no chunk looked up (the usual sample)
+        recent = self._recent.get(whole)
+        if recent is not None and recent[0] == crc:
+            return recent[1], False
+        chunks = []
+        for part in _chunk_parts(raw):
+            found, new = packed.find(part)
+            if new and fresh is not None:
+                fresh.append(part)
+            chunks.append(found)
+        stored = tuple(chunks)
+        known_deep = self._deep.get(stored)
+        if len(self._recent) >= RECENT_STACKS:
+            self._recent.clear()
+        self._recent[whole] = (crc, known_deep or stored)
+        if known_deep is not None:
+            return known_deep, False
+        self._deep[stored] = stored
+        return stored, True
+
+    def _expanded(self, stored: StoredStack, memo: dict[bytes, bytes] | None = None) -> StoredStack:
+        """A packed user stack as addresses: chunks interned (with ``memo``: the store's own chunks)."""
+        packed = self._packed
+        if packed is None or isinstance(stored, int):
+            return stored
+        if memo is None:
+            return b"".join(map(packed.expand, (stored,) if isinstance(stored, bytes) else stored))
+        chunks = []
+        for chunk in (stored,) if isinstance(stored, bytes) else stored:
+            raw = memo.get(chunk)
+            if raw is None:
+                raw = packed.expand(chunk)
+                raw = memo[chunk] = self._chunks.setdefault(raw, raw)
+            chunks.append(raw)
+        if isinstance(stored, bytes):
+            return chunks[0]
+        return tuple(chunks)
+
+    def end_window(self) -> None:
+        """The window is over: no more batches, and packed user stacks turned back into addresses (the same
+        chunks and tuples a store that never packed holds; key ids unchanged)."""
+        self.stop_fresh()
+        if self._packed is None:
+            return
+        memo: dict[bytes, bytes] = {}
+        deep: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}
+        keys = []
+        for key in self._key_list:
+            user = self._expanded(key.user, memo)
+            if isinstance(user, tuple):
+                user = deep.setdefault(user, user)
+            keys.append(StackKey(key.tgid, key.comm, user, key.kernel, key.walk_end))
+        self._packed, self._deep, self._key_list, self._recent = None, deep, keys, {}
+        self._keys = {key: key_id for key_id, key in enumerate(keys)}
 
     def _context_id(self, context: str | None) -> int:
         if context is None:
@@ -253,7 +372,11 @@ class StackStore:
     ) -> bool:
         """Count one sample; True when its user stack was not seen before (callers look at new ones only).
         ``comm`` is the thread's kind (the stacks' root frame), ``context`` its unit of work."""
-        stored_user, new_user = self._intern(user)
+        fresh: list[bytes] | None = [] if self.track_fresh else None
+        stored_user, new_user = self._intern_user(user, fresh)
+        if fresh:
+            self._fresh.extend(fresh)
+            self._fresh_owner.extend([tgid] * len(fresh))
         key = StackKey(tgid, comm, stored_user, self._intern(kernel)[0], walk_end)
         key_id = self._keys.get(key)
         if key_id is None:
@@ -275,7 +398,10 @@ class StackStore:
     def take_delta(self) -> StoreDelta:
         """Keys, contexts and counts added since the last call (all of them the first time); the caller
         serialises calls with add(). Memory: the delta holds one entry per counter touched since."""
-        keys = tuple(enumerate(self._key_list[self._keys_taken :], self._keys_taken))
+        keys = tuple(
+            (key_id, replace(key, user=self._expanded(key.user)) if self._packed is not None else key)
+            for key_id, key in enumerate(self._key_list[self._keys_taken :], self._keys_taken)
+        )
         contexts = tuple(
             (i, str(text)) for i, text in enumerate(self._context_list[self._contexts_taken :], self._contexts_taken)
         )
@@ -289,7 +415,7 @@ class StackStore:
         for key_id, key in delta.keys:
             if key_id != len(self._key_list):
                 raise ValueError(f"stack id {key_id} out of order (expected {len(self._key_list)})")
-            user = self._intern(key.user)[0] if not isinstance(key.user, tuple) else key.user
+            user = self._intern_user(key.user)[0] if not isinstance(key.user, tuple) else key.user
             kernel = self._intern(key.kernel)[0] if not isinstance(key.kernel, tuple) else key.kernel
             key = StackKey(key.tgid, key.comm, user, kernel, key.walk_end)
             self._keys[key] = key_id
@@ -310,10 +436,24 @@ class StackStore:
         """The distinct kernel stacks stored, of every process (their addresses, to name them at once)."""
         return {key.kernel for key in self._key_list if not isinstance(key.kernel, int)}
 
-    def keys_since(self, start: int, limit: int) -> list[StackKey]:
-        """At most ``limit`` stack keys in the order first seen, from the ``start``-th on (the batches that
-        name stacks during the window; another thread may be adding: a list slice is taken whole)."""
-        return self._key_list[start : start + limit]
+    def take_fresh(self, limit: int) -> FreshChunks:
+        """The user-stack chunks stored since the last call (at most ``limit``; the rest wait for the next
+        call), in the order stored, and the stacks new since the last call (only with ``track_fresh``). The
+        caller serialises calls with add()."""
+        taken, owners = self._fresh[:limit], self._fresh_owner[:limit]
+        del self._fresh[:limit], self._fresh_owner[:limit]
+        stacks, self._fresh_keys_taken = len(self._key_list) - self._fresh_keys_taken, len(self._key_list)
+        return FreshChunks(stacks, tuple(zip(owners, taken, strict=True)))
+
+    @property
+    def fresh_left(self) -> int:
+        """Chunks waiting for take_fresh()."""
+        return len(self._fresh)
+
+    def stop_fresh(self) -> None:
+        """No more batches: stop keeping new chunks for them and drop those waiting."""
+        self.track_fresh = False
+        self._fresh, self._fresh_owner = [], array("I")
 
     def sample_counts(self) -> dict[int, int]:
         """Samples counted per process."""
@@ -325,8 +465,8 @@ class StackStore:
 
     @property
     def stored_bytes(self) -> int:
-        """Bytes of raw addresses held (the part that grows with distinct stacks)."""
-        return sum(len(raw) for raw in self._chunks)
+        """Bytes of raw addresses held (the part that grows with distinct stacks), packed ones included."""
+        return sum(len(raw) for raw in self._chunks) + (self._packed.held_bytes if self._packed is not None else 0)
 
     def pids(self) -> list[int]:
         return sorted(self._counts)

@@ -61,7 +61,7 @@ from ..capture.stacktable import StackTableBuilder
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
 from ..scope.threadwatch import ThreadWatch
-from ..symbols.batches import BATCH_STACKS, WindowSymbols
+from ..symbols.batches import BATCH_CHUNKS, WindowSymbols
 from ..symbols.symbolize import (
     Frame,
     KernelSymbols,
@@ -229,6 +229,8 @@ class StackSampler:
         self._store = StackStore(int(interval * 1e9))
         self._window: WindowSymbols | None = None  # native names found during the window (name_batch)
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
+        self._store.track_fresh = True  # name_batch() takes the chunks stored since its last call
+        self._store.pack_user_stacks()  # the window's largest part, held as value ids until end_window()
         self._jvms.keep_log = checkpoints  # and the Java names learned since
         self._file_lock = threading.Lock()  # the reader thread files samples; checkpoint() takes the delta
         # Full thread names need each sample's tid and time: the ring buffer's, not the stack map's.
@@ -547,16 +549,17 @@ class StackSampler:
         names = self._jvms.take_names()
         return SamplerCheckpoint(delta, self._store.origin_ns, dropped, self._symbols.history_versions(), names)
 
-    def name_batch(self, limit: int = BATCH_STACKS) -> int:
-        """During the window (the runner's thread, every interval): the native and kernel frames of up to
-        ``limit`` stacks new since the last batch named now, while their processes run (see
-        profiler/symbols/batches.py); returns how many stacks it looked at."""
+    def name_batch(self, limit: int = BATCH_CHUNKS) -> int:
+        """During the window (the runner's thread, every interval): the native frames of up to ``limit`` stack
+        chunks stored since the last batch named now, while their processes run (see
+        profiler/symbols/batches.py); returns how many stacks were new since the last batch."""
         if self._bpf is None or self.collection != "ringbuf":
             return 0
         if self._window is None:
             self._window = WindowSymbols(self._symbols.window_symbols, self.stack_walk == "bpf")
-        window = self._window
-        return window.name_batch(self._store.keys_since(window.stacks_named, limit))
+        with self._file_lock:
+            fresh = self._store.take_fresh(limit)
+        return self._window.name_batch(fresh)
 
     @property
     def thread_names(self) -> str:
@@ -643,6 +646,7 @@ class StackSampler:
         if self._names is not None:
             self._names.stop()  # the last seeds reach the history before the reader's last drain
         self._stop_reader()
+        self._store.end_window()  # the batches are over, the stacks held as addresses again for the post-run
         self._symbols.stop()
         if self._cfi is not None:
             self._cfi.stop()
@@ -704,6 +708,7 @@ class StackSampler:
         if self._attached:
             self.stop()
         self._stop_reader()
+        self._store.end_window()
         self._symbols.stop()
         if self.collection == "ringbuf":
             collected, dropped = collect_ringbuf(

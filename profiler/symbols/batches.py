@@ -3,12 +3,13 @@
 The sampler's reader files raw addresses only (profiler/capture/stackstore.py); naming them through bcc is
 the slow part of symbolization and the part that needs the process: its /proc/PID/maps and, in another
 mount namespace, its files under /proc/PID/root. Every interval the runner asks for a batch: the
-stacks new since the last one (at most ``limit`` of them) have their plain pcs resolved into the memo of
-the symbol cache the sampler keeps for the process anyway (``FrameMemo.resolve_native``, bounded by
-``MEMO_LIMIT`` addresses). After the window the symbolizer adopts that memo, so the post-run pass finds
-its native names there and names only Java frames (which depend on the perf-map version and the JVM's
-generation of names: their epoch is settled only when it ends), kernel frames and what the batches had
-no time for.
+stack chunks the store kept for the first time since the last one (at most ``limit`` of them,
+``StackStore.take_fresh``: each chunk is handed out once, so nothing here remembers chunks) have their
+plain pcs resolved into the memo of the symbol cache the sampler keeps for the process anyway
+(``FrameMemo.resolve_native``, bounded by ``MEMO_LIMIT`` addresses). After the window the symbolizer
+adopts that memo, so the post-run pass finds its native names there and names only Java frames (which
+depend on the perf-map version and the JVM's generation of names: their epoch is settled only when it
+ends), kernel frames and what the batches had no time for.
 
 Only frames of kind "native" are kept from a batch: what the window's symbol cache could not name (a
 library mapped after it was opened, JIT code) is named after the window as before, so the capture of
@@ -19,14 +20,14 @@ was prepared, or whose library was unmapped, had those frames as ``[unknown]``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
-from ..capture.stackstore import TAG_MASK, StackKey
+from ..capture.stackstore import TAG_MASK, FreshChunks
 from .symbolize import FrameMemo, raw_addresses
 
-BATCH_STACKS = 2000  # distinct stacks looked at per batch: bounds the runner's pause
-SEEN_LIMIT = 200_000  # chunks and addresses a process's batches remember having looked at
+BATCH_CHUNKS = 16_000  # stack chunks (32 values) looked at per batch: bounds the runner's pause
+SEEN_LIMIT = 50_000  # pcs a process's batches remember having looked at (~3 MB at most)
 
 
 class NativeResolver(Protocol):
@@ -49,33 +50,25 @@ class WindowSymbols:
         self._symbols_of = symbols_of
         self.walker = walker
         self.used: dict[int, NativeResolver] = {}  # pid -> the cache its names went into
-        self._seen: dict[int, set[bytes | int]] = {}  # pid -> chunks and pcs looked at (bounded)
-        # the store's keys looked at so far: where the next batch starts (the store hands them out in order);
-        # how many batches ran and what they cost are the runner's to count (overhead.json name_batch_*)
+        self._seen: dict[int, set[int]] = {}  # pid -> pcs looked at (bounded)
+        # stacks new when the batches took their chunks; how many batches ran and what they cost are the
+        # runner's to count (overhead.json name_batch_*)
         self.stacks_named = 0
 
-    def name_batch(self, new_keys: Sequence[StackKey]) -> int:
-        """Resolve the native pcs of ``new_keys`` (the store's keys from ``stacks_named`` on); returns how
-        many keys were looked at. A chunk of a deep stack or a pc looked at before is skipped: stacks share
-        their root frames, and a pc bcc does not place in a file stays unplaced in the same cache."""
-        for key in new_keys:
-            if isinstance(key.user, int):
-                continue
-            symbols = self.used.get(key.tgid) or self._symbols_of(key.tgid)
+    def name_batch(self, fresh: FreshChunks) -> int:
+        """Resolve the native pcs of the chunks the store kept since the last batch (each handed out once);
+        returns how many stacks were new since the last batch. A pc looked at before is skipped: a pc bcc
+        does not place in a file stays unplaced in the same cache."""
+        for tgid, chunk in fresh.chunks:
+            symbols = self.used.get(tgid) or self._symbols_of(tgid)
             if symbols is None:
                 continue
-            self.used[key.tgid] = symbols
-            seen = self._seen.setdefault(key.tgid, set())
-            chunks = (key.user,) if isinstance(key.user, bytes) else key.user
-            for chunk in chunks:
-                if chunk in seen:
-                    continue
-                self._name_chunk(symbols, chunk, seen)
-                seen.add(chunk)
-        self.stacks_named += len(new_keys)
-        return len(new_keys)
+            self.used[tgid] = symbols
+            self._name_chunk(symbols, chunk, self._seen.setdefault(tgid, set()))
+        self.stacks_named += fresh.stacks
+        return fresh.stacks
 
-    def _name_chunk(self, symbols: NativeResolver, chunk: bytes, seen: set[bytes | int]) -> None:
+    def _name_chunk(self, symbols: NativeResolver, chunk: bytes, seen: set[int]) -> None:
         if len(seen) >= SEEN_LIMIT:
             seen.clear()  # a bound, not a cache miss: the memo keeps what was named
         for value in raw_addresses(chunk):

@@ -68,6 +68,7 @@ LATE = "Method* first seen after its generation ended (class unload noticed firs
 NO_CODE_CACHE = "JVM's code cache not readable from its vmStructs"
 TAG_BITS = 3 << 62
 MAX_GENERATIONS = 1 << 16  # generations per JVM and window (the stack store's epoch keeps 16 bits of it)
+SEEN_STACKS = 1 << 14  # stacks per JVM remembered as named in the current generation (~1 MB at most)
 
 _WANTED_FIELDS = {
     ("Method", "_constMethod"),
@@ -678,7 +679,9 @@ class JvmNames:
         self._starts: dict[int, list[int]] = {}  # polled: monotonic ns each generation after the first began
         self._by_count: dict[int, dict[int, int]] = {}  # exact: unloaded-class count -> generation
         self._count: dict[int, int] = {}  # exact: the count of the current generation
-        self._seen: dict[int, set[int]] = {}  # pid -> hashes of the user stacks named in the current generation
+        # pid -> hashes of user stacks named in the current generation (at most SEEN_STACKS: a deep workload's
+        # every sample can be a new stack, and naming one again only re-reads what is not named yet)
+        self._seen: dict[int, set[int]] = {}
         self.keep_log = False  # log what is named, for the checkpoint journal (take_names)
         self._lock = threading.Lock()
         self._attach_lock = threading.Lock()  # one attach at a time: the symbol worker and prepare_unwinding
@@ -773,14 +776,17 @@ class JvmNames:
         return namer.generation
 
     def first_in_generation(self, pid: int, generation: int, user: bytes) -> bool:
-        """True once per distinct stack and generation, while that generation is the current one (its
-        Method*s can be read now); a stack first seen after its generation ended is not named (LATE)."""
+        """True once per distinct stack and generation (again after SEEN_STACKS other stacks: naming it twice
+        reads only what is not named yet), while that generation is the current one (its Method*s can be read
+        now); a stack first seen after its generation ended is not named (LATE)."""
         namer, seen = self.namers.get(pid), self._seen.get(pid)
         if namer is None or seen is None or generation != namer.generation or generation in namer.frozen:
             return False
         key = hash(user)
         if key in seen:
             return False
+        if len(seen) >= SEEN_STACKS:
+            seen.clear()
         seen.add(key)
         return True
 

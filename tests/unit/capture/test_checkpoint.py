@@ -276,6 +276,23 @@ def test_the_runner_checkpoints_on_its_ticks_and_drops_the_journal_once_the_capt
     assert not checkpoint_dir(out).exists()
 
 
+def test_the_heap_freed_by_each_checkpoint_and_each_batch_is_given_back_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import profiler.runner as runner_module
+
+    # GIVEN a window with checkpoints and ticks (a native-name batch on each), glibc's trims counted
+    trims: list[str] = []
+    monkeypatch.setattr(runner_module, "release_freed_memory", lambda: trims.append("trim"))
+    runner, _components, out = runner_with_checkpoints(tmp_path, 1.6)
+    # WHEN it runs
+    runner.run(parse_profile(PROFILE_TEXT))
+    # THEN the heap was trimmed once before the window, then after each batch and after each checkpoint
+    overhead = capture.read_overhead(out)
+    assert overhead is not None and overhead.checkpoints >= 2 and overhead.name_batches >= 1
+    assert len(trims) == 1 + overhead.name_batches + overhead.checkpoints
+
+
 def test_a_window_cut_short_is_recovered_up_to_its_last_checkpoint(tmp_path: Path) -> None:
     # GIVEN the window ran (checkpoints on the runner's ticks) but the capture was never written: a kill
     runner, components, out = runner_with_checkpoints(tmp_path, 1.6)

@@ -119,6 +119,42 @@ def test_deep_stacks_share_their_root_chunks() -> None:
     assert {stack_bytes(user) for user in stored} == {raw(leaf, *root) for leaf in range(1, 101)}  # type: ignore[arg-type]
 
 
+def test_the_store_hands_each_new_user_chunk_out_once_with_the_process_of_its_first_stack() -> None:
+    # GIVEN a store kept for the batches, and deep stacks of two processes sharing their root chunks
+    root = list(range(1000, 1064))  # two full chunks
+    store = StackStore(interval_ns=10)
+    store.track_fresh = True
+    store.add(1, 1, b"t", 0, raw(5, *root), raw(0xFFFF0001))  # 65 frames: the leaf chunk holds one frame
+    store.add(1, 1, b"t", 1, raw(6, *root), STACK_NONE)
+    store.add(2, 2, b"t", 2, raw(6, *root), STACK_NONE)  # the same addresses in another process
+    store.add(1, 1, b"t", 3, raw(7), STACK_NONE)  # a short stack is one chunk
+    store.add(1, 1, b"t", 4, raw(7), STACK_NONE)
+    # WHEN the batches take them, two at a time
+    first, second, third = store.take_fresh(2), store.take_fresh(2), store.take_fresh(2)
+    # THEN every user chunk came out once (no kernel chunk), in the order stored, under its first process
+    taken = [*first.chunks, *second.chunks, *third.chunks]
+    assert taken == [(1, raw(5)), (1, raw(*root[:32])), (1, raw(*root[32:])), (1, raw(6)), (1, raw(7))]
+    assert (first.stacks, second.stacks, third.stacks) == (4, 0, 0)  # 4 distinct keys were new at the first take
+    assert store.fresh_left == 0
+    # ... a known deep stack adds nothing, and after the window nothing is kept for batches
+    store.add(1, 1, b"t", 5, raw(5, *root), STACK_NONE)
+    assert store.fresh_left == 0
+    store.stop_fresh()
+    store.add(1, 1, b"t", 6, raw(8, *root), STACK_NONE)
+    assert store.fresh_left == 0 and store.take_fresh(10).chunks == ()
+
+
+def test_a_deep_stack_seen_again_is_the_stored_tuple_of_the_stored_chunks() -> None:
+    root = list(range(1000, 1100))
+    store = StackStore(interval_ns=10)
+    store.add(1, 1, b"t", 0, raw(5, *root), STACK_NONE)
+    store.add(1, 1, b"t", 0, raw(5, *root), STACK_NONE)
+    store.add(1, 1, b"t", 0, raw(6, *root), STACK_NONE)
+    users = [key.user for key, _interval, _count in store.entries(1)]
+    assert len(users) == 2 and all(isinstance(user, tuple) for user in users)
+    assert users[0][1:] == users[1][1:] and all(a is b for a, b in zip(users[0][1:], users[1][1:], strict=True))
+
+
 class FakeSymbols:
     """Resolves from a dict; a JIT map switch renames the JIT addresses (as a perf-map epoch does)."""
 

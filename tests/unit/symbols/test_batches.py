@@ -78,13 +78,14 @@ def run_window(batch_every: int | None, limit: int = 3) -> tuple[StackStore, Win
     """The samples filed as the reader would, with a batch after every ``batch_every`` of them (None: none)."""
     store = StackStore(10 * 10**9)
     store.begin(0)
+    store.track_fresh = batch_every is not None
     kernel = FakeKernel()
     prepared = FakeProcessSymbols()  # the cache the sampler keeps for the process (symbolprep's)
     window = WindowSymbols(lambda pid: prepared, walker=False) if batch_every else None
     for number, (time_s, user, kernel_stack, context) in enumerate(sample_stream(), 1):
         store.add(PID, PID, b"worker", time_s * 10**9, user, kernel_stack, 0, context=context)
         if window is not None and batch_every and number % batch_every == 0:
-            window.name_batch(store.keys_since(window.stacks_named, limit))
+            window.name_batch(store.take_fresh(limit))
     return store, window, kernel
 
 
@@ -94,8 +95,8 @@ def test_batches_leave_the_capture_byte_for_byte_the_same_and_the_post_run_pass_
     reference = tabulate(reference_store, FakeProcessSymbols(), reference_kernel)
     store, window, kernel = run_window(batch_every=4)
     assert window is not None
-    while window.name_batch(store.keys_since(window.stacks_named, 3)):  # the last batches, as at the end
-        pass
+    while store.fresh_left:  # the last batches, as at the end
+        window.name_batch(store.take_fresh(3))
     prepared = window.used[PID]
     assert isinstance(prepared, FakeProcessSymbols)
     looked_up = len(prepared.resolved)
@@ -133,6 +134,7 @@ def test_a_batch_skips_tagged_walker_values_and_a_process_without_a_cache() -> N
     # GIVEN a walker stack (an interpreted frame's tagged Method* beside pcs) and a process no cache opens for
     store = StackStore(10 * 10**9)
     store.begin(0)
+    store.track_fresh = True
     store.add(PID, PID, b"worker", 1, stack(INTERPRETED_TAG | 0x1234, NATIVE_LOW + 0x10), -1)
     store.add(99, 99, b"worker", 2, stack(NATIVE_LOW + 0x20), -1)
     opened: dict[int, FakeProcessSymbols] = {}
@@ -145,7 +147,7 @@ def test_a_batch_skips_tagged_walker_values_and_a_process_without_a_cache() -> N
 
     window = WindowSymbols(open_symbols, walker=True)
     # WHEN a batch runs
-    assert window.name_batch(store.keys_since(0, 10)) == 2
+    assert window.name_batch(store.take_fresh(10)) == 2
     # THEN only the pc was resolved, and the process without a cache is left to the pass after the window
     assert opened[PID].resolved == [NATIVE_LOW + 0x10]
     assert 99 not in window.used

@@ -274,3 +274,20 @@ def test_a_compiled_frame_is_read_once_per_generation_and_a_frame_without_code_a
     jvms.note_stack(9, [], [known])
     # THEN the frame is read again into the new generation, and the old one keeps its names
     assert code.lookups[0x40] == 3 and namer.names[X] == "b.Beta::spin" and namer.name(X, 0) == "a.Alpha::spin"
+
+
+def test_the_stacks_remembered_as_named_in_a_generation_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import profiler.unwind.hotspot as hotspot
+
+    monkeypatch.setattr(hotspot, "SEEN_STACKS", 3)
+    namer = FakeNamer(Metaspace(), Counter_(5), exact=True)
+    jvms = jvm_names(namer)
+    stacks = [struct.pack("<Q", INTERPRETED_TAG | X + 8 * n) for n in range(5)]
+    # GIVEN three stacks remembered as named in generation 0
+    assert all(jvms.first_in_generation(9, 0, s) for s in stacks[:3])
+    assert not any(jvms.first_in_generation(9, 0, s) for s in stacks[:3])
+    # WHEN a fourth comes, the memory starts over (it never holds more than SEEN_STACKS) ...
+    assert jvms.first_in_generation(9, 0, stacks[3])
+    assert len(jvms._seen[9]) == 1
+    # THEN a stack forgotten so is named again once (reading only what is not named yet), then remembered
+    assert jvms.first_in_generation(9, 0, stacks[0]) and not jvms.first_in_generation(9, 0, stacks[0])
