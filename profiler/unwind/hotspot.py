@@ -418,11 +418,15 @@ class MethodNamer:
         chain = self.compiled.methods_of(pc, compile_id)
         if not chain:
             return pc, [], self.compiled.failures.get((pc, compile_id), FREED)
-        outer = self.name(chain[-1], generation)
+        outer, inlined = self._chain_names(chain, generation)
         if outer is None:
             return pc, [], self.cause(chain[-1], generation, STALE)
-        inlined = [self.name(method, generation) for method in chain[:-1]]
         return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
+
+    def _chain_names(self, chain: Sequence[int], generation: int | None) -> tuple[str | None, list[str | None]]:
+        """The compiled method's name (the chain's last Method*), then its inlined methods' (none without it)."""
+        outer = self.name(chain[-1], generation)
+        return outer, [] if outer is None else [self.name(method, generation) for method in chain[:-1]]
 
     def compiled_read(self) -> set[int]:
         """The compiled values ``read_compiled`` has read into the current generation."""
@@ -438,12 +442,9 @@ class MethodNamer:
             return
         pc, compile_id = compiled_pc(self.compiled.layout, value)
         chain = self.compiled.methods_of(pc, compile_id)
-        if not chain:
-            return
-        if self.name(chain[-1]) is not None:  # in compiled_names's order: no inlined name without the outer
-            for method in chain[:-1]:
-                self.name(method)
-        self._compiled_read.add(value)
+        if chain:
+            self._chain_names(chain, None)
+            self._compiled_read.add(value)
 
     def _symbol(self, address: int) -> str:
         length = self.memory.u16(address + self.layout.offset("Symbol", "_length"))
