@@ -24,7 +24,7 @@ import struct
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from .format import SamplerStats
@@ -74,6 +74,7 @@ SampleRecord = tuple[int, int, int, bytes, RawStack, RawStack, int, int]
 StoredStack = bytes | int | tuple[bytes, ...]
 CHUNK_FRAMES = 32
 CHUNK_BYTES = 8 * CHUNK_FRAMES
+ChunkFinder = Callable[[bytes], tuple[bytes, bool]]  # a chunk -> (its stored form, whether it is new)
 RECENT_STACKS = 4096  # deep stacks a packed store finds again by one hash (~0.7 MB at most)
 
 
@@ -250,28 +251,41 @@ class StackStore:
         if isinstance(raw, int):
             return raw, False
         if len(raw) <= CHUNK_BYTES:
-            known = self._chunks.get(raw)
-            if known is None:
-                known = self._chunks[raw] = raw
-                if fresh is not None:
-                    fresh.append(raw)
-                return known, True
-            return known, False
+            return self._chunk(raw, self._find_chunk, fresh)
         parts = _chunk_parts(raw)
         known_deep = self._deep.get(tuple(parts))  # a tuple equals the stored one when its chunks are equal
         if known_deep is not None:
             return known_deep, False
-        chunks = []
-        for part in parts:
-            chunk = self._chunks.get(part)
-            if chunk is None:
-                chunk = self._chunks[part] = part
-                if fresh is not None:
-                    fresh.append(part)
-            chunks.append(chunk)
-        stored = tuple(chunks)
+        stored = self._stored_chunks(parts, self._find_chunk, fresh)
         self._deep[stored] = stored
         return stored, True
+
+    def _find_chunk(self, part: bytes) -> tuple[bytes, bool]:
+        """The interned chunk equal to ``part`` and whether it is new (an unpacked store's chunk finder)."""
+        known = self._chunks.get(part)
+        if known is None:
+            known = self._chunks[part] = part
+            return known, True
+        return known, False
+
+    @staticmethod
+    def _chunk(part: bytes, find: ChunkFinder, fresh: list[bytes] | None) -> tuple[bytes, bool]:
+        """``find``'s stored form of one chunk; a new one is appended to ``fresh`` when given."""
+        found, new = find(part)
+        if new and fresh is not None:
+            fresh.append(part)
+        return found, new
+
+    @staticmethod
+    def _stored_chunks(parts: list[bytes], find: ChunkFinder, fresh: list[bytes] | None) -> tuple[bytes, ...]:
+        """The stored forms of a deep stack's chunks, in order (``_chunk`` of each, inlined: a hot loop)."""
+        chunks = []
+        for part in parts:
+            found, new = find(part)
+            if new and fresh is not None:
+                fresh.append(part)
+            chunks.append(found)
+        return tuple(chunks)
 
     def _intern_user(self, raw: RawStack, fresh: list[bytes] | None = None) -> tuple[StoredStack, bool]:
         if self._packed is not None:
@@ -287,21 +301,12 @@ class StackStore:
         if len(raw) % 8:
             raw = raw[: len(raw) - len(raw) % 8]  # no partial value (the walker writes whole ones)
         if len(raw) <= CHUNK_BYTES:
-            found, new = packed.find(raw)
-            if new and fresh is not None:
-                fresh.append(raw)
-            return found, new
+            return self._chunk(raw, packed.find, fresh)
         whole, crc = hash(raw), zlib.crc32(raw)  # a stack seen lately: no chunk looked up (the usual sample)
         recent = self._recent.get(whole)
         if recent is not None and recent[0] == crc:
             return recent[1], False
-        chunks = []
-        for part in _chunk_parts(raw):
-            found, new = packed.find(part)
-            if new and fresh is not None:
-                fresh.append(part)
-            chunks.append(found)
-        stored = tuple(chunks)
+        stored = self._stored_chunks(_chunk_parts(raw), packed.find, fresh)
         known_deep = self._deep.get(stored)
         if len(self._recent) >= RECENT_STACKS:
             self._recent.clear()
