@@ -404,8 +404,7 @@ class _ValueNames:
     frames the same way."""
 
     frames: tuple[Frame, ...]
-    counts: int
-    gap: int = 0  # frames cut from the middle of the stack (a gap value)
+    counts: int  # a gap value's frames cut from the middle of the stack are its last field
     unnamed: str | None = None  # why the interpreter frame stays unnamed
     compiled_unnamed: str | None = None  # why the compiled frame stays unnamed
 
@@ -595,7 +594,7 @@ class StackFolder:
             scratch.compiled_perf_map, *java_frame_kinds(frames),
             int(unnamed_cause is not None or compiled_unnamed is not None), gap,
         ))  # fmt: skip
-        return _ValueNames(tuple(frames), counts, gap, unnamed_cause, compiled_unnamed)
+        return _ValueNames(tuple(frames), counts, unnamed_cause, compiled_unnamed)
 
     def _check_values(self, values: Sequence[int]) -> None:
         """Name the values not yet named in this epoch; note those that name something else than before."""
