@@ -44,6 +44,15 @@ def _burner_counts(folded: Counter[str], methods: list[str]) -> Counter[str | No
     return by_method
 
 
+def _unnamed_worker_stacks(folded: Counter[str], top: int = 8) -> list[tuple[str, int]]:
+    """The most common worker stacks with no CpuSplit frame named: what a failed bound on them shows."""
+    unnamed: Counter[str] = Counter()
+    for stack, count in folded.items():
+        if stack.startswith("burner-") and "CpuSplit::" not in stack:
+            unnamed[stack] += count
+    return unnamed.most_common(top)
+
+
 @pytest.mark.parametrize("jdk", ["17", "25"])
 def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, jdk):
     home = JAVA_HOMES[jdk]()
@@ -63,8 +72,8 @@ def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, 
         z = (by_method[method] / n - p) / math.sqrt(p * (1 - p) / n)
         assert abs(z) <= 4, (method, by_method, truth, z)
     # and almost every worker sample was walked to the thread's start and named
-    unmatched = [(s, c) for s, c in collected.folded.most_common() if s.startswith("burner-") and "CpuSplit::" not in s]
-    assert by_method[None] <= 0.02 * worker, (by_method, unmatched[:8], stats.stacks_cut, stats.hotspot_steps)
+    unnamed = _unnamed_worker_stacks(collected.folded)
+    assert by_method[None] <= 0.02 * worker, (by_method, unnamed, stats.stacks_cut, stats.hotspot_steps)
     cut = sum(stats.stacks_cut.values())
     assert cut <= 0.02 * stats.samples, stats.stacks_cut
     assert stats.java_unwalkable <= 0.02 * stats.samples, stats
@@ -96,7 +105,8 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
         z = (by_method[method] / n - p) / math.sqrt(p * (1 - p) / n)
         assert abs(z) <= 4, (method, by_method, truth, z)
     worker = sum(by_method.values())
-    assert by_method[None] <= 0.02 * worker, (by_method, collected.folded.most_common(8))
+    unnamed, stats = _unnamed_worker_stacks(collected.folded), collected.stats
+    assert by_method[None] <= 0.02 * worker, (by_method, unnamed, stats.stacks_cut, stats.hotspot_steps)
 
 
 @pytest.fixture(params=["17", "25"])
