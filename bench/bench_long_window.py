@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_overhead import command_line, publish  # noqa: E402
 
 from profiler.capture import format as capture  # noqa: E402
+from profiler.capture import stacktable  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks" / "long-window.md"
 MB = 1024 * 1024
@@ -94,12 +95,22 @@ def run_window(duration: float, warmup: float, work: Path, reuse: bool = False) 
     print("$", " ".join(command), flush=True)
     # This tree's code, wherever the interpreter's installed copy points (the bench may run from a worktree).
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        command, cwd=REPO, env=env, text=True, capture_output=True, timeout=duration + warmup + 1800
-    )
+    done = subprocess.run(command, cwd=REPO, env=env, text=True, capture_output=True, timeout=duration + warmup + 1800)
     if done.returncode not in (0, 9):
         raise SystemExit(f"demo failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return read_window(duration, out, os.getloadavg())
+
+
+def distinct_stacks(host_dir: Path, pid: int) -> int:
+    """Distinct (context, stack) rows of one PID's capture: the stack table's stacks (format 4), else the
+    folded file's lines (formats 1-3); 0 when the run was fetched without its stacks."""
+    path = capture.pid_stacks_file(host_dir, pid)
+    if path is None:
+        return 0
+    if stacktable.is_table_file(path):
+        return len(stacktable.read_table(path).stacks)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sum(1 for _ in handle)
 
 
 def read_window(duration: float, out: Path, load: tuple[float, float, float] | None) -> Window:
@@ -110,12 +121,7 @@ def read_window(duration: float, out: Path, load: tuple[float, float, float] | N
     assert overhead is not None
     workload = [p.pid for p in cap.processes if p.sampled and p.pid in cap.sampler]
     stats = [cap.sampler[pid] for pid in workload]
-    distinct = 0
-    for pid in workload:
-        path = capture.stacks_path(host_dir, pid)
-        if path.exists():
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                distinct += sum(1 for _ in handle)
+    distinct = sum(distinct_stacks(host_dir, pid) for pid in workload)
     samples = sum(s.samples for s in stats)
     return Window(
         duration=duration,
@@ -225,8 +231,18 @@ def main(argv: list[str] | None = None) -> int:
         windows = []
         for duration in durations:
             window = run_window(duration, args.warmup, work, reuse=args.reuse)
-            print(json.dumps({"duration": duration, "samples": window.samples, "stored_pct": window.stored_pct,
-                              "rss_growth_mb": window.rss_growth / MB, "cpu_pct": window.cpu_pct}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "duration": duration,
+                        "samples": window.samples,
+                        "stored_pct": window.stored_pct,
+                        "rss_growth_mb": window.rss_growth / MB,
+                        "cpu_pct": window.cpu_pct,
+                    }
+                ),
+                flush=True,
+            )
             windows.append(window)
     return publish(report(windows, command), DOC, args.no_write)
 
