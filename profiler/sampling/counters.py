@@ -41,7 +41,7 @@ from pathlib import Path
 from ..capture.format import CounterValue, PidCounters
 from ..errors import ConfigError
 from .perf_event import EventSpec, LinuxPerfSyscalls, PerfSyscalls, RawCount, describe_errno, event_spec
-from .proc_counters import PROC_EVENTS, PidProcCounters, ProcFiles
+from .proc_counters import PROC_EVENTS, THREAD_READINGS_EVERY_S, PidProcCounters, ProcFiles
 from .taskstats import ExitSource, NoExits, ThreadExit, open_exit_source
 
 DEFAULT_EVENTS: tuple[str, ...] = (
@@ -316,6 +316,7 @@ class CounterGroup:
         source: str = "auto",
         proc_files: ProcFiles | None = None,
         exit_source: Callable[[], ExitSource] = open_exit_source,
+        thread_readings_every_s: float = THREAD_READINGS_EVERY_S,
     ) -> None:
         if source not in COUNTER_SOURCES:
             raise ConfigError(f"--counters: {source!r} is not one of {', '.join(COUNTER_SOURCES)}")
@@ -334,6 +335,7 @@ class CounterGroup:
         self._probe: dict[str, str] | None = None
         self.source = source
         self._proc_files = proc_files if proc_files is not None else ProcFiles()
+        self._threads_every_ns = int(thread_readings_every_s * 1e9)
         self._open_exits = exit_source
         self._exits: ExitSource | None = None  # opened with the first /proc-counted pid, closed in close()
         self._exits_closed = False  # stop_exits closed a source that worked: the window is over, not a loss
@@ -396,7 +398,13 @@ class CounterGroup:
         self.probe()
         if self.proc_events:
             exits = self._route_exits()  # exits queued so far happened before this pid's first reading
-            proc_set = PidProcCounters(pid, self.proc_events, self._proc_files, exits_unavailable=exits.unavailable)
+            proc_set = PidProcCounters(
+                pid,
+                self.proc_events,
+                self._proc_files,
+                exits_unavailable=exits.unavailable,
+                threads_every_ns=self._threads_every_ns,
+            )
             proc_set.open()
             self._proc_sets[pid] = proc_set
         supported = [

@@ -54,6 +54,9 @@ PROC_EVENTS: dict[str, str] = {
     "cpu-migrations": "migrations",
     "migrations": "migrations",
 }
+# While exit records are delivered, a pid's threads (three files each) are read at most this often; its
+# totals at every reading (bench/bench_counter_reads.py: the YSB demo's six JVMs, ~800 threads).
+THREAD_READINGS_EVERY_S = 30.0
 MAX_PROC_FILE = 64 * 1024  # stat < 1 KiB, status ~1.5 KiB, sched ~3 KiB; more is not a /proc file
 _VANISHED = (errno.ENOENT, errno.ESRCH)
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -99,14 +102,22 @@ def parse_stat(text: str) -> ProcessTotals | None:
 
 
 def _last_value(text: str, key: str, separator: str) -> int | None:
-    """The value of the last ``key<separator> value`` line: the kernel writes its own lines after the
-    comm, so a comm that imitates one cannot win."""
-    found = None
-    for line in text.splitlines():
-        name, sep, value = line.partition(separator)
-        if sep and name.strip() == key:
-            found = procstat.parse_count(value.strip())
-    return found
+    """The value of the last ``key<separator> value`` line (blanks allowed before the separator): the
+    kernel writes its own lines after the comm, so a comm that imitates one cannot win. Searched from the
+    end (a reading parses some hundred threads' files)."""
+    end = len(text)
+    while True:
+        at = text.rfind(key, 0, end)
+        if at < 0:
+            return None
+        end = at
+        if at > 0 and text[at - 1] != "\n":
+            continue  # inside a line, not its start
+        line_end = text.find("\n", at)
+        rest = text[at + len(key) : line_end if line_end >= 0 else len(text)]
+        name_tail, sep, value = rest.partition(separator)
+        if sep and not name_tail.strip():
+            return procstat.parse_count(value.strip())
 
 
 def parse_switches(status_text: str) -> int | None:
@@ -197,11 +208,13 @@ class ProcSnapshot:
     taken_ns: int
 
 
-def take_snapshot(files: ProcFiles, pid: int, clock_ns: Callable[[], int]) -> ProcSnapshot:
+def take_snapshot(files: ProcFiles, pid: int, clock_ns: Callable[[], int], with_threads: bool = True) -> ProcSnapshot:
+    """The process's totals and, ``with_threads``, every thread's counts (three files per thread: the
+    reading's main cost)."""
     taken = clock_ns()
     totals = files.process(pid)
     threads: dict[tuple[int, int], ThreadCounts] = {}
-    for tid in (files.tasks(pid) or []) if totals is not None else []:
+    for tid in (files.tasks(pid) or []) if totals is not None and with_threads else []:
         counts = files.thread(pid, tid)
         if counts is not None:
             threads[(tid, counts.start_ticks)] = counts
@@ -318,7 +331,15 @@ class PidProcCounters:
 
     Exit records (``record_exits``, from taskstats) fill what the readings miss: what a process did
     between its last reading and its exit, and the switches of threads that exited between readings.
-    ``exits_unavailable`` says why there are none (empty when the caller delivers them)."""
+    ``exits_unavailable`` says why there are none (empty when the caller delivers them).
+
+    A reading takes the process's totals (CPU, faults: one file); its threads' files (switches,
+    migrations: three per thread, the reading's main cost) only when ``threads_every_ns`` has passed
+    since the last full reading, and at ``freeze``. Between full readings the switches and migrations
+    read are those of the last full one; the exit records keep the threads that exit meanwhile counted
+    (a gone process is the last full reading plus its threads' exit records, which is exact). Only with
+    exit records delivered: without them every reading is full, as a thread's switches after its last
+    reading would be lost."""
 
     def __init__(
         self,
@@ -327,6 +348,7 @@ class PidProcCounters:
         files: ProcFiles | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         exits_unavailable: str = "taskstats not used",
+        threads_every_ns: int = 0,
     ) -> None:
         unknown = [name for name in events if name not in PROC_EVENTS]
         if unknown:
@@ -336,8 +358,10 @@ class PidProcCounters:
         self._files = files if files is not None else ProcFiles()
         self._clock_ns = clock_ns
         self._exits_unavailable = exits_unavailable
+        self._threads_every_ns = threads_every_ns if not exits_unavailable else 0
         self._base: ProcSnapshot | None = None
-        self._last: ProcSnapshot | None = None
+        self._last: ProcSnapshot | None = None  # the last full reading (threads read)
+        self._latest: ProcSnapshot | None = None  # the last reading, full or of the totals alone
         self._ledger = ThreadLedger()
         self._pending: list[ThreadExit] = []  # exits delivered since the last reading
         self._gone = False
@@ -350,7 +374,7 @@ class PidProcCounters:
         snapshot = take_snapshot(self._files, self.pid, self._clock_ns)
         if snapshot.totals is None:
             return  # exited before it could be counted: every value says so
-        self._base = self._last = snapshot
+        self._base = self._last = self._latest = snapshot
         self._ledger = ThreadLedger().start(snapshot)
 
     def record_exits(self, exits: Sequence[ThreadExit]) -> None:
@@ -359,39 +383,61 @@ class PidProcCounters:
         if self._frozen is None and self._base is not None:
             self._pending.extend(record for record in exits if record.tgid == self.pid)
 
-    def _refresh(self) -> None:
+    def _refresh(self, full: bool) -> None:
         if self._base is None or self._last is None or self._gone or self._base.totals is None:
             return
-        snapshot = take_snapshot(self._files, self.pid, self._clock_ns)
+        full = full or self._clock_ns() - self._last.taken_ns >= self._threads_every_ns
+        snapshot = take_snapshot(self._files, self.pid, self._clock_ns, with_threads=full)
         if snapshot.totals is None or snapshot.totals.start_ticks != self._base.totals.start_ticks:
             self._gone = True  # reaped (or the pid now names another process): last reading + exit records
             return
+        self._latest = snapshot
+        self._readings += 1
+        if not full:
+            return  # exits stay pending until the next full reading: a gone process needs them
         alive = {tid for tid, _ in snapshot.threads}
         self._ledger = self._ledger.update(snapshot).with_exits(self._pending, self._last.threads, alive)
         self._pending.clear()  # their CPU and faults are in the process's totals now
         self._last = snapshot
-        self._readings += 1
 
     def read(self) -> dict[str, CounterValue]:
         if self._frozen is not None:
             return dict(self._frozen)
-        self._refresh()
+        self._refresh(full=False)
+        return self._values()
+
+    def _values(self) -> dict[str, CounterValue]:
         return {name: self._value(PROC_EVENTS[name]) for name in self.events}
 
     def _value(self, source: str) -> CounterValue:
-        base, last = self._base, self._last
-        if base is None or base.totals is None or last is None or last.totals is None:
+        base, last, latest = self._base, self._last, self._latest
+        if base is None or base.totals is None or last is None or last.totals is None or latest is None:
             return CounterValue(None, False, note="process exited before counters were opened")
         tail = exit_tail(last.threads, self._pending) if self._gone else ExitTail()
         if self._gone and self._readings == 0 and not tail.threads:  # a zero would claim it did nothing
             why = f"; {self._exits_unavailable}" if self._exits_unavailable else "; no exit record"
             return CounterValue(None, False, note=f"process exited before its first /proc reading: not measured{why}")
-        value = self._measure(source, base.totals, last.totals, tail)
+        current, value = self._current_value(source, base.totals, last, latest, tail)
         if value is None:
             missing = "sched (needs CONFIG_SCHED_DEBUG)" if source == "migrations" else "status"
             return CounterValue(None, False, note=f"/proc/PID/task/*/{missing} unreadable")
-        elapsed = max(0, last.taken_ns - base.taken_ns)
+        elapsed = max(0, current.taken_ns - base.taken_ns)
         return CounterValue(value, True, elapsed, elapsed, "; ".join(self._notes(source, tail)))
+
+    def _current_value(
+        self, source: str, base: ProcessTotals, last: ProcSnapshot, latest: ProcSnapshot, tail: ExitTail
+    ) -> tuple[ProcSnapshot, float | None]:
+        """(the reading the value stands on, the value): the latest reading; for a gone process with exit
+        records, its last full reading plus them (the records' values start there) when that is more, as
+        it is unless records were dropped."""
+        assert latest.totals is not None and last.totals is not None  # readings without totals are not kept
+        value = self._measure(source, base, latest.totals, ExitTail())
+        if not tail.threads:
+            return latest, value
+        with_exits = self._measure(source, base, last.totals, tail)
+        if with_exits is not None and (value is None or with_exits > value):
+            return last, with_exits
+        return latest, value
 
     def _measure(self, source: str, first: ProcessTotals, last: ProcessTotals, tail: ExitTail) -> float | None:
         if source == "cpu":
@@ -421,5 +467,6 @@ class PidProcCounters:
     def freeze(self) -> dict[str, CounterValue]:
         """The final values (one last reading if the process is still there); later reads return them."""
         if self._frozen is None:
-            self._frozen = self.read()
+            self._refresh(full=True)
+            self._frozen = self._values()
         return dict(self._frozen)

@@ -33,6 +33,7 @@ def proc_group(
     source: str = "proc",
     missing: dict[str, int] | None = None,
     exits: ReplayExits | None = None,
+    threads_every_s: float = 0.0,
 ) -> CounterGroup:
     fake = FakePerf({}, missing=dict(NO_PMU) | (missing or {}))
     source_of_exits = exits if exits is not None else ReplayExits(unavailable="taskstats off in this test")
@@ -43,6 +44,7 @@ def proc_group(
         source=source,
         proc_files=ProcFiles(str(root)),
         exit_source=lambda: source_of_exits,
+        thread_readings_every_s=threads_every_s,
     )
 
 
@@ -364,3 +366,70 @@ def test_a_record_arriving_after_the_reading_that_missed_its_thread_is_not_count
     exits.queued = [_exit(8, 7, 0, 8)]
     # THEN it replaces thread 8's last reading: 8 - 2, never 8 more
     assert group.read(7).events["context-switches"].value == 6
+
+
+def test_with_exit_records_threads_are_read_once_a_period_and_totals_at_every_reading(tmp_path: Path) -> None:
+    # GIVEN pid 7 counted with exit records, its threads read at most once an hour
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=1, utime=10)
+    group = proc_group(tmp_path, exits=ReplayExits(), threads_every_s=3600)
+    group.add_pid(7)
+    # WHEN it runs on and is read within the hour
+    proc.process(7, utime=30)
+    proc.thread(7, 7, voluntary=9, involuntary=1, utime=30)
+    between = group.read(7)
+    # THEN its CPU is this reading's, its switches the last full reading's (the baseline: none yet)
+    assert between.events["task-clock"].value == pytest.approx(20 * TICK_NS)
+    assert between.events["context-switches"].value == 0
+    # and closing reads the threads once more
+    group.close()
+    final = group.read(7)
+    assert final.events["context-switches"].value == 9
+    assert final.events["task-clock"].value == pytest.approx(20 * TICK_NS)
+
+
+def test_without_exit_records_every_reading_reads_the_threads(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=1)
+    group = proc_group(tmp_path, threads_every_s=3600)  # taskstats off: a gone thread's switches would be lost
+    group.add_pid(7)
+    proc.thread(7, 7, voluntary=4)
+    assert group.read(7).events["context-switches"].value == 3
+
+
+def test_a_process_gone_between_full_readings_is_its_last_full_reading_plus_its_exit_records(tmp_path: Path) -> None:
+    # GIVEN pid 7 (threads 7 and 8) read in full at add_pid, then once for its totals alone
+    proc = FakeProc(tmp_path)
+    proc.process(7, utime=10)
+    proc.thread(7, 7, voluntary=1, utime=6)
+    proc.thread(7, 8, voluntary=2, utime=4)
+    exits = ReplayExits()
+    group = proc_group(tmp_path, exits=exits, threads_every_s=3600)
+    group.add_pid(7)
+    proc.process(7, utime=30)
+    assert group.read(7).events["task-clock"].value == pytest.approx(20 * TICK_NS)
+    # WHEN both threads exit (records: 7 ran 27 ticks, 8 ran 15 in all) and the process is reaped
+    exits.queued = [_exit(8, 7, 15, 9), _exit(7, 7, 27, 6)]
+    proc.end_process(7)
+    group.pid_exited(7)
+    after = group.read(7)
+    # THEN its CPU is the records' from the full reading on (21 + 11 ticks), not the totals-only reading's
+    # 20 ticks plus them again; the switches likewise
+    assert after.events["task-clock"].value == pytest.approx(32 * TICK_NS)
+    assert after.events["context-switches"].value == (6 - 1) + (9 - 2)
+    # and a record that went missing leaves the totals-only reading standing, never less
+    proc2 = FakeProc(tmp_path / "second")
+    proc2.process(7, utime=10)
+    proc2.thread(7, 7, voluntary=1, utime=6)
+    proc2.thread(7, 8, voluntary=2, utime=4)
+    exits2 = ReplayExits()
+    group2 = proc_group(tmp_path / "second", exits=exits2, threads_every_s=3600)
+    group2.add_pid(7)
+    proc2.process(7, utime=30)
+    group2.read(7)
+    exits2.queued = [_exit(8, 7, 5, 9)]  # thread 7's record lost
+    proc2.end_process(7)
+    group2.pid_exited(7)
+    assert group2.read(7).events["task-clock"].value == pytest.approx(20 * TICK_NS)
