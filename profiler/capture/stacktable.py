@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from ..errors import CaptureFormatError
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, MAX_COUNT
@@ -133,6 +134,63 @@ class StackTable:
         return builder.build()
 
 
+_FRAME_ID = "I"  # frame ids are below 2^32: a table's names are in one JSON header of at most 2^31 bytes
+_SWAP = sys.byteorder == "little"
+
+
+def pack_stack(frame_ids: Sequence[int]) -> bytes:
+    """A stack's frame ids as 4-byte big-endian numbers: two packed stacks compare (==, <) as their tuples
+    do, so the builder interns and sorts them without making tuples."""
+    packed = array(_FRAME_ID, frame_ids)
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_stack(packed: bytes) -> tuple[int, ...]:
+    """``pack_stack``'s inverse."""
+    frame_ids = array(_FRAME_ID)
+    frame_ids.frombytes(packed)
+    if _SWAP:
+        frame_ids.byteswap()
+    return tuple(frame_ids)
+
+
+class PackedStacks(Sequence[tuple[int, ...]]):
+    """A built table's stacks, held packed (``pack_stack``); each is a tuple only while it is read."""
+
+    def __init__(self, packed: list[bytes]) -> None:
+        self._packed = packed
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, ...]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, ...]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[int, ...] | list[tuple[int, ...]]:
+        if isinstance(index, slice):
+            return [unpack_stack(packed) for packed in self._packed[index]]
+        return unpack_stack(self._packed[index])
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return map(unpack_stack, self._packed)
+
+    def __eq__(self, other: object) -> bool:
+        # a built table equals the same table read back from its file (whose stacks are a list of tuples)
+        if isinstance(other, PackedStacks):
+            return self._packed == other._packed
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(map(tuple.__eq__, self, map(tuple, other)))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedStacks({list(self)!r})"
+
+
 class StackTableBuilder:
     """Interns frames, stacks and contexts as samples arrive and sums their rows; ``build()`` freezes it.
     Memory grows with distinct frames, stacks and (interval, stack, context) cells, never with samples."""
@@ -141,8 +199,10 @@ class StackTableBuilder:
         self.timeline = timeline
         self._frames: dict[tuple[str, str, str], int] = {}
         self._frame_list: list[tuple[str, str, str]] = []
-        self._stacks: dict[tuple[int, ...], int] = {}
-        self._stack_list: list[tuple[int, ...]] = []
+        # Stacks as packed frame ids (pack_stack), not tuples: a deep window's ~27 k stacks of ~490 frames
+        # are ~13 M references as tuples, a quarter of that as bytes (the dict and the list share each one).
+        self._stacks: dict[bytes, int] = {}
+        self._stack_list: list[bytes] = []
         self._contexts: dict[str, int] = {}
         self._context_list: list[str] = []
         self._rows: Counter[tuple[int, int, int]] = Counter()
@@ -155,16 +215,17 @@ class StackTableBuilder:
             self._frame_list.append(key)
         return found
 
-    def stack(self, frame_ids: tuple[int, ...]) -> int:
-        found = self._stacks.get(frame_ids)
+    def stack(self, frame_ids: Sequence[int]) -> int:
+        packed = pack_stack(frame_ids)
+        found = self._stacks.get(packed)
         if found is None:
-            found = self._stacks[frame_ids] = len(self._stack_list)
-            self._stack_list.append(frame_ids)
+            found = self._stacks[packed] = len(self._stack_list)
+            self._stack_list.append(packed)
         return found
 
     def stack_frames(self, stack_id: int) -> tuple[int, ...]:
         """The frame ids of a stack interned before, root first."""
-        return self._stack_list[stack_id]
+        return unpack_stack(self._stack_list[stack_id])
 
     def context(self, text: str | None) -> int:
         if text is None:
@@ -198,6 +259,7 @@ class StackTableBuilder:
     def build(self) -> StackTable:
         """The table, stacks sorted by their frame ids (neighbours share their root frames: the file's
         prefix coding), rows by (interval, stack, context)."""
+        # packed stacks sort as their frame-id tuples do (pack_stack)
         order = sorted(range(len(self._stack_list)), key=self._stack_list.__getitem__)
         new_id = [0] * len(order)
         for position, old in enumerate(order):
@@ -207,7 +269,7 @@ class StackTableBuilder:
             names=[f[0] for f in self._frame_list],
             kinds=[f[1] for f in self._frame_list],
             modules=[f[2] for f in self._frame_list],
-            stacks=[self._stack_list[old] for old in order],
+            stacks=PackedStacks([self._stack_list[old] for old in order]),
             contexts=list(self._context_list),
             intervals=array("I", (r[0][0] for r in rows)),
             stack_ids=array("I", (r[0][1] for r in rows)),

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import random
 import struct
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -154,6 +155,33 @@ def test_frames_are_stored_once_with_kind_and_module() -> None:
     assert len(table.names) == 6 and table.modules[run] == "libjvm.so" and table.kinds[write] == KERNEL
     assert table.folded() == Counter({f"Executor task launch worker;JavaThread::run;{leaf};ksys_write_[k]": 2
                                       for leaf in "abc"})
+
+
+def test_built_stacks_sort_and_read_back_as_their_frame_id_tuples() -> None:
+    # GIVEN stacks whose ids differ in each byte of a frame id and stacks that are prefixes of others
+    stacks = [(0, 256), (0, 255, 7), (0, 65536), (0, 255), (0,), (1 << 24, 0), (0, 1 << 24), (2, 1, 0)]
+    builder = StackTableBuilder()  # no frames: building reads stacks as ids only
+    for stack in stacks:
+        builder.add(0, builder.stack(stack), None, 1)
+    # WHEN the table is built, THEN its stacks are in tuple order, read back as tuples, equal to a list
+    table = builder.build()
+    assert list(table.stacks) == sorted(stacks) and table.stacks[2] == (0, 255, 7)
+    assert table.stacks == sorted(stacks) and sorted(stacks) == table.stacks
+    assert [builder.stack_frames(builder.stack(stack)) for stack in stacks] == stacks
+
+
+def test_the_builder_holds_a_deep_stack_in_about_4_bytes_a_frame() -> None:
+    # a deep window's ~27 k stacks of ~490 frames were ~13 M tuple references (8 bytes each) in the post-run
+    builder = StackTableBuilder()
+    frames = [builder.frame(f"f{i}", "jit") for i in range(2000)]
+    rng = random.Random(41)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for _ in range(500):
+        builder.stack(tuple(rng.choice(frames) for _ in range(490)))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert held < 500 * 490 * 5, held  # tuples: 500 * 490 * 8 bytes and more
 
 
 def test_matching_by_frame_ids_gives_the_folded_result() -> None:
