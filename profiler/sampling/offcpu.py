@@ -463,8 +463,7 @@ class OffCpuTracer:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
                 try:
-                    java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
-                    names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
+                    names = self._namers(pid, stack_of, symbols, kernel)
                     result[pid] = name_blocks(blocks, *names, self._thread_of(blocks))
                     for interval, interval_blocks in per_interval.items():
                         mine = interval_blocks.get(pid)
@@ -478,6 +477,13 @@ class OffCpuTracer:
             kernel.close()
         self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))
         return result
+
+    def _namers(self, pid: int, stack_of: Callable[[int], tuple[int, ...] | None], symbols: Any, kernel: Any) -> tuple[
+        Callable[[int], tuple[int, ...] | None], Callable[[int], str], Callable[[int], str], Callable[[int], str | None]
+    ]:
+        """``name_blocks``' namers for ``pid``: its stacks, user and kernel frames, and its JVM's last Java frames."""
+        java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
+        return stack_of, _frame_namer(symbols), kernel.resolve, java_name
 
     def checkpoint_entries(self, symbols_for: Callable[[int], Any] = default_symbols) -> dict[int, list[OffCpuEntry]]:
         """The kernel's sums so far per PID, named now as collect() names them (threads by their names now),
@@ -494,10 +500,8 @@ class OffCpuTracer:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
                 try:
-                    java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
                     labels = label_threads([(b.tgid, b.tid, b.comm) for b in blocks], now_ns, self._thread_label)
-                    names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
-                    result[pid] = name_blocks(blocks, *names, labels_of(labels))
+                    result[pid] = name_blocks(blocks, *self._namers(pid, stack_of, symbols, kernel), labels_of(labels))
                 finally:
                     symbols.close()
         finally:

@@ -70,18 +70,23 @@ def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bloc
         Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
 
 
+def start_off_cpu_run(tmp_path: Path, out: Path, status: Path, duration: int, checkpoint: int) -> subprocess.Popen[str]:
+    """`profiler run --off-cpu` of the BlockedSplit JVM's threads, 5 s intervals, its status in ``status``."""
+    (tmp_path / "profile.txt").write_text(PROFILE)
+    (tmp_path / "spes.txt").write_text(KNOWN_SPES)
+    argv = [
+        sys.executable, "-m", "profiler", "run", "--duration", str(duration), "--out", str(out), "--host", "h",
+        "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
+        "--status-file", str(status), "--off-cpu", "--checkpoint", str(checkpoint), "--interval", "5",
+    ]  # fmt: skip
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_path: Path, blocked_jvm) -> None:
     # GIVEN a JVM whose threads sleep, wait for a monitor another thread holds while it spins, read a
     # pipe fed slowly, park and Object.wait with timeouts, each timing its blocking calls
-    (tmp_path / "profile.txt").write_text(PROFILE)
-    (tmp_path / "spes.txt").write_text(KNOWN_SPES)
     out, status = tmp_path / "cap", tmp_path / "status.json"
-    argv = [
-        sys.executable, "-m", "profiler", "run", "--duration", "15", "--out", str(out), "--host", "h",
-        "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
-        "--status-file", str(status), "--off-cpu", "--checkpoint", "0", "--interval", "5",
-    ]  # fmt: skip
-    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    profiler = start_off_cpu_run(tmp_path, out, status, duration=15, checkpoint=0)
     try:
         wait_for_state(status, "sampling", profiler, timeout=600)  # the compile takes minutes at load 30+
         assert blocked_jvm.ask("reset") == "RESET"
@@ -271,15 +276,8 @@ def test_killed_off_cpu_run_recovers_the_blocked_time_up_to_its_last_checkpoint(
     from coordinator.analysis.engines import analyze
     from profiler.cli import main as profiler_main
 
-    (tmp_path / "profile.txt").write_text(PROFILE)
-    (tmp_path / "spes.txt").write_text(KNOWN_SPES)
     out, status = tmp_path / "cap", tmp_path / "status.json"
-    argv = [
-        sys.executable, "-m", "profiler", "run", "--duration", "120", "--out", str(out), "--host", "h",
-        "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
-        "--status-file", str(status), "--off-cpu", "--checkpoint", "2", "--interval", "5",
-    ]  # fmt: skip
-    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    profiler = start_off_cpu_run(tmp_path, out, status, duration=120, checkpoint=2)
     try:
         wait_for_state(status, "sampling", profiler, timeout=600)
         assert blocked_jvm.ask("reset") == "RESET"
