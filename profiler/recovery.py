@@ -33,6 +33,8 @@ from .capture.format import (
     is_safe_name,
 )
 from .capture.journal import JournalError, JournalRead, read_journal
+from .capture.offcpu import OffCpuEntry
+from .capture.offcpucheckpoint import OffCpuCheckpoint, read_offcpu_checkpoint
 from .capture.stackstore import CollectedStacks, SamplerCheckpoint, StackStore
 from .capture.timeline import CounterReading
 from .errors import CaptureFormatError, OutputExistsError, OutputWriteError
@@ -191,6 +193,55 @@ class RecoveredEvents:
 
     def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
         return [], []  # read from REST at a window's end, which a killed run never reached
+
+
+class RecoveredOffCpu:
+    """The off-CPU tracer as the last checkpoint's copy saw it: its entries, already named. No timeline:
+    the copy holds the sums of the whole window so far, not split by interval."""
+
+    warnings: list[str] = []
+
+    def __init__(self, entries: Mapping[int, Sequence[OffCpuEntry]]) -> None:
+        self._entries = {pid: list(rows) for pid, rows in entries.items()}
+        self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] | None = None
+
+    def start(self) -> str:
+        return "recovered"
+
+    def add_pid(self, pid: int) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def pid_exited(self, pid: int) -> None:
+        return None
+
+    def tick(self, interval: int) -> None:
+        return None
+
+    def checkpoint_entries(self) -> dict[int, list[OffCpuEntry]]:
+        return {}
+
+    def collect(self) -> dict[int, list[OffCpuEntry]]:
+        return {pid: list(rows) for pid, rows in self._entries.items()}
+
+    def close(self) -> None:
+        return None
+
+
+def load_offcpu(directory: Path) -> OffCpuCheckpoint | None:
+    """The off-CPU copy beside the journal; None when the run had no --off-cpu; CaptureFormatError when
+    it is damaged (the on-CPU part could still be recovered: the message says how)."""
+    try:
+        return read_offcpu_checkpoint(checkpoint_dir(directory))
+    except ValueError as exc:
+        raise CaptureFormatError(
+            f"{exc}; move it aside to recover the on-CPU part without the off-CPU time"
+        ) from None
+    except OSError as exc:
+        where = checkpoint_dir(directory)
+        raise CaptureFormatError(f"{where}: off-CPU copy unreadable ({exc.strerror or exc})") from None
 
 
 SymbolsFor = Callable[[int, tuple[int | None, str] | None], tuple[SymbolResolver, str]]
@@ -384,6 +435,7 @@ def recover_capture(
     if (directory / META_FILE).exists():
         raise OutputExistsError(f"{directory}: already holds a capture ({META_FILE}); nothing to recover")
     replayed = load_replayed(directory)
+    offcpu = load_offcpu(directory)
     header = replayed.header
     profile_path = checkpoint_dir(directory) / PROFILE_COPY
     try:
@@ -401,6 +453,9 @@ def recover_capture(
         interval=float(header.get("interval", 10.0)),
         perf_map_refresh=float(header.get("perf_map_refresh", 60.0)),
         checkpoint=0.0,
+        off_cpu=offcpu is not None,
+        off_cpu_min_block_ms=offcpu.min_block_ms if offcpu is not None else 1.0,
+        off_cpu_sample_every=offcpu.sample_every if offcpu is not None else 1,
     )
     sampler = RecoveredSampler(replayed, checkpoint_dir(directory), kernel, symbols)
     exited = {p.pid for p in replayed.processes if p.exited}
@@ -411,6 +466,7 @@ def recover_capture(
         net=None,
         events=RecoveredEvents(),
         cycles_source=lambda: replayed.cycles_source,
+        offcpu=RecoveredOffCpu(offcpu.entries) if offcpu is not None else None,
     )
     runner = Runner(options, components)
     state = runner.state

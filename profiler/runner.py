@@ -44,6 +44,7 @@ from .capture.format import (
     VertexWindow,
 )
 from .capture.offcpu import DEFAULT_SAMPLE_EVERY, OffCpuEntry
+from .capture.offcpucheckpoint import OffCpuCheckpoint, write_offcpu_checkpoint
 from .capture.stackstore import CollectedStacks, SamplerCheckpoint
 from .capture.stacktable import write_table
 from .capture.timeline import CounterReading, counter_deltas, rss_bytes
@@ -172,9 +173,13 @@ class OffCpuLike(Protocol):
     def collect(self) -> dict[int, list[OffCpuEntry]]: ...  # names the stacks: after the sampler's collect()
     def close(self) -> None: ...
     def tick(self, interval: int) -> None: ...  # an interval of the window ends (the per-interval split)
+    # the sums so far, named, while attached (the checkpoint's off-CPU copy)
+    def checkpoint_entries(self) -> dict[int, list[OffCpuEntry]]: ...
 
     # after collect(): interval -> PID -> entries, for the intervals tick() saw
-    interval_entries: dict[int, dict[int, list[OffCpuEntry]]]
+    # None: the time is not split by interval (a recovered run): no offcpu_timeline.folded is written
+    @property
+    def interval_entries(self) -> dict[int, dict[int, list[OffCpuEntry]]] | None: ...
 
 
 class SparkPlansLike(Protocol):
@@ -507,7 +512,7 @@ class Collected:
     stacks: dict[int, CollectedStacks] = field(default_factory=dict)
     net: dict[int, NetStats] = field(default_factory=dict)
     offcpu: dict[int, list[OffCpuEntry]] = field(default_factory=dict)
-    offcpu_intervals: dict[int, dict[int, list[OffCpuEntry]]] = field(default_factory=dict)  # interval -> PID
+    offcpu_intervals: dict[int, dict[int, list[OffCpuEntry]]] | None = field(default_factory=dict)  # interval -> PID
     events: EventCount | None = None
     spark_plans: dict[str, Any] | None = None
     flink_vertices: list[VertexWindow] = field(default_factory=list)
@@ -801,6 +806,8 @@ class Runner:
             warnings = [*state.warnings, *components.sampler.warnings]
             journal.write(taken, exited, counters, state.counter_readings, warnings, components.cycles_source())
             del taken
+            if components.offcpu is not None:
+                self._checkpoint_offcpu(components.offcpu, journal)
             release_freed_memory()  # the checkpoint's encoded stacks (MBs with many new deep ones) given back
         except Exception as exc:  # noqa: BLE001 - the journal is insurance, the run goes on without it
             state.warnings.append(
@@ -809,6 +816,26 @@ class Runner:
             )
             journal.close()
             self.journal = None
+
+    def _checkpoint_offcpu(self, offcpu: OffCpuLike, journal: CheckpointWriter) -> None:
+        """The off-CPU sums so far, named, beside the journal (profiler/capture/offcpucheckpoint.py); a
+        failure is a warning and leaves the previous copy, the on-CPU journal goes on."""
+        began, cpu_began = time.monotonic(), time.thread_time()
+        try:
+            taken = OffCpuCheckpoint(
+                time.time(), self.options.off_cpu_min_block_ms, self.options.off_cpu_sample_every,
+                offcpu.checkpoint_entries(),
+            )
+            size = write_offcpu_checkpoint(journal.directory, taken)
+        except Exception as exc:  # noqa: BLE001 - insurance, like the journal: the run goes on
+            note = f"off-CPU checkpoint failed ({exc.__class__.__name__}: {exc}); a kill loses the blocked time since"
+            if note not in self.state.warnings:
+                self.state.warnings.append(note)
+            return
+        cost = journal.cost  # overhead.json's checkpoint figures include the off-CPU copy
+        cost.bytes += size
+        cost.seconds += time.monotonic() - began
+        cost.cpu_seconds += time.thread_time() - cpu_began
 
     def _drop_journal(self) -> None:
         """The capture is written: the journal and its perf-map copies go."""
@@ -889,6 +916,8 @@ class Runner:
             capture.write_net(out, pid_net)
         for pid, entries in collected.offcpu.items():
             capture.write_offcpu(out, pid, entries)
+            if collected.offcpu_intervals is None:
+                continue  # not split: a timeline of no interval would say no time fell in any
             intervals = {i: by_pid.get(pid, []) for i, by_pid in collected.offcpu_intervals.items()}
             capture.write_offcpu_timeline(out, pid, intervals)
         events = collected.events

@@ -11,7 +11,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -213,12 +213,34 @@ def name_blocks(
     return merge_entries(entries)
 
 
+def labels_of(labels: Mapping[tuple[int, int, str], ThreadKind]) -> Callable[[RawBlock], ThreadKind]:
+    """``name_blocks``' ``thread_of`` from the labels of ``label_threads``."""
+    return lambda block: labels[(block.tgid, block.tid, block.comm)]
+
+
 def _comm(raw: Any) -> str:
     return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def _frame_namer(symbols: Any) -> Callable[[int], str]:
     return lambda address: str(symbols.resolve(address).name)
+
+
+def _stack_reader(stacks: Any) -> Callable[[int], tuple[int, ...] | None]:
+    """The addresses of a stack id of the stack map (None: lost or not recorded), each id read once."""
+    cache: dict[int, tuple[int, ...] | None] = {}
+
+    def stack_of(stack_id: int) -> tuple[int, ...] | None:
+        if stack_id < 0:
+            return None
+        if stack_id not in cache:
+            try:
+                cache[stack_id] = tuple(int(a) for a in stacks[stacks.Key(stack_id)].ip if a)
+            except KeyError:
+                cache[stack_id] = None
+        return cache[stack_id]
+
+    return stack_of
 
 
 def default_symbols(pid: int) -> ProcessSymbols:
@@ -430,19 +452,7 @@ class OffCpuTracer:
         result: dict[int, list[OffCpuEntry]] = {pid: [] for pid in sorted(self._pids)}
         if self._bpf is None:
             return result
-        stacks = self._bpf[b"offcpu_stacks"]
-        cache: dict[int, tuple[int, ...] | None] = {}
-
-        def stack_of(stack_id: int) -> tuple[int, ...] | None:
-            if stack_id < 0:
-                return None
-            if stack_id not in cache:
-                try:
-                    cache[stack_id] = tuple(int(a) for a in stacks[stacks.Key(stack_id)].ip if a)
-                except KeyError:
-                    cache[stack_id] = None
-            return cache[stack_id]
-
+        stack_of = _stack_reader(self._bpf[b"offcpu_stacks"])
         per_interval: dict[int, dict[int, list[RawBlock]]] = {}  # interval -> PID -> blocks
         if self._timeline is not None:
             final = [block for blocks in by_pid.values() for block in blocks]
@@ -453,8 +463,7 @@ class OffCpuTracer:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
                 try:
-                    java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
-                    names = (stack_of, _frame_namer(symbols), kernel.resolve, java_name)
+                    names = self._namers(pid, stack_of, symbols, kernel)
                     result[pid] = name_blocks(blocks, *names, self._thread_of(blocks))
                     for interval, interval_blocks in per_interval.items():
                         mine = interval_blocks.get(pid)
@@ -467,6 +476,36 @@ class OffCpuTracer:
         finally:
             kernel.close()
         self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))
+        return result
+
+    def _namers(self, pid: int, stack_of: Callable[[int], tuple[int, ...] | None], symbols: Any, kernel: Any) -> tuple[
+        Callable[[int], tuple[int, ...] | None], Callable[[int], str], Callable[[int], str], Callable[[int], str | None]
+    ]:
+        """``name_blocks``' namers for ``pid``: its stacks, user and kernel frames, and its JVM's last Java frames."""
+        java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
+        return stack_of, _frame_namer(symbols), kernel.resolve, java_name
+
+    def checkpoint_entries(self, symbols_for: Callable[[int], Any] = default_symbols) -> dict[int, list[OffCpuEntry]]:
+        """The kernel's sums so far per PID, named now as collect() names them (threads by their names now),
+        while the tracer stays attached: what the checkpoint journal keeps of a run that may be killed.
+        The blocks still open and the threads blocked all window are left out (their end is not known yet)."""
+        if self._bpf is None or not self._attached:
+            return {}
+        now_ns = time.monotonic_ns()
+        by_pid = blocks_by_pid(self._summed())
+        stack_of = _stack_reader(self._bpf[b"offcpu_stacks"])
+        result: dict[int, list[OffCpuEntry]] = {}
+        kernel = KernelSymbols()
+        try:
+            for pid, blocks in sorted(by_pid.items()):
+                symbols = symbols_for(pid)
+                try:
+                    labels = label_threads([(b.tgid, b.tid, b.comm) for b in blocks], now_ns, self._thread_label)
+                    result[pid] = name_blocks(blocks, *self._namers(pid, stack_of, symbols, kernel), labels_of(labels))
+                finally:
+                    symbols.close()
+        finally:
+            kernel.close()
         return result
 
     def _thread_of(self, blocks: Sequence[RawBlock], interval: int | None = None) -> Callable[[RawBlock], ThreadKind]:

@@ -70,18 +70,23 @@ def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bloc
         Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
 
 
+def start_off_cpu_run(tmp_path: Path, out: Path, status: Path, duration: int, checkpoint: int) -> subprocess.Popen[str]:
+    """`profiler run --off-cpu` of the BlockedSplit JVM's threads, 5 s intervals, its status in ``status``."""
+    (tmp_path / "profile.txt").write_text(PROFILE)
+    (tmp_path / "spes.txt").write_text(KNOWN_SPES)
+    argv = [
+        sys.executable, "-m", "profiler", "run", "--duration", str(duration), "--out", str(out), "--host", "h",
+        "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
+        "--status-file", str(status), "--off-cpu", "--checkpoint", str(checkpoint), "--interval", "5",
+    ]  # fmt: skip
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_path: Path, blocked_jvm) -> None:
     # GIVEN a JVM whose threads sleep, wait for a monitor another thread holds while it spins, read a
     # pipe fed slowly, park and Object.wait with timeouts, each timing its blocking calls
-    (tmp_path / "profile.txt").write_text(PROFILE)
-    (tmp_path / "spes.txt").write_text(KNOWN_SPES)
     out, status = tmp_path / "cap", tmp_path / "status.json"
-    argv = [
-        sys.executable, "-m", "profiler", "run", "--duration", "15", "--out", str(out), "--host", "h",
-        "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
-        "--status-file", str(status), "--off-cpu", "--checkpoint", "0", "--interval", "5",
-    ]  # fmt: skip
-    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    profiler = start_off_cpu_run(tmp_path, out, status, duration=15, checkpoint=0)
     try:
         wait_for_state(status, "sampling", profiler, timeout=600)  # the compile takes minutes at load 30+
         assert blocked_jvm.ask("reset") == "RESET"
@@ -249,3 +254,66 @@ def _check_wall_seconds_and_stages(
         part = float(staged_cut[(stage, "SparkTask")][f"offcpu_{cause}_seconds"])
         print(f"stage {stage} with --from 5 --to 10: {cause} {part:.2f} s of {whole:.2f} s")
         assert part == pytest.approx(whole / 3, rel=0.15), (stage, part, whole)
+
+
+def _offcpu_copy_time(out: Path) -> float:
+    """The wall time of the last off-CPU checkpoint copy (0: none yet, or being replaced)."""
+    from profiler.capture.checkpoint import checkpoint_dir
+    from profiler.capture.offcpucheckpoint import read_offcpu_checkpoint
+
+    try:
+        taken = read_offcpu_checkpoint(checkpoint_dir(out))
+    except (OSError, ValueError):
+        return 0.0
+    return taken.time if taken is not None else 0.0
+
+
+@pytest.mark.parametrize("blocked_jvm", ["default-jdk"], indirect=True)
+def test_killed_off_cpu_run_recovers_the_blocked_time_up_to_its_last_checkpoint(tmp_path: Path, blocked_jvm) -> None:
+    # GIVEN a 120 s `--off-cpu` run with a checkpoint every 2 s on the JVM whose threads block and time it
+    import signal
+
+    from coordinator.analysis.engines import analyze
+    from profiler.cli import main as profiler_main
+
+    out, status = tmp_path / "cap", tmp_path / "status.json"
+    profiler = start_off_cpu_run(tmp_path, out, status, duration=120, checkpoint=2)
+    try:
+        wait_for_state(status, "sampling", profiler, timeout=600)
+        assert blocked_jvm.ask("reset") == "RESET"
+        reset_at = time.time()
+        # WHEN the profiler is killed with SIGKILL right after a checkpoint at least 6 s after the reset,
+        # the JVM's own timings read at once (their lag behind the checkpoint is measured and allowed for)
+        deadline = time.monotonic() + 120
+        while _offcpu_copy_time(out) < reset_at + 6:
+            assert time.monotonic() < deadline and profiler.poll() is None, "no off-CPU checkpoint copy"
+            time.sleep(0.05)
+        truth = json.loads(blocked_jvm.ask("report"))
+        lag = time.time() - _offcpu_copy_time(out)
+        profiler.send_signal(signal.SIGKILL)
+        profiler.wait(30)
+    finally:
+        if profiler.poll() is None:
+            profiler.kill()
+        profiler.communicate(timeout=30)
+    assert not (out / capture.META_FILE).exists()
+    # THEN `profiler recover` writes the off-CPU files, and `coordinator analyze` of the recovered run has
+    # each thread's blocked seconds per cause as the JVM measured them up to the checkpoint: within 8 %
+    # + 0.3 s as a whole run (test above), plus the time between the reset and the window's start, and
+    # the lag of the JVM's reading behind the checkpoint (a thread blocks at most all of it)
+    assert profiler_main(["recover", str(out), "--quiet"]) == 0
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "recovered" and meta.off_cpu_min_block_ms == 1.0
+    pid = blocked_jvm.process.pid
+    entries = capture.read_pid_offcpu(out, pid)
+    assert entries is not None and any(e.cause == "park" and "Unsafe::park" in e.stack for e in entries), entries
+    analyze([out], out_dir=tmp_path / "analysis", engine="in-process")
+    with open(tmp_path / "analysis" / "summary.csv") as handle:
+        summary = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
+    early = max(0.0, reset_at - meta.start_time)
+    for task, key in THREADS.items():
+        cause = CAUSE_OF[task]
+        recovered, measured = float(summary[task][f"offcpu_{cause}_seconds"]), truth[key]
+        print(f"recovered {task}: {cause} {recovered:.2f} s, JVM measured {measured:.2f} s, lag {lag:.2f} s")
+        bound = 0.08 * measured + 0.3 + lag + early
+        assert measured > 2.0 and abs(recovered - measured) < bound, (task, recovered, measured, lag, early)
