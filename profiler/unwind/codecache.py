@@ -14,6 +14,7 @@ Method*) is told by which fields it exports. docs/unwinding.md lists what is sti
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -415,7 +416,9 @@ class NmethodScopes:
     code_begin: int
     metadata: bytes  # Method*s (and other Metadata*) by index - 1
     scopes_data: bytes  # ScopeDescs: (sender offset, method index, bci + 1), UNSIGNED5
-    pcs: tuple[tuple[int, int], ...]  # PcDescs: (pc offset from code_begin, scope decode offset)
+    # PcDescs as flat pairs: pc offset from code_begin, scope decode offset, ... (an array: a big C2
+    # nmethod has thousands, and the namer keeps every nmethod's scopes it has read)
+    pcs: array[int]
     excluded_bytes: int
 
 
@@ -458,13 +461,12 @@ def read_nmethod_scopes(memory: Memory, layout: CodeCacheLayout, blob: int) -> N
         raise ValueError(layout.scopes_error)
     metadata, data, pcs_raw = _debug_regions(memory, scopes, blob)
     size = scopes.pc_desc_size
-    pcs = tuple(
-        (
-            int.from_bytes(pcs_raw[at + scopes.pc_offset : at + scopes.pc_offset + 4], "little", signed=True),
-            int.from_bytes(pcs_raw[at + scopes.scope_offset : at + scopes.scope_offset + 4], "little", signed=True),
+    pcs = array("i")
+    for at in range(0, len(pcs_raw) - size + 1, size):
+        pcs.append(int.from_bytes(pcs_raw[at + scopes.pc_offset : at + scopes.pc_offset + 4], "little", signed=True))
+        pcs.append(
+            int.from_bytes(pcs_raw[at + scopes.scope_offset : at + scopes.scope_offset + 4], "little", signed=True)
         )
-        for at in range(0, len(pcs_raw) - size + 1, size)
-    )
     if layout.code_is_offset:
         code_begin = blob + _blob_field(memory, blob, (layout.code, 4))
     else:
@@ -493,7 +495,8 @@ def scope_methods(scopes: NmethodScopes, pc: int) -> tuple[int, ...]:
     a safepoint or call belongs to that call's scope)."""
     delta = pc - scopes.code_begin
     best, offset = None, 0
-    for pc_offset, scope_offset in scopes.pcs:
+    pcs = scopes.pcs
+    for pc_offset, scope_offset in zip(pcs[0::2], pcs[1::2]):
         if pc_offset == delta:
             offset = scope_offset
             break

@@ -4,6 +4,7 @@ their compile id holds, and hostile vmStructs refused with a reason."""
 from __future__ import annotations
 
 import struct
+from array import array
 
 import pytest
 
@@ -188,14 +189,16 @@ def test_inlined_scopes_come_from_the_pc_desc_at_or_after_the_pc():
     # method (index 1), scope 4 a method inlined into it (index 2) whose sender is scope 1
     data = bytes([0]) + bytes([0 + 1, 1 + 1, 6 + 1]) + bytes([1 + 1, 2 + 1, 3 + 1])
     metadata = struct.pack("<QQ", 0x1000, 0x2000)
-    scopes = codecache.NmethodScopes(0x5000, metadata, data, ((10, 4), (50, 1)), excluded_bytes=1)
+    scopes = codecache.NmethodScopes(0x5000, metadata, data, array("i", [10, 4, 50, 1]), excluded_bytes=1)
     # THEN a pc before the inlined call's PcDesc is in the inlined method, a return address exactly at a
     # PcDesc takes its scope, and a pc after the last PcDesc has no scope information
     assert codecache.scope_methods(scopes, 0x5000 + 7) == (0x2000, 0x1000)
     assert codecache.scope_methods(scopes, 0x5000 + 50) == (0x1000,)
     assert codecache.scope_methods(scopes, 0x5000 + 60) == ()
     # a sender offset that does not go down ends the chain (hostile or garbage data cannot loop)
-    looping = codecache.NmethodScopes(0x5000, metadata, bytes([0, 1 + 1, 1 + 1, 1]), ((0, 1),), excluded_bytes=1)
+    looping = codecache.NmethodScopes(
+        0x5000, metadata, bytes([0, 1 + 1, 1 + 1, 1]), array("i", [0, 1]), excluded_bytes=1
+    )
     assert codecache.scope_methods(looping, 0x5000) == (0x1000,)
 
 
