@@ -1,6 +1,7 @@
 """CPU of filing deep samples into the stack store, user stacks packed (as the sampler's window holds them)
 or not: 3,000 distinct stacks of 300 values drawn from 3,000 pcs (200 shared root values), filed once (every
-stack new) and again (every stack known), untraced, in alternating rounds.
+stack new) and again (every stack known), untraced, in alternating rounds; then the checkpoint journal's
+delta of those stacks taken (its cost per new stack).
 
 usage: .venv/bin/python bench/bench_stackstore_cpu.py [--rounds N]
 """
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         for packed in (False, True):
             store = StackStore(10**10)
             store.begin(0)
+            store.track_deltas = True
             if packed:
                 store.pack_user_stacks()
             figures = []
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                 for n, user in enumerate(samples):
                     store.add(1, 1, b"worker", n * 10**7, user, -1)
                 figures.append(f"{phase} {(time.process_time() - began) / len(samples) * 1e6:.1f} us")
+            began = time.process_time()
+            store.take_delta()
+            figures.append(f"journal delta {(time.process_time() - began) / len(pool) * 1e6:.1f} us")
             print(f"{'packed' if packed else 'unpacked':<9} per sample: {', '.join(figures)}")
     return 0
 

@@ -24,8 +24,8 @@ import struct
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from .format import SamplerStats
 from .packedchunks import PackedChunks
@@ -403,10 +403,8 @@ class StackStore:
     def take_delta(self) -> StoreDelta:
         """Keys, contexts and counts added since the last call (all of them the first time); the caller
         serialises calls with add(). Memory: the delta holds one entry per counter touched since."""
-        keys = tuple(
-            (key_id, replace(key, user=self._expanded(key.user)) if self._packed is not None else key)
-            for key_id, key in enumerate(self._key_list[self._keys_taken :], self._keys_taken)
-        )
+        new_keys = enumerate(self._key_list[self._keys_taken :], self._keys_taken)
+        keys = self._journal_keys(self._packed, new_keys) if self._packed is not None else tuple(new_keys)
         contexts = tuple(
             (i, str(text)) for i, text in enumerate(self._context_list[self._contexts_taken :], self._contexts_taken)
         )
@@ -414,6 +412,28 @@ class StackStore:
         self._keys_taken, self._contexts_taken = len(self._key_list), len(self._context_list)
         self._delta = Counter()
         return StoreDelta(keys, contexts, counts)
+
+    @staticmethod
+    def _journal_keys(
+        packed: PackedChunks, new_keys: Iterable[tuple[int, StackKey]]
+    ) -> tuple[tuple[int, StackKey], ...]:
+        """Packed keys with their user stacks as addresses, for the journal. The deep stacks of one delta
+        share their root-side chunks, so each distinct chunk is expanded once per delta (the memo goes with
+        the call: the window keeps no addresses)."""
+        memo: dict[bytes, bytes] = {}
+        keys = []
+        for key_id, key in new_keys:
+            user = key.user
+            if not isinstance(user, int):
+                chunks = []
+                for chunk in (user,) if isinstance(user, bytes) else user:
+                    addresses = memo.get(chunk)
+                    if addresses is None:
+                        addresses = memo[chunk] = packed.expand(chunk)
+                    chunks.append(addresses)
+                user = b"".join(chunks)
+            keys.append((key_id, StackKey(key.tgid, key.comm, user, key.kernel, key.walk_end)))
+        return tuple(keys)
 
     def apply_delta(self, delta: StoreDelta) -> None:
         """Replay a delta taken from another store (recovery from the journal); ids must follow on."""

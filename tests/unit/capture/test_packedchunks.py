@@ -173,3 +173,33 @@ def test_a_deep_stack_seen_lately_is_found_again_whole_and_the_memory_of_them_is
     assert store._intern_user(stacks[2]) == (stored[2], False)  # found whole
     assert store._intern_user(stacks[0]) == (stored[0], False)  # found by its chunks, remembered again
     assert len(store._recent) == 2
+
+
+class CountingChunks(PackedChunks):
+    """PackedChunks that counts the chunks it expands (the real packing underneath)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expanded: list[bytes] = []
+
+    def expand(self, packed: bytes) -> bytes:
+        self.expanded.append(packed)
+        return super().expand(packed)
+
+
+def test_a_delta_expands_each_packed_chunk_once_however_many_new_stacks_share_it() -> None:
+    # GIVEN a packed store holding 50 deep stacks that share their 8 root-side chunks and differ at the leaf
+    chunks = CountingChunks()
+    store = StackStore(interval_ns=10**9)
+    store.begin(0)
+    store.track_deltas = True
+    store.pack_user_stacks(chunks)
+    root = [0x7F0000001000 + 16 * n for n in range(256)]
+    stacks = [raw(0x7F0000200000 + n, *root) for n in range(50)]
+    for n, user in enumerate(stacks):
+        store.add(1, 1, b"worker", n, user, STACK_NONE)
+    # WHEN the journal takes its delta
+    delta = store.take_delta()
+    # THEN it has every stack's addresses, and expanded 8 + 50 chunks, not 50 x 9
+    assert [key.user for _key_id, key in delta.keys] == stacks
+    assert len(chunks.expanded) == len(set(chunks.expanded)) == 8 + 50
