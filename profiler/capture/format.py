@@ -397,13 +397,14 @@ def atomic_write_lines(path: Path, lines: Iterable[str], batch_chars: int = 1 <<
     atomic_write_chunks(path, batches())
 
 
-def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None) -> None:
+def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None, sync: bool = False) -> None:
     """``atomic_write_text`` for binary content (a gzip-compressed pprof profile)."""
-    atomic_write_chunks(path, (content,), mode)
+    atomic_write_chunks(path, (content,), mode, sync)
 
 
-def atomic_write_chunks(path: Path, chunks: Iterable[bytes], mode: int | None = None) -> None:
-    """``atomic_write_bytes`` of content that arrives in parts (written as they come, never joined)."""
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes], mode: int | None = None, sync: bool = False) -> None:
+    """``atomic_write_bytes`` of content that arrives in parts (written as they come, never joined); ``sync``:
+    on disk before it replaces the old file (a host crash keeps the old or the new content)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -412,6 +413,9 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes], mode: int | None = 
                 handle.write(chunk)
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
+            if sync:
+                handle.flush()
+                os.fdatasync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

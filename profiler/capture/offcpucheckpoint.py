@@ -11,13 +11,12 @@ and the JVMs' thread views are gone with the killed profiler. Encoding and decod
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .format import atomic_write_bytes
 from .offcpu import CAUSES, OffCpuEntry
 
 OFFCPU_CHECKPOINT_FILE = "offcpu.json"
@@ -79,18 +78,7 @@ def write_offcpu_checkpoint(directory: Path, checkpoint: OffCpuCheckpoint) -> in
     """Replace ``directory``/offcpu.json, fsync'ed (a kill or a host crash keeps the old or the new copy);
     returns its size in bytes."""
     data = encode_offcpu_checkpoint(checkpoint)
-    path = Path(directory) / OFFCPU_CHECKPOINT_FILE
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fdatasync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(Path(directory) / OFFCPU_CHECKPOINT_FILE, data, sync=True)
     return len(data)
 
 
