@@ -286,8 +286,9 @@ class OffCpuTracer:
         self._idle_end_ns = 0  # when the idle threads were last seen not to have run
         self._timeline: OffCpuTimeline | None = None  # snapshots at interval ends (tick), for the timeline
         self._ticks: list[tuple[int, int]] = []  # (interval, monotonic ns of its end), for the idle threads
-        # the kernel's symbols for every checkpoint's copy (opened at the first: ~0.08 CPU s each time)
-        self._checkpoint_kernel: KernelSymbols | None = None
+        # the kernel's names for every checkpoint's copy and collect(): bcc's table (~18 MB, ~0.08 CPU s to
+        # load) is freed after each naming and loaded again only for an address not named before
+        self._kernel: KernelSymbols | None = None
         # after collect(), with ticks: interval -> PID -> entries (pids/<pid>/offcpu_timeline.folded)
         self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] = {}
 
@@ -460,7 +461,7 @@ class OffCpuTracer:
             final = [block for blocks in by_pid.values() for block in blocks]
             finished = self._timeline.finish(self._timeline.last_interval, final)
             per_interval = {interval: blocks_by_pid(blocks) for interval, blocks in finished.items()}
-        kernel = KernelSymbols()
+        kernel = self._kernel_symbols()
         try:
             for pid, blocks in sorted(by_pid.items()):
                 symbols = symbols_for(pid)
@@ -476,7 +477,7 @@ class OffCpuTracer:
                     symbols.close()
             self._add_idle(result)
         finally:
-            kernel.close()
+            kernel.release_table()
         self._check_drops(sum(e.blocked_ns for entries in result.values() for e in entries))
         return result
 
@@ -497,17 +498,25 @@ class OffCpuTracer:
         by_pid = blocks_by_pid(self._summed())
         stack_of = _stack_reader(self._bpf[b"offcpu_stacks"])
         result: dict[int, list[OffCpuEntry]] = {}
-        if self._checkpoint_kernel is None:
-            self._checkpoint_kernel = KernelSymbols()
-        kernel = self._checkpoint_kernel
-        for pid, blocks in sorted(by_pid.items()):
-            symbols = symbols_for(pid)  # anew each time: the perf map and the JIT's code move on
-            try:
-                labels = label_threads([(b.tgid, b.tid, b.comm) for b in blocks], now_ns, self._thread_label)
-                result[pid] = name_blocks(blocks, *self._namers(pid, stack_of, symbols, kernel), labels_of(labels))
-            finally:
-                symbols.close()
+        kernel = self._kernel_symbols()
+        try:
+            for pid, blocks in sorted(by_pid.items()):
+                symbols = symbols_for(pid)  # anew each time: the perf map and the JIT's code move on
+                try:
+                    labels = label_threads([(b.tgid, b.tid, b.comm) for b in blocks], now_ns, self._thread_label)
+                    namers = self._namers(pid, stack_of, symbols, kernel)
+                    result[pid] = name_blocks(blocks, *namers, labels_of(labels))
+                finally:
+                    symbols.close()
+        finally:
+            kernel.release_table()
         return result
+
+    def _kernel_symbols(self) -> KernelSymbols:
+        """The tracer's kernel names (one table of names for the checkpoints and collect())."""
+        if self._kernel is None:
+            self._kernel = KernelSymbols()
+        return self._kernel
 
     def _thread_of(self, blocks: Sequence[RawBlock], interval: int | None = None) -> Callable[[RawBlock], ThreadKind]:
         """The kind and context of each block's thread: by its name at the end of ``interval`` (as that
@@ -515,7 +524,7 @@ class OffCpuTracer:
         at_tick = self._tick_labels.get(interval, {}) if interval is not None else {}
         missing = [(b.tgid, b.tid, b.comm) for b in blocks if (b.tgid, b.tid, b.comm) not in at_tick]
         labels = {**label_threads(missing, self._end_ns, self._thread_label), **at_tick}
-        return lambda block: labels[(block.tgid, block.tid, block.comm)]
+        return labels_of(labels)
 
     def _add_idle(self, result: dict[int, list[OffCpuEntry]]) -> None:
         """The whole-window blocks (not sampled, not scaled) into ``result`` and, split where the intervals
@@ -574,9 +583,9 @@ class OffCpuTracer:
 
     def close(self) -> None:
         """Detach and unload; safe to call more than once."""
-        if self._checkpoint_kernel is not None:
-            self._checkpoint_kernel.close()
-            self._checkpoint_kernel = None
+        if self._kernel is not None:
+            self._kernel.close()
+            self._kernel = None
         if self._java is not None:
             self._java.close()
             self._java = None

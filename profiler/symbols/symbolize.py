@@ -343,6 +343,10 @@ class KernelSymbols:
         for stack in stacks:
             for addr in raw_addresses(stack_bytes(stack)):
                 self.resolve(addr)
+        self.release_table()
+
+    def release_table(self) -> None:
+        """Free bcc's table and keep the names resolved so far; an address not named yet opens it again."""
         self.close()
         self._reopen = True
 
