@@ -78,6 +78,20 @@ ChunkFinder = Callable[[bytes], tuple[bytes, bool]]  # a chunk -> (its stored fo
 RECENT_STACKS = 4096  # deep stacks a packed store finds again by one hash (~0.7 MB at most)
 
 
+def _chunk_addresses(
+    stored: bytes | tuple[bytes, ...], expand: Callable[[bytes], bytes], memo: dict[bytes, bytes]
+) -> list[bytes]:
+    """Each packed chunk of a user stack as ``expand`` gives its addresses, in order; a chunk already in
+    ``memo`` is not expanded again (the deep stacks of a window share their root-side chunks)."""
+    chunks = []
+    for chunk in (stored,) if isinstance(stored, bytes) else stored:
+        addresses = memo.get(chunk)
+        if addresses is None:
+            addresses = memo[chunk] = expand(chunk)
+        chunks.append(addresses)
+    return chunks
+
+
 def _chunk_parts(raw: bytes) -> list[bytes]:
     """A deep stack's chunks, leaf-most first, counted from the root: the leaf-most one may be shorter."""
     head = len(raw) % CHUNK_BYTES
@@ -316,23 +330,18 @@ class StackStore:
         self._deep[stored] = stored
         return stored, True
 
-    def _expanded(self, stored: StoredStack, memo: dict[bytes, bytes] | None = None) -> StoredStack:
-        """A packed user stack as addresses: chunks interned (with ``memo``: the store's own chunks)."""
+    def _expanded(self, stored: StoredStack, memo: dict[bytes, bytes]) -> StoredStack:
+        """A packed user stack as addresses, its chunks interned in the store (``memo``: packed -> interned)."""
         packed = self._packed
         if packed is None or isinstance(stored, int):
             return stored
-        if memo is None:
-            return b"".join(map(packed.expand, (stored,) if isinstance(stored, bytes) else stored))
-        chunks = []
-        for chunk in (stored,) if isinstance(stored, bytes) else stored:
-            raw = memo.get(chunk)
-            if raw is None:
-                raw = packed.expand(chunk)
-                raw = memo[chunk] = self._chunks.setdefault(raw, raw)
-            chunks.append(raw)
-        if isinstance(stored, bytes):
-            return chunks[0]
-        return tuple(chunks)
+
+        def interned(chunk: bytes) -> bytes:
+            raw = packed.expand(chunk)
+            return self._chunks.setdefault(raw, raw)
+
+        chunks = _chunk_addresses(stored, interned, memo)
+        return chunks[0] if isinstance(stored, bytes) else tuple(chunks)
 
     def end_window(self) -> None:
         """The window is over: no more batches, and packed user stacks turned back into addresses (the same
@@ -425,13 +434,7 @@ class StackStore:
         for key_id, key in new_keys:
             user = key.user
             if not isinstance(user, int):
-                chunks = []
-                for chunk in (user,) if isinstance(user, bytes) else user:
-                    addresses = memo.get(chunk)
-                    if addresses is None:
-                        addresses = memo[chunk] = packed.expand(chunk)
-                    chunks.append(addresses)
-                user = b"".join(chunks)
+                user = b"".join(_chunk_addresses(user, packed.expand, memo))
             keys.append((key_id, StackKey(key.tgid, key.comm, user, key.kernel, key.walk_end)))
         return tuple(keys)
 
