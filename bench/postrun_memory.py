@@ -174,11 +174,51 @@ def instrument_window(trace_top: int, phases: Phases) -> None:
     sampler_module.StackSampler.stop = stopped
 
 
+def instrument_post_trace(trace_top: int) -> None:
+    """tracemalloc from the post-run's start; the ``trace_top`` largest sources it still holds printed as each
+    of its steps begins (what the steps before left behind) and its traced peak at the end."""
+    import tracemalloc
+
+    from profiler import runner
+
+    def show(label: str) -> None:
+        if not tracemalloc.is_tracing():
+            return
+        current, peak = tracemalloc.get_traced_memory()
+        print(f"== tracemalloc {label}: {current / MB:.1f} MB held, {peak / MB:.1f} MB peak since the post-run began")
+        for stat in tracemalloc.take_snapshot().statistics("lineno")[:trace_top]:
+            print(f"{stat.size / MB:>8.2f} MB {stat.count:>9,} blocks  {stat.traceback[0]}")
+
+    def traced(owner: Any, attr: str, label: str, start: bool = False) -> None:
+        original: Callable[..., Any] = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if start:
+                tracemalloc.start(1)
+            show(f"before {label}")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                show(f"after {label}")
+                if start:
+                    tracemalloc.stop()
+
+        setattr(owner, attr, wrapped)
+
+    traced(runner.Runner, "_write_capture", "the post-run", start=True)
+    traced(runner, "write_table", "writing the stack table")
+    traced(runner, "match_table", "matching the table")
+    traced(runner.Runner, "_write_results", "result rows, unmatched stacks")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile-post", type=Path, metavar="FILE", help="cProfile the post-run step into FILE")
     parser.add_argument("--window-breakdown", action="store_true", help="print the window's structures at its end")
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="N", help="and the N largest allocation sources")
+    parser.add_argument("--tracemalloc-post", type=int, default=0, metavar="N",
+                        help="trace the post-run's allocations: the N largest sources held as each step begins")
     parser.add_argument("profiler_args", nargs=argparse.REMAINDER, help="-- then profiler's arguments")
     args = parser.parse_args()
     argv = [a for a in args.profiler_args if a != "--"] if args.profiler_args[:1] == ["--"] else args.profiler_args
@@ -193,6 +233,8 @@ def main() -> int:
     if args.window_breakdown or args.tracemalloc:
         sys.path.insert(0, str(REPO / "bench"))
         instrument_window(args.tracemalloc, phases)
+    if args.tracemalloc_post:
+        instrument_post_trace(args.tracemalloc_post)
     watcher = threading.Thread(target=phases.watch, daemon=True)
     watcher.start()
     start = time.monotonic()
