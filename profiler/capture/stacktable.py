@@ -9,6 +9,7 @@ host agent writes it, the coordinator and the analysis read it. docs/capture-for
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import struct
@@ -17,7 +18,7 @@ import zlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import overload
 
@@ -123,33 +124,50 @@ class StackTable:
         return builder.build()
 
     def clamped(self, last: int) -> StackTable:
-        """The table with every interval past ``last`` counted in ``last`` (a window ends a hair late)."""
+        """The table with every interval past ``last`` counted in ``last`` (a window ends a hair late).
+
+        Only the rows change: the frames, stacks and contexts are this table's own objects (a deep window's
+        stacks are tens of MB; a rebuilt copy of them beside this table set the post-run's peak). Rows are
+        kept in (interval, stack, context) order: those of ``last`` and later are merged, the rest stay."""
         if not self.intervals or max(self.intervals) <= last:
             return self
-        builder = StackTableBuilder(self.timeline)
-        builder.adopt_frames(self)
+        keep = [index for index, interval in enumerate(self.intervals) if interval < last]
+        merged: Counter[tuple[int, int]] = Counter()
         for interval, stack_id, context_id, count in zip(self.intervals, self.stack_ids, self.context_ids, self.counts):
-            context = self.contexts[context_id - 1] if context_id else None
-            builder.add(min(interval, last), builder.stack(self.stacks[stack_id]), context, count)
-        return builder.build()
+            if interval >= last:
+                merged[(stack_id, context_id)] += count
+        rows = sorted(
+            [((self.intervals[i], self.stack_ids[i], self.context_ids[i]), self.counts[i]) for i in keep]
+            + [((last, stack_id, context_id), count) for (stack_id, context_id), count in merged.items()]
+        )
+        return replace(
+            self,
+            intervals=array("I", (row[0][0] for row in rows)),
+            stack_ids=array("I", (row[0][1] for row in rows)),
+            context_ids=array("I", (row[0][2] for row in rows)),
+            counts=array("Q", (row[1] for row in rows)),
+        )
 
 
-_FRAME_ID = "I"  # frame ids are below 2^32: a table's names are in one JSON header of at most 2^31 bytes
+# Frame ids are below 2^32 (a table's names are in one JSON header of at most 2^31 bytes), and nearly always
+# below 2^16 (a deep 900 s window names ~9 k frames): a builder packs them in 2 bytes until one is not.
+_NARROW, _WIDE = "H", "I"
 _SWAP = sys.byteorder == "little"
 
 
-def pack_stack(frame_ids: Sequence[int]) -> bytes:
-    """A stack's frame ids as 4-byte big-endian numbers: two packed stacks compare (==, <) as their tuples
-    do, so the builder interns and sorts them without making tuples."""
-    packed = array(_FRAME_ID, frame_ids)
+def pack_stack(frame_ids: Sequence[int], code: str = _WIDE) -> bytes:
+    """A stack's frame ids as big-endian numbers of ``code``'s width (``H``: 2 bytes, ``I``: 4): two stacks
+    packed alike compare (==, <) as their tuples do, so the builder interns and sorts them without making
+    tuples. OverflowError when an id does not fit."""
+    packed = array(code, frame_ids)
     if _SWAP:
         packed.byteswap()
     return packed.tobytes()
 
 
-def unpack_stack(packed: bytes) -> tuple[int, ...]:
+def unpack_stack(packed: bytes, code: str = _WIDE) -> tuple[int, ...]:
     """``pack_stack``'s inverse."""
-    frame_ids = array(_FRAME_ID)
+    frame_ids = array(code)
     frame_ids.frombytes(packed)
     if _SWAP:
         frame_ids.byteswap()
@@ -157,10 +175,11 @@ def unpack_stack(packed: bytes) -> tuple[int, ...]:
 
 
 class PackedStacks(Sequence[tuple[int, ...]]):
-    """A built table's stacks, held packed (``pack_stack``); each is a tuple only while it is read."""
+    """A built table's stacks, held packed (``pack_stack`` with ``code``); each is a tuple only while it is read."""
 
-    def __init__(self, packed: list[bytes]) -> None:
-        self._packed = packed
+    def __init__(self, packed: list[bytes], code: str = _WIDE) -> None:
+        self._packed, self._code = packed, code
+        self._unpack: Callable[[bytes], tuple[int, ...]] = functools.partial(unpack_stack, code=code)
 
     def __len__(self) -> int:
         return len(self._packed)
@@ -171,15 +190,15 @@ class PackedStacks(Sequence[tuple[int, ...]]):
     def __getitem__(self, index: slice) -> list[tuple[int, ...]]: ...
     def __getitem__(self, index: int | slice) -> tuple[int, ...] | list[tuple[int, ...]]:
         if isinstance(index, slice):
-            return [unpack_stack(packed) for packed in self._packed[index]]
-        return unpack_stack(self._packed[index])
+            return list(map(self._unpack, self._packed[index]))
+        return self._unpack(self._packed[index])
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
-        return map(unpack_stack, self._packed)
+        return map(self._unpack, self._packed)
 
     def __eq__(self, other: object) -> bool:
         # a built table equals the same table read back from its file (whose stacks are a list of tuples)
-        if isinstance(other, PackedStacks):
+        if isinstance(other, PackedStacks) and self._code == other._code:
             return self._packed == other._packed
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
             return len(other) == len(self) and all(map(tuple.__eq__, self, map(tuple, other)))
@@ -200,7 +219,9 @@ class StackTableBuilder:
         self._frames: dict[tuple[str, str, str], int] = {}
         self._frame_list: list[tuple[str, str, str]] = []
         # Stacks as packed frame ids (pack_stack), not tuples: a deep window's ~27 k stacks of ~490 frames
-        # are ~13 M references as tuples, a quarter of that as bytes (the dict and the list share each one).
+        # are ~13 M references as tuples, an eighth of that as 2-byte ids (the dict and the list share each
+        # one); all 4 bytes wide from the first id that needs it (``_widen``).
+        self._code = _NARROW
         self._stacks: dict[bytes, int] = {}
         self._stack_list: list[bytes] = []
         self._contexts: dict[str, int] = {}
@@ -216,7 +237,13 @@ class StackTableBuilder:
         return found
 
     def stack(self, frame_ids: Sequence[int]) -> int:
-        packed = pack_stack(frame_ids)
+        try:
+            packed = pack_stack(frame_ids, self._code)
+        except OverflowError:
+            if self._code == _WIDE:
+                raise
+            self._widen()
+            packed = pack_stack(frame_ids, self._code)
         found = self._stacks.get(packed)
         if found is None:
             found = self._stacks[packed] = len(self._stack_list)
@@ -225,7 +252,13 @@ class StackTableBuilder:
 
     def stack_frames(self, stack_id: int) -> tuple[int, ...]:
         """The frame ids of a stack interned before, root first."""
-        return unpack_stack(self._stack_list[stack_id])
+        return unpack_stack(self._stack_list[stack_id], self._code)
+
+    def _widen(self) -> None:
+        """Every stack interned so far repacked 4 bytes a frame id (the ids keep their numbers)."""
+        narrow, self._code = self._code, _WIDE
+        self._stack_list = [pack_stack(unpack_stack(packed, narrow), _WIDE) for packed in self._stack_list]
+        self._stacks = {packed: stack_id for stack_id, packed in enumerate(self._stack_list)}
 
     def context(self, text: str | None) -> int:
         if text is None:
@@ -269,7 +302,7 @@ class StackTableBuilder:
             names=[f[0] for f in self._frame_list],
             kinds=[f[1] for f in self._frame_list],
             modules=[f[2] for f in self._frame_list],
-            stacks=PackedStacks([self._stack_list[old] for old in order]),
+            stacks=PackedStacks([self._stack_list[old] for old in order], self._code),
             contexts=list(self._context_list),
             intervals=array("I", (r[0][0] for r in rows)),
             stack_ids=array("I", (r[0][1] for r in rows)),

@@ -22,6 +22,7 @@ from profiler.capture.stackstore import StackStore
 from profiler.capture.stacktable import (
     KERNEL,
     THREAD,
+    StackTable,
     StackTableBuilder,
     decode_table,
     encode_table,
@@ -170,18 +171,61 @@ def test_built_stacks_sort_and_read_back_as_their_frame_id_tuples() -> None:
     assert [builder.stack_frames(builder.stack(stack)) for stack in stacks] == stacks
 
 
-def test_the_builder_holds_a_deep_stack_in_about_4_bytes_a_frame() -> None:
-    # a deep window's ~27 k stacks of ~490 frames were ~13 M tuple references (8 bytes each) in the post-run
+def rebuilt_clamped(table: StackTable, last: int) -> StackTable:
+    """What ``clamped`` gave before it kept the table's stacks: the table rebuilt, every row of a later interval
+    added to ``last``."""
+    builder = StackTableBuilder(table.timeline)
+    builder.adopt_frames(table)
+    for interval, stack_id, context_id, count in zip(table.intervals, table.stack_ids, table.context_ids, table.counts):
+        context = table.contexts[context_id - 1] if context_id else None
+        builder.add(min(interval, last), builder.stack(table.stacks[stack_id]), context, count)
+    return builder.build()
+
+
+@pytest.mark.parametrize("last", [0, 2, 4, 5])
+def test_a_clamped_table_is_the_rebuilt_one_and_keeps_the_stacks_it_had(last: int) -> None:
+    # GIVEN a table with rows in intervals 0..5, contexts, and stacks spread over several intervals
+    folded, timeline, contexts = sample_table()
+    table = table_from_folded(folded, timeline, contexts)
+    # WHEN its intervals past ``last`` are counted in ``last``
+    clamped = table.clamped(last)
+    # THEN it equals the table rebuilt that way (rows merged and in order), with no interval past last
+    assert clamped == rebuilt_clamped(table, last)
+    assert max(clamped.intervals) == min(last, max(table.intervals)) and clamped.samples == table.samples
+    # AND its stacks are the table's own object, not a copy (a deep window's stacks are tens of MB)
+    assert clamped.stacks is table.stacks and (last < 5 or clamped is table)
+
+
+def test_the_builder_holds_a_deep_stack_in_about_2_bytes_a_frame() -> None:
+    # a deep window's ~27 k stacks of ~490 frames were ~13 M tuple references (8 bytes each) in the post-run,
+    # then 4 bytes a frame id; below 65,536 frames an id takes 2
     builder = StackTableBuilder()
     frames = [builder.frame(f"f{i}", "jit") for i in range(2000)]
     rng = random.Random(41)
     tracemalloc.start()
+    stacks = [tuple(rng.choice(frames) for _ in range(490)) for _ in range(500)]
     before = tracemalloc.get_traced_memory()[0]
-    for _ in range(500):
-        builder.stack(tuple(rng.choice(frames) for _ in range(490)))
+    for stack in stacks:
+        builder.stack(stack)
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    assert held < 500 * 490 * 5, held  # tuples: 500 * 490 * 8 bytes and more
+    assert held < 500 * 490 * 3, held  # tuples: 500 * 490 * 8 bytes and more
+    # AND the table built from them reads back the same ids
+    assert list(builder.build().stacks) == sorted(stacks)
+
+
+def test_a_builder_past_65536_frames_widens_its_stacks_and_keeps_their_ids() -> None:
+    # GIVEN stacks interned 2 bytes a frame id, then one whose id needs 4
+    builder = StackTableBuilder()
+    narrow = [(0, 1, 2), (0, 65535), (5,)]
+    ids = [builder.stack(stack) for stack in narrow]
+    wide = builder.stack((0, 65536, 1))
+    # THEN the earlier stacks keep their ids and are found again; all sort and read back as tuples
+    assert [builder.stack(stack) for stack in narrow] == ids and wide == 3
+    assert [builder.stack_frames(i) for i in ids] == narrow
+    for stack in [*narrow, (0, 65536, 1)]:
+        builder.add(0, builder.stack(stack), None, 1)
+    assert list(builder.build().stacks) == sorted([*narrow, (0, 65536, 1)])
 
 
 def test_matching_by_frame_ids_gives_the_folded_result() -> None:
