@@ -30,6 +30,10 @@ MAX_HEAPS = 4  # segmented code cache: non-nmethods, profiled, non-profiled (3);
 MAX_SPAN = 1 << 31
 SEGMAP_STEPS = 16  # the segment map's back-links walked per lookup (the BPF walker's bound too)
 FREE_SEGMENT = 0xFF
+# nmethods whose debug information stays read (least recently used dropped first): a long window of a JVM
+# that keeps compiling (Spark generates classes every window) would otherwise keep every nmethod it met;
+# a dropped one is read again, its compile id checked first, when a new pc of it is sampled.
+SCOPES_KEPT = 512
 
 # Blob kinds as the walker tells them apart (BLOB_* in stack_walk.c).
 KIND_OTHER, KIND_NMETHOD, KIND_VTABLE = 0, 1, 2
@@ -319,7 +323,7 @@ class CompiledNamer:
         self.blobs: dict[tuple[int, int], int] = {}  # (pc, compile id) -> blob
         self.failures: dict[tuple[int, int], str] = {}  # (pc, compile id) -> why unnamed
         self.blob_names: dict[int, str | None] = {}  # blob -> its _name (stubs, adapters)
-        self.scopes: dict[tuple[int, int], NmethodScopes | None] = {}  # (blob, compile id) -> debug info
+        self.scopes: dict[tuple[int, int], NmethodScopes | None] = {}  # (blob, compile id) -> debug info (LRU)
         self.chains: dict[tuple[int, int], tuple[int, ...]] = {}  # (pc, compile id) -> Method*s, innermost first
         self.log: list[tuple[int, int, tuple[int, ...]]] | None = None  # new chains, for the checkpoint journal
 
@@ -333,13 +337,7 @@ class CompiledNamer:
         method = self.method_of(pc, compile_id)
         if method is None:
             return ()
-        blob = self.blobs[key]
-        if (blob, compile_id) not in self.scopes:
-            try:
-                self.scopes[(blob, compile_id)] = read_nmethod_scopes(self.memory, self.layout, blob)
-            except (OSError, ValueError):
-                self.scopes[(blob, compile_id)] = None
-        scopes = self.scopes[(blob, compile_id)]
+        scopes = self._scopes_of(self.blobs[key], compile_id)
         inlined: tuple[int, ...] = ()
         if scopes is not None:
             try:
@@ -352,6 +350,25 @@ class CompiledNamer:
         if self.log is not None:
             self.log.append((pc, compile_id, chain))
         return chain
+
+    def _scopes_of(self, blob: int, compile_id: int) -> NmethodScopes | None:
+        """The nmethod's debug information (None: unreadable, or its code freed), from the ``SCOPES_KEPT``
+        read last or read now."""
+        key = (blob, compile_id)
+        kept = self.scopes
+        if key in kept:
+            kept[key] = kept.pop(key)  # the dict's order is the use order: most recent last
+            return kept[key]
+        scopes = None
+        try:
+            if self.memory.s32(blob + self.layout.compile_id) & COMPILE_ID_MASK == compile_id:
+                scopes = read_nmethod_scopes(self.memory, self.layout, blob)
+        except (OSError, ValueError):
+            pass
+        kept[key] = scopes
+        if len(kept) > SCOPES_KEPT:
+            del kept[next(iter(kept))]
+        return scopes
 
     def blob_name(self, pc: int) -> str | None:
         """The CodeBlob _name of a pc in the code cache that is no compiled method (a stub, an adapter,

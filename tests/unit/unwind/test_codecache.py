@@ -209,3 +209,38 @@ def test_unsigned5_numbers_span_bytes_above_191():
         codecache.unsigned5(bytes([0]), 0, 1)  # the excluded byte
     with pytest.raises(ValueError):
         codecache.unsigned5(bytes([200]), 0, 0)  # cut short
+
+
+def test_debug_information_of_the_nmethods_used_last_is_kept_and_a_dropped_one_is_read_again_if_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN three nmethods of method 0x1000, each with 0x2000 inlined before its PcDesc at offset 10, and a
+    # namer that keeps the debug information of two
+    memory = FakeMemory()
+    blobs = [_blob(memory, first, 4, 70 + n, 0x1000, b"nmethod") for n, first in enumerate((3, 10, 20))]
+    reads: list[int] = []
+
+    def read_scopes(_memory: object, _layout: object, blob: int) -> codecache.NmethodScopes:
+        reads.append(blob)
+        metadata = struct.pack("<QQ", 0x1000, 0x2000)
+        data = bytes([0]) + bytes([0 + 1, 1 + 1, 6 + 1]) + bytes([1 + 1, 2 + 1, 3 + 1])
+        return codecache.NmethodScopes(blob + 64 - 7, metadata, data, array("i", [10, 4, 50, 1]), excluded_bytes=1)
+
+    monkeypatch.setattr(codecache, "read_nmethod_scopes", read_scopes)
+    monkeypatch.setattr(codecache, "SCOPES_KEPT", 2)
+    namer = CompiledNamer(memory, _layout())
+    inlined = (0x2000, 0x1000)
+    # WHEN a pc of each is named, the first again in between (so the second is the least recently used)
+    assert namer.methods_of(blobs[0] + 64, 70) == inlined
+    assert namer.methods_of(blobs[1] + 64, 71) == inlined
+    assert namer.methods_of(blobs[0] + 65, 70) == inlined
+    assert namer.methods_of(blobs[2] + 64, 72) == inlined
+    # THEN two are kept, the second one dropped; each was read once
+    assert len(namer.scopes) == 2 and (blobs[1], 71) not in namer.scopes and reads == blobs
+    # AND a new pc of the dropped one is named with its inlined method, read again
+    assert namer.methods_of(blobs[1] + 66, 71) == inlined and reads[-1] == blobs[1]
+    # AND once a dropped nmethod's code is freed and reused, its new pcs get its own method only
+    namer.methods_of(blobs[0] + 67, 70)  # a new pc of the first: drops the third
+    _blob(memory, 20, 4, 99, 0x3000, b"nmethod")
+    assert namer.methods_of(blobs[2] + 66, 72) == (0x1000,)
+    assert reads.count(blobs[2]) == 1
