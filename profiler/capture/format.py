@@ -28,11 +28,15 @@ from .offcpu import (
     CAUSES,
     OFFCPU_CONTEXTS_FILE,
     OFFCPU_FILE,
+    OFFCPU_THREADS_FILE,
     OffCpuEntry,
     format_offcpu,
     format_offcpu_contexts,
+    format_offcpu_threads,
+    merge_entries,
     parse_offcpu_lines,
     read_offcpu,
+    with_threads,
 )
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
@@ -739,13 +743,26 @@ def read_net(capture_dir: Path, pid: int) -> NetStats | None:
 
 
 def write_offcpu(capture_dir: Path, pid: int, entries: Iterable[OffCpuEntry]) -> None:
+    """offcpu.folded, and beside it offcpu_threads.json when the entries know their threads."""
+    entries = list(entries)
     atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_FILE, format_offcpu(entries))
+    threads = format_offcpu_threads(entries)
+    if threads is not None:
+        atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_THREADS_FILE, threads)
 
 
 def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
-    """``pid``'s off-CPU entries; None when the run had no --off-cpu (or an older profiler wrote it)."""
+    """``pid``'s off-CPU entries, with their threads where offcpu_threads.json gives them; None when the run
+    had no --off-cpu (or an older profiler wrote it)."""
     path = _pid_file(capture_dir, pid, OFFCPU_FILE)
-    return read_offcpu(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    threads_path = _pid_file(capture_dir, pid, OFFCPU_THREADS_FILE)
+    if not threads_path.is_file():
+        return read_offcpu(path)
+    with open_text(path, lenient=True) as handle:
+        lines = list(parse_offcpu_lines(handle, str(path)))
+    return merge_entries(with_threads(lines, _load_json(capture_dir, threads_path), str(threads_path)))
 
 
 OFFCPU_TIMELINE_FILE = "offcpu_timeline.folded"  # v5: blocked time per interval (--off-cpu)
