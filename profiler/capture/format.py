@@ -30,8 +30,10 @@ from .offcpu import (
     OFFCPU_FILE,
     OFFCPU_THREADS_FILE,
     OffCpuEntry,
+    folded_lines,
     format_offcpu,
     format_offcpu_contexts,
+    format_offcpu_lines,
     format_offcpu_threads,
     merge_entries,
     parse_offcpu_lines,
@@ -744,9 +746,9 @@ def read_net(capture_dir: Path, pid: int) -> NetStats | None:
 
 def write_offcpu(capture_dir: Path, pid: int, entries: Iterable[OffCpuEntry]) -> None:
     """offcpu.folded, and beside it offcpu_threads.json when the entries know their threads."""
-    entries = list(entries)
-    atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_FILE, format_offcpu(entries))
-    threads = format_offcpu_threads(entries)
+    lines = folded_lines(entries)  # merged once for both files
+    atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_FILE, format_offcpu_lines(lines))
+    threads = format_offcpu_threads(lines)
     if threads is not None:
         atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_THREADS_FILE, threads)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CaptureFormatError
@@ -135,16 +135,23 @@ def merge_entries(entries: Iterable[OffCpuEntry], keep_contexts: bool = True) ->
     time first, ties by cause, stack and context (deterministic); its threads the union of the known ones
     (None when no merged entry knew its threads)."""
     sums: dict[tuple[str, str, str | None], list[int]] = {}
-    threads: dict[tuple[str, str, str | None], frozenset[int]] = {}
+    threads: dict[tuple[str, str, str | None], frozenset[int] | set[int]] = {}
     for entry in entries:
         key = (entry.cause, entry.stack, entry.context if keep_contexts else None)
         total = sums.setdefault(key, [0, 0])
         total[0] += entry.blocked_ns
         total[1] += entry.switches
-        if entry.threads is not None:
-            threads[key] = threads.get(key, frozenset()) | entry.threads
+        if entry.threads is not None:  # a set grown in place: a pool's stack merges thousands of blocks
+            known = threads.get(key)
+            if known is None:
+                threads[key] = entry.threads  # kept as is while no other entry merges into it (a file's lines)
+            else:
+                grown = known if isinstance(known, set) else set(known)
+                grown.update(entry.threads)
+                threads[key] = grown
+    frozen = {key: tids if isinstance(tids, frozenset) else frozenset(tids) for key, tids in threads.items()}
     merged = [
-        OffCpuEntry(cause, stack, ns, switches, context, threads.get((cause, stack, context)))
+        OffCpuEntry(cause, stack, ns, switches, context, frozen.get((cause, stack, context)))
         for (cause, stack, context), (ns, switches) in sums.items()
     ]
     return sorted(merged, key=lambda e: (-e.blocked_ns, e.cause, e.stack, e.context or ""))
@@ -153,10 +160,12 @@ def merge_entries(entries: Iterable[OffCpuEntry], keep_contexts: bool = True) ->
 def format_offcpu(entries: Iterable[OffCpuEntry]) -> str:
     """``cause blocked_ns switches stack`` per line (the stack last: its frames may hold spaces), summed over
     the contexts (they go to offcpu_contexts.json: ``format_offcpu_contexts``)."""
-    return "".join(
-        f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n"
-        for e in folded_lines(entries)
-    )
+    return format_offcpu_lines(folded_lines(entries))
+
+
+def format_offcpu_lines(lines: Iterable[OffCpuEntry]) -> str:
+    """offcpu.folded's text of ``folded_lines``' entries (merged already: written as they come)."""
+    return "".join(f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n" for e in lines)
 
 
 OFFCPU_THREADS_FILE = "offcpu_threads.json"
@@ -169,18 +178,15 @@ def folded_lines(entries: Iterable[OffCpuEntry]) -> list[OffCpuEntry]:
     return [e for e in merge_entries(entries, keep_contexts=False) if e.blocked_ns > 0]
 
 
-def format_offcpu_threads(entries: Iterable[OffCpuEntry], offcpu_file: str = OFFCPU_FILE) -> str | None:
-    """offcpu_threads.json: the thread ids blocked under each line of the ``offcpu_file`` that ``entries``
-    format to, as an index into distinct thread sets (a pool's threads share their stacks: each set is
-    written once); -1: that line's threads are not known. None when no line's threads are known."""
-    lines = folded_lines(entries)
+def format_offcpu_threads(lines: Sequence[OffCpuEntry], offcpu_file: str = OFFCPU_FILE) -> str | None:
+    """offcpu_threads.json: the thread ids blocked under each of ``lines`` (``folded_lines``' entries, the
+    lines of ``offcpu_file``), as an index into distinct thread sets (a pool's threads share their stacks:
+    each set is written once); -1: that line's threads are not known. None when no line's are known."""
     if all(entry.threads is None for entry in lines):
         return None
-    sets: dict[tuple[int, ...], int] = {}
-    indexes = [
-        -1 if entry.threads is None else sets.setdefault(tuple(sorted(entry.threads)), len(sets)) for entry in lines
-    ]
-    payload = {"offcpu": offcpu_file, "sets": [list(tids) for tids in sets], "lines": indexes}
+    sets: dict[frozenset[int], int] = {}  # a frozenset keeps its hash: no sorting per line
+    indexes = [-1 if entry.threads is None else sets.setdefault(entry.threads, len(sets)) for entry in lines]
+    payload = {"offcpu": offcpu_file, "sets": [sorted(tids) for tids in sets], "lines": indexes}
     return json.dumps(payload, separators=(",", ":")) + "\n"
 
 
@@ -208,8 +214,9 @@ def with_threads(entries: Sequence[OffCpuEntry], payload: object, source: str) -
             f"{source}: expected {{\"sets\": [[thread id, ...], ...], \"lines\": [set index or -1 per line of "
             f"{OFFCPU_FILE} ({len(entries)})]}}; re-run the capture or delete the file (its threads: not measured)"
         )
-    return [
-        replace(entry, threads=None if index == -1 else known[index]) for entry, index in zip(entries, indexes)
+    return [  # built whole: dataclasses.replace costs three times as much per line
+        OffCpuEntry(e.cause, e.stack, e.blocked_ns, e.switches, e.context, None if index == -1 else known[index])
+        for e, index in zip(entries, indexes)
     ]
 
 
