@@ -38,8 +38,9 @@ STALL_EVENTS: tuple[tuple[str, str], ...] = (
     ("stalled_cycles_backend", "stalled-cycles-backend"),
 )
 
-# Distinct threads with blocked time in the task (whole window, from offcpu_threads.json), and wall seconds
-# per such thread (docs/summary-format.md); a summary column only: the host result's columns stay as they were.
+# Distinct threads with blocked time in the task (offcpu_threads.json; a sub-window's from
+# offcpu_timeline_threads.json), and wall seconds per such thread (docs/summary-format.md); summary columns
+# only: the host result's columns stay as they were.
 THREAD_COLUMNS: tuple[str, ...] = ("offcpu_threads", "wall_seconds_per_thread")
 
 # Fixed columns of summary.csv, in order; run labels follow (docs/summary-format.md).
@@ -108,10 +109,8 @@ def pid_rows(
     result = match_result(task_names, counts or PidTaskCounts()) if pid.process.sampled else None
     offcpu = match_offcpu(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
     rows = aggregate_pid(pid.host, pid.process, result, pid.counters, pid.net, offcpu)
-    # the thread sets are the whole window's: a sub-window's rows leave them empty (not measured)
-    threads = None
-    if matcher is not None and pid.offcpu is not None and pid.intervals is None:
-        threads = match_offcpu_threads(matcher, pid.offcpu)
+    # with --from/--to the entries are the sub-window's, their thread sets from offcpu_timeline_threads.json
+    threads = match_offcpu_threads(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
     for row in rows:
         row["offcpu_threads"] = len(threads.get(str(row["task"]), ())) if threads is not None else None
         _add_per_thread(row)

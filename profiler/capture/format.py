@@ -31,7 +31,6 @@ from .offcpu import (
     OFFCPU_THREADS_FILE,
     OffCpuEntry,
     folded_lines,
-    format_offcpu,
     format_offcpu_contexts,
     format_offcpu_lines,
     format_offcpu_threads,
@@ -768,6 +767,8 @@ def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
 
 
 OFFCPU_TIMELINE_FILE = "offcpu_timeline.folded"  # v5: blocked time per interval (--off-cpu)
+# the threads per line of offcpu_timeline.folded, as offcpu_threads.json's per line of offcpu.folded
+OFFCPU_TIMELINE_THREADS_FILE = "offcpu_timeline_threads.json"
 MAX_OFFCPU_INTERVAL = 10_000_000
 
 
@@ -776,11 +777,15 @@ def write_offcpu_timeline(capture_dir: Path, pid: int, by_interval: Mapping[int,
     part of each line's time whose thread carried a context (a Spark task, a Flink subtask) in
     offcpu_contexts.json (rows may be none: the run measured it, no thread had one)."""
     by_interval = {interval: list(entries) for interval, entries in by_interval.items()}
+    lines = [(interval, folded_lines(entries)) for interval, entries in sorted(by_interval.items())]
     text = "".join(
-        "".join(f"{interval} {line}\n" for line in format_offcpu(entries).splitlines())
-        for interval, entries in sorted(by_interval.items())
+        "".join(f"{interval} {line}\n" for line in format_offcpu_lines(entries).splitlines())
+        for interval, entries in lines
     )
     atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_FILE, text)
+    threads = format_offcpu_threads([entry for _interval, entries in lines for entry in entries], OFFCPU_TIMELINE_FILE)
+    if threads is not None:
+        atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_THREADS_FILE, threads)
     atomic_write_text(
         pid_dir(capture_dir, pid) / OFFCPU_CONTEXTS_FILE, format_offcpu_contexts(by_interval, OFFCPU_TIMELINE_FILE)
     )
@@ -812,8 +817,14 @@ def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffC
     path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
     if not path.is_file():
         return None
+    lines = _offcpu_timeline_lines(path)
+    threads_path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_THREADS_FILE)
+    entries = [entry for _interval, entry in lines]
+    if threads_path.is_file():
+        payload = _load_json(capture_dir, threads_path)
+        entries = with_threads(entries, payload, str(threads_path), OFFCPU_TIMELINE_FILE)
     by_interval: dict[int, list[OffCpuEntry]] = {}
-    for interval, entry in _offcpu_timeline_lines(path):
+    for (interval, _line), entry in zip(lines, entries):
         by_interval.setdefault(interval, []).append(entry)
     return by_interval
 

@@ -198,9 +198,12 @@ def _thread_set(value: object) -> frozenset[int] | None:
     return frozenset(value)
 
 
-def with_threads(entries: Sequence[OffCpuEntry], payload: object, source: str) -> list[OffCpuEntry]:
-    """``entries`` (an offcpu.folded's lines, in file order) with their threads from offcpu_threads.json's
-    ``payload``; a payload that does not fit them is a CaptureFormatError naming ``source``."""
+def with_threads(
+    entries: Sequence[OffCpuEntry], payload: object, source: str, offcpu_file: str = OFFCPU_FILE
+) -> list[OffCpuEntry]:
+    """``entries`` (the lines of ``offcpu_file``, in file order) with their threads from the thread file's
+    ``payload`` (offcpu_threads.json's format); a payload that does not fit them is a CaptureFormatError
+    naming ``source``."""
     sets = payload.get("sets") if isinstance(payload, dict) else None
     indexes = payload.get("lines") if isinstance(payload, dict) else None
     known = [_thread_set(tids) for tids in sets] if isinstance(sets, list) else [None]
@@ -212,7 +215,7 @@ def with_threads(entries: Sequence[OffCpuEntry], payload: object, source: str) -
     ):
         raise CaptureFormatError(
             f"{source}: expected {{\"sets\": [[thread id, ...], ...], \"lines\": [set index or -1 per line of "
-            f"{OFFCPU_FILE} ({len(entries)})]}}; re-run the capture or delete the file (its threads: not measured)"
+            f"{offcpu_file} ({len(entries)})]}}; re-run the capture or delete the file (its threads: not measured)"
         )
     return [  # built whole: dataclasses.replace costs three times as much per line
         OffCpuEntry(e.cause, e.stack, e.blocked_ns, e.switches, e.context, None if index == -1 else known[index])
