@@ -22,7 +22,7 @@ from profiler.capture.format import ALL_TASKS, OFFCPU_COLUMNS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.files.textinput import open_text
 from profiler.matching.aggregate import aggregate_pid
-from profiler.matching.matcher import Matcher, MatchResult, match_offcpu
+from profiler.matching.matcher import Matcher, MatchResult, match_offcpu, match_offcpu_threads
 from profiler.matching.stats import share_ci95
 
 SUMMARY_FILE = "summary.csv"
@@ -38,6 +38,11 @@ STALL_EVENTS: tuple[tuple[str, str], ...] = (
     ("stalled_cycles_backend", "stalled-cycles-backend"),
 )
 
+# Distinct threads with blocked time in the task (offcpu_threads.json; a sub-window's from
+# offcpu_timeline_threads.json), and wall seconds per such thread (docs/summary-format.md); summary columns
+# only: the host result's columns stay as they were.
+THREAD_COLUMNS: tuple[str, ...] = ("offcpu_threads", "wall_seconds_per_thread")
+
 # Fixed columns of summary.csv, in order; run labels follow (docs/summary-format.md).
 _PID_COLUMNS_END = RESULT_COLUMNS.index("ipc") + 1
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -47,6 +52,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "stalled_cycles_backend",
     "multi_task_samples",
     *RESULT_COLUMNS[_PID_COLUMNS_END:],  # network bytes, off-CPU seconds per cause
+    *THREAD_COLUMNS,
     "events",
     "events_uncertainty",
     "events_method",
@@ -55,7 +61,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "host_state",
 )
 _ADDITIVE = (
-    "cycles", "cpu_seconds", "instructions", "stalled_cycles_frontend", "stalled_cycles_backend", *OFFCPU_COLUMNS
+    "cycles", "cpu_seconds", "instructions", "stalled_cycles_frontend", "stalled_cycles_backend", *OFFCPU_COLUMNS,
+    "offcpu_threads",  # the PIDs' threads are distinct threads: their counts add up
 )
 _NET = ("bytes_sent", "bytes_received", "bytes_sent_external", "bytes_received_external")
 
@@ -102,7 +109,11 @@ def pid_rows(
     result = match_result(task_names, counts or PidTaskCounts()) if pid.process.sampled else None
     offcpu = match_offcpu(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
     rows = aggregate_pid(pid.host, pid.process, result, pid.counters, pid.net, offcpu)
+    # with --from/--to the entries are the sub-window's, their thread sets from offcpu_timeline_threads.json
+    threads = match_offcpu_threads(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
     for row in rows:
+        row["offcpu_threads"] = len(threads.get(str(row["task"]), ())) if threads is not None else None
+        _add_per_thread(row)
         row["run"] = pid.run
         row["host_state"] = host_state
         share = row.get("share")
@@ -115,6 +126,12 @@ def pid_rows(
             row["multi_task_samples"] = result.multi_task_samples if task == ALL else result.task_multi_samples[task]
         _add_event_columns(row, events)
     return rows
+
+
+def _add_per_thread(row: dict[str, Any]) -> None:
+    """wall_seconds_per_thread: the row's wall seconds over its threads with blocked time (None without both)."""
+    wall, threads = row.get("wall_seconds"), row.get("offcpu_threads")
+    row["wall_seconds_per_thread"] = wall / threads if isinstance(wall, int | float) and threads else None
 
 
 def sum_known(values: Iterable[Any]) -> float | int | None:
@@ -172,6 +189,7 @@ def group_rows(
             row["share_ci95"] = share_ci95(samples, all_samples) if task != ALL else 0.0
         for column in (*_ADDITIVE, "multi_task_samples"):
             row[column] = sum_known(r.get(column) for r in members)
+        _add_per_thread(row)
         estimated = [r.get("cycles_estimated") for r in members if r.get("cycles") is not None]
         row["cycles_estimated"] = any(bool(e) for e in estimated) if estimated else None
         if task == ALL:

@@ -26,6 +26,7 @@ class OffCpuLine:
     cpu_seconds: float | None
     offcpu_seconds: float | None
     by_cause: tuple[float | None, ...]  # in the order of OffCpuTable.causes
+    threads: float | None = None  # distinct threads blocked in the task (summary.csv's offcpu_threads)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class OffCpuTable:
     def shown(self) -> bool:
         return bool(self.lines)
 
+    @property
+    def with_threads(self) -> bool:
+        """Whether the rows counted the tasks' threads (summary.csv of a capture with offcpu_threads.json)."""
+        return any(line.threads is not None for line in self.lines)
+
 
 def _num(value: Any) -> float | None:
     return cell_number(value, lenient=True)
@@ -49,7 +55,7 @@ def offcpu_table(
     """The cluster's rows (summary.csv) when there are, else the PID rows summed per task; empty when no
     row measured off-CPU time (a run without --off-cpu, or cut with --from/--to)."""
     cluster = {r.get("task"): r for r in rows if r.get("host") == ALL_TASKS and r.get("pid") == ALL_TASKS}
-    columns = ("cpu_seconds", "offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES))
+    columns = ("cpu_seconds", "offcpu_seconds", "offcpu_threads", *(f"offcpu_{cause}_seconds" for cause in CAUSES))
     sums: dict[str, dict[str, float | None]] = {}
     if any(_num(r.get("offcpu_seconds")) is not None for r in cluster.values()):
         source = "summary.csv (coordinator analyze)"
@@ -71,6 +77,7 @@ def offcpu_table(
             cpu_seconds=values["cpu_seconds"],
             offcpu_seconds=values["offcpu_seconds"],
             by_cause=tuple(values[f"offcpu_{cause}_seconds"] for cause in causes),
+            threads=values["offcpu_threads"],
         )
         for task, values in sums.items()
         if values["offcpu_seconds"] or values["cpu_seconds"]

@@ -28,11 +28,16 @@ from .offcpu import (
     CAUSES,
     OFFCPU_CONTEXTS_FILE,
     OFFCPU_FILE,
+    OFFCPU_THREADS_FILE,
     OffCpuEntry,
-    format_offcpu,
+    folded_lines,
     format_offcpu_contexts,
+    format_offcpu_lines,
+    format_offcpu_threads,
+    merge_entries,
     parse_offcpu_lines,
     read_offcpu,
+    with_threads,
 )
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
@@ -739,16 +744,31 @@ def read_net(capture_dir: Path, pid: int) -> NetStats | None:
 
 
 def write_offcpu(capture_dir: Path, pid: int, entries: Iterable[OffCpuEntry]) -> None:
-    atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_FILE, format_offcpu(entries))
+    """offcpu.folded, and beside it offcpu_threads.json when the entries know their threads."""
+    lines = folded_lines(entries)  # merged once for both files
+    atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_FILE, format_offcpu_lines(lines))
+    threads = format_offcpu_threads(lines)
+    if threads is not None:
+        atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_THREADS_FILE, threads)
 
 
 def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
-    """``pid``'s off-CPU entries; None when the run had no --off-cpu (or an older profiler wrote it)."""
+    """``pid``'s off-CPU entries, with their threads where offcpu_threads.json gives them; None when the run
+    had no --off-cpu (or an older profiler wrote it)."""
     path = _pid_file(capture_dir, pid, OFFCPU_FILE)
-    return read_offcpu(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    threads_path = _pid_file(capture_dir, pid, OFFCPU_THREADS_FILE)
+    if not threads_path.is_file():
+        return read_offcpu(path)
+    with open_text(path, lenient=True) as handle:
+        lines = list(parse_offcpu_lines(handle, str(path)))
+    return merge_entries(with_threads(lines, _load_json(capture_dir, threads_path), str(threads_path)))
 
 
 OFFCPU_TIMELINE_FILE = "offcpu_timeline.folded"  # v5: blocked time per interval (--off-cpu)
+# the threads per line of offcpu_timeline.folded, as offcpu_threads.json's per line of offcpu.folded
+OFFCPU_TIMELINE_THREADS_FILE = "offcpu_timeline_threads.json"
 MAX_OFFCPU_INTERVAL = 10_000_000
 
 
@@ -757,11 +777,15 @@ def write_offcpu_timeline(capture_dir: Path, pid: int, by_interval: Mapping[int,
     part of each line's time whose thread carried a context (a Spark task, a Flink subtask) in
     offcpu_contexts.json (rows may be none: the run measured it, no thread had one)."""
     by_interval = {interval: list(entries) for interval, entries in by_interval.items()}
+    lines = [(interval, folded_lines(entries)) for interval, entries in sorted(by_interval.items())]
     text = "".join(
-        "".join(f"{interval} {line}\n" for line in format_offcpu(entries).splitlines())
-        for interval, entries in sorted(by_interval.items())
+        "".join(f"{interval} {line}\n" for line in format_offcpu_lines(entries).splitlines())
+        for interval, entries in lines
     )
     atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_FILE, text)
+    threads = format_offcpu_threads([entry for _interval, entries in lines for entry in entries], OFFCPU_TIMELINE_FILE)
+    if threads is not None:
+        atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_THREADS_FILE, threads)
     atomic_write_text(
         pid_dir(capture_dir, pid) / OFFCPU_CONTEXTS_FILE, format_offcpu_contexts(by_interval, OFFCPU_TIMELINE_FILE)
     )
@@ -793,8 +817,14 @@ def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffC
     path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
     if not path.is_file():
         return None
+    lines = _offcpu_timeline_lines(path)
+    threads_path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_THREADS_FILE)
+    entries = [entry for _interval, entry in lines]
+    if threads_path.is_file():
+        payload = _load_json(capture_dir, threads_path)
+        entries = with_threads(entries, payload, str(threads_path), OFFCPU_TIMELINE_FILE)
     by_interval: dict[int, list[OffCpuEntry]] = {}
-    for interval, entry in _offcpu_timeline_lines(path):
+    for (interval, _line), entry in zip(lines, entries):
         by_interval.setdefault(interval, []).append(entry)
     return by_interval
 

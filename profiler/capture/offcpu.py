@@ -71,6 +71,10 @@ class OffCpuEntry:
     # the thread's full name when it carries a unit of work (a Spark task, a Flink subtask: the on-CPU
     # samples' context, profiler/scope/threadnames.py); the stack's root is then the name's kind
     context: str | None = None
+    # the ids of the PID's threads that were blocked here; None: not known (a capture without
+    # offcpu_threads.json, a sub-window, a checkpoint). A set, not a count: a task's threads are the union
+    # over its stacks, and a thread blocked under two of them counts once
+    threads: frozenset[int] | None = None
 
 
 def _has(frames: Sequence[str], needles: Sequence[str], kernel: bool) -> bool:
@@ -128,14 +132,27 @@ def classify_cause(reason: int, stack: str, java_state: int = JAVA_NONE, java_fr
 
 def merge_entries(entries: Iterable[OffCpuEntry], keep_contexts: bool = True) -> list[OffCpuEntry]:
     """One entry per (cause, stack, context) (per (cause, stack) without ``keep_contexts``), most blocked
-    time first, ties by cause, stack and context (deterministic)."""
+    time first, ties by cause, stack and context (deterministic); its threads the union of the known ones
+    (None when no merged entry knew its threads)."""
     sums: dict[tuple[str, str, str | None], list[int]] = {}
+    threads: dict[tuple[str, str, str | None], frozenset[int] | set[int]] = {}
     for entry in entries:
-        total = sums.setdefault((entry.cause, entry.stack, entry.context if keep_contexts else None), [0, 0])
+        key = (entry.cause, entry.stack, entry.context if keep_contexts else None)
+        total = sums.setdefault(key, [0, 0])
         total[0] += entry.blocked_ns
         total[1] += entry.switches
+        if entry.threads is not None:  # a set grown in place: a pool's stack merges thousands of blocks
+            known = threads.get(key)
+            if known is None:
+                threads[key] = entry.threads  # kept as is while no other entry merges into it (a file's lines)
+            else:
+                grown = known if isinstance(known, set) else set(known)
+                grown.update(entry.threads)
+                threads[key] = grown
+    frozen = {key: tids if isinstance(tids, frozenset) else frozenset(tids) for key, tids in threads.items()}
     merged = [
-        OffCpuEntry(cause, stack, ns, switches, context) for (cause, stack, context), (ns, switches) in sums.items()
+        OffCpuEntry(cause, stack, ns, switches, context, frozen.get((cause, stack, context)))
+        for (cause, stack, context), (ns, switches) in sums.items()
     ]
     return sorted(merged, key=lambda e: (-e.blocked_ns, e.cause, e.stack, e.context or ""))
 
@@ -143,11 +160,67 @@ def merge_entries(entries: Iterable[OffCpuEntry], keep_contexts: bool = True) ->
 def format_offcpu(entries: Iterable[OffCpuEntry]) -> str:
     """``cause blocked_ns switches stack`` per line (the stack last: its frames may hold spaces), summed over
     the contexts (they go to offcpu_contexts.json: ``format_offcpu_contexts``)."""
-    return "".join(
-        f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n"
-        for e in merge_entries(entries, keep_contexts=False)
-        if e.blocked_ns > 0
-    )
+    return format_offcpu_lines(folded_lines(entries))
+
+
+def format_offcpu_lines(lines: Iterable[OffCpuEntry]) -> str:
+    """offcpu.folded's text of ``folded_lines``' entries (merged already: written as they come)."""
+    return "".join(f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n" for e in lines)
+
+
+OFFCPU_THREADS_FILE = "offcpu_threads.json"
+# Linux's largest pid_max (2^22): a thread id above it is not one
+MAX_THREAD_ID = 1 << 22
+
+
+def folded_lines(entries: Iterable[OffCpuEntry]) -> list[OffCpuEntry]:
+    """The entries of ``format_offcpu``'s lines, in its order (one per (cause, stack), contexts summed)."""
+    return [e for e in merge_entries(entries, keep_contexts=False) if e.blocked_ns > 0]
+
+
+def format_offcpu_threads(lines: Sequence[OffCpuEntry], offcpu_file: str = OFFCPU_FILE) -> str | None:
+    """offcpu_threads.json: the thread ids blocked under each of ``lines`` (``folded_lines``' entries, the
+    lines of ``offcpu_file``), as an index into distinct thread sets (a pool's threads share their stacks:
+    each set is written once); -1: that line's threads are not known. None when no line's are known."""
+    if all(entry.threads is None for entry in lines):
+        return None
+    sets: dict[frozenset[int], int] = {}  # a frozenset keeps its hash: no sorting per line
+    indexes = [-1 if entry.threads is None else sets.setdefault(entry.threads, len(sets)) for entry in lines]
+    payload = {"offcpu": offcpu_file, "sets": [sorted(tids) for tids in sets], "lines": indexes}
+    return json.dumps(payload, separators=(",", ":")) + "\n"
+
+
+def _thread_set(value: object) -> frozenset[int] | None:
+    if not isinstance(value, list) or not all(
+        isinstance(tid, int) and not isinstance(tid, bool) and 0 < tid <= MAX_THREAD_ID for tid in value
+    ):
+        return None
+    return frozenset(value)
+
+
+def with_threads(
+    entries: Sequence[OffCpuEntry], payload: object, source: str, offcpu_file: str = OFFCPU_FILE
+) -> list[OffCpuEntry]:
+    """``entries`` (the lines of ``offcpu_file``, in file order) with their threads from the thread file's
+    ``payload`` (offcpu_threads.json's format); a payload that does not fit them is a CaptureFormatError
+    naming ``source``."""
+    sets = payload.get("sets") if isinstance(payload, dict) else None
+    indexes = payload.get("lines") if isinstance(payload, dict) else None
+    known = [_thread_set(tids) for tids in sets] if isinstance(sets, list) else [None]
+    if (
+        not isinstance(indexes, list)
+        or len(indexes) != len(entries)
+        or any(tids is None for tids in known)
+        or not all(isinstance(i, int) and not isinstance(i, bool) and -1 <= i < len(known) for i in indexes)
+    ):
+        raise CaptureFormatError(
+            f"{source}: expected {{\"sets\": [[thread id, ...], ...], \"lines\": [set index or -1 per line of "
+            f"{offcpu_file} ({len(entries)})]}}; re-run the capture or delete the file (its threads: not measured)"
+        )
+    return [  # built whole: dataclasses.replace costs three times as much per line
+        OffCpuEntry(e.cause, e.stack, e.blocked_ns, e.switches, e.context, None if index == -1 else known[index])
+        for e, index in zip(entries, indexes)
+    ]
 
 
 OFFCPU_CONTEXTS_FILE = "offcpu_contexts.json"

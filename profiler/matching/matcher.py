@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, format_folded, parse_source_line
-from ..capture.format import UNMATCHED
+from ..capture.format import ALL_TASKS, UNMATCHED
 from ..capture.offcpu import OffCpuEntry
 from ..capture.stacktable import StackTable, ordered_folded
 from ..files.textinput import open_text
@@ -606,6 +606,21 @@ def match_offcpu(matcher: Matcher, entries: Iterable[OffCpuEntry]) -> dict[str, 
         task = names[matcher.classify_offcpu_mask(entry.stack)[0]]
         by_task.setdefault(task, Counter())[entry.cause] += entry.blocked_ns
     return by_task
+
+
+def match_offcpu_threads(matcher: Matcher, entries: Sequence[OffCpuEntry]) -> dict[str, frozenset[int]] | None:
+    """The threads of one PID blocked in each task (by ``match_offcpu``'s rule), and under ALL_TASKS in any:
+    unions of the entries' thread sets, so a thread blocked under several stacks of a task counts once.
+    None when an entry's threads are not known (a capture without offcpu_threads.json)."""
+    if any(entry.threads is None for entry in entries):
+        return None
+    by_task: dict[str, set[int]] = {ALL_TASKS: set()}
+    names = matcher.result_names
+    for entry in entries:
+        task = names[matcher.classify_offcpu_mask(entry.stack)[0]]
+        by_task.setdefault(task, set()).update(entry.threads or ())
+        by_task[ALL_TASKS].update(entry.threads or ())
+    return {task: frozenset(threads) for task, threads in by_task.items()}
 
 
 def _is_pattern_material(frame: str) -> bool:

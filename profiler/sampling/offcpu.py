@@ -209,7 +209,8 @@ def name_blocks(
             without_tracing_frames([kernel_name(a) for a in kernel]) if kernel is not None else None,
         )
         cause = classify_cause(block.reason, stack, block.java_state, java_frame)
-        entries.append(OffCpuEntry(cause, stack, block.blocked_ns, block.switches, context))
+        threads = frozenset((block.tid,)) if block.tid else None  # the union per task needs the ids
+        entries.append(OffCpuEntry(cause, stack, block.blocked_ns, block.switches, context, threads))
     return merge_entries(entries)
 
 

@@ -202,5 +202,5 @@ def idle_entries(
         kind, context = (labels or {}).get((tgid, thread.tid, thread.comm), (thread.comm, None))
         stack = fold_stack(kind, [*user, WHOLE_WINDOW_FRAME], thread.kernel_leaf_first)
         cause = classify_cause(thread.reason, stack, thread.java_state, frame)
-        entries.append(OffCpuEntry(cause, stack, thread.blocked_ns, 1, context))
+        entries.append(OffCpuEntry(cause, stack, thread.blocked_ns, 1, context, frozenset((thread.tid,))))
     return merge_entries(entries)

@@ -95,6 +95,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
         wait_for_state(status, "writing", profiler)
         truth = json.loads(blocked_jvm.ask("report"))
         truth_window = time.monotonic() - started
+        started_threads = _threads_by_comm(blocked_jvm.process.pid)
         stdout, stderr = profiler.communicate(timeout=180)
     finally:
         if profiler.poll() is None:
@@ -167,6 +168,58 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     assert any(";java.lang.Object::wait" in e.stack for e in idle), idle
     _check_analysis_and_exports(tmp_path, out, pid, rows, entries)
     _check_wall_seconds_and_stages(tmp_path, out, rows, entries, truth)
+    _check_thread_counts(tmp_path, out, pid, entries, started_threads)
+
+
+def _threads_by_comm(pid: int) -> dict[str, set[int]]:
+    """The kernel's view of a process's threads: tids per comm (the first 15 bytes of the name)."""
+    threads: dict[str, set[int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        threads.setdefault((task / "comm").read_text().rstrip("\n"), set()).add(int(task.name))
+    return threads
+
+
+def _check_thread_counts(
+    tmp_path: Path, out: Path, pid: int, entries: list[OffCpuEntry], started: dict[str, set[int]]
+) -> None:
+    """Distinct threads per task in summary.csv against the threads the JVM started (by their kernel names)."""
+    # AND each blocked stack keeps the ids of its threads: the threads the JVM started under that name
+    for name in ("offcpu-sleeper", "offcpu-locker", "offcpu-piper", "offcpu-dozer", "offcpu-idler"):
+        tids = set().union(*(e.threads or () for e in entries if e.stack.startswith(f"{name};")))
+        assert tids == started[name], (name, tids, started)
+    # AND summary.csv counts each task's distinct blocked threads: one per thread task, the two Spark task
+    # threads (one comm, two threads), each once whatever number of stacks it blocked under
+    with open(tmp_path / "analysis" / "summary.csv") as handle:
+        summary = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
+    expected = {task: len(started[f"offcpu-{task.lower()}"]) for task in (*THREADS, "Dozer", "Idler")}
+    expected["SparkTask"] = len(started["Executor task l"])
+    assert expected["SparkTask"] == 2 and all(expected[task] == 1 for task in THREADS), started
+    for task, count in expected.items():
+        row = summary[task]
+        print(f"{task}: {row['offcpu_threads']} threads blocked, {row['wall_seconds_per_thread']} wall s per thread")
+        assert int(row["offcpu_threads"]) == count, (task, row, started)
+        wall = float(row["wall_seconds"]) / count
+        assert float(row["wall_seconds_per_thread"]) == pytest.approx(wall, rel=1e-4, abs=2e-6), (task, row)
+    blocked_any = set().union(*(e.threads or () for e in entries))
+    assert int(summary["*"]["offcpu_threads"]) == len(blocked_any)
+    assert blocked_any <= set().union(*started.values()), (blocked_any, started)
+    # AND `--from 5 --to 10` counts the threads blocked in that sub-window (offcpu_timeline_threads.json)
+    with open(tmp_path / "cut" / "summary.csv") as handle:
+        cut = {r["task"]: r for r in csv.DictReader(handle) if r["pid"] == str(pid)}
+    for task, count in expected.items():
+        assert int(cut[task]["offcpu_threads"]) == count, (task, cut[task])
+    with open(tmp_path / "stages" / "summary.csv") as handle:
+        staged = [r for r in csv.DictReader(handle) if r.get("stage") and r["offcpu_seconds"]]
+    assert staged and all(r["offcpu_threads"] == "" for r in staged), staged[:2]  # per stage: not counted
+    # AND the report's off-CPU table shows the count (from the summary.csv beside the capture)
+    from coordinator.analysis.engines import analyze
+    from coordinator.report.render import render_report
+
+    analyze([out], engine="in-process")
+    html = render_report(out, tmp_path / "report").read_text(encoding="utf-8")
+    start = html.index('<section id="offcpu"')
+    section = html[start : html.index("</section>", start)]
+    assert ">threads</th>" in section, section[:2000]
 
 
 def _check_analysis_and_exports(

@@ -224,3 +224,54 @@ def test_contexts_rows_that_do_not_fit_the_timeline_are_refused_naming_the_file(
     with pytest.raises(CaptureFormatError) as error:
         capture.read_pid_offcpu_contexts(tmp_path, 42)
     assert str(error.value).startswith(f"{path}: row 1 ") and "re-run" in str(error.value)
+
+
+def test_thread_sets_round_trip_beside_offcpu_folded_and_old_captures_have_none(tmp_path: Path) -> None:
+    from profiler.capture.offcpu import OFFCPU_THREADS_FILE
+
+    # GIVEN two stacks of one pool's threads (one set written once) and a stack whose threads are not known
+    entries = [
+        OffCpuEntry("net", "pool;read_[k]", 5_000, 2, threads=frozenset({21, 22})),
+        OffCpuEntry("lock", "pool;futex_wait_[k]", 3_000, 1, threads=frozenset({22, 21})),
+        OffCpuEntry("sleep", "main;nanosleep_[k]", 1_000, 1),
+    ]
+    capture.write_offcpu(tmp_path, 7, entries)
+    payload = json.loads((tmp_path / "pids" / "7" / OFFCPU_THREADS_FILE).read_text())
+    assert payload == {"offcpu": "offcpu.folded", "sets": [[21, 22]], "lines": [0, 0, -1]}
+    # WHEN it is read back THEN each line has its threads again
+    read = capture.read_pid_offcpu(tmp_path, 7)
+    assert read is not None and [(e.stack, e.threads) for e in read] == [
+        ("pool;read_[k]", frozenset({21, 22})), ("pool;futex_wait_[k]", frozenset({21, 22})),
+        ("main;nanosleep_[k]", None),
+    ]  # fmt: skip
+    # AND a capture without the file (older, or a recovered run's) reads with no thread known
+    capture.write_offcpu(tmp_path, 8, [OffCpuEntry("sleep", "main;nanosleep_[k]", 1_000, 1)])
+    assert not (tmp_path / "pids" / "8" / OFFCPU_THREADS_FILE).exists()
+    assert [e.threads for e in capture.read_pid_offcpu(tmp_path, 8) or []] == [None]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"sets": [[21]], "lines": [0]},  # fewer lines than offcpu.folded has
+        {"sets": [[21]], "lines": [0, 1, 0]},  # an index past the sets
+        {"sets": [[0]], "lines": [0, 0, 0]},  # no thread id 0
+        {"sets": [[1 << 23]], "lines": [0, 0, 0]},  # beyond pid_max
+        {"sets": [["21"]], "lines": [0, 0, 0]},
+        {"sets": [[21]], "lines": [True, 0, 0]},
+        {"sets": 5, "lines": [0, 0, 0]},
+        [],
+    ],
+)
+def test_a_thread_file_that_does_not_fit_its_offcpu_folded_is_refused(tmp_path: Path, payload: object) -> None:
+    from profiler.capture.offcpu import OFFCPU_THREADS_FILE
+    from profiler.errors import CaptureFormatError
+
+    capture.write_offcpu(tmp_path, 7, [
+        OffCpuEntry("net", "a;read_[k]", 5_000, 2, threads=frozenset({21})),
+        OffCpuEntry("lock", "b;futex_wait_[k]", 3_000, 1, threads=frozenset({21})),
+        OffCpuEntry("sleep", "c;nanosleep_[k]", 1_000, 1, threads=frozenset({21})),
+    ])  # fmt: skip
+    (tmp_path / "pids" / "7" / OFFCPU_THREADS_FILE).write_text(json.dumps(payload))
+    with pytest.raises(CaptureFormatError, match=OFFCPU_THREADS_FILE):
+        capture.read_pid_offcpu(tmp_path, 7)

@@ -173,3 +173,17 @@ def test_switch_rates_fall_back_to_a_hash_where_task_storage_is_refused(monkeypa
     with pytest.raises(CapabilityError, match=r"cannot attach to the sched_switch raw tracepoint \(no sched_switch\); "
                                               "run without --off-cpu"):
         tracer._load(refuses_all)
+
+
+def test_named_blocks_keep_the_set_of_their_threads() -> None:
+    # GIVEN threads 11 and 12 blocked under one stack, 11 twice, and a block whose thread is not known
+    stacks = {1: (0x20,), 2: (0x901,)}
+    blocks = [
+        RawBlock(7, 1, 2, 1, "worker", 4_000_000, 2, tid=11),
+        RawBlock(7, 1, 2, 1, "worker", 1_000_000, 1, tid=11),
+        RawBlock(7, 1, 2, 1, "worker", 2_000_000, 1, tid=12),
+        RawBlock(7, 1, 2, 0, "worker", 3_000_000, 1),
+    ]
+    entries = name_blocks(blocks, stacks.get, {0x20: "main"}.__getitem__, {0x901: "futex_wait"}.__getitem__)
+    # THEN the merged entry holds both threads once; the unknown thread stays unknown, not an empty set
+    assert [(e.cause, e.threads) for e in entries] == [("lock", frozenset({11, 12})), ("preempted", None)]

@@ -87,6 +87,7 @@ def test_idle_entries_stack_and_cause() -> None:
     # THEN the stack is thread, marker, last Java frame, kernel frames root first; the cause as for a walk
     wait = entries["idler;[blocked all window];java.lang.Object::wait;__futex_wait_[k];futex_wait_queue_[k]"]
     assert (wait.cause, wait.blocked_ns, wait.switches) == ("wait", 5_000_000_000, 1)
+    assert wait.threads == frozenset({7})  # the thread counts in its task's distinct threads
     assert entries["dozer;[blocked all window];hrtimer_nanosleep_[k]"].cause == "sleep"
     assert entries["gone:x;[blocked all window];[lost kernel stack]"].cause == "preempted"
 

@@ -344,3 +344,48 @@ def test_offcpu_time_reaches_summary_rows_by_task_and_sums_over_pids(tmp_path: P
     # AND the CSV has the columns; without a matcher nothing is invented
     assert "offcpu_net_seconds" in summary_rows.SUMMARY_COLUMNS
     assert _find(summary_rows.run_rows(run, TASKS, _counts(run)), "h1", 100, "*")["offcpu_seconds"] is None
+
+
+def test_offcpu_threads_are_counted_once_per_task_and_per_process(tmp_path: Path) -> None:
+    from profiler.capture.offcpu import OFFCPU_THREADS_FILE, OffCpuEntry
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    # GIVEN pid 100 whose threads 11 and 12 polled Kafka, thread 11 also blocked on a lock under Kafka, and
+    # thread 13 waited in GC; pid 200 whose thread 11 (another process: another thread) polled Kafka
+    run = _tiny(tmp_path)
+    capture_dir = run.hosts[0].capture_dir
+    assert capture_dir is not None
+    poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;ep_poll_[k]"
+    lock = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;futex_wait_[k]"
+    capture.write_offcpu(capture_dir, 100, [
+        OffCpuEntry("net", poll, 3_000_000_000, 30, threads=frozenset({11, 12})),
+        OffCpuEntry("lock", lock, 10**9, 5, threads=frozenset({11})),
+        OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 10**9, 5, threads=frozenset({13})),
+    ])  # fmt: skip
+    capture.write_offcpu(capture_dir, 200, [OffCpuEntry("net", poll, 10**9, 3, threads=frozenset({11}))])
+    (run,) = inputs.read_inputs([tmp_path / "tiny"])
+    matcher = Matcher(parse_profile(KNOWN_PROFILE))
+    # WHEN the summary rows are computed
+    rows = summary_rows.run_rows(run, TASKS, _counts(run), matcher)
+    # THEN a thread under two stacks of a task counts once (2, not 3), the PID row counts each thread once,
+    # a task without blocked time has 0 threads, and two processes' threads add up
+    kafka = _find(rows, "h1", 100, "Kafka")
+    assert kafka["offcpu_threads"] == 2
+    assert kafka["wall_seconds_per_thread"] == pytest.approx(kafka["wall_seconds"] / 2)
+    assert _find(rows, "h1", 100, "*")["offcpu_threads"] == 3
+    assert _find(rows, "h1", 100, "Deserialize")["offcpu_threads"] == 0
+    assert _find(rows, "h1", 200, "Kafka")["offcpu_threads"] == 1
+    assert _find(rows, "h1", "*", "Kafka")["offcpu_threads"] == 3
+    cluster = _find(rows, "*", "*", "*")
+    assert cluster["offcpu_threads"] == 4
+    assert cluster["wall_seconds_per_thread"] == pytest.approx(cluster["wall_seconds"] / 4)
+    assert "offcpu_threads,wall_seconds_per_thread" in summary_rows.format_summary(rows, {})
+    # AND a capture made before the thread sets (no offcpu_threads.json) leaves them empty, never 0
+    (capture_dir / "pids" / "200" / OFFCPU_THREADS_FILE).unlink()
+    (run,) = inputs.read_inputs([tmp_path / "tiny"])
+    rows = summary_rows.run_rows(run, TASKS, _counts(run), matcher)
+    old = _find(rows, "h1", 200, "Kafka")
+    assert old["offcpu_seconds"] == 1.0
+    assert (old["offcpu_threads"], old["wall_seconds_per_thread"]) == (None, None)
+    assert _find(rows, "h1", 100, "Kafka")["offcpu_threads"] == 2

@@ -196,6 +196,43 @@ def test_sub_window_cuts_off_cpu_time_from_its_timeline(timeline_run: Path, tmp_
     assert float(_row(whole, "h1", "200", "*")["offcpu_seconds"]) == 1.0
 
 
+def test_sub_window_counts_the_threads_blocked_in_its_intervals(timeline_run: Path, tmp_path: Path) -> None:
+    from profiler.capture import format as capture
+    from profiler.capture.offcpu import OffCpuEntry, merge_entries
+
+    # GIVEN PID 100 whose threads 11 and 12 polled Kafka in interval 0, thread 12 alone in interval 1 (once
+    # polling, once on a lock under Kafka), thread 13 in interval 2; PID 200 with a timeline but no thread sets
+    host = timeline_run / "hosts" / "h1"
+    poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;ep_poll_[k]"
+    lock = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;futex_wait_[k]"
+    by_interval = {
+        0: [OffCpuEntry("net", poll, 10**9, 10, threads=frozenset({11, 12}))],
+        1: [
+            OffCpuEntry("net", poll, 10**9, 10, threads=frozenset({12})),
+            OffCpuEntry("lock", lock, 10**9, 10, threads=frozenset({12})),
+        ],
+        2: [OffCpuEntry("net", poll, 10**9, 10, threads=frozenset({13}))],
+    }
+    capture.write_offcpu(host, 100, merge_entries(e for es in by_interval.values() for e in es))
+    capture.write_offcpu_timeline(host, 100, by_interval)
+    old = {1: [OffCpuEntry("net", poll, 10**9, 1)]}
+    capture.write_offcpu(host, 200, old[1])
+    capture.write_offcpu_timeline(host, 200, old)
+    # WHEN the second and third intervals are analysed, and the whole window
+    assert _analyze(timeline_run, tmp_path / "cut", "--from", "10", "--to", "30") == 0
+    assert _analyze(timeline_run, tmp_path / "whole") == 0
+    cut, whole = _rows(tmp_path / "cut" / "summary.csv"), _rows(tmp_path / "whole" / "summary.csv")
+    # THEN the cut counts the threads blocked in its intervals, each once (12 under two stacks, in two intervals)
+    assert _row(cut, "h1", "100", "Kafka")["offcpu_threads"] == "2"
+    assert _row(whole, "h1", "100", "Kafka")["offcpu_threads"] == "3"
+    assert float(_row(cut, "h1", "100", "Kafka")["wall_seconds_per_thread"]) == pytest.approx(
+        float(_row(cut, "h1", "100", "Kafka")["wall_seconds"]) / 2, rel=1e-5
+    )
+    # AND a timeline without thread sets (a capture made before them) is "not measured", never 0
+    assert _row(cut, "h1", "200", "Kafka")["offcpu_threads"] == ""
+    assert _row(whole, "h1", "200", "Kafka")["offcpu_threads"] == ""
+
+
 def test_report_loads_the_blocked_stacks_of_the_sub_windows_intervals(timeline_run: Path) -> None:
     from coordinator.analysis.load import load_offcpu
     from profiler.capture import format as capture

@@ -43,6 +43,21 @@ def test_table_prefers_the_cluster_rows_of_summary_csv() -> None:
     assert [(line.task, line.offcpu_seconds, line.by_cause) for line in table.lines] == [("Kafka", 7.0, (2.0, 5.0))]
 
 
+def test_table_shows_the_distinct_threads_of_summary_csv_and_no_column_without_them() -> None:
+    # GIVEN summary.csv's cluster rows with the tasks' distinct blocked threads
+    rows = [
+        {**_row("*", "*", "Kafka", "3", "7", lock="2", net="5"), "offcpu_threads": "4"},
+        {**_row("*", "*", "GC", "1", "1", lock="1"), "offcpu_threads": "2"},
+    ]
+    table = offcpu_table(rows, TASKS, COLORS)
+    # THEN each line carries its count and the table shows the column
+    assert table.with_threads
+    assert [(line.task, line.threads) for line in table.lines] == [("Kafka", 4.0), ("GC", 2.0)]
+    # AND rows that did not count them (a host's result.csv, an older capture) show no such column
+    older = offcpu_table([_row("*", "*", "Kafka", "3", "7", lock="2", net="5")], TASKS, COLORS)
+    assert older.shown and not older.with_threads and older.lines[0].threads is None
+
+
 def test_a_run_without_off_cpu_shows_no_table() -> None:
     rows = [_row("h", "1", "Kafka", "2.5", ""), _row("*", "*", "Kafka", "3", "")]
     assert not offcpu_table(rows, TASKS, COLORS).shown
