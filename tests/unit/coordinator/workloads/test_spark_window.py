@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.commands.demo import DemoCommand
-from coordinator.remote.session import RunOptions
 from coordinator.workloads.ysb.spark import SPARK_WINDOWS, YsbOptions, check_spark_window
 from profiler.errors import ConfigError
-from tests.unit.coordinator.workloads.test_demo_offcpu import _Engine, _Started
+from tests.unit.coordinator.workloads.test_demo_offcpu import profiled_with
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,17 +58,8 @@ def test_the_run_is_labelled_with_a_sink_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], label: str | None
 ) -> None:
     # the label keeps the two kinds of runs apart in summary.csv, reports and campaigns
-    args = _parser().parse_args([*argv, "--quiet"])
-    seen: list[RunOptions] = []
-
-    def profile_cluster(hosts: object, request: object, out: Path, options: RunOptions) -> None:
-        seen.append(options)
-        raise _Started
-
-    monkeypatch.setattr("coordinator.remote.session.profile_cluster", profile_cluster)
-    with pytest.raises(_Started):
-        DemoCommand.profile_running(args, tmp_path / "run", _Engine(), tmp_path, 1000)  # type: ignore[arg-type]
-    assert [o.labels.get("spark_window") for o in seen] == [label]
+    seen = profiled_with(argv, tmp_path, monkeypatch)
+    assert [options.labels.get("spark_window") for _, options in seen] == [label]
 
 
 def test_the_query_refuses_a_sink_window_without_redis(tmp_path: Path) -> None:
