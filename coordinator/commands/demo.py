@@ -30,7 +30,8 @@ Starts a Spark standalone Master and Worker from the pyspark package on free loo
 from_json -> filter views -> projection -> join with the static ad->campaign table -> enrich
 (pre-window latency) -> 10 s event-time window count per campaign -> Redis (a private redis-server,
 when installed; a CSV file sink otherwise). --spe spark-str (default) runs it on Structured
-Streaming with 1 s micro-batches and Spark's stateful window; --spe spark-cp on Continuous
+Streaming with 1 s micro-batches and Spark's stateful window (--spark-window sink: the window in
+the Redis sink instead); --spe spark-cp on Continuous
 Processing, where Spark has no window: the sink keeps the window counts in Redis, as in the paper;
 --spe flink runs it as a Java DataStream job on a local Flink 2.3 cluster (a JobManager and
 --executors 1-slot TaskManagers from PyPI's apache-flink distribution, installed into
@@ -51,6 +52,7 @@ examples:
   $ coordinator demo --source kafka --duration 60     # YSB read from a local Kafka broker
   $ coordinator demo --source kafka --spe flink --duration 60
   $ coordinator demo --source kafka --roles workload,managing,broker   # the broker's cycles per event too
+  $ coordinator demo --source kafka --spark-window sink --warmup 300   # spark-str, the window in the sink
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
@@ -261,6 +263,7 @@ class DemoCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         from coordinator.workloads.ysb.engines import DEFAULT_ENGINE, ENGINES
+        from coordinator.workloads.ysb.spark import SPARK_WINDOWS
 
         parser.add_argument(
             "--spe", type=spe_list, default=[DEFAULT_ENGINE], metavar="SPE[,SPE...]",
@@ -313,6 +316,13 @@ class DemoCommand:
             "--kafka-topic", type=kafka_topic, default="ysb",
             help="with --source kafka: the topic the demo creates (it must not exist yet) and reads (ysb)",
         )
+        parser.add_argument(
+            "--spark-window", choices=SPARK_WINDOWS, default=SPARK_WINDOWS[0],
+            help="spark-str: where the 10 s campaign windows are kept: state: Spark's stateful window "
+            "(withWatermark + groupBy(window)), as today (default); sink: no stateful operator, the Redis sink "
+            "counts each micro-batch's windows and adds them up in Redis, as Spark CP's sink and YSB's own Spark "
+            "code do (no shuffle, and no code Spark generates anew for each window's watermark)",
+        )
         add_roles_option(parser)
         parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
         parser.add_argument(
@@ -336,10 +346,11 @@ class DemoCommand:
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.rundir import new_run_id
         from coordinator.workloads.ysb.engines import ENGINES
-        from coordinator.workloads.ysb.spark import YsbOptions, check_source
+        from coordinator.workloads.ysb.spark import YsbOptions, check_source, check_spark_window
 
         for spe in args.spe:
             check_source(args.source, spe)  # before anything starts
+            check_spark_window(args.spark_window, spe, args.sink)
         if args.kafka_bootstrap and args.source != "kafka":
             raise ConfigError(f"--kafka-bootstrap {args.kafka_bootstrap}: only with --source kafka")
         if args.rates is not None or len(args.spe) > 1:
@@ -351,6 +362,7 @@ class DemoCommand:
             rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
             frame_pointers=args.frame_pointers,
             source=args.source, kafka_bootstrap=args.kafka_bootstrap or "", kafka_topic=args.kafka_topic,
+            spark_window=args.spark_window,
         )
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
         try:
@@ -418,6 +430,8 @@ class DemoCommand:
         labels = {"workload": "ysb", "spe": engine.spe, "rate": str(rate), "campaigns": str(args.campaigns)}
         if args.source != "generator":
             labels["source"] = args.source
+        if args.spark_window != "state":
+            labels["spark_window"] = args.spark_window
         options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
         outcome = profile_cluster([local_host()], request, out, options)
         engine.check_running()  # a workload that died inside the window leaves a meaningless profile
@@ -495,6 +509,7 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
         rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
         frame_pointers=args.frame_pointers,
         source=args.source, kafka_bootstrap=args.kafka_bootstrap or "", kafka_topic=args.kafka_topic,
+        spark_window=args.spark_window,
     )
     done: list[Path] = []
     exit_code = 0

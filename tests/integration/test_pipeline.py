@@ -324,3 +324,21 @@ def test_analyze_command_reports_errors_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and f"{bad_profile}:1:" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("window", "stateful"), [("state", True), ("sink", False)])
+def test_ysb_query_keeps_its_window_where_asked(spark: object, window: str, stateful: bool) -> None:
+    # The YSB demo's micro-batch query (coordinator demo --spark-window): with the window in the sink
+    # the query has no aggregation and no watermark (so no stateful operator, no shuffle, and nothing
+    # Spark compiles anew per window), and the rows are what RedisSink's window mode reads
+    # (campaign_id, event_time, pre_window_latency_ms). Analysed, not started (Spark plans a streaming
+    # query's physical operators only when it starts, and the module's session has no sink jar).
+    from coordinator.workloads.ysb.pipeline import build_ysb
+
+    rows = build_ysb(spark, 1000, 10, 10, 2, window=window)  # type: ignore[arg-type]
+    plan = rows._jdf.queryExecution().analyzed().toString()  # type: ignore[attr-defined]
+    assert rows.isStreaming
+    assert ("EventTimeWatermark" in plan) is stateful, plan
+    assert ("Aggregate [" in plan) is stateful, plan
+    if not stateful:
+        assert rows.columns == ["campaign_id", "event_time", "pre_window_latency_ms"]

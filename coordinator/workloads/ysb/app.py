@@ -3,7 +3,7 @@ micro-batch (from StreamingQueryProgress), then DONE.
 
 usage: spark-submit [--jars ysb-redis-sink.jar] app.py --rate N --duration S --checkpoint DIR
                     (--redis-port P | --file-sink DIR) [--campaigns 100] [--partitions 2]
-                    [--kafka-bootstrap HOST:PORT --kafka-topic T]
+                    [--kafka-bootstrap HOST:PORT --kafka-topic T] [--window state|sink]
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=_positive_int, default=2, help="generator partitions")
     parser.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval in s (0: back to back)")
     parser.add_argument("--continuous", action="store_true", help="Continuous Processing (epochs of --trigger s)")
+    parser.add_argument(
+        "--window", choices=("state", "sink"), default="state",
+        help="micro-batches: the 10 s window in Spark's stateful operator (state) or in the Redis sink (sink)",
+    )
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT", help="read the events from Kafka, not the generator")
     parser.add_argument("--kafka-topic", default="ysb", help="the topic of --kafka-bootstrap (ysb)")
@@ -88,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         query = start_continuous_query(rows, spec, args.checkpoint, batch_seconds)
     else:
         rows = build_ysb(
-            spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds, kafka=kafka
+            spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds, kafka=kafka,
+            window=args.window,
         )
-        query = start_query(rows, spec, args.checkpoint, args.trigger)
+        query = start_query(rows, spec, args.checkpoint, args.trigger, window=args.window)
 
     deadline = time.monotonic() + args.duration if args.duration > 0 else float("inf")
     last_batch = -1

@@ -1,5 +1,6 @@
 """The YSB query as DataFrame steps: generate -> deserialize -> filter -> project -> join -> enrich
--> window -> sink. Each step takes and returns a DataFrame; only this module and app.py import pyspark.
+-> window -> sink, the window Spark's stateful operator or the sink's own. Each step takes and returns
+a DataFrame; only this module and app.py import pyspark.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
@@ -237,28 +238,38 @@ def sink_rows(windows: DataFrame) -> DataFrame:
     )
 
 
-def start_continuous_query(
-    rows: DataFrame, sink: SinkSpec, checkpoint: str, epoch_seconds: float
-) -> StreamingQuery:
-    """Continuous trigger into the Redis sink's window mode: the sink keeps the 10 s window counts
-    (a cache per epoch, added to the window's hash in Redis at each epoch's commit)."""
+def _window_sink(writer: DataStreamWriter, sink: SinkSpec) -> DataStreamWriter:
+    """The Redis sink's window mode: the sink keeps the 10 s window counts (a cache per task and epoch
+    or micro-batch, added to the window's hash in Redis when the task commits)."""
     if sink.kind != "redis":
-        raise ValueError("Spark Continuous Processing needs the Redis sink (it keeps the window state)")
+        raise ValueError("the window in the sink needs the Redis sink (it keeps the window state)")
     return (
-        rows.writeStream.option("checkpointLocation", checkpoint).queryName("ysb")
-        .trigger(continuous=f"{epoch_seconds} seconds")
-        .format(sink.sink_jar_class).outputMode("append")
+        writer.format(sink.sink_jar_class).outputMode("append")
         .option("host", "127.0.0.1").option("port", str(sink.redis_port)).option("prefix", "ysb:")
         .option("windowMillis", str(WINDOW_MS))
-        .start()
     )
 
 
-def start_query(rows: DataFrame, sink: SinkSpec, checkpoint: str, trigger_seconds: float) -> StreamingQuery:
-    """Redis: every executor task writes its rows itself (update mode); file: CSV files (append mode)."""
+def start_continuous_query(
+    rows: DataFrame, sink: SinkSpec, checkpoint: str, epoch_seconds: float
+) -> StreamingQuery:
+    """Continuous trigger into the Redis sink's window mode (Continuous Processing has no stateful
+    operators, so the window is always the sink's)."""
+    writer = rows.writeStream.option("checkpointLocation", checkpoint).queryName("ysb")
+    return _window_sink(writer.trigger(continuous=f"{epoch_seconds} seconds"), sink).start()
+
+
+def start_query(
+    rows: DataFrame, sink: SinkSpec, checkpoint: str, trigger_seconds: float, window: str = "state"
+) -> StreamingQuery:
+    """Redis: every executor task writes its rows itself (update mode: the changed windows of Spark's
+    stateful window), or with ``window`` "sink" the rows of build_ysb's sink window into the sink's
+    window mode; file: CSV files (append mode)."""
     writer = rows.writeStream.option("checkpointLocation", checkpoint).queryName("ysb")
     if trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    if window == "sink":
+        return _window_sink(writer, sink).start()
     if sink.kind == "redis":
         writer = (
             writer.format(sink.sink_jar_class)
@@ -273,18 +284,28 @@ def start_query(rows: DataFrame, sink: SinkSpec, checkpoint: str, trigger_second
     return writer.start()
 
 
+def sink_window_rows(events: DataFrame) -> DataFrame:
+    """The rows the Redis sink's window mode counts (RedisSink.WindowCacheWriter): campaign_id,
+    event_time, pre_window_latency_ms per view event."""
+    return enrich(events).select("campaign_id", "event_time", "pre_window_latency_ms")
+
+
 def build_ysb(
     spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int, batch_seconds: float = 1.0,
-    kafka: tuple[str, str] | None = None,
+    kafka: tuple[str, str] | None = None, window: str = "state",
 ) -> DataFrame:
     """The whole YSB transformation from the source to the sink rows: the generator, or with ``kafka``
-    (bootstrap servers, topic) the records of a Kafka topic."""
+    (bootstrap servers, topic) the records of a Kafka topic. ``window`` "state": Spark's stateful
+    window (window_counts) makes the sink rows; "sink": no stateful operator, the sink keeps the
+    window (sink_window_rows), as YSB's own Spark code keeps it in Redis."""
     if kafka is not None:
         raw = read_kafka(spark, *kafka)
     else:
         raw = generate_events(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions, batch_seconds)
     views = project(filter_views(deserialize(raw)))
     joined = join_campaigns(views, campaigns_frame(spark, campaigns, ads_per_campaign))
+    if window == "sink":
+        return sink_window_rows(joined)
     return sink_rows(window_counts(enrich(joined)))
 
 
@@ -292,12 +313,11 @@ def build_ysb_continuous(
     spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int,
     kafka: tuple[str, str] | None = None,
 ) -> DataFrame:
-    """YSB for Continuous Processing up to the sink, which computes the window: campaign_id, event_time,
-    pre_window_latency_ms per view event. The source: the rate generator, or with ``kafka`` (bootstrap
-    servers, topic) Spark's continuous Kafka reader."""
+    """YSB for Continuous Processing up to the sink, which computes the window (sink_window_rows). The
+    source: the rate generator, or with ``kafka`` (bootstrap servers, topic) Spark's continuous Kafka
+    reader."""
     if kafka is not None:
         raw = read_kafka(spark, *kafka)
     else:
         raw = generate_events_continuous(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions)
-    joined = join_campaigns_continuous(spark, project(filter_views(deserialize(raw))))
-    return enrich(joined).select("campaign_id", "event_time", "pre_window_latency_ms")
+    return sink_window_rows(join_campaigns_continuous(spark, project(filter_views(deserialize(raw)))))

@@ -34,6 +34,9 @@ SINK_SOURCE = YSB_DIR / "RedisSink.java"
 SINK_CLASS = "ysb.RedisSink"
 SINKS = ("auto", "redis", "file")
 SOURCES = ("generator", "kafka")
+# Where Spark STR keeps YSB's 10 s windows: Spark's stateful operator (withWatermark + groupBy(window)),
+# or the Redis sink (RedisSink's window mode, as Spark CP and YSB's own Spark code keep them).
+SPARK_WINDOWS = ("state", "sink")
 KAFKA_TOPIC = "ysb"
 
 
@@ -62,6 +65,7 @@ class YsbOptions:
     source: str = "generator"  # or "kafka": a broker and producer (coordinator/workloads/kafka.py)
     kafka_bootstrap: str = ""  # with source "kafka": a running broker to use ("": start a local one)
     kafka_topic: str = KAFKA_TOPIC  # made by the demo with ``partitions`` partitions
+    spark_window: str = "state"  # spark-str: one of SPARK_WINDOWS
 
 
 def check_source(source: str, spe: str) -> str:
@@ -69,6 +73,19 @@ def check_source(source: str, spe: str) -> str:
     if source not in SOURCES:
         raise ConfigError(f"--source {source}: unknown source; use one of {', '.join(SOURCES)}")
     return source
+
+
+def check_spark_window(window: str, spe: str, sink: str) -> str:
+    """``window`` when it is one of SPARK_WINDOWS that ``spe`` (a --spe name) runs with ``sink``, else a
+    ConfigError: only Structured Streaming has the choice (Continuous Processing always windows in the
+    sink, Flink in its own operator), and only the Redis sink keeps windows."""
+    if window not in SPARK_WINDOWS:
+        raise ConfigError(f"--spark-window {window}: unknown; use one of {', '.join(SPARK_WINDOWS)}")
+    if window == "sink" and spe != "spark-str":
+        raise ConfigError(f"--spark-window sink: only with --spe spark-str, not {spe}")
+    if window == "sink" and sink == "file":
+        raise ConfigError("--spark-window sink keeps the windows in Redis: use --sink auto or redis, not file")
+    return window
 
 
 def parse_progress(stdout: str) -> list[BatchProgress]:
@@ -297,10 +314,10 @@ class YsbRun(Lifecycle):
 
     def start(self) -> YsbRun:
         self.sink = resolve_sink(self.options.sink)
-        if self.continuous and self.sink != "redis":
+        if (self.continuous or self.options.spark_window == "sink") and self.sink != "redis":
             raise ConfigError(
-                "Spark Continuous Processing keeps the YSB window in Redis: install redis-server "
-                "(scripts/setup.sh does) and use --sink auto or redis"
+                "the YSB window is kept in Redis here (Spark Continuous Processing, --spark-window sink): install "
+                "redis-server (scripts/setup.sh does) and use --sink auto or redis"
             )
         self._work = Path(tempfile.mkdtemp(prefix="ysb-", dir=self.cluster.tmp_dir))
         try:
@@ -331,6 +348,8 @@ class YsbRun(Lifecycle):
                 args += ["--file-sink", str(self.sink_dir)]
             if self.continuous:
                 args.append("--continuous")
+            elif self.options.spark_window != "state":
+                args += ["--window", self.options.spark_window]
             conf = _spark_conf(self.options) | redis_conf
             if self.continuous and self.kafka_bootstrap:
                 conf |= executor_log_conf(self.options, self._work)

@@ -134,6 +134,10 @@ FLINK_CHAIN = ";".join([
     f"void org.apache.flink.streaming.api.operators.StreamFilter.processElement({RECORD})",
 ])
 NETTY = "org.apache.flink.shaded.netty4.io.netty.channel.epoll"
+# Spark's DSv2 write task, the frame every micro-batch sink's writer runs under (itself Sink)
+DATA_WRITING = ("void org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask$.run("
+                "org.apache.spark.sql.connector.write.DataWriterFactory, org.apache.spark.TaskContext, "
+                "scala.collection.Iterator, int, boolean, org.apache.spark.sql.execution.metric.CustomMetrics)")
 
 
 @pytest.mark.parametrize(
@@ -184,6 +188,16 @@ NETTY = "org.apache.flink.shaded.netty4.io.netty.channel.epoll"
         ("spark_structured_streaming", "Executor task l;Lorg/apache/spark/sql/catalyst/json/JacksonParser:::parse",
          "Deserialize"),
         ("spark_structured_streaming", "Executor task l;Interpreter;Interpreter", "Other"),
+        # the window kept by the sink (demo --spark-window sink): its cache is Window, its Redis round
+        # trips Sink, as in Continuous Processing (spark_continuous.txt)
+        ("spark_structured_streaming", f"Executor task l;{DATA_WRITING};void ysb.RedisSink$WindowCacheWriter.write("
+         "org.apache.spark.sql.catalyst.InternalRow);java.lang.Object java.util.HashMap.computeIfAbsent("
+         "java.lang.Object, java.util.function.Function)", "Window"),
+        ("spark_structured_streaming", f"Executor task l;{DATA_WRITING};org.apache.spark.sql.connector.write."
+         "WriterCommitMessage ysb.RedisSink$WindowCacheWriter.commit();java.lang.Object ysb.RespConnection.call("
+         "java.util.List);int java.net.SocketInputStream.read(byte[], int, int);tcp_recvmsg_[k]", "Sink"),
+        ("spark_continuous", "Executor task l;void ysb.RedisSink$WindowCacheWriter.write("
+         "org.apache.spark.sql.catalyst.InternalRow)", "Window"),
         ("spark_structured_streaming", "kworker/0:1;worker_thread_[k]", "unmatched"),
     ],
 )

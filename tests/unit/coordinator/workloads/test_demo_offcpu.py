@@ -9,6 +9,7 @@ import pytest
 
 from coordinator.commands.demo import DemoCommand
 from coordinator.remote.hosts import RunRequest
+from coordinator.remote.session import RunOptions
 
 
 class _Started(Exception):
@@ -33,20 +34,27 @@ class _Engine:
         return "# test\n"
 
 
-@pytest.mark.parametrize(("argv", "off_cpu"), [(["--off-cpu"], True), ([], False)])
-def test_demo_passes_off_cpu_to_every_hosts_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], off_cpu: bool
-) -> None:
+def profiled_with(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[RunRequest, RunOptions]]:
+    """What `coordinator demo ARGV` hands profile_cluster (stopped there): the request and run options."""
     parser = argparse.ArgumentParser()
     DemoCommand().prepare_parser(parser)
     args = parser.parse_args([*argv, "--quiet"])
-    seen: list[RunRequest] = []
+    seen: list[tuple[RunRequest, RunOptions]] = []
 
-    def profile_cluster(hosts: object, request: RunRequest, out: Path, options: object) -> None:
-        seen.append(request)
+    def profile_cluster(hosts: object, request: RunRequest, out: Path, options: RunOptions) -> None:
+        seen.append((request, options))
         raise _Started
 
     monkeypatch.setattr("coordinator.remote.session.profile_cluster", profile_cluster)
     with pytest.raises(_Started):
         DemoCommand.profile_running(args, tmp_path / "run", _Engine(), tmp_path, 1000)  # type: ignore[arg-type]
-    assert [r.off_cpu for r in seen] == [off_cpu]
+    return seen
+
+
+@pytest.mark.parametrize(("argv", "off_cpu"), [(["--off-cpu"], True), ([], False)])
+def test_demo_passes_off_cpu_to_every_hosts_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], off_cpu: bool
+) -> None:
+    assert [request.off_cpu for request, _ in profiled_with(argv, tmp_path, monkeypatch)] == [off_cpu]
