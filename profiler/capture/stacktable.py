@@ -131,15 +131,14 @@ class StackTable:
         kept in (interval, stack, context) order: those of ``last`` and later are merged, the rest stay."""
         if not self.intervals or max(self.intervals) <= last:
             return self
-        keep = [index for index, interval in enumerate(self.intervals) if interval < last]
-        merged: Counter[tuple[int, int]] = Counter()
+        rows: list[tuple[tuple[int, int, int], int]] = []
+        merged: Counter[tuple[int, int, int]] = Counter()
         for interval, stack_id, context_id, count in zip(self.intervals, self.stack_ids, self.context_ids, self.counts):
-            if interval >= last:
-                merged[(stack_id, context_id)] += count
-        rows = sorted(
-            [((self.intervals[i], self.stack_ids[i], self.context_ids[i]), self.counts[i]) for i in keep]
-            + [((last, stack_id, context_id), count) for (stack_id, context_id), count in merged.items()]
-        )
+            if interval < last:
+                rows.append(((interval, stack_id, context_id), count))
+            else:
+                merged[(last, stack_id, context_id)] += count
+        rows = sorted(rows + list(merged.items()))
         return replace(
             self,
             intervals=array("I", (row[0][0] for row in rows)),
