@@ -36,7 +36,7 @@ from .offcpu import (
     format_offcpu_threads,
     merge_entries,
     parse_offcpu_lines,
-    read_offcpu,
+    read_offcpu_lines,
     with_threads,
 )
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
@@ -758,12 +758,11 @@ def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
     path = _pid_file(capture_dir, pid, OFFCPU_FILE)
     if not path.is_file():
         return None
+    lines = read_offcpu_lines(path)
     threads_path = _pid_file(capture_dir, pid, OFFCPU_THREADS_FILE)
-    if not threads_path.is_file():
-        return read_offcpu(path)
-    with open_text(path, lenient=True) as handle:
-        lines = list(parse_offcpu_lines(handle, str(path)))
-    return merge_entries(with_threads(lines, _load_json(capture_dir, threads_path), str(threads_path)))
+    if threads_path.is_file():
+        lines = with_threads(lines, _load_json(capture_dir, threads_path), str(threads_path))
+    return merge_entries(lines)
 
 
 OFFCPU_TIMELINE_FILE = "offcpu_timeline.folded"  # v5: blocked time per interval (--off-cpu)
@@ -778,10 +777,7 @@ def write_offcpu_timeline(capture_dir: Path, pid: int, by_interval: Mapping[int,
     offcpu_contexts.json (rows may be none: the run measured it, no thread had one)."""
     by_interval = {interval: list(entries) for interval, entries in by_interval.items()}
     lines = [(interval, folded_lines(entries)) for interval, entries in sorted(by_interval.items())]
-    text = "".join(
-        "".join(f"{interval} {line}\n" for line in format_offcpu_lines(entries).splitlines())
-        for interval, entries in lines
-    )
+    text = "".join(format_offcpu_lines(entries, f"{interval} ") for interval, entries in lines)
     atomic_write_text(pid_dir(capture_dir, pid) / OFFCPU_TIMELINE_FILE, text)
     threads = format_offcpu_threads([entry for _interval, entries in lines for entry in entries], OFFCPU_TIMELINE_FILE)
     if threads is not None:

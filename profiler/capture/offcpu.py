@@ -163,9 +163,10 @@ def format_offcpu(entries: Iterable[OffCpuEntry]) -> str:
     return format_offcpu_lines(folded_lines(entries))
 
 
-def format_offcpu_lines(lines: Iterable[OffCpuEntry]) -> str:
-    """offcpu.folded's text of ``folded_lines``' entries (merged already: written as they come)."""
-    return "".join(f"{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n" for e in lines)
+def format_offcpu_lines(lines: Iterable[OffCpuEntry], prefix: str = "") -> str:
+    """offcpu.folded's text of ``folded_lines``' entries (merged already: written as they come), each line
+    after ``prefix`` (offcpu_timeline.folded's interval)."""
+    return "".join(f"{prefix}{e.cause} {e.blocked_ns} {e.switches} {e.stack}\n" for e in lines)
 
 
 OFFCPU_THREADS_FILE = "offcpu_threads.json"
@@ -272,7 +273,12 @@ def parse_offcpu_lines(lines: Iterable[str], source: str) -> Iterator[OffCpuEntr
         yield OffCpuEntry(cause, stack, int(blocked), int(switches))
 
 
+def read_offcpu_lines(path: Path) -> list[OffCpuEntry]:
+    """offcpu.folded's lines as entries, in file order (what offcpu_threads.json's indexes refer to)."""
+    with open_text(path, lenient=True) as handle:
+        return list(parse_offcpu_lines(handle, str(path)))
+
+
 def read_offcpu(path: Path) -> list[OffCpuEntry]:
     """A PID's off-CPU entries, merged per (cause, stack)."""
-    with open_text(path, lenient=True) as handle:
-        return merge_entries(parse_offcpu_lines(handle, str(path)))
+    return merge_entries(read_offcpu_lines(path))
