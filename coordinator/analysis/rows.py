@@ -22,7 +22,7 @@ from profiler.capture.format import ALL_TASKS, OFFCPU_COLUMNS, RESULT_COLUMNS
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.files.textinput import open_text
 from profiler.matching.aggregate import aggregate_pid
-from profiler.matching.matcher import Matcher, MatchResult, match_offcpu, match_offcpu_threads
+from profiler.matching.matcher import Matcher, MatchResult, match_offcpu, match_offcpu_threads, offcpu_tasks
 from profiler.matching.stats import share_ci95
 
 SUMMARY_FILE = "summary.csv"
@@ -107,10 +107,13 @@ def pid_rows(
     stall cycles, multi-task samples and events; ``matcher`` (the analysis profile's) splits the PID's
     off-CPU time by task."""
     result = match_result(task_names, counts or PidTaskCounts()) if pid.process.sampled else None
-    offcpu = match_offcpu(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
+    offcpu = threads = None
+    if matcher is not None and pid.offcpu is not None:
+        tasks = offcpu_tasks(matcher, pid.offcpu)  # each stack classified once, for the seconds and the threads
+        offcpu = match_offcpu(matcher, pid.offcpu, tasks)
+        # with --from/--to the entries are the sub-window's, their thread sets from offcpu_timeline_threads.json
+        threads = match_offcpu_threads(matcher, pid.offcpu, tasks)
     rows = aggregate_pid(pid.host, pid.process, result, pid.counters, pid.net, offcpu)
-    # with --from/--to the entries are the sub-window's, their thread sets from offcpu_timeline_threads.json
-    threads = match_offcpu_threads(matcher, pid.offcpu) if matcher is not None and pid.offcpu is not None else None
     for row in rows:
         row["offcpu_threads"] = len(threads.get(str(row["task"]), ())) if threads is not None else None
         _add_per_thread(row)

@@ -597,27 +597,35 @@ def unmatched_folded_lines(results: Iterable[MatchResult]) -> Iterator[str]:
     return ordered_folded(parts)
 
 
-def match_offcpu(matcher: Matcher, entries: Iterable[OffCpuEntry]) -> dict[str, Counter[str]]:
-    """Blocked nanoseconds per task and cause: each off-CPU stack goes to its task by the leaf-first rule
-    that passes over how the thread waits (``Matcher.classify_offcpu_mask``; tasks without blocked time absent)."""
-    by_task: dict[str, Counter[str]] = {}
+def offcpu_tasks(matcher: Matcher, entries: Iterable[OffCpuEntry]) -> list[str]:
+    """Each off-CPU entry's task, in order: the leaf-first rule that passes over how the thread waits
+    (``Matcher.classify_offcpu_mask``)."""
     names = matcher.result_names
-    for entry in entries:
-        task = names[matcher.classify_offcpu_mask(entry.stack)[0]]
+    return [names[matcher.classify_offcpu_mask(entry.stack)[0]] for entry in entries]
+
+
+def match_offcpu(
+    matcher: Matcher, entries: Iterable[OffCpuEntry], tasks: Sequence[str] | None = None
+) -> dict[str, Counter[str]]:
+    """Blocked nanoseconds per task and cause (tasks without blocked time absent); ``tasks``: the entries'
+    ``offcpu_tasks`` when the caller has them already."""
+    entries = list(entries)
+    by_task: dict[str, Counter[str]] = {}
+    for entry, task in zip(entries, tasks if tasks is not None else offcpu_tasks(matcher, entries)):
         by_task.setdefault(task, Counter())[entry.cause] += entry.blocked_ns
     return by_task
 
 
-def match_offcpu_threads(matcher: Matcher, entries: Sequence[OffCpuEntry]) -> dict[str, frozenset[int]] | None:
-    """The threads of one PID blocked in each task (by ``match_offcpu``'s rule), and under ALL_TASKS in any:
-    unions of the entries' thread sets, so a thread blocked under several stacks of a task counts once.
-    None when an entry's threads are not known (a capture without offcpu_threads.json)."""
+def match_offcpu_threads(
+    matcher: Matcher, entries: Sequence[OffCpuEntry], tasks: Sequence[str] | None = None
+) -> dict[str, frozenset[int]] | None:
+    """The threads of one PID blocked in each task (by ``match_offcpu``'s rule; ``tasks`` as there), and
+    under ALL_TASKS in any: unions of the entries' thread sets, so a thread blocked under several stacks of a
+    task counts once. None when an entry's threads are not known (a capture without offcpu_threads.json)."""
     if any(entry.threads is None for entry in entries):
         return None
     by_task: dict[str, set[int]] = {ALL_TASKS: set()}
-    names = matcher.result_names
-    for entry in entries:
-        task = names[matcher.classify_offcpu_mask(entry.stack)[0]]
+    for entry, task in zip(entries, tasks if tasks is not None else offcpu_tasks(matcher, entries)):
         by_task.setdefault(task, set()).update(entry.threads or ())
         by_task[ALL_TASKS].update(entry.threads or ())
     return {task: frozenset(threads) for task, threads in by_task.items()}
