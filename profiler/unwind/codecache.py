@@ -361,7 +361,7 @@ class CompiledNamer:
             return kept[key]
         scopes = None
         try:
-            if self.memory.s32(blob + self.layout.compile_id) & COMPILE_ID_MASK == compile_id:
+            if self._compile_id_at(blob) == compile_id:
                 scopes = read_nmethod_scopes(self.memory, self.layout, blob)
         except (OSError, ValueError):
             pass
@@ -369,6 +369,10 @@ class CompiledNamer:
         if len(kept) > SCOPES_KEPT:
             del kept[next(iter(kept))]
         return scopes
+
+    def _compile_id_at(self, blob: int) -> int:
+        """The compile id the nmethod at ``blob`` holds now (OSError: unreadable)."""
+        return self.memory.s32(blob + self.layout.compile_id) & COMPILE_ID_MASK
 
     def blob_name(self, pc: int) -> str | None:
         """The CodeBlob _name of a pc in the code cache that is no compiled method (a stub, an adapter,
@@ -406,8 +410,7 @@ class CompiledNamer:
             if blob_kind(self.memory, self.layout, blob) != KIND_NMETHOD:
                 self.failures[failed] = FREED
                 return None
-            current = self.memory.s32(blob + self.layout.compile_id) & COMPILE_ID_MASK
-            if current != compile_id:
+            if self._compile_id_at(blob) != compile_id:
                 self.failures[failed] = FREED
                 return None
             method = self.memory.u64(blob + self.layout.method)
