@@ -6,7 +6,12 @@ The slowdown of a window is 1 - its hand-offs per second / the mean of the base 
 rounds is the result. Also hand-offs per CPU-second of the JVM (insensitive to how much CPU other jobs
 left it), context switches per second, and the profiler's own CPU and kernel BPF time (overhead.json).
 
-usage: .venv/bin/python bench/bench_offcpu.py [--rounds N] [--window S] [--pairs N] [--conditions A,B] [--no-write]
+With --work N each player computes N rounds of a xorshift before each hand-off (a pipeline's stages do
+some CPU work per switch; 0, the default, is nothing but hand-offs, the worst case for a tracer that runs at
+every switch).
+
+usage: .venv/bin/python bench/bench_offcpu.py [--rounds N] [--window S] [--pairs N] [--work N] [--conditions A,B]
+       [--no-write]
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ class Window:
 
 
 class Jvm:
-    def __init__(self, classes: Path, pairs: int) -> None:
+    def __init__(self, classes: Path, pairs: int, work: int = 0) -> None:
         java = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "java"
         argv = [
             str(java),
@@ -73,6 +78,8 @@ class Jvm:
             "com.example.PingPongRate",
             "--pairs",
             str(pairs),
+            "--work",
+            str(work),
         ]
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         assert self.process.stdout is not None and self.process.stdout.readline().strip() == "READY"
@@ -108,11 +115,12 @@ class Jvm:
 
 
 @contextmanager
-def warm_jvm(scratch: Path, pairs: int) -> Iterator[Jvm]:
-    """PingPongRate compiled into ``scratch``, started with ``pairs`` thread pairs and warmed up; killed after."""
+def warm_jvm(scratch: Path, pairs: int, work: int = 0) -> Iterator[Jvm]:
+    """PingPongRate compiled into ``scratch``, started with ``pairs`` thread pairs doing ``work`` xorshift rounds
+    per hand-off, and warmed up; killed after."""
     javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
     subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
-    jvm = Jvm(scratch / "classes", pairs)
+    jvm = Jvm(scratch / "classes", pairs, work)
     try:
         time.sleep(3)  # JIT warm-up
         yield jvm
@@ -233,13 +241,16 @@ def report(summary: dict[str, dict[str, float]], args: argparse.Namespace, windo
         "# Off-CPU tracing cost (`bench/bench_offcpu.py`)",
         "",
         f"Command: `.venv/bin/python bench/bench_offcpu.py --rounds {args.rounds} --window {args.window:g} "
-        f"--pairs {args.pairs} --conditions {','.join(c.replace(' ', '_') for c in conditions)}`; host "
+        f"--pairs {args.pairs} --work {args.work} --conditions {','.join(c.replace(' ', '_') for c in conditions)}`; "
+        f"host "
         f"{platform.node()}, kernel {platform.release()}, {os.cpu_count()} CPUs, shared with other jobs while it "
         f"ran: load average (1 min) {min(loads):.0f}–{max(loads):.0f} over the windows.",
         "",
         "Workload: bench/PingPongRate.java, thread pairs handing a token over with park/unpark (every hand-off"
-        " is a futex wait and wake). Windows interleaved (" + " / ".join(conditions) + "), each condition once"
-        " per round; medians over rounds, (min … max) the spread. Slowdown against the mean of the base windows."
+        f" is a futex wait and wake), {args.work} xorshift rounds of work before each hand-off. Windows interleaved ("
+        + " / ".join(conditions)
+        + "), each condition once per round; medians over rounds, (min … max) the spread."
+        " Slowdown against the mean of the base windows."
         " The fair comparison for --off-cpu is against on-CPU only (the profiler's start-up, perf-map dumps and"
         " sampling are in both).",
         "",
@@ -272,6 +283,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--work", type=int, default=0, help="xorshift rounds per hand-off (0: hand-offs only)")
     parser.add_argument(
         "--conditions", default=",".join(c.replace(" ", "_") for c in CONDITIONS),
         help="comma-separated, '_' for ' ' (base is always measured): " + ", ".join(CONDITIONS),
@@ -286,7 +298,7 @@ def main() -> int:
         scratch = Path(scratch_name)
         sleeper = subprocess.Popen(["sleep", "86400"])
         try:
-            with warm_jvm(scratch, args.pairs) as jvm:
+            with warm_jvm(scratch, args.pairs, args.work) as jvm:
                 windows = [
                     measure(jvm, condition, round_no, args.window, scratch, sleeper.pid)
                     for round_no in range(args.rounds)
