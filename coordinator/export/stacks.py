@@ -215,10 +215,10 @@ def load_export_set(run_dir: Path) -> ExportSet:
     }
     left_out = tuple(f"{h.name}: {h.reason or h.state}" for h in run.hosts if h.capture is None)
     problems: list[str] = []  # an unreadable offcpu.folded leaves that PID's blocked time out, as in the report
-    # Blocked time is summed over the whole window: a run analysed with --from/--to exports none of it
-    offcpu = (
-        {h.name: load_offcpu(h.capture, problems) for h in run.hosts if h.capture is not None} if not run.window else {}
-    )
+    # a run analysed with --from/--to: the blocked time of its sub-window's intervals, as the report draws it
+    offcpu = {
+        h.name: load_offcpu(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
+    }
     return replace(export_set_of(run, stacks, offcpu), left_out=left_out + tuple(problems))
 
 

@@ -24,6 +24,7 @@ from coordinator.report.formats import format_bytes, format_number, format_share
 from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
 from profiler.capture.format import UNMATCHED, atomic_write_bytes, replace_dir
+from profiler.capture.offcpu import OffCpuEntry
 from profiler.files.outputs import check_output_dir, mark_output_dir
 
 REPORT_MARKER = ".spe-taskprof-report"
@@ -142,17 +143,20 @@ def report_summary(view: ReportView, run: RunData, payload_bytes: int = 0) -> di
 
 
 def export_files(
-    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]]
+    run: RunData,
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
+    offcpu: Mapping[str, Mapping[int, Sequence[OffCpuEntry]]] | None = None,
 ) -> tuple[ExportSet, dict[str, tuple[str, bytes]]] | None:
     """The run's speedscope and pprof exports the flamegraphs link to (format -> (path relative to
     the report, content)); None without a profile or stacks. One file per format for the whole run,
-    not one per graph: the report grows by about one copy of the stacks (docs/exports.md)."""
+    not one per graph: the report grows by about one copy of the stacks (docs/exports.md). ``offcpu``:
+    the blocked time the report draws (host -> pid -> entries), carried by the files too."""
     from coordinator.export.files import EXPORTS_DIR, SUFFIXES, render
     from coordinator.export.stacks import export_set_of
 
     if run.profile_text is None or not any(stacks.values()):
         return None
-    export = export_set_of(run, stacks)
+    export = export_set_of(run, stacks, offcpu)
     stem = Selection().stem(run.run_id)
     files = {}
     for fmt in ("speedscope", "pprof"):
@@ -184,20 +188,19 @@ def render_report(
         h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
     }
     timelines = {h.name: load_timeline(h.capture, problems) for h in run.hosts if h.capture is not None}
+    # a run analysed with --from/--to: the blocked time of its sub-window's intervals
+    offcpu = {
+        h.name: load_offcpu(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
+    }
     view = build_view(
         run,
         stacks,
         max_stacks=max_stacks,
         problems=problems,
         timelines={name: t for name, t in timelines.items() if t is not None},
-        # a run analysed with --from/--to: the blocked time of its sub-window's intervals
-        offcpu={
-            h.name: load_offcpu(h.capture, problems, run.host_intervals(h.name))
-            for h in run.hosts
-            if h.capture is not None
-        },
+        offcpu=offcpu,
     )
-    exports = export_files(run, stacks)
+    exports = export_files(run, stacks, offcpu)
     if exports:
         from coordinator.export.links import graph_links
 

@@ -5,6 +5,7 @@ per PID and task the capture's result CSV (and the analysis) counted."""
 from __future__ import annotations
 
 import csv
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -126,16 +127,46 @@ def test_select_keeps_the_off_cpu_stacks_of_the_selection(offcpu_capture: Path) 
     assert {s.task for s in select(export, tasks=[some]).offcpu} == {some}
 
 
-def test_an_analysed_sub_window_exports_no_off_cpu_time(tmp_path: Path) -> None:
-    # GIVEN a ring-buffer capture with --off-cpu, analysed whole: its blocked time is exported
+def test_an_analysed_sub_window_exports_the_blocked_time_of_its_intervals(tmp_path: Path) -> None:
+    from profiler.capture.format import write_offcpu_timeline
+
+    # GIVEN a ring-buffer capture with --off-cpu (six 5 s intervals): PID 2201's four stacks blocked in
+    # intervals 0, 2, 3 and 5 by its timeline; PID 2202 without a timeline (a capture older than format 5)
     capture = tmp_path / "cap"
     write_capture(capture, "node1", {2201: spark_stacks(0)}, start=time.time() - 60, intervals=6, offcpu=ENTRIES)
+    write_offcpu_timeline(capture, 2201, dict(zip((0, 2, 3, 5), ([e] for e in ENTRIES[2201]), strict=True)))
     analyze([capture], engine="in-process")
     assert sum(s.blocked_ns for s in load_export_set(capture).offcpu) == 3_751_250_000
-    # WHEN analysed with --from/--to (blocked time has no timeline yet: summary.csv leaves it empty)
+    # WHEN analysed with --from 10 --to 20 (intervals 2 and 3)
     analyze([capture], engine="in-process", window=SubWindow(10.0, 20.0))
     export = load_export_set(capture)
-    # THEN none is exported (it would not be the sub-window's), and pprof has no off_cpu type
-    assert export.window and export.offcpu == ()
+    # THEN the export holds those intervals' blocked time, as the report draws it and summary.csv counts it,
+    # and nothing of the PID without a timeline (not measured in a sub-window)
+    assert export.window
+    assert sorted((s.cause, s.blocked_ns) for s in export.offcpu) == [("lock", 1_250_000), ("monitor", 500_000_000)]
+    assert {s.process.pid for s in export.offcpu} == {2201}
     profile = decode(render(export, "pprof"))  # type: ignore[arg-type]
-    assert "off_cpu" not in [profile.string_table[t.type] for t in profile.sample_type]
+    assert "off_cpu" in [profile.string_table[t.type] for t in profile.sample_type]
+
+
+def test_the_reports_off_cpu_flamegraphs_link_to_the_exports_blocked_time(offcpu_capture: Path) -> None:
+    from coordinator.report.render import render_report
+    from tests.fixtures.report import read_payload
+
+    # GIVEN a capture with --off-cpu, WHEN its report is rendered
+    index = render_report(offcpu_capture)
+    payload = read_payload(index)
+    links = payload["exports"]
+    assert isinstance(links, dict)
+    offcpu_keys = {g["key"] for g in payload["graphs"] if g["key"].startswith("offcpu-")}  # type: ignore[attr-defined]
+    # THEN every off-CPU graph has its links, to the off-CPU profile and pprof's off_cpu sample type
+    assert offcpu_keys and offcpu_keys <= set(links["graphs"])
+    pid = links["graphs"]["offcpu-pid:node1:2201"]
+    assert pid["speedscope"] == "profile “node1 PID 2201 (spark executor) off-CPU”"
+    assert pid["pprof"].startswith("go tool pprof -sample_index=off_cpu -tagfocus=process=^node1:2201$ -http=: ")
+    task = next(k for k in offcpu_keys if k.startswith("offcpu-task:"))
+    assert "-sample_index=off_cpu -tagfocus=task=" in links["graphs"][task]["pprof"]
+    assert links["graphs"][task]["speedscope"].endswith("in each off-CPU profile")
+    # AND the files beside the page carry that blocked time: the speedscope file has those profiles
+    document = json.loads((index.parent / links["files"]["speedscope"]).read_text("utf-8"))
+    assert "node1 PID 2201 (spark executor) off-CPU" in {p["name"] for p in document["profiles"]}
