@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from bench_offcpu import warm_jvm  # noqa: E402
 
-from profiler.runner import bpf_stats_enabled  # noqa: E402
+from profiler.bpf.stats import bpf_stats_enabled  # noqa: E402
 from profiler.sampling.offcpu import BPF_SOURCE, build_bpf_text, read_kernel_hz, read_switch_layout  # noqa: E402
 
 EMPTY = "BPF_HASH(target_tgids, u32, u8, 16);\nRAW_TRACEPOINT_PROBE(sched_switch) { return 0; }\n"

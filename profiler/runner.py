@@ -28,6 +28,7 @@ import psutil
 
 from . import __version__
 from .bpf.compiler import release_compiler_pages, release_freed_memory
+from .bpf.stats import bpf_prog_run_stats, window_stats
 from .capture import format as capture
 from .capture.checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
 from .capture.format import (
@@ -385,81 +386,6 @@ class StatusWriter:
             return None
 
 
-# ------------------------------------------------------------------ BPF statistics
-
-
-_SYS_BPF = {"x86_64": 321, "aarch64": 280}
-_BPF_ENABLE_STATS, _BPF_STATS_RUN_TIME = 32, 0
-
-
-def _bpf_stats_fd() -> int | None:
-    """BPF run-time statistics held on by a file descriptor (Linux 5.8+): the kernel turns them off
-    when it closes, even after a SIGKILL, where a sysctl we set would stay on for every BPF program."""
-    number = _SYS_BPF.get(platform.machine())
-    if number is None:
-        return None
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        attr = (ctypes.c_uint32 * 16)(_BPF_STATS_RUN_TIME)
-        fd = int(libc.syscall(number, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr)))
-    except (OSError, AttributeError):
-        return None
-    return fd if fd >= 0 else None
-
-
-@contextmanager
-def bpf_stats_enabled() -> Iterator[bool]:
-    """BPF run-time statistics on for the window (off after); yields whether they are on. The
-    kernel.bpf_stats_enabled sysctl (set, then restored) only where the fd way is missing."""
-    fd = _bpf_stats_fd()
-    if fd is not None:
-        try:
-            yield True
-        finally:
-            os.close(fd)
-        return
-    path = Path("/proc/sys/kernel/bpf_stats_enabled")
-    try:
-        before = path.read_text().strip()
-        if before != "1":
-            path.write_text("1")
-    except OSError:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        if before != "1":
-            try:
-                path.write_text(before)
-            except OSError:
-                pass
-
-
-def bpf_prog_run_stats(prog_ids: Sequence[int]) -> tuple[int, int] | None:
-    """Sum of run_time_ns and run_cnt of the given programs, from /proc/self/fdinfo of their fds."""
-    wanted = {int(i) for i in prog_ids}
-    if not wanted:
-        return None
-    run_time = run_count = 0
-    seen: set[int] = set()
-    for fd in os.listdir("/proc/self/fdinfo"):
-        try:
-            info = Path(f"/proc/self/fdinfo/{fd}").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-        prog_id = fields.get("prog_id")
-        if prog_id is None or int(prog_id) not in wanted or int(prog_id) in seen:
-            continue
-        seen.add(int(prog_id))
-        run_time += int(fields.get("run_time_ns", "0").strip() or 0)
-        run_count += int(fields.get("run_cnt", "0").strip() or 0)
-    return (run_time, run_count) if seen else None
-
-
 # ------------------------------------------------------------------ the run
 
 
@@ -473,8 +399,8 @@ class WindowState:
     warnings: list[str] = field(default_factory=list)
     exec_watch: str = "polling"
     net_mode: str | None = None
-    bpf_before: tuple[int, int] | None = None
-    bpf_after: tuple[int, int] | None = None
+    bpf_totals: tuple[int, int] | None = None  # run_time_ns, run_cnt of our programs, estimated for the window
+    bpf_stats_seconds: float | None = None  # the seconds of the window the statistics measured
     cpu_before: float = 0.0
     cpu_after: float = 0.0
     counters: dict[int, PidCounters] = field(default_factory=dict)
@@ -637,15 +563,13 @@ class Runner:
                 state.stopped_by = "signal"
                 state.start_time = state.end_time = self.clock()
                 return
-        with bpf_stats_enabled() as stats_on:
+        with window_stats(lambda: bpf_prog_run_stats(components.prog_ids()), self.clock()) as bpf_stats:
             state.cpu_before = _own_cpu_seconds()
             state.rss_baseline = _own_rss()
             state.start_time = self.clock()
             components.sampler.begin_window()
             state.window_started = True
             self.status.window_start = state.start_time
-            if stats_on:
-                state.bpf_before = bpf_prog_run_stats(components.prog_ids())
             initial = components.scope.processes()
             # Events first: entering the processes can take seconds (perf maps, symbol caches), and
             # Flink's first reading should come at the window's start.
@@ -670,6 +594,8 @@ class Runner:
                 if self._wait(min(POLL_INTERVAL, remaining)):
                     state.stopped_by = "signal"
                     break
+                if bpf_stats is not None:
+                    bpf_stats.tick(self.clock())
                 if self.clock() >= state.start_time + next_tick * options.interval:
                     self._tick(components, next_tick - 1)
                     next_tick += 1
@@ -699,8 +625,9 @@ class Runner:
                 components.net.stop()
             if components.offcpu is not None:
                 components.offcpu.stop()
-            if stats_on:
-                state.bpf_after = bpf_prog_run_stats(components.prog_ids())
+            estimate = bpf_stats.finish(self.clock()) if bpf_stats is not None else None
+            if estimate is not None:
+                state.bpf_totals, state.bpf_stats_seconds = estimate[0], round(estimate[1], 3)
             state.cpu_after = _own_cpu_seconds()
 
     def _last_interval(self) -> int:
@@ -1062,16 +989,14 @@ class Runner:
         """The profiler's own cost: CPU, BPF run time, memory, and the wall and CPU time writing took since
         ``post_start`` (monotonic, process CPU)."""
         state = self.state
-        bpf_time = bpf_count = None
-        if state.bpf_before is not None and state.bpf_after is not None:
-            bpf_time = state.bpf_after[0] - state.bpf_before[0]
-            bpf_count = state.bpf_after[1] - state.bpf_before[1]
+        bpf_time, bpf_count = state.bpf_totals or (None, None)
         capture.write_overhead(
             self.options.out,
             Overhead(
                 profiler_cpu_seconds=round(max(0.0, state.cpu_after - state.cpu_before), 4),
                 bpf_run_time_ns=bpf_time,
                 bpf_run_count=bpf_count,
+                bpf_stats_seconds=state.bpf_stats_seconds,
                 post_run_seconds=round(time.monotonic() - post_start[0], 3),
                 post_run_cpu_seconds=round(time.process_time() - post_start[1], 3),
                 peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

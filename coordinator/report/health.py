@@ -211,6 +211,8 @@ def _overhead_health(captures: Sequence[Capture]) -> list[HealthLine]:
             if overhead.bpf_run_time_ns is not None
             else ""
         )
+        if bpf and overhead.bpf_stats_seconds is not None:  # the statistics were on in slices
+            bpf += f" (estimated from {overhead.bpf_stats_seconds:.0f} s of BPF statistics)"
         post_cpu = (
             f" ({overhead.post_run_cpu_seconds:.1f} CPU s)" if overhead.post_run_cpu_seconds is not None else ""
         )

@@ -342,6 +342,9 @@ class Overhead:
     profiler_cpu_seconds: float = 0.0
     bpf_run_time_ns: int | None = None  # None when kernel.bpf_stats_enabled could not be used
     bpf_run_count: int | None = None
+    # the seconds of the window the statistics were on (1 s in 10: profiler/bpf/stats.py); bpf_run_* are the
+    # slices' counts scaled to the window. None: on all window (captures made before the slices)
+    bpf_stats_seconds: float | None = None
     post_run_seconds: float = 0.0  # wall time from the window's end to overhead.json
     post_run_cpu_seconds: float | None = None  # the process's CPU over the same span (None: older captures)
     peak_rss_bytes: int = 0

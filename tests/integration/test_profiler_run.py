@@ -123,6 +123,8 @@ def test_run_finds_workload_and_attributes_methods_within_3pp(tmp_path: Path, cp
     assert not [w for w in meta.warnings if "counters" in w], meta.warnings
     overhead = capture.read_overhead(out)
     assert overhead is not None and overhead.bpf_run_count and overhead.bpf_run_count > 0
+    # the BPF statistics were on in slices of ~1 s at the start of every 10 s (profiler/bpf/stats.py)
+    assert overhead.bpf_stats_seconds is not None and 1.0 <= overhead.bpf_stats_seconds <= 4.0
     # AND `coordinator analyze` gives the same summary from the stack table as from the folded form
     _same_summary_as_folded(out, tmp_path)
 
