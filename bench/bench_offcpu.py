@@ -203,6 +203,21 @@ def _window(condition: str, round_no: int, start: Reading, end: Reading) -> Wind
     return Window(condition, round_no, handoffs / seconds, per_cpu, switches, load=os.getloadavg()[0])
 
 
+def paired_cost(windows: list[Window], condition: str, against: str = "on-cpu") -> tuple[float, float, int] | None:
+    """``condition``'s own cost over ``against`` per JVM CPU-second, paired by round (the two windows of a
+    round are adjacent, so the host's drift between rounds cancels): mean, standard error, rounds. None with
+    fewer than two rounds that have both."""
+    per_round = {(w.condition, w.round): w.handoffs_per_cpu_s for w in windows}
+    costs = [
+        1 - per_round[(condition, r)] / per_round[(against, r)]
+        for r in sorted({w.round for w in windows})
+        if per_round.get((against, r)) and (condition, r) in per_round
+    ]
+    if len(costs) < 2:
+        return None
+    return statistics.mean(costs), statistics.stdev(costs) / len(costs) ** 0.5, len(costs)
+
+
 def summarize(windows: list[Window], conditions: list[str]) -> dict[str, dict[str, float]]:
     """Per condition: median hand-offs/s and per CPU-s, median slowdown against the base windows and its
     spread over the rounds (min, max), CPU costs."""
@@ -265,6 +280,12 @@ def report(summary: dict[str, dict[str, float]], args: argparse.Namespace, windo
             f" {_pct(s, 'slowdown_per_cpu')} | {s['profiler_cpu_s']:.2f} | {s['bpf_cpu_s']:.2f} |"
             f" {s['bpf_us_per_run']:.2f} |"
         )
+    paired = [(c, paired_cost(windows, c)) for c in conditions if c.startswith("off-cpu") and "on-cpu" in conditions]
+    rows = [(c, cost) for c, cost in paired if cost is not None]
+    if rows:
+        title = "Own cost over on-CPU sampling alone, per JVM CPU-s, paired by round (mean ± standard error):"
+        lines += ["", title, ""]
+        lines += [f"- {c}: {100 * m:+.2f} % ± {100 * e:.2f} ({n} rounds)" for c, (m, e, n) in rows]
     lines += [
         "",
         "Windows (condition, round, hand-offs/s, per JVM CPU-s, switches/s, profiler CPU s, BPF CPU s, load):",
