@@ -37,11 +37,12 @@ def switches_by_name(pid: int) -> dict[str, int]:
 
 
 def estimated_by_name(folded: Path) -> dict[str, int]:
-    """Switch-outs per thread name (the stack's root) from offcpu.folded: ``cause ns switches stack``."""
+    """Switch-outs per thread name (the stack's root, cut to the kernel's 15 bytes as /proc gives it: the
+    capture names threads in full, e.g. "VM Periodic Task Thread") from offcpu.folded: ``cause ns switches stack``."""
     found: dict[str, int] = {}
     for line in folded.read_text().splitlines():
         _cause, _ns, switches, stack = line.split(" ", 3)
-        root = stack.split(";", 1)[0]
+        root = stack.split(";", 1)[0][:15]
         found[root] = found.get(root, 0) + int(switches)
     return found
 

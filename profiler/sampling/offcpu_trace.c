@@ -18,7 +18,12 @@
 // scoped thread must cost next to nothing. Two bitmaps in arrays (whose lookups the verifier inlines into
 // a load: no hashing, no helper call) answer first: is prev's process in the scope (scope_bits, by tgid,
 // written by user space), was next switched out by us (followed_bits, by thread id)? Only when one says
-// yes is the clock read and a hash touched. A scoped thread's switch rate (the sampling decision) lives
+// yes is the clock read and a hash touched. next's thread id must be read from its task_struct
+// (bpf_probe_read_kernel: ~40 ns here, the raw tracepoint gives no typed pointer), so it is read only
+// when pending_slots says a followed thread may be coming in: a counter per hash of a task_struct's
+// address, raised before a followed switch-out sets its bit and lowered when that thread's switch-in is
+// accounted. A zero slot means no followed thread hashes there (no false negatives); most switches of the
+// host stop at that one inlined load. A scoped thread's switch rate (the sampling decision) lives
 // in its task-local storage (BPF_TASK_STORAGE: a pointer from the task, no hash), or in a hash keyed by
 // thread id where the kernel refuses task storage (RATES_IN_HASH).
 
@@ -51,6 +56,8 @@
 #endif
 // The bitmaps cover every thread id the kernel can give (PID_MAX_LIMIT, 4,194,304: 512 KiB each).
 #define ID_WORDS 65536
+// Counters of followed threads awaiting their switch-in, by a hash of their task_struct's address (256 KiB).
+#define PENDING_SLOTS 65536
 
 // The kernel's view of why prev left the CPU (user space refines it by the kernel frames).
 #define REASON_PREEMPTED 0      // still runnable: preempted, or yielded
@@ -118,6 +125,7 @@ struct block_sum {
 BPF_HASH(target_tgids, u32, u8, TGID_ENTRIES);  // the scope as user space wrote it (read by user space)
 BPF_ARRAY(scope_bits, u64, ID_WORDS);     // the same scope as bits by tgid: the hot path reads these
 BPF_ARRAY(followed_bits, u64, ID_WORDS);  // thread ids with an entry in switched_out
+BPF_ARRAY(pending_slots, u32, PENDING_SLOTS);  // those threads counted by a hash of their task_struct
 BPF_HASH(java_layouts, u32, struct java_layout, TGID_ENTRIES);
 BPF_HASH(java_threads, u32, u64, THREAD_ENTRIES);
 BPF_HASH(switched_out, u32, struct switch_out, THREAD_ENTRIES);
@@ -147,6 +155,12 @@ static __always_inline u64 id_bit(u64 *word, u32 id) {
 static __always_inline u64 *scope_word(u32 tgid) {
     u32 index = tgid >> 6;
     return index < ID_WORDS ? scope_bits.lookup(&index) : 0;
+}
+
+// A task_struct address's counter: Fibonacci hashing of the address, its top bits an index < PENDING_SLOTS.
+static __always_inline u32 *pending_slot(u64 task) {
+    u32 index = (u32)((task * 0x9E3779B97F4A7C15ULL) >> 48) & (PENDING_SLOTS - 1);
+    return pending_slots.lookup(&index);
 }
 
 static __always_inline u64 *followed_word(u32 tid) {
@@ -277,13 +291,17 @@ static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgi
         return now;
     }
     u64 *word = followed_word(tid);
-    if (word != 0)
+    u32 *pending = pending_slot(ctx->args[1]);  // prev: this thread's task_struct
+    if (word != 0 && pending != 0) {
+        __sync_fetch_and_add(pending, 1);  // before the bit: its switch-in always finds the slot raised
         __sync_fetch_and_or(word, 1ULL << (tid & 63));
+    }
     return now;
 }
 
-static __always_inline void account(u32 tid, u64 *word, u64 now) {
+static __always_inline void account(u32 tid, u64 *word, u32 *pending, u64 now) {
     __sync_fetch_and_and(word, ~(1ULL << (tid & 63)));
+    __sync_fetch_and_add(pending, (u32)-1);
     struct switch_out *out = switched_out.lookup(&tid);
     if (out == 0)
         return;
@@ -321,14 +339,19 @@ RAW_TRACEPOINT_PROBE(sched_switch)
     u32 tgid = id >> 32, tid = (u32)id;
     u64 out = tid != 0 ? id_bit(scope_word(tgid), tgid) : 0;
     u32 next_tid = 0;
-    bpf_probe_read_kernel(&next_tid, sizeof(next_tid), (void *)(ctx->args[2] + NEXT_PID_OFF));
-    u64 *next_word = next_tid != 0 ? followed_word(next_tid) : 0;
-    u64 in = id_bit(next_word, next_tid);
+    u64 *next_word = 0;
+    u64 in = 0;
+    u32 *pending = pending_slot(ctx->args[2]);
+    if (pending != 0 && *pending != 0) {  // a followed thread may be next: read which thread it is
+        bpf_probe_read_kernel(&next_tid, sizeof(next_tid), (void *)(ctx->args[2] + NEXT_PID_OFF));
+        next_word = next_tid != 0 ? followed_word(next_tid) : 0;
+        in = id_bit(next_word, next_tid);
+    }
     if (out == 0 && in == 0)
         return 0;  // neither thread is ours: most switches of the host end here, before the clock
     // The clock is read only for a switch-out that is followed and for a followed thread's switch-in.
     u64 now = out != 0 ? remember(ctx, tgid, tid) : 0;
-    if (in != 0 && next_word != 0)
-        account(next_tid, next_word, now != 0 ? now : bpf_ktime_get_ns());
+    if (in != 0 && next_word != 0 && pending != 0)
+        account(next_tid, next_word, pending, now != 0 ? now : bpf_ktime_get_ns());
     return 0;
 }
