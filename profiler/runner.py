@@ -626,8 +626,10 @@ class Runner:
             if components.offcpu is not None:
                 components.offcpu.stop()
             estimate = bpf_stats.finish(self.clock()) if bpf_stats is not None else None
-            if estimate is not None:
-                state.bpf_totals, state.bpf_stats_seconds = estimate[0], round(estimate[1], 3)
+            if estimate is not None and bpf_stats is not None:
+                state.bpf_totals = estimate[0]
+                # the seconds measured, when the figures are scaled from slices (None: on all window)
+                state.bpf_stats_seconds = round(estimate[1], 3) if bpf_stats.sliced else None
             state.cpu_after = _own_cpu_seconds()
 
     def _last_interval(self) -> int:

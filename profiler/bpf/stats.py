@@ -134,6 +134,7 @@ class StatsSlices:
         self._sliced: Totals = (0, 0)  # counted in our slices
         self.measured = 0.0  # seconds our slices covered
         self.whole = False  # on to the end from some moment: no more slices
+        self.sliced = False  # a slice ended before the window did: the figures are scaled
         self._readable = False  # our programs' totals could be read at the start
 
     def begin(self, now: float) -> bool:
@@ -158,6 +159,7 @@ class StatsSlices:
             self.measured += now - self._since
             self._close(self._fd)
             self._fd = None
+            self.sliced = True
             if self._others_on():  # someone else's: they run on between our slices anyway
                 self._reopen(now)
                 self.whole = True

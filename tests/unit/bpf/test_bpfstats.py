@@ -40,9 +40,7 @@ class FakeKernel:
         self.ours.remove(fd)
 
     def slices(self) -> StatsSlices:
-        return StatsSlices(
-            self.read, open_fd=self.open_fd, close_fd=self.close_fd, others_on=lambda: self.others
-        )
+        return StatsSlices(self.read, open_fd=self.open_fd, close_fd=self.close_fd, others_on=lambda: self.others)
 
 
 def run(kernel: FakeKernel, slices: StatsSlices, seconds: float, poll: float = 0.5, others_at: float | None = None):
@@ -61,21 +59,24 @@ def run(kernel: FakeKernel, slices: StatsSlices, seconds: float, poll: float = 0
 def test_slices_measure_a_tenth_of_the_window_and_scale_to_it() -> None:
     # GIVEN a program running 1,000 times a second, 200 ns a run, for a 60 s window
     kernel = FakeKernel()
-    result = run(kernel, kernel.slices(), 60.0)
+    slices = kernel.slices()
+    result = run(kernel, slices, 60.0)
     assert result is not None
     (run_time, runs), measured = result
     # THEN statistics were on ~6 s of it (1 s in 10), and the estimate is the window's
     assert measured == pytest.approx(6.0, abs=0.6)
     assert kernel.counted == pytest.approx(measured)
     assert runs == pytest.approx(60_000, rel=0.01) and run_time == pytest.approx(60_000 * 200, rel=0.01)
-    # AND they are off at the end
-    assert not kernel.ours
+    # AND they are off at the end; the figures say they are scaled
+    assert not kernel.ours and slices.sliced
 
 
 def test_a_window_shorter_than_a_slice_is_measured_whole() -> None:
     kernel = FakeKernel()
-    result = run(kernel, kernel.slices(), 0.8, poll=0.4)
+    slices = kernel.slices()
+    result = run(kernel, slices, 0.8, poll=0.4)
     assert result is not None and result[0] == (800 * 200, 800) and result[1] == pytest.approx(0.8)
+    assert not slices.sliced  # measured whole: nothing scaled
 
 
 def test_another_tools_statistics_are_not_multiplied() -> None:
@@ -93,7 +94,7 @@ def test_statistics_already_on_are_counted_whole() -> None:
     kernel.others = True
     slices = kernel.slices()
     (_, runs), measured = run(kernel, slices, 30.0) or ((0, 0), 0.0)
-    assert slices.whole and measured == pytest.approx(30.0) and runs == 30_000
+    assert slices.whole and not slices.sliced and measured == pytest.approx(30.0) and runs == 30_000
 
 
 def test_nothing_readable_gives_no_figure() -> None:
