@@ -71,7 +71,11 @@ def _check_vertices(shares: dict[str, dict[str, tuple[int, float]]], vertices: s
         total = sum(n for n, _share in by_operator.values())
         assert total >= 30, f"{vertex}: only {total} samples, too few to judge"
         unknown = by_operator.get(OPERATOR_UNKNOWN, (0, 0.0))[1]
-        assert unknown <= MAX_UNKNOWN, f"{vertex}: {unknown:.1%} chain, operator unknown: {by_operator}"
+        # the vertex's share is to be at most 10 %; its samples measure it within their sampling error, so
+        # fail when the observed share is above 10 % by more than that (one-sided 99 %: a vertex of 48
+        # samples shows 16.7 % about one time in ten at a true 10 %; a regression to 30 % still fails)
+        bound = MAX_UNKNOWN + 2.33 * (MAX_UNKNOWN * (1 - MAX_UNKNOWN) / total) ** 0.5
+        assert unknown <= bound, f"{vertex}: {unknown:.1%} chain, operator unknown (> {bound:.1%}): {by_operator}"
         operators = {name: n for name, (n, _s) in by_operator.items() if name not in (OPERATOR_UNKNOWN, MAILBOX_WAIT)}
         assert sum(operators.values()) >= 0.5 * total, by_operator
 
