@@ -155,10 +155,7 @@ class StatsSlices:
             return
         in_slice = (now - self._start) % self.period < self.on
         if self._fd is not None and not in_slice:
-            self._sliced = _add(self._sliced, self._delta())
-            self.measured += now - self._since
-            self._close(self._fd)
-            self._fd = None
+            self._end_slice(now)
             self.sliced = True
             if self._others_on():  # someone else's: they run on between our slices anyway
                 self._reopen(now)
@@ -171,20 +168,23 @@ class StatsSlices:
         """The window's (run_time_ns, run_cnt), estimated from the slices, and the seconds they measured;
         statistics off. None when nothing could be read."""
         if self._fd is not None:
-            self._sliced = _add(self._sliced, self._delta())
-            self.measured += now - self._since
-            self._close(self._fd)
-            self._fd = None
+            self._end_slice(now)
         if self.measured <= 0 or not self._readable:
             return None
         scale = max(now - self._start, self.measured) / self.measured
         return (round(self._sliced[0] * scale), round(self._sliced[1] * scale)), self.measured
 
     def close(self) -> None:
-        """Statistics off (a failure before ``finish``)."""
+        """Statistics off (a slice's end, or a failure before ``finish``)."""
         if self._fd is not None:
             self._close(self._fd)
             self._fd = None
+
+    def _end_slice(self, now: float) -> None:
+        """The slice open since ``_since`` counted and measured; statistics off."""
+        self._sliced = _add(self._sliced, self._delta())
+        self.measured += now - self._since
+        self.close()
 
     def _reopen(self, now: float) -> None:
         self._fd = self._open()
