@@ -247,6 +247,13 @@ def load_offcpu(
     return entries
 
 
+def load_run_offcpu(run: RunData, problems: list[str]) -> dict[str, dict[int, list[OffCpuEntry]]]:
+    """``load_offcpu`` of every host of a run with a capture (host -> pid -> entries), each cut to the
+    intervals the analysis used (a run analysed with --from/--to: its sub-window's): what the report draws
+    and the exports carry."""
+    return {h.name: load_offcpu(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture}
+
+
 @dataclass(frozen=True)
 class TimelineInput:
     """What the time chart of one host reads: each workload PID's timeline file (stacks.tpc or

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.load import RunData, load_offcpu, load_run, load_stacks, load_timeline
+from coordinator.analysis.load import RunData, load_run, load_run_offcpu, load_stacks, load_timeline
 from coordinator.export.files import Selection
 from coordinator.export.stacks import ExportSet
 from coordinator.report.flame import DEFAULT_MAX_STACKS
@@ -188,10 +188,7 @@ def render_report(
         h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
     }
     timelines = {h.name: load_timeline(h.capture, problems) for h in run.hosts if h.capture is not None}
-    # a run analysed with --from/--to: the blocked time of its sub-window's intervals
-    offcpu = {
-        h.name: load_offcpu(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
-    }
+    offcpu = load_run_offcpu(run, problems)
     view = build_view(
         run,
         stacks,
