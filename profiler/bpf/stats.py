@@ -201,6 +201,13 @@ def _add(a: Totals, b: Totals) -> Totals:
     return a[0] + b[0], a[1] + b[1]
 
 
+SYSCTL_HELD = -1  # StatsSlices' handle for statistics held by the sysctl (bpf_stats_enabled restores it)
+
+
+def _kept(_: int) -> None:
+    """The sysctl's statistics stay on until bpf_stats_enabled's block ends."""
+
+
 @contextmanager
 def window_stats(read: Callable[[], Totals | None], now: float) -> Iterator[StatsSlices | None]:
     """The statistics for a window starting at ``now``: in slices (``StatsSlices``) where a file descriptor
@@ -221,9 +228,3 @@ def window_stats(read: Callable[[], Totals | None], now: float) -> Iterator[Stat
         whole.begin(now)
         yield whole
 
-
-SYSCTL_HELD = -1  # StatsSlices' handle for statistics held by the sysctl (bpf_stats_enabled restores it)
-
-
-def _kept(_: int) -> None:
-    """The sysctl's statistics stay on until bpf_stats_enabled's block ends."""
