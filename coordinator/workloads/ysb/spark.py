@@ -238,6 +238,21 @@ def _spark_conf(options: YsbOptions) -> dict[str, str]:
     } | ({} if options.frame_pointers else {"spark.executor.extraJavaOptions": "", "spark.driver.extraJavaOptions": ""})
 
 
+# A continuous query's checkpoint keeps its epochs for this long. The window's events are the difference
+# of two epochs' offsets, the last one before the window and the last inside it (epoch_rows_between), read
+# after the window; Spark's default (spark.sql.streaming.minBatchesToRetain, 100) purges every epoch but the
+# last 100, so a window of more than ~100 one-second epochs had no epoch before it left and no event count.
+CONTINUOUS_CHECKPOINT_SECONDS = 4 * 3600
+
+
+def continuous_checkpoint_conf(epoch_seconds: float) -> dict[str, str]:
+    """Keep CONTINUOUS_CHECKPOINT_SECONDS of a continuous query's epochs (about 4 small files per epoch),
+    not Spark's last 100. Only for continuous queries: a micro-batch query's state store keeps as many
+    versions of its state as this says."""
+    epochs = int(CONTINUOUS_CHECKPOINT_SECONDS / max(epoch_seconds, 0.1))
+    return {"spark.sql.streaming.minBatchesToRetain": str(max(epochs, 100))}
+
+
 # Executors reading Kafka continuously: Spark's KafkaDataConsumer warns on every fetch that a continuous
 # task's thread is not an UninterruptibleThread (KAFKA-1894), once per record; measured, that warning
 # took 73 of the Kafka task's 193 samples (38 %). It stays an error-level logger; the rest is Spark's
@@ -351,6 +366,8 @@ class YsbRun(Lifecycle):
             elif self.options.spark_window != "state":
                 args += ["--window", self.options.spark_window]
             conf = _spark_conf(self.options) | redis_conf
+            if self.continuous:
+                conf |= continuous_checkpoint_conf(self.options.trigger_seconds)
             if self.continuous and self.kafka_bootstrap:
                 conf |= executor_log_conf(self.options, self._work)
             if jars:

@@ -14,7 +14,14 @@ from coordinator.workloads.processes import first_error_line
 from coordinator.workloads.sparkcluster import SparkClusterError
 from coordinator.workloads.ysb import jvmstats
 from coordinator.workloads.ysb.campaigns import ad_campaign_mapping, ad_id, campaign_id
-from coordinator.workloads.ysb.spark import epoch_rows_between, parse_epoch_offsets, read_epoch_offsets
+from coordinator.workloads.ysb.spark import (
+    YsbOptions,
+    _spark_conf,
+    continuous_checkpoint_conf,
+    epoch_rows_between,
+    parse_epoch_offsets,
+    read_epoch_offsets,
+)
 
 STAT = "4242 (C2 CompilerThre) S 1 2 3 4 5 6 7 8 9 10 1500 250 0 0 20 0 1 0 100 0 0"
 
@@ -149,6 +156,16 @@ def test_continuous_events_come_from_the_epochs_inside_the_window(tmp_path: Path
     assert epoch_rows_between(epochs, 100.5, 103.0) == (4000, 2)
     assert epoch_rows_between(epochs, 99.0, 103.0) is None  # no epoch before the window
     assert epoch_rows_between(epochs, 102.5, 103.0) is None  # none inside
+
+
+def test_a_continuous_checkpoint_keeps_the_epoch_before_a_long_window() -> None:
+    # Spark keeps 100 epochs by default: a 900 s window of 1 s epochs would lose the one before it
+    kept = int(continuous_checkpoint_conf(1.0)["spark.sql.streaming.minBatchesToRetain"])
+    assert kept >= 2 * (900 + 900)  # --warmup 900 --duration 900, twice over
+    assert int(continuous_checkpoint_conf(0.5)["spark.sql.streaming.minBatchesToRetain"]) == 2 * kept
+    assert int(continuous_checkpoint_conf(1e6)["spark.sql.streaming.minBatchesToRetain"]) == 100
+    # a micro-batch query keeps Spark's default: its state store would keep as many versions of its state
+    assert "spark.sql.streaming.minBatchesToRetain" not in _spark_conf(YsbOptions())
 
 
 def test_demo_engine_is_a_choice_list() -> None:
