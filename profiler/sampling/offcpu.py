@@ -293,13 +293,11 @@ class OffCpuTracer:
         # after collect(), with ticks: interval -> PID -> entries (pids/<pid>/offcpu_timeline.folded)
         self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] = {}
 
-    def bpf_text(self, rates_in_hash: bool = False) -> str:
-        """The program; ``rates_in_hash``: the threads' switch rates in a hash by thread id, for a kernel
-        that refuses task-local storage in a raw tracepoint program."""
+    def bpf_text(self) -> str:
+        """The program: the defines of this tracer and this kernel, then offcpu_trace.c."""
         source = BPF_SOURCE.read_text(encoding="utf-8")
         text = build_bpf_text(source, read_switch_layout(), self.min_block_ns, self.sample_every, read_kernel_hz())
-        fallback = "#define RATES_IN_HASH\n" if rates_in_hash else ""
-        return f"#define STACK_ENTRIES {self.stack_entries}\n{fallback}" + text
+        return f"#define STACK_ENTRIES {self.stack_entries}\n" + text
 
     def start(self) -> str:
         if self._bpf is not None:
@@ -323,14 +321,11 @@ class OffCpuTracer:
         return "sched_switch"
 
     def _load(self, bpf_class: Any) -> Any:
-        """Compile, load and attach; with the rates in a hash when task-local storage is refused."""
-        detail = ""
-        for rates_in_hash in (False, True):
-            try:
-                # bcc attaches RAW_TRACEPOINT_PROBE programs as it loads them
-                return compile_program(bpf_class, self.bpf_text(rates_in_hash))
-            except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
-                detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        """Compile, load and attach (bcc attaches RAW_TRACEPOINT_PROBE programs as it loads them)."""
+        try:
+            return compile_program(bpf_class, self.bpf_text())
+        except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
+            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
         raise CapabilityError(
             f"profiler run --off-cpu: cannot attach to the sched_switch raw tracepoint ({detail}); "
             "run without --off-cpu"

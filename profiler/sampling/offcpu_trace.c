@@ -23,9 +23,9 @@
 // when pending_slots says a followed thread may be coming in: a counter per hash of a task_struct's
 // address, raised before a followed switch-out sets its bit and lowered when that thread's switch-in is
 // accounted. A zero slot means no followed thread hashes there (no false negatives); most switches of the
-// host stop at that one inlined load. A scoped thread's switch rate (the sampling decision) lives
-// in its task-local storage (BPF_TASK_STORAGE: a pointer from the task, no hash), or in a hash keyed by
-// thread id where the kernel refuses task storage (RATES_IN_HASH).
+// host stop at that one inlined load. A scoped thread's switch rate and its random numbers (the sampling
+// decision) live in a slot of an array by thread id (switch_rates: one inlined load, one cache line, no
+// helper call; task-local storage cost a helper call and three dependent loads from the task_struct).
 
 #ifndef MIN_BLOCK_NS
 #define MIN_BLOCK_NS 1000000
@@ -58,6 +58,8 @@
 #define ID_WORDS 65536
 // Counters of followed threads awaiting their switch-in, by a hash of their task_struct's address (256 KiB).
 #define PENDING_SLOTS 65536
+// The scoped threads' switch rates, by thread id modulo RATE_SLOTS (1.5 MiB).
+#define RATE_SLOTS 65536
 
 // The kernel's view of why prev left the CPU (user space refines it by the kernel frames).
 #define REASON_PREEMPTED 0      // still runnable: preempted, or yielded
@@ -97,13 +99,18 @@ struct switch_out {
     char comm[16];
 };
 
-// A thread's switch-outs in the current epoch and the one before (the rate that decides its sampling).
+// A thread's switch-outs in the current epoch and the one before (the rate that decides its sampling), in
+// the slot of its thread id modulo RATE_SLOTS: the threads of a process, whose ids are near one another,
+// never share one. A thread that finds another's id in its slot takes the slot and starts afresh (no
+// previous epoch: SAMPLE_EVERY, its exact switch-outs again), so two threads sharing a slot cost more
+// walks, never a biased weight: each decision uses only what the slot held before the switch-out.
 struct switch_rate {
-    u64 epoch;
+    u32 tid;        // the thread the slot counts (0: none yet)
+    u32 epoch;      // the epoch counted (jiffies / EPOCH_JIFFIES, its low 32 bits)
     u32 voluntary;  // voluntary switch-outs this epoch (the first EXACT_PER_EPOCH are all followed)
     u32 count;      // all switch-outs this epoch
     u32 every;      // this epoch's 1-in-every beyond the exact ones (from the previous epoch's count)
-    u32 pad;
+    u32 random;     // the thread's xorshift32 state (never 0): its sampling draws, no helper call
 };
 
 struct block_key {
@@ -129,11 +136,7 @@ BPF_ARRAY(pending_slots, u32, PENDING_SLOTS);  // those threads counted by a has
 BPF_HASH(java_layouts, u32, struct java_layout, TGID_ENTRIES);
 BPF_HASH(java_threads, u32, u64, THREAD_ENTRIES);
 BPF_HASH(switched_out, u32, struct switch_out, THREAD_ENTRIES);
-#ifdef RATES_IN_HASH
-BPF_HASH(switch_rates, u32, struct switch_rate, THREAD_ENTRIES);
-#else
-BPF_TASK_STORAGE(switch_rates, struct switch_rate);
-#endif
+BPF_ARRAY(switch_rates, struct switch_rate, RATE_SLOTS);
 BPF_HASH(blocked, struct block_key, struct block_sum, BLOCK_ENTRIES);
 BPF_STACK_TRACE(offcpu_stacks, STACK_ENTRIES);
 // [0]: switch-outs not remembered (switched_out full), [1]: blocks not summed (blocked full),
@@ -224,7 +227,7 @@ static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out)
 // thread that switched out more than SAMPLE_EVERY * WALK_BUDGET_PER_EPOCH times in the previous epoch, so
 // that each thread's walks stay near EXACT_PER_EPOCH + WALK_BUDGET_PER_EPOCH per epoch whatever its rate.
 // It is fixed for the epoch before any of its switch-outs is seen: the estimate stays unbiased. 0: not followed.
-static __always_inline u32 epoch_every(struct switch_rate *rate, u64 epoch) {
+static __always_inline u32 epoch_every(struct switch_rate *rate, u32 epoch) {
     if (rate->epoch != epoch) {
         u32 busy = rate->epoch + 1 == epoch ? rate->count / WALK_BUDGET_PER_EPOCH : 0;
         rate->every = busy > SAMPLE_EVERY ? busy : SAMPLE_EVERY;
@@ -233,45 +236,48 @@ static __always_inline u32 epoch_every(struct switch_rate *rate, u64 epoch) {
         rate->count = 0;
     }
     rate->count += 1;
-    return rate->every;
+    return rate->every > 0 ? rate->every : 1;
+}
+
+// The next draw of the slot's xorshift32 generator: true with probability 1/every (to within every/2^32).
+static __always_inline bool draw(struct switch_rate *rate, u32 every) {
+    u32 x = rate->random;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    rate->random = x;
+    return (((u64)x * every) >> 32) == 0;
 }
 
 static __always_inline u32 sample_weight(u32 tid, u32 reason) {
     if (SAMPLE_EVERY <= 1)
         return 1;
-    // Epochs counted in jiffies (a load: no clock source read), precise enough for 100 ms.
-    u64 epoch = bpf_jiffies64() / EPOCH_JIFFIES;
-#ifdef RATES_IN_HASH
-    struct switch_rate *rate = switch_rates.lookup(&tid);
-    if (rate == 0) {
-        struct switch_rate first = {epoch, 1, 1, SAMPLE_EVERY, 0};
-        switch_rates.update(&tid, &first);  // full map: the thread stays exact (costlier, still right)
-        return 1;
-    }
-#else
-    struct switch_rate *rate = switch_rates.task_storage_get(bpf_get_current_task_btf(), 0,
-                                                             BPF_LOCAL_STORAGE_GET_F_CREATE);
+    u32 index = tid & (RATE_SLOTS - 1);
+    struct switch_rate *rate = switch_rates.lookup(&index);
     if (rate == 0)
-        return 1;  // no storage (out of memory): the thread stays exact (costlier, still right)
-#endif
+        return 1;
+    // Epochs counted in jiffies (a load: no clock source read), precise enough for 100 ms.
+    u32 epoch = (u32)(bpf_jiffies64() / EPOCH_JIFFIES);
+    if (rate->tid != tid) {  // a slot never used, or another thread's: this thread starts afresh
+        rate->tid = tid;
+        rate->epoch = epoch - 2;
+        rate->count = 0;
+        rate->random = ((tid ^ epoch) * 2654435761u) | 1;
+    }
     u32 every = epoch_every(rate, epoch);
     if (reason != REASON_PREEMPTED) {
         rate->voluntary += 1;
         if (rate->voluntary <= EXACT_PER_EPOCH)
             return 1;
     }
-    return bpf_get_prandom_u32() % every == 0 ? every : 0;
+    return draw(rate, every) ? every : 0;
 }
 
 // Remembers prev's switch-out if it is followed; returns the time it read (0: none, not followed).
 static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid) {
     // An exiting thread (TASK_DEAD 0x80, EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10) never runs again: not a block.
-    if (ctx->args[3] & 0xb0) {
-#ifdef RATES_IN_HASH
-        switch_rates.delete(&tid);
-#endif
-        return 0;  // task storage goes with the task
-    }
+    if (ctx->args[3] & 0xb0)
+        return 0;  // its rate slot is taken over by the next thread that finds it
     u32 reason = switch_reason(ctx->args[0], ctx->args[3]);
     u32 weight = sample_weight(tid, reason);
     if (weight == 0)

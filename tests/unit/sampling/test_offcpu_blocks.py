@@ -149,16 +149,14 @@ def test_the_kernels_hz_comes_from_its_configuration_else_the_default(tmp_path: 
     assert read_kernel_hz([broken, tmp_path / "missing"]) == DEFAULT_KERNEL_HZ
 
 
-def test_switch_rates_fall_back_to_a_hash_where_task_storage_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a kernel (a fake bcc) that refuses the program with task-local storage, then one that refuses both
+def test_a_refused_program_is_one_line_naming_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a kernel (a fake bcc) that refuses the program
     import profiler.sampling.offcpu as offcpu
 
     monkeypatch.setattr(offcpu, "read_switch_layout", lambda: SwitchLayout(1264, 4))
     loaded: list[str] = []
 
-    def refuses_task_storage(text: bytes) -> str:
-        if b"#define RATES_IN_HASH" not in text:
-            raise Exception("Failed to load BPF program b'raw_tracepoint__sched_switch': Invalid argument")
+    def accepts(text: bytes) -> str:
         loaded.append(text.decode())
         return "loaded"
 
@@ -166,10 +164,11 @@ def test_switch_rates_fall_back_to_a_hash_where_task_storage_is_refused(monkeypa
         raise Exception("bpf: Failed to load program: Permission denied\nno sched_switch")
 
     tracer = offcpu.OffCpuTracer(sample_every=10)
-    # THEN the program is loaded with the rates in a hash
-    assert tracer._load(refuses_task_storage) == "loaded" and len(loaded) == 1
-    assert "BPF_TASK_STORAGE" in loaded[0]  # the source keeps both; the define picks the hash
-    # AND where both are refused, one line names the failure and the way out
+    # THEN a kernel that accepts it gets the program with this tracer's defines, the rates in an array
+    assert tracer._load(accepts) == "loaded" and len(loaded) == 1
+    assert "#define SAMPLE_EVERY 10" in loaded[0] and "BPF_ARRAY(switch_rates" in loaded[0]
+    assert "TASK_STORAGE" not in loaded[0]
+    # AND where it is refused, one line names the failure and the way out
     with pytest.raises(CapabilityError, match=r"cannot attach to the sched_switch raw tracepoint \(no sched_switch\); "
                                               "run without --off-cpu"):
         tracer._load(refuses_all)
