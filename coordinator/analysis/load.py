@@ -247,6 +247,12 @@ def load_offcpu(
     return entries
 
 
+def load_run_stacks(run: RunData, problems: list[str] | None = None) -> dict[str, dict[int, dict[str, int]]]:
+    """``load_stacks`` of every host of a run with a capture (host -> pid -> folded stacks), each cut to the
+    intervals the analysis used: what the report draws and the exports carry."""
+    return {h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture}
+
+
 def load_run_offcpu(run: RunData, problems: list[str]) -> dict[str, dict[int, list[OffCpuEntry]]]:
     """``load_offcpu`` of every host of a run with a capture (host -> pid -> entries), each cut to the
     intervals the analysis used (a run analysed with --from/--to: its sub-window's): what the report draws

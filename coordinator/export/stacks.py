@@ -202,7 +202,7 @@ def _cell(row: Mapping[str, str] | None, column: str) -> float | None:
 def load_export_set(run_dir: Path) -> ExportSet:
     """The stacks of every sampled process of a run directory (or bare capture), matched with the
     profile summary.csv was computed with and restricted to its sub-window, as the report draws them."""
-    from coordinator.analysis.load import load_run, load_run_offcpu, load_stacks
+    from coordinator.analysis.load import load_run, load_run_offcpu, load_run_stacks
 
     run = load_run(run_dir)
     if run.profile_text is None:
@@ -210,9 +210,7 @@ def load_export_set(run_dir: Path) -> ExportSet:
     unreadable = [h.reason for h in run.hosts if h.state == "unreadable"]
     if unreadable and all(h.capture is None for h in run.hosts):
         raise CaptureFormatError(unreadable[0])  # nothing to export: the damage is the answer, not an empty file
-    stacks = {
-        h.name: load_stacks(h.capture, None, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
-    }
+    stacks = load_run_stacks(run)
     left_out = tuple(f"{h.name}: {h.reason or h.state}" for h in run.hosts if h.capture is None)
     problems: list[str] = []  # an unreadable offcpu.folded leaves that PID's blocked time out, as in the report
     offcpu = load_run_offcpu(run, problems)  # with --from/--to the sub-window's, as the report draws it

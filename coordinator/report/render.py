@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.analysis.load import RunData, load_run, load_run_offcpu, load_stacks, load_timeline
+from coordinator.analysis.load import RunData, load_run, load_run_offcpu, load_run_stacks, load_timeline
 from coordinator.export.files import Selection
 from coordinator.export.stacks import ExportSet
 from coordinator.report.flame import DEFAULT_MAX_STACKS
@@ -184,9 +184,7 @@ def render_report(
     check_output_dir(out_dir, "--out", force=force, own_kind=(REPORT_MARKER,), replace_own=True)
     run = load_run(run_dir)
     problems: list[str] = []
-    stacks = {
-        h.name: load_stacks(h.capture, problems, run.host_intervals(h.name)) for h in run.hosts if h.capture is not None
-    }
+    stacks = load_run_stacks(run, problems)
     timelines = {h.name: load_timeline(h.capture, problems) for h in run.hosts if h.capture is not None}
     offcpu = load_run_offcpu(run, problems)
     view = build_view(
