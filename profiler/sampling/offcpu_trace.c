@@ -260,8 +260,7 @@ static __always_inline u32 sample_weight(u32 tid, u32 reason) {
     u32 epoch = (u32)(bpf_jiffies64() / EPOCH_JIFFIES);
     if (rate->tid != tid) {  // a slot never used, or another thread's: this thread starts afresh
         rate->tid = tid;
-        rate->epoch = epoch - 2;
-        rate->count = 0;
+        rate->epoch = epoch - 2;  // neither this epoch nor the last: epoch_every resets the counts
         rate->random = ((tid ^ epoch) * 2654435761u) | 1;
     }
     u32 every = epoch_every(rate, epoch);
