@@ -13,10 +13,13 @@ deoptimization reasons and the code-cache sweeper's flushes. Two inputs:
   code made not entrant (no reasons, no compile times).
 
 usage: .venv/bin/python bench/jfr_compilations.py RECORDING [--codelist FILE] [--since EPOCH_S]
+                                                  [--window START END]
   --codelist  `jcmd PID Compiler.codelist` taken when the JFR recording began: the nmethods compiled
               before it, so that a method compiled again inside the recording counts as a re-compilation
               (a unified log is started with the JVM's first second instead)
   --since     minutes are counted from this unix time (the JVM's start), else from the first event
+  --window    also one line for the compilations between two unix times (a profiled window: run.json's
+              start_time and end_time)
 
 docs/demo.md ("What the JIT compiles after 300 s (JFR)") shows what it printed for the Kafka demo.
 """
@@ -46,7 +49,8 @@ EVENTS = (
     "jdk.ClassUnload",
     "jdk.CompilationFailure",
 )
-# The origin of a compiled method, by its class's name; first match wins (generated code before Spark's).
+# The origin of a compiled method, by its class's name; first match wins (generated code before Spark's,
+# Flink's shaded Netty before Flink's own).
 FAMILIES = (
     ("GeneratedClass", ("org.apache.spark.sql.catalyst.expressions.GeneratedClass",)),
     ("Spark", ("org.apache.spark.",)),
@@ -54,7 +58,9 @@ FAMILIES = (
     ("Jackson", ("com.fasterxml.jackson.",)),
     ("Scala", ("scala.",)),
     ("ysb (demo)", ("ysb.",)),
-    ("Netty", ("io.netty.",)),
+    ("Netty", ("io.netty.", "org.apache.flink.shaded.netty4.")),
+    ("Flink", ("org.apache.flink.",)),
+    ("Pekko", ("org.apache.pekko.",)),
     ("JFR", ("jdk.jfr.",)),
     ("java/jdk", ("java.", "javax.", "jdk.", "sun.", "com.sun.")),
 )
@@ -363,6 +369,23 @@ def format_summary(recording: Recording, kinds: list[tuple[Compilation, Kind]], 
     return "\n".join(lines)
 
 
+def format_window(kinds: list[tuple[Compilation, Kind]], start: float, end: float) -> str:
+    """The compilations between two unix times (a profiled window: run.json's start_time and
+    end_time) in one line: per minute, by tier, by kind and by origin."""
+    inside = [(c, kind) for c, kind in kinds if start <= c.at <= end]
+    tiers = Counter(c.level for c, _ in inside)
+    kind_counts = Counter("again (deopt)" if kind.after_deopt else kind.name for _, kind in inside)
+    families = Counter(family(c.method) for c, _ in inside)
+    per_minute = len(inside) * 60.0 / max(end - start, 1e-9)
+    return (
+        f"window {end - start:.0f} s: {len(inside)} compilations ({per_minute:.0f} a minute); "
+        f"tier 1 / 2 / 3 / 4: {' / '.join(str(tiers[t]) for t in TIERS)}; "
+        f"first / tier-up / again / again after a deopt: "
+        f"{' / '.join(str(kind_counts[k]) for k in ('first', 'tier-up', 'again', 'again (deopt)'))}; "
+        f"origins: {', '.join(f'{name} {count}' for name, count in families.most_common())}"
+    )
+
+
 def read_recording(path: Path, jfr: str) -> Recording:
     """The recording's compilation events, through the JDK's ``jfr print --json``."""
     output = subprocess.run(
@@ -383,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("recording", type=Path)
     parser.add_argument("--codelist", type=Path, help="jcmd PID Compiler.codelist at the recording's start")
     parser.add_argument("--since", type=float, help="count minutes from this unix time (the JVM's start)")
+    parser.add_argument("--window", type=float, nargs=2, metavar=("START", "END"),
+                        help="also the compilations between two unix times (run.json's start_time, end_time)")
     parser.add_argument("--jfr", default=default_jfr(), help="the JDK's jfr tool (default: $JAVA_HOME/bin/jfr)")
     args = parser.parse_args(argv)
     jfr_file = args.recording.suffix == ".jfr"
@@ -400,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_minutes(minute_rows(recording, kinds, origin)))
     print()
     print(format_summary(recording, kinds))
+    if args.window:
+        print(format_window(kinds, *args.window))
     return 0
 
 
