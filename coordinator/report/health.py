@@ -4,7 +4,7 @@ losses, each a line that turns into a warning past its threshold.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from coordinator.analysis.load import RunData
 from coordinator.report.model import HealthLine, ProcessLine
@@ -19,6 +19,9 @@ UNRESOLVED_WARN = 0.05  # Java frames no perf map named
 OVERHEAD_WARN = 0.05  # profiler CPU seconds per second of window, i.e. share of one core
 CUT_WARN = 0.05  # samples whose user stack does not reach the thread's start (issue 21)
 UNNAMED_WARN = 0.05  # interpreted Java frames left unnamed
+JIT_WARN = 0.05  # workload samples on HotSpot's compiler threads: the JVMs were still warming up (issue 33)
+# HotSpot's compiler threads: "C2 CompilerThread0" with full names, "C2 CompilerThre" with the kernel's 15 bytes.
+JIT_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
 
 def health_lines(
     run: RunData,
@@ -51,6 +54,35 @@ def health_lines(
             "(totals stay exact); re-render with `coordinator report --max-stacks N` (0 keeps all)",
         ))
     return tuple(lines)
+
+
+def warmup_health(
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]], workload: Mapping[str, frozenset[int]]
+) -> list[HealthLine]:
+    """The share of the workload processes' samples on HotSpot's JIT compiler threads, read from the
+    stacks' thread names (whatever the application profile calls its tasks). Above JIT_WARN the JVMs
+    were still compiling: the window is not their steady state. ``stacks``: host -> pid -> folded
+    stacks, whose first frame is the thread's name; ``workload``: host -> the workload PIDs."""
+    jit = total = 0
+    for host, pids in stacks.items():
+        for pid, folded in pids.items():
+            if pid not in workload.get(host, frozenset()):
+                continue
+            for stack, count in folded.items():
+                total += count
+                if stack.startswith(JIT_THREAD_PREFIXES):
+                    jit += count
+    if not jit:
+        return []
+    share = jit / total
+    text = f"JIT compiler threads took {share:.1%} of the workload processes' samples ({jit:,} of {total:,})"
+    if share <= JIT_WARN:
+        return [HealthLine("ok", "JIT", text)]
+    return [HealthLine(
+        "warn", "JIT",
+        text + "; the JVMs were still compiling, so this window is not their steady state: profile later in "
+        "the executors' life (a demo: a longer --warmup) for steady-state cycles per event (docs/report.md)",
+    )]
 
 
 def _flink_placement_health(captures: Sequence[Capture]) -> list[HealthLine]:

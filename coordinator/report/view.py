@@ -18,7 +18,7 @@ from coordinator.analysis.vertices import vertex_lines
 from coordinator.report import flame
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
-from coordinator.report.health import health_lines
+from coordinator.report.health import health_lines, warmup_health
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
 from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table
 from profiler.capture.format import ALL_TASKS, UNMATCHED, Capture, CaptureFormatError, ProcessInfo
@@ -188,6 +188,10 @@ def build_view(
             max_stacks,
             _multi_task_share(cluster_rows),
         )
+        + tuple(warmup_health(stacks, {
+            host: frozenset(pid for pid, info in infos.items() if info.sampled)
+            for host, infos in processes_by_host.items()
+        }))
         + _spark_health(spark)
     )
     flink_lines = flink_vertex_lines(run, stacks, offcpu)

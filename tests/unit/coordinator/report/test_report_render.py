@@ -79,6 +79,7 @@ def test_page_shows_metadata_health_tables_and_candidates(crafted_run: Path) -> 
     assert "cycles estimated" in html
     assert "stacks lost" in html and "truncated" in html
     assert "of the samples matched no task" in html
+    assert "JIT compiler threads took" in html and "of the workload processes&#39; samples" in html
     assert "profiler used 0.40 CPU s" in html and "post-run 1.2 s (0.9 CPU s)" in html
     assert "BPF programs 0.120 s in 5000 runs (estimated from 3 s of BPF statistics)" in html
     assert 'data-task="Kafka"' in html and 'data-task="unmatched"' in html
