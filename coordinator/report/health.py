@@ -21,7 +21,14 @@ CUT_WARN = 0.05  # samples whose user stack does not reach the thread's start (i
 UNNAMED_WARN = 0.05  # interpreted Java frames left unnamed
 JIT_WARN = 0.05  # workload samples on HotSpot's compiler threads: the JVMs were still warming up (issue 33)
 # HotSpot's compiler threads: "C2 CompilerThread0" with full names, "C2 CompilerThre" with the kernel's 15 bytes.
-JIT_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
+COMPILER_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def is_compiler_thread(name: str) -> bool:
+    """A HotSpot JIT compiler thread's name (or a folded stack starting with it), full or cut to 15 bytes;
+    also the demo's soak (coordinator/workloads/ysb/jvmstats.py) reads /proc's comm with it."""
+    return name.startswith(COMPILER_THREAD_PREFIXES)
+
 
 def health_lines(
     run: RunData,
@@ -70,7 +77,7 @@ def warmup_health(
                 continue
             for stack, count in folded.items():
                 total += count
-                if stack.startswith(JIT_THREAD_PREFIXES):
+                if is_compiler_thread(stack):
                     jit += count
     if not jit:
         return []

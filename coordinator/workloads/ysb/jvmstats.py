@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from coordinator.report.health import is_compiler_thread
 from profiler.files import procstat
 
-# HotSpot names its compiler threads "C2 CompilerThre" / "C1 CompilerThre" (comm is cut at 15 bytes).
-COMPILER_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -38,10 +37,6 @@ def parse_task_stat(text: str) -> tuple[str, float]:
     if line is None or utime is None or stime is None:
         raise ValueError(f"not a /proc stat line: {text[:80]!r}")
     return line.comm, float(utime + stime)
-
-
-def is_compiler_thread(comm: str) -> bool:
-    return comm.startswith(COMPILER_THREAD_PREFIXES)
 
 
 def thread_cpu(pid: int, proc: Path = Path("/proc")) -> ThreadCpu:
