@@ -292,6 +292,14 @@ def classify(compilations: Iterable[Compilation], left: Iterable[tuple[float, in
     return kinds
 
 
+# The kind columns of both tables, in order; a re-compilation after a deoptimization has its own.
+KIND_COLUMNS = ("first", "tier-up", "again", "again (deopt)")
+
+
+def kind_column(kind: Kind) -> str:
+    return "again (deopt)" if kind.after_deopt else kind.name
+
+
 def minute_of(at: float, origin: float) -> int:
     return int((at - origin) // 60)
 
@@ -309,7 +317,7 @@ def minute_rows(recording: Recording, kinds: list[tuple[Compilation, Kind]], ori
         row["osr"] += compilation.osr
         row["compile_ms"] += compilation.duration_ms
         row["tiers"][compilation.level] += 1
-        row["kinds"]["again (deopt)" if kind.after_deopt else kind.name] += 1
+        row["kinds"][kind_column(kind)] += 1
         row["families"][family(compilation.method)] += 1
     for deopt in recording.deoptimizations:
         rows[minute_of(deopt.at, origin)]["deopts"] += 1
@@ -330,7 +338,7 @@ def format_minutes(rows: list[dict[str, Any]]) -> str:
     ]
     for row in rows:
         tiers = " / ".join(str(row["tiers"][tier]) for tier in TIERS)
-        kinds = " / ".join(str(row["kinds"][k]) for k in ("first", "tier-up", "again", "again (deopt)"))
+        kinds = " / ".join(str(row["kinds"][k]) for k in KIND_COLUMNS)
         origins = ", ".join(f"{name} {count}" for name, count in row["families"].most_common(4))
         lines.append(
             f"| {row['minute']} | {row['compilations']} | {tiers} | {row['osr']} | {kinds} "
@@ -374,14 +382,14 @@ def format_window(kinds: list[tuple[Compilation, Kind]], start: float, end: floa
     end_time) in one line: per minute, by tier, by kind and by origin."""
     inside = [(c, kind) for c, kind in kinds if start <= c.at <= end]
     tiers = Counter(c.level for c, _ in inside)
-    kind_counts = Counter("again (deopt)" if kind.after_deopt else kind.name for _, kind in inside)
+    kind_counts = Counter(kind_column(kind) for _, kind in inside)
     families = Counter(family(c.method) for c, _ in inside)
     per_minute = len(inside) * 60.0 / max(end - start, 1e-9)
     return (
         f"window {end - start:.0f} s: {len(inside)} compilations ({per_minute:.0f} a minute); "
         f"tier 1 / 2 / 3 / 4: {' / '.join(str(tiers[t]) for t in TIERS)}; "
         f"first / tier-up / again / again after a deopt: "
-        f"{' / '.join(str(kind_counts[k]) for k in ('first', 'tier-up', 'again', 'again (deopt)'))}; "
+        f"{' / '.join(str(kind_counts[k]) for k in KIND_COLUMNS)}; "
         f"origins: {', '.join(f'{name} {count}' for name, count in families.most_common())}"
     )
 
