@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.analysis.load import load_stacks
+from coordinator.analysis.load import load_run_stacks
 from coordinator.report import render
 from tests.fixtures.flink_report import SOURCE, WINDOW, flink_run_dir, use_tree_templates
 from tests.fixtures.report import make_run_dir
@@ -26,7 +26,7 @@ def test_flink_vertices_show_flinks_times_beside_the_sampled_on_cpu_time(tmp_pat
     assert "Flink&#39;s own view beside the samples" in page or "Flink's own view beside the samples" in page
     assert page.index(SOURCE.replace(">", "&gt;")) < page.index(WINDOW.replace(">", "&gt;"))
     run = render.load_run(index.parent.parent)
-    view = render.build_view(run, {h.name: load_stacks(h.capture) for h in run.hosts if h.capture})
+    view = render.build_view(run, load_run_stacks(run))
     lines = {line.name: line for line in view.flink_vertices}
     assert lines[SOURCE].on_cpu_ms_per_s == pytest.approx(150.0) and lines[SOURCE].samples == 891
     assert lines[WINDOW].on_cpu_ms_per_s == pytest.approx(50.0)
@@ -48,7 +48,7 @@ def test_health_says_when_subtasks_are_not_mapped_to_taskmanagers(tmp_path: Path
 
     for run_dir, expected in ((flink_run_dir(tmp_path / "a"), "warn"), (flink_vertex_run_dir(tmp_path / "b"), "ok")):
         run = render.load_run(run_dir)
-        view = render.build_view(run, {h.name: load_stacks(h.capture) for h in run.hosts if h.capture})
+        view = render.build_view(run, load_run_stacks(run))
         # THEN a health line says whether the mapping to TaskManager ids is there
         (line,) = [h for h in view.health if h.topic.endswith("Flink subtasks")]
         assert line.level == expected, line
@@ -85,7 +85,7 @@ def test_with_off_cpu_each_vertex_gets_its_task_threads_blocked_time_by_cause(
     # WHEN its report is built and rendered
     index = render.render_report(run_dir)
     run = render.load_run(run_dir)
-    stacks = {h.name: load_stacks(h.capture) for h in run.hosts if h.capture}
+    stacks = load_run_stacks(run)
     offcpu = {"node1": {2201: read_pid_offcpu(capture_dir, 2201) or []}}
     lines = {line.name: line for line in render.build_view(run, stacks, offcpu=offcpu).flink_vertices}
     # THEN the source's blocked time per subtask and second is split by cause (6 s / 30 s / 2 = 100 ms/s)
