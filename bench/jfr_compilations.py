@@ -1,6 +1,6 @@
 """What a JVM's JIT compiled, minute by minute, read from outside the JVM: compilations per tier,
 first compilations against tier-ups and re-compilations of a method, the code's origin (Spark's
-generated classes, Kafka, Jackson, Scala, the demo's own sink, java.*), code made not entrant,
+generated classes, Janino, Hadoop, Kafka, Jackson, Scala, the demo's own sink, java.*), code made not entrant,
 deoptimization reasons and the code-cache sweeper's flushes. Two inputs:
 
 - a JFR recording (RECORDING.jfr, `jcmd PID JFR.start settings=bench/jfr_compilations.jfc ...`): also
@@ -58,6 +58,10 @@ FAMILIES = (
     ("Jackson", ("com.fasterxml.jackson.",)),
     ("Scala", ("scala.",)),
     ("ysb (demo)", ("ysb.",)),
+    # Spark's code-generation compiler (it compiles each newly generated class) and Hadoop's file
+    # system under the checkpoint and the state store
+    ("Janino", ("org.codehaus.janino.", "org.codehaus.commons.compiler.")),
+    ("Hadoop", ("org.apache.hadoop.",)),
     ("Netty", ("io.netty.", "org.apache.flink.shaded.netty4.")),
     ("Flink", ("org.apache.flink.",)),
     ("Pekko", ("org.apache.pekko.",)),
