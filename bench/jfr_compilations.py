@@ -383,18 +383,32 @@ def format_summary(recording: Recording, kinds: list[tuple[Compilation, Kind]], 
 
 def format_window(kinds: list[tuple[Compilation, Kind]], start: float, end: float) -> str:
     """The compilations between two unix times (a profiled window: run.json's start_time and
-    end_time) in one line: per minute, by tier, by kind and by origin."""
+    end_time) in one line: per minute, by tier, by kind and by origin; from a JFR recording also
+    their compile time, by tier and by origin (a unified log has none)."""
     inside = [(c, kind) for c, kind in kinds if start <= c.at <= end]
     tiers = Counter(c.level for c, _ in inside)
     kind_counts = Counter(kind_column(kind) for _, kind in inside)
     families = Counter(family(c.method) for c, _ in inside)
     per_minute = len(inside) * 60.0 / max(end - start, 1e-9)
-    return (
+    line = (
         f"window {end - start:.0f} s: {len(inside)} compilations ({per_minute:.0f} a minute); "
         f"tier 1 / 2 / 3 / 4: {' / '.join(str(tiers[t]) for t in TIERS)}; "
         f"first / tier-up / again / again after a deopt: "
         f"{' / '.join(str(kind_counts[k]) for k in KIND_COLUMNS)}; "
         f"origins: {', '.join(f'{name} {count}' for name, count in families.most_common())}"
+    )
+    tier_ms: Counter[int] = Counter()
+    family_ms: Counter[str] = Counter()
+    for compilation, _ in inside:
+        tier_ms[compilation.level] += compilation.duration_ms
+        family_ms[family(compilation.method)] += compilation.duration_ms
+    total_ms = sum(tier_ms.values())
+    if not total_ms:
+        return line
+    return (
+        f"{line}; compile ms {total_ms:.0f}, tier 1 / 2 / 3 / 4: "
+        f"{' / '.join(f'{tier_ms[t]:.0f}' for t in TIERS)}; "
+        f"by origin: {', '.join(f'{name} {ms:.0f}' for name, ms in family_ms.most_common())}"
     )
 
 
