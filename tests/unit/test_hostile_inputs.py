@@ -951,7 +951,265 @@ def round_two() -> Iterator[Case]:
     yield from publish_cases()
 
 
-CASES = list(corpus()) + list(round_two())  # round_two: issue 32's classes
+# ---------------------------------------------------------------- round three: stack tables (issue 47)
+# The tables are crafted here, below the project's writer (profiler/capture/stacktable.py): the bytes of
+# docs/capture-format.md's stack table, built by hand, so that what the writer never produces can be sent.
+
+REAL_FOLDED = Path(__file__).resolve().parents[1] / "data" / "spark_executor_real.folded"
+REAL_INTERVALS = 3
+
+
+@dataclass
+class Table:
+    """A stack table's parts as the file holds them; rows in the order given (not sorted, not merged)."""
+
+    names: list[str]
+    kinds: list[int]
+    stacks: list[list[int]]
+    rows: list[tuple[int, int, int, int]]  # interval, stack, context, samples
+    contexts: list[str]
+    timeline: bool = True
+    header_changes: dict[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        import struct
+
+        header: dict[str, Any] = {
+            "names": self.names, "kinds": self.kinds, "kind_names": ["thread", "native", "jit", "anon", "unknown",
+            "gap", "kernel", "lost"], "modules": [0] * len(self.names), "module_names": [""],
+            "contexts": self.contexts, "timeline": self.timeline, "stacks": len(self.stacks),
+            "stack_frames": sum(map(len, self.stacks)), "rows": len(self.rows),
+        }  # fmt: skip
+        header.update(self.header_changes or {})
+        text = json.dumps(header).encode("utf-8")
+        parts = [struct.pack("<5sBI", b"TPSTK", 1, len(text)), text]
+        # every stack stored whole (prefix 0): a valid prefix coding the writer does not choose
+        parts.append(struct.pack(f"<{len(self.stacks)}I", *[0] * len(self.stacks)))
+        parts.append(struct.pack(f"<{len(self.stacks)}I", *map(len, self.stacks)))
+        frames = [frame for stack in self.stacks for frame in stack]
+        parts.append(struct.pack(f"<{len(frames)}I", *frames))
+        for column, code in ((0, "I"), (1, "I"), (2, "I"), (3, "Q")):
+            parts.append(struct.pack(f"<{len(self.rows)}{code}", *(row[column] for row in self.rows)))
+        return b"".join(parts)
+
+
+def real_table() -> Table:
+    """A real executor's stacks (tests/data), spread over three intervals, every fifth row with a context."""
+    names: dict[str, int] = {}
+    stacks: list[list[int]] = []
+    rows = []
+    for number, line in enumerate(REAL_FOLDED.read_text(encoding="utf-8").splitlines()):
+        stack, count = line.rsplit(" ", 1)
+        stacks.append([names.setdefault(frame, len(names)) for frame in stack.split(";")])
+        rows.append((number % REAL_INTERVALS, number, 1 if number % 5 == 0 else 0, int(count)))
+    kinds = [0 if any(stack[0] == index for stack in stacks) else 2 for index in range(len(names))]
+    return Table(list(names), kinds, stacks, sorted(rows), ["Executor task launch worker for task 3.0 in stage 1.0 (TID 7)"])
+
+
+REAL_SAMPLES = sum(int(line.rsplit(" ", 1)[1]) for line in REAL_FOLDED.read_text(encoding="utf-8").splitlines())
+
+
+def table_run(
+    sandbox: Path, table: Table | None = None, raw: bytes | None = None, meta: dict[str, Any] | None = None
+) -> Path:
+    """A run whose one PID's stacks are ``table`` (or the gzip bytes ``raw``) in a format 5 capture of three
+    10 s intervals; ``meta``: changes to its meta.json."""
+    import gzip
+
+    run = write_run_dir(sandbox / RUN, "r1", {"h1": [PidSpec(pid=100, stacks={"t;f": 1}, cycles=1e9)]},
+                        stack_collection="ringbuf", duration=30.0)  # fmt: skip
+    pid_dir = run / "hosts/h1/pids/100"
+    (pid_dir / "stacks.folded").unlink()
+    content = raw if raw is not None else gzip.compress((table or real_table()).encode(), mtime=0)
+    (pid_dir / "stacks.tpc").write_bytes(content)
+    payload = json.loads((run / "hosts/h1/meta.json").read_text())
+    payload.update({"intervals": REAL_INTERVALS, **(meta or {})})
+    (run / "hosts/h1/meta.json").write_text(json.dumps(payload))
+    return run
+
+
+def edited(edit: Callable[[Table], None], meta: dict[str, Any] | None = None) -> Callable[[Path], Path]:
+    def build(sandbox: Path) -> Path:
+        table = real_table()
+        edit(table)
+        return table_run(sandbox, table, meta=meta)
+
+    return build
+
+
+def _rows(change: Callable[[list[tuple[int, int, int, int]]], list[tuple[int, int, int, int]]]) -> Callable[[Table], None]:
+    def edit(table: Table) -> None:
+        table.rows = change(table.rows)
+
+    return edit
+
+
+def _name(index: int, text: str, field: str = "names") -> Callable[[Table], None]:
+    def edit(table: Table) -> None:
+        getattr(table, field)[index] = text
+
+    return edit
+
+
+def _header(**changes: Any) -> Callable[[Table], None]:
+    def edit(table: Table) -> None:
+        table.header_changes = changes
+
+    return edit
+
+
+def stacks_replaced_by(kind: str) -> Callable[[Path], Path]:
+    """stacks.tpc as a directory, a FIFO, or a link (to a FIFO, to a regular file inside the capture)."""
+
+    def build(sandbox: Path) -> Path:
+        run = table_run(sandbox)
+        table = run / "hosts/h1/pids/100/stacks.tpc"
+        if kind == "directory":
+            table.unlink()
+            table.mkdir()
+            (table / "inside").write_text("x\n")
+        elif kind == "fifo":
+            table.unlink()
+            os.mkfifo(table)
+        elif kind == "link-to-fifo":
+            os.mkfifo(run / "hosts/h1/fifo")
+            table.unlink()
+            table.symlink_to(run / "hosts/h1/fifo")
+        elif kind == "link-inside":
+            table.rename(run / "hosts/h1/elsewhere.tpc")
+            table.symlink_to(run / "hosts/h1/elsewhere.tpc")
+        return run
+
+    return build
+
+
+def gzip_bomb(kind: str) -> bytes:
+    """A gzip stream inflating to 2 GiB, built a part at a time (never 2 GiB in memory here either)."""
+    import struct
+    import zlib
+
+    total = 2 << 30
+    if kind == "zeros":
+        head = b""
+    else:
+        # a valid header announcing either a small table ("padded": 2 GiB of rows after it) or 2 GiB of rows
+        rows = 1 if kind == "padded" else (total // 20)
+        text = json.dumps({"names": ["t"], "kinds": [0], "kind_names": ["thread"], "modules": [0],
+                           "module_names": [""], "contexts": [], "timeline": True, "stacks": 1,
+                           "stack_frames": 1, "rows": rows}).encode()  # fmt: skip
+        head = struct.pack("<5sBI", b"TPSTK", 1, len(text)) + text + struct.pack("<3I", 0, 1, 0)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [compressor.compress(head)]
+    block = bytes(1 << 24)
+    crc, size = zlib.crc32(head), len(head)
+    for _ in range((total - len(head)) // len(block)):
+        parts.append(compressor.compress(block))
+        crc, size = zlib.crc32(block, crc), size + len(block)
+    parts.append(compressor.flush())
+    del crc, size
+    return b"".join(parts)
+
+
+def deep_table(depth: int) -> Table:
+    """One thread with a stack of ``depth`` frames (each frame its own name), 7 samples, and a short stack."""
+    names = ["Executor task l"] + [f"f{i}" for i in range(depth - 1)] + ["org.apache.kafka.clients.consumer.KafkaConsumer.poll"]
+    return Table(names, [0] + [2] * depth, [list(range(depth + 1)), [0, depth]], [(0, 0, 0, 7), (0, 1, 0, 3)], [])
+
+
+TABLE_EDITS: list[tuple[str, Callable[[Path], Path], str]] = [
+    ("a-directory", stacks_replaced_by("directory"), "stacks.tpc"),
+    ("a-fifo", stacks_replaced_by("fifo"), "stacks.tpc"),
+    ("a-link-to-a-fifo", stacks_replaced_by("link-to-fifo"), "stacks.tpc"),
+    ("a-link-inside-the-capture", stacks_replaced_by("link-inside"), "stacks.tpc"),
+    ("row-twice", edited(_rows(lambda rows: sorted(rows + rows[5:6]))), "stacks.tpc"),
+    ("rows-unsorted", edited(_rows(lambda rows: rows[::-1])), "stacks.tpc"),
+    ("interval-past-meta", edited(_rows(lambda rows: rows[:-1] + [(REAL_INTERVALS,) + rows[-1][1:]])), "stacks.tpc"),
+    ("interval-2^32-1", edited(_rows(lambda rows: rows[:-1] + [((1 << 32) - 1,) + rows[-1][1:]])), "stacks.tpc"),
+    ("nul-in-frame", edited(_name(3, "java.lang.Thr\x00ead.run")), "stacks.tpc"),
+    ("surrogate-in-frame", edited(_name(3, "java.lang.\ud800Thread.run")), "stacks.tpc"),
+    ("nul-in-context", edited(_name(0, "Executor task launch worker\x00", "contexts")), "stacks.tpc"),
+    ("surrogate-in-context", edited(_name(0, "Executor \udfff", "contexts")), "stacks.tpc"),
+    ("meta-format-2", edited(lambda table: None, {"format_version": 2}), "meta.json"),
+    ("meta-format-3", edited(lambda table: None, {"format_version": 3}), "meta.json"),
+    ("meta-intervals-2^40", edited(lambda table: None, {"intervals": 1 << 40}), "meta.json"),
+    ("rows-announced-past-the-bytes", edited(_header(rows=10**6)), "stacks.tpc"),
+    ("rows-announced-past-the-bound", edited(_header(rows=1 << 31)), "stacks.tpc"),
+    ("frames-announced-past-the-bound", edited(_header(stack_frames=1 << 31)), "stacks.tpc"),
+]
+
+
+def table_and_folded(sandbox: Path) -> Path:
+    run = table_run(sandbox)
+    write(run / "hosts/h1/pids/100/stacks.folded", "t;f 5\n")
+    return run
+
+
+def tasks_link(sandbox: Path) -> Path:
+    """A run whose ``tasks`` folder (an older analysis's) is a link to a directory of the user's."""
+    run = tiny_run(sandbox)
+    write(sandbox / "mine" / "notes.txt", USER_NOTES)
+    (run / "tasks").symlink_to(sandbox / "mine")
+    return run
+
+
+def hosts_link(sandbox: Path) -> Path:
+    """A run whose ``hosts`` folder is a link to captures elsewhere."""
+    run = tiny_run(sandbox)
+    (run / "hosts").rename(sandbox / "elsewhere")
+    (run / "hosts").symlink_to(sandbox / "elsewhere")
+    return run
+
+
+def analysis_window(window: object) -> Callable[[Path], Path]:
+    """A run analysed before, whose analysis.json's window is ``window``."""
+
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox)
+        assert coordinator_cli.main(["analyze", str(run)]) == OK
+        record = json.loads((run / "analysis.json").read_text())
+        record["window"] = window
+        (run / "analysis.json").write_text(json.dumps(record))
+        return run
+
+    return build
+
+
+WINDOWS: list[tuple[str, object]] = [
+    ("a-string", "0-10"),
+    ("from-a-string", {"from": "zero", "to": 10, "hosts": []}),
+    ("hosts-a-string", {"from": 0, "to": 10, "hosts": "h1"}),
+    ("first-interval-a-string", {"from": 0, "to": 10, "hosts": [{"run": "r1", "host": "h1", "first_interval": "0",
+                                                                  "last_interval": 1, "whole_window": False}]}),
+    ("first-after-last", {"from": 0, "to": 10, "hosts": [{"run": "r1", "host": "h1", "first_interval": 5,
+                                                           "last_interval": 1, "whole_window": False}]}),
+    ("no-intervals", {"from": 0, "to": 10, "hosts": [{"run": "r1", "host": "h1", "whole_window": False}]}),
+]  # fmt: skip
+
+
+def round_three() -> Iterator[Case]:
+    for name, make, file_name in TABLE_EDITS:
+        for command, cli, build in archive_commands(make):
+            yield Case(f"table/{name}/{command}", cli, build, (BAD_CAPTURE,), file_name)
+        # the report draws what it can: the PID's stacks (or the host) are left out and the health panel says why
+        yield Case(f"table/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), file_name)
+        # profiler match (profiler/commands/match.py): one line too; a directory given to it is a bad argument
+        yield Case(f"table/{name}/match", "profiler", match_run(make), (BAD_INPUT, BAD_CAPTURE), file_name)
+    for command, cli, build in archive_commands(table_and_folded):
+        yield Case(f"table/beside-stacks.folded/{command}", cli, build, (BAD_CAPTURE,), "stacks.folded")
+    yield Case("rundir/tasks-a-link/analyze", "coordinator", analyze(tasks_link), (BAD_CAPTURE,), "tasks",
+               ("mine",))  # fmt: skip
+    for command, cli, build in archive_commands(hosts_link):
+        yield Case(f"rundir/hosts-a-link/{command}", cli, build, (BAD_CAPTURE,), "hosts")
+    for name, window in WINDOWS:
+        make = analysis_window(window)
+        yield Case(f"analysis.json/window-{name}/report", "coordinator", report(make), (BAD_CAPTURE,), "analysis.json")
+        yield Case(f"analysis.json/window-{name}/export", "coordinator", export(make), (BAD_CAPTURE,), "analysis.json")
+        yield Case(f"analysis.json/window-{name}/compare", "coordinator",
+                   lambda s, make=make: ["compare", _summaries(s)[0], str(make(s)), "--out", str(s / "out")],
+                   (BAD_CAPTURE,), "analysis.json")  # fmt: skip
+
+
+CASES = list(corpus()) + list(round_two()) + list(round_three())  # round_two: issue 32's classes; three: 47's
 # Reports of inputs that are odd but harmless: nothing to flag.
 REPORT_UNFLAGGED = {
     "scope.json/list/report",  # [] is a capture without processes
