@@ -1374,3 +1374,139 @@ def test_bom_never_changes_cluster_or_known_spes(spoiler: str, tmp_path: Path, m
         write(tmp_path / "spoiled.txt", SPOILERS[spoiler](text))
         plain, spoiled = load("plain.txt"), load("spoiled.txt")  # type: ignore[operator]
         assert repr(spoiled).replace("spoiled.txt", "plain.txt") == repr(plain)
+
+
+# ---------------------------------------------------------------- round three: odd but valid, bombs, depth
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "export"])
+def test_a_real_table_crafted_by_hand_gives_its_numbers(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a real executor's stacks as a table built below the writer (whole stacks, no shared prefixes)
+    monkeypatch.chdir(tmp_path)
+    run = table_run(tmp_path)
+    # WHEN a command reads it, THEN it counts every sample once
+    if command == "analyze":
+        assert coordinator_cli.main(["analyze", str(run)]) == OK
+        rows = (run / "summary.csv").read_text().splitlines()
+        header = rows[0].split(",")
+        totals = [dict(zip(header, row.split(","))) for row in rows[1:]]
+        assert {int(r["samples"]) for r in totals if r["host"] == "h1" and r["task"] == "*"} == {REAL_SAMPLES}
+    elif command == "report":
+        assert coordinator_cli.main(["report", str(run)]) == OK
+        page = (run / "report" / "index.html").read_text()
+        assert "left out" not in page and f"of {REAL_SAMPLES})" in page  # the JIT line counts every sample
+    else:
+        assert coordinator_cli.main(["export", str(run), "--format", "folded"]) == OK
+        (exported,) = (run / "exports").glob("*.folded")
+        assert sum(int(line.rsplit(" ", 1)[1]) for line in exported.read_text().splitlines()) == REAL_SAMPLES
+
+
+def test_the_spark_engines_reader_refuses_what_the_commands_refuse(tmp_path: Path) -> None:
+    """The PySpark engine's workers read each stacks file with decide.TaskDecider.read (engines._decide_function),
+    as the in-process engine does: every table refused above is refused there with the same line."""
+    from coordinator.analysis.decide import TaskDecider
+    from profiler.capture.stacktable import read_table
+    from profiler.errors import CaptureFormatError
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    decider = TaskDecider(Matcher(parse_profile(KNOWN_PROFILE, "profile")))
+    for name, make, file_name in TABLE_EDITS:
+        sandbox = tmp_path / name
+        sandbox.mkdir()
+        table = make(sandbox) / "hosts/h1/pids/100/stacks.tpc"
+        if file_name == "meta.json":
+            continue  # read_capture refuses it before any stacks file is read (the table cases above)
+        messages = []
+        for read in (decider.read, read_table):
+            with pytest.raises(CaptureFormatError) as caught:
+                read(table)
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1] and messages[0].startswith(f"{table}: ") and "\n" not in messages[0]
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    return {kind: gzip_bomb(kind) for kind in ("zeros", "padded", "announced")}
+
+
+@pytest.mark.parametrize("kind", ["zeros", "padded", "announced"])
+def test_a_gzip_bomb_is_refused_within_a_second_and_100_mb(kind: str, bombs: dict[str, bytes], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # GIVEN a capture whose table inflates to 2 GiB (zeros; a small table then 2 GiB; a header announcing 2 GiB)
+    run = table_run(tmp_path, raw=bombs[kind])
+    table = run / "hosts/h1/pids/100/stacks.tpc"
+    # WHEN a fresh process reads it (its peak RSS is the reader's own)
+    probe = (
+        "import sys, time\n"
+        "from profiler.capture.stacktable import read_table\n"
+        "from profiler.errors import CaptureFormatError\n"
+        "def peak():\n    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "before = peak()\n"
+        "start = time.perf_counter()\n"
+        "try:\n    read_table(__import__('pathlib').Path(sys.argv[1]))\n"
+        "except CaptureFormatError as exc:\n    print(exc)\n"
+        "print(time.perf_counter() - start, before, peak())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", probe, str(table)], capture_output=True, text=True, timeout=60,
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=True)  # fmt: skip
+    message, figures = done.stdout.splitlines()
+    seconds, rss_before_kib, rss_peak_kib = (float(x) for x in figures.split())
+    # THEN it is refused with one line naming the file, within 1 s and 100 MB
+    assert message.startswith(f"{table}: ") and "re-fetch" in message, message
+    assert seconds < 1.0, seconds
+    assert rss_peak_kib < 100 * 1024, (rss_before_kib, rss_peak_kib)
+    assert rss_peak_kib - rss_before_kib < 20 * 1024, (rss_before_kib, rss_peak_kib)
+
+
+DEEP_FRAMES = 100_000  # 100 times the depth where the report's JSON recursed (2 lists a frame)
+
+
+@pytest.mark.parametrize("command", ["report", "export-speedscope", "export-pprof", "export-folded"])
+def test_a_very_deep_stack_is_drawn_and_exported_without_recursion(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], alarm: None
+) -> None:
+    # GIVEN a capture with one stack of DEEP_FRAMES frames (7 samples, Kafka at its leaf) and a short one (3)
+    monkeypatch.chdir(tmp_path)
+    run = table_run(tmp_path, deep_table(DEEP_FRAMES))
+    # WHEN the report or an export is written
+    argv = ["report", str(run)] if command == "report" else ["export", str(run), "--format", command.split("-")[1]]
+    assert coordinator_cli.main(argv) == OK, capsys.readouterr().err
+    assert "Traceback" not in capsys.readouterr().err
+    # THEN the numbers are the stacks' (the deep stack's leaf decides its task)
+    if command == "report":
+        page = (run / "report" / "index.html").read_text()
+        assert "left out" not in page
+        assert f"[{DEEP_FRAMES + 1 - 2048} frames not drawn]" in page
+    elif command == "export-folded":
+        (exported,) = (run / "exports").glob("*.folded")
+        counts = sorted(int(line.rsplit(" ", 1)[1]) for line in exported.read_text().splitlines())
+        assert counts == [3, 7]
+        assert max(line.count(";") for line in exported.read_text().splitlines()) >= DEEP_FRAMES
+    else:
+        assert any((run / "exports").iterdir())
+
+
+def test_the_report_of_a_deep_stack_keeps_its_colour(tmp_path: Path) -> None:
+    from coordinator.report.flame import MAX_DRAWN_DEPTH, FrameTable, StackClassifications, build_flamegraph
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    # GIVEN a stack deeper than the flame graph draws, its task decided by its leaf
+    names = deep_table(MAX_DRAWN_DEPTH * 3).names
+    matcher = Matcher(parse_profile(KNOWN_PROFILE, "profile"))
+    classifications = StackClassifications(matcher, matcher.result_names)
+    frames = FrameTable()
+    # WHEN it is drawn
+    graph = build_flamegraph({";".join(names): 5}, classifications, frames, key="k", title="t", kind="cpu", root_name="all")
+    # THEN it is drawn MAX_DRAWN_DEPTH + 1 frames deep and its leaf keeps the task's colour
+    node, depth = graph.tree, 0
+    while node[3]:
+        node, depth = node[3][0], depth + 1
+    assert depth == MAX_DRAWN_DEPTH + 1
+    assert frames.names[node[0]].endswith("KafkaConsumer.poll") and node[2] == list(matcher.result_names).index("Kafka")
