@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -53,6 +54,7 @@ def template_environment() -> Any:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=visible_text,
     )
     env.filters["si"] = format_si
     env.filters["share"] = format_share
@@ -61,6 +63,19 @@ def template_environment() -> Any:
     env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
     env.policies["json.dumps_function"] = deep_json_dumps
     return env
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def visible_text(value: Any) -> Any:
+    """A value as a page shows it: control characters of a text (a NUL in a frame name of a hostile
+    capture, which autoescaping leaves raw) written as ``\x00``; markup and other values unchanged."""
+    import markupsafe
+
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup) and _CONTROL.search(value):
+        return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", value)
+    return value
 
 
 class _Literal(str):

@@ -1510,3 +1510,18 @@ def test_the_report_of_a_deep_stack_keeps_its_colour(tmp_path: Path) -> None:
         node, depth = node[3][0], depth + 1
     assert depth == MAX_DRAWN_DEPTH + 1
     assert frames.names[node[0]].endswith("KafkaConsumer.poll") and node[2] == list(matcher.result_names).index("Kafka")
+
+
+def test_a_nul_in_a_folded_frame_is_shown_never_written_raw_into_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a folded capture (format 1-3 readers keep NUL: test FOLDED nul-in-frame) whose unmatched frame holds a NUL
+    monkeypatch.chdir(tmp_path)
+    run = tiny_run(tmp_path)
+    stacks = run / "hosts/h1/pids/100/stacks.folded"
+    stacks.write_bytes(stacks.read_bytes() + b"Executor task l;x\x00y 4\n")
+    # WHEN the report is written
+    assert coordinator_cli.main(["report", str(run)]) == OK
+    # THEN the page shows it escaped, with no raw control character
+    page = (run / "report" / "index.html").read_bytes()
+    assert b"\x00" not in page and b"x\\x00y" in page
