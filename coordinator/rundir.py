@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from profiler.capture.checks import not_a_link
 from profiler.capture.format import (
     atomic_write_text,
     check_rate,
@@ -22,7 +23,6 @@ from profiler.capture.format import (
     is_safe_name,
     read_json_file,
 )
-from profiler.capture.checks import not_a_link
 from profiler.errors import CaptureFormatError
 
 RUN_FORMAT_VERSION = 1
@@ -106,8 +106,8 @@ def host_capture_dir(run_dir: Path, host: str) -> Path:
             f"{Path(run_dir) / RUN_FILE}: host label {host!r} is not a safe directory name; "
             "fix the entry or re-run the profile"
         )
-    hosts = not_a_link(Path(run_dir) / HOSTS_DIR, "a run directory's folders are its own: replace the link by the folder")
-    return not_a_link(hosts / host, "a run directory's folders are its own: replace the link by the folder")
+    advice = "a run directory's folders are its own: replace the link by the folder"
+    return not_a_link(not_a_link(Path(run_dir) / HOSTS_DIR, advice) / host, advice)
 
 
 def own_subdir(run_dir: Path, name: str) -> Path | None:

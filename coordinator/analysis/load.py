@@ -343,7 +343,8 @@ def _wrong_field(entry: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]
 
 
 def check_window_record(window: Mapping[str, Any], record: Path, advice: str) -> None:
-    """analysis.json's window (report, compare): the window's fields have the types `coordinator analyze` writes (a report reads them as numbers)."""
+    """analysis.json's window (report, compare): its fields have the types `coordinator analyze` writes (a
+    report reads them as numbers)."""
     problem = _wrong_field(window, _WINDOW_FIELDS)
     hosts = window.get("hosts", [])
     if problem is None and not isinstance(hosts, list):
@@ -353,7 +354,8 @@ def check_window_record(window: Mapping[str, Any], record: Path, advice: str) ->
             problem = f"a host entry is {json_kind(entry)}"
         else:
             problem = _wrong_field(entry, _WINDOW_HOST_FIELDS)
-            if problem is None and not entry.get("whole_window") and not {"first_interval", "last_interval"} <= set(entry):
+            bounds = {"first_interval", "last_interval"}
+            if problem is None and not entry.get("whole_window") and not bounds <= set(entry):
                 problem = "a host entry has no first_interval and last_interval"
             if problem is None and not 0 <= entry.get("first_interval", 0) <= entry.get("last_interval", 0):
                 problem = "first_interval and last_interval are not 0 <= first <= last"

@@ -127,7 +127,9 @@ def iterative_json_dumps(value: Any, **options: Any) -> str:
             for index in range(len(entries) - 1, -1, -1):
                 key, entry = entries[index]
                 push(entry)
-                text = encode_text(key if type(key) is str else constants.get(key, str(key)) if key is None or type(key) is bool else str(key))
+                if type(key) is not str:  # as json: None, True and False as null, true, false
+                    key = constants[key] if key is None or type(key) is bool else str(key)
+                text = encode_text(key)
                 push(_Literal((item_separator if index else "") + text + key_separator))
         elif item is None or kind is bool:
             append(constants[item])

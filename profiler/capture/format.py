@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import CaptureFormatError
 from ..files.textinput import TEXT_ENCODING, open_text
+from .checks import not_a_link, open_regular, present, row_interval_error
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
 from .offcpu import (
     CAUSES,
@@ -39,7 +40,6 @@ from .offcpu import (
     read_offcpu_lines,
     with_threads,
 )
-from .checks import not_a_link, open_regular, present, row_interval_error
 from .stacktable import STACK_TABLE_FILE, StackTable, read_table
 
 FORMAT_VERSION = 5
@@ -689,7 +689,9 @@ def read_meta(capture_dir: Path) -> RunMeta:
     check_times(path, meta.start_time, meta.end_time, "re-run the capture")
     check_rate(path, meta.frequency, meta.duration_requested, "re-run the capture")
     if not 0 <= meta.intervals <= MAX_INTERVALS:
-        raise CaptureFormatError(f"{path}: intervals {meta.intervals!r} is not 0 to {MAX_INTERVALS}; re-run the capture")
+        raise CaptureFormatError(
+            f"{path}: intervals {meta.intervals!r} is not 0 to {MAX_INTERVALS}; re-run the capture"
+        )
     return meta
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
+from ..capture.checks import present
 from ..capture.format import (
     META_FILE,
     PIDS_DIR,
@@ -35,7 +36,6 @@ from ..capture.format import (
     read_meta,
     read_sampler_stats,
 )
-from ..capture.checks import present
 from ..capture.stacktable import STACK_TABLE_FILE, is_table_file, read_table
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import CaptureFormatError, ConfigError

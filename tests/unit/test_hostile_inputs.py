@@ -1003,7 +1003,8 @@ def real_table() -> Table:
         stacks.append([names.setdefault(frame, len(names)) for frame in stack.split(";")])
         rows.append((number % REAL_INTERVALS, number, 1 if number % 5 == 0 else 0, int(count)))
     kinds = [0 if any(stack[0] == index for stack in stacks) else 2 for index in range(len(names))]
-    return Table(list(names), kinds, stacks, sorted(rows), ["Executor task launch worker for task 3.0 in stage 1.0 (TID 7)"])
+    context = "Executor task launch worker for task 3.0 in stage 1.0 (TID 7)"
+    return Table(list(names), kinds, stacks, sorted(rows), [context])
 
 
 REAL_SAMPLES = sum(int(line.rsplit(" ", 1)[1]) for line in REAL_FOLDED.read_text(encoding="utf-8").splitlines())
@@ -1037,7 +1038,10 @@ def edited(edit: Callable[[Table], None], meta: dict[str, Any] | None = None) ->
     return build
 
 
-def _rows(change: Callable[[list[tuple[int, int, int, int]]], list[tuple[int, int, int, int]]]) -> Callable[[Table], None]:
+Rows = list[tuple[int, int, int, int]]
+
+
+def _rows(change: Callable[[Rows], Rows]) -> Callable[[Table], None]:
     def edit(table: Table) -> None:
         table.rows = change(table.rows)
 
@@ -1112,7 +1116,8 @@ def gzip_bomb(kind: str) -> bytes:
 
 def deep_table(depth: int) -> Table:
     """One thread with a stack of ``depth`` frames (each frame its own name), 7 samples, and a short stack."""
-    names = ["Executor task l"] + [f"f{i}" for i in range(depth - 1)] + ["org.apache.kafka.clients.consumer.KafkaConsumer.poll"]
+    leaf = "org.apache.kafka.clients.consumer.KafkaConsumer.poll"
+    names = ["Executor task l"] + [f"f{i}" for i in range(depth - 1)] + [leaf]
     return Table(names, [0] + [2] * depth, [list(range(depth + 1)), [0, depth]], [(0, 0, 0, 7), (0, 1, 0, 3)], [])
 
 
@@ -1503,7 +1508,8 @@ def test_the_report_of_a_deep_stack_keeps_its_colour(tmp_path: Path) -> None:
     classifications = StackClassifications(matcher, matcher.result_names)
     frames = FrameTable()
     # WHEN it is drawn
-    graph = build_flamegraph({";".join(names): 5}, classifications, frames, key="k", title="t", kind="cpu", root_name="all")
+    stack = ";".join(names)
+    graph = build_flamegraph({stack: 5}, classifications, frames, key="k", title="t", kind="cpu", root_name="all")
     # THEN it is drawn MAX_DRAWN_DEPTH + 1 frames deep and its leaf keeps the task's colour
     node, depth = graph.tree, 0
     while node[3]:
