@@ -200,6 +200,8 @@ def _build(
     for stack, count in pruned.kept.items():
         names = stack.split(FRAME_SEPARATOR)
         task, decider = classify(stack, names)  # on the whole stack: a cut changes no colour
+        if len(names) > max_depth:
+            max_depth = len(names)
         if len(names) > MAX_DRAWN_DEPTH:
             names, decider = _cut_deep(names, decider)
         _add(root, task, count)
@@ -219,8 +221,6 @@ def _build(
                     decides = child[4] = {}
                 decides[task] = decides.get(task, 0) + count
             node = child
-        if len(names) > max_depth:
-            max_depth = len(names)
     if pruned.dropped_stacks:
         marker_frame = intern(dropped_frame_name(pruned.dropped_stacks, pruned.dropped_samples))
         if root[5] is None:
