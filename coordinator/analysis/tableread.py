@@ -83,7 +83,7 @@ def read_table_arrays(path: Path) -> TableArrays:
     return decode_table_arrays(read_table_bytes(path), str(path), capture_interval_limit(path))
 
 
-def decode_table_arrays(raw: bytes, source: str, interval_limit: int | None = None) -> TableArrays:
+def decode_table_arrays(raw: bytes | bytearray, source: str, interval_limit: int | None = None) -> TableArrays:
     """stacktable.decode_table's checks, in its order, on numpy views of ``raw``."""
     header, at = decode_header(raw, source)
     views = [

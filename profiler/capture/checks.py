@@ -146,7 +146,6 @@ class BoundedInflater:
     def __init__(self, handle: BinaryIO, source: str) -> None:
         self._handle, self._source = handle, source
         self._inflater = zlib.decompressobj(31)  # gzip wrapper: header, CRC32 and length checked by zlib
-        self._pending = b""  # input not yet given to zlib
         self.compressed_size = os.fstat(handle.fileno()).st_size
 
     def _corrupt(self, detail: str) -> CaptureFormatError:
@@ -157,8 +156,7 @@ class BoundedInflater:
         while True:
             if self._inflater.eof:
                 return b""
-            data = self._inflater.unconsumed_tail or self._pending
-            self._pending = b""
+            data = self._inflater.unconsumed_tail
             if not data:
                 data = self._handle.read(READ_CHUNK)
                 if not data:

@@ -504,7 +504,7 @@ def capture_interval_limit(path: Path) -> int | None:
     return interval_limit_of(path)
 
 
-def read_table_bytes(path: Path) -> bytes:
+def read_table_bytes(path: Path) -> bytearray:
     """A stacks.tpc's uncompressed bytes (``decode_table``'s input); errors as ``read_table``. Inflated a
     part at a time and never past the size its header announces, which must fit the file's compressed
     bytes and MAX_TABLE_BYTES: a crafted stream is refused at its first byte too many."""
@@ -527,7 +527,7 @@ def read_table_bytes(path: Path) -> bytes:
             raise bad_table(source, "cut short (the arrays the header announces are not all there)")
         if not stream.at_end():
             raise bad_table(source, f"bytes after the last row (more than the {total} bytes the header announces)")
-    return bytes(raw)
+    return raw  # not copied: a table's bytes are held once
 
 
 def _check_announced(size: int, compressed: int, source: str) -> None:
@@ -558,7 +558,7 @@ class TableHeader:
 ARRAY_LAYOUT = (("I", 0), ("I", 0), ("I", 1), ("I", 2), ("I", 2), ("I", 2), ("Q", 2))
 
 
-def decode_header(raw: bytes, source: str, preamble_only: bool = False) -> tuple[TableHeader, int]:
+def decode_header(raw: bytes | bytearray, source: str, preamble_only: bool = False) -> tuple[TableHeader, int]:
     """The checked header of a table's bytes and where its arrays start (``preamble_only``: the magic and
     version checked, nothing returned)."""
     if len(raw) < _PREAMBLE.size or raw[:5] != MAGIC:
@@ -584,7 +584,7 @@ def decode_header(raw: bytes, source: str, preamble_only: bool = False) -> tuple
     return TableHeader(names, kinds, modules, contexts, bool(header["timeline"]), (sizes[0], sizes[1], sizes[2])), at
 
 
-def array_spans(raw: bytes, at: int, header: TableHeader, source: str) -> list[tuple[str, int, int]]:
+def array_spans(raw: bytes | bytearray, at: int, header: TableHeader, source: str) -> list[tuple[str, int, int]]:
     """(typecode, start, length) of each array of ``ARRAY_LAYOUT``; a file cut short or with bytes after the
     last row is a CaptureFormatError."""
     spans = []
@@ -600,7 +600,7 @@ def array_spans(raw: bytes, at: int, header: TableHeader, source: str) -> list[t
     return spans
 
 
-def decode_table(raw: bytes, source: str, interval_limit: int | None = None) -> StackTable:
+def decode_table(raw: bytes | bytearray, source: str, interval_limit: int | None = None) -> StackTable:
     """``encode_table``'s inverse; every id and length is checked before it is used. (The coordinator's
     numpy reader, coordinator/analysis/tableread.py, makes the same checks with the same messages.)"""
     header, at = decode_header(raw, source)
