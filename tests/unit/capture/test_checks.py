@@ -1,4 +1,4 @@
-"""profiler/capture/checks.py: the capture validator's pieces (the commands' view: tests/unit/test_hostile_inputs.py)."""
+"""profiler/capture/checks.py: the capture validator's pieces (the commands' view: test_hostile_inputs.py)."""
 
 from __future__ import annotations
 
