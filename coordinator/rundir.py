@@ -6,12 +6,14 @@ docs/capture-format.md ("Coordinator run directory") describes the same layout f
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from profiler.capture.checks import not_a_link
 from profiler.capture.format import (
     atomic_write_text,
     check_rate,
@@ -104,7 +106,19 @@ def host_capture_dir(run_dir: Path, host: str) -> Path:
             f"{Path(run_dir) / RUN_FILE}: host label {host!r} is not a safe directory name; "
             "fix the entry or re-run the profile"
         )
-    return Path(run_dir) / HOSTS_DIR / host
+    advice = "a run directory's folders are its own: replace the link by the folder"
+    return not_a_link(not_a_link(Path(run_dir) / HOSTS_DIR, advice) / host, advice)
+
+
+def own_subdir(run_dir: Path, name: str) -> Path | None:
+    """A folder the run directory holds (``tasks`` of an older analysis): None when absent; a link (to a
+    folder elsewhere, which a rmtree would empty) or a file there is a CaptureFormatError naming it."""
+    path = not_a_link(Path(run_dir) / name, "a run directory's folders are its own: remove the link")
+    if not os.path.lexists(path):
+        return None
+    if not path.is_dir():
+        raise CaptureFormatError(f"{path}: not a directory where the run keeps one; move it away")
+    return path
 
 
 def is_run_dir(path: Path) -> bool:

@@ -119,7 +119,9 @@ def analysis_stacks(analysis_dir: Path) -> dict[str, int]:
     """Every workload stack an analysis counted, the input of compare's differential flamegraph: the
     stacks of its inputs (analysis.json) over its sub-window, read from the captures. An analysis made
     before format 4 kept them in tasks/*.folded and unmatched.folded (each stack in one of them)."""
-    if not (analysis_dir / TASKS_DIR).is_dir():
+    from coordinator.rundir import own_subdir
+
+    if own_subdir(analysis_dir, TASKS_DIR) is None:
         return _captured_stacks(analysis_dir)
     from profiler.capture.folded import read_folded
 
@@ -153,6 +155,11 @@ def _captured_stacks(analysis_dir: Path) -> dict[str, int]:
     if len(directories) != len(inputs) or not all(isinstance(directory, str) for directory in directories):
         raise CaptureFormatError(f"{path}: an input without its directory; re-run `coordinator analyze`")
     window = record.get("window")
+    if window is not None:
+        from coordinator.analysis.load import check_window_record
+
+        advice = "re-run `coordinator analyze`"
+        check_window_record(expect_json(window, dict, path, "window", advice), path, advice)
     sub_window = SubWindow(window.get("from"), window.get("to")) if isinstance(window, dict) else None
     merged: dict[str, int] = {}
     for run in read_inputs([Path(str(directory)) for directory in directories], None, sub_window):

@@ -43,7 +43,7 @@ from coordinator.analysis.rows import (
     window_notes,
 )
 from coordinator.analysis.timeline import SubWindow
-from coordinator.rundir import RUN_FILE
+from coordinator.rundir import RUN_FILE, own_subdir
 from profiler.capture.format import FlinkSubtask, atomic_write_text, format_result_csv
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
 from profiler.files.outputs import check_output_dir, mark_output_dir
@@ -371,6 +371,7 @@ def _check_out_dir(out_dir: Path, runs: Sequence[RunInput]) -> None:
     """A new directory, a run directory or a previous analysis (replaced); never a host capture, nor a
     directory of the user's own files (profiler.files.outputs)."""
     check_output_dir(out_dir, "--out", force=False, own_kind=(RUN_FILE, ANALYSIS_FILE), replace_own=True)
+    own_subdir(out_dir, TASKS_DIR)  # a link there is refused before any work, never removed through
     for run in runs:
         for host in run.hosts:
             if host.capture_dir is not None and out_dir.resolve() == host.capture_dir.resolve():
@@ -464,8 +465,9 @@ def _write_summary(
         scratch / ANALYSIS_FILE,
         analysis_record(runs, profile_text, profile_source, file_names, master, window),
     )
-    if (out_dir / TASKS_DIR).is_dir():
-        shutil.rmtree(out_dir / TASKS_DIR)
+    tasks = own_subdir(out_dir, TASKS_DIR)
+    if tasks is not None:
+        shutil.rmtree(tasks)
     for name in (UNMATCHED_FILE, ANALYSIS_FILE, SUMMARY_FILE):
         os.replace(scratch / name, out_dir / name)
 

@@ -310,10 +310,56 @@ def read_analysis_record(summary: Path | None) -> tuple[str | None, str | None, 
     payload = expect_json(read_json_file(record, advice, advice), dict, record, "the file", advice)
     window = payload.get("window")
     if window is not None:
-        expect_json(window, dict, record, "window", advice)
+        check_window_record(expect_json(window, dict, record, "window", advice), record, advice)
     text = payload.get("profile_text")
     if text is not None and not isinstance(text, str):
         raise CaptureFormatError(f"{record}: profile_text is {json_kind(text)}, expected a string; {advice}")
     if text is None:
         return None, None, window
     return text, str(payload.get("profile_source") or record), window
+
+
+# analysis.json's window (rows.window_record): field -> the JSON types it may hold.
+_WINDOW_FIELDS: Mapping[str, tuple[type, ...]] = {"from": (int, float, type(None)), "to": (int, float, type(None))}
+_WINDOW_HOST_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "run": (str,),
+    "host": (str,),
+    "first_interval": (int,),
+    "last_interval": (int,),
+    "interval": (int, float),
+    "from": (int, float),
+    "to": (int, float),
+    "whole_window": (bool,),
+    "counters": (dict,),
+}
+
+
+def _wrong_field(entry: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]]) -> str | None:
+    for name, kinds in fields.items():
+        value = entry.get(name)
+        if name in entry and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+            return f"{name} is {json_kind(value)}"
+    return None
+
+
+def check_window_record(window: Mapping[str, Any], record: Path, advice: str) -> None:
+    """analysis.json's window (report, compare): its fields have the types `coordinator analyze` writes (a
+    report reads them as numbers)."""
+    problem = _wrong_field(window, _WINDOW_FIELDS)
+    hosts = window.get("hosts", [])
+    if problem is None and not isinstance(hosts, list):
+        problem = f"hosts is {json_kind(hosts)}"
+    for entry in hosts if problem is None else ():
+        if not isinstance(entry, dict):
+            problem = f"a host entry is {json_kind(entry)}"
+        else:
+            problem = _wrong_field(entry, _WINDOW_HOST_FIELDS)
+            bounds = {"first_interval", "last_interval"}
+            if problem is None and not entry.get("whole_window") and not bounds <= set(entry):
+                problem = "a host entry has no first_interval and last_interval"
+            if problem is None and not 0 <= entry.get("first_interval", 0) <= entry.get("last_interval", 0):
+                problem = "first_interval and last_interval are not 0 <= first <= last"
+        if problem is not None:
+            break
+    if problem is not None:
+        raise CaptureFormatError(f"{record}: window: {problem}, not as `coordinator analyze` writes it; {advice}")

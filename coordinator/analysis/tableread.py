@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from profiler.capture.checks import row_interval_error, row_order_error
 from profiler.capture.folded import KERNEL_SUFFIX, MAX_COUNT
 from profiler.capture.stacktable import (
     FRAME_ID_ERROR,
@@ -26,6 +27,7 @@ from profiler.capture.stacktable import (
     TableHeader,
     array_spans,
     bad_table,
+    capture_interval_limit,
     decode_header,
     prefix_error,
     read_table_bytes,
@@ -77,11 +79,11 @@ class TableArrays:
 
 
 def read_table_arrays(path: Path) -> TableArrays:
-    """The arrays of a stacks.tpc; errors as stacktable.read_table's."""
-    return decode_table_arrays(read_table_bytes(path), str(path))
+    """The arrays of a stacks.tpc; errors as stacktable.read_table's (rows inside its capture's window)."""
+    return decode_table_arrays(read_table_bytes(path), str(path), capture_interval_limit(path))
 
 
-def decode_table_arrays(raw: bytes, source: str) -> TableArrays:
+def decode_table_arrays(raw: bytes | bytearray, source: str, interval_limit: int | None = None) -> TableArrays:
     """stacktable.decode_table's checks, in its order, on numpy views of ``raw``."""
     header, at = decode_header(raw, source)
     views = [
@@ -98,6 +100,7 @@ def decode_table_arrays(raw: bytes, source: str) -> TableArrays:
         raise bad_table(source, ROW_CONTEXT_ERROR)
     if len(counts) and int(counts.max()) > MAX_COUNT:
         raise bad_table(source, ROW_COUNT_ERROR)
+    _check_rows(intervals, stack_ids, context_ids, interval_limit, source)
     return TableArrays(header, prefixes, suffix_lengths, suffixes, intervals, stack_ids, context_ids, counts)
 
 
@@ -114,3 +117,19 @@ def _check_prefixes(prefixes: np.ndarray, suffix_lengths: np.ndarray, frames: in
         raise bad_table(source, prefix_error(int(np.argmax(wrong))))
     if int(suffix_lengths.sum()) != frames:
         raise bad_table(source, LEFTOVER_ERROR)
+
+
+def _check_rows(
+    intervals: np.ndarray, stack_ids: np.ndarray, context_ids: np.ndarray, limit: int | None, source: str
+) -> None:
+    """checks.row_problem with numpy: intervals inside the window, rows strictly in (interval, stack,
+    context) order (a row listed twice counts its samples twice)."""
+    if limit is not None and len(intervals) and int(intervals.max()) >= limit:
+        raise bad_table(source, row_interval_error(int(intervals.max()), limit))
+    if len(intervals) < 2:
+        return
+    steps = [np.diff(column) for column in (intervals, stack_ids, context_ids)]
+    increasing = (steps[0] > 0) | ((steps[0] == 0) & ((steps[1] > 0) | ((steps[1] == 0) & (steps[2] > 0))))
+    if not increasing.all():
+        row = int(np.argmin(increasing))
+        raise bad_table(source, row_order_error(row + 1, not any(int(step[row]) for step in steps)))

@@ -199,7 +199,11 @@ def _build(
     max_depth = 0
     for stack, count in pruned.kept.items():
         names = stack.split(FRAME_SEPARATOR)
-        task, decider = classify(stack, names)
+        task, decider = classify(stack, names)  # on the whole stack: a cut changes no colour
+        if len(names) > max_depth:
+            max_depth = len(names)
+        if len(names) > MAX_DRAWN_DEPTH:
+            names, decider = _cut_deep(names, decider)
         _add(root, task, count)
         node = root
         for depth, name in enumerate(names):
@@ -217,8 +221,6 @@ def _build(
                     decides = child[4] = {}
                 decides[task] = decides.get(task, 0) + count
             node = child
-        if len(names) > max_depth:
-            max_depth = len(names)
     if pruned.dropped_stacks:
         marker_frame = intern(dropped_frame_name(pruned.dropped_stacks, pruned.dropped_samples))
         if root[5] is None:
@@ -239,6 +241,21 @@ def _build(
 
 
 _UNSET = -2
+# Frames of a stack drawn in a flame graph: a deeper stack (a runaway recursion, a hostile capture of 10^6
+# frames) keeps both ends, root and leaf, around one frame saying how many are not drawn; a browser draws
+# it, and the page stays a few MB.
+MAX_DRAWN_DEPTH = 2048
+
+
+def _cut_deep(names: list[str], decider: int | None) -> tuple[list[str], int | None]:
+    """A stack deeper than MAX_DRAWN_DEPTH as drawn, and where its deciding frame is drawn (the cut's frame
+    when the decider lies in the cut)."""
+    half = MAX_DRAWN_DEPTH // 2
+    cut = len(names) - 2 * half
+    drawn = names[:half] + [f"[{cut} frames not drawn]"] + names[-half:]
+    if decider is not None and decider >= half:
+        decider = half if decider < len(names) - half else decider - cut + 1
+    return drawn, decider
 
 
 def _add(node: list[Any], task: int, count: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from importlib import resources
+from json.encoder import encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,88 @@ def template_environment() -> Any:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=visible_text,
     )
     env.filters["si"] = format_si
     env.filters["share"] = format_share
     env.filters["number"] = format_number
     env.filters["bytes"] = format_bytes
     env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
+    env.policies["json.dumps_function"] = deep_json_dumps
     return env
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def visible_text(value: Any) -> Any:
+    """A value as a page shows it: control characters of a text (a NUL in a frame name of a hostile
+    capture, which autoescaping leaves raw) written as ``\x00``; markup and other values unchanged."""
+    import markupsafe
+
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup) and _CONTROL.search(value):
+        return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", value)
+    return value
+
+
+class _Literal(str):
+    """JSON text to emit as is (a bracket, a separator, a key) among the values deep_json_dumps encodes."""
+
+
+def deep_json_dumps(value: Any, **options: Any) -> str:
+    """``json.dumps``, also of nesting deeper than the interpreter's recursion limit (a flame graph of a stack
+    of thousands of frames: two levels of lists a frame): the C encoder first, an iterative walk when it
+    gives up. Same text either way."""
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        return iterative_json_dumps(value, **options)
+
+
+def iterative_json_dumps(value: Any, **options: Any) -> str:
+    """``json.dumps(value, **options)`` by a walk that keeps its own stack (never recurses)."""
+    item_separator, key_separator = options.get("separators") or (", ", ": ")
+    scalar_options = {key: option for key, option in options.items() if key != "separators"}
+    encode_text = encode_basestring_ascii if options.get("ensure_ascii", True) else encode_basestring
+    close_list, close_dict, separator = _Literal("]"), _Literal("}"), _Literal(item_separator)
+    constants = {None: "null", True: "true", False: "false"}
+    out: list[str] = []
+    append = out.append
+    pending: list[Any] = [value]
+    push = pending.append
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is _Literal:
+            append(item)
+        elif kind is int:
+            append(int.__repr__(item))
+        elif kind is str:
+            append(encode_text(item))
+        elif kind is list or kind is tuple:
+            append("[")
+            push(close_list)
+            for index in range(len(item) - 1, 0, -1):
+                push(item[index])
+                push(separator)
+            if item:
+                push(item[0])
+        elif kind is dict:
+            append("{")
+            push(close_dict)
+            entries = sorted(item.items()) if options.get("sort_keys") else list(item.items())
+            for index in range(len(entries) - 1, -1, -1):
+                key, entry = entries[index]
+                push(entry)
+                if type(key) is not str:  # as json: None, True and False as null, true, false
+                    key = constants[key] if key is None or type(key) is bool else str(key)
+                text = encode_text(key)
+                push(_Literal((item_separator if index else "") + text + key_separator))
+        elif item is None or kind is bool:
+            append(constants[item])
+        else:
+            append(json.dumps(item, **scalar_options))
+    return "".join(out)
 
 
 def _asset(name: str) -> bytes:
@@ -107,7 +184,7 @@ def _copy_assets(target: Path) -> None:
 
 def payload_size(view: ReportView) -> int:
     """Bytes of the JSON the page carries (shown on the page and in report.json)."""
-    return len(json.dumps(view.payload, separators=(",", ":")).encode("utf-8"))
+    return len(deep_json_dumps(view.payload, separators=(",", ":")).encode("utf-8"))
 
 
 def render_html(view: ReportView, payload_bytes: int | None = None) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import CaptureFormatError
 from ..files.textinput import TEXT_ENCODING, open_text
+from .checks import not_a_link, open_regular, present, row_interval_error
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
 from .offcpu import (
     CAUSES,
@@ -506,7 +507,7 @@ def read_spark_plans(capture_dir: Path) -> dict[str, Any] | None:
     """spark.json (v3): the Spark drivers' stages, jobs and codegen operators; None when absent.
     Only its shape is checked here; profiler/engines/sparkplan.py's readers skip entries they cannot use."""
     path = capture_dir / SPARK_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     payload = _versioned(_load_json(capture_dir, path), path, SPARK_READABLE_VERSIONS)
     expect_json(payload.get("plans", []), list, path, "plans")
@@ -582,13 +583,15 @@ def _cell(value: Any) -> str:
 # ---------------------------------------------------------------- reading
 
 
-def read_json_file(path: Path, if_missing: str, if_invalid: str) -> Any:
-    """The JSON of one file of a capture, run or report. A missing or unparsable file is a
-    CaptureFormatError naming the file (and line) followed by the caller's advice."""
+def read_json_file(path: Path, if_missing: str, if_invalid: str, follow: bool = True) -> Any:
+    """The JSON of one file of a capture, run or report. A missing or unparsable file, or one that is not
+    a regular file (a directory, a FIFO; with ``follow`` False a link), is a CaptureFormatError naming the
+    file (and line) followed by the caller's advice."""
+    if not os.path.lexists(path):
+        raise CaptureFormatError(f"{path}: missing; {if_missing}")
     try:
-        return json.loads(path.read_text(encoding=TEXT_ENCODING))  # a BOM is not part of the JSON
-    except FileNotFoundError:
-        raise CaptureFormatError(f"{path}: missing; {if_missing}") from None
+        with open_regular(path, follow=follow, advice=if_invalid) as handle:
+            return json.loads(handle.read().decode(TEXT_ENCODING))  # a BOM is not part of the JSON
     except json.JSONDecodeError as exc:
         raise CaptureFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); {if_invalid}") from None
     except UnicodeDecodeError as exc:
@@ -599,7 +602,10 @@ def read_json_file(path: Path, if_missing: str, if_invalid: str) -> Any:
 
 def _load_json(capture_dir: Path, path: Path) -> Any:
     return read_json_file(
-        contained(capture_dir, path), "is this a capture directory written by `profiler run`?", "re-run the capture"
+        contained(capture_dir, path),
+        "is this a capture directory written by `profiler run`?",
+        "re-run the capture",
+        follow=False,
     )
 
 
@@ -682,7 +688,33 @@ def read_meta(capture_dir: Path) -> RunMeta:
         )
     check_times(path, meta.start_time, meta.end_time, "re-run the capture")
     check_rate(path, meta.frequency, meta.duration_requested, "re-run the capture")
+    if not 0 <= meta.intervals <= MAX_INTERVALS:
+        raise CaptureFormatError(
+            f"{path}: intervals {meta.intervals!r} is not 0 to {MAX_INTERVALS}; re-run the capture"
+        )
     return meta
+
+
+MAX_INTERVALS = 10_000_000  # timeline slices of a window: 7 days (--duration's bound) of 0.1 s (--interval's)
+
+
+def window_intervals(meta: RunMeta) -> int:
+    """The intervals a capture's rows may lie in: meta.json's ``intervals``; for a capture that does not
+    say (written before it was kept), those of its window and one more (the first ring-buffer runner
+    numbered the window's last sliver one too high), at most MAX_INTERVALS."""
+    if meta.intervals > 0:
+        return meta.intervals
+    slices = meta.duration / meta.interval
+    return MAX_INTERVALS if not slices < MAX_INTERVALS - 1 else max(1, math.ceil(slices)) + 1
+
+
+def interval_limit_of(path: Path) -> int | None:
+    """``window_intervals`` of the capture a PID's stacks file lies in (``<capture>/pids/<pid>/<file>``);
+    None for a file outside a capture (`profiler match FILE`)."""
+    capture_dir = Path(path).parent.parent.parent
+    if Path(path).parent.parent.name != PIDS_DIR or not (capture_dir / META_FILE).is_file():
+        return None
+    return window_intervals(read_meta(capture_dir))
 
 
 # Unix times a capture can hold: after 1970, before the year 3000 (time.localtime of 1e300 overflows).
@@ -722,12 +754,14 @@ def read_scope(capture_dir: Path) -> list[ProcessInfo]:
 
 
 def _pid_file(capture_dir: Path, pid: int, name: str) -> Path:
-    return contained(capture_dir, pid_dir(capture_dir, pid) / name)
+    directory = pid_dir(capture_dir, pid)
+    not_a_link(directory.parent)
+    return contained(capture_dir, not_a_link(directory) / name)
 
 
 def read_counters(capture_dir: Path, pid: int) -> PidCounters | None:
     path = _pid_file(capture_dir, pid, COUNTERS_FILE)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     events = expect_json(payload.get("events"), dict, path, "events")
@@ -738,12 +772,12 @@ def read_counters(capture_dir: Path, pid: int) -> PidCounters | None:
 
 def read_sampler_stats(capture_dir: Path, pid: int) -> SamplerStats | None:
     path = _pid_file(capture_dir, pid, SAMPLER_FILE)
-    return from_json_object(SamplerStats, _load_json(capture_dir, path), path) if path.exists() else None
+    return from_json_object(SamplerStats, _load_json(capture_dir, path), path) if os.path.lexists(path) else None
 
 
 def read_net(capture_dir: Path, pid: int) -> NetStats | None:
     path = _pid_file(capture_dir, pid, NET_FILE)
-    return from_json_object(NetStats, _load_json(capture_dir, path), path) if path.exists() else None
+    return from_json_object(NetStats, _load_json(capture_dir, path), path) if os.path.lexists(path) else None
 
 
 def write_offcpu(capture_dir: Path, pid: int, entries: Iterable[OffCpuEntry]) -> None:
@@ -759,11 +793,11 @@ def read_pid_offcpu(capture_dir: Path, pid: int) -> list[OffCpuEntry] | None:
     """``pid``'s off-CPU entries, with their threads where offcpu_threads.json gives them; None when the run
     had no --off-cpu (or an older profiler wrote it)."""
     path = _pid_file(capture_dir, pid, OFFCPU_FILE)
-    if not path.is_file():
+    if not present(path):
         return None
     lines = read_offcpu_lines(path)
     threads_path = _pid_file(capture_dir, pid, OFFCPU_THREADS_FILE)
-    if threads_path.is_file():
+    if present(threads_path):
         lines = with_threads(lines, _load_json(capture_dir, threads_path), str(threads_path))
     return merge_entries(lines)
 
@@ -814,12 +848,12 @@ def _offcpu_timeline_lines(path: Path) -> list[tuple[int, OffCpuEntry]]:
 def read_pid_offcpu_timeline(capture_dir: Path, pid: int) -> dict[int, list[OffCpuEntry]] | None:
     """``pid``'s off-CPU entries per interval; None when the capture has none (no --off-cpu, or older than v5)."""
     path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_FILE)
-    if not path.is_file():
+    if not present(path):
         return None
     lines = _offcpu_timeline_lines(path)
     threads_path = _pid_file(capture_dir, pid, OFFCPU_TIMELINE_THREADS_FILE)
     entries = [entry for _interval, entry in lines]
-    if threads_path.is_file():
+    if present(threads_path):
         payload = _load_json(capture_dir, threads_path)
         entries = with_threads(entries, payload, str(threads_path), OFFCPU_TIMELINE_FILE)
     by_interval: dict[int, list[OffCpuEntry]] = {}
@@ -832,7 +866,7 @@ def read_pid_offcpu_contexts(capture_dir: Path, pid: int) -> dict[int, list[OffC
     """``pid``'s blocked time of threads with a context, per interval (entries with ``context`` set); None
     when the capture has no offcpu_contexts.json (no --off-cpu, or made before contexts were kept)."""
     path = _pid_file(capture_dir, pid, OFFCPU_CONTEXTS_FILE)
-    if not path.is_file():
+    if not present(path):
         return None
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     names = expect_json(payload.get("contexts", []), list, path, "contexts")
@@ -864,7 +898,7 @@ def read_pid_offcpu_contexts(capture_dir: Path, pid: int) -> dict[int, list[OffC
 
 def read_events(capture_dir: Path) -> EventCount | None:
     path = capture_dir / EVENTS_FILE
-    return from_json_object(EventCount, _load_json(capture_dir, path), path) if path.exists() else None
+    return from_json_object(EventCount, _load_json(capture_dir, path), path) if os.path.lexists(path) else None
 
 
 FLINK_READABLE_VERSIONS = (1, FLINK_FORMAT_VERSION)
@@ -887,7 +921,7 @@ def _versioned(payload: Any, path: Path, readable: tuple[int, ...]) -> dict[str,
 def read_flink_placement(capture_dir: Path) -> tuple[tuple[FlinkSubtask, ...], tuple[FlinkTaskManager, ...]]:
     """flink.json's subtasks and TaskManagers (v2); empty for a v1 file or when the REST API did not say."""
     path = capture_dir / FLINK_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return (), ()
     payload = _versioned(_load_json(capture_dir, path), path, FLINK_READABLE_VERSIONS)
     subtasks = expect_json(payload.get("subtasks", []), list, path, "subtasks")
@@ -901,7 +935,7 @@ def read_flink_placement(capture_dir: Path) -> tuple[tuple[FlinkSubtask, ...], t
 def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
     """Flink's own view of its job vertices over the window (flink.json), empty when absent."""
     path = capture_dir / FLINK_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return ()
     payload = _versioned(_load_json(capture_dir, path), path, FLINK_READABLE_VERSIONS)
     entries = expect_json(payload.get("vertices", []), list, path, "vertices")
@@ -910,7 +944,7 @@ def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
 
 def read_overhead(capture_dir: Path) -> Overhead | None:
     path = capture_dir / OVERHEAD_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     points = expect_json(payload.get("timeline") or [], list, path, "timeline")
@@ -925,6 +959,7 @@ def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
     if path.name == STACK_TABLE_FILE:
         yield from read_table(path).timeline_entries()
         return
+    limit = interval_limit_of(path)
     with open_text(path, lenient=True) as handle:
         for number, line in enumerate(handle, 1):
             line = line.rstrip("\r\n")
@@ -937,6 +972,8 @@ def iter_timeline(path: Path) -> Iterator[tuple[int, str, int]]:
                 parsed = None
             if parsed is None:
                 raise CaptureFormatError(f"{path}:{number}: not '<interval> <stack> <count>'; re-run the capture")
+            if limit is not None and int(head) >= limit:
+                raise CaptureFormatError(f"{path}:{number}: {row_interval_error(int(head), limit)}; re-run the capture")
             yield int(head), parsed[0], parsed[1]
 
 
@@ -967,7 +1004,7 @@ def read_timeline(
 
 def read_counters_timeline(capture_dir: Path, pid: int) -> list[CounterDelta] | None:
     path = _pid_file(capture_dir, pid, COUNTERS_TIMELINE_FILE)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     rows = expect_json(payload.get("rows", []), list, path, "rows")
@@ -978,10 +1015,10 @@ def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | Non
     """(context, folded stack) -> samples of ``pid``; None when the capture has no contexts (v1/v2, or no
     thread of the PID carried a per-unit name)."""
     table = table_path(capture_dir, pid)
-    if table.is_file():
+    if present(table):
         return read_table(table).context_counts() or None
     path = contexts_path(capture_dir, pid)
-    if not path.exists():
+    if not present(path):
         return None
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     names = expect_json(payload.get("contexts", []), list, path, "contexts")
@@ -1024,7 +1061,7 @@ def table_path(capture_dir: Path, pid: int) -> Path:
 def pid_stacks_file(capture_dir: Path, pid: int) -> Path | None:
     """The file holding ``pid``'s stacks: stacks.tpc (format 4), else stacks.folded; None when neither is there."""
     for path in (table_path(capture_dir, pid), stacks_path(capture_dir, pid)):
-        if path.is_file():
+        if present(path):
             return path
     return None
 
@@ -1032,7 +1069,7 @@ def pid_stacks_file(capture_dir: Path, pid: int) -> Path | None:
 def pid_timeline_file(capture_dir: Path, pid: int) -> Path | None:
     """The file holding ``pid``'s stacks per interval: stacks.tpc, else timeline.folded; None without one."""
     for path in (table_path(capture_dir, pid), timeline_path(capture_dir, pid)):
-        if path.is_file():
+        if present(path):
             return path
     return None
 
@@ -1080,6 +1117,7 @@ def read_capture(capture_dir: Path) -> Capture:
     sampler: dict[int, SamplerStats] = {}
     net: dict[int, NetStats] = {}
     for process in processes:
+        check_pid_files(capture_dir, meta, process.pid)
         if (c := read_counters(capture_dir, process.pid)) is not None:
             counters[process.pid] = c
         if (s := read_sampler_stats(capture_dir, process.pid)) is not None:
@@ -1090,6 +1128,26 @@ def read_capture(capture_dir: Path) -> Capture:
         capture_dir, meta, processes, counters, sampler, net, read_overhead(capture_dir), read_events(capture_dir),
         read_flink_vertices(capture_dir), *read_flink_placement(capture_dir),
     )
+
+
+TABLE_FORMAT = 4  # the first format_version whose stacks are stack tables
+
+
+def check_pid_files(capture_dir: Path, meta: RunMeta, pid: int) -> None:
+    """A PID's stacks files are regular files of the form meta.json's format_version has: a stack table
+    from format 4, folded files before it, never both (which of them would count?)."""
+    table = present(table_path(capture_dir, pid))
+    folded = [path for path in (stacks_path(capture_dir, pid), timeline_path(capture_dir, pid)) if present(path)]
+    if table and meta.format_version < TABLE_FORMAT:
+        raise CaptureFormatError(
+            f"{capture_dir / META_FILE}: format_version {meta.format_version}, but {table_path(capture_dir, pid)} is "
+            f"a stack table (format {TABLE_FORMAT} and later); re-run or re-fetch the capture"
+        )
+    if table and folded:
+        raise CaptureFormatError(
+            f"{folded[0]}: beside {STACK_TABLE_FILE}, which holds the same samples; a capture has one of them, "
+            "re-run or re-fetch the capture"
+        )
 
 
 def is_capture_dir(path: Path) -> bool:

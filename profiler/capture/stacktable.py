@@ -10,7 +10,6 @@ host agent writes it, the coordinator and the analysis read it. docs/capture-for
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import struct
 import sys
@@ -20,9 +19,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import overload
+from typing import Literal, overload
 
 from ..errors import CaptureFormatError
+from .checks import DEFLATE_MAX_RATIO, BoundedInflater, open_regular, row_problem, text_problem
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, MAX_COUNT
 
 STACK_TABLE_FILE = "stacks.tpc"
@@ -30,8 +30,8 @@ MAGIC = b"TPSTK"
 TABLE_VERSION = 1
 READABLE_TABLE_VERSIONS = (1,)
 # A decompressed table larger than this is a hostile or corrupt file, not a capture (a 900 s window of
-# deep stacks is a few tens of MB).
-MAX_TABLE_BYTES = 1 << 31
+# deep stacks is a few tens of MB); a reader holds at most this much of a table's bytes.
+MAX_TABLE_BYTES = 1 << 30
 _PREAMBLE = struct.Struct("<5sBI")  # magic, table version, header length
 
 # Frame kinds. "thread": the root frame (the thread's name or kind); "kernel" frames are folded with
@@ -476,9 +476,9 @@ def gzip_parts(parts: Iterable[bytes], level: int = 6) -> Iterator[bytes]:
 def is_table_file(path: Path) -> bool:
     """Whether ``path`` holds a stack table (a gzip stream) rather than folded text, whatever its name."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, follow=True) as handle:
             return handle.read(2) == b"\x1f\x8b"
-    except OSError:
+    except (CaptureFormatError, OSError):
         return False
 
 
@@ -488,23 +488,54 @@ def write_table(path: Path, table: StackTable, write: Callable[[Path, Iterable[b
     write(path, gzip_parts(encode_table_parts(table)))
 
 
-def read_table(path: Path) -> StackTable:
-    """The table of a stacks.tpc; a truncated, corrupt or unknown file is one CaptureFormatError naming it."""
-    return decode_table(read_table_bytes(path), str(path))
+def read_table(path: Path, interval_limit: int | None | Literal["meta"] = "meta") -> StackTable:
+    """The table of a stacks.tpc; a truncated, corrupt, unknown or hostile file is one CaptureFormatError
+    naming it. ``interval_limit``: rows must lie in intervals below it ("meta": the window of the capture
+    around the file, meta.json's; None: no bound, a table outside a capture)."""
+    if interval_limit == "meta":
+        interval_limit = capture_interval_limit(path)
+    return decode_table(read_table_bytes(path), str(path), interval_limit)
 
 
-def read_table_bytes(path: Path) -> bytes:
-    """A stacks.tpc's uncompressed bytes (``decode_table``'s input); errors as ``read_table``."""
-    try:
-        with gzip.open(path, "rb") as handle:
-            raw = handle.read(MAX_TABLE_BYTES + 1)
-    except FileNotFoundError:
-        raise CaptureFormatError(f"{path}: missing; is this a capture directory written by `profiler run`?") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise CaptureFormatError(f"{path}: truncated or corrupt ({exc}); re-run or re-fetch the capture") from None
-    if len(raw) > MAX_TABLE_BYTES:
-        raise CaptureFormatError(f"{path}: more than {MAX_TABLE_BYTES} bytes uncompressed; not a stack table")
-    return raw
+def capture_interval_limit(path: Path) -> int | None:
+    """The intervals the rows of a capture's ``pids/<pid>/stacks.tpc`` may lie in (format.interval_limit_of)."""
+    from .format import interval_limit_of  # format reads tables: imported when a table is read
+
+    return interval_limit_of(path)
+
+
+def read_table_bytes(path: Path) -> bytearray:
+    """A stacks.tpc's uncompressed bytes (``decode_table``'s input); errors as ``read_table``. Inflated a
+    part at a time and never past the size its header announces, which must fit the file's compressed
+    bytes and MAX_TABLE_BYTES: a crafted stream is refused at its first byte too many."""
+    source = str(path)
+    with open_regular(path) as handle:
+        stream = BoundedInflater(handle, source)
+        preamble = stream.read(_PREAMBLE.size)
+        decode_header(preamble, source, preamble_only=True)
+        header_length = _PREAMBLE.unpack_from(preamble)[2]
+        _check_announced(_PREAMBLE.size + header_length, stream.compressed_size, source)
+        head = preamble + stream.read(header_length)
+        if len(head) < _PREAMBLE.size + header_length:
+            raise bad_table(source, "cut short (the header is not all there)")
+        header, at = decode_header(head, source)
+        total = at + sum(array(code).itemsize * header.sizes[size] for code, size in ARRAY_LAYOUT)
+        _check_announced(total, stream.compressed_size, source)
+        raw = bytearray(total)
+        raw[:at] = head
+        if stream.read_into(memoryview(raw)[at:]) < total - at:
+            raise bad_table(source, "cut short (the arrays the header announces are not all there)")
+        if not stream.at_end():
+            raise bad_table(source, f"bytes after the last row (more than the {total} bytes the header announces)")
+    return raw  # not copied: a table's bytes are held once
+
+
+def _check_announced(size: int, compressed: int, source: str) -> None:
+    """A table's announced uncompressed size fits its bound and what its compressed bytes can inflate to."""
+    if size > MAX_TABLE_BYTES:
+        raise bad_table(source, f"announces {size} bytes uncompressed, more than {MAX_TABLE_BYTES}; not a stack table")
+    if size > DEFLATE_MAX_RATIO * compressed:
+        raise bad_table(source, f"announces {size} bytes uncompressed, more than its {compressed} bytes can hold")
 
 
 def bad_table(source: str, what: str) -> CaptureFormatError:
@@ -527,8 +558,9 @@ class TableHeader:
 ARRAY_LAYOUT = (("I", 0), ("I", 0), ("I", 1), ("I", 2), ("I", 2), ("I", 2), ("Q", 2))
 
 
-def decode_header(raw: bytes, source: str) -> tuple[TableHeader, int]:
-    """The checked header of a table's bytes and where its arrays start."""
+def decode_header(raw: bytes | bytearray, source: str, preamble_only: bool = False) -> tuple[TableHeader, int]:
+    """The checked header of a table's bytes and where its arrays start (``preamble_only``: the magic and
+    version checked, nothing returned)."""
     if len(raw) < _PREAMBLE.size or raw[:5] != MAGIC:
         raise bad_table(source, "not a stack table (no TPSTK magic)")
     _magic, version, header_length = _PREAMBLE.unpack_from(raw)
@@ -537,16 +569,22 @@ def decode_header(raw: bytes, source: str) -> tuple[TableHeader, int]:
             f"{source}: stack table version {version}, this version reads "
             f"{', '.join(map(str, READABLE_TABLE_VERSIONS))}; use a matching profiler version"
         )
+    if preamble_only:
+        return None, 0  # type: ignore[return-value]
     at = _PREAMBLE.size + header_length
     try:
         header = json.loads(raw[_PREAMBLE.size : at].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad_table(source, f"header is not JSON ({exc})") from None
     names, kinds, modules, contexts, sizes = _check_header(header, source)
+    for values, what in ((names, "frame name"), (contexts, "context name"), (header["module_names"], "module name")):
+        problem = text_problem(values, what)
+        if problem is not None:
+            raise bad_table(source, problem)
     return TableHeader(names, kinds, modules, contexts, bool(header["timeline"]), (sizes[0], sizes[1], sizes[2])), at
 
 
-def array_spans(raw: bytes, at: int, header: TableHeader, source: str) -> list[tuple[str, int, int]]:
+def array_spans(raw: bytes | bytearray, at: int, header: TableHeader, source: str) -> list[tuple[str, int, int]]:
     """(typecode, start, length) of each array of ``ARRAY_LAYOUT``; a file cut short or with bytes after the
     last row is a CaptureFormatError."""
     spans = []
@@ -562,7 +600,7 @@ def array_spans(raw: bytes, at: int, header: TableHeader, source: str) -> list[t
     return spans
 
 
-def decode_table(raw: bytes, source: str) -> StackTable:
+def decode_table(raw: bytes | bytearray, source: str, interval_limit: int | None = None) -> StackTable:
     """``encode_table``'s inverse; every id and length is checked before it is used. (The coordinator's
     numpy reader, coordinator/analysis/tableread.py, makes the same checks with the same messages.)"""
     header, at = decode_header(raw, source)
@@ -581,6 +619,9 @@ def decode_table(raw: bytes, source: str) -> StackTable:
         raise bad_table(source, ROW_CONTEXT_ERROR)
     if counts and max(counts) > MAX_COUNT:
         raise bad_table(source, ROW_COUNT_ERROR)
+    problem = row_problem(intervals, stack_ids, context_ids, interval_limit)
+    if problem is not None:
+        raise bad_table(source, problem)
     return StackTable(header.names, header.kinds, header.modules, stacks, header.contexts, intervals, stack_ids,
                       context_ids, counts, header.timeline)
 

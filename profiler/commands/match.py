@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
+from ..capture.checks import present
 from ..capture.format import (
     META_FILE,
     PIDS_DIR,
     SAMPLER_FILE,
     STACKS_FILE,
     atomic_write_text,
+    check_pid_files,
     contained,
     read_meta,
     read_sampler_stats,
@@ -57,11 +59,13 @@ def stack_files(inputs: Sequence[Path]) -> list[Path]:
                     f"{path}: no {PIDS_DIR}/*/{STACK_TABLE_FILE} or {PIDS_DIR}/*/{STACKS_FILE} below this directory; "
                     "pass stack files, a capture directory or a run directory"
                 )
-            files.extend(contained(path, found_file) for found_file in found)
-            # a capture of a format this build does not read is refused, never read as if current
-            for capture_dir in {found_file.parent.parent.parent for found_file in found}:
-                if (capture_dir / META_FILE).exists():
-                    read_meta(capture_dir)
+            # a link or a FIFO where a stacks file belongs is refused (checks.present), never read through
+            files.extend(contained(path, found_file) for found_file in found if present(found_file))
+            # a capture of a format this build does not read, or whose files are not of its format, is refused
+            for found_file in found:
+                capture_dir = found_file.parent.parent.parent
+                if (capture_dir / META_FILE).exists() and found_file.parent.name.isdigit():
+                    check_pid_files(capture_dir, read_meta(capture_dir), int(found_file.parent.name))
         else:
             files.append(path)
     # The same file named twice would count its samples twice.
@@ -179,7 +183,7 @@ class MatchCommand:
         accumulator = StackAccumulator(matcher)
         for path in files:
             try:
-                if is_table_file(path):
+                if path.name == STACK_TABLE_FILE or is_table_file(path):
                     accumulator.add_table(read_table(path))
                 else:
                     accumulator.add_folded_file(path)

@@ -951,7 +951,270 @@ def round_two() -> Iterator[Case]:
     yield from publish_cases()
 
 
-CASES = list(corpus()) + list(round_two())  # round_two: issue 32's classes
+# ---------------------------------------------------------------- round three: stack tables (issue 47)
+# The tables are crafted here, below the project's writer (profiler/capture/stacktable.py): the bytes of
+# docs/capture-format.md's stack table, built by hand, so that what the writer never produces can be sent.
+
+REAL_FOLDED = Path(__file__).resolve().parents[1] / "data" / "spark_executor_real.folded"
+REAL_INTERVALS = 3
+
+
+@dataclass
+class Table:
+    """A stack table's parts as the file holds them; rows in the order given (not sorted, not merged)."""
+
+    names: list[str]
+    kinds: list[int]
+    stacks: list[list[int]]
+    rows: list[tuple[int, int, int, int]]  # interval, stack, context, samples
+    contexts: list[str]
+    timeline: bool = True
+    header_changes: dict[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        import struct
+
+        header: dict[str, Any] = {
+            "names": self.names, "kinds": self.kinds, "kind_names": ["thread", "native", "jit", "anon", "unknown",
+            "gap", "kernel", "lost"], "modules": [0] * len(self.names), "module_names": [""],
+            "contexts": self.contexts, "timeline": self.timeline, "stacks": len(self.stacks),
+            "stack_frames": sum(map(len, self.stacks)), "rows": len(self.rows),
+        }  # fmt: skip
+        header.update(self.header_changes or {})
+        text = json.dumps(header).encode("utf-8")
+        parts = [struct.pack("<5sBI", b"TPSTK", 1, len(text)), text]
+        # every stack stored whole (prefix 0): a valid prefix coding the writer does not choose
+        parts.append(struct.pack(f"<{len(self.stacks)}I", *[0] * len(self.stacks)))
+        parts.append(struct.pack(f"<{len(self.stacks)}I", *map(len, self.stacks)))
+        frames = [frame for stack in self.stacks for frame in stack]
+        parts.append(struct.pack(f"<{len(frames)}I", *frames))
+        for column, code in ((0, "I"), (1, "I"), (2, "I"), (3, "Q")):
+            parts.append(struct.pack(f"<{len(self.rows)}{code}", *(row[column] for row in self.rows)))
+        return b"".join(parts)
+
+
+def real_table() -> Table:
+    """A real executor's stacks (tests/data), spread over three intervals, every fifth row with a context."""
+    names: dict[str, int] = {}
+    stacks: list[list[int]] = []
+    rows = []
+    for number, line in enumerate(REAL_FOLDED.read_text(encoding="utf-8").splitlines()):
+        stack, count = line.rsplit(" ", 1)
+        stacks.append([names.setdefault(frame, len(names)) for frame in stack.split(";")])
+        rows.append((number % REAL_INTERVALS, number, 1 if number % 5 == 0 else 0, int(count)))
+    kinds = [0 if any(stack[0] == index for stack in stacks) else 2 for index in range(len(names))]
+    context = "Executor task launch worker for task 3.0 in stage 1.0 (TID 7)"
+    return Table(list(names), kinds, stacks, sorted(rows), [context])
+
+
+REAL_SAMPLES = sum(int(line.rsplit(" ", 1)[1]) for line in REAL_FOLDED.read_text(encoding="utf-8").splitlines())
+
+
+def table_run(
+    sandbox: Path, table: Table | None = None, raw: bytes | None = None, meta: dict[str, Any] | None = None
+) -> Path:
+    """A run whose one PID's stacks are ``table`` (or the gzip bytes ``raw``) in a format 5 capture of three
+    10 s intervals; ``meta``: changes to its meta.json."""
+    import gzip
+
+    run = write_run_dir(sandbox / RUN, "r1", {"h1": [PidSpec(pid=100, stacks={"t;f": 1}, cycles=1e9)]},
+                        stack_collection="ringbuf", duration=30.0)  # fmt: skip
+    pid_dir = run / "hosts/h1/pids/100"
+    (pid_dir / "stacks.folded").unlink()
+    content = raw if raw is not None else gzip.compress((table or real_table()).encode(), mtime=0)
+    (pid_dir / "stacks.tpc").write_bytes(content)
+    payload = json.loads((run / "hosts/h1/meta.json").read_text())
+    payload.update({"intervals": REAL_INTERVALS, **(meta or {})})
+    (run / "hosts/h1/meta.json").write_text(json.dumps(payload))
+    return run
+
+
+def edited(edit: Callable[[Table], None], meta: dict[str, Any] | None = None) -> Callable[[Path], Path]:
+    def build(sandbox: Path) -> Path:
+        table = real_table()
+        edit(table)
+        return table_run(sandbox, table, meta=meta)
+
+    return build
+
+
+Rows = list[tuple[int, int, int, int]]
+
+
+def _rows(change: Callable[[Rows], Rows]) -> Callable[[Table], None]:
+    def edit(table: Table) -> None:
+        table.rows = change(table.rows)
+
+    return edit
+
+
+def _name(index: int, text: str, field: str = "names") -> Callable[[Table], None]:
+    def edit(table: Table) -> None:
+        getattr(table, field)[index] = text
+
+    return edit
+
+
+def _header(**changes: Any) -> Callable[[Table], None]:
+    def edit(table: Table) -> None:
+        table.header_changes = changes
+
+    return edit
+
+
+def stacks_replaced_by(kind: str) -> Callable[[Path], Path]:
+    """stacks.tpc as a directory, a FIFO, or a link (to a FIFO, to a regular file inside the capture)."""
+
+    def build(sandbox: Path) -> Path:
+        run = table_run(sandbox)
+        table = run / "hosts/h1/pids/100/stacks.tpc"
+        if kind == "directory":
+            table.unlink()
+            table.mkdir()
+            (table / "inside").write_text("x\n")
+        elif kind == "fifo":
+            table.unlink()
+            os.mkfifo(table)
+        elif kind == "link-to-fifo":
+            os.mkfifo(run / "hosts/h1/fifo")
+            table.unlink()
+            table.symlink_to(run / "hosts/h1/fifo")
+        elif kind == "link-inside":
+            table.rename(run / "hosts/h1/elsewhere.tpc")
+            table.symlink_to(run / "hosts/h1/elsewhere.tpc")
+        return run
+
+    return build
+
+
+def gzip_bomb(kind: str) -> bytes:
+    """A gzip stream inflating to 2 GiB, built a part at a time (never 2 GiB in memory here either)."""
+    import struct
+    import zlib
+
+    total = 2 << 30
+    if kind == "zeros":
+        head = b""
+    else:
+        # a valid header announcing either a small table ("padded": 2 GiB of rows after it) or 2 GiB of rows
+        rows = 1 if kind == "padded" else (total // 20)
+        text = json.dumps({"names": ["t"], "kinds": [0], "kind_names": ["thread"], "modules": [0],
+                           "module_names": [""], "contexts": [], "timeline": True, "stacks": 1,
+                           "stack_frames": 1, "rows": rows}).encode()  # fmt: skip
+        head = struct.pack("<5sBI", b"TPSTK", 1, len(text)) + text + struct.pack("<3I", 0, 1, 0)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [compressor.compress(head)]
+    block = bytes(1 << 24)
+    crc, size = zlib.crc32(head), len(head)
+    for _ in range((total - len(head)) // len(block)):
+        parts.append(compressor.compress(block))
+        crc, size = zlib.crc32(block, crc), size + len(block)
+    parts.append(compressor.flush())
+    del crc, size
+    return b"".join(parts)
+
+
+def deep_table(depth: int) -> Table:
+    """One thread with a stack of ``depth`` frames (each frame its own name), 7 samples, and a short stack."""
+    leaf = "org.apache.kafka.clients.consumer.KafkaConsumer.poll"
+    names = ["Executor task l"] + [f"f{i}" for i in range(depth - 1)] + [leaf]
+    return Table(names, [0] + [2] * depth, [list(range(depth + 1)), [0, depth]], [(0, 0, 0, 7), (0, 1, 0, 3)], [])
+
+
+TABLE_EDITS: list[tuple[str, Callable[[Path], Path], str]] = [
+    ("a-directory", stacks_replaced_by("directory"), "stacks.tpc"),
+    ("a-fifo", stacks_replaced_by("fifo"), "stacks.tpc"),
+    ("a-link-to-a-fifo", stacks_replaced_by("link-to-fifo"), "stacks.tpc"),
+    ("a-link-inside-the-capture", stacks_replaced_by("link-inside"), "stacks.tpc"),
+    ("row-twice", edited(_rows(lambda rows: sorted(rows + rows[5:6]))), "stacks.tpc"),
+    ("rows-unsorted", edited(_rows(lambda rows: rows[::-1])), "stacks.tpc"),
+    ("interval-past-meta", edited(_rows(lambda rows: rows[:-1] + [(REAL_INTERVALS,) + rows[-1][1:]])), "stacks.tpc"),
+    ("interval-2^32-1", edited(_rows(lambda rows: rows[:-1] + [((1 << 32) - 1,) + rows[-1][1:]])), "stacks.tpc"),
+    ("nul-in-frame", edited(_name(3, "java.lang.Thr\x00ead.run")), "stacks.tpc"),
+    ("surrogate-in-frame", edited(_name(3, "java.lang.\ud800Thread.run")), "stacks.tpc"),
+    ("nul-in-context", edited(_name(0, "Executor task launch worker\x00", "contexts")), "stacks.tpc"),
+    ("surrogate-in-context", edited(_name(0, "Executor \udfff", "contexts")), "stacks.tpc"),
+    ("meta-format-2", edited(lambda table: None, {"format_version": 2}), "meta.json"),
+    ("meta-format-3", edited(lambda table: None, {"format_version": 3}), "meta.json"),
+    ("meta-intervals-2^40", edited(lambda table: None, {"intervals": 1 << 40}), "meta.json"),
+    ("rows-announced-past-the-bytes", edited(_header(rows=10**6)), "stacks.tpc"),
+    ("rows-announced-past-the-bound", edited(_header(rows=1 << 31)), "stacks.tpc"),
+    ("frames-announced-past-the-bound", edited(_header(stack_frames=1 << 31)), "stacks.tpc"),
+]
+
+
+def table_and_folded(sandbox: Path) -> Path:
+    run = table_run(sandbox)
+    write(run / "hosts/h1/pids/100/stacks.folded", "t;f 5\n")
+    return run
+
+
+def tasks_link(sandbox: Path) -> Path:
+    """A run whose ``tasks`` folder (an older analysis's) is a link to a directory of the user's."""
+    run = tiny_run(sandbox)
+    write(sandbox / "mine" / "notes.txt", USER_NOTES)
+    (run / "tasks").symlink_to(sandbox / "mine")
+    return run
+
+
+def hosts_link(sandbox: Path) -> Path:
+    """A run whose ``hosts`` folder is a link to captures elsewhere."""
+    run = tiny_run(sandbox)
+    (run / "hosts").rename(sandbox / "elsewhere")
+    (run / "hosts").symlink_to(sandbox / "elsewhere")
+    return run
+
+
+def analysis_window(window: object) -> Callable[[Path], Path]:
+    """A run analysed before, whose analysis.json's window is ``window``."""
+
+    def build(sandbox: Path) -> Path:
+        run = tiny_run(sandbox)
+        assert coordinator_cli.main(["analyze", str(run)]) == OK
+        record = json.loads((run / "analysis.json").read_text())
+        record["window"] = window
+        (run / "analysis.json").write_text(json.dumps(record))
+        return run
+
+    return build
+
+
+WINDOWS: list[tuple[str, object]] = [
+    ("a-string", "0-10"),
+    ("from-a-string", {"from": "zero", "to": 10, "hosts": []}),
+    ("hosts-a-string", {"from": 0, "to": 10, "hosts": "h1"}),
+    ("first-interval-a-string", {"from": 0, "to": 10, "hosts": [{"run": "r1", "host": "h1", "first_interval": "0",
+                                                                  "last_interval": 1, "whole_window": False}]}),
+    ("first-after-last", {"from": 0, "to": 10, "hosts": [{"run": "r1", "host": "h1", "first_interval": 5,
+                                                           "last_interval": 1, "whole_window": False}]}),
+    ("no-intervals", {"from": 0, "to": 10, "hosts": [{"run": "r1", "host": "h1", "whole_window": False}]}),
+]  # fmt: skip
+
+
+def round_three() -> Iterator[Case]:
+    for name, make, file_name in TABLE_EDITS:
+        for command, cli, build in archive_commands(make):
+            yield Case(f"table/{name}/{command}", cli, build, (BAD_CAPTURE,), file_name)
+        # the report draws what it can: the PID's stacks (or the host) are left out and the health panel says why
+        yield Case(f"table/{name}/report", "coordinator", report(make), (OK, BAD_CAPTURE), file_name)
+        # profiler match (profiler/commands/match.py): one line too; a directory given to it is a bad argument
+        yield Case(f"table/{name}/match", "profiler", match_run(make), (BAD_INPUT, BAD_CAPTURE), file_name)
+    for command, cli, build in archive_commands(table_and_folded):
+        yield Case(f"table/beside-stacks.folded/{command}", cli, build, (BAD_CAPTURE,), "stacks.folded")
+    yield Case("rundir/tasks-a-link/analyze", "coordinator", analyze(tasks_link), (BAD_CAPTURE,), "tasks",
+               ("mine",))  # fmt: skip
+    for command, cli, build in archive_commands(hosts_link):
+        yield Case(f"rundir/hosts-a-link/{command}", cli, build, (BAD_CAPTURE,), "hosts")
+    for name, window in WINDOWS:
+        make = analysis_window(window)
+        yield Case(f"analysis.json/window-{name}/report", "coordinator", report(make), (BAD_CAPTURE,), "analysis.json")
+        yield Case(f"analysis.json/window-{name}/export", "coordinator", export(make), (BAD_CAPTURE,), "analysis.json")
+        yield Case(f"analysis.json/window-{name}/compare", "coordinator",
+                   lambda s, make=make: ["compare", _summaries(s)[0], str(make(s)), "--out", str(s / "out")],
+                   (BAD_CAPTURE,), "analysis.json")  # fmt: skip
+
+
+CASES = list(corpus()) + list(round_two()) + list(round_three())  # round_two: issue 32's classes; three: 47's
 # Reports of inputs that are odd but harmless: nothing to flag.
 REPORT_UNFLAGGED = {
     "scope.json/list/report",  # [] is a capture without processes
@@ -1116,3 +1379,155 @@ def test_bom_never_changes_cluster_or_known_spes(spoiler: str, tmp_path: Path, m
         write(tmp_path / "spoiled.txt", SPOILERS[spoiler](text))
         plain, spoiled = load("plain.txt"), load("spoiled.txt")  # type: ignore[operator]
         assert repr(spoiled).replace("spoiled.txt", "plain.txt") == repr(plain)
+
+
+# ---------------------------------------------------------------- round three: odd but valid, bombs, depth
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "export"])
+def test_a_real_table_crafted_by_hand_gives_its_numbers(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a real executor's stacks as a table built below the writer (whole stacks, no shared prefixes)
+    monkeypatch.chdir(tmp_path)
+    run = table_run(tmp_path)
+    # WHEN a command reads it, THEN it counts every sample once
+    if command == "analyze":
+        assert coordinator_cli.main(["analyze", str(run)]) == OK
+        rows = (run / "summary.csv").read_text().splitlines()
+        header = rows[0].split(",")
+        totals = [dict(zip(header, row.split(","))) for row in rows[1:]]
+        assert {int(r["samples"]) for r in totals if r["host"] == "h1" and r["task"] == "*"} == {REAL_SAMPLES}
+    elif command == "report":
+        assert coordinator_cli.main(["report", str(run)]) == OK
+        page = (run / "report" / "index.html").read_text()
+        assert "left out" not in page and f"of {REAL_SAMPLES})" in page  # the JIT line counts every sample
+    else:
+        assert coordinator_cli.main(["export", str(run), "--format", "folded"]) == OK
+        (exported,) = (run / "exports").glob("*.folded")
+        assert sum(int(line.rsplit(" ", 1)[1]) for line in exported.read_text().splitlines()) == REAL_SAMPLES
+
+
+def test_the_spark_engines_reader_refuses_what_the_commands_refuse(tmp_path: Path) -> None:
+    """The PySpark engine's workers read each stacks file with decide.TaskDecider.read (engines._decide_function),
+    as the in-process engine does: every table refused above is refused there with the same line."""
+    from coordinator.analysis.decide import TaskDecider
+    from profiler.capture.stacktable import read_table
+    from profiler.errors import CaptureFormatError
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    decider = TaskDecider(Matcher(parse_profile(KNOWN_PROFILE, "profile")))
+    for name, make, file_name in TABLE_EDITS:
+        sandbox = tmp_path / name
+        sandbox.mkdir()
+        table = make(sandbox) / "hosts/h1/pids/100/stacks.tpc"
+        if file_name == "meta.json":
+            continue  # read_capture refuses it before any stacks file is read (the table cases above)
+        messages = []
+        for read in (decider.read, read_table):
+            with pytest.raises(CaptureFormatError) as caught:
+                read(table)
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1] and messages[0].startswith(f"{table}: ") and "\n" not in messages[0]
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    return {kind: gzip_bomb(kind) for kind in ("zeros", "padded", "announced")}
+
+
+@pytest.mark.parametrize("kind", ["zeros", "padded", "announced"])
+def test_a_gzip_bomb_is_refused_within_a_second_and_100_mb(kind: str, bombs: dict[str, bytes], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # GIVEN a capture whose table inflates to 2 GiB (zeros; a small table then 2 GiB; a header announcing 2 GiB)
+    run = table_run(tmp_path, raw=bombs[kind])
+    table = run / "hosts/h1/pids/100/stacks.tpc"
+    # WHEN a fresh process reads it (its peak RSS is the reader's own)
+    probe = (
+        "import sys, time\n"
+        "from profiler.capture.stacktable import read_table\n"
+        "from profiler.errors import CaptureFormatError\n"
+        "def peak():\n    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "before = peak()\n"
+        "start = time.perf_counter()\n"
+        "try:\n    read_table(__import__('pathlib').Path(sys.argv[1]))\n"
+        "except CaptureFormatError as exc:\n    print(exc)\n"
+        "print(time.perf_counter() - start, before, peak())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", probe, str(table)], capture_output=True, text=True, timeout=60,
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=True)  # fmt: skip
+    message, figures = done.stdout.splitlines()
+    seconds, rss_before_kib, rss_peak_kib = (float(x) for x in figures.split())
+    # THEN it is refused with one line naming the file, within 1 s and 100 MB
+    assert message.startswith(f"{table}: ") and "re-fetch" in message, message
+    assert seconds < 1.0, seconds
+    assert rss_peak_kib < 100 * 1024, (rss_before_kib, rss_peak_kib)
+    assert rss_peak_kib - rss_before_kib < 20 * 1024, (rss_before_kib, rss_peak_kib)
+
+
+DEEP_FRAMES = 100_000  # 100 times the depth where the report's JSON recursed (2 lists a frame)
+
+
+@pytest.mark.parametrize("command", ["report", "export-speedscope", "export-pprof", "export-folded"])
+def test_a_very_deep_stack_is_drawn_and_exported_without_recursion(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], alarm: None
+) -> None:
+    # GIVEN a capture with one stack of DEEP_FRAMES frames (7 samples, Kafka at its leaf) and a short one (3)
+    monkeypatch.chdir(tmp_path)
+    run = table_run(tmp_path, deep_table(DEEP_FRAMES))
+    # WHEN the report or an export is written
+    argv = ["report", str(run)] if command == "report" else ["export", str(run), "--format", command.split("-")[1]]
+    assert coordinator_cli.main(argv) == OK, capsys.readouterr().err
+    assert "Traceback" not in capsys.readouterr().err
+    # THEN the numbers are the stacks' (the deep stack's leaf decides its task)
+    if command == "report":
+        page = (run / "report" / "index.html").read_text()
+        assert "left out" not in page
+        assert f"[{DEEP_FRAMES + 1 - 2048} frames not drawn]" in page
+    elif command == "export-folded":
+        (exported,) = (run / "exports").glob("*.folded")
+        counts = sorted(int(line.rsplit(" ", 1)[1]) for line in exported.read_text().splitlines())
+        assert counts == [3, 7]
+        assert max(line.count(";") for line in exported.read_text().splitlines()) >= DEEP_FRAMES
+    else:
+        assert any((run / "exports").iterdir())
+
+
+def test_the_report_of_a_deep_stack_keeps_its_colour(tmp_path: Path) -> None:
+    from coordinator.report.flame import MAX_DRAWN_DEPTH, FrameTable, StackClassifications, build_flamegraph
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    # GIVEN a stack deeper than the flame graph draws, its task decided by its leaf
+    names = deep_table(MAX_DRAWN_DEPTH * 3).names
+    matcher = Matcher(parse_profile(KNOWN_PROFILE, "profile"))
+    classifications = StackClassifications(matcher, matcher.result_names)
+    frames = FrameTable()
+    # WHEN it is drawn
+    stack = ";".join(names)
+    graph = build_flamegraph({stack: 5}, classifications, frames, key="k", title="t", kind="cpu", root_name="all")
+    # THEN it is drawn MAX_DRAWN_DEPTH + 1 frames deep and its leaf keeps the task's colour
+    node, depth = graph.tree, 0
+    while node[3]:
+        node, depth = node[3][0], depth + 1
+    assert depth == MAX_DRAWN_DEPTH + 1
+    assert frames.names[node[0]].endswith("KafkaConsumer.poll") and node[2] == list(matcher.result_names).index("Kafka")
+
+
+def test_a_nul_in_a_folded_frame_is_shown_never_written_raw_into_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a folded capture (format 1-3 readers keep NUL: test FOLDED nul-in-frame) whose unmatched frame holds a NUL
+    monkeypatch.chdir(tmp_path)
+    run = tiny_run(tmp_path)
+    stacks = run / "hosts/h1/pids/100/stacks.folded"
+    stacks.write_bytes(stacks.read_bytes() + b"Executor task l;x\x00y 4\n")
+    # WHEN the report is written
+    assert coordinator_cli.main(["report", str(run)]) == OK
+    # THEN the page shows it escaped, with no raw control character
+    page = (run / "report" / "index.html").read_bytes()
+    assert b"\x00" not in page and b"x\\x00y" in page
