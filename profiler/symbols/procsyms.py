@@ -43,7 +43,7 @@ _LINE_HEAD = 128  # of an over-long line: its range, perms, offset, device and i
 _LINE_TAIL = 512  # and the end of its path (the file's name: at most 255 bytes and " (deleted)")
 _CHUNK = 64 << 10
 MODULE_NAME_MAX = 255  # a module's name as shown (NAME_MAX)
-SYMBOL_CACHE_BYTES = 96 << 20  # symbol tables kept for the next process that maps the same file
+SYMBOL_CACHE_BYTES = 48 << 20  # symbol tables kept for the next process that maps the same file
 DEBUG_DIR = "/usr/lib/debug/.build-id"
 DELETED = " (deleted)"
 
