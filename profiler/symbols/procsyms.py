@@ -39,6 +39,8 @@ from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 MAPS_MAX_BYTES = 16 << 20  # a maps file read (65,530 mappings of ~100 bytes: vm.max_map_count's default)
 MAPS_MAX_LINE = 4096 + 256  # a path of PATH_MAX and the fields before it; longer: head and tail kept
 MAPS_MAX_MAPPINGS = 65_536  # lines looked at
+EXEC_MAPPINGS_MAX = 8192  # executable file mappings kept (a JVM has about 100)
+PROCESS_SYMBOLS_BUDGET = 64 << 20  # the symbol tables one process may have read (a JVM's: about 10 MB)
 _LINE_HEAD = 128  # of an over-long line: its range, perms, offset, device and inode
 _LINE_TAIL = 512  # and the end of its path (the file's name: at most 255 bytes and " (deleted)")
 _CHUNK = 64 << 10
@@ -72,11 +74,16 @@ class MapsRead:
     longest: int = 0
     cut_at_bytes: bool = False
     cut_at_lines: bool = False
+    cut_at_exec: bool = False
 
     def warning(self, pid: int) -> str | None:
         shown = f"/proc/{pid}/maps"
-        if self.cut_at_bytes or self.cut_at_lines:
-            limit = f"{MAPS_MAX_BYTES} bytes" if self.cut_at_bytes else f"{MAPS_MAX_MAPPINGS} mappings"
+        if self.cut_at_bytes or self.cut_at_lines or self.cut_at_exec:
+            limit = (
+                f"{MAPS_MAX_BYTES} bytes" if self.cut_at_bytes
+                else f"{MAPS_MAX_MAPPINGS} mappings" if self.cut_at_lines
+                else f"{EXEC_MAPPINGS_MAX} executable mappings"
+            )  # fmt: skip
             return f"pid {pid}: {shown}: over the limit of {limit}; the mappings after it are not named"
         if self.long_lines:
             return (
@@ -180,6 +187,9 @@ def parse_maps_stream(chunks: Iterator[bytes], counts: MapsRead | None = None) -
             break
         mapping = parse_exec_mapping(line, whole)
         if mapping is not None:
+            if len(counts.mappings) >= EXEC_MAPPINGS_MAX:
+                counts.cut_at_exec = True
+                break
             counts.mappings.append(mapping)
     counts.mappings.sort(key=lambda m: m.start)
     return counts
@@ -357,6 +367,7 @@ class ProcessSymbols(FrameMemo):
         self._tables: dict[int, ElfSymbols | None] = {}  # mapping start -> its symbols
         self._own_map: PerfMap | None = None
         self._own_read = False
+        self._held: dict[int, int] = {}  # id -> cost of the distinct tables it holds (PROCESS_SYMBOLS_BUDGET)
         for mapping in self._mappings:
             if not mapping.is_vdso:
                 self._keys[mapping.start] = self._files.key(pid, mapping)
@@ -380,9 +391,16 @@ class ProcessSymbols(FrameMemo):
         if mapping.is_vdso:
             size, table = own_vdso()
             table = table if size == mapping.end - mapping.start else None
+        elif sum(self._held.values()) >= PROCESS_SYMBOLS_BUDGET:
+            shown = f"/proc/{self.pid}/map_files"
+            message = f"its mapped files' symbol tables over the budget of {PROCESS_SYMBOLS_BUDGET} bytes"
+            safeio.warn(self.pid, shown, f"pid {self.pid}: {shown}: {message}; the other files' frames unnamed")
+            table = None
         else:
             key = self._keys.get(mapping.start)
             table = self._files.symbols(self.pid, mapping, key) if key is not None else None
+            if table is not None:
+                self._held[id(table)] = table.cost
         self._tables[mapping.start] = table
         return table
 
@@ -427,6 +445,7 @@ class ProcessSymbols(FrameMemo):
 
     def close(self) -> None:
         self._tables.clear()
+        self._held.clear()
         self._own_map, self._own_read = None, True
 
 

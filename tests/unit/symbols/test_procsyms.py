@@ -225,9 +225,34 @@ def test_too_many_mappings_or_bytes_stop_the_read_with_a_warning(monkeypatch: py
     assert read.cut_at_lines and len(read.mappings) == 1
     assert "over the limit of 3 mappings" in (read.warning(PID) or "")
     monkeypatch.setattr(procsyms, "MAPS_MAX_MAPPINGS", 65_536)
+    monkeypatch.setattr(procsyms, "EXEC_MAPPINGS_MAX", 2)
+    read = parse_maps_stream(iter([HONEST]))
+    assert read.cut_at_exec and len(read.mappings) == 2
+    assert "over the limit of 2 executable mappings" in (read.warning(PID) or "")
     monkeypatch.setattr(procsyms, "MAPS_MAX_BYTES", 100)
     own = procsyms.read_maps(os.getpid())  # the real file, read in chunks: cut at the cap
     assert own.cut_at_bytes and "over the limit of 100 bytes" in (own.warning(os.getpid()) or "")
+
+
+def test_a_process_stops_reading_tables_past_its_budget_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a process mapping five distinct libraries, each table costing more than a fifth of the budget
+    image = make_elf([(name_at(b"start_thread"), 0x1000, 0x100, STT_FUNC)], NAMES)
+    paths = [f"/lib/lib{index}.so" for index in range(5)]
+    files = FakeFiles(dict.fromkeys(paths, image))
+    maps = "".join(
+        f"7f{index}000000000-7f{index}000010000 r-xp 00000000 fd:01 1{index} {path}\n"
+        for index, path in enumerate(paths)
+    )
+    monkeypatch.setattr(procsyms, "PROCESS_SYMBOLS_BUDGET", 2 * reader(image).cost + 1)
+    safeio.take_warnings()
+    # WHEN it is prepared
+    symbols = ProcessSymbols(PID, eager=True, maps=maps_of(maps), files=files)
+    # THEN three tables were read, the others' frames are their module's label, and one warning says why
+    assert len(files.opened) == 3
+    assert symbols.resolve(0x7F2000001001).name == "start_thread"
+    assert symbols.resolve(0x7F4000001001).name == "[lib4.so]"
+    [warning] = safeio.take_warnings()
+    assert warning.startswith(f"pid {PID}: /proc/{PID}/map_files: ") and "over the budget" in warning
 
 
 def test_a_process_with_an_over_long_maps_line_is_warned_once() -> None:
