@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 from ..files.safeio import BoundedReader, open_without_links
 from .perfmap import PerfMapLike
@@ -119,43 +119,70 @@ def read_elf_symbols(read_at: Callable[[int, int], bytes]) -> ElfSymbols:
     if symtab is not None and (symtab[0][5] > SYMTAB_MAX_BYTES or symtab[1][5] > STRTAB_MAX_BYTES):
         refused = f".symtab of {symtab[0][5]} bytes and its names {symtab[1][5]}, over the limits"
         symtab = None
-    table = symtab or _symbol_table(headers, SHT_DYNSYM)
-    if table is not None and (table[0][5] > SYMTAB_MAX_BYTES or table[1][5] > STRTAB_MAX_BYTES):
-        table = None
-    starts, sizes, offsets, strings = _functions(read_at, table)
+    dynsym = _symbol_table(headers, SHT_DYNSYM)
+    if dynsym is not None and (dynsym[0][5] > SYMTAB_MAX_BYTES or dynsym[1][5] > STRTAB_MAX_BYTES):
+        dynsym = None
+    found = [_functions(read_at, table) for table in (symtab, dynsym) if table is not None]
+    starts, sizes, offsets, strings = merge_functions(found)
     return ElfSymbols(starts, sizes, offsets, strings, tuple(segments), build_id, symtab is not None, refused)
 
 
-def _functions(
-    read_at: Callable[[int, int], bytes], table: tuple[tuple[int, ...], tuple[int, ...]] | None
-) -> tuple[array[int], array[int], array[int], bytes]:
-    """(starts, sizes, name offsets) of the table's functions sorted by start, one per start (the largest,
-    the first of equals), and the string table. One pass over the symbols and one sort: no name is read."""
-    if table is None:
-        return array("Q"), array("Q"), array("Q"), b""
+Functions: TypeAlias = "tuple[array[int], array[int], array[int], bytes]"  # starts, sizes, name offsets, strings
+
+
+def _functions(read_at: Callable[[int, int], bytes], table: tuple[tuple[int, ...], tuple[int, ...]]) -> Functions:
+    """(starts, sizes, name offsets, string table) of a symbol table's named functions, in its order. One
+    pass over the symbols: no name is read."""
     symtab, strtab = table
     data, strings = read_at(symtab[4], symtab[5]), read_at(strtab[4], strtab[5])
-    all_starts, all_sizes, all_offsets = array("Q"), array("Q"), array("Q")
+    starts, sizes, offsets = array("Q"), array("Q"), array("Q")
     limit = len(strings)
     for name_at, info, _other, shndx, value, size in _SYMBOL.iter_unpack(data[: len(data) // 24 * 24]):
         if info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or shndx == 0 or value == 0:
             continue
         if name_at >= limit or strings[name_at] == 0:
             continue
-        all_starts.append(value)
-        all_sizes.append(size)
-        all_offsets.append(name_at)
+        starts.append(value)
+        sizes.append(size)
+        offsets.append(name_at)
+    return starts, sizes, offsets, strings
+
+
+def merge_functions(tables: list[Functions]) -> Functions:
+    """One function per start, sorted: the largest; of equals, the one of the latest table (``.dynsym``
+    after ``.symtab``: the exported name, ``abort`` rather than its alias ``__GI_abort``, as bcc names it),
+    then the first. The string tables are joined, so a merge costs one sort and one pass."""
+    all_starts, all_sizes, all_offsets, ranks = array("Q"), array("Q"), array("Q"), array("B")
+    joined = b""
+    for rank, (starts, sizes, offsets, strings) in enumerate(tables):
+        shift = len(joined)
+        all_starts.extend(starts)
+        all_sizes.extend(sizes)
+        all_offsets.extend(offset + shift for offset in offsets)
+        ranks.extend(bytes([rank]) * len(starts))
+        joined += strings
     order = sorted(range(len(all_starts)), key=all_starts.__getitem__)  # stable: the first of equals first
-    starts, sizes, offsets = array("Q"), array("Q"), array("Q")
+    starts, sizes, offsets, best = array("Q"), array("Q"), array("Q"), array("B")
     for index in order:
         if starts and starts[-1] == all_starts[index]:
-            if all_sizes[index] > sizes[-1]:
-                sizes[-1], offsets[-1] = all_sizes[index], all_offsets[index]
+            if (all_sizes[index], ranks[index]) > (sizes[-1], best[-1]):
+                sizes[-1], offsets[-1], best[-1] = all_sizes[index], all_offsets[index], ranks[index]
             continue
         starts.append(all_starts[index])
         sizes.append(all_sizes[index])
         offsets.append(all_offsets[index])
-    return starts, sizes, offsets, strings
+        best.append(ranks[index])
+    return starts, sizes, offsets, joined
+
+
+def merged(primary: ElfSymbols, exported: ElfSymbols) -> ElfSymbols:
+    """``primary``'s functions (a debug file's .symtab) with ``exported``'s (the mapped file's .dynsym, whose
+    names win at equal starts), and ``exported``'s segments and build-id (those of the file mapped)."""
+    both = merge_functions([
+        (primary.starts, primary.sizes, primary.name_offsets, primary.strings),
+        (exported.starts, exported.sizes, exported.name_offsets, exported.strings),
+    ])  # fmt: skip
+    return ElfSymbols(*both, exported.segments, exported.build_id, True, exported.refused)
 
 
 def _build_id(read_at: Callable[[int, int], bytes], notes: list[tuple[int, int]]) -> bytes:

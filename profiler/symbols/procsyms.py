@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from ..files import safeio
-from .elfsyms import ElfFormatError, ElfSymbols, demangle, read_elf_symbols
+from .elfsyms import ElfFormatError, ElfSymbols, demangle, merged, read_elf_symbols
 from .perfmap import PerfMap, PerfMapLike, read_perf_map
 from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 
@@ -256,7 +256,7 @@ def _read_fd_symbols(pid: int, shown: str, fd: int) -> ElfSymbols | None:
     if not symbols.from_symtab and symbols.build_id:
         debug = debug_symbols(symbols.build_id)
         if debug is not None and len(debug.starts):
-            return dataclasses.replace(debug, segments=symbols.segments, build_id=symbols.build_id)
+            return merged(debug, symbols)
     return symbols
 
 

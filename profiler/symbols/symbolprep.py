@@ -265,8 +265,10 @@ class SymbolPreparer:
 
     def is_java(self, pid: int, symbols: ProcessSymbols | None) -> bool:
         prepared = self._prepared.get(pid)
-        return (prepared is not None and prepared.jvm_info is not None) or jvm.is_jvm(pid) or (
-            symbols is not None and (symbols.perf_map is not None or pid in self.histories)
+        return (
+            (prepared is not None and prepared.jvm_info is not None)
+            or jvm.is_jvm(pid)
+            or (symbols is not None and (symbols.perf_map is not None or pid in self.histories))
         )
 
     def release_symbols(self, pid: int) -> None:
