@@ -417,10 +417,11 @@ class ProcessSymbols(FrameMemo):
         vaddr = table.vaddr_of(addr - mapping.start + mapping.offset)
         return table.lookup(vaddr) if vaddr is not None else None
 
-    def _jit_name(self, addr: int) -> str | None:
-        """The perf map set by the folder first, then the process's own map as read once."""
+    def _jit_name(self, addr: int, in_file: bool) -> str | None:
+        """The perf map set by the folder first, then (for anonymous memory: a batch during the window never
+        reads it) the process's own map as read once."""
         name = self.perf_map.lookup(addr) if self.perf_map is not None else None
-        if name is None:
+        if name is None and not in_file:
             if not self._own_read:
                 self._own_map, self._own_read = read_perf_map(self.pid), True
             if self._own_map is not None:
@@ -433,7 +434,7 @@ class ProcessSymbols(FrameMemo):
             name = self._native_name(mapping, addr)
             if name is not None:
                 return Frame(demangle(name), "native", mapping.name)
-        jit_name = self._jit_name(addr)
+        jit_name = self._jit_name(addr, mapping is not None)
         if jit_name is not None:
             return Frame(java_frame_name(jit_name), "jit")
         if mapping is not None:

@@ -327,6 +327,8 @@ def test_jit_code_is_named_by_the_perf_map_set_then_by_the_process_own(monkeypat
     symbols = ProcessSymbols(PID, maps=maps_of(HONEST.decode()), files=FakeFiles({}))
     symbols.set_perf_map(parse_perf_map(["2000 100 Lcom/example/A;::set\n"]))
     assert symbols.resolve(0x2010).name == "com.example.A::set" and read == []
+    symbols.resolve_native(0x55D0A0001010)  # in a file without symbols: its label, no perf map read
+    assert symbols.resolve(0x55D0A0001010).name == "[java]" and read == []
     assert symbols.resolve(0x1010) == procsyms.Frame("Foo::own", "jit")
     assert symbols.resolve(0x5000).kind == "anon" and read == [PID]  # read once
 
