@@ -79,12 +79,12 @@ class ElfSymbols:
         return self.strings[start:end].decode("utf-8", "replace")
 
     def lookup(self, vaddr: int) -> str | None:
-        """The function whose [start, start + size) holds ``vaddr`` (a size-0 symbol: the nearest below)."""
+        """The function whose [start, start + size) holds ``vaddr`` (a size-0 symbol, such as ``_init``: only
+        its start, as bcc names them; the PLT after ``_init`` is not ``_init``)."""
         index = bisect.bisect_right(self.starts, vaddr) - 1
         if index < 0:
             return None
-        size = self.sizes[index]
-        if size and vaddr >= self.starts[index] + size:
+        if vaddr >= self.starts[index] + max(self.sizes[index], 1):
             return None
         return self.name_at(index)
 
@@ -149,9 +149,10 @@ def _functions(read_at: Callable[[int, int], bytes], table: tuple[tuple[int, ...
 
 
 def merge_functions(tables: list[Functions]) -> Functions:
-    """One function per start, sorted: the largest; of equals, the one of the latest table (``.dynsym``
-    after ``.symtab``: the exported name, ``abort`` rather than its alias ``__GI_abort``, as bcc names it),
-    then the first. The string tables are joined, so a merge costs one sort and one pass."""
+    """One function per start, sorted. Of the aliases at one start, the largest; of equal sizes, the name
+    with the fewest leading underscores (``clone3``, not ``__clone3``; ``setlocale``, not ``__GI_setlocale``),
+    then the one of the latest table (``.dynsym`` after ``.symtab``: the exported name), then the first. The
+    string tables are joined: a merge costs one sort and one pass (an alias's name read at most 16 bytes)."""
     all_starts, all_sizes, all_offsets, ranks = array("Q"), array("Q"), array("Q"), array("B")
     joined = b""
     for rank, (starts, sizes, offsets, strings) in enumerate(tables):
@@ -161,17 +162,23 @@ def merge_functions(tables: list[Functions]) -> Functions:
         all_offsets.extend(offset + shift for offset in offsets)
         ranks.extend(bytes([rank]) * len(starts))
         joined += strings
+
+    def preference(index: int) -> tuple[int, int, int]:
+        head = joined[all_offsets[index] : all_offsets[index] + 16]
+        return all_sizes[index], len(head.lstrip(b"_")) - len(head), ranks[index]
+
     order = sorted(range(len(all_starts)), key=all_starts.__getitem__)  # stable: the first of equals first
-    starts, sizes, offsets, best = array("Q"), array("Q"), array("Q"), array("B")
+    starts, sizes, offsets = array("Q"), array("Q"), array("Q")
+    chosen: list[int] = []
     for index in order:
         if starts and starts[-1] == all_starts[index]:
-            if (all_sizes[index], ranks[index]) > (sizes[-1], best[-1]):
-                sizes[-1], offsets[-1], best[-1] = all_sizes[index], all_offsets[index], ranks[index]
+            if preference(index) > preference(chosen[-1]):
+                sizes[-1], offsets[-1], chosen[-1] = all_sizes[index], all_offsets[index], index
             continue
         starts.append(all_starts[index])
         sizes.append(all_sizes[index])
         offsets.append(all_offsets[index])
-        best.append(ranks[index])
+        chosen.append(index)
     return starts, sizes, offsets, joined
 
 

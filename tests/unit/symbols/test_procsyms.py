@@ -85,7 +85,7 @@ def safeio_reader(image: bytes):  # type: ignore[no-untyped-def]
     return read_at
 
 
-NAMES = b"\0start_thread\0_ZN10JavaThread3runEv\0clone3\0data\0"
+NAMES = b"\0start_thread\0_ZN10JavaThread3runEv\0__clone3\0data\0_init\0"
 
 
 def name_at(name: bytes) -> int:
@@ -98,7 +98,8 @@ def test_functions_are_named_and_demangled_through_the_process_interface() -> No
         [
             (name_at(b"start_thread"), 0x1000, 0x100, STT_FUNC),
             (name_at(b"_ZN10JavaThread3runEv"), 0x2000, 0x80, STT_FUNC),
-            (name_at(b"clone3"), 0x3000, 0, STT_FUNC),  # size 0: the nearest below
+            (name_at(b"clone3"), 0x3000, 0x100, STT_FUNC),
+            (name_at(b"_init"), 0x4000, 0, STT_FUNC),  # size 0: only its start, as bcc names it
             (name_at(b"data"), 0x2800, 0x10, STT_OBJECT),
         ],
         NAMES,
@@ -111,6 +112,7 @@ def test_functions_are_named_and_demangled_through_the_process_interface() -> No
     assert symbols.resolve(base + 0x1010).name == "start_thread"
     assert symbols.resolve(base + 0x2010) == procsyms.Frame("JavaThread::run()", "native", "libfake.so")
     assert symbols.resolve(base + 0x3050).name == "clone3"
+    assert symbols.resolve(base + 0x4000).name == "_init" and symbols.resolve(base + 0x4010).name == "[libfake.so]"
     # AND an address of the file in no function is the module's label; outside any file, anonymous
     assert symbols.resolve(base + 0x2900).name == "[libfake.so]"
     assert symbols.resolve(0x1000).kind == "anon"
@@ -138,15 +140,18 @@ def test_one_symbol_per_address_the_largest_and_names_past_the_table_dropped() -
         [
             (name_at(b"clone3"), 0x1000, 0x10, STT_FUNC),
             (name_at(b"start_thread"), 0x1000, 0x40, STT_FUNC),
-            (name_at(b"data"), 0x1000, 0x40, STT_FUNC),  # as large: the first of equals stays
+            (name_at(b"data"), 0x1000, 0x40, STT_FUNC),  # as large, as few underscores: the first stays
+            (name_at(b"__clone3"), 0x3000, 0x40, STT_FUNC),
+            (name_at(b"clone3"), 0x3000, 0x40, STT_FUNC),  # an alias with fewer underscores wins
             (len(NAMES) + 5, 0x5000, 0x10, STT_FUNC),  # its name outside the string table
             (0, 0x6000, 0x10, STT_FUNC),  # an empty name
         ],
         NAMES,
     )
     symbols = reader(image)
-    assert list(symbols.starts) == [0x1000]
+    assert list(symbols.starts) == [0x1000, 0x3000]
     assert symbols.lookup(0x1030) == "start_thread" and symbols.lookup(0x1040) is None
+    assert symbols.lookup(0x3010) == "clone3"
 
 
 def test_an_oversized_symtab_falls_back_to_dynsym_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
