@@ -248,13 +248,14 @@ SymbolsFor = Callable[[int, tuple[int | None, str] | None], tuple[SymbolResolver
 
 
 def symbols_for(pid: int, saved: tuple[int | None, str] | None) -> tuple[SymbolResolver, str]:
-    """bcc's cache when the very process still runs, else the saved maps and the ELF files; and which."""
+    """The live process's symbols (procsyms) when the very process still runs, else the saved maps and the
+    ELF files; and which."""
     from .capture.checkpoint import start_ticks
 
     ticks = start_ticks(pid)
     if ticks is not None and saved is not None and saved[0] == ticks:
         try:
-            from .symbols.symbolize import ProcessSymbols
+            from .symbols.procsyms import ProcessSymbols
 
             return ProcessSymbols(pid), "live"
         except ImportError:

@@ -256,6 +256,27 @@ def open_mapped(pid: int, start: int, end: int, path: str, max_size: int = ELF_M
     return _checked(pid, shown, fd, max_size, None)
 
 
+def open_map_file(pid: int, start: int, end: int, max_size: int = ELF_MAX_BYTES) -> tuple[int, os.stat_result]:
+    """(fd, fstat) of the file ``pid`` maps at [start, end), through /proc/PID/map_files only: the kernel's
+    link to the mapped inode itself, whatever its path says now (deleted, replaced by a FIFO, an absolute
+    link inside a container). Never by path. The inode is stat'ed before it is opened, so a device is never
+    opened; a regular file of at most ``max_size`` bytes (``check_regular``), opened non-blocking."""
+    shown = f"/proc/{pid}/map_files/{start:x}-{end:x}"
+    before = os.stat(shown)
+    if not stat.S_ISREG(before.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(before.st_mode), "a directory or link")
+        raise _refuse(pid, shown, f"{kind}, not a regular file")
+    fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        info = check_regular(pid, shown, fd, max_size, None)
+        if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
+            raise _refuse(pid, shown, "another file than the one mapped")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
 @dataclass
 class BoundedReader:
     """Reads of a file at offsets that must lie inside it, each at most ``max_read`` bytes: a crafted

@@ -20,7 +20,8 @@ from ..bpf.compiler import compile_program
 from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
 from ..errors import CapabilityError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
-from ..symbols.symbolize import KernelSymbols, ProcessSymbols, fold_stack
+from ..symbols.procsyms import ProcessSymbols
+from ..symbols.symbolize import KernelSymbols, fold_stack
 from ..unwind.hotspot import MethodNamer
 from .net import _KIND_STRUCT, VMLINUX_BTF, _Btf
 from .offcpu_idle import IdleThread, WholeWindowWatch, idle_entries

@@ -62,10 +62,10 @@ from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
 from ..scope.threadwatch import ThreadWatch
 from ..symbols.batches import BATCH_CHUNKS, WindowSymbols
+from ..symbols.procsyms import ProcessSymbols
 from ..symbols.symbolize import (
     Frame,
     KernelSymbols,
-    ProcessSymbols,
     StackFolder,
     fold_stack,
     is_java_unwalkable,

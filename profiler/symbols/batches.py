@@ -1,8 +1,8 @@
 """Native and kernel frames named in bounded batches during the window, while their process still runs.
 
-The sampler's reader files raw addresses only (profiler/capture/stackstore.py); naming them through bcc is
-the slow part of symbolization and the part that needs the process: its /proc/PID/maps and, in another
-mount namespace, its files under /proc/PID/root. Every interval the runner asks for a batch: the
+The sampler's reader files raw addresses only (profiler/capture/stackstore.py); naming them (procsyms.py) is
+the slow part of symbolization and the part that needs the process: its /proc/PID/maps and the files it
+maps, reached only through /proc/PID/map_files. Every interval the runner asks for a batch: the
 stack chunks the store kept for the first time since the last one (at most ``limit`` of them,
 ``StackStore.take_fresh``: each chunk is handed out once, so nothing here remembers chunks) have their
 plain pcs resolved into the memo of the symbol cache the sampler keeps for the process anyway
@@ -57,7 +57,7 @@ class WindowSymbols:
 
     def name_batch(self, fresh: FreshChunks) -> int:
         """Resolve the native pcs of the chunks the store kept since the last batch (each handed out once);
-        returns how many stacks were new since the last batch. A pc looked at before is skipped: a pc bcc
+        returns how many stacks were new since the last batch. A pc looked at before is skipped: a pc the cache
         does not place in a file stays unplaced in the same cache."""
         for tgid, chunk in fresh.chunks:
             symbols = self.used.get(tgid) or self._symbols_of(tgid)

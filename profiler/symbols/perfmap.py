@@ -131,22 +131,6 @@ def _read_map(pid: int, root_pid: int, path: str) -> bytes | None:
     return content
 
 
-def _within_limits(pid: int, root_pid: int, path: str) -> bool:
-    try:
-        return _read_map(pid, root_pid, path) is not None
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-
-
-def bcc_may_read_perf_maps(pid: int) -> bool:
-    """Whether bcc's symbol cache may be given ``pid``: bcc reads the maps itself (the JVM's own and
-    /tmp/perf-PID.map of the host, whole, as root, following links, a FIFO blocking it), so both must
-    be absent or pass the checks of our own reads (safeio; a refusal is warned once)."""
-    return _within_limits(pid, pid, perf_map_file(pid)) and _within_limits(pid, os.getpid(), f"/tmp/perf-{pid}.map")
-
-
 def read_perf_map(pid: int) -> PerfMap | None:
     """The JVM's perf map (see read_perf_map_bytes), lines longer than PERF_MAP_MAX_LINE skipped."""
     content = read_perf_map_bytes(pid)

@@ -1,5 +1,6 @@
-"""Addresses to frame names: native code through bcc (in batches during the window, profiler/symbols/batches.py,
-and after it for what they left), JIT code through perf maps after the window.
+"""Addresses to frame names: native code by our own ELF reader (profiler/symbols/procsyms.py: in batches during the
+window, profiler/symbols/batches.py, and after it for what they left), JIT code through perf maps after the window,
+the kernel's through bcc's /proc/kallsyms cache.
 
 Java frames come out as ``com.example.CpuSplit::burnAlpha`` whichever way the map was written
 (``jcmd Compiler.perfmap`` spells ``long com.example.CpuSplit.burnAlpha(long, long)``, our JVMTI agent
@@ -17,9 +18,7 @@ Stacks cut by the depth limit are counted as truncated instead, never as unwalka
 
 from __future__ import annotations
 
-import bisect
 import ctypes as ct
-import os
 import re
 import struct
 from collections import Counter
@@ -49,7 +48,7 @@ from ..capture.stackstore import (
 from ..capture.stacktable import KERNEL, LOST, THREAD, StackTable, StackTableBuilder
 from ..unwind.codecache import COMPILED_TAG
 from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, NO_VMSTRUCTS
-from .perfmap import PerfMapLike, bcc_may_read_perf_maps
+from .perfmap import PerfMapLike
 
 if TYPE_CHECKING:
     from .perfmap_history import PerfMapHistory
@@ -164,29 +163,13 @@ def fold_stack(comm: str, user_leaf_first: Sequence[str] | None, kernel_leaf_fir
     return FRAME_SEPARATOR.join(frames)
 
 
-def _is_perf_map_module(module: str | None) -> bool:
-    return module is not None and re.search(r"perf-\d+\.map$", module) is not None
-
-
-def _module_label(module: str) -> str:
-    base = os.path.basename(module.rstrip("/")) or module
-    return base if base.startswith("[") else f"[{base}]"
-
-
-# ---------------------------------------------------------------- bcc-backed symbol caches (I/O)
+# ---------------------------------------------------------------- symbol caches (I/O)
 
 
 def _bcc() -> Any:
     from bcc import libbcc  # heavy: imported only where symbols are needed
 
     return libbcc
-
-
-def _same_mount_namespace(pid: int) -> bool:
-    try:
-        return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
-    except OSError:
-        return False
 
 
 class FrameMemo:
@@ -224,105 +207,6 @@ class FrameMemo:
 
     def _resolve(self, addr: int) -> Frame:
         raise NotImplementedError
-
-
-class ProcessSymbols(FrameMemo):
-    """bcc's symbol cache of one process plus its perf map.
-
-    ``eager=True`` prepares the cache now so it still answers after the process exits: it touches
-    every mapped module (bcc loads each module's symbol addresses). Names are read into memory too
-    when the process lives in another mount namespace (a container: bcc reads files through
-    /proc/PID/root, which disappears with the process); in our own namespace bcc reads them from
-    the files by path on demand, which works after the exit and keeps about 8 MB less per JVM
-    (libjvm.so alone has ~58,000 symbols).
-    """
-
-    def __init__(self, pid: int, eager: bool = False) -> None:
-        libbcc = _bcc()
-        self.pid = pid
-        self._lib = libbcc.lib
-        self._sym_type = libbcc.bcc_symbol
-        option = libbcc.bcc_symbol_option()
-        option.use_debug_file = 1
-        option.check_debug_file_crc = 1
-        option.lazy_symbolize = 0 if eager and not _same_mount_namespace(pid) else 1
-        option.use_symbol_type = (1 << 2) | (1 << 10)  # STT_FUNC | STT_GNU_IFUNC
-        # bcc reads the process's perf maps on its own, without our checks (docs/security.md): a process
-        # whose map is a link, a FIFO or oversized gets no bcc cache (its frames stay unnamed, warned)
-        self._cache: int | None = None
-        if bcc_may_read_perf_maps(pid):
-            self._cache = self._lib.bcc_symcache_new(pid, ct.byref(option))
-            self._resolve_raw(1)  # bcc loads the perf map now, while it is the file just checked
-        self.perf_map: PerfMapLike | None = None
-        self._memo: dict[int, Frame] = {}
-        self._file_ranges: list[tuple[int, int]] = []
-        self._read_file_ranges()
-        if eager:
-            self._warm()
-
-    def _read_file_ranges(self) -> None:
-        """Address ranges backed by files: an address outside them is anonymous (JIT) memory."""
-        try:
-            with open(f"/proc/{self.pid}/maps", encoding="utf-8", errors="replace") as handle:
-                for line in handle:
-                    parts = line.split(None, 5)
-                    if len(parts) == 6 and parts[5].startswith("/") and "x" in parts[1]:
-                        low, high = parts[0].split("-")
-                        self._file_ranges.append((int(low, 16), int(high, 16)))
-        except OSError:
-            pass
-        self._file_ranges.sort()  # /proc/PID/maps lists them in order; sorted, whatever it said
-        self._range_lows = [low for low, _high in self._file_ranges]
-
-    def _warm(self) -> None:
-        for low, _high in self._file_ranges:
-            self._resolve_raw(low)
-
-    def _in_file(self, addr: int) -> bool:
-        at = bisect.bisect_right(self._range_lows, addr) - 1  # the last range starting at or below addr
-        return any(low <= addr < high for low, high in self._file_ranges[max(0, at - 1) : at + 1])
-
-    def resolve_native(self, addr: int) -> None:
-        """FrameMemo.resolve_native without asking bcc about an address in no file mapping (JIT code,
-        stubs: never native, and bcc's search for them is the slow path)."""
-        if self._file_ranges and not self._in_file(addr):
-            return
-        super().resolve_native(addr)
-
-    def _resolve_raw(self, addr: int) -> tuple[str | None, str | None]:
-        if self._cache is None:
-            return None, None
-        sym = self._sym_type()
-        found = self._lib.bcc_symcache_resolve(self._cache, addr, ct.byref(sym)) == 0
-        module = ct.cast(sym.module, ct.c_char_p).value if sym.module else None
-        module_text = module.decode("utf-8", "replace") if module else None
-        if not found:
-            return None, module_text
-        raw = ct.cast(sym.demangle_name or sym.name, ct.c_char_p).value
-        text = raw.decode("utf-8", "replace") if raw else None
-        self._lib.bcc_symbol_free_demangle_name(ct.byref(sym))
-        return text, module_text
-
-    def _resolve(self, addr: int) -> Frame:
-        name, module = self._resolve_raw(addr)
-        if name is not None and not _is_perf_map_module(module):
-            return Frame(name, "native", os.path.basename(module or ""))
-        # JIT code: our freshly read map first (bcc may hold an older copy), then bcc's.
-        jit_name = self.perf_map.lookup(addr) if self.perf_map is not None else None
-        if jit_name is None:
-            jit_name = name
-        if jit_name is not None:
-            return Frame(java_frame_name(jit_name), "jit")
-        if module is not None and not _is_perf_map_module(module):
-            return Frame(_module_label(module), "native")
-        if self._file_ranges and not self._in_file(addr):
-            return Frame(UNKNOWN, "anon")
-        return Frame(UNKNOWN, "unknown")
-
-    def close(self) -> None:
-        if self._cache is not None:
-            self._lib.bcc_free_symcache(ct.c_void_p(self._cache), self.pid)
-            self._cache = None
 
 
 class KernelSymbols:
@@ -448,7 +332,7 @@ def cut_cause(frames: Sequence[Frame], gap: int, truncated: bool, walk_end: int)
 
 
 class SymbolResolver(Protocol):
-    """What StackFolder needs of a process's symbols: ProcessSymbols (bcc, live process) or
+    """What StackFolder needs of a process's symbols: ProcessSymbols (procsyms.py, live process) or
     OfflineSymbols (profiler/symbols/elfsyms.py: saved maps and ELF files, process gone)."""
 
     def resolve(self, addr: int) -> Frame: ...

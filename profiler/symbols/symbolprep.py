@@ -23,7 +23,7 @@ from ..capture.checkpoint import start_ticks
 from ..scope import jvm
 from . import perfmap
 from .perfmap_history import PerfMapHistory
-from .symbolize import ProcessSymbols
+from .procsyms import ProcessSymbols
 
 PFP_FIX = "-XX:+PreserveFramePointer (Spark: spark.executor.extraJavaOptions=-XX:+PreserveFramePointer)"
 PERF_MAP_MODES = ("auto", "jcmd", "agent", "none")
@@ -265,12 +265,14 @@ class SymbolPreparer:
 
     def is_java(self, pid: int, symbols: ProcessSymbols | None) -> bool:
         prepared = self._prepared.get(pid)
-        return (prepared is not None and prepared.jvm_info is not None) or jvm.is_jvm(pid) or (
-            symbols is not None and (symbols.perf_map is not None or pid in self.histories)
+        return (
+            (prepared is not None and prepared.jvm_info is not None)
+            or jvm.is_jvm(pid)
+            or (symbols is not None and (symbols.perf_map is not None or pid in self.histories))
         )
 
     def release_symbols(self, pid: int) -> None:
-        """Free the cache prepared for ``pid`` (bcc's symbol tables of its files): after the window, once a
+        """Free the cache prepared for ``pid`` (its symbol tables): after the window, once a
         fresh cache has adopted its names or its stacks are named, so no two caches of a process, nor the
         caches of processes already named, are held while the next one is named."""
         prepared = self._prepared.get(pid)

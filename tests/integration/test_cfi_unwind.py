@@ -78,7 +78,7 @@ GLIBC_FUTEX = ("__futex_abstimed_wait_common", "pthread_cond_signal", "pthread_c
 def test_jvm_in_glibc_futex_reaches_its_thread_start(walker: CfiWalker, tmp_path: Path) -> None:
     # GIVEN a JVM (frame pointers in Java code, none in glibc) whose two threads hand a token back and
     # forth with park/unpark: their CPU is in glibc's futex paths and in the kernel below them
-    from profiler.symbols.symbolize import ProcessSymbols
+    from profiler.symbols.procsyms import ProcessSymbols
     from tests.fixtures.jvm import java_home
 
     javac, java = java_home() / "bin" / "javac", java_home() / "bin" / "java"

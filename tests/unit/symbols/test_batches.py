@@ -16,7 +16,7 @@ NATIVE_LOW = 0x400000  # addresses from here on are in a file (libfake.so); belo
 
 
 class FakeProcessSymbols(FrameMemo):
-    """A process's symbolizer: bcc's answers while the process runs, nothing once it is gone."""
+    """A process's symbolizer: its files' answers while the process runs, nothing once it is gone."""
 
     def __init__(self, alive: bool = True) -> None:
         self._memo: dict[int, Frame] = {}
@@ -167,15 +167,12 @@ def test_the_memo_of_a_batch_keeps_file_symbols_only_and_stops_at_its_bound(monk
     assert list(symbols._memo) == [NATIVE_LOW]
 
 
-def test_a_live_process_cache_asks_bcc_only_about_pcs_in_a_file_mapping() -> None:
-    from profiler.symbols.symbolize import ProcessSymbols
+def test_a_live_process_cache_names_in_a_batch_only_pcs_in_a_file_mapping() -> None:
+    from profiler.symbols.procsyms import ExecMapping, MapsRead, ProcessSymbols
 
-    # GIVEN a process's cache whose executable file mappings are two ranges (bcc itself stubbed out)
-    symbols = ProcessSymbols.__new__(ProcessSymbols)
-    symbols._memo = {}
-    symbols._file_ranges = [(0x5000, 0x6000), (0x1000, 0x2000)]
-    symbols._file_ranges.sort()
-    symbols._range_lows = [low for low, _high in symbols._file_ranges]
+    # GIVEN a process's cache whose executable file mappings are two ranges (its files stubbed out)
+    mappings = [ExecMapping(0x1000, 0x2000, 0, "/a.so", "a.so"), ExecMapping(0x5000, 0x6000, 0, "/b.so", "b.so")]
+    symbols = ProcessSymbols(PID, maps=MapsRead(mappings), files=_NoFiles())
     asked: list[int] = []
 
     def resolve(addr: int) -> Frame:
@@ -186,6 +183,16 @@ def test_a_live_process_cache_asks_bcc_only_about_pcs_in_a_file_mapping() -> Non
     # WHEN a batch names pcs inside, between, before and after them
     for addr in (0x1000, 0x1FFF, 0x2000, 0x4FFF, 0x5800, 0x6000, 0x10, 0x9000):
         symbols.resolve_native(addr)
-    # THEN only the pcs in a file reached bcc (JIT code and stubs are named after the window)
+    # THEN only the pcs in a file were looked up (JIT code and stubs are named after the window)
     assert asked == [0x1000, 0x1FFF, 0x5800]
     assert [symbols._in_file(a) for a in (0x0FFF, 0x1000, 0x2000, 0x5FFF, 0x6000)] == [False, True, False, True, False]
+
+
+class _NoFiles:
+    """A process whose files cannot be opened (procsyms.MappedFiles' interface)."""
+
+    def key(self, pid: int, mapping: object) -> None:
+        return None
+
+    def symbols(self, pid: int, mapping: object, key: object) -> None:
+        raise AssertionError("no file is opened without a key")
