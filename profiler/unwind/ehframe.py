@@ -346,7 +346,11 @@ def _fde_ref(info: ElfInfo, start: int, end: int, cie: _Cie) -> FdeRef:
     if cie.has_augmentation_data:
         length = reader.uleb()
         reader.pos += length
-    return FdeRef(pc_begin, pc_begin + pc_range, info, reader.pos, end, cie)
+    # the range ends inside the address space (a crafted one past 2**64 does not fit the table's array)
+    return FdeRef(pc_begin, min(pc_begin + pc_range, _ADDRESS_END), info, reader.pos, end, cie)
+
+
+_ADDRESS_END = (1 << 64) - 1
 
 
 # ---------------------------------------------------------------- the CFA program

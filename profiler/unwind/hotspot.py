@@ -34,7 +34,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..capture.stackstore import JavaNamesDelta
@@ -183,13 +183,22 @@ def libjvm_mapping(pid: int) -> tuple[str, int, int] | None:
     libjvm.so in ``pid``."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].rstrip("\n").endswith("/libjvm.so") and int(parts[2], 16) == 0:
-                    start, end = (int(bound, 16) for bound in parts[0].split("-"))
-                    return parts[5].rstrip("\n"), start, end
+            return libjvm_in_maps(handle)
     except OSError:
         return None
+
+
+def libjvm_in_maps(lines: Iterable[str]) -> tuple[str, int, int] | None:
+    """libjvm_mapping of the lines of a /proc/PID/maps (a line that does not parse is passed over)."""
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].rstrip("\n").endswith("/libjvm.so"):
+            try:
+                if int(parts[2], 16) == 0:
+                    start, end = (int(bound, 16) for bound in parts[0].split("-"))
+                    return parts[5].rstrip("\n"), start, end
+            except ValueError:
+                continue
     return None
 
 

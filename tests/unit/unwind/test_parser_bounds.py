@@ -229,3 +229,11 @@ def test_scope_lookup_takes_the_first_pc_desc_at_or_after_the_pc() -> None:
     # no scope data: the walk ends at once, the search itself must not fail at either end
     for pc in (0x0FFF, 0x1000, 0x100A, 0x1020, 0x1033, 0x2000):
         assert codecache.scope_methods(scopes, pc) == ()
+
+
+def test_an_fde_ending_past_the_address_space_is_cut_at_its_end() -> None:
+    # found by the fuzz tests: pc_begin + pc_range over 2**64 raised OverflowError in the table's array
+    cie = crafted.cie(augmentation=b"")
+    fde = struct.pack("<IIQQ", 20, len(cie) + 4, 0xFFFF_FFFF_FFFF_FFF0, 0x100)
+    addresses, rules = ehframe.table_for_elf(crafted.elf_with_eh_frame(cie + fde + b"\0\0\0\0"))
+    assert list(addresses) == [0xFFFF_FFFF_FFFF_FFF0, 0xFFFF_FFFF_FFFF_FFFF] and rules[-1] == ehframe.GAP
