@@ -90,3 +90,9 @@ def test_an_attach_status_line_of_digits_is_no_status() -> None:
     else:
         raise AssertionError("a status of 8 M digits was taken")
     assert parse_attach_reply(1234, b" -1 \nout") == (-1, "out")
+
+
+def test_the_recorded_seeds_parse() -> None:
+    assert len(parse_perf_map(PERF_MAP_SEEDS[0].decode().splitlines())) == 200
+    status, output = parse_attach_reply(1234, REPLY_SEEDS[0])
+    assert status == 0 and "OpenJDK" in output

@@ -101,6 +101,7 @@ def test_hsperfdata(data: bytes, name: str) -> None:
 
 
 def test_real_hsperfdata_seeds_have_the_unloads_counter() -> None:
+    assert len(HSPERF_SEEDS) > 1  # the recorded JVM's file is there
     for data in HSPERF_SEEDS:
         offset = hotspot._counter_offset(data, hotspot.UNLOADED_CLASSES)
         assert offset is not None and 0 <= offset <= len(data) - 8
@@ -114,3 +115,8 @@ def test_proc_maps(raw: bytes) -> None:
         assert mapping.path.startswith("/") or mapping.path == "[vdso]"
     found = hotspot.libjvm_in_maps(text.splitlines(keepends=True))
     assert found is None or found[0].endswith("/libjvm.so")
+
+
+def test_the_maps_seed_holds_libjvm_and_code() -> None:
+    text = MAPS_SEEDS[0].decode()
+    assert hotspot.libjvm_in_maps(text.splitlines(keepends=True)) is not None and cfi.parse_maps(text)
