@@ -70,7 +70,7 @@ setup(
             "protobuf>=7.35.1,<8",
         ],
         "dev": [
-            "pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel", "jsonschema>=4",
+            "pytest>=8", "pytest-timeout", "ruff", "mypy", "build", "wheel", "jsonschema>=4", "hypothesis>=6",
             # the layers contract of both packages ([tool.importlinter] in pyproject.toml, `make lint`)
             "import-linter>=2",
         ],

@@ -164,10 +164,20 @@ def attach_command(pid: int, command: str, *args: str, timeout: float = 30.0) ->
                 reply += chunk
         except OSError as exc:
             raise AttachError(f"pid {pid}: attach socket {_socket_file(pid)}: {exc}") from None
+    return parse_attach_reply(pid, reply)
+
+
+ATTACH_STATUS_MAX = 11  # bytes of the status line: a 32-bit int and its sign ("0", "-1", "100")
+
+
+def parse_attach_reply(pid: int, reply: bytes | bytearray) -> tuple[int, str]:
+    """(status, output) of a JVM's attach reply: a decimal status line, then the command's output. The
+    status line is bounded (an 8 MiB line of digits is no status: int() of it would raise ValueError);
+    AttachError for anything that is not a reply."""
     head_bytes, _, body = reply.partition(b"\n")
-    del reply
-    head, output = head_bytes.decode("ascii", "replace"), body.decode("utf-8", "replace")
-    if not head.strip().lstrip("-").isdigit():
+    head = head_bytes[: ATTACH_STATUS_MAX + 1].decode("ascii", "replace").strip()
+    digits = head[1:] if head.startswith("-") else head
+    if len(head_bytes) > ATTACH_STATUS_MAX or not (digits.isascii() and digits.isdigit()):
         # The JVM closes the connection without a word when it refuses the peer's credentials.
         raise AttachError(f"pid {pid}: the JVM refused the attach request (peer credentials?)")
-    return int(head), output
+    return int(head), body.decode("utf-8", "replace")

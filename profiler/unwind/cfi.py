@@ -107,8 +107,11 @@ def parse_maps(text: str) -> list[ExecMapping]:
         path = parts[5].strip()
         if not (path.startswith("/") or path == "[vdso]") or path.endswith(" (deleted)"):
             continue
-        low, high = parts[0].split("-")
-        mappings.append(ExecMapping(int(low, 16), int(high, 16), int(parts[2], 16), path))
+        try:
+            low, high = parts[0].split("-")
+            mappings.append(ExecMapping(int(low, 16), int(high, 16), int(parts[2], 16), path))
+        except ValueError:
+            continue  # not the kernel's line (a test's text, a truncated read): nothing to map
     return mappings
 
 
@@ -323,6 +326,9 @@ class CfiLoader:
         """The ELF's table built and written into cfi_rows / cfi_pages (when there is room)."""
         try:
             addresses, rules = ehframe.build_table(ehframe.iter_fde_refs(info))
+        except ehframe.EhFrameBudgetError as exc:  # a crafted or runaway section: said once, this ELF only
+            self.warnings.append(f"{path}: unwind table refused: {exc}")
+            return ElfTable(key, path, segments=info.exec_segments, cause=f"{CAUSE_NO_CFI}: {exc}")
         except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
             return ElfTable(key, path, segments=info.exec_segments, cause=f"{CAUSE_NO_CFI}: {exc}")
         # The vDSO is mapped from its first byte: its segment is found by offset 0.
@@ -332,6 +338,14 @@ class CfiLoader:
             return table
         if addresses[-1] > 0xFFFFFFFF:
             table.cause = f"{CAUSE_NO_CFI}: code above 4 GiB in the ELF"
+            return table
+        # pages follow the address span, not the rows: two FDEs 4 GiB apart would be 16 M pages
+        page_count = ((addresses[-1] - addresses[0]) >> PAGE_SHIFT) + 1
+        if self.pages_used + page_count > self.max_pages:
+            table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
+            self.warnings.append(
+                f"{path}: unwind table spanning {page_count} pages does not fit ({self.max_pages} pages in all)"
+            )
             return table
         try:
             pages = page_index(addresses, self.rows_used)

@@ -34,6 +34,9 @@ FREE_SEGMENT = 0xFF
 # that keeps compiling (Spark generates classes every window) would otherwise keep every nmethod it met;
 # a dropped one is read again, its compile id checked first, when a new pc of it is sampled.
 SCOPES_KEPT = 512
+# and at most this many bytes of it in all (a crafted JVM's nmethods of MAX_DEBUG_BYTES each would make
+# SCOPES_KEPT of them gigabytes; real ones are tens of KiB)
+SCOPES_KEPT_BYTES = 64 << 20
 
 # Blob kinds as the walker tells them apart (BLOB_* in stack_walk.c).
 KIND_OTHER, KIND_NMETHOD, KIND_VTABLE = 0, 1, 2
@@ -324,6 +327,7 @@ class CompiledNamer:
         self.failures: dict[tuple[int, int], str] = {}  # (pc, compile id) -> why unnamed
         self.blob_names: dict[int, str | None] = {}  # blob -> its _name (stubs, adapters)
         self.scopes: dict[tuple[int, int], NmethodScopes | None] = {}  # (blob, compile id) -> debug info (LRU)
+        self.scopes_bytes = 0  # held by ``scopes`` (at most SCOPES_KEPT_BYTES, but for the last one read)
         self.chains: dict[tuple[int, int], tuple[int, ...]] = {}  # (pc, compile id) -> Method*s, innermost first
         self.log: list[tuple[int, int, tuple[int, ...]]] | None = None  # new chains, for the checkpoint journal
 
@@ -366,8 +370,9 @@ class CompiledNamer:
         except (OSError, ValueError):
             pass
         kept[key] = scopes
-        if len(kept) > SCOPES_KEPT:
-            del kept[next(iter(kept))]
+        self.scopes_bytes += _scopes_bytes(scopes)
+        while len(kept) > SCOPES_KEPT or self.scopes_bytes > SCOPES_KEPT_BYTES and len(kept) > 1:
+            self.scopes_bytes -= _scopes_bytes(kept.pop(next(iter(kept))))
         return scopes
 
     def _compile_id_at(self, blob: int) -> int:
@@ -436,10 +441,16 @@ class NmethodScopes:
     code_begin: int
     metadata: bytes  # Method*s (and other Metadata*) by index - 1
     scopes_data: bytes  # ScopeDescs: (sender offset, method index, bci + 1), UNSIGNED5
-    # PcDescs as flat pairs: pc offset from code_begin, scope decode offset, ... (an array: a big C2
-    # nmethod has thousands, and the namer keeps every nmethod's scopes it has read)
+    # PcDescs as flat pairs: pc offset from code_begin, scope decode offset, ... in pc offset order (an
+    # array: a big C2 nmethod has thousands, and the namer keeps every nmethod's scopes it has read)
     pcs: array[int]
     excluded_bytes: int
+
+
+def _scopes_bytes(scopes: NmethodScopes | None) -> int:
+    if scopes is None:
+        return 0
+    return len(scopes.metadata) + len(scopes.scopes_data) + scopes.pcs.itemsize * len(scopes.pcs)
 
 
 def _blob_field(memory: Memory, blob: int, spec: tuple[int, int]) -> int:
@@ -481,12 +492,13 @@ def read_nmethod_scopes(memory: Memory, layout: CodeCacheLayout, blob: int) -> N
         raise ValueError(layout.scopes_error)
     metadata, data, pcs_raw = _debug_regions(memory, scopes, blob)
     size = scopes.pc_desc_size
-    pcs = array("i")
+    pairs = []
     for at in range(0, len(pcs_raw) - size + 1, size):
-        pcs.append(int.from_bytes(pcs_raw[at + scopes.pc_offset : at + scopes.pc_offset + 4], "little", signed=True))
-        pcs.append(
-            int.from_bytes(pcs_raw[at + scopes.scope_offset : at + scopes.scope_offset + 4], "little", signed=True)
-        )
+        pc_offset = int.from_bytes(pcs_raw[at + scopes.pc_offset : at + scopes.pc_offset + 4], "little", signed=True)
+        scope = int.from_bytes(pcs_raw[at + scopes.scope_offset : at + scopes.scope_offset + 4], "little", signed=True)
+        pairs.append((pc_offset, scope))
+    pairs.sort(key=lambda pair: pair[0])  # HotSpot writes them in order (then this costs one pass); stable
+    pcs = array("i", (number for pair in pairs for number in pair))
     if layout.code_is_offset:
         code_begin = blob + _blob_field(memory, blob, (layout.code, 4))
     else:
@@ -514,14 +526,15 @@ def scope_methods(scopes: NmethodScopes, pc: int) -> tuple[int, ...]:
     sampled pc between two takes the next one after it (the JVM's own ``pc_desc_near``: the code up to
     a safepoint or call belongs to that call's scope)."""
     delta = pc - scopes.code_begin
-    best, offset = None, 0
     pcs = scopes.pcs
-    for pc_offset, scope_offset in zip(pcs[0::2], pcs[1::2]):
-        if pc_offset == delta:
-            offset = scope_offset
-            break
-        if pc_offset > delta and (best is None or pc_offset < best):
-            best, offset = pc_offset, scope_offset
+    low, high = 0, len(pcs) // 2  # the first PcDesc at or after delta (in pc order: a binary search)
+    while low < high:
+        middle = (low + high) // 2
+        if pcs[2 * middle] < delta:
+            low = middle + 1
+        else:
+            high = middle
+    offset = pcs[2 * low + 1] if low < len(pcs) // 2 else 0
     methods: list[int] = []
     limit = len(scopes.scopes_data)
     for _ in range(MAX_SCOPES):

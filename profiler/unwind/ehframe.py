@@ -13,13 +13,22 @@ import bisect
 import struct
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ..errors import CapabilityError
 from ..files.safeio import BoundedReader
 
 EH_FRAME_MAX_BYTES = 32 << 20  # libjvm.so's is 1.4 MB, the largest libraries' a few MB
+# The work per ELF is linear in its .eh_frame and bounded (issue 46: a crafted section of 7 MiB whose
+# every FDE named a CIE of its own cost 1.5 GiB): past one of these the table is refused, named.
+MAX_CIES = 256  # distinct CIEs per ELF (libjvm.so has 1, libc 3)
+MAX_CIE_INSTRUCTIONS = 256  # bytes of a CIE's initial instructions (compilers emit under 16)
+MAX_AUGMENTATION = 16  # bytes of a CIE's augmentation string ("zR", "zPLR", "zRS"...)
+MAX_FDES = 1 << 18  # FDEs per ELF, ~250 bytes each while the table is built (libjvm.so: 44 k)
+MAX_TABLE_ROWS = 1 << 20  # rows of one ELF's table (libjvm.so: ~190 k; cfi.DEFAULT_MAX_ROWS in all)
+MAX_REMEMBERED = 64  # DW_CFA_remember_state depth (compilers nest 1 or 2)
+_MAX_RULES = 4096  # distinct rules shared across ELFs (libjvm.so uses 8); more are not interned
 
 # DWARF register numbers on x86_64
 REG_RBP, REG_RSP, REG_RA = 6, 7, 16
@@ -103,6 +112,10 @@ class ElfInfo:
 
 class EhFrameError(CapabilityError):
     """The ELF or its ``.eh_frame`` is malformed or not x86_64."""
+
+
+class EhFrameBudgetError(EhFrameError):
+    """The ``.eh_frame`` is over one of the bounds above (MAX_CIES, MAX_FDES...): its table is refused."""
 
 
 # ---------------------------------------------------------------- ELF headers
@@ -233,6 +246,9 @@ class _Cie:
     has_augmentation_data: bool
     signal_frame: bool
     instructions: bytes
+    # the CIE's initial instructions run once (every FDE starts from them): state, remembered states,
+    # and the location they leave (absolute after a set_loc, else a delta from the FDE's start)
+    initial: tuple[_State, tuple[_State, ...], int, bool] | None = field(default=None, compare=False)
 
 
 def _parse_cie(data: bytes, start: int, end: int, section_addr: int) -> _Cie:
@@ -240,7 +256,9 @@ def _parse_cie(data: bytes, start: int, end: int, section_addr: int) -> _Cie:
     version = reader.u8()
     if version not in (1, 3):
         raise EhFrameError(f"CIE at {start:#x}: version {version} not supported")
-    aug_end = data.index(b"\0", reader.pos)
+    aug_end = data.find(b"\0", reader.pos, min(end, reader.pos + MAX_AUGMENTATION))
+    if aug_end < 0:
+        raise EhFrameError(f"CIE at {start:#x}: no augmentation string within {MAX_AUGMENTATION} bytes")
     augmentation = data[reader.pos : aug_end].decode("ascii", "replace")
     reader.pos = aug_end + 1
     if "eh" in augmentation:
@@ -259,7 +277,12 @@ def _parse_cie(data: bytes, start: int, end: int, section_addr: int) -> _Cie:
             elif letter == "P":
                 reader.pointer(reader.u8() & 0x7F, section_addr)  # the indirect bit changes nothing here
         reader.pos = after
-    return _Cie(
+    if end - reader.pos > MAX_CIE_INSTRUCTIONS:
+        raise EhFrameBudgetError(
+            f"CIE at {start:#x}: {end - reader.pos} bytes of initial instructions, over the limit of "
+            f"{MAX_CIE_INSTRUCTIONS}"
+        )
+    cie = _Cie(
         code_align,
         data_align,
         ra_register,
@@ -268,6 +291,8 @@ def _parse_cie(data: bytes, start: int, end: int, section_addr: int) -> _Cie:
         "S" in augmentation,
         data[reader.pos : end],
     )
+    object.__setattr__(cie, "initial", _CfaMachine(cie, section_addr).initial_state())
+    return cie
 
 
 def iter_fdes(info: ElfInfo) -> Iterator[Fde]:
@@ -280,7 +305,7 @@ def iter_fde_refs(info: ElfInfo) -> Iterator[FdeRef]:
     """Every FDE of the ``.eh_frame`` in section order, its rows evaluated only when asked for."""
     data, section_addr = info.eh_frame, info.eh_frame_addr
     cies: dict[int, _Cie] = {}
-    pos = 0
+    pos = fdes = 0
     while pos + 4 <= len(data):
         length = struct.unpack_from("<I", data, pos)[0]
         if length == 0:  # terminator
@@ -294,22 +319,24 @@ def iter_fde_refs(info: ElfInfo) -> Iterator[FdeRef]:
             raise EhFrameError(f".eh_frame record at {pos:#x} runs past the section")
         cie_pointer = struct.unpack_from("<I", data, body)[0]
         if cie_pointer == 0:
+            _count_cie(cies)
             cies[pos] = _parse_cie(data, body + 4, end, section_addr)
         else:
-            cie_pos = body - cie_pointer
-            cie = cies.get(cie_pos)
+            # the pointer counts back from here: its CIE is a record walked already, never bytes elsewhere
+            # read as one (each FDE naming an offset of its own cost 1.5 GiB for 7 MiB before)
+            cie = cies.get(body - cie_pointer)
             if cie is None:
-                cie = cies[cie_pos] = _parse_cie_at(data, cie_pos, section_addr)
+                raise EhFrameError(f"FDE at {pos:#x}: its CIE pointer names {body - cie_pointer:#x}, no CIE record")
+            fdes += 1
+            if fdes > MAX_FDES:
+                raise EhFrameBudgetError(f"more than {MAX_FDES} FDEs in .eh_frame")
             yield _fde_ref(info, body + 4, end, cie)
         pos = end
 
 
-def _parse_cie_at(data: bytes, pos: int, section_addr: int) -> _Cie:
-    length = struct.unpack_from("<I", data, pos)[0]
-    header = 12 if length == 0xFFFFFFFF else 4
-    if header == 12:
-        length = struct.unpack_from("<Q", data, pos + 4)[0]
-    return _parse_cie(data, pos + header + 4, pos + header + length, section_addr)
+def _count_cie(cies: dict[int, _Cie]) -> None:
+    if len(cies) >= MAX_CIES:
+        raise EhFrameBudgetError(f"more than {MAX_CIES} CIEs in .eh_frame")
 
 
 def _fde_ref(info: ElfInfo, start: int, end: int, cie: _Cie) -> FdeRef:
@@ -319,7 +346,11 @@ def _fde_ref(info: ElfInfo, start: int, end: int, cie: _Cie) -> FdeRef:
     if cie.has_augmentation_data:
         length = reader.uleb()
         reader.pos += length
-    return FdeRef(pc_begin, pc_begin + pc_range, info, reader.pos, end, cie)
+    # the range ends inside the address space (a crafted one past 2**64 does not fit the table's array)
+    return FdeRef(pc_begin, min(pc_begin + pc_range, _ADDRESS_END), info, reader.pos, end, cie)
+
+
+_ADDRESS_END = (1 << 64) - 1
 
 
 # ---------------------------------------------------------------- the CFA program
@@ -347,9 +378,15 @@ class _State:
         return state
 
     def rule(self) -> Rule:
-        """The state as a Rule, one shared object per distinct rule (libjvm.so: 8 for 191 k rows)."""
+        """The state as a Rule, one shared object per distinct rule (libjvm.so: 8 for 191 k rows); the
+        shared ones are bounded (a crafted section can make every row's offsets differ)."""
         rule = self._rule()
-        return _RULES.setdefault(rule, rule)
+        shared = _RULES.get(rule)
+        if shared is not None:
+            return shared
+        if len(_RULES) < _MAX_RULES:
+            _RULES[rule] = rule
+        return rule
 
     def _rule(self) -> Rule:
         if self.ra == "undefined":
@@ -381,10 +418,23 @@ class _CfaMachine:
         self.state.ra = None
         self.initial = self.state
         self.stack: list[_State] = []
+        self.loc, self._absolute = 0, False
+
+    def initial_state(self) -> tuple[_State, tuple[_State, ...], int, bool]:
+        """The CIE's initial instructions run from location 0: (state, remembered states, location,
+        whether the location is absolute (a set_loc) or a delta from the FDE's start), what ``run``
+        starts every FDE from."""
+        self.loc, self._absolute = 0, False
+        self._execute(self.cie.instructions, None)
+        return self.state.copy(), tuple(self.stack), self.loc, self._absolute
 
     def run(self, instructions: bytes, pc_begin: int) -> tuple[tuple[int, Rule], ...]:
-        self.loc = pc_begin
-        self._execute(self.cie.instructions, None)
+        initial = self.cie.initial
+        if initial is None:  # a _Cie made without _parse_cie
+            initial = self.initial_state()
+        state, stack, delta, absolute = initial
+        self.state, self.stack = state.copy(), [remembered.copy() for remembered in stack]
+        self.loc = delta if absolute else pc_begin + delta
         self.initial = self.state.copy()
         rows: list[tuple[int, Rule]] = []
         self._execute(instructions, rows)
@@ -438,7 +488,7 @@ class _CfaMachine:
         if opcode == 0x01:  # set_loc
             address = reader.pointer(self.cie.fde_encoding, self.section_addr)
             self._advance(0, rows)
-            self.loc = address
+            self.loc, self._absolute = address, True
         elif opcode in (0x02, 0x03, 0x04):  # advance_loc1/2/4
             size = 1 << (opcode - 2)
             self._advance(reader.unpack({1: "<B", 2: "<H", 4: "<I"}[size], size), rows)
@@ -455,6 +505,8 @@ class _CfaMachine:
             register = reader.uleb()
             self._set_register(register, f"r{reader.uleb()}")
         elif opcode == 0x0A:  # remember_state
+            if len(self.stack) >= MAX_REMEMBERED:
+                raise EhFrameBudgetError(f"DW_CFA_remember_state nested deeper than {MAX_REMEMBERED}")
             self.stack.append(state.copy())
         elif opcode == 0x0B:  # restore_state
             loc = self.loc
@@ -507,6 +559,8 @@ def build_table(fdes: Iterable[Fde | FdeRef]) -> tuple[array[int], list[Rule]]:
     rules: list[Rule] = []
 
     def add(address: int, rule: Rule) -> None:
+        if len(addresses) >= MAX_TABLE_ROWS:
+            raise EhFrameBudgetError(f"unwind table of more than {MAX_TABLE_ROWS} rows")
         if addresses and addresses[-1] == address:
             rules[-1] = rule
             if len(rules) > 1 and rules[-2] == rule:

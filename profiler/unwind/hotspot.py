@@ -34,7 +34,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..capture.stackstore import JavaNamesDelta
@@ -119,7 +119,10 @@ _TABLE_SYMBOLS = (
 )
 _MAX_ENTRIES = 20000  # a JDK has about 2,000 struct entries: more means we are reading garbage
 LIBJVM_MAX_BYTES = 1 << 30
+ELF_MAX_SYMBOLS = 1 << 20  # per symbol table (libjvm.so's .symtab: ~70 k, its .dynsym ~500)
+ELF_MAX_STRINGS = 32 << 20  # bytes of a string table (libjvm.so's .strtab: ~3 MB)
 HSPERFDATA_MAX_BYTES = 4 << 20  # -XX:PerfDataMemorySize is 64 KB by default
+HSPERFDATA_MAX_ENTRIES = 1 << 14  # a JDK publishes a few hundred counters
 
 
 # ---------------------------------------------------------------- ELF (dynamic symbols of libjvm.so)
@@ -129,7 +132,10 @@ def elf_symbols(path: str, reader: safeio.BoundedReader, names: tuple[str, ...])
     """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr.
 
     Reads only the headers and the symbol and string tables (libjvm.so is ~20 MB), each inside the file
-    and bounded (a crafted header raises ValueError)."""
+    and bounded (a crafted header raises ValueError). The work is linear in the tables: a name is compared
+    only where a symbol says it starts, never read to its NUL (a crafted string table of one name
+    without end, named at every offset, made that quadratic: hours for 128 MiB); a table over
+    ELF_MAX_SYMBOLS or ELF_MAX_STRINGS is refused (VMStructsError)."""
     read = reader.read_at
     head = read(0, 64)
     if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
@@ -145,20 +151,29 @@ def elf_symbols(path: str, reader: safeio.BoundedReader, names: tuple[str, ...])
             break
     section_headers = read(shoff, shnum * shentsize)
     sections = [struct.unpack_from("<IIQQQQIIQQ", section_headers, i * shentsize) for i in range(shnum)]
-    wanted = set(names)
+    # names as the string table spells them, each with its NUL: a name at an offset matches only if
+    # the bytes there up to the longest wanted name's NUL are one of them
+    wanted = {name.encode("ascii") + b"\0": name for name in names}
+    longest = max((len(spelled) for spelled in wanted), default=0)
     found: dict[str, int] = {}
     for sh_type in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
         for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
             if kind != sh_type or entsize < 24:  # sizeof(Elf64_Sym): smaller is a crafted table
                 continue
+            if size // entsize > ELF_MAX_SYMBOLS or not link < shnum or sections[link][5] > ELF_MAX_STRINGS:
+                raise VMStructsError(
+                    f"{path}: symbol table of {size // entsize} entries or its {sections[min(link, shnum - 1)][5]}"
+                    f" bytes of names over the limits ({ELF_MAX_SYMBOLS}, {ELF_MAX_STRINGS}); not read"
+                )
             table = read(offset, size)
             strings = read(sections[link][4], sections[link][5])
-            for at in range(0, size, entsize):
+            for at in range(0, size - 23, entsize):
                 st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", table, at)
-                name = strings[st_name : strings.index(b"\0", st_name)].decode("ascii", "replace")
-                if name in wanted and name not in found:
+                spelled = strings[st_name : st_name + longest]
+                name = wanted.get(spelled[: spelled.find(b"\0") + 1])
+                if name is not None and name not in found:
                     found[name] = st_value
-        if wanted <= found.keys():
+        if len(found) == len(wanted):
             break
     return found, base_vaddr
 
@@ -168,13 +183,22 @@ def libjvm_mapping(pid: int) -> tuple[str, int, int] | None:
     libjvm.so in ``pid``."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].rstrip("\n").endswith("/libjvm.so") and int(parts[2], 16) == 0:
-                    start, end = (int(bound, 16) for bound in parts[0].split("-"))
-                    return parts[5].rstrip("\n"), start, end
+            return libjvm_in_maps(handle)
     except OSError:
         return None
+
+
+def libjvm_in_maps(lines: Iterable[str]) -> tuple[str, int, int] | None:
+    """libjvm_mapping of the lines of a /proc/PID/maps (a line that does not parse is passed over)."""
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].rstrip("\n").endswith("/libjvm.so"):
+            try:
+                if int(parts[2], 16) == 0:
+                    start, end = (int(bound, 16) for bound in parts[0].split("-"))
+                    return parts[5].rstrip("\n"), start, end
+            except ValueError:
+                continue
     return None
 
 
@@ -212,7 +236,8 @@ class ProcessMemory:
         if known is None:
             chunk = self.read(address, 128)
             known = chunk.split(b"\0", 1)[0].decode("ascii", "replace")
-            self._strings[address] = known
+            if len(self._strings) < 1 << 16:  # vmStructs' names: ~6 k; a crafted table's are not kept
+                self._strings[address] = known
         return known
 
     def close(self) -> None:
@@ -642,22 +667,26 @@ class HsPerfCounter:
 
 def _counter_offset(data: bytes, name: str) -> int | None:
     """File offset of the value of the long counter ``name`` (the PerfData entry layout of HotSpot's
-    perfMemory.hpp: prologue with entry_offset and num_entries, then entries with name and data offsets)."""
+    perfMemory.hpp: prologue with entry_offset and num_entries, then entries with name and data offsets).
+
+    Linear in the file: at most HSPERFDATA_MAX_ENTRIES entries, each at least its 20-byte header long and
+    after the one before, and a name compared where it starts (never read to its NUL: a crafted file of
+    entries naming one unterminated name cost 28 CPU-s for 4 MiB)."""
     if len(data) < 32 or int.from_bytes(data[:4], "big") != _PERF_MAGIC or data[4] != 1:  # 1: little-endian
         return None
     entry_offset, entries = struct.unpack_from("<ii", data, 24)
     at = entry_offset
-    wanted = name.encode("ascii")
-    for _ in range(max(0, entries)):
+    wanted = name.encode("ascii") + b"\0"
+    for _ in range(min(max(0, entries), HSPERFDATA_MAX_ENTRIES)):
         if at < 0 or at + 20 > len(data):
             return None
         length, name_offset, vector_length, data_type, _flags, _units, _variability, data_offset = struct.unpack_from(
             "<iiibbbbi", data, at
         )
-        end = data.find(b"\0", at + name_offset)
-        if data[at + name_offset : end] == wanted and vector_length == 0 and data_type == ord("J"):
+        named = 0 <= name_offset <= length - len(wanted) and data.startswith(wanted, at + name_offset)
+        if named and vector_length == 0 and data_type == ord("J") and 0 <= data_offset <= length - 8:
             return at + data_offset
-        if length <= 0:
+        if length < 20:
             return None
         at += length
     return None
