@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from profiler.capture.format import (
-    atomic_write_text,
     check_rate,
     check_times,
     expect_json,
@@ -22,6 +21,7 @@ from profiler.capture.format import (
     read_json_file,
 )
 from profiler.errors import CaptureFormatError
+from profiler.files.atomic import atomic_write_text
 
 RUN_FORMAT_VERSION = 1
 

@@ -44,8 +44,9 @@ from coordinator.analysis.rows import (
 )
 from coordinator.analysis.timeline import SubWindow
 from coordinator.rundir import RUN_FILE
-from profiler.capture.format import FlinkSubtask, atomic_write_text, format_result_csv
+from profiler.capture.format import FlinkSubtask, format_result_csv
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
+from profiler.files.atomic import atomic_write_text
 from profiler.files.outputs import check_output_dir, mark_output_dir
 from profiler.files.textinput import open_text
 from profiler.matching.appprofile import parse_profile

@@ -35,7 +35,7 @@ from coordinator.analysis.compare import (
 )
 from coordinator.analysis.rows import existing_summary, summary_totals
 from coordinator.commands.analyze import existing_file, master_url
-from profiler.capture.format import atomic_write_text
+from profiler.files.atomic import atomic_write_text
 from profiler.files.outputs import check_output_dir, check_output_file, csv_header
 
 COMPARE_CSV = "compare.csv"

@@ -5,18 +5,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.analysis.rows import BARE_CAPTURE_ANALYSIS_DIR
 from coordinator.export.stacks import ExportSet
-from profiler.capture.format import atomic_write_bytes, atomic_write_text, is_capture_dir, replace_dir
+from profiler.capture.format import is_capture_dir
 from profiler.errors import ConfigError
+from profiler.files.atomic import atomic_write_bytes, atomic_write_text, staged_dir
 from profiler.files.outputs import (
     Signature,
     check_output_dir,
@@ -108,17 +106,10 @@ def write_export(
         return [out]
     check_output_dir(out, "--out", force=force)
     # A directory of per-task files is replaced whole: files of another profile's tasks do not linger.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
-    try:
+    with staged_dir(out) as staging:
         for name, text in content.items():
             atomic_write_text(staging / name, text, mode)
         mark_output_dir(staging, "coordinator export --per-task")
-        os.chmod(staging, 0o755)
-        replace_dir(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return [out / name for name in content]
 
 

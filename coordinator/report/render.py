@@ -5,12 +5,8 @@ vendored assets and write the report directory atomically.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -23,8 +19,9 @@ from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.formats import format_bytes, format_number, format_share, format_si
 from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
-from profiler.capture.format import UNMATCHED, atomic_write_bytes, replace_dir
+from profiler.capture.format import UNMATCHED
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.files.atomic import atomic_write_bytes, staged_dir
 from profiler.files.outputs import check_output_dir, mark_output_dir
 
 REPORT_MARKER = ".spe-taskprof-report"
@@ -82,20 +79,6 @@ def write_page(
         mark_output_dir(staging, marker_text.strip())
     return out_dir / "index.html"
 
-
-@contextmanager
-def staged_dir(out_dir: Path) -> Iterator[Path]:
-    """A new directory beside ``out_dir`` to fill; swapped in for ``out_dir`` as a whole when the block
-    ends, removed when it raises, so a reader never sees half a page."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
-        yield staging
-        os.chmod(staging, 0o755)
-        replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 def _copy_assets(target: Path) -> None:
     for name in STATIC_FILES:

@@ -24,6 +24,7 @@ from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.redis import RedisServer
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
+from profiler.files.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from typing import Self  # 3.11; annotations are not evaluated at run time
@@ -48,10 +49,7 @@ def taskmanager_java_options(cache: Path | None = None) -> str:
     path = (cache or cache_dir()) / "ysb-flink-compile-commands.txt"
     text = "dontinline ysb.*::*\n"
     if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        partial.write_text(text)
-        partial.replace(path)
+        atomic_write_text(path, text, mode=0o644)
     return f"-XX:CompileCommandFile={path}"
 
 
