@@ -134,7 +134,8 @@ def export_files(
     the report, content)); None without a profile or stacks. One file per format for the whole run,
     not one per graph: the report grows by about one copy of the stacks (docs/exports.md). ``offcpu``:
     the blocked time the report draws (host -> pid -> entries), carried by the files too."""
-    from coordinator.export.files import EXPORTS_DIR, SUFFIXES, render
+    from coordinator.export.files import EXPORTS_DIR
+    from coordinator.export.formats import FORMATS
     from coordinator.export.stacks import export_set_of
 
     if run.profile_text is None or not any(stacks.values()):
@@ -142,10 +143,10 @@ def export_files(
     export = export_set_of(run, stacks, offcpu)
     stem = Selection().stem(run.run_id)
     files = {}
-    for fmt in ("speedscope", "pprof"):
-        content = render(export, fmt)
+    for fmt in (f for f in FORMATS.values() if f.in_report):
+        content = fmt.render(export)
         assert isinstance(content, bytes)  # one file per format without --per-task
-        files[fmt] = (f"{EXPORTS_DIR}/{stem}{SUFFIXES[fmt]}", content)
+        files[fmt.name] = (f"{EXPORTS_DIR}/{stem}{fmt.suffix}", content)
     return export, files
 
 

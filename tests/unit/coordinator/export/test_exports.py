@@ -363,3 +363,32 @@ def test_per_task_directory_is_replaced_whole(analysed_tiny: Path) -> None:
     assert main(["export", str(analysed_tiny), "--format", "folded", "--per-task", "--out", str(out), "--force"]) == 0
     assert "Old task.folded" not in {p.name for p in out.iterdir()}
     assert (out / "Kafka.folded").read_text(encoding="utf-8") == analysed_task_files(analysed_tiny)["Kafka.folded"]
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_every_format_is_registered_once_and_recognises_its_own_file(analysed_tiny: Path) -> None:
+    # GIVEN the registry WHEN the command's parser is built THEN --format offers exactly the registered names
+    import argparse
+
+    from coordinator.commands.export import ExportCommand
+    from coordinator.export.formats import FORMATS, PER_TASK_SUFFIX, export_format, register
+
+    export_parser = argparse.ArgumentParser()
+    ExportCommand().prepare_parser(export_parser)
+    fmt_action = next(action for action in export_parser._actions if action.dest == "format")
+    assert fmt_action.choices is not None
+    assert tuple(fmt_action.choices) == tuple(FORMATS) == ("speedscope", "pprof", "folded")
+    suffixes = [fmt.suffix for fmt in FORMATS.values()] + [PER_TASK_SUFFIX]
+    assert len(set(suffixes)) == len(suffixes)  # no two formats write the same file name
+    export = load_export_set(analysed_tiny)
+    for name, fmt in FORMATS.items():
+        content = fmt.render(export)
+        assert isinstance(content, bytes) and fmt.is_own(content[:4096])
+        others = [other for other in FORMATS.values() if other is not fmt and other.is_own(content[:4096])]
+        assert not others, f"{name}'s file is taken for {[o.name for o in others]}'s: --force could replace it"
+    with pytest.raises(ValueError):
+        register(FORMATS["pprof"])
+    with pytest.raises(ConfigError, match="use one of speedscope, pprof, folded"):
+        export_format("svg")
