@@ -31,6 +31,8 @@ class ExportFormat:
 
     name: ClassVar[str]
     suffix: ClassVar[str]
+    magic: ClassVar[bytes] = b""  # how a file of this format starts (is_own)
+    opens_with: ClassVar[str] = ""  # the command that opens ``{out}`` (next_step)
     per_task_dir: ClassVar[bool] = False  # --per-task writes a directory of one file per task
     in_report: ClassVar[bool] = False  # written beside the report, its flamegraphs link to it
 
@@ -39,10 +41,10 @@ class ExportFormat:
 
     def is_own(self, head: bytes) -> bool:
         """Whether a file starting with ``head`` is an export of this format."""
-        raise NotImplementedError
+        return bool(self.magic) and head.startswith(self.magic)
 
     def next_step(self, out: Path, per_task: bool) -> str:
-        raise NotImplementedError
+        return self.opens_with.format(out=out)
 
     def output_suffix(self, per_task: bool) -> str:
         return PER_TASK_SUFFIX if per_task and self.per_task_dir else self.suffix
@@ -74,6 +76,8 @@ class ExportFormat:
 class Speedscope(ExportFormat):
     name = "speedscope"
     suffix = ".speedscope.json"
+    magic = b'{"$schema"'
+    opens_with = "open https://www.speedscope.app or `npx speedscope {out}` and load the file"
     in_report = True
 
     def render(self, export: ExportSet, per_task: bool = False) -> Content:
@@ -82,16 +86,13 @@ class Speedscope(ExportFormat):
         document = build_speedscope(export, per_task=per_task)
         return (json.dumps(document, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
 
-    def is_own(self, head: bytes) -> bool:
-        return head.startswith(b'{"$schema"')
-
-    def next_step(self, out: Path, per_task: bool) -> str:
-        return f"open https://www.speedscope.app or `npx speedscope {out}` and load the file"
 
 
 class Pprof(ExportFormat):
     name = "pprof"
     suffix = ".pb.gz"
+    magic = b"\x1f\x8b"  # gzip
+    opens_with = "go tool pprof -tags {out}   (or -http=: -tagfocus=task=NAME; or push to Pyroscope)"
     in_report = True
 
     def render(self, export: ExportSet, per_task: bool = False) -> Content:
@@ -101,16 +102,12 @@ class Pprof(ExportFormat):
             raise ConfigError("--per-task: pprof keeps every task in one file, labelled; use -tagfocus=task=NAME")
         return pprof_bytes(export)
 
-    def is_own(self, head: bytes) -> bool:
-        return head.startswith(b"\x1f\x8b")  # gzip
-
-    def next_step(self, out: Path, per_task: bool) -> str:
-        return f"go tool pprof -tags {out}   (or -http=: -tagfocus=task=NAME; or push to Pyroscope)"
 
 
 class Folded(ExportFormat):
     name = "folded"
     suffix = ".folded"
+    opens_with = "flamegraph.pl {out} > flame.svg   (or inferno-flamegraph)"
     per_task_dir = True
 
     def render(self, export: ExportSet, per_task: bool = False) -> Content:
@@ -124,7 +121,7 @@ class Folded(ExportFormat):
     def next_step(self, out: Path, per_task: bool) -> str:
         if per_task:
             return f"flamegraph.pl {out}/NAME.folded > NAME.svg   (or inferno-flamegraph)"
-        return f"flamegraph.pl {out} > flame.svg   (or inferno-flamegraph)"
+        return super().next_step(out, per_task)
 
 
 FORMATS: dict[str, ExportFormat] = {}
