@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -779,25 +779,37 @@ def read_pid_offcpu_contexts(capture_dir: Path, pid: int) -> dict[int, list[OffC
     lines = _offcpu_timeline_lines(timeline) if rows else []
     by_interval: dict[int, list[OffCpuEntry]] = {}
     for number, row in enumerate(rows, 1):
-        if not (
-            isinstance(row, list)
-            and len(row) == 4
-            and all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row)
-            and 0 <= row[0] < len(names)
-            and isinstance(names[row[0]], str)
-            and 1 <= row[1] <= len(lines)
-            and 0 <= row[2] <= lines[row[1] - 1][1].blocked_ns
-            and 0 <= row[3] <= MAX_COUNT
-        ):
+        checked = _context_row(row, names, len(lines), lambda line: (lines[line - 1][1].blocked_ns, MAX_COUNT))
+        if checked is None:
             raise CaptureFormatError(
                 f"{path}: row {number} is not [context index, line of {OFFCPU_TIMELINE_FILE}, blocked_ns up to "
                 "that line's, switches]; re-run the capture"
             )
-        interval, entry = lines[row[1] - 1]
+        context, line, (blocked_ns, switches) = checked
+        interval, entry = lines[line - 1]
         by_interval.setdefault(interval, []).append(
-            replace(entry, blocked_ns=row[2], switches=row[3], context=names[row[0]])
+            replace(entry, blocked_ns=blocked_ns, switches=switches, context=context)
         )
     return by_interval
+
+
+def _context_row(
+    row: object, names: list[Any], line_count: int, highs: Callable[[int], tuple[int, ...]]
+) -> tuple[str, int, tuple[int, ...]] | None:
+    """One row of contexts.json or offcpu_contexts.json: ``[context index, line number, *values]``, every cell
+    a whole number, the index one of ``names`` (a name), the line one of ``line_count`` (from 1), each value
+    from 0 to its bound in ``highs(line)``. (context, line, values), or None when the row is not one."""
+    if not (isinstance(row, list) and len(row) >= 2):
+        return None
+    if not all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row):
+        return None
+    index, line, *values = row
+    if not (0 <= index < len(names) and isinstance(names[index], str) and 1 <= line <= line_count):
+        return None
+    bounds = highs(line)
+    if len(values) != len(bounds) or not all(0 <= value <= high for value, high in zip(values, bounds)):
+        return None
+    return names[index], line, tuple(values)
 
 
 def read_events(capture_dir: Path) -> EventCount | None:
@@ -929,19 +941,13 @@ def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | Non
         stacks = [stack for stack, _count in iter_folded(handle, str(stacks_file))]
     counts: Counter[tuple[str, str]] = Counter()
     for number, row in enumerate(rows, 1):
-        if not (
-            isinstance(row, list)
-            and len(row) == 3
-            and all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row)
-            and 0 <= row[0] < len(names)
-            and 1 <= row[1] <= len(stacks)
-            and 0 <= row[2] <= MAX_COUNT
-            and isinstance(names[row[0]], str)
-        ):
+        checked = _context_row(row, names, len(stacks), lambda _line: (MAX_COUNT,))
+        if checked is None:
             raise CaptureFormatError(
                 f"{path}: row {number} is not [context index, stack line of {STACKS_FILE}, count]; re-run the capture"
             )
-        counts[(names[row[0]], stacks[row[1] - 1])] += row[2]
+        context, line, (count,) = checked
+        counts[(context, stacks[line - 1])] += count
     return counts
 
 
