@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Union
 
 from profiler.errors import ConfigError
 from profiler.files.atomic import atomic_write_bytes, atomic_write_text, staged_dir
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 PER_TASK_SUFFIX = ".tasks"  # a format whose --per-task is a directory of one file per task
 
-Content = bytes | dict[str, str]  # one file, or file name -> text of a directory (--per-task)
+Content = Union[bytes, dict[str, str]]  # one file, or file name -> text of a directory (--per-task)
 
 
 class ExportFormat:

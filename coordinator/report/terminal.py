@@ -105,7 +105,7 @@ def fitting_columns(tables: Sequence[TaskTable], width: int) -> tuple[int, ...]:
     widths = [cell_len(name) for name in COLUMNS]
     for table in tables:
         for cells in table.lines:
-            widths = [max(w, cell_len(cell)) for w, cell in zip(widths, cells, strict=True)]
+            widths = [max(w, cell_len(cell)) for w, cell in zip(widths, cells)]
     shown = list(range(len(COLUMNS)))
     for column in YIELDING_COLUMNS:
         if sum(widths[i] for i in shown) + _GAP * (len(shown) - 1) <= width:
