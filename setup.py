@@ -7,8 +7,22 @@ from glob import glob
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
+
+
+class BuildWithKnownSpes(build_py):
+    """known_spes.txt has one copy in the tree, at its top (the file the README tells users to edit); the
+    package carries it in profiler/scope/ so an installed host agent finds it without the tree
+    (profiler.scope.spes.default_known_spes_path; coordinator/remote/deploy.py adds it to its bundle the same way)."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "profiler" / "scope" / "known_spes.txt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.copy_file(str(HERE / "known_spes.txt"), str(target))
+
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "profiler" / "__init__.py").read_text()).group(1)
 
 setup(
@@ -51,7 +65,7 @@ setup(
         # The BPF C beside the Python that loads it; agent/Makefile: perfmap.py builds the perf-map agent
         # from it on the host.
         "profiler.sampling": ["*.c", "*.h"],
-        "profiler.scope": ["*.c", "known_spes.txt"],
+        "profiler.scope": ["*.c"],  # and known_spes.txt, copied from the top by BuildWithKnownSpes
         "profiler.unwind": ["*.h"],
         "profiler.symbols": ["agent/*.c", "agent/Makefile"],
         "coordinator.templates": ["*.html", "*.css", "*.js", "vendor/*"],
@@ -75,6 +89,7 @@ setup(
             "import-linter>=2",
         ],
     },
+    cmdclass={"build_py": BuildWithKnownSpes},
     entry_points={
         "console_scripts": [
             "profiler=profiler.cli:main",

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_matcher import PROFILE, cpu_model, generate, read_and_split, timed  # noqa: E402
 
 from profiler.capture.folded import read_folded  # noqa: E402
-from profiler.capture.format import atomic_write_chunks  # noqa: E402
 from profiler.capture.stacktable import read_table, table_from_folded, write_table  # noqa: E402
 from profiler.cli import main as profiler_main  # noqa: E402
+from profiler.files.atomic import atomic_write_chunks  # noqa: E402
 
 RESULT_DOC = ROOT / "docs" / "benchmarks" / "match-table.md"
 

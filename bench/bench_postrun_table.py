@@ -33,10 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profiler.capture.folded import format_folded
-from profiler.capture.format import atomic_write_chunks, atomic_write_text
 from profiler.capture.stackstore import StackStore
 from profiler.capture.stacktable import write_table
 from profiler.defaults import DEFAULT_PROFILE, data_file
+from profiler.files.atomic import atomic_write_chunks, atomic_write_text
 from profiler.matching.appprofile import load_profile
 from profiler.matching.matcher import Matcher, match_table
 from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store

@@ -15,7 +15,6 @@ from typing import Any
 
 from profiler.capture.checks import not_a_link
 from profiler.capture.format import (
-    atomic_write_text,
     check_rate,
     check_times,
     expect_json,
@@ -24,6 +23,7 @@ from profiler.capture.format import (
     read_json_file,
 )
 from profiler.errors import CaptureFormatError
+from profiler.files.atomic import atomic_write_text
 
 RUN_FORMAT_VERSION = 1
 

@@ -12,9 +12,14 @@ Number = TypeVar("Number", int, float)
 
 
 def bounded(
-    convert: Callable[[str], Number], low: Number | None = None, high: Number | None = None, what: str = ""
+    convert: Callable[[str], Number],
+    low: Number | None = None,
+    high: Number | None = None,
+    what: str = "",
+    exclusive: bool = False,
 ) -> Callable[[str], Number]:
-    """A type that parses with ``convert`` and accepts ``low <= value <= high`` (either bound optional)."""
+    """A type that parses with ``convert`` and accepts ``low <= value <= high`` (either bound optional;
+    ``exclusive``: ``low < value < high``). Every bounded number of both CLIs is one of these."""
     noun = "a whole number" if convert is int else "a number"
 
     def parse(text: str) -> Number:
@@ -24,13 +29,15 @@ def bounded(
             raise argparse.ArgumentTypeError(f"{text!r} is not {noun}{what and ' of ' + what}") from None
         if value != value:  # NaN passes every comparison below
             raise argparse.ArgumentTypeError(f"{text!r} is not {noun}{what and ' of ' + what}")
-        if (low is not None and value < low) or (high is not None and value > high):
+        below = low is not None and (value <= low if exclusive else value < low)
+        above = high is not None and (value >= high if exclusive else value > high)
+        if below or above:
             if high is None:
-                rule = f">= {low}"
+                rule = f"{'>' if exclusive else '>='} {low}"
             elif low is None:
-                rule = f"<= {high}"
+                rule = f"{'<' if exclusive else '<='} {high}"
             else:
-                rule = f"between {low} and {high}"
+                rule = f"between {low} and {high}{' (exclusive)' if exclusive else ''}"
             raise argparse.ArgumentTypeError(f"{text!r} must be {rule}{what and ' ' + what}")
         return value
 

@@ -44,8 +44,9 @@ from coordinator.analysis.rows import (
 )
 from coordinator.analysis.timeline import SubWindow
 from coordinator.rundir import RUN_FILE, own_subdir
-from profiler.capture.format import FlinkSubtask, atomic_write_text, format_result_csv
+from profiler.capture.format import FlinkSubtask, format_result_csv
 from profiler.errors import CapabilityError, CaptureFormatError, ConfigError
+from profiler.files.atomic import atomic_write_text
 from profiler.files.outputs import check_output_dir, mark_output_dir
 from profiler.files.textinput import open_text
 from profiler.matching.appprofile import parse_profile
@@ -397,28 +398,28 @@ def _stack_files(runs: Sequence[RunInput]) -> list[tuple[int, str, int | None, i
     ]
 
 
-def run_analysis(
-    spark: SparkSession,
-    runs: Sequence[RunInput],
-    profile_text: str,
-    profile_source: str,
-    out_dir: Path,
-    master: str,
-    window: SubWindow | None = None,
-) -> tuple[int, int]:
+@dataclass(frozen=True)
+class AnalysisJob:
+    """What either engine (run_analysis on Spark, run_analysis_in_process) reads and where it writes."""
+
+    runs: Sequence[RunInput]
+    profile_text: str
+    profile_source: str
+    out_dir: Path
+    master: str  # recorded in analysis.json
+    window: SubWindow | None = None
+
+
+def run_analysis(spark: SparkSession, job: AnalysisJob) -> tuple[int, int]:
     """The job on an existing session: read, match, sum, write. Returns (distinct stacks, samples)."""
     _quiet_pyspark_warnings()
-    profile = parse_profile(profile_text, profile_source)
-    task_names = profile.result_task_names
-    files = _stack_files(runs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
-    try:
-        file_names = task_file_names(profile.task_names)
+    task_names = parse_profile(job.profile_text, job.profile_source).result_task_names
+    files = _stack_files(job.runs)
+    with _scratch_in(job.out_dir) as scratch:
         counts: dict[int, PidTaskCounts] = {}
         distinct = samples = 0
         if files:
-            decided = decide_stacks(spark, files, profile_text)
+            decided = decide_stacks(spark, files, job.profile_text)
             from pyspark import StorageLevel
 
             decided.persist(StorageLevel.MEMORY_AND_DISK)
@@ -433,37 +434,35 @@ def run_analysis(
                 decided.unpersist()
         else:
             _write_unmatched(scratch / UNMATCHED_FILE, ())
-        _write_summary(
-            scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _write_summary(scratch, job, counts)
     return distinct, samples
 
 
-def _write_summary(
-    scratch: Path,
-    out_dir: Path,
-    runs: Sequence[RunInput],
-    task_names: Sequence[str],
-    counts: Mapping[int, PidTaskCounts],
-    profile_text: str,
-    profile_source: str,
-    file_names: Mapping[str, str],
-    master: str,
-    window: SubWindow | None,
-) -> None:
+@contextmanager
+def _scratch_in(out_dir: Path) -> Iterator[Path]:
+    """A scratch directory inside ``out_dir`` (the same file system: _write_summary moves its files into
+    place), removed when the block ends whether or not it raised."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_summary(scratch: Path, job: AnalysisJob, counts: Mapping[int, PidTaskCounts]) -> None:
     """summary.csv and analysis.json beside unmatched.folded in ``scratch``, then all moved into place
     (the tasks/ directory of an analysis before issue 29 goes: it held copies of the captures' stacks)."""
+    runs, out_dir = job.runs, job.out_dir
     ordered_runs = sorted(runs, key=lambda r: r.run)  # input order must not change the output
-    from profiler.matching.matcher import Matcher
-
-    matcher = Matcher(parse_profile(profile_text, "<application profile>"))  # off-CPU time's tasks
+    profile = parse_profile(job.profile_text, job.profile_source)
+    task_names, file_names = profile.result_task_names, task_file_names(profile.task_names)
+    matcher = Matcher(profile)  # off-CPU time's tasks
     rows = [row for run in ordered_runs for row in run_rows(run, task_names, counts, matcher)]
     atomic_write_text(scratch / SUMMARY_FILE, format_summary(rows, label_columns(runs)))
     atomic_write_text(
         scratch / ANALYSIS_FILE,
-        analysis_record(runs, profile_text, profile_source, file_names, master, window),
+        analysis_record(runs, job.profile_text, job.profile_source, file_names, job.master, job.window),
     )
     tasks = own_subdir(out_dir, TASKS_DIR)
     if tasks is not None:
@@ -472,24 +471,17 @@ def _write_summary(
         os.replace(scratch / name, out_dir / name)
 
 
-def run_analysis_in_process(
-    runs: Sequence[RunInput],
-    profile_text: str,
-    profile_source: str,
-    out_dir: Path,
-    master: str,
-    window: SubWindow | None = None,
-) -> tuple[int, int]:
+def run_analysis_in_process(job: AnalysisJob) -> tuple[int, int]:
     """The same job as run_analysis without Spark, for inputs small enough for one process: every stacks
     file read and decided by the same reader (decide.TaskDecider), the same sums, files and ordering."""
-    profile = parse_profile(profile_text, profile_source)
+    profile = parse_profile(job.profile_text, job.profile_source)
     task_names = profile.result_task_names
     decider = TaskDecider(Matcher(profile))
     unmatched: Counter[str] = Counter()
     fingerprints: set[int] = set()
     total = 0
     counts: dict[int, PidTaskCounts] = {}
-    for run in runs:
+    for run in job.runs:
         for pid in run.pids:
             if pid.stacks is None:
                 continue
@@ -499,16 +491,9 @@ def run_analysis_in_process(
             total += sums.total
             unmatched.update(sums.unmatched)
             fingerprints |= sums.fingerprints
-    out_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".analysis-", dir=out_dir))
-    try:
-        file_names = task_file_names(profile.task_names)
+    with _scratch_in(job.out_dir) as scratch:
         _write_unmatched(scratch / UNMATCHED_FILE, sorted(unmatched.items(), key=lambda item: (-item[1], item[0])))
-        _write_summary(
-            scratch, out_dir, runs, task_names, counts, profile_text, profile_source, file_names, master, window
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _write_summary(scratch, job, counts)
     return len(fingerprints), total
 
 
@@ -672,14 +657,15 @@ def analyze(
     session_seconds = 0.0
     if engine == "auto" and spark is not None:
         engine = "spark"  # a session handed in is meant to be used
+    job = AnalysisJob(runs, profile_text, profile_source, target, master, window)
     if choose_engine(engine, master, runs) == "in-process":
-        distinct, samples = run_analysis_in_process(runs, profile_text, profile_source, target, master, window)
+        distinct, samples = run_analysis_in_process(job)
     elif spark is None:
         with spark_session(master) as session:
             session_seconds = time.monotonic() - started
-            distinct, samples = run_analysis(session, runs, profile_text, profile_source, target, master, window)
+            distinct, samples = run_analysis(session, job)
     else:
-        distinct, samples = run_analysis(spark, runs, profile_text, profile_source, target, master, window)
+        distinct, samples = run_analysis(spark, job)
     if not (target / RUN_FILE).is_file():
         mark_output_dir(target, "coordinator analyze")
     if by == "stage":

@@ -123,7 +123,7 @@ def write_campaign(out: Path, by: str | None, series: str | None) -> tuple[Path,
     )
     from coordinator.analysis.rows import SUMMARY_FILE, read_summary
     from coordinator.report.campaign import render_campaign
-    from profiler.capture.format import atomic_write_text
+    from profiler.files.atomic import atomic_write_text
 
     summary = read_summary(out / SUMMARY_FILE)
     label_columns = summary_label_columns(list(summary[0]) if summary else [])

@@ -35,7 +35,8 @@ from coordinator.analysis.compare import (
 )
 from coordinator.analysis.rows import existing_summary, summary_totals
 from coordinator.commands.analyze import existing_file, master_url
-from profiler.capture.format import atomic_write_text
+from profiler.argtypes import bounded
+from profiler.files.atomic import atomic_write_text
 from profiler.files.outputs import check_output_dir, check_output_file, csv_header
 
 COMPARE_CSV = "compare.csv"
@@ -48,14 +49,7 @@ def run_or_summary(text: str) -> Path:
     return path
 
 
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
-    return value
+probability = bounded(float, 0.0, 1.0, exclusive=True)
 
 
 class CompareCommand:

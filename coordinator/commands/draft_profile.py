@@ -47,8 +47,8 @@ class DraftProfileCommand:
         from coordinator.analysis.flinkdraft import draft_flink_profile, flink_vertices_of
         from coordinator.analysis.inputs import read_inputs, read_pid_stacks
         from coordinator.analysis.stages import read_spark_index
-        from profiler.capture.format import atomic_write_text
         from profiler.errors import ConfigError
+        from profiler.files.atomic import atomic_write_text
         from profiler.files.outputs import check_output_file, text_prefix
 
         if args.out is not None:  # a draft this command wrote starts with its "# Drafted by" comment

@@ -26,9 +26,8 @@ import sys
 from pathlib import Path
 
 from coordinator.commands.analyze import add_run_dir
+from coordinator.export.formats import FORMATS, export_format
 from profiler.argtypes import positive_int
-
-FORMAT_CHOICES = ("speedscope", "pprof", "folded")  # coordinator.export.files.FORMATS (not imported: lazy)
 
 
 class ExportCommand:
@@ -36,7 +35,7 @@ class ExportCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_run_dir(parser, metavar="RUN")
-        parser.add_argument("--format", required=True, choices=FORMAT_CHOICES, help="file format to write")
+        parser.add_argument("--format", required=True, choices=tuple(FORMATS), help="file format to write")
         parser.add_argument("--task", action="append", default=[], metavar="T", help="only this task (repeatable)")
         parser.add_argument("--host", action="append", default=[], metavar="H", help="only this host (repeatable)")
         parser.add_argument(
@@ -56,18 +55,19 @@ class ExportCommand:
         parser.add_argument("--force", action="store_true", help="overwrite an existing output")
 
     def run(self, args: argparse.Namespace) -> int:
-        from coordinator.export.files import Selection, check_export_out, output_path, render, sizes, write_export
+        from coordinator.export.files import Selection, output_path, sizes
         from coordinator.export.stacks import load_export_set, select
         from coordinator.report.formats import format_bytes
         from profiler.errors import ConfigError
 
         selection = Selection(tuple(args.task), tuple(args.host), tuple(args.pid))
+        fmt = export_format(args.format)
         if args.out is not None and str(args.out) != "-":
-            check_export_out(args.out, args.format, args.per_task, args.force)  # before any work
+            fmt.check_out(args.out, args.per_task, args.force)  # before any work
         export = select(load_export_set(args.run_dir), selection.tasks, selection.hosts, selection.pids)
         for host in export.left_out:
             print(f"export: warning: not exported: host {host}", file=sys.stderr)
-        content = render(export, args.format, args.per_task)
+        content = fmt.render(export, args.per_task)
         samples = sum(s.count for s in export.stacks)
         if args.out is not None and str(args.out) == "-":
             if not isinstance(content, bytes):
@@ -80,24 +80,14 @@ class ExportCommand:
         out = args.out if args.out is not None else output_path(
             args.run_dir, export.run_id, args.format, selection, args.per_task
         )
-        check_export_out(out, args.format, args.per_task, args.force)
-        written = write_export(content, out, args.force)
+        fmt.check_out(out, args.per_task, args.force)
+        written = fmt.write(content, out, args.force)
         print(
             f"export: wrote {out} ({args.format}, {format_bytes(sizes(written))}; {samples} samples of "
             f"{len(export.processes)} process(es), {len(export.stacks)} stacks)"
         )
-        print(f"next: {_next_step(args.format, out, args.per_task)}  (docs/exports.md)")
+        print(f"next: {fmt.next_step(out, args.per_task)}  (docs/exports.md)")
         return 0
-
-
-def _next_step(fmt: str, out: Path, per_task: bool) -> str:
-    if fmt == "speedscope":
-        return f"open https://www.speedscope.app or `npx speedscope {out}` and load the file"
-    if fmt == "pprof":
-        return f"go tool pprof -tags {out}   (or -http=: -tagfocus=task=NAME; or push to Pyroscope)"
-    if per_task:
-        return f"flamegraph.pl {out}/NAME.folded > NAME.svg   (or inferno-flamegraph)"
-    return f"flamegraph.pl {out} > flame.svg   (or inferno-flamegraph)"
 
 
 COMMAND = ExportCommand

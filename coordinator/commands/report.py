@@ -18,18 +18,12 @@ import sys
 from pathlib import Path
 
 from coordinator.commands.analyze import add_run_dir
+from profiler.argtypes import bounded
 
 DEFAULT_MAX_STACKS = 3000  # keep in step with coordinator.report.flame.DEFAULT_MAX_STACKS (not imported: lazy)
 
 
-def max_stacks(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (0 keeps every stack)")
-    return value
+max_stacks = bounded(int, 0, what="distinct stacks (0 keeps every stack)")
 
 
 class ReportCommand:

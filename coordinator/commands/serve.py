@@ -11,19 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from profiler.argtypes import existing_dir
+from profiler.argtypes import bounded, existing_dir
 
 DEFAULT_PORT = 8000
 
 
-def port_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 (any free port) and 65535")
-    return value
+port_number = bounded(int, 0, 65535, "port (0 takes any free port)")
 
 
 class ServeCommand:

@@ -21,6 +21,7 @@ from pathlib import Path
 import profiler
 from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
 from profiler.capture.format import DEFAULT_INTERVAL
+from profiler.defaults import DEFAULT_KNOWN_SPES, data_file
 from profiler.scope.spes import DEFAULT_ROLES
 
 BUNDLE_NAME = "bundle.tar.gz"
@@ -106,6 +107,11 @@ def build_bundle(source: Path | None = None) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
         archive.add(str(source), arcname="profiler", filter=_keep)
+        # A source tree keeps its one known_spes.txt at the top (an installed package has a copy in scope/,
+        # setup.py): the host agent gets it where it looks without the tree, as from a wheel.
+        spes = data_file(DEFAULT_KNOWN_SPES)
+        if not (source / "scope" / KNOWN_SPES_FILE).is_file() and spes.is_file():
+            archive.add(str(spes), arcname=f"profiler/scope/{KNOWN_SPES_FILE}", filter=_keep)
     return buffer.getvalue()
 
 

@@ -6,16 +6,19 @@ table shared by every graph of a report, so a frame repeated in many graphs is s
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from profiler.capture.folded import FRAME_SEPARATOR
 from profiler.capture.format import UNMATCHED
 from profiler.matching.matcher import Matcher
 from profiler.matching.stats import two_proportion_z
+
+_Builder = TypeVar("_Builder", bound=Callable[..., Any])
 
 # Colour index of a frame whose samples went to more than one task (drawn neutral).
 MIXED = -1
@@ -151,6 +154,24 @@ class StackClassifications:
         return dict(zip(self.task_names, groups))
 
 
+def _without_cyclic_gc(build: _Builder) -> _Builder:
+    """Building creates up to millions of small lists that never form cycles; the cyclic garbage
+    collector would rescan them again and again (most of the time for large captures)."""
+
+    @functools.wraps(build)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            if gc_enabled:
+                gc.enable()
+
+    return cast(_Builder, wrapper)
+
+
+@_without_cyclic_gc
 def build_flamegraph(
     counts: Mapping[str, int],
     classifications: StackClassifications,
@@ -170,27 +191,6 @@ def build_flamegraph(
     a pattern) and everything above it in that stack therefore share the task's colour unless other
     tasks' stacks pass through the same frame.
     """
-    # Building creates up to millions of small lists that never form cycles; the cyclic garbage
-    # collector would rescan them again and again (most of the time for large captures).
-    gc_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _build(counts, classifications, frames, key, title, kind, root_name, max_stacks)
-    finally:
-        if gc_enabled:
-            gc.enable()
-
-
-def _build(
-    counts: Mapping[str, int],
-    classifications: StackClassifications,
-    frames: FrameTable,
-    key: str,
-    title: str,
-    kind: str,
-    root_name: str,
-    max_stacks: int,
-) -> FlameGraph:
     pruned = prune_stacks(counts, max_stacks)
     # Nodes are lists for speed: [frame, value, task, breakdown | None, decides | None, children | None].
     root: list[Any] = [frames.intern(root_name), 0, _UNSET, None, None, None]

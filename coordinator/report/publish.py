@@ -6,15 +6,15 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coordinator.report.render import REPORT_MARKER, REPORT_META, _asset, template_environment
-from profiler.capture.format import atomic_write_text, expect_json, json_kind, read_json_file, replace_dir
+from profiler.capture.format import expect_json, json_kind, read_json_file
 from profiler.errors import CaptureFormatError, ConfigError, OutputExistsError
+from profiler.files.atomic import atomic_write_text, staged_dir
 from profiler.files.outputs import check_output_dir, is_ours, mark_output_dir
 
 INDEX_FILE = "index.html"
@@ -151,14 +151,8 @@ def publish(report_dir: Path, publish_root: Path, problems: list[str] | None = N
         mark_output_dir(publish_root, "coordinator report --publish")
     if target.resolve() == report_dir.resolve():
         raise ConfigError(f"{publish_root}: is where the report already lives; publish to another directory")
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_id}.new-", dir=publish_root))
-    try:
+    with staged_dir(target) as staging:
         shutil.copytree(report_dir, staging, dirs_exist_ok=True)
-        staging.chmod(0o755)
-        replace_dir(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     # World-readable: a web server serves them.
     atomic_write_text(publish_root / "report.css", _asset("report.css").decode("utf-8"), mode=0o644)
     atomic_write_text(publish_root / INDEX_FILE, render_index(list_published(publish_root, problems)), mode=0o644)

@@ -5,13 +5,9 @@ vendored assets and write the report directory atomically.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from json.encoder import encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
@@ -25,8 +21,9 @@ from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.formats import format_bytes, format_number, format_share, format_si
 from coordinator.report.model import ReportView
 from coordinator.report.view import build_view
-from profiler.capture.format import UNMATCHED, atomic_write_bytes, replace_dir
+from profiler.capture.format import UNMATCHED
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.files.atomic import atomic_write_bytes, staged_dir
 from profiler.files.outputs import check_output_dir, mark_output_dir
 
 REPORT_MARKER = ".spe-taskprof-report"
@@ -160,20 +157,6 @@ def write_page(
     return out_dir / "index.html"
 
 
-@contextmanager
-def staged_dir(out_dir: Path) -> Iterator[Path]:
-    """A new directory beside ``out_dir`` to fill; swapped in for ``out_dir`` as a whole when the block
-    ends, removed when it raises, so a reader never sees half a page."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
-        yield staging
-        os.chmod(staging, 0o755)
-        replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
 def _copy_assets(target: Path) -> None:
     for name in STATIC_FILES:
         (target / name).write_bytes(_asset(name))
@@ -228,7 +211,8 @@ def export_files(
     the report, content)); None without a profile or stacks. One file per format for the whole run,
     not one per graph: the report grows by about one copy of the stacks (docs/exports.md). ``offcpu``:
     the blocked time the report draws (host -> pid -> entries), carried by the files too."""
-    from coordinator.export.files import EXPORTS_DIR, SUFFIXES, render
+    from coordinator.export.files import EXPORTS_DIR
+    from coordinator.export.formats import FORMATS
     from coordinator.export.stacks import export_set_of
 
     if run.profile_text is None or not any(stacks.values()):
@@ -236,10 +220,10 @@ def export_files(
     export = export_set_of(run, stacks, offcpu)
     stem = Selection().stem(run.run_id)
     files = {}
-    for fmt in ("speedscope", "pprof"):
-        content = render(export, fmt)
+    for fmt in (f for f in FORMATS.values() if f.in_report):
+        content = fmt.render(export)
         assert isinstance(content, bytes)  # one file per format without --per-task
-        files[fmt] = (f"{EXPORTS_DIR}/{stem}{SUFFIXES[fmt]}", content)
+        files[fmt.name] = (f"{EXPORTS_DIR}/{stem}{fmt.suffix}", content)
     return export, files
 
 

@@ -91,25 +91,57 @@ def task_tables(
     return tables
 
 
+# The columns that give way in a narrow terminal, first to go first: the task name, samples and share stay.
+YIELDING_COLUMNS: tuple[str, ...] = ("multi-task", "cycles/event", "CPU s", "cycles")
+_GAP = 2  # rich's padding between two columns (box=None, pad_edge=False)
+
+
+def fitting_columns(tables: Sequence[TaskTable], width: int) -> tuple[int, ...]:
+    """Indices into COLUMNS of the columns shown in ``width`` characters: all when they fit, else the
+    YIELDING_COLUMNS dropped one by one until every task name fits whole (a name longer than the
+    terminal alone is still folded)."""
+    from rich.cells import cell_len
+
+    widths = [cell_len(name) for name in COLUMNS]
+    for table in tables:
+        for cells in table.lines:
+            widths = [max(w, cell_len(cell)) for w, cell in zip(widths, cells)]
+    shown = list(range(len(COLUMNS)))
+    for column in YIELDING_COLUMNS:
+        if sum(widths[i] for i in shown) + _GAP * (len(shown) - 1) <= width:
+            break
+        shown.remove(COLUMNS.index(column))
+    return tuple(shown)
+
+
 def print_tables(tables: Sequence[TaskTable], stream: IO[str] | None = None, width: int | None = None) -> None:
-    """The tables with rich: aligned columns on a terminal, plain text in a pipe. Task names and
-    labels come from files: printed as text, never as rich markup."""
+    """The tables with rich: aligned columns on a terminal, plain text in a pipe (80 columns unless
+    COLUMNS says otherwise). Task names keep their width: in a narrow terminal the columns of
+    YIELDING_COLUMNS are left out, and a note names them. Task names and labels come from files:
+    printed as text, never as rich markup."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console(file=stream, highlight=False, width=width, soft_wrap=False)
+    shown = fitting_columns(tables, console.width)
+    left_out = [column for index, column in enumerate(COLUMNS) if index not in shown]
     for table_data in tables:
         table: Any = Table(title=Text(table_data.title), title_justify="left", box=None, pad_edge=False)
-        for index, column in enumerate(COLUMNS):
-            table.add_column(column, justify="left" if index == 0 else "right", no_wrap=index != 0)
+        for index in shown:
+            if index == 0:  # a name is folded, never cut, when even alone it is wider than the terminal
+                table.add_column(COLUMNS[index], overflow="fold")
+            else:
+                table.add_column(COLUMNS[index], justify="right", no_wrap=True)
         for cells in table_data.lines:
             style = "bold" if cells[0] == "total" else ""
-            table.add_row(*(Text(cell) for cell in cells), style=style)
+            table.add_row(*(Text(cells[index]) for index in shown), style=style)
         console.print(table)
         for note in table_data.notes:
             console.print(Text(f"  {note}"))
         console.print()
+    if left_out and tables:
+        console.print(Text(f"{console.width} columns: left out {', '.join(left_out)} (COLUMNS=120 shows them)"))
 
 
 def print_summary(

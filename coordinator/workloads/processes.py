@@ -129,6 +129,19 @@ def spawn_logged(argv: Sequence[str], log_path: Path, env: Mapping[str, str], cw
         )
 
 
+def stop_in_order(*steps: Callable[[], object] | None) -> None:
+    """Run each step (None: nothing to stop) even when one before failed; a failure is raised after the
+    steps that follow it ran (a later failure chains the earlier one as its context, as try/finally)."""
+    if not steps:
+        return
+    first, *rest = steps
+    try:
+        if first is not None:
+            first()
+    finally:
+        stop_in_order(*rest)
+
+
 def stop_all(groups: Sequence[subprocess.Popen[bytes]], pids: Sequence[int], grace: float) -> None:
     """Terminate each process group in ``groups`` (in order), then kill whatever of ``pids`` (taken
     before: the whole process tree) left its group; wait for all of them."""

@@ -12,16 +12,17 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
-import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import CaptureFormatError
+
+# The atomic writers live in files.atomic; this module's writers use atomic_write_text, and the others are
+# named here for the callers that still reach them through it (runner.py, recovery.py, perfmap_history.py).
+from ..files.atomic import atomic_write_bytes, atomic_write_chunks, atomic_write_lines, atomic_write_text  # noqa: F401
 from ..files.textinput import TEXT_ENCODING, open_text
 from .checks import not_a_link, open_regular, present, row_interval_error
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded
@@ -380,68 +381,6 @@ class CounterDelta:
 
 
 # ---------------------------------------------------------------- writing
-
-
-def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
-    """Write a file so a reader sees the old or the new content, never half of it. The file is
-    private (0600) unless ``mode`` says otherwise (0o644 for what a web server serves)."""
-    atomic_write_bytes(path, text.encode("utf-8"), mode)
-
-
-def atomic_write_lines(path: Path, lines: Iterable[str], batch_chars: int = 1 << 18) -> None:
-    """``atomic_write_text`` of text that arrives as lines, encoded and written ~``batch_chars`` at a time."""
-
-    def batches() -> Iterator[bytes]:
-        batch: list[str] = []
-        size = 0
-        for line in lines:
-            batch.append(line)
-            size += len(line)
-            if size >= batch_chars:
-                yield "".join(batch).encode("utf-8")
-                batch, size = [], 0
-        if batch:
-            yield "".join(batch).encode("utf-8")
-
-    atomic_write_chunks(path, batches())
-
-
-def atomic_write_bytes(path: Path, content: bytes, mode: int | None = None, sync: bool = False) -> None:
-    """``atomic_write_text`` for binary content (a gzip-compressed pprof profile)."""
-    atomic_write_chunks(path, (content,), mode, sync)
-
-
-def atomic_write_chunks(path: Path, chunks: Iterable[bytes], mode: int | None = None, sync: bool = False) -> None:
-    """``atomic_write_bytes`` of content that arrives in parts (written as they come, never joined); ``sync``:
-    on disk before it replaces the old file (a host crash keeps the old or the new content)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-            if mode is not None:
-                os.fchmod(handle.fileno(), mode)
-            if sync:
-                handle.flush()
-                os.fdatasync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def replace_dir(staging: Path, target: Path) -> None:
-    """Move a complete directory into place. A reader sees the old or the new tree, never half of
-    one (between the two renames the path is briefly absent); nothing of the old tree lingers."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        os.rename(target, old)
-    os.rename(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _json_dump(obj: Any) -> str:
@@ -875,25 +814,37 @@ def read_pid_offcpu_contexts(capture_dir: Path, pid: int) -> dict[int, list[OffC
     lines = _offcpu_timeline_lines(timeline) if rows else []
     by_interval: dict[int, list[OffCpuEntry]] = {}
     for number, row in enumerate(rows, 1):
-        if not (
-            isinstance(row, list)
-            and len(row) == 4
-            and all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row)
-            and 0 <= row[0] < len(names)
-            and isinstance(names[row[0]], str)
-            and 1 <= row[1] <= len(lines)
-            and 0 <= row[2] <= lines[row[1] - 1][1].blocked_ns
-            and 0 <= row[3] <= MAX_COUNT
-        ):
+        checked = _context_row(row, names, len(lines), lambda line: (lines[line - 1][1].blocked_ns, MAX_COUNT))
+        if checked is None:
             raise CaptureFormatError(
                 f"{path}: row {number} is not [context index, line of {OFFCPU_TIMELINE_FILE}, blocked_ns up to "
                 "that line's, switches]; re-run the capture"
             )
-        interval, entry = lines[row[1] - 1]
+        context, line, (blocked_ns, switches) = checked
+        interval, entry = lines[line - 1]
         by_interval.setdefault(interval, []).append(
-            replace(entry, blocked_ns=row[2], switches=row[3], context=names[row[0]])
+            replace(entry, blocked_ns=blocked_ns, switches=switches, context=context)
         )
     return by_interval
+
+
+def _context_row(
+    row: object, names: list[Any], line_count: int, highs: Callable[[int], tuple[int, ...]]
+) -> tuple[str, int, tuple[int, ...]] | None:
+    """One row of contexts.json or offcpu_contexts.json: ``[context index, line number, *values]``, every cell
+    a whole number, the index one of ``names`` (a name), the line one of ``line_count`` (from 1), each value
+    from 0 to its bound in ``highs(line)``. (context, line, values), or None when the row is not one."""
+    if not (isinstance(row, list) and len(row) >= 2):
+        return None
+    if not all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row):
+        return None
+    index, line, *values = row
+    if not (0 <= index < len(names) and isinstance(names[index], str) and 1 <= line <= line_count):
+        return None
+    bounds = highs(line)
+    if len(values) != len(bounds) or not all(0 <= value <= high for value, high in zip(values, bounds)):
+        return None
+    return names[index], line, tuple(values)
 
 
 def read_events(capture_dir: Path) -> EventCount | None:
@@ -1028,19 +979,13 @@ def read_contexts(capture_dir: Path, pid: int) -> Counter[tuple[str, str]] | Non
         stacks = [stack for stack, _count in iter_folded(handle, str(stacks_file))]
     counts: Counter[tuple[str, str]] = Counter()
     for number, row in enumerate(rows, 1):
-        if not (
-            isinstance(row, list)
-            and len(row) == 3
-            and all(isinstance(cell, int) and not isinstance(cell, bool) for cell in row)
-            and 0 <= row[0] < len(names)
-            and 1 <= row[1] <= len(stacks)
-            and 0 <= row[2] <= MAX_COUNT
-            and isinstance(names[row[0]], str)
-        ):
+        checked = _context_row(row, names, len(stacks), lambda _line: (MAX_COUNT,))
+        if checked is None:
             raise CaptureFormatError(
                 f"{path}: row {number} is not [context index, stack line of {STACKS_FILE}, count]; re-run the capture"
             )
-        counts[(names[row[0]], stacks[row[1] - 1])] += row[2]
+        context, line, (count,) = checked
+        counts[(context, stacks[line - 1])] += count
     return counts
 
 

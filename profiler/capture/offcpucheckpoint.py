@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .format import atomic_write_bytes
+from ..files.atomic import atomic_write_bytes
 from .offcpu import CAUSES, OffCpuEntry
 
 OFFCPU_CHECKPOINT_FILE = "offcpu.json"

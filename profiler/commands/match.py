@@ -30,7 +30,6 @@ from ..capture.format import (
     PIDS_DIR,
     SAMPLER_FILE,
     STACKS_FILE,
-    atomic_write_text,
     check_pid_files,
     contained,
     read_meta,
@@ -39,6 +38,7 @@ from ..capture.format import (
 from ..capture.stacktable import STACK_TABLE_FILE, is_table_file, read_table
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import CaptureFormatError, ConfigError
+from ..files.atomic import atomic_write_text
 from ..files.outputs import check_output_file, csv_header, folded_text
 from ..matching.matcher import MatchResult
 from ..matching.stats import share_ci95

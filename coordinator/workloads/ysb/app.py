@@ -24,13 +24,7 @@ from coordinator.workloads.ysb.pipeline import (
     start_continuous_query,
     start_query,
 )
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return value
+from profiler.argtypes import positive_int
 
 
 def progress_line(progress: dict[str, Any]) -> str:
@@ -58,11 +52,11 @@ def is_ready(input_rows: int, rows_per_batch: float, kafka: object) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ysb-app")
-    parser.add_argument("--rate", type=_positive_int, default=20_000, help="generated events per second")
+    parser.add_argument("--rate", type=positive_int, default=20_000, help="generated events per second")
     parser.add_argument("--duration", type=float, default=0.0, help="stop after S seconds (0: until SIGTERM)")
-    parser.add_argument("--campaigns", type=_positive_int, default=100)
-    parser.add_argument("--ads-per-campaign", type=_positive_int, default=10)
-    parser.add_argument("--partitions", type=_positive_int, default=2, help="generator partitions")
+    parser.add_argument("--campaigns", type=positive_int, default=100)
+    parser.add_argument("--ads-per-campaign", type=positive_int, default=10)
+    parser.add_argument("--partitions", type=positive_int, default=2, help="generator partitions")
     parser.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval in s (0: back to back)")
     parser.add_argument("--continuous", action="store_true", help="Continuous Processing (epochs of --trigger s)")
     parser.add_argument(
@@ -73,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT", help="read the events from Kafka, not the generator")
     parser.add_argument("--kafka-topic", default="ysb", help="the topic of --kafka-bootstrap (ysb)")
     sink = parser.add_mutually_exclusive_group(required=True)
-    sink.add_argument("--redis-port", type=_positive_int)
+    sink.add_argument("--redis-port", type=positive_int)
     sink.add_argument("--file-sink", metavar="DIR")
     args = parser.parse_args(argv)
 

@@ -16,6 +16,16 @@ ADS_KEY = "ysb:ad_campaign"
 
 
 @dataclass(frozen=True)
+class YsbLoad:
+    """What YSB generates on either engine: ``rate`` events per second over ``campaigns`` of
+    ``ads_per_campaign`` ads (the engines' options add their own fields)."""
+
+    rate: int = 20_000
+    campaigns: int = 100
+    ads_per_campaign: int = 10
+
+
+@dataclass(frozen=True)
 class AdCampaign:
     ad_id: str
     campaign_id: str

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from coordinator.workloads.kafka import KafkaFeed
-from coordinator.workloads.processes import Lifecycle, free_port
+from coordinator.workloads.processes import Lifecycle, free_port, stop_in_order
 from coordinator.workloads.sparkcluster import LocalSparkCluster, SparkClusterError
 from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow, YsbFlinkRun
 from coordinator.workloads.ysb.query import QueryEngine
@@ -197,16 +197,9 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
 
     def stop(self) -> None:
         """The query, then the producer, the broker and the cluster; each step even when one before failed."""
-        try:
-            if self.ysb is not None:
-                ysb, self.ysb = self.ysb, None
-                ysb.stop()
-        finally:
-            try:
-                if self.kafka is not None:
-                    self.kafka.stop()
-            finally:
-                self.cluster.stop()
+        ysb, self.ysb = self.ysb, None
+        kafka = self.kafka.stop if self.kafka is not None else None
+        stop_in_order(ysb.stop if ysb is not None else None, kafka, self.cluster.stop)
 
 
 class SparkStructuredYsb(_SparkYsb):

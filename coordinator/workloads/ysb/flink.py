@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING
 
 from coordinator.workloads.flinkcluster import FlinkClusterError, LocalFlinkCluster, flink_home
 from coordinator.workloads.kafka import KafkaFeed
-from coordinator.workloads.processes import Lifecycle
+from coordinator.workloads.processes import Lifecycle, stop_in_order
 from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS as FLINK_JAVA_OPTIONS
-from coordinator.workloads.ysb.campaigns import ad_campaign_mapping
+from coordinator.workloads.ysb.campaigns import YsbLoad, ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import RESP_SOURCE, cache_dir, compile_jar
 from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.redis import RedisServer
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
+from profiler.files.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from typing import Self  # 3.11; annotations are not evaluated at run time
@@ -48,10 +49,7 @@ def taskmanager_java_options(cache: Path | None = None) -> str:
     path = (cache or cache_dir()) / "ysb-flink-compile-commands.txt"
     text = "dontinline ysb.*::*\n"
     if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        partial.write_text(text)
-        partial.replace(path)
+        atomic_write_text(path, text, mode=0o644)
     return f"-XX:CompileCommandFile={path}"
 
 
@@ -74,10 +72,7 @@ def build_kafka_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
 
 
 @dataclass(frozen=True)
-class YsbFlinkOptions:
-    rate: int = 20_000
-    campaigns: int = 100
-    ads_per_campaign: int = 10
+class YsbFlinkOptions(YsbLoad):
     parallelism: int = 2
     kafka_bootstrap: str = ""  # read the events from kafka_topic of this broker, not the generator
     kafka_topic: str = ""
@@ -246,16 +241,9 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            if self.ysb is not None:
-                ysb, self.ysb = self.ysb, None
-                ysb.stop()
-        finally:
-            try:
-                if self.kafka is not None:
-                    self.kafka.stop()
-            finally:
-                self.cluster.__exit__(exc_type, exc, tb)
+        ysb, self.ysb = self.ysb, None
+        kafka = self.kafka.stop if self.kafka is not None else None
+        stop_in_order(ysb.stop if ysb is not None else None, kafka, lambda: self.cluster.__exit__(exc_type, exc, tb))
 
     def start(self) -> None:
         try:

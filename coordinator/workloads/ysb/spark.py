@@ -23,7 +23,7 @@ from coordinator.workloads.sparkcluster import (
     first_error_line,
     free_port,
 )
-from coordinator.workloads.ysb.campaigns import ADS_KEY, AdCampaign, ad_campaign_mapping
+from coordinator.workloads.ysb.campaigns import ADS_KEY, AdCampaign, YsbLoad, ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import RESP_SOURCE, compile_jar
 from coordinator.workloads.ysb.redis import RedisServer, redis_server_binary
 from profiler.errors import ConfigError
@@ -51,10 +51,7 @@ class BatchProgress:
 
 
 @dataclass(frozen=True)
-class YsbOptions:
-    rate: int = 20_000
-    campaigns: int = 100
-    ads_per_campaign: int = 10
+class YsbOptions(YsbLoad):
     partitions: int = 2
     trigger_seconds: float = 1.0
     sink: str = "auto"  # auto: Redis when redis-server is installed, else a CSV file sink

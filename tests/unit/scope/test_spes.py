@@ -38,10 +38,6 @@ def kind_of(cmdline: list[str], default_master: str | None = None) -> tuple[str,
     return None if found is None else (found.engine, found.role, found.kind)
 
 
-def test_package_copy_is_identical_to_top_level_file() -> None:
-    assert (REPO / "profiler" / "scope" / "known_spes.txt").read_text() == (REPO / "known_spes.txt").read_text()
-
-
 def test_default_path_is_the_top_level_file_in_a_source_tree() -> None:
     assert default_known_spes_path() == REPO / "known_spes.txt"
 

@@ -288,8 +288,16 @@ def test_command_argument_types() -> None:
         with pytest.raises(argparse.ArgumentTypeError):
             label(bad)
     assert probability("0.01") == 0.01
-    with pytest.raises(argparse.ArgumentTypeError):
-        probability("1.5")
+    for bad in ("1.5", "1", "0", "nan", "x"):  # an open interval: bounded(..., exclusive=True)
+        with pytest.raises(argparse.ArgumentTypeError):
+            probability(bad)
+    from coordinator.commands.report import max_stacks
+    from coordinator.commands.serve import port_number
+
+    assert max_stacks("0") == 0 and port_number("0") == 0 and port_number("65535") == 65535
+    for parse, bad, said in ((max_stacks, "-1", "must be >= 0"), (port_number, "65536", "between 0 and 65535")):
+        with pytest.raises(argparse.ArgumentTypeError, match=said):
+            parse(bad)
 
 
 def test_commands_are_discovered_with_examples_in_help(capsys: pytest.CaptureFixture[str]) -> None:

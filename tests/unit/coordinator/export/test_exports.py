@@ -304,6 +304,57 @@ def test_summary_command_prints_the_task_tables(analysed_tiny: Path, capsys: pyt
     assert ["Kafka", "85", "42.5", "±", "6.8", "%", "700", "M", "0.35", "700", "k", "0"] in lines
 
 
+LONG_TASKS = {"Kafka": "Kafka/Source: Custom Source", "Deserialize": "ClusterManagement", "GC": "JIT compilation"}
+
+
+@pytest.mark.parametrize("columns", [None, "80", "120"])  # None: a pipe without COLUMNS (rich's 80)
+def test_summary_keeps_task_names_whole_in_a_narrow_terminal_or_a_pipe(
+    analysed_tiny: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: str | None
+) -> None:
+    # GIVEN task names as long as a Flink operator's, in a terminal of 80 columns, a pipe or 120 columns
+    summary = analysed_tiny / "summary.csv"
+    text = summary.read_text(encoding="utf-8")
+    for short, long in LONG_TASKS.items():
+        text = text.replace(f",{short},", f",{long},")
+    summary.write_text(text, encoding="utf-8")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert main(["summary", str(analysed_tiny)]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]  # after the summary.csv's path
+    width = int(columns or 80)
+    assert all(len(line) <= width for line in lines)
+    # THEN every name stands whole on its row, beside its samples and share
+    rows = {line.split("  ")[0]: line.split() for line in lines if line.startswith(tuple(LONG_TASKS.values()))}
+    assert set(rows) == set(LONG_TASKS.values())
+    assert rows["Kafka/Source: Custom Source"][3:8] == ["85", "42.5", "±", "6.8", "%"]
+    assert rows["JIT compilation"][2] == "10"
+    header = next(line.split("  ") for line in lines if line.startswith("task "))
+    header = [cell.strip() for cell in header if cell.strip()]
+    if width == 80:  # AND the least important columns give way, and a note says which
+        assert header == ["task", "samples", "share ± 95 % CI", "cycles", "CPU s"]
+        assert lines[-1] == "80 columns: left out cycles/event, multi-task (COLUMNS=120 shows them)"
+    else:
+        assert header[-2:] == ["cycles/event", "multi-task"]
+        assert not any("left out" in line for line in lines)
+
+
+def test_summary_folds_a_name_wider_than_the_terminal() -> None:
+    import io
+
+    from coordinator.report.terminal import COLUMNS, TaskTable, fitting_columns, print_tables
+
+    name = "Kafka/Source: Custom Source -> Timestamps/Watermarks -> Deserialize"  # 68 characters
+    table = TaskTable("run r: all hosts", ((name, "1", "100.0 %", "1 G", "1", "—", "0"),))
+    assert fitting_columns([table], 80) == (0, 1, 2)  # every column that can give way has
+    stream = io.StringIO()
+    print_tables([table], stream, width=80)
+    header, *rows = stream.getvalue().splitlines()[1:4]
+    task_width = header.index("samples")
+    assert " ".join(row[:task_width].strip() for row in rows) == name  # wrapped, not cut
+    assert len(COLUMNS) == 7 and fitting_columns([table], 200) == tuple(range(7))
+
+
 def test_summary_needs_an_analysis(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(tiny_run)]) == 2
     assert "no summary.csv; run `coordinator analyze" in capsys.readouterr().err
@@ -363,3 +414,32 @@ def test_per_task_directory_is_replaced_whole(analysed_tiny: Path) -> None:
     assert main(["export", str(analysed_tiny), "--format", "folded", "--per-task", "--out", str(out), "--force"]) == 0
     assert "Old task.folded" not in {p.name for p in out.iterdir()}
     assert (out / "Kafka.folded").read_text(encoding="utf-8") == analysed_task_files(analysed_tiny)["Kafka.folded"]
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_every_format_is_registered_once_and_recognises_its_own_file(analysed_tiny: Path) -> None:
+    # GIVEN the registry WHEN the command's parser is built THEN --format offers exactly the registered names
+    import argparse
+
+    from coordinator.commands.export import ExportCommand
+    from coordinator.export.formats import FORMATS, PER_TASK_SUFFIX, export_format, register
+
+    export_parser = argparse.ArgumentParser()
+    ExportCommand().prepare_parser(export_parser)
+    fmt_action = next(action for action in export_parser._actions if action.dest == "format")
+    assert fmt_action.choices is not None
+    assert tuple(fmt_action.choices) == tuple(FORMATS) == ("speedscope", "pprof", "folded")
+    suffixes = [fmt.suffix for fmt in FORMATS.values()] + [PER_TASK_SUFFIX]
+    assert len(set(suffixes)) == len(suffixes)  # no two formats write the same file name
+    export = load_export_set(analysed_tiny)
+    for name, fmt in FORMATS.items():
+        content = fmt.render(export)
+        assert isinstance(content, bytes) and fmt.is_own(content[:4096])
+        others = [other for other in FORMATS.values() if other is not fmt and other.is_own(content[:4096])]
+        assert not others, f"{name}'s file is taken for {[o.name for o in others]}'s: --force could replace it"
+    with pytest.raises(ValueError):
+        register(FORMATS["pprof"])
+    with pytest.raises(ConfigError, match="use one of speedscope, pprof, folded"):
+        export_format("svg")

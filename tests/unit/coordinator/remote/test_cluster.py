@@ -154,6 +154,9 @@ def test_bundle_holds_the_agent_package_without_caches() -> None:
 
     with tarfile.open(fileobj=io.BytesIO(deploy.build_bundle())) as bundle:
         names = bundle.getnames()
+        spes = bundle.extractfile("profiler/scope/known_spes.txt")
+        assert spes is not None  # the one top-level known_spes.txt, where the host agent looks without the tree
+        assert spes.read() == (Path(__file__).resolve().parents[4] / "known_spes.txt").read_bytes()
     assert "profiler/__main__.py" in names and "profiler/runner.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # every room of the package and its data files: the BPF C, known_spes.txt, the agent's sources

@@ -14,25 +14,14 @@ import pytest
 import coordinator.report.render as render
 from coordinator.analysis.stages import STAGE_COLUMNS
 from profiler.capture.format import format_result_csv
+from tests.fixtures.flink_report import use_tree_templates
 from tests.fixtures.report import make_run_dir, read_payload, spark_stacks
 from tests.unit.engines.test_spark_stages import GEN, recorded_plan
-
-TEMPLATES = Path(__file__).resolve().parents[4] / "templates"
 
 
 @pytest.fixture
 def tree_templates(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Render with templates/ of this tree (an editable install may point at another checkout's)."""
-    import jinja2
-
-    original = render.template_environment
-
-    def environment() -> Any:
-        env = original()
-        env.loader = jinja2.FileSystemLoader(str(TEMPLATES))
-        return env
-
-    monkeypatch.setattr(render, "template_environment", environment)
+    use_tree_templates(monkeypatch)
 
 
 def _run_with_spark(tmp_path: Path, plans: dict[str, Any]) -> Path:

@@ -60,3 +60,18 @@ def test_demo_known_spes_selects_only_the_demo_processes() -> None:
     assert executor[1] == "workload"
     assert executor[4] == "arg=spark://CoarseGrainedScheduler@127.0.0.1:40000"
     assert {line[1] for line in lines if line[2] != "executor"} == {"managing"}
+
+
+def test_teardown_runs_every_step_when_one_fails() -> None:
+    from coordinator.workloads.processes import stop_in_order
+
+    stopped: list[str] = []
+
+    def broker() -> None:
+        stopped.append("broker")
+        raise RuntimeError("broker would not stop")
+
+    # GIVEN a query, a broker that fails to stop and a cluster WHEN torn down THEN the cluster still stops
+    with pytest.raises(RuntimeError, match="broker would not stop"):
+        stop_in_order(lambda: stopped.append("query"), None, broker, lambda: stopped.append("cluster"))
+    assert stopped == ["query", "broker", "cluster"]
