@@ -178,25 +178,6 @@ def test_thread_print_keeps_names_short_and_skips_kilobyte_lines() -> None:
     assert parse_thread_print(text) == {0x11: "M" * THREAD_NAME_MAX}
 
 
-def test_json_nested_deeper_than_the_parser_goes_is_not_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    from profiler.engines import events
-
-    class Answer:
-        def __enter__(self) -> Answer:
-            return self
-
-        def __exit__(self, *args: object) -> None:
-            return None
-
-        def read(self, limit: int) -> bytes:
-            assert limit == events.REST_MAX_BYTES
-            return b"[" * 200_000
-
-    monkeypatch.setattr(events._OPENER, "open", lambda request, timeout: Answer())
-    with pytest.raises(events.EndpointError, match="not JSON"):
-        events.http_json("http://127.0.0.1:1/api/v1/applications")
-
-
 def test_crafted_elf_headers_raise_instead_of_allocating(in_tmp: Path) -> None:
     import struct
 
