@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import CapabilityError
-from ..files import safeio
+from ..files import safeio, subproc
 from ..scope import jvm
 from ..scope.attach import AttachError, attach_command, namespace_pid
 
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 AGENT_NAME = "libperfmap_agent.so"
+AGENT_BUILD_TIMEOUT = 120.0
 
 
 # ---------------------------------------------------------------- reading maps (pure)
@@ -200,10 +201,14 @@ def build_agent(java_home: str | None = None) -> Path:
     env = dict(os.environ)
     if java_home:
         env["JAVA_HOME"] = java_home
-    done = subprocess.run(["make", "-s", "-C", str(AGENT_DIR)], capture_output=True, text=True, env=env, timeout=120)
-    if done.returncode != 0 or not agent_path().exists():
+    try:
+        done = subproc.run(["make", "-s", "-C", str(AGENT_DIR)], AGENT_BUILD_TIMEOUT, env=env)
+        failure = done.stderr.strip()[:200] if done.returncode != 0 else ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        failure = str(exc)[:200]
+    if failure or not agent_path().exists():
         raise CapabilityError(
-            f"{AGENT_DIR}/Makefile: building the perf-map agent failed ({done.stderr.strip()[:200]}); "
+            f"{AGENT_DIR}/Makefile: building the perf-map agent failed ({failure}); "
             "install build-essential and a JDK (openjdk-17-jdk-headless), then run make -C profiler/symbols/agent"
         )
     return agent_path()
