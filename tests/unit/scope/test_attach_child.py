@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 # Plays HotSpot 8's listener: /tmp/.java_pid<its pid>, a peer of another uid gets a silent close; its own
-# user gets "0\n" and the peer's uid/gid, after a second (the test looks at the asking child meanwhile).
+# user gets "0\n" and the peer's uid/gid once /tmp/go exists (the test looks at the asking child meanwhile).
 LISTENER = r"""
 import os, socket, struct, sys, time
 path = f"/tmp/.java_pid{os.getpid()}"
@@ -50,7 +50,11 @@ while True:
     data = b""
     while data.count(b"\0") < 5:
         data += conn.recv(4096)
-    time.sleep(1.0)
+    print("ASKED", flush=True)
+    for _ in range(200):
+        if os.path.exists("/tmp/go"):
+            break
+        time.sleep(0.05)
     conn.sendall(b"0\npeer " + f"{uid} {gid}".encode() + b" asked " + data.split(b"\0")[2] + b"\n")
     conn.close()
 """
@@ -99,45 +103,49 @@ def _ours(target: Target) -> list[psutil.Process]:
     return [child for child in psutil.Process().children() if child.pid != target.process.pid]
 
 
-def _watch_children(target: Target, found: dict[str, object], stop: threading.Event) -> None:
-    """Record what the forked children of this process look like, the last look kept (the listener holds
-    the asking child connected for a second, long after it switched)."""
-    while not stop.is_set():
-        for child in _ours(target):
-            try:
-                status = Path(f"/proc/{child.pid}/status").read_text()
-                look = {
-                    "ns": {name: _ns(child.pid, name) for name in NAMESPACES},
-                    "status": dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line),
-                    "exe": os.readlink(f"/proc/{child.pid}/exe"),
-                    "root": os.readlink(f"/proc/{child.pid}/root"),
-                }
-            except (OSError, psutil.Error):
-                continue
-            found.update(look)
-        time.sleep(0.02)
+def _inode(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+def _look(pid: int) -> dict[str, object]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return {
+        "ns": {name: _ns(pid, name) for name in NAMESPACES},
+        "status": dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line),
+        "exe": os.readlink(f"/proc/{pid}/exe"),
+        "tmp": _inode(f"/proc/{pid}/root/tmp"),
+    }
 
 
 def test_a_jvm_that_refuses_root_is_asked_from_inside_its_namespaces_as_its_user(target: Target) -> None:
     nobody = pwd.getpwnam("nobody")
-    found: dict[str, object] = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_children, args=(target, found, stop), daemon=True)
-    watcher.start()
+    answers: list[tuple[int, str]] = []
     # WHEN root asks it (the stand-in closes on root without a word)
+    asking = threading.Thread(
+        target=lambda: answers.append(attach.attach_command(target.pid, "jcmd", "VM.version", timeout=20)),
+        daemon=True,
+    )
+    asking.start()
     try:
-        status, output = attach.attach_command(target.pid, "jcmd", "VM.version", timeout=10)
+        # (the stand-in holds the second request until the test has looked at the child that sent it)
+        assert target.process.stdout is not None
+        while (line := target.process.stdout.readline().strip()) != "ASKED":
+            assert line.startswith("PEER"), line
+        children = _ours(target)
+        assert len(children) == 1, children
+        found = _look(children[0].pid)
     finally:
-        stop.set()
-        watcher.join(5)
+        (target.tmp / "go").touch()
+        asking.join(20)
+    (status, output), = answers
     # THEN the second request came from its own user and got the answer
     assert (status, output) == (0, f"peer {nobody.pw_uid} {nobody.pw_gid} asked VM.version\n")
     # AND the asking child was in every one of the target's namespaces, without a capability, with
     # no_new_privs, as nobody with no supplementary group, and it ran no program (our own executable)
-    assert found, "the child was not seen"
     assert found["ns"] == {name: _ns(target.pid, name) for name in NAMESPACES}
     assert all(_ns(target.pid, name) != _ns(os.getpid(), name) for name in NAMESPACES)
-    assert found["root"] == "/"  # the target's root, as the target's own /proc shows it
+    assert found["tmp"] == _inode(str(target.tmp)) != _inode("/tmp")  # its /tmp: through its root and mounts
     status_of = found["status"]
     assert isinstance(status_of, dict)
     assert status_of["Uid"].split() == [str(nobody.pw_uid)] * 4 and status_of["Gid"].split()[0] == str(nobody.pw_gid)
