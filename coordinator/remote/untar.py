@@ -148,15 +148,19 @@ def normalise(name: str, limits: TarLimits) -> tuple[str, ...]:
 # ---------------------------------------------------------------- the stream
 
 
-def _read_exact(stream: BinaryIO, size: int, what: str) -> bytes:
-    chunks, left = [], size
+def _chunks(stream: BinaryIO, size: int, what: str) -> Iterator[bytes]:
+    """Exactly ``size`` bytes of the stream, a MiB at most at a time; EOFError if it ends before."""
+    left = size
     while left:
         chunk = stream.read(min(left, 1 << 20))
         if not chunk:
             raise EOFError(f"the capture stream ends inside {what}")
-        chunks.append(chunk)
+        yield chunk
         left -= len(chunk)
-    return b"".join(chunks)
+
+
+def _read_exact(stream: BinaryIO, size: int, what: str) -> bytes:
+    return b"".join(_chunks(stream, size, what))
 
 
 def _skip_padding(stream: BinaryIO, size: int) -> None:
@@ -270,12 +274,7 @@ def _write_file(root_fd: int, member: Member, stream: BinaryIO) -> None:
             os.unlink(leaf, dir_fd=parent_fd)
             fd = os.open(leaf, flags, FILE_MODE, dir_fd=parent_fd)
         with os.fdopen(fd, "wb") as out:
-            left = member.size
-            while left:
-                chunk = stream.read(min(left, 1 << 20))
-                if not chunk:
-                    raise EOFError(f"the capture stream ends inside {member.name!r}")
+            for chunk in _chunks(stream, member.size, repr(member.name)):
                 out.write(chunk)
-                left -= len(chunk)
     finally:
         os.close(parent_fd)
