@@ -64,6 +64,7 @@ while True:
 class Target:
     process: subprocess.Popen[str]
     pid: int  # the listener, as the host sees it
+    others: frozenset[int]  # children of this process before the test (the suite's, not the attach's)
 
     @property
     def tmp(self) -> Path:
@@ -86,7 +87,8 @@ def target() -> Iterator[Target]:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "READY"
         listener = next(c for c in psutil.Process(process.pid).children(recursive=True) if c.uids().real != 0)
-        yield Target(process, listener.pid)
+        others = frozenset(child.pid for child in psutil.Process().children())
+        yield Target(process, listener.pid, others)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
@@ -99,8 +101,8 @@ def _ns(pid: int, name: str) -> str:
 
 
 def _ours(target: Target) -> list[psutil.Process]:
-    """This process's children but the target's unshare: the forked attach children."""
-    return [child for child in psutil.Process().children() if child.pid != target.process.pid]
+    """This process's children but the target's unshare and those the test found: the attach children."""
+    return [child for child in psutil.Process().children() if child.pid not in target.others]
 
 
 def _inode(path: str) -> tuple[int, int]:
