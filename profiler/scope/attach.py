@@ -288,8 +288,11 @@ def _exchange_inside(pid: int, uid: int, socket_path: str, request: bytes, deadl
 def exchange_as_target(pid: int, request: bytes, deadline: float) -> bytes:
     """The reply to ``request`` from a forked child that entered every namespace of the JVM (user when it
     differs, mount and root, pid, net, ipc, uts) and became its user without capabilities: for a JVM
-    that answers only its own user (JDK 8). AttachError (naming why) when that cannot be done."""
+    that answers only its own user (JDK 8). The JVM's listener is started first if needed (as for root:
+    the trigger file made as its user, the socket checked from the host). AttachError (naming why) when
+    that cannot be done."""
     try:
+        os.close(_start_attach_listener(pid, min(_remaining(pid, deadline), 10.0)))
         pidfd = os.pidfd_open(pid)
     except OSError as exc:
         raise AttachError(f"pid {pid}: {exc.strerror}; not attached") from None

@@ -159,11 +159,15 @@ def test_a_jvm_that_refuses_root_is_asked_from_inside_its_namespaces_as_its_user
     assert not _ours(target)
 
 
-def test_a_link_at_the_socket_is_refused_inside_too(target: Target, tmp_path: Path) -> None:
-    # GIVEN the target's socket moved aside and a link planted in its place (by the target's user)
+def test_a_link_at_the_socket_is_refused_inside_too(
+    target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the target's socket moved aside and a link planted in its place (by the target's user) after
+    # the host's own check of the socket passed
     socket_file = target.tmp / f".java_pid{attach.namespace_pid(target.pid)}"
     os.rename(socket_file, target.tmp / "elsewhere")
     socket_file.symlink_to("/tmp/elsewhere")
+    monkeypatch.setattr(attach, "_start_attach_listener", lambda pid, timeout: os.open("/", os.O_PATH))
     # WHEN the child asks THEN it refuses the link by name
     request = b"1\0jcmd\0VM.version\0\0\0"
     with pytest.raises(attach.AttachError, match="a symbolic link, not the JVM's socket"):
