@@ -12,7 +12,6 @@ import io
 import os
 import shlex
 import socket
-import tarfile
 import threading
 import time
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from pathlib import Path
 import paramiko
 
 from coordinator.errors import HostKeyError, HostUnreachable, ProfilerError
-from coordinator.remote import deploy
+from coordinator.remote import deploy, untar
 from coordinator.remote.cluster import HostSpec
 from coordinator.remote.hosts import CommandResult, HostTransport, ProfilerStatus, RunRequest, TransportLost
 
@@ -342,21 +341,24 @@ class SshHost(HostTransport):
         return self.exec(deploy.signal_command(self.layout, signal_name, self.needs_sudo), timeout=20).returncode == 0
 
     def fetch_capture(self, dest: Path, everything: bool = False) -> None:
-        """Stream a tar of the capture over one channel (far faster than SFTP file by file)."""
+        """Stream a tar of the capture over one channel (far faster than SFTP file by file), taken in by
+        untar (regular files and directories under ``dest`` only); CaptureRefused names what was not."""
         dest.mkdir(parents=True, exist_ok=True)
         try:
             channel = self._client().get_transport().open_session(timeout=30)  # type: ignore[union-attr]
             channel.settimeout(self.options.command_timeout)  # seconds without a byte, not for the whole
             channel.exec_command(deploy.fetch_command(self.layout, self.needs_sudo, everything))
-            stream = channel.makefile("rb")
-            with tarfile.open(fileobj=stream, mode="r|") as archive:
-                archive.extractall(dest, filter="data")
-            status = channel.recv_exit_status()
-            err = channel.makefile_stderr("rb").read().decode("utf-8", "replace").strip()
-            channel.close()
+            try:
+                untar.extract_capture(channel.makefile("rb"), dest)
+                status = channel.recv_exit_status()
+                err = channel.makefile_stderr("rb").read(4096).decode("utf-8", "replace").strip()
+            finally:
+                channel.close()
             if status == -1:
                 raise TransportLost(f"{self.spec.label}: connection to {self.address} closed during the fetch")
-        except (OSError, EOFError, paramiko.SSHException, tarfile.TarError) as exc:
+        except untar.CaptureRefused as exc:
+            raise untar.CaptureRefused(f"{self.spec.label}: {exc} (into {dest}); the capture is not trusted") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
             raise TransportLost(
                 f"{self.spec.label}: fetching the capture from {self.address} failed ({exc or type(exc).__name__})"
             ) from None

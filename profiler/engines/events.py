@@ -4,13 +4,9 @@
 
 from __future__ import annotations
 
-import http.client
-import json
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +15,7 @@ from typing import Any
 from ..capture.format import EventCount, FlinkSubtask, FlinkTaskManager, ProcessInfo, VertexWindow
 from . import flinkmetrics
 from .flinkmetrics import FlinkJobManager
+from .rest import EndpointError, http_json, speaks_http
 
 SOURCE_MANUAL = "--events"
 SOURCE_NONE = "none"
@@ -37,46 +34,11 @@ FLINK_DEFAULT_REST_PORT = 8081
 # metric cache that brackets the window's end (else the end is extrapolated).
 FLINK_END_MARGIN_SECONDS = 2.0
 FLINK_TIMEOUT_SECONDS = 5.0
+# Each request has its own total deadline (rest.py); these bound how many a hostile process can cost.
+SPARK_POLL_BUDGET_SECONDS = 60.0  # one poll of a driver; executions left unread are read at the next
+MAX_PORTS_PROBED = 32  # listening ports of one process tried as its REST API
 
 Fetch = Callable[[str], Any]
-
-
-class EndpointError(Exception):
-    """An HTTP endpoint did not answer with the JSON we expected (internal; becomes a reason)."""
-
-
-# Engine endpoints are on this host: never route them through an http_proxy from the environment.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-REST_MAX_BYTES = 16 << 20  # an engine's largest answers (stage lists) are a few MB; parsed JSON takes ~10x
-
-
-def http_json(url: str, timeout: float = 30.0) -> Any:
-    """GET ``url`` and decode JSON; EndpointError for anything else (refused, not HTTP, not JSON)."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            body = response.read(REST_MAX_BYTES)
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-        raise EndpointError(f"{url}: {exc}") from None
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):  # a crafted answer nests arrays deeper than the parser goes
-        raise EndpointError(f"{url}: not JSON") from None
-
-
-def speaks_http(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether ``host:port`` answers an HTTP HEAD at all. Cheap and quick even where the JSON API is
-    slow to answer its first request (Spark initialises its REST servlet lazily, seconds under load);
-    it keeps the slow JSON probe away from RPC ports."""
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        connection.request("HEAD", "/")
-        response = connection.getresponse()
-        return 100 <= response.status < 600
-    except (http.client.HTTPException, OSError, ValueError):
-        return False
-    finally:
-        connection.close()
 
 
 # ---------------------------------------------------------------- Spark: pure parsing
@@ -258,8 +220,10 @@ class SparkDriver:
         query = "details=false&planDescription=false&offset=0&length=1000000"
         return parse_execution_list(self.fetch(f"{self.base_url}/api/v1/applications/{self.app_id}/sql?{query}"))
 
-    def poll(self) -> None:
-        """Read every micro-batch execution that finished since the window start and was not read yet."""
+    def poll(self, budget: float = SPARK_POLL_BUDGET_SECONDS) -> None:
+        """Read every micro-batch execution that finished since the window start and was not read yet,
+        for at most ``budget`` seconds (the rest at the next poll)."""
+        deadline = time.monotonic() + budget
         states = self._list()
         if not self.seen and states:
             # Executions before the oldest one still listed may already have been evicted.
@@ -270,6 +234,9 @@ class SparkDriver:
         for execution_id in executions_to_read(states, self.window_start):
             if execution_id in self.rows:
                 continue
+            if time.monotonic() > deadline:
+                self.errors.append(f"a poll stopped after {budget:g} s with executions left unread")
+                break
             state = states[execution_id]
             assert state.batch is not None and state.finished_at is not None
             url = f"{self.base_url}/api/v1/applications/{self.app_id}/sql/{execution_id}"
@@ -344,7 +311,7 @@ def _first_answer(
 ) -> tuple[str, str] | None:
     """(base URL, what ``accept`` read) of the first listening port of ``process`` (``preferred`` ones
     first) that speaks HTTP and answers ``path`` with something ``accept`` takes."""
-    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred):
+    for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred)[:MAX_PORTS_PROBED]:
         if not speaks_http(host, port):
             continue
         base = _url(host, port)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import select
-import signal
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from . import subproc
 
 SYS_OPENAT2 = 437  # the same number on every architecture (added after the syscall tables were unified)
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -326,62 +325,12 @@ def run_as(uid: int, gid: int, work: Callable[[], bytes], timeout: float) -> byt
     """``work()`` in a forked child switched to ``uid``/``gid``; its bytes come back through a pipe.
 
     The parent's credentials never change (setuid in a threaded process would change them for every
-    thread); a child that does not answer within ``timeout`` is killed. TargetError on failure."""
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            os.close(read_fd)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the parent's handler must not catch it
-            signal.alarm(max(1, int(timeout) + 1))
-            _drop_to(uid, gid)
-            payload, code = b"ok\n" + work(), 0
-        except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
-            payload = f"error\n{getattr(exc, 'errno', None) or 0}\n{exc}".encode()
-        try:
-            _write_all(write_fd, payload)
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    answer = _collect(read_fd, child, timeout)
-    head, _, body = answer.partition(b"\n")
-    if head != b"ok":
-        number, _, detail = body.decode("utf-8", "replace").partition("\n")
-        failure = int(number) if number.isdigit() and int(number) else errno.EPERM
-        raise TargetError(failure, f"as uid {uid}: {detail.strip()[:200] or 'no answer'}")
-    return body
-
-
-def _write_all(fd: int, content: bytes) -> None:
-    view = memoryview(content)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _collect(read_fd: int, child: int, timeout: float) -> bytes:
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout + 1
-    finished = False
-    poller = select.poll()  # not select(): the agent holds thousands of fds (perf events per thread)
-    poller.register(read_fd, select.POLLIN)
+    thread); the child has its own process group, a parent-death signal, and is killed at ``timeout``
+    (subproc.fork_call). TargetError on failure."""
     try:
-        while time.monotonic() < deadline:
-            if poller.poll(500):
-                chunk = os.read(read_fd, 65536)
-                if not chunk:
-                    finished = True
-                    break
-                chunks.append(chunk)
-    finally:
-        os.close(read_fd)
-        if not finished:
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        os.waitpid(child, 0)
-    return b"".join(chunks)
+        return subproc.fork_call(work, timeout, setup=lambda: _drop_to(uid, gid))
+    except subproc.ChildError as exc:
+        raise TargetError(exc.errno or errno.EPERM, f"as uid {uid}: {exc.strerror}") from None
 
 
 def _dir_fd(pid: int, where: str) -> tuple[int, str]:
@@ -414,7 +363,7 @@ def create_as_target(pid: int, where: str, path: str, content: bytes, mode: int 
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(leaf, flags, mode, dir_fd=parent_fd)
         try:
-            _write_all(fd, content)
+            subproc.write_all(fd, content)
         finally:
             os.close(fd)
 

@@ -3,23 +3,31 @@ JVM): trigger file + SIGQUIT, then ``1\\0<cmd>\\0<arg>\\0<arg>\\0<arg>\\0`` on t
 socket. Every file of the target's is created, removed and opened through profiler.files.safeio, as the
 JVM's user and without following its links (docs/security.md).
 
+A JVM that refuses root as its peer (JDK 8 answers only its own user) is asked again from a forked
+child that entered all of the JVM's namespaces (user when it differs, mount and its root, pid, net, ipc,
+uts: one ``setns`` on a pidfd) and became the JVM's user with no capabilities and no_new_privs. No
+program of the target's (its image's ``jcmd``) is ever run. The whole request, connect to last byte, has
+one deadline; the child is killed with its process group at it (profiler.files.subproc).
+
 Used by the symbols room (perf-map dumps, the JVMTI agent) and by the thread watcher (Thread.print).
 May import: profiler.files, profiler.errors and the standard library.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import signal
 import socket
+import stat
 import struct
 import threading
 import time
 from pathlib import Path
 
 from ..errors import CapabilityError
-from ..files import safeio
+from ..files import safeio, subproc
 
 _SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
 ATTACH_REPLY_MAX_BYTES = 8 << 20  # a thread dump of thousands of threads is a few MB
@@ -125,6 +133,44 @@ def _start_attach_listener_alone(pid: int, timeout: float) -> int:
     return sock
 
 
+def _exchange_from_host(pid: int, request: bytes, deadline: float) -> bytes:
+    """The JVM's reply to ``request`` sent by root from the host, through its socket under
+    /proc/PID/root (at most ATTACH_REPLY_MAX_BYTES: the rest of a flood is never read)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        try:
+            conn.settimeout(_remaining(pid, deadline))
+            _connect(conn, pid, _remaining(pid, deadline))
+            return _send_and_read(conn, pid, request, deadline)
+        except OSError as exc:
+            raise AttachError(f"pid {pid}: attach socket {_socket_file(pid)}: {exc}") from None
+
+
+def _remaining(pid: int, deadline: float) -> float:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError(f"pid {pid}: no complete attach reply before the deadline")
+    return remaining
+
+
+def _send_and_read(conn: socket.socket, pid: int, request: bytes, deadline: float) -> bytes:
+    """Send the request and read the reply, every wait bounded by the one deadline of the request. A JVM
+    that refuses the peer closes before it reads the request: the reset that follows is an empty reply."""
+    reply = bytearray()
+    try:
+        conn.settimeout(_remaining(pid, deadline))
+        conn.sendall(request)
+        while len(reply) < ATTACH_REPLY_MAX_BYTES:
+            conn.settimeout(_remaining(pid, deadline))
+            chunk = conn.recv(min(65536, ATTACH_REPLY_MAX_BYTES - len(reply)))
+            if not chunk:
+                break
+            reply += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        if reply:
+            raise
+    return bytes(reply)
+
+
 def _connect(conn: socket.socket, pid: int, timeout: float) -> None:
     """Connect to the JVM's socket, whose peer must be the JVM itself (SO_PEERCRED)."""
     sock = _start_attach_listener(pid, min(timeout, 10.0))
@@ -147,23 +193,154 @@ def _connect(conn: socket.socket, pid: int, timeout: float) -> None:
         raise AttachError(f"pid {pid}: {_socket_file(pid)} is served by pid {peer_pid}, not the JVM; not attached")
 
 
+# ---------------------------------------------------------------- as the JVM's user, in its namespaces
+
+_CLONE_NEWUSER, _CLONE_NEWNS, _CLONE_NEWPID = 0x10000000, 0x00020000, 0x20000000
+_CLONE_NEWNET, _CLONE_NEWIPC, _CLONE_NEWUTS = 0x40000000, 0x08000000, 0x04000000
+# user first: with it, the others are entered with the rights root has in the JVM's user namespace
+_NAMESPACES = (
+    ("user", _CLONE_NEWUSER), ("mnt", _CLONE_NEWNS), ("pid", _CLONE_NEWPID), ("net", _CLONE_NEWNET),
+    ("ipc", _CLONE_NEWIPC), ("uts", _CLONE_NEWUTS),
+)  # fmt: skip
+_ID_MAP_MAX_BYTES = 64 << 10
+_CAPABILITY_V3 = 0x20080522
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _owner_uid(pid: int) -> int:
+    try:
+        return safeio.owner(pid)[0]
+    except OSError:
+        return 0  # gone: nothing to ask again
+
+
+def namespaces_to_enter(pid: int) -> int:
+    """The CLONE_NEW* flags of every namespace of ``pid`` (of those attach needs) that is not ours."""
+    flags = 0
+    for name, flag in _NAMESPACES:
+        theirs, ours = os.stat(f"/proc/{pid}/ns/{name}"), os.stat(f"/proc/self/ns/{name}")
+        if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+            flags |= flag
+    return flags
+
+
+def id_inside(pid: int, kind: str, host_id: int) -> int | None:
+    """``host_id`` as the user namespace of ``pid`` sees it (``kind``: "uid" or "gid"); None if unmapped."""
+    fd = os.open(f"/proc/{pid}/{kind}_map", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        text = os.read(fd, _ID_MAP_MAX_BYTES).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and all(field.isdigit() for field in fields):
+            inside, outside, count = map(int, fields)
+            if outside <= host_id < outside + count:
+                return inside + host_id - outside
+    return None
+
+
+def _enter_and_drop(pidfd: int, root_fd: int, flags: int, uid: int, gid: int) -> None:
+    """In the forked child: no supplementary group, every namespace in ``flags`` entered at once, the
+    JVM's root, then its uid/gid (as its user namespace numbers them), no capability, no_new_privs."""
+    os.setgroups([])  # before the user namespace: root's groups must not come along
+    if flags and _libc.setns(pidfd, flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"setns into the JVM's namespaces: {os.strerror(code)}")
+    os.close(pidfd)
+    os.fchdir(root_fd)
+    os.chroot(".")
+    os.chdir("/")
+    os.close(root_fd)
+    os.setgid(gid)
+    os.setuid(uid)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)
+    nothing = (ctypes.c_uint32 * 6)()
+    if _libc.capset(header, nothing) != 0:  # setuid keeps them when root of the host is not the namespace's
+        code = ctypes.get_errno()
+        raise OSError(code, f"dropping capabilities: {os.strerror(code)}")
+    if _libc.prctl(safeio.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs refused")
+
+
+def _exchange_inside(pid: int, uid: int, socket_path: str, request: bytes, deadline: float) -> bytes:
+    """In the child, as the JVM's user in its namespaces: its socket (a link or anything but its user's
+    socket refused), the request, the reply. What it reaches it reaches with the JVM's user's rights only."""
+    fd = os.open(socket_path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if stat.S_ISLNK(info.st_mode):
+        raise PermissionError(errno.EPERM, f"{socket_path}: a symbolic link, not the JVM's socket")
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid not in (uid, 0):
+        raise PermissionError(errno.EPERM, f"{socket_path}: not a socket of the JVM's user")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(_remaining(pid, deadline))
+        conn.connect(socket_path)
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer_pid = struct.unpack("3i", creds)[0]  # in our pid namespace (the host's: setns moves children only)
+        if peer_pid != pid:
+            raise PermissionError(errno.EPERM, f"{socket_path} is served by pid {peer_pid}, not the JVM")
+        return _send_and_read(conn, pid, request, deadline)
+
+
+def exchange_as_target(pid: int, request: bytes, deadline: float) -> bytes:
+    """The reply to ``request`` from a forked child that entered every namespace of the JVM (user when it
+    differs, mount and root, pid, net, ipc, uts) and became its user without capabilities: for a JVM
+    that answers only its own user (JDK 8). The JVM's listener is started first if needed (as for root:
+    the trigger file made as its user, the socket checked from the host). AttachError (naming why) when
+    that cannot be done."""
+    try:
+        os.close(_start_attach_listener(pid, min(_remaining(pid, deadline), 10.0)))
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        raise AttachError(f"pid {pid}: {exc.strerror}; not attached") from None
+    root_fd = -1
+    try:
+        root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        host_uid, host_gid = safeio.owner(pid)
+        flags = namespaces_to_enter(pid)
+        uid, gid = host_uid, host_gid
+        if flags & _CLONE_NEWUSER:
+            inside_uid, inside_gid = id_inside(pid, "uid", host_uid), id_inside(pid, "gid", host_gid)
+            if inside_uid is None or inside_gid is None:
+                raise AttachError(f"pid {pid}: its user namespace maps no id for uid {host_uid}; not attached")
+            uid, gid = inside_uid, inside_gid
+        signal.pidfd_send_signal(pidfd, 0)  # still the process the fds above were opened for
+        socket_path = _socket_file(pid)
+
+        def enter() -> None:
+            _enter_and_drop(pidfd, root_fd, flags, uid, gid)
+
+        def exchange() -> bytes:
+            return _exchange_inside(pid, uid, socket_path, request, deadline)
+
+        return subproc.fork_call(
+            exchange, _remaining(pid, deadline), setup=enter, keep_fds=[pidfd, root_fd],
+            max_bytes=ATTACH_REPLY_MAX_BYTES + 64,
+        )  # fmt: skip
+    except AttachError:
+        raise
+    except OSError as exc:
+        raise AttachError(f"pid {pid}: attach as its user inside its namespaces failed: {str(exc)[:200]}") from None
+    finally:
+        os.close(pidfd)
+        if root_fd >= 0:
+            os.close(root_fd)
+
+
 def attach_command(pid: int, command: str, *args: str, timeout: float = 30.0) -> tuple[int, str]:
-    """Send one attach command; returns (status, output). Status 0 means the JVM ran it."""
+    """Send one attach command; returns (status, output). Status 0 means the JVM ran it. The whole of it
+    takes at most ``timeout`` seconds; a JVM that closes on root without a word is asked again as its
+    own user from inside its namespaces (``exchange_as_target``)."""
     if len(args) > 3:
         raise ValueError("the attach protocol carries at most 3 arguments")
     request = b"1\0" + command.encode() + b"\0" + b"".join(a.encode() + b"\0" for a in (*args, "", "", "")[:3])
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout)
-        try:
-            _connect(conn, pid, timeout)
-            conn.sendall(request)
-            reply = bytearray()  # at most ATTACH_REPLY_MAX_BYTES: the rest of a flood is never read
-            while len(reply) < ATTACH_REPLY_MAX_BYTES and (
-                chunk := conn.recv(min(65536, ATTACH_REPLY_MAX_BYTES - len(reply)))
-            ):
-                reply += chunk
-        except OSError as exc:
-            raise AttachError(f"pid {pid}: attach socket {_socket_file(pid)}: {exc}") from None
+    deadline = time.monotonic() + timeout
+    reply = _exchange_from_host(pid, request, deadline)
+    if not reply and _owner_uid(pid) != 0:
+        reply = exchange_as_target(pid, request, deadline)
     return parse_attach_reply(pid, reply)
 
 

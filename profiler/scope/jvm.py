@@ -1,15 +1,13 @@
-"""Facts about a running JVM and running ``jcmd`` against it as the JVM's own user.
+"""Facts about a running JVM, learnt without attaching to it (its executable, JDK release file and flags).
 
-HotSpot's attach mechanism only answers a caller with the JVM's uid and gid, in the JVM's mount
-namespace (the attach socket lives in the JVM's /tmp), so root must switch to both.
+Nothing here runs a program: attach requests (Thread.print, Compiler.perfmap, agent loading) go through
+profiler.scope.attach, never through a JDK's ``jcmd`` (the target's own file, docs/security.md).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,81 +116,3 @@ def jvm_info(pid: int) -> JvmInfo | None:
     except OSError:
         pass
     return JvmInfo(pid, home, version, preserve_frame_pointer_from_args(env_flags + _cmdline(pid)))
-
-
-def _same_mount_ns(pid: int) -> bool:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        return True
-
-
-def jcmd_path(pid: int) -> str | None:
-    """The target JVM's own jcmd (matching version), else the first one on PATH."""
-    home = _java_home(pid)
-    if home:
-        candidate = Path(f"/proc/{pid}/root{home}/bin/jcmd")
-        if candidate.exists():
-            # a path inside the JVM's mount namespace; run_jcmd enters that namespace when it differs
-            return str(Path(home) / "bin" / "jcmd")
-    return shutil.which("jcmd")
-
-
-def _roots_own(path: str) -> bool:
-    """Whether ``path`` and every directory above it (links resolved) are root's and writable by root
-    only: a binary nobody else could have placed or changed, safe to run with root's rights."""
-    current = Path(os.path.realpath(path))
-    for part in (current, *current.parents):
-        try:
-            info = os.lstat(part)
-        except OSError:
-            return False
-        if info.st_uid != 0 or info.st_mode & 0o022:
-            return False
-    return True
-
-
-class RootJvmError(PermissionError):
-    """A JVM running as root whose jcmd is not root's own file on this host (a container's): never run
-    (the attach socket accepts root anyway)."""
-
-
-def run_jcmd(pid: int, *command: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run ``jcmd <pid> <command...>`` as the JVM's user with no capabilities, inside its mount
-    namespace when it differs. The jcmd may be the target's own (a tenant's file): it runs as root only
-    when the JVM is root's and the jcmd root's own file on this host; a root JVM in a container is
-    refused with RootJvmError (its jcmd is the container's)."""
-    uid, gid = safeio.owner(pid)
-    jcmd = jcmd_path(pid)
-    if jcmd is None:
-        raise FileNotFoundError("jcmd not found: install a JDK (openjdk-17-jdk-headless) on this host")
-    if uid == 0 and not (_same_mount_ns(pid) and _roots_own(jcmd)):
-        raise RootJvmError(
-            f"pid {pid} runs as root and {jcmd} is not root's own file on this host: not run with root's rights "
-            "(the attach socket only)"
-        )
-    argv: list[str] = [jcmd, str(pid), *command]
-    environment = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    if not _same_mount_ns(pid) and shutil.which("nsenter"):
-        # Inside the container the JVM's pid may differ; jcmd there must see its own pid namespace too.
-        # nsenter (root's binary) enters the namespaces, then becomes the JVM's user before running jcmd;
-        # no_new_privs (set before nsenter) stays on through both.
-        ns_pid = _namespace_pid(pid)
-        argv = ["nsenter", "-t", str(pid), "-m", "-p", "-S", str(uid), "-G", str(gid), jcmd, str(ns_pid), *command]
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=environment, preexec_fn=safeio.no_new_privs
-        )
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, env=environment, preexec_fn=safeio.demote_to(uid, gid)
-    )
-
-
-def _namespace_pid(pid: int) -> int:
-    """The pid as seen inside the process's own pid namespace (last NSpid entry)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return int(line.split()[-1])
-    except OSError:
-        pass
-    return pid

@@ -2,10 +2,10 @@
 
 Kernel: uprobes (CONFIG_UPROBES) and BPF ring buffers (5.8). Overhead: one event per thread start or
 rename of a target JVM (Spark: one per task), nothing per sample. HotSpot's libjvm.so must keep its
-``.symtab`` (Debian's and Temurin's do); without the symbol, or without jcmd, the run goes on with the
+``.symtab`` (Debian's and Temurin's do); without the symbol, or without an attach answer, the run goes on with the
 kernel's 15-byte names for what could not be named, and a warning says which JVM and why.
 
-Threads older than the window are seeded once from ``jcmd PID Thread.print`` (``nid`` = tid); the
+Threads older than the window are seeded once from ``Thread.print`` over the attach socket (``nid`` = tid); the
 uprobe is attached before that, so a rename during the reading is not lost (profiler/scope/threadnames.py
 decides which of the two holds). The sampler's reader thread calls ``drain()`` before it files the
 samples it just read, so every rename that precedes a sample is known when the sample is named.
@@ -17,7 +17,6 @@ import ctypes as ct
 import os
 import queue
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from typing import Any
 
 from ..bpf.compiler import compile_program
 from .attach import AttachError, attach_command
-from .jvm import is_jvm, run_jcmd
+from .jvm import is_jvm
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
 
 SET_NATIVE_THREAD_NAME = "_ZN2os22set_native_thread_nameEPKc"  # os::set_native_thread_name(const char*)
@@ -157,9 +156,10 @@ class ThreadWatch:
                     self._watch(pid, path)
                 text = self._jcmd(pid)
                 self._seeds.put((pid, parse_thread_print(text), time.monotonic_ns()))
-            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            except (OSError, ValueError) as exc:
                 self._warnings.append(
-                    f"pid {pid}: jcmd Thread.print failed ({str(exc)[:120]}); threads older than the window keep "
+                    f"pid {pid}: Thread.print over the attach socket failed ({str(exc)[:120]}); threads older "
+                    "than the window keep "
                     "the kernel's 15-character names until they are renamed"
                 )
             finally:
@@ -247,17 +247,13 @@ def _wait_for_libjvm(pid: int, seconds: float = LIBJVM_WAIT) -> str | None:
 
 
 def _thread_print(pid: int) -> str:
-    """``Thread.print`` through the attach socket (no program run); ``jcmd`` as the JVM's user only
-    when the JVM refuses root as its peer (JDK 8)."""
+    """``Thread.print`` through the attach socket (no program run; a JVM that answers only its own user
+    is asked from inside its namespaces as that user, see profiler.scope.attach)."""
     try:
         status, output = attach_command(pid, "jcmd", "Thread.print", timeout=JCMD_TIMEOUT)
-        if status == 0:
-            return output
     except AttachError as exc:
-        if "SIGQUIT" in exc.message or not os.path.exists(f"/proc/{pid}"):
-            raise ValueError(exc.message) from None
-    result = run_jcmd(pid, "Thread.print", timeout=JCMD_TIMEOUT)
-    if result.returncode != 0:
-        lines = (result.stderr or result.stdout).strip().splitlines()
-        raise ValueError(lines[-1] if lines else f"jcmd exit status {result.returncode}")
-    return result.stdout
+        raise ValueError(exc.message) from None
+    if status != 0:
+        lines = output.strip().splitlines()
+        raise ValueError(lines[-1][:200] if lines else f"attach status {status}")
+    return output

@@ -10,8 +10,8 @@ symbolize.java_frame_name turns both spellings into ``com.example.CpuSplit::burn
 The attach client speaks the protocol directly (about a millisecond of CPU; ``jcmd`` starts a whole JVM,
 about 0.25 CPU seconds and seconds of wall time on a busy host): trigger file + SIGQUIT, then
 ``1\\0<cmd>\\0<arg>\\0<arg>\\0<arg>\\0`` on the ``.java_pid<nspid>`` socket. JDK 9+ accept root as the
-peer; when a JVM refuses (JDK 8 checks for its own uid), we fall back to ``jcmd`` as the JVM's user
-(profiler.scope.jvm.run_jcmd) or, for agent loading, to the same client in a child switched to the JVM's user.
+peer; a JVM that refuses it (JDK 8 checks for its own uid) is asked by the same client from a child that
+entered the JVM's namespaces as its user (profiler.scope.attach). No ``jcmd`` (a target's binary) is run.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import CapabilityError
-from ..files import safeio
-from ..scope import jvm
+from ..files import safeio, subproc
 from ..scope.attach import AttachError, attach_command, namespace_pid
 
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 AGENT_NAME = "libperfmap_agent.so"
+AGENT_BUILD_TIMEOUT = 120.0
 
 
 # ---------------------------------------------------------------- reading maps (pure)
@@ -188,29 +188,21 @@ class PerfMapResult:
 
     pid: int
     ok: bool
-    method: str  # "attach", "jcmd", "agent"
+    method: str  # "attach" (Compiler.perfmap), "agent"
     detail: str = ""
     seconds: float = 0.0
 
 
 def dump_perf_map(pid: int, timeout: float = 30.0) -> PerfMapResult:
-    """``Compiler.perfmap`` (JDK 17+): attach client first, ``jcmd`` as the JVM's user if refused."""
+    """``Compiler.perfmap`` (JDK 17+) through the attach socket (as the JVM's user from inside its
+    namespaces when it refuses root: profiler.scope.attach); no program is run."""
     began = time.monotonic()
     try:
         status, output = attach_command(pid, "jcmd", "Compiler.perfmap", timeout=timeout)
-        ok = status == 0 and not re.search(r"Unknown diagnostic command|Exception|[Ee]rror", output[:500])
-        return PerfMapResult(pid, ok, "attach", output.strip()[:300], time.monotonic() - began)
     except AttachError as exc:
-        if not os.path.exists(f"/proc/{pid}") or "SIGQUIT" in exc.message:
-            return PerfMapResult(pid, False, "attach", exc.message, time.monotonic() - began)
-        attach_failure = exc.message
-    try:
-        done = jvm.run_jcmd(pid, "Compiler.perfmap", timeout=timeout)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return PerfMapResult(pid, False, "jcmd", f"{attach_failure}; jcmd: {exc}", time.monotonic() - began)
-    output = (done.stdout + done.stderr).strip()
-    ok = done.returncode == 0 and "Command executed successfully" in output
-    return PerfMapResult(pid, ok, "jcmd", output[:200], time.monotonic() - began)
+        return PerfMapResult(pid, False, "attach", exc.message, time.monotonic() - began)
+    ok = status == 0 and not re.search(r"Unknown diagnostic command|Exception|[Ee]rror", output[:500])
+    return PerfMapResult(pid, ok, "attach", output.strip()[:300], time.monotonic() - began)
 
 
 def agent_path() -> Path:
@@ -222,10 +214,14 @@ def build_agent(java_home: str | None = None) -> Path:
     env = dict(os.environ)
     if java_home:
         env["JAVA_HOME"] = java_home
-    done = subprocess.run(["make", "-s", "-C", str(AGENT_DIR)], capture_output=True, text=True, env=env, timeout=120)
-    if done.returncode != 0 or not agent_path().exists():
+    try:
+        done = subproc.run(["make", "-s", "-C", str(AGENT_DIR)], AGENT_BUILD_TIMEOUT, env=env)
+        failure = done.stderr.strip()[:200] if done.returncode != 0 else ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        failure = str(exc)[:200]
+    if failure or not agent_path().exists():
         raise CapabilityError(
-            f"{AGENT_DIR}/Makefile: building the perf-map agent failed ({done.stderr.strip()[:200]}); "
+            f"{AGENT_DIR}/Makefile: building the perf-map agent failed ({failure}); "
             "install build-essential and a JDK (openjdk-17-jdk-headless), then run make -C profiler/symbols/agent"
         )
     return agent_path()
@@ -264,36 +260,15 @@ def load_agent(pid: int, agent: Path | None = None, options: str = "", timeout: 
     try:
         try:
             status, output = attach_command(pid, "load", jvm_path, "true", options, timeout=timeout)
-            method = "attach"
         except AttachError as exc:
-            if not os.path.exists(f"/proc/{pid}") or "SIGQUIT" in exc.message:
-                return PerfMapResult(pid, False, "agent", exc.message, time.monotonic() - began)
-            status, output = _attach_as_owner(pid, "load", [jvm_path, "true", options], timeout)
-            method = "attach-as-owner"
+            return PerfMapResult(pid, False, "agent", exc.message, time.monotonic() - began)
     finally:
         _remove_agent_copy(pid, jvm_path)  # the JVM has it mapped (or failed); nothing else needs the copy
     # JDK 9+ answer "0\nreturn code: N"; JDK 8 answers "0\nN" with the agent's return value.
     match = re.search(r"return code:\s*(-?\d+)", output) or re.match(r"\s*(-?\d+)", output)
     agent_status = int(match.group(1)) if match else status
     ok = status == 0 and agent_status == 0
-    return PerfMapResult(pid, ok, "agent", f"{method}: {output.strip()[:200]}", time.monotonic() - began)
-
-
-def _attach_as_owner(pid: int, command: str, args: list[str], timeout: float) -> tuple[int, str]:
-    """Send the request as the JVM's user (JDK 8 refuses any other peer, root included), from a forked
-    child switched to that user (safeio.run_as): no program has to be executable by that user."""
-
-    def work() -> bytes:
-        status, output = attach_command(pid, command, *args, timeout=timeout)
-        return f"{status}\n{output}".encode()
-
-    try:
-        uid, gid = safeio.owner(pid)
-        answer = safeio.run_as(uid, gid, work, timeout + 5).decode("utf-8", "replace")
-    except OSError as exc:
-        raise AttachError(f"pid {pid}: attach as the JVM's user failed: {str(exc)[:200]}") from None
-    head, _, output = answer.partition("\n")
-    return int(head), output
+    return PerfMapResult(pid, ok, "agent", f"attach: {output.strip()[:200]}", time.monotonic() - began)
 
 
 def _main(argv: list[str]) -> int:

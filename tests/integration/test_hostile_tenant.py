@@ -10,12 +10,13 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from profiler.capture import format as capture
-from profiler.scope import jvm
+from profiler.scope import attach
 from profiler.symbols import perfmap
 from tests.fixtures.hostile import TenantJvm, give_to_tenant, tenant_ids
 
@@ -126,6 +127,8 @@ def test_planted_links_and_fifos_never_act_with_roots_rights(
         for w in warnings
     ), warnings
     assert any(f"pid {socket_link.pid}: /proc/{socket_link.pid}/root/tmp/.java_pid" in w for w in warnings), warnings
+    # AND no program of a tenant's ran (the attach socket refused, its image's jcmd is not a way around)
+    assert (tenant_area / "shared" / "jcmd-runs").read_text() == ""
     # AND the other JVM was profiled, its Java frames named from its perf map
     assert "com.example.CpuSplit::burn" in _stacks_text(out, normal.pid)
     # AND the capture is root's alone
@@ -133,19 +136,23 @@ def test_planted_links_and_fifos_never_act_with_roots_rights(
     assert stat.S_IMODE((out / capture.META_FILE).stat().st_mode) == 0o600
 
 
-def test_a_tenants_jcmd_runs_as_the_tenant_without_capabilities(tenant_jvm, root_secret, tenant_area: Path) -> None:
-    # GIVEN a tenant JVM whose JDK's bin/jcmd is the tenant's script (it tries to take root's files)
+def test_a_tenant_jvm_is_asked_from_inside_its_namespaces_and_its_jcmd_never_runs(
+    tenant_jvm, root_secret, tenant_area: Path
+) -> None:
+    # GIVEN a tenant JVM (own pid and mount namespace, private /tmp) whose JDK's bin/jcmd is the tenant's
+    # script (it records who runs it and tries to take root's files)
     secret = root_secret("jcmd-target")
     tenant = tenant_jvm()
-    # WHEN the agent falls back to jcmd (what it does when a JVM refuses root as its attach peer)
-    done = jvm.run_jcmd(tenant.pid, "VM.version", timeout=60)
-    # THEN the script ran as the tenant with no capabilities, and root's file is untouched
-    uid, gid = tenant_ids()
-    record = (tenant_area / "shared" / "jcmd-runs").read_text().split()
-    assert record[:2] == [str(uid), str(gid)], record
-    assert "0000000000000000" in record and not any(v.strip("0") for v in record[3::2]), record
+    # WHEN the agent asks it as it asks a JVM that refuses root (JDK 8): from a child inside its namespaces
+    reply = attach.exchange_as_target(tenant.pid, b"1\0jcmd\0VM.version\0\0\0", time.monotonic() + 60)
+    # THEN the JVM itself answered (HotSpot checks the peer's uid: the child was the tenant), the tenant's
+    # jcmd never ran, and root's file is untouched
+    assert reply.startswith(b"0\n") and b"OpenJDK" in reply, reply[:300]
+    assert (tenant_area / "shared" / "jcmd-runs").read_text() == ""
     assert secret.intact()
-    assert done.returncode == 0 and "OpenJDK" in done.stdout, done.stdout + done.stderr
+    # AND Thread.print for thread names takes the same socket: status 0, the JVM's own threads
+    status, output = attach.attach_command(tenant.pid, "jcmd", "Thread.print", timeout=60)
+    assert status == 0 and '"main"' in output, output[:300]
 
 
 def test_the_agent_copy_is_the_tenants_and_goes(tenant_jvm, root_secret, agent) -> None:

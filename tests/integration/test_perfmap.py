@@ -1,4 +1,5 @@
-"""Java JIT symbols on a real JVM: the Compiler.perfmap path (attach client and jcmd) and our JVMTI agent."""
+"""Java JIT symbols on a real JVM: the Compiler.perfmap path (the JDK's jcmd as a reference, our attach
+client) and our JVMTI agent."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import pwd
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -13,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from profiler.sampling.sampler import StackSampler
-from profiler.scope import jvm
+from profiler.scope import attach
 from profiler.symbols import perfmap
 from profiler.symbols.symbolize import java_frame_name
-from tests.fixtures.jvm import method_counts
+from tests.fixtures.jvm import java_home, method_counts
 from tests.fixtures.sampling import folded_and_stats
 
 CPU_SPLIT = re.compile(r"^com\.example\.CpuSplit::burn\w+$")
@@ -46,8 +48,10 @@ def test_jcmd_attach_client_and_agent_give_the_same_java_frames(cpu_split_jvm, a
     pid = cpu_split_jvm.pid
     expected = {f"com.example.CpuSplit::{m}" for m in cpu_split_jvm.methods}
 
-    # jcmd itself, run as the JVM's user
-    done = jvm.run_jcmd(pid, "Compiler.perfmap")
+    # the test JDK's jcmd itself (a reference only: the agent never runs a jcmd)
+    done = subprocess.run(
+        [str(java_home() / "bin" / "jcmd"), str(pid), "Compiler.perfmap"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     by_jcmd = _burner_entries(pid)
     assert expected <= set(by_jcmd.values()), by_jcmd
@@ -110,7 +114,8 @@ def test_jvm_of_another_user_gets_its_map_and_the_agent(start_cpu_split_jvm, cpu
         workload = start_cpu_split_jvm(classpath=shared / "classes", user="nobody", threads=1)
         pid = workload.pid
         assert os.stat(f"/proc/{pid}").st_uid == pwd.getpwnam("nobody").pw_uid
-        # WHEN the map is dumped (root peer) and the agent loaded as the JVM's user (the JDK 8 route)
+        # WHEN the map is dumped (root peer) and the agent loaded as the JVM's user from inside its
+        # namespaces (the JDK 8 route)
         result = perfmap.dump_perf_map(pid)
         assert result.ok, result
         assert os.stat(_map_file(pid)).st_uid == pwd.getpwnam("nobody").pw_uid  # written by the JVM itself
@@ -118,7 +123,9 @@ def test_jvm_of_another_user_gets_its_map_and_the_agent(start_cpu_split_jvm, cpu
         host_path, jvm_path = perfmap._copy_agent_into(pid, agent)
         assert host_path.stat().st_uid == pwd.getpwnam("nobody").pw_uid  # created as the JVM's user
         try:
-            status, output = perfmap._attach_as_owner(pid, "load", [jvm_path, "true", ""], 30)
+            request = b"1\0load\0" + jvm_path.encode() + b"\0true\0\0"
+            reply = attach.exchange_as_target(pid, request, time.monotonic() + 30).decode()
+            status, output = int(reply.partition("\n")[0]), reply.partition("\n")[2]
         finally:
             perfmap._remove_agent_copy(pid, jvm_path)
         assert not host_path.exists()

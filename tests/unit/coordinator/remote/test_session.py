@@ -339,3 +339,20 @@ def test_a_killed_profiler_is_recovered_from_its_journal_and_the_host_is_partial
     assert whole.state == "ok" and outcome.exit_code == PartialRunError.exit_code
     assert fakes[recovered.host].calls.count("recover") == 1 and "recover" not in fakes[whole.host].calls
     assert all(f.cleaned for f in fakes.values())
+
+
+def test_a_refused_capture_fails_that_host_with_one_line(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    # GIVEN a host whose capture stream holds a link (what coordinator.remote.untar refuses)
+    from coordinator.remote.untar import CaptureRefused
+
+    refusal = CaptureRefused("capture member 'a-link' refused: a symbolic link, not a regular file or a directory")
+    scripts = {"10.0.0.1_2200": FakeScript(fetch_error=refusal), "10.0.0.2_2201": FakeScript()}
+    # WHEN the cluster is profiled
+    outcome, fakes = _run(tmp_path, inputs, scripts)
+    # THEN that host failed with the refusal as its reason (never retried as a lost connection), the
+    # other is complete, and the refused host was cleaned up all the same
+    refused, other = outcome.info.hosts
+    assert refused.state == "failed" and "a-link" in refused.reason and "\n" not in refused.reason
+    assert fakes["10.0.0.1_2200"].calls.count("fetch") == 1 and fakes["10.0.0.1_2200"].cleaned
+    assert other.state == "ok"
+    assert outcome.exit_code == PartialRunError.exit_code
