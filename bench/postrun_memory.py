@@ -107,7 +107,7 @@ def profile_post(runner_class: Any, stats_path: Path) -> None:
 
 
 def instrument(phases: Phases) -> None:
-    from profiler import runner
+    from profiler.run import runner
     from profiler.sampling import sampler
     from profiler.symbols import symbolprep
 
@@ -137,7 +137,7 @@ def instrument_window(trace_top: int, phases: Phases) -> None:
 
     import window_memory
 
-    from profiler import runner
+    from profiler.run import runner
     from profiler.sampling import sampler as sampler_module
 
     ticks: list[window_memory.Tick] = []
@@ -179,7 +179,7 @@ def instrument_post_trace(trace_top: int) -> None:
     of its steps begins (what the steps before left behind) and its traced peak at the end."""
     import tracemalloc
 
-    from profiler import runner
+    from profiler.run import runner
 
     def show(label: str) -> None:
         if not tracemalloc.is_tracing():
@@ -227,7 +227,7 @@ def main() -> int:
     phases = Phases()
     instrument(phases)
     if args.profile_post is not None:
-        from profiler import runner
+        from profiler.run import runner
 
         profile_post(runner.Runner, args.profile_post)
     if args.window_breakdown or args.tracemalloc:

@@ -26,7 +26,7 @@ def profiled(argv: list[str], window_only: bool) -> tuple[int, list[cProfile.Pro
     ``window_only`` each thread's profiler starts at the window's first call in it after begin_window()
     and the main thread's stops when the capture is written (start-up and post-run left out)."""
     from profiler.cli import main
-    from profiler.runner import Runner
+    from profiler.run.runner import Runner
     from profiler.sampling.sampler import StackSampler
 
     profiles: dict[int, cProfile.Profile] = {}

@@ -154,7 +154,7 @@ def test_bundle_holds_the_agent_package_without_caches() -> None:
 
     with tarfile.open(fileobj=io.BytesIO(deploy.build_bundle())) as bundle:
         names = bundle.getnames()
-    assert "profiler/__main__.py" in names and "profiler/runner.py" in names
+    assert "profiler/__main__.py" in names and "profiler/run/runner.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # every room of the package and its data files: the BPF C, known_spes.txt, the agent's sources
     for shipped in ("profiler/capture/format.py", "profiler/sampling/stack_walk.c", "profiler/sampling/targets.h",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .capture.checkpoint import PERF_MAPS_DIR, checkpoint_dir, journal_path
-from .capture.format import (
+from ..capture.checkpoint import PERF_MAPS_DIR, checkpoint_dir, journal_path
+from ..capture.format import (
     META_FILE,
     PROFILE_COPY,
     CounterValue,
@@ -32,16 +32,16 @@ from .capture.format import (
     atomic_write_text,
     is_safe_name,
 )
-from .capture.journal import JournalError, JournalRead, read_journal
-from .capture.offcpu import OffCpuEntry
-from .capture.offcpucheckpoint import OffCpuCheckpoint, read_offcpu_checkpoint
-from .capture.stackstore import CollectedStacks, SamplerCheckpoint, StackStore
-from .capture.timeline import CounterReading
-from .errors import CaptureFormatError, OutputExistsError, OutputWriteError
-from .symbols.elfsyms import OfflineSymbols
-from .symbols.perfmap_history import PerfMapHistory
-from .symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
-from .unwind.recorded import RecordedNames
+from ..capture.journal import JournalError, JournalRead, read_journal
+from ..capture.offcpu import OffCpuEntry
+from ..capture.offcpucheckpoint import OffCpuCheckpoint, read_offcpu_checkpoint
+from ..capture.stackstore import CollectedStacks, SamplerCheckpoint, StackStore
+from ..capture.timeline import CounterReading
+from ..errors import CaptureFormatError, OutputExistsError, OutputWriteError
+from ..symbols.elfsyms import OfflineSymbols
+from ..symbols.perfmap_history import PerfMapHistory
+from ..symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
+from ..unwind.recorded import RecordedNames
 
 KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampling/sampler.py
 NO_METHODS = "not read: the profiler was killed before symbolization (recovered capture)"
@@ -249,12 +249,12 @@ SymbolsFor = Callable[[int, tuple[int | None, str] | None], tuple[SymbolResolver
 
 def symbols_for(pid: int, saved: tuple[int | None, str] | None) -> tuple[SymbolResolver, str]:
     """bcc's cache when the very process still runs, else the saved maps and the ELF files; and which."""
-    from .capture.checkpoint import start_ticks
+    from ..capture.checkpoint import start_ticks
 
     ticks = start_ticks(pid)
     if ticks is not None and saved is not None and saved[0] == ticks:
         try:
-            from .symbols.symbolize import ProcessSymbols
+            from ..symbols.symbolize import ProcessSymbols
 
             return ProcessSymbols(pid), "live"
         except ImportError:
@@ -321,8 +321,8 @@ class RecoveredSampler:
     def _refreshed(self, pid: int, history: PerfMapHistory | None) -> PerfMapHistory | None:
         """A JVM still running: its perf map dumped once more now, as a normal end does, so code compiled
         after the last saved version is named too (the new version comes after every sample)."""
-        from .scope import jvm
-        from .symbols import perfmap
+        from ..scope import jvm
+        from ..symbols import perfmap
 
         history = history or PerfMapHistory(pid, self.directory / PERF_MAPS_DIR)
         try:
@@ -385,7 +385,7 @@ class RecoveryResult:
 
 
 def default_kernel() -> KernelResolver:
-    from .symbols.symbolize import KernelSymbols
+    from ..symbols.symbolize import KernelSymbols
 
     return KernelSymbols()
 
@@ -428,7 +428,7 @@ def recover_capture(
     symbols: SymbolsFor = symbols_for,
 ) -> RecoveryResult:
     """Write the capture of a killed run into ``directory`` (its ``--out``) from its checkpoint journal."""
-    from .matching.appprofile import load_profile
+    from ..matching.appprofile import load_profile
     from .runner import Components, Runner, RunOptions
 
     directory = Path(directory)

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
-from . import __version__
-from .bpf.compiler import release_compiler_pages, release_freed_memory
-from .bpf.stats import bpf_prog_run_stats, window_stats
-from .capture import format as capture
-from .capture.checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
-from .capture.format import (
+from .. import __version__
+from ..bpf.compiler import release_compiler_pages, release_freed_memory
+from ..bpf.stats import bpf_prog_run_stats, window_stats
+from ..capture import format as capture
+from ..capture.checkpoint import DEFAULT_CHECKPOINT, PERF_MAPS_DIR, CheckpointWriter, checkpoint_dir
+from ..capture.format import (
     DEFAULT_INTERVAL,
     EventCount,
     FlinkSubtask,
@@ -44,23 +44,23 @@ from .capture.format import (
     RunMeta,
     VertexWindow,
 )
-from .capture.offcpu import DEFAULT_SAMPLE_EVERY, OffCpuEntry
-from .capture.offcpucheckpoint import OffCpuCheckpoint, write_offcpu_checkpoint
-from .capture.stackstore import CollectedStacks, SamplerCheckpoint
-from .capture.stacktable import write_table
-from .capture.timeline import CounterReading, counter_deltas, rss_bytes
-from .engines.flinkmetrics import taskmanager_pids
-from .errors import OutputWriteError, PrivilegeError
-from .files import safeio
-from .files.outputs import check_output_dir, mark_output_dir
-from .files.textinput import TEXT_ENCODING
-from .matching.aggregate import aggregate_host
-from .matching.appprofile import ApplicationProfile
-from .matching.matcher import Matcher, MatchResult, match_offcpu, match_table, unmatched_folded_lines
-from .scope.spes import DEFAULT_ROLES
+from ..capture.offcpu import DEFAULT_SAMPLE_EVERY, OffCpuEntry
+from ..capture.offcpucheckpoint import OffCpuCheckpoint, write_offcpu_checkpoint
+from ..capture.stackstore import CollectedStacks, SamplerCheckpoint
+from ..capture.stacktable import write_table
+from ..capture.timeline import CounterReading, counter_deltas, rss_bytes
+from ..engines.flinkmetrics import taskmanager_pids
+from ..errors import OutputWriteError, PrivilegeError
+from ..files import safeio
+from ..files.outputs import check_output_dir, mark_output_dir
+from ..files.textinput import TEXT_ENCODING
+from ..matching.aggregate import aggregate_host
+from ..matching.appprofile import ApplicationProfile
+from ..matching.matcher import Matcher, MatchResult, match_offcpu, match_table, unmatched_folded_lines
+from ..scope.spes import DEFAULT_ROLES
 
 if TYPE_CHECKING:
-    from .sampling.sampler import StackSampler
+    from ..sampling.sampler import StackSampler
 
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -214,7 +214,7 @@ class Components:
 
 def make_sampler(options: RunOptions) -> StackSampler:
     """The stack sampler a run uses (and `profiler run --print-bpf` prints the programs of); imports bcc."""
-    from .sampling.sampler import StackSampler
+    from ..sampling.sampler import StackSampler
 
     return StackSampler(
         options.frequency,
@@ -232,22 +232,22 @@ def make_sampler(options: RunOptions) -> StackSampler:
 
 def real_components(options: RunOptions) -> Components:
     """Build the real bcc/perf-backed components (imports bcc only here)."""
-    from .engines.events import EventCounter
-    from .engines.sparkplan import SparkPlanCollector
-    from .sampling.counters import CounterGroup
-    from .scope.analyzer import ScopeAnalyzer
-    from .scope.spes import load_known_spes
+    from ..engines.events import EventCounter
+    from ..engines.sparkplan import SparkPlanCollector
+    from ..sampling.counters import CounterGroup
+    from ..scope.analyzer import ScopeAnalyzer
+    from ..scope.spes import load_known_spes
 
     kinds = load_known_spes(options.known_spes)
     sampler = make_sampler(options)
     net = None
     if options.net:
-        from .sampling.net import NetTracer
+        from ..sampling.net import NetTracer
 
         net = NetTracer()
     offcpu = None
     if options.off_cpu:
-        from .sampling.offcpu import OffCpuTracer
+        from ..sampling.offcpu import OffCpuTracer
 
         offcpu = OffCpuTracer(
             options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every, borrow_namer=sampler.jvm_namer,
@@ -1106,9 +1106,9 @@ def stop_on_signals(runner: Runner) -> Iterator[None]:
 
 def validate_inputs(options: RunOptions) -> ApplicationProfile:
     """Every input is checked before any work starts; returns the loaded application profile."""
-    from .errors import ConfigError
-    from .matching.appprofile import load_profile
-    from .scope.spes import load_known_spes
+    from ..errors import ConfigError
+    from ..matching.appprofile import load_profile
+    from ..scope.spes import load_known_spes
 
     profile = load_profile(options.profile)
     load_known_spes(options.known_spes)
