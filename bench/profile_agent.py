@@ -43,7 +43,7 @@ def profiled(argv: list[str], window_only: bool) -> tuple[int, list[cProfile.Pro
             profiles[threading.get_ident()] = profile
         profile.enable()  # replaces this hook for the thread
 
-    begin, write = StackSampler.begin_window, Runner.write_capture
+    begin, write = StackSampler.begin_window, Runner._write_capture
 
     def begin_window(self: StackSampler) -> None:
         begin(self)
@@ -56,7 +56,7 @@ def profiled(argv: list[str], window_only: bool) -> tuple[int, list[cProfile.Pro
         write(self, *args)
 
     StackSampler.begin_window = begin_window  # type: ignore[method-assign]
-    Runner.write_capture = write_capture  # type: ignore[method-assign]
+    Runner._write_capture = write_capture  # type: ignore[method-assign]
     threading.setprofile(hook)
     sys.setprofile(hook)
     try:

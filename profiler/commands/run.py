@@ -188,7 +188,9 @@ class RunCommand:
         parser.add_argument("--print-bpf", action="store_true", help=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..run.runner import RunOptions, make_sampler, run_capture
+        from ..run.components import make_sampler
+        from ..run.options import RunOptions
+        from ..run.runner import run_capture
 
         host = args.host or socket.gethostname()
         out = args.out or Path(f"capture-{host}-{time.strftime('%Y%m%d-%H%M%S')}")

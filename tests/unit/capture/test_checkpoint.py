@@ -279,11 +279,11 @@ def test_the_runner_checkpoints_on_its_ticks_and_drops_the_journal_once_the_capt
 def test_the_heap_freed_by_each_checkpoint_and_each_batch_is_given_back_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import profiler.run.runner as runner_module
+    import profiler.run.window as window_module
 
     # GIVEN a window with checkpoints and ticks (a native-name batch on each), glibc's trims counted
     trims: list[str] = []
-    monkeypatch.setattr(runner_module, "release_freed_memory", lambda: trims.append("trim"))
+    monkeypatch.setattr(window_module, "release_freed_memory", lambda: trims.append("trim"))
     runner, _components, out = runner_with_checkpoints(tmp_path, 1.6)
     # WHEN it runs
     runner.run(parse_profile(PROFILE_TEXT))
