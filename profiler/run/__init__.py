@@ -2,5 +2,6 @@
 its checkpoints, the status file, the writer of the capture and a killed run's recovery.
 
 Imports the rooms below it (sampling, engines, matching, symbols, scope, unwind, bpf, capture, files);
-only the commands import it.
+only the commands import it, and the coordinator imports its options alone (options.py: every option
+of `profiler run` declared once, from which the coordinator's parsers and each host's argv derive).
 """

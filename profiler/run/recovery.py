@@ -39,7 +39,7 @@ from ..symbols.elfsyms import OfflineSymbols
 from ..symbols.perfmap_history import PerfMapHistory
 from ..symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
 from ..unwind.recorded import RecordedNames
-from .options import RunOptions
+from .options import RUN_OPTIONS, RunOptions
 from .write import Collected, write_capture
 
 KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampling/sampler.py
@@ -84,7 +84,7 @@ def _is_copy_name(name: object) -> bool:
 def replay(journal: JournalRead) -> Replayed:
     """The last whole checkpoint's state, stacks and counts accumulated over all of them (pure).
     Raises ValueError when a checkpoint contradicts the ones before it."""
-    interval = float(journal.header.get("interval", 10.0))
+    interval = float(journal.header.get("interval", RUN_OPTIONS["interval"].default))
     replayed = Replayed(journal.header, StackStore(int(interval * 1e9)), damage=journal.damage)
     for checkpoint in journal.checkpoints:
         replayed.store.apply_delta(checkpoint.stacks)
@@ -355,19 +355,20 @@ def recover_capture(
         atomic_write_text(profile_path, str(header.get("profile_text", "")))
     except OSError as exc:
         raise OutputWriteError(f"{profile_path}: cannot be written ({exc.strerror or exc}); free space there") from None
+    declared = {name: how.default for name, how in RUN_OPTIONS.items()}  # what a header without the key ran with
     options = RunOptions(
         duration=float(header.get("duration", 0.0)),
         out=directory,
         profile=profile_path,
         known_spes=profile_path,
-        frequency=int(header.get("frequency", 99)),
+        frequency=int(header.get("frequency", declared["frequency"])),
         host=str(header.get("host", "localhost")),
-        stack_storage_size=int(header.get("stack_storage_size", 65536)),
-        interval=float(header.get("interval", 10.0)),
-        perf_map_refresh=float(header.get("perf_map_refresh", 60.0)),
+        stack_storage_size=int(header.get("stack_storage_size", declared["stack_storage_size"])),
+        interval=float(header.get("interval", declared["interval"])),
+        perf_map_refresh=float(header.get("perf_map_refresh", declared["perf_map_refresh"])),
         checkpoint=0.0,
         off_cpu=offcpu is not None,
-        off_cpu_min_block_ms=offcpu.min_block_ms if offcpu is not None else 1.0,
+        off_cpu_min_block_ms=offcpu.min_block_ms if offcpu is not None else declared["off_cpu_min_block_ms"],
         off_cpu_sample_every=offcpu.sample_every if offcpu is not None else 1,
     )
     post_start = (time.monotonic(), time.process_time())
