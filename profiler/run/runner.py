@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from ..capture import format as capture
-from ..capture.checkpoint import checkpoint_dir
+from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
 from ..capture.format import EventCount, Overhead, PidCounters, ProcessInfo, RunMeta
 from ..engines.flinkmetrics import taskmanager_pids
 from ..errors import OutputWriteError, PrivilegeError
@@ -122,8 +122,8 @@ class Runner:
         self.meta: RunMeta | None = None  # meta.json as written
 
     @property
-    def journal(self) -> Any:
-        """The checkpoint journal while the window keeps one (a CheckpointWriter), else None."""
+    def journal(self) -> CheckpointWriter | None:
+        """The checkpoint journal while the window keeps one."""
         return self.window.journal if self.window is not None else None
 
     # signal handling is the command's business; the runner only watches the event

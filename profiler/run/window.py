@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import __version__
 from ..bpf.compiler import release_compiler_pages, release_freed_memory
-from ..bpf.stats import bpf_prog_run_stats, window_stats
+from ..bpf.stats import StatsSlices, bpf_prog_run_stats, window_stats
 from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
 from ..capture.format import OverheadPoint, PidCounters, ProcessInfo
 from ..capture.offcpucheckpoint import OffCpuCheckpoint, write_offcpu_checkpoint
@@ -104,17 +104,7 @@ class Window:
         ticked, checkpoints appended, until the duration or a stop request; then the sampling stops."""
         components = self.components
         options, state = self.options, self.state
-        components.sampler.start()
-        if components.net is not None:
-            state.net_mode = components.net.start()
-        if components.offcpu is not None:
-            components.offcpu.start()
-        components.scope.start()
-        state.exec_watch = components.scope.exec_watch_mode
-        # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
-        components.sampler.prepare_unwinding([p.pid for p in components.scope.processes() if p.sampled])
-        release_freed_memory()  # the unwind tables' parse, like every BPF compile before it
-        release_compiler_pages()  # every program is compiled: LLVM's ~85 MB of code is not needed again
+        self._start_components()
         if options.start_at is not None:
             self.status.update("waiting", force=True)
             if self._wait(options.start_at - self.clock()):
@@ -172,23 +162,43 @@ class Window:
                     self._exit(pid)
                 self.status.processes += len(new)
                 self.status.update()
-            state.end_time = self.clock()
-            last_interval = self.last_interval()
-            if last_interval >= next_tick - 1:
-                self._tick(last_interval)
-            final_samples = self.status.samples()  # read before the maps are freed at close
-            self.status.count_samples = lambda: final_samples
-            components.sampler.stop()
-            if components.net is not None:
-                components.net.stop()
-            if components.offcpu is not None:
-                components.offcpu.stop()
-            estimate = bpf_stats.finish(self.clock()) if bpf_stats is not None else None
-            if estimate is not None and bpf_stats is not None:
-                state.bpf_totals = estimate[0]
-                # the seconds measured, when the figures are scaled from slices (None: on all window)
-                state.bpf_stats_seconds = round(estimate[1], 3) if bpf_stats.sliced else None
-            state.cpu_after = own_cpu_seconds()
+            self._end(next_tick, bpf_stats)
+
+    def _start_components(self) -> None:
+        """Every program compiled and attached, the scope's first processes found, their unwind tables built."""
+        components, state = self.components, self.state
+        components.sampler.start()
+        if components.net is not None:
+            state.net_mode = components.net.start()
+        if components.offcpu is not None:
+            components.offcpu.start()
+        components.scope.start()
+        state.exec_watch = components.scope.exec_watch_mode
+        # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
+        components.sampler.prepare_unwinding([p.pid for p in components.scope.processes() if p.sampled])
+        release_freed_memory()  # the unwind tables' parse, like every BPF compile before it
+        release_compiler_pages()  # every program is compiled: LLVM's ~85 MB of code is not needed again
+
+    def _end(self, next_tick: int, bpf_stats: StatsSlices | None) -> None:
+        """The window is over: its last interval ticked, the tracers stopped, the BPF run time estimated."""
+        components, state = self.components, self.state
+        state.end_time = self.clock()
+        last_interval = self.last_interval()
+        if last_interval >= next_tick - 1:
+            self._tick(last_interval)
+        final_samples = self.status.samples()  # read before the maps are freed at close
+        self.status.count_samples = lambda: final_samples
+        components.sampler.stop()
+        if components.net is not None:
+            components.net.stop()
+        if components.offcpu is not None:
+            components.offcpu.stop()
+        estimate = bpf_stats.finish(self.clock()) if bpf_stats is not None else None
+        if estimate is not None and bpf_stats is not None:
+            state.bpf_totals = estimate[0]
+            # the seconds measured, when the figures are scaled from slices (None: on all window)
+            state.bpf_stats_seconds = round(estimate[1], 3) if bpf_stats.sliced else None
+        state.cpu_after = own_cpu_seconds()
 
     def last_interval(self) -> int:
         """The window's last timeline interval. The loop ends a hair after the deadline: that sliver
