@@ -40,6 +40,7 @@ setup(
         "profiler.engines",
         "profiler.files",
         "profiler.matching",
+        "profiler.run",
         "profiler.sampling",
         "profiler.scope",
         "profiler.symbols",

@@ -107,7 +107,7 @@ def profile_post(runner_class: Any, stats_path: Path) -> None:
 
 
 def instrument(phases: Phases) -> None:
-    from profiler import runner
+    from profiler.run import runner, write
     from profiler.sampling import sampler
     from profiler.symbols import symbolprep
 
@@ -126,9 +126,9 @@ def instrument(phases: Phases) -> None:
 
     sampler.tabulate_store = counted
     phases.wrap(sampler, "tabulate_store", "naming and tabulating stacks", after="post-run: other")
-    phases.wrap(runner, "write_table", "writing the stack table", after="post-run: other")
-    phases.wrap(runner, "match_table", "matching the table", after="post-run: other")
-    phases.wrap(runner.Runner, "_write_results", "result rows, unmatched stacks", after="post-run: other")
+    phases.wrap(write, "write_table", "writing the stack table", after="post-run: other")
+    phases.wrap(write, "match_table", "matching the table", after="post-run: other")
+    phases.wrap(write, "write_results", "result rows, unmatched stacks", after="post-run: other")
 
 
 def instrument_window(trace_top: int, phases: Phases) -> None:
@@ -137,12 +137,13 @@ def instrument_window(trace_top: int, phases: Phases) -> None:
 
     import window_memory
 
-    from profiler import runner
+    from profiler.run import window as window_module
     from profiler.sampling import sampler as sampler_module
 
     ticks: list[window_memory.Tick] = []
     seen: dict[str, Any] = {}
-    begin, tick, stop = sampler_module.StackSampler.begin_window, runner.Runner._tick, sampler_module.StackSampler.stop
+    begin, stop = sampler_module.StackSampler.begin_window, sampler_module.StackSampler.stop
+    tick = window_module.Window._tick
 
     def begin_window(self: Any) -> None:
         seen["sampler"], seen["baseline"], seen["start"] = self, vm_rss(), time.monotonic()
@@ -150,8 +151,8 @@ def instrument_window(trace_top: int, phases: Phases) -> None:
             tracemalloc.start(1)
         begin(self)
 
-    def ticked(self: Any, components: Any, interval: int) -> None:
-        tick(self, components, interval)
+    def ticked(self: Any, interval: int) -> None:
+        tick(self, interval)
         status, store = window_memory.proc_status(), seen["sampler"]._store
         ticks.append(window_memory.Tick(time.monotonic() - seen["start"], status["VmRSS"], status["RssAnon"],
                                         store.distinct_stacks, store.samples))
@@ -170,7 +171,7 @@ def instrument_window(trace_top: int, phases: Phases) -> None:
         stop(self)  # after: stop() turns the store's packed stacks back into addresses
 
     sampler_module.StackSampler.begin_window = begin_window
-    runner.Runner._tick = ticked
+    window_module.Window._tick = ticked
     sampler_module.StackSampler.stop = stopped
 
 
@@ -179,7 +180,7 @@ def instrument_post_trace(trace_top: int) -> None:
     of its steps begins (what the steps before left behind) and its traced peak at the end."""
     import tracemalloc
 
-    from profiler import runner
+    from profiler.run import runner, write
 
     def show(label: str) -> None:
         if not tracemalloc.is_tracing():
@@ -207,9 +208,9 @@ def instrument_post_trace(trace_top: int) -> None:
         setattr(owner, attr, wrapped)
 
     traced(runner.Runner, "_write_capture", "the post-run", start=True)
-    traced(runner, "write_table", "writing the stack table")
-    traced(runner, "match_table", "matching the table")
-    traced(runner.Runner, "_write_results", "result rows, unmatched stacks")
+    traced(write, "write_table", "writing the stack table")
+    traced(write, "match_table", "matching the table")
+    traced(write, "write_results", "result rows, unmatched stacks")
 
 
 def main() -> int:
@@ -227,7 +228,7 @@ def main() -> int:
     phases = Phases()
     instrument(phases)
     if args.profile_post is not None:
-        from profiler import runner
+        from profiler.run import runner
 
         profile_post(runner.Runner, args.profile_post)
     if args.window_breakdown or args.tracemalloc:

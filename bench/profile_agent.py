@@ -26,7 +26,7 @@ def profiled(argv: list[str], window_only: bool) -> tuple[int, list[cProfile.Pro
     ``window_only`` each thread's profiler starts at the window's first call in it after begin_window()
     and the main thread's stops when the capture is written (start-up and post-run left out)."""
     from profiler.cli import main
-    from profiler.runner import Runner
+    from profiler.run.runner import Runner
     from profiler.sampling.sampler import StackSampler
 
     profiles: dict[int, cProfile.Profile] = {}
@@ -43,7 +43,7 @@ def profiled(argv: list[str], window_only: bool) -> tuple[int, list[cProfile.Pro
             profiles[threading.get_ident()] = profile
         profile.enable()  # replaces this hook for the thread
 
-    begin, write = StackSampler.begin_window, Runner.write_capture
+    begin, write = StackSampler.begin_window, Runner._write_capture
 
     def begin_window(self: StackSampler) -> None:
         begin(self)
@@ -56,7 +56,7 @@ def profiled(argv: list[str], window_only: bool) -> tuple[int, list[cProfile.Pro
         write(self, *args)
 
     StackSampler.begin_window = begin_window  # type: ignore[method-assign]
-    Runner.write_capture = write_capture  # type: ignore[method-assign]
+    Runner._write_capture = write_capture  # type: ignore[method-assign]
     threading.setprofile(hook)
     sys.setprofile(hook)
     try:

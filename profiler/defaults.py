@@ -1,5 +1,6 @@
 """Where the default input files are: beside the package in a source tree or a shipped copy,
-or under the installed data prefix."""
+or under the installed data prefix; and the run's defaults that the sampler shares with
+profiler/run/options.py (which declares every option of `profiler run` and otherwise holds its defaults)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 DEFAULT_PROFILE = "application_profiles/spark_structured_streaming.txt"
 DEFAULT_KNOWN_SPES = "known_spes.txt"
+DEFAULT_FREQUENCY = 99  # samples per second per CPU
+DEFAULT_PERF_MAP_REFRESH = 60.0  # seconds between Java perf-map refreshes; 0 = at the end only
 
 
 def data_file(relative: str) -> Path:

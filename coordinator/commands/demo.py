@@ -13,8 +13,9 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from coordinator.commands.profile import add_roles_option
-from profiler.argtypes import bounded, duration, frequency, positive_int
+from profiler.argtypes import bounded, duration, positive_int
 from profiler.errors import ConfigError, ProfilerError
+from profiler.run.options import add_run_arguments
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,6 +110,11 @@ def kafka_topic(text: str) -> str:
 # The workload's logs inside the run directory: all of them when the workload failed, otherwise
 # only the query's own output (its progress lines).
 WORKLOAD_DIR = "workload"
+DURATION = 60.0  # the demo's window unless --duration says otherwise (profiler run has none: it must be given)
+OFF_CPU_WORDING = (
+    "also sum each task's blocked time by cause (profiler run --off-cpu, docs/offcpu.md): the report shows it "
+    "beside the on-CPU time"
+)
 _LOG_SUFFIXES = (".log", ".out", ".err")
 _NOT_LOGS = ("local", "checkpoint", "sink", "conf")
 
@@ -271,7 +277,7 @@ class DemoCommand:
             f"micro-batches), spark-cp (Continuous Processing) or flink ({DEFAULT_ENGINE}); several, "
             "comma-separated, make a campaign",
         )
-        parser.add_argument("--duration", type=duration, default=60.0, help="seconds to profile (60)")
+        add_run_arguments(parser, ["duration"], {"duration": "seconds to profile ({default})"}, {"duration": DURATION})
         parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
         rates = parser.add_mutually_exclusive_group()
@@ -324,7 +330,7 @@ class DemoCommand:
             "code do (no shuffle, and no code Spark generates anew for each window's watermark)",
         )
         add_roles_option(parser)
-        parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
+        add_run_arguments(parser, ["frequency"])
         parser.add_argument(
             "--frame-pointers",
             action=argparse.BooleanOptionalAction,
@@ -332,12 +338,7 @@ class DemoCommand:
             help="start the engine's JVMs with -XX:+PreserveFramePointer (default); --no-frame-pointers starts them "
             "as production clusters run, the HotSpot unwinder walking their JIT code",
         )
-        parser.add_argument(
-            "--off-cpu",
-            action="store_true",
-            help="also sum each task's blocked time by cause (profiler run --off-cpu, docs/offcpu.md): the "
-            "report shows it beside the on-CPU time",
-        )
+        add_run_arguments(parser, ["off_cpu"], {"off_cpu": OFF_CPU_WORDING})
         parser.add_argument(
             "--ready-timeout", type=duration, default=600.0, help="seconds to wait for the first events (600)"
         )
@@ -406,7 +407,7 @@ class DemoCommand:
         remote.session.analyze_run); the query's own report of the window and its length. Also each
         level of a campaign (coordinator/workloads/ysb/campaign.py)."""
         from coordinator.remote.cluster import local_host
-        from coordinator.remote.hosts import RunRequest
+        from coordinator.remote.hosts import run_request
         from coordinator.remote.session import RunOptions, profile_cluster
         from profiler.defaults import data_file
 
@@ -419,12 +420,8 @@ class DemoCommand:
         say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
         known_spes = scratch / "known_spes.txt"
         known_spes.write_text(engine.known_spes())
-        request = RunRequest(
-            duration=float(args.duration),
-            frequency=int(args.frequency),
-            profile=data_file(engine.profile),
-            known_spes=known_spes,
-            off_cpu=args.off_cpu,
+        request = run_request(
+            args.duration, data_file(engine.profile), known_spes, frequency=args.frequency, off_cpu=args.off_cpu,
             roles=args.roles,
         )
         labels = {"workload": "ysb", "spe": engine.spe, "rate": str(rate), "campaigns": str(args.campaigns)}

@@ -10,17 +10,9 @@ from typing import TYPE_CHECKING
 
 from coordinator.commands.analyze import add_label_option
 from coordinator.rundir import MAX_START_DELAY
-from profiler.argtypes import (
-    bounded,
-    checkpoint_period,
-    duration,
-    frequency,
-    interval,
-    perf_map_refresh,
-    positive_float,
-    positive_int,
-)
-from profiler.scope.spes import DEFAULT_ROLES, ROLES, role_list
+from profiler.argtypes import bounded, positive_float
+from profiler.run.options import FORWARDED, add_run_arguments, option_values
+from profiler.scope.spes import ROLES
 
 if TYPE_CHECKING:
     from coordinator.remote.cluster import HostSpec
@@ -52,26 +44,31 @@ examples:
   $ xdg-open runs/baseline/report/index.html
 """
 
+# profiler run's options as every host gets them (profiler/run/options.py), worded for the whole cluster
+WORDING = {
+    "duration": "sampling window in seconds",
+    "roles": f"the known_spes.txt roles to profile, of {', '.join(ROLES)} ({{default}}): broker adds the Kafka "
+    "brokers, counted like managing processes, with their cycles per event in summary.csv",
+    "off_cpu": "also sum each task's blocked time by cause on every host (profiler run --off-cpu, docs/offcpu.md)",
+    "interval": "seconds per timeline slice ({default}): the report's time chart, analyze --from/--to",
+    "perf_map_refresh": "seconds between Java perf-map refreshes on every host ({default}; 0 = at the end only)",
+    "checkpoint": "seconds between checkpoints of every host profiler ({default}; 0 = none): a host profiler "
+    "killed mid-window is recovered up to its last one (the host is 'partial')",
+    "events": "events the application processed in the window",
+    "pids": "also sample this PID on every host",
+}
+
+
 def add_roles_option(parser: argparse.ArgumentParser) -> None:
     """--roles: which roles of known_spes.txt each host puts in its scope (profiler run --roles)."""
-    parser.add_argument(
-        "--roles",
-        type=role_list,
-        default=DEFAULT_ROLES,
-        metavar="ROLE[,ROLE...]",
-        help=f"the known_spes.txt roles to profile, of {', '.join(ROLES)} ({','.join(DEFAULT_ROLES)}): broker "
-        "adds the Kafka brokers, counted like managing processes, with their cycles per event in summary.csv",
-    )
+    add_run_arguments(parser, ["roles"], WORDING)
 
 
 class ProfileCommand:
     __doc__ = _HELP
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        from profiler.capture.checkpoint import DEFAULT_CHECKPOINT
-        from profiler.defaults import DEFAULT_KNOWN_SPES, DEFAULT_PROFILE
-
-        parser.add_argument("--duration", type=duration, required=True, help="sampling window in seconds")
+        add_run_arguments(parser, ["duration"], WORDING)
         parser.add_argument(
             "--cluster",
             type=Path,
@@ -80,36 +77,8 @@ class ProfileCommand:
         )
         parser.add_argument("--out", type=Path, help="run directory (default: runs/<run-id>)")
         parser.add_argument("--force", action="store_true", help="replace an existing run directory")
-        parser.add_argument("--profile", type=Path, help=f"application profile (default: {DEFAULT_PROFILE})")
-        parser.add_argument("--known-spes", type=Path, help=f"process kinds to find (default: {DEFAULT_KNOWN_SPES})")
-        add_roles_option(parser)
-        parser.add_argument("--frequency", type=frequency, default=99, help="samples per second per CPU (99)")
-        parser.add_argument("--net", action="store_true", help="also count bytes sent/received per process")
-        parser.add_argument(
-            "--off-cpu",
-            action="store_true",
-            help="also sum each task's blocked time by cause on every host (profiler run --off-cpu, docs/offcpu.md)",
-        )
-        parser.add_argument(
-            "--interval",
-            type=interval,
-            default=10.0,
-            help="seconds per timeline slice (10): the report's time chart, analyze --from/--to",
-        )
-        parser.add_argument(
-            "--perf-map-refresh",
-            type=perf_map_refresh,
-            default=60.0,
-            help="seconds between Java perf-map refreshes on every host (60; 0 = at the end only)",
-        )
-        parser.add_argument(
-            "--checkpoint",
-            type=checkpoint_period,
-            default=DEFAULT_CHECKPOINT,
-            help=f"seconds between checkpoints of every host profiler ({DEFAULT_CHECKPOINT:g}; 0 = none): a host "
-            "profiler killed mid-window is recovered up to its last one (the host is 'partial')",
-        )
-        parser.add_argument("--events", type=positive_int, help="events the application processed in the window")
+        passed = [name for name in FORWARDED if name not in ("duration", "pids", "events")]
+        add_run_arguments(parser, [*passed, "events"], WORDING)  # --profile ... --events, as profiler run has them
         add_label_option(parser, "experiment factor recorded in run.json (repeatable), e.g. load=50k")
         parser.add_argument(
             "--accept-new-hosts", action="store_true", help="record unknown host keys (never changed ones)"
@@ -122,9 +91,7 @@ class ProfileCommand:
             default=None,
             help="seconds between 'all hosts deployed' and the common start, for BPF compilation (10)",
         )
-        parser.add_argument(
-            "--pid", type=positive_int, action="append", default=[], help="also sample this PID on every host"
-        )
+        add_run_arguments(parser, ["pids"], WORDING)
         parser.add_argument("--no-analyze", action="store_true", help="only capture; run `coordinator analyze` later")
         parser.add_argument(
             "--fetch-all",
@@ -169,24 +136,11 @@ class ProfileCommand:
         known_spes: Path,
         labels: dict[str, str],
     ) -> ProfileOutcome:
-        from coordinator.remote.hosts import RunRequest, SamplingOptions
+        from coordinator.remote.hosts import run_request
         from coordinator.remote.session import RunOptions, profile_cluster
 
-        request = RunRequest(
-            duration=float(args.duration),
-            frequency=int(args.frequency),
-            profile=Path(profile),
-            known_spes=Path(known_spes),
-            net=args.net,
-            off_cpu=args.off_cpu,
-            roles=args.roles,
-            fetch_all=args.fetch_all,
-            events=args.events,
-            pids=tuple(args.pid),
-            sampling=SamplingOptions(
-                interval=args.interval, perf_map_refresh=args.perf_map_refresh, checkpoint=args.checkpoint
-            ),
-        )
+        passed = {**option_values(args, FORWARDED), "profile": profile, "known_spes": known_spes}
+        request = run_request(**passed, fetch_all=args.fetch_all)
         options = RunOptions(
             labels=labels,
             cluster_file=args.cluster,

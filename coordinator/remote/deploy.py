@@ -14,15 +14,14 @@ import io
 import shlex
 import tarfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import profiler
-from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
-from profiler.capture.format import DEFAULT_INTERVAL
+from profiler.capture.checkpoint import CHECKPOINT_DIR
 from profiler.defaults import DEFAULT_KNOWN_SPES, data_file
-from profiler.scope.spes import DEFAULT_ROLES
+from profiler.run.options import RunOptions, run_argv
 
 BUNDLE_NAME = "bundle.tar.gz"
 PKG_DIR = "pkg"
@@ -177,59 +176,20 @@ def unpack_command(layout: RemoteLayout) -> str:
     )
 
 
-def profiler_run_args(
-    layout: RemoteLayout,
-    host_label: str,
-    duration: float,
-    frequency: int,
-    start_at: float | None,
-    net: bool = False,
-    events: int | None = None,
-    pids: Sequence[int] = (),
-    interval: float = DEFAULT_INTERVAL,
-    perf_map_refresh: float = 60.0,
-    checkpoint: float = DEFAULT_CHECKPOINT,
-    off_cpu: bool = False,
-    roles: Sequence[str] = DEFAULT_ROLES,
-) -> list[str]:
-    """Arguments of ``profiler run`` for one host (paths inside its work directory)."""
-    args = [
-        "run",
-        "--duration",
-        repr(float(duration)),
-        "--out",
-        layout.out,
-        "--profile",
-        layout.profile,
-        "--known-spes",
-        layout.known_spes,
-        "--frequency",
-        str(int(frequency)),
-        "--host",
-        host_label,
-        "--status-file",
-        layout.status,
-        "--interval",
-        repr(float(interval)),
-        "--perf-map-refresh",
-        repr(float(perf_map_refresh)),
-        "--checkpoint",
-        repr(float(checkpoint)),
-        "--force",
-    ]
-    if start_at is not None:
-        args += ["--start-at", f"{start_at:.3f}"]
-    if net:
-        args.append("--net")
-    if off_cpu:
-        args.append("--off-cpu")
-    if tuple(roles) != DEFAULT_ROLES:
-        args += ["--roles", ",".join(roles)]
-    if events is not None:
-        args += ["--events", str(int(events))]
-    for pid in pids:
-        args += ["--pid", str(int(pid))]
-    return args
+def profiler_run_args(layout: RemoteLayout, host_label: str, options: RunOptions, start_at: float | None) -> list[str]:
+    """Arguments of ``profiler run`` for one host: ``options`` with the paths inside its work directory,
+    its label and its clock's start (profiler/run/options.py makes the words)."""
+    on_host = replace(
+        options,
+        out=Path(layout.out),
+        profile=Path(layout.profile),
+        known_spes=Path(layout.known_spes),
+        host=host_label,
+        status_file=Path(layout.status),
+        start_at=None if start_at is None else round(start_at, 3),
+        force=True,
+    )
+    return ["run", *run_argv(on_host)]
 
 
 def start_command(layout: RemoteLayout, python: str, run_args: Sequence[str], needs_sudo: bool) -> str:

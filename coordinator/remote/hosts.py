@@ -23,11 +23,10 @@ from typing import Any
 from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec
 from coordinator.remote.deploy import RemoteLayout
-from profiler.capture.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT
-from profiler.capture.format import DEFAULT_INTERVAL
+from profiler.capture.checkpoint import CHECKPOINT_DIR
 from profiler.errors import ProfilerError
 from profiler.files import procstat
-from profiler.scope.spes import DEFAULT_ROLES
+from profiler.run.options import RunOptions
 
 
 def terminal_text(value: Any) -> str:
@@ -113,30 +112,45 @@ class CommandResult:
 
 
 @dataclass(frozen=True)
-class SamplingOptions:
-    """How every host samples beyond duration and frequency (``profiler run`` options)."""
-
-    interval: float = DEFAULT_INTERVAL  # seconds per timeline slice
-    perf_map_refresh: float = 60.0  # seconds between Java perf-map refreshes; 0 = at the end only
-    checkpoint: float = DEFAULT_CHECKPOINT  # seconds between checkpoint-journal records; 0 = none
-
-
-@dataclass(frozen=True)
 class RunRequest:
-    """What every host is asked to do; the transport fills in its own paths."""
+    """What every host is asked to do: ``profiler run``'s options (profiler/run/options.py declares them),
+    their paths the coordinator's own until each transport puts its host's (out, profile, known_spes, host
+    label, status file, start)."""
 
-    duration: float
-    frequency: int
-    profile: Path
-    known_spes: Path
+    options: RunOptions
     start_at: float | None = None  # coordinator clock; the transport converts to the host clock
-    net: bool = False
-    events: int | None = None
-    pids: tuple[int, ...] = ()
-    sampling: SamplingOptions = SamplingOptions()
-    off_cpu: bool = False  # profiler run --off-cpu (docs/offcpu.md)
-    roles: tuple[str, ...] = DEFAULT_ROLES  # profiler run --roles: the known_spes.txt roles in scope
     fetch_all: bool = False  # fetch deploy.FETCH_SKIPPED's files too
+
+    @property
+    def duration(self) -> float:
+        return self.options.duration
+
+    @property
+    def frequency(self) -> int:
+        return self.options.frequency
+
+    @property
+    def profile(self) -> Path:
+        return self.options.profile
+
+    @property
+    def known_spes(self) -> Path:
+        return self.options.known_spes
+
+
+def run_request(
+    duration: float,
+    profile: Path,
+    known_spes: Path,
+    start_at: float | None = None,
+    fetch_all: bool = False,
+    **options: Any,
+) -> RunRequest:
+    """A request with ``options`` of ``profiler run`` by field name (RunOptions); the rest are its defaults."""
+    run_options = RunOptions(
+        duration=float(duration), out=Path(), profile=Path(profile), known_spes=Path(known_spes), host="", **options
+    )
+    return RunRequest(run_options, start_at, fetch_all)
 
 
 class HostTransport(ABC):
@@ -179,21 +193,8 @@ class HostTransport(ABC):
 
     def run_args(self, layout: RemoteLayout, request: RunRequest) -> list[str]:
         """``profiler run`` arguments for this host, the common start converted to the host's clock."""
-        return deploy.profiler_run_args(
-            layout,
-            self.spec.label,
-            request.duration,
-            request.frequency,
-            None if request.start_at is None else request.start_at + self.clock_offset,
-            net=request.net,
-            events=request.events,
-            pids=request.pids,
-            interval=request.sampling.interval,
-            perf_map_refresh=request.sampling.perf_map_refresh,
-            checkpoint=request.sampling.checkpoint,
-            off_cpu=request.off_cpu,
-            roles=request.roles,
-        )
+        start_at = None if request.start_at is None else request.start_at + self.clock_offset
+        return deploy.profiler_run_args(layout, self.spec.label, request.options, start_at)
 
     @abstractmethod
     def read_status(self) -> ProfilerStatus | None: ...

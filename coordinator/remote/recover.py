@@ -16,7 +16,7 @@ from pathlib import Path
 from coordinator import rundir
 from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec, load_cluster
-from coordinator.remote.hosts import HostTransport, RunRequest
+from coordinator.remote.hosts import HostTransport, RunRequest, run_request
 from coordinator.remote.progress import ProgressBoard, make_renderer
 from coordinator.remote.session import LOG_FILE, HostWorker, RunControl, RunLog, TransportFactory
 from coordinator.rundir import HostOutcome, RunInfo
@@ -100,12 +100,12 @@ def fetch_run(
             ) from None
     _check_destinations(run_dir, [h.host for h in pending])
     specs = _specs_by_label(run_dir, [h.host for h in pending])
-    request = RunRequest(
-        duration=info.duration,
-        frequency=info.frequency,
-        profile=run_dir / rundir.PROFILE_COPY,
-        known_spes=run_dir / rundir.PROFILE_COPY,  # not used: nothing is deployed
+    request = run_request(
+        info.duration,
+        run_dir / rundir.PROFILE_COPY,
+        run_dir / rundir.PROFILE_COPY,  # known_spes: not used, nothing is deployed
         fetch_all=everything,
+        frequency=info.frequency,
     )
     grace = max(60.0, 0.25 * info.duration) if finish_grace is None else finish_grace
     board = ProgressBoard([h.host for h in pending])

@@ -36,7 +36,7 @@ class RecoverCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from ..capture.checkpoint import checkpoint_dir
-        from ..recovery import recover_capture
+        from ..run.recovery import recover_capture
 
         result = recover_capture(args.dir)
         if not args.keep_journal:

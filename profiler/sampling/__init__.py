@@ -3,5 +3,5 @@ stack_sampler.c, the sampled processes' map in targets.h), per-process CPU count
 perf_event), network bytes (net + net_trace.c).
 
 Imports the rooms below it: profiler.symbols, profiler.scope, profiler.unwind, profiler.bpf,
-profiler.capture, profiler.errors; never profiler.runner or the commands.
+profiler.capture, profiler.errors; never profiler.run or the commands.
 """

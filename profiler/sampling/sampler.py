@@ -58,6 +58,7 @@ from ..capture.stackstore import (
     parse_walk_record,
 )
 from ..capture.stacktable import StackTableBuilder
+from ..defaults import DEFAULT_FREQUENCY, DEFAULT_PERF_MAP_REFRESH
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
 from ..scope.threadwatch import ThreadWatch
@@ -169,14 +170,14 @@ class StackSampler:
 
     def __init__(
         self,
-        frequency: int = 99,
+        frequency: int = DEFAULT_FREQUENCY,
         max_stack_depth: int | None = None,
         stack_storage_size: int = 16384,
         perf_map_mode: str = "auto",
         count_map_size: int | None = None,
         collection: str = "auto",
         interval: float = DEFAULT_INTERVAL,
-        perf_map_refresh: float = 60.0,
+        perf_map_refresh: float = DEFAULT_PERF_MAP_REFRESH,
         stack_walk: str = "auto",
         thread_names: bool = True,
         checkpoints: bool = False,

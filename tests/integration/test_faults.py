@@ -27,7 +27,7 @@ from coordinator.cli import main as coordinator_main
 from coordinator.errors import PartialRunError
 from coordinator.remote import deploy
 from coordinator.remote.cluster import load_cluster
-from coordinator.remote.hosts import RunRequest
+from coordinator.remote.hosts import run_request
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
 from profiler.capture import format as capture
 from profiler.capture.journal import read_journal
@@ -138,7 +138,7 @@ def in_process(
     cluster: Cluster, out: Path, inputs: tuple[Path, Path], pid: int, duration: float, **options: object
 ) -> ProfileOutcome:
     """profile_cluster itself, for options the CLI does not have (shorter grace and reconnect windows)."""
-    request = RunRequest(duration, 99, inputs[0], inputs[1], pids=(pid,))
+    request = run_request(duration, inputs[0], inputs[1], pids=(pid,))
     defaults: dict[str, object] = {"known_hosts": cluster.known_hosts, "start_delay": 3.0, "progress": False}
     return profile_cluster(
         load_cluster(cluster.cluster_file), request, out, RunOptions(**{**defaults, **options})  # type: ignore[arg-type]

@@ -65,7 +65,7 @@ FORBIDDEN = [
     # a room imports the room above it
     ("profiler/scope/jvm.py", "from profiler.symbols import perfmap", "profiler-layers"),
     # the host agent imports the coordinator
-    ("profiler/runner.py", "import coordinator.rundir", "profiler-needs-only-bcc-psutil"),
+    ("profiler/run/runner.py", "import coordinator.rundir", "profiler-needs-only-bcc-psutil"),
     # the coordinator imports the sampling machinery
     ("coordinator/report/flame.py", "from profiler.sampling import counters", "coordinator-uses-the-capture-side"),
     # a command imported from below the commands

@@ -22,11 +22,11 @@ from profiler.capture.timeline import CounterReading
 from profiler.cli import main as profiler_main
 from profiler.errors import CaptureFormatError
 from profiler.matching.appprofile import parse_profile
-from profiler.recovery import load_replayed, recover_capture, replay
-from profiler.runner import Components, Runner
+from profiler.run.recovery import load_replayed, recover_capture, replay
+from profiler.run.runner import Components, Runner
 from profiler.symbols.elfsyms import OfflineSymbols, demangle, parse_maps, read_elf_symbols, symbols_of_file
 from profiler.symbols.symbolize import Frame
-from tests.unit.test_runner import PROFILE_TEXT, FakeSampler, make
+from tests.unit.run.test_runner import PROFILE_TEXT, FakeSampler, make
 
 GONE_PID = 4_000_000  # above pid_max: never a live process
 
@@ -279,11 +279,11 @@ def test_the_runner_checkpoints_on_its_ticks_and_drops_the_journal_once_the_capt
 def test_the_heap_freed_by_each_checkpoint_and_each_batch_is_given_back_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import profiler.runner as runner_module
+    import profiler.run.window as window_module
 
     # GIVEN a window with checkpoints and ticks (a native-name batch on each), glibc's trims counted
     trims: list[str] = []
-    monkeypatch.setattr(runner_module, "release_freed_memory", lambda: trims.append("trim"))
+    monkeypatch.setattr(window_module, "release_freed_memory", lambda: trims.append("trim"))
     runner, _components, out = runner_with_checkpoints(tmp_path, 1.6)
     # WHEN it runs
     runner.run(parse_profile(PROFILE_TEXT))

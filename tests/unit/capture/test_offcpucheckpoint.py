@@ -20,7 +20,7 @@ from profiler.capture.offcpucheckpoint import (
     write_offcpu_checkpoint,
 )
 from profiler.errors import CaptureFormatError
-from profiler.recovery import recover_capture
+from profiler.run.recovery import recover_capture
 from tests.unit.capture.test_checkpoint import (
     GONE_PID,
     FakeKernel,
@@ -29,7 +29,7 @@ from tests.unit.capture.test_checkpoint import (
     runner_with_checkpoints,
     write_journal,
 )
-from tests.unit.test_runner import FakeOffCpu
+from tests.unit.run.test_runner import FakeOffCpu
 
 PARKED = OffCpuEntry("park", "Executor task;run;Unsafe::park;futex_wait_[k]", 3_000_000_000, 7, "task 1.0")
 SLEPT = OffCpuEntry("sleep", "main;Thread::sleep;do_nanosleep_[k]", 1_500_000_000, 3)

@@ -90,8 +90,8 @@ def test_a_failed_demo_is_recognised_by_its_marker_only(tmp_path: Path) -> None:
 
 def test_a_run_directory_is_private_and_its_files_get_their_mode_from_the_descriptor(tmp_path: Path) -> None:
     # issue 27: modes are set with fchmod on what was opened or made, never chmod by path
-    from profiler import runner
     from profiler.capture import format as capture_format
+    from profiler.run import runner
 
     out = tmp_path / "run"
     out.mkdir(mode=0o755)
@@ -104,7 +104,7 @@ def test_a_run_directory_is_private_and_its_files_get_their_mode_from_the_descri
 
 
 def test_a_run_directory_that_is_a_link_is_refused_and_its_target_keeps_its_mode(tmp_path: Path) -> None:
-    from profiler import runner
+    from profiler.run import runner
 
     target = tmp_path / "elsewhere"
     target.mkdir(mode=0o755)

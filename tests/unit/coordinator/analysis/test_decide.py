@@ -27,7 +27,7 @@ from profiler.capture.stacktable import (
 from profiler.errors import CaptureFormatError
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
-from profiler.recovery import recover_capture
+from profiler.run.recovery import recover_capture
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_run_dir
 from tests.unit.capture.test_checkpoint import GONE_PID, FakeKernel, libc_function, write_journal
 

@@ -11,7 +11,9 @@ import pytest
 from coordinator import rundir
 from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec, load_cluster, parse_cluster
+from coordinator.remote.hosts import run_request
 from profiler.errors import CaptureFormatError, ConfigError
+from profiler.run.options import RunOptions
 
 
 def parse(text: str) -> list[HostSpec]:
@@ -117,13 +119,18 @@ def test_run_json_round_trip(tmp_path: Path) -> None:
         rundir.read_run(tmp_path)
 
 
+def request(**options: object) -> RunOptions:
+    """profiler run's options as the coordinator asks every host (3 s), before the transport's paths."""
+    return run_request(3.0, Path("profile.txt"), Path("known_spes.txt"), **options).options
+
+
 HOSTILE = "x'; touch /tmp/pwned; echo '$(id)`id`\"\n"
 
 
 def test_remote_lines_quote_every_value(tmp_path: Path) -> None:
     # GIVEN a work directory and a label full of shell syntax (validation forbids them; quoting must hold anyway)
     layout = deploy.RemoteLayout(str(tmp_path / f"taskprof.{HOSTILE}"))
-    args = deploy.profiler_run_args(layout, HOSTILE, 3.0, 99, 123.0, pids=(5,))
+    args = deploy.profiler_run_args(layout, HOSTILE, request(pids=(5,)), 123.0)
     line = deploy.start_command(layout, "/usr/bin/python3", args, needs_sudo=False)
     # THEN the shell sees the hostile text as single words: parse the line back
     words = shlex.split(line.split(" sh -c ", 1)[1].rsplit(" > ", 1)[0])
@@ -157,7 +164,7 @@ def test_bundle_holds_the_agent_package_without_caches() -> None:
         spes = bundle.extractfile("profiler/scope/known_spes.txt")
         assert spes is not None  # the one top-level known_spes.txt, where the host agent looks without the tree
         assert spes.read() == (Path(__file__).resolve().parents[4] / "known_spes.txt").read_bytes()
-    assert "profiler/__main__.py" in names and "profiler/runner.py" in names
+    assert "profiler/__main__.py" in names and "profiler/run/runner.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # every room of the package and its data files: the BPF C, known_spes.txt, the agent's sources
     for shipped in ("profiler/capture/format.py", "profiler/sampling/stack_walk.c", "profiler/sampling/targets.h",
@@ -170,8 +177,8 @@ def test_off_cpu_reaches_the_host_agent_only_when_asked(tmp_path: Path) -> None:
     from profiler.commands.run import RunCommand
 
     layout = deploy.RemoteLayout(str(tmp_path / "taskprof.x"))
-    assert "--off-cpu" not in deploy.profiler_run_args(layout, "h", 3.0, 99, None)
-    args = deploy.profiler_run_args(layout, "h", 3.0, 99, None, off_cpu=True)
+    assert "--off-cpu" not in deploy.profiler_run_args(layout, "h", request(), None)
+    args = deploy.profiler_run_args(layout, "h", request(off_cpu=True), None)
     assert args.count("--off-cpu") == 1
     # the host agent's parser takes what the coordinator sends
     parser = argparse.ArgumentParser()
@@ -183,10 +190,11 @@ def test_roles_reach_the_host_agent_only_when_not_the_default(tmp_path: Path) ->
     from profiler.commands.run import RunCommand
 
     layout = deploy.RemoteLayout(str(tmp_path / "taskprof.x"))
-    assert "--roles" not in deploy.profiler_run_args(layout, "h", 3.0, 99, None, roles=("workload", "managing"))
-    args = deploy.profiler_run_args(layout, "h", 3.0, 99, None, roles=("workload", "managing", "broker"))
+    assert "--roles" not in deploy.profiler_run_args(layout, "h", request(roles=("workload", "managing")), None)
+    args = deploy.profiler_run_args(layout, "h", request(roles=("workload", "managing", "broker")), None)
     assert args[args.index("--roles") + 1] == "workload,managing,broker"
     parser = argparse.ArgumentParser()
     RunCommand().prepare_parser(parser)
     assert parser.parse_args(args[1:]).roles == ("workload", "managing", "broker")
-    assert parser.parse_args(deploy.profiler_run_args(layout, "h", 3.0, 99, None)[1:]).roles == ("workload", "managing")
+    default_roles = parser.parse_args(deploy.profiler_run_args(layout, "h", request(), None)[1:]).roles
+    assert default_roles == ("workload", "managing")

@@ -12,7 +12,7 @@ import pytest
 from coordinator import rundir
 from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
 from coordinator.remote.cluster import HostSpec, parse_cluster
-from coordinator.remote.hosts import ProfilerStatus, RunRequest
+from coordinator.remote.hosts import ProfilerStatus, run_request
 from coordinator.remote.session import RunOptions, profile_cluster
 from profiler.capture.format import EventCount
 from profiler.errors import ConfigError, OutputExistsError
@@ -41,9 +41,7 @@ def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScrip
         return fakes[spec.label]
 
     out = kwargs.pop("out", tmp_path / "run")
-    request = RunRequest(
-        duration=float(kwargs.pop("duration", 0.6)), frequency=99, profile=inputs[0], known_spes=inputs[1]
-    )
+    request = run_request(float(kwargs.pop("duration", 0.6)), inputs[0], inputs[1])
     options = RunOptions(
         analyze=False,
         transport_factory=factory,
@@ -245,7 +243,7 @@ def test_bad_profile_or_known_spes_fails_before_any_host_is_touched(
     with pytest.raises(ConfigError) as failure:
         profile_cluster(
             _specs(2),
-            RunRequest(duration=0.5, frequency=99, profile=inputs[0], known_spes=inputs[1]),
+            run_request(0.5, inputs[0], inputs[1]),
             tmp_path / "run",
             RunOptions(analyze=False, transport_factory=factory, stream=io.StringIO()),
         )

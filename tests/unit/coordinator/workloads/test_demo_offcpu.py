@@ -57,4 +57,4 @@ def profiled_with(
 def test_demo_passes_off_cpu_to_every_hosts_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], off_cpu: bool
 ) -> None:
-    assert [request.off_cpu for request, _ in profiled_with(argv, tmp_path, monkeypatch)] == [off_cpu]
+    assert [request.options.off_cpu for request, _ in profiled_with(argv, tmp_path, monkeypatch)] == [off_cpu]

@@ -30,7 +30,7 @@ from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.stackstore import CollectedStacks
 from profiler.engines.events import EventCounter
 from profiler.matching.appprofile import parse_profile
-from profiler.runner import Components, Runner, RunOptions
+from profiler.run.runner import Components, Runner, RunOptions
 
 PROFILE_TEXT = "Alpha: burnAlpha\nBeta: burnBeta\nGC: GC Thread\n"
 

@@ -1,8 +1,8 @@
 """A killed run's capture rebuilt from its checkpoint journal (``profiler recover``).
 
-``replay`` folds the journal's checkpoints into the state of the last one (pure). The ``Recovered*``
-classes then stand in for the run's components, so the runner's own writer produces an ordinary
-capture, marked as recovered: window end = the last checkpoint, ``stopped_by: recovered`` and a warning
+``replay`` folds the journal's checkpoints into the state of the last one (pure); ``recovered_collected``
+turns that state into what the run had collected (``write.Collected``), so the run's own writer produces
+an ordinary capture, marked as recovered: window end = the last checkpoint, ``stopped_by: recovered`` and a warning
 saying how much was lost. A process still alive is symbolized the normal way (bcc); a process that is
 gone by its saved maps and the ELF files on disk (profiler/symbols/elfsyms.py), its Java frames by the saved
 perf-map versions either way.
@@ -12,36 +12,35 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .capture.checkpoint import PERF_MAPS_DIR, checkpoint_dir, journal_path
-from .capture.format import (
+from ..capture.checkpoint import PERF_MAPS_DIR, checkpoint_dir, journal_path
+from ..capture.format import (
     META_FILE,
     PROFILE_COPY,
     CounterValue,
     EventCount,
-    FlinkSubtask,
-    FlinkTaskManager,
     PidCounters,
     ProcessInfo,
     SamplerStats,
-    VertexWindow,
     atomic_write_text,
     is_safe_name,
 )
-from .capture.journal import JournalError, JournalRead, read_journal
-from .capture.offcpu import OffCpuEntry
-from .capture.offcpucheckpoint import OffCpuCheckpoint, read_offcpu_checkpoint
-from .capture.stackstore import CollectedStacks, SamplerCheckpoint, StackStore
-from .capture.timeline import CounterReading
-from .errors import CaptureFormatError, OutputExistsError, OutputWriteError
-from .symbols.elfsyms import OfflineSymbols
-from .symbols.perfmap_history import PerfMapHistory
-from .symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
-from .unwind.recorded import RecordedNames
+from ..capture.journal import JournalError, JournalRead, read_journal
+from ..capture.offcpucheckpoint import OffCpuCheckpoint, read_offcpu_checkpoint
+from ..capture.stackstore import CollectedStacks, StackStore
+from ..capture.timeline import CounterReading
+from ..errors import CaptureFormatError, OutputExistsError, OutputWriteError
+from ..files import safeio
+from ..symbols.elfsyms import OfflineSymbols
+from ..symbols.perfmap_history import PerfMapHistory
+from ..symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
+from ..unwind.recorded import RecordedNames
+from .options import RUN_OPTIONS, RunOptions
+from .write import Collected, write_capture
 
 KERNEL_STACK_DEPTH_MAX = 127  # as profiler/sampling/sampler.py
 NO_METHODS = "not read: the profiler was killed before symbolization (recovered capture)"
@@ -85,7 +84,7 @@ def _is_copy_name(name: object) -> bool:
 def replay(journal: JournalRead) -> Replayed:
     """The last whole checkpoint's state, stacks and counts accumulated over all of them (pure).
     Raises ValueError when a checkpoint contradicts the ones before it."""
-    interval = float(journal.header.get("interval", 10.0))
+    interval = float(journal.header.get("interval", RUN_OPTIONS["interval"].default))
     replayed = Replayed(journal.header, StackStore(int(interval * 1e9)), damage=journal.damage)
     for checkpoint in journal.checkpoints:
         replayed.store.apply_delta(checkpoint.stacks)
@@ -129,105 +128,7 @@ def recovered_note(replayed: Replayed) -> str:
     return note
 
 
-# ---------------------------------------------------------------- the components, replayed
-
-
-class RecoveredScope:
-    exec_watch_mode = "polling"
-
-    def __init__(self, processes: Sequence[ProcessInfo]) -> None:
-        self._processes = list(processes)
-
-    def start(self) -> None:
-        return None
-
-    def poll(self) -> tuple[list[ProcessInfo], list[int]]:
-        return [], []
-
-    def processes(self) -> list[ProcessInfo]:
-        return list(self._processes)
-
-    def finish(self, end_time: float) -> list[ProcessInfo]:
-        return [p if p.exited else replace(p, last_seen=end_time) for p in self._processes]
-
-    def close(self) -> None:
-        return None
-
-
-class RecoveredCounters:
-    exits_note = ""  # the recorded counters' notes already say how each was measured
-
-    def stop_exits(self) -> None:
-        return None
-
-    def __init__(self, counters: Mapping[int, PidCounters]) -> None:
-        self._counters = dict(counters)
-
-    def add_pid(self, pid: int) -> None:
-        return None
-
-    def pid_exited(self, pid: int) -> None:
-        return None
-
-    def read(self, pid: int) -> PidCounters:
-        return self._counters[pid]
-
-    def close(self) -> None:
-        return None
-
-
-class RecoveredEvents:
-    warnings: list[str] = []
-
-    def start(self, processes: Sequence[ProcessInfo], window_start: float | None = None) -> None:
-        return None
-
-    def add_process(self, process: ProcessInfo) -> None:
-        return None
-
-    def finish(self, end_time: float) -> EventCount:
-        return EventCount(None, "none", "not counted: capture recovered from a checkpoint journal", method="none")
-
-    def vertex_windows(self) -> list[VertexWindow]:
-        return []
-
-    def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
-        return [], []  # read from REST at a window's end, which a killed run never reached
-
-
-class RecoveredOffCpu:
-    """The off-CPU tracer as the last checkpoint's copy saw it: its entries, already named. No timeline:
-    the copy holds the sums of the whole window so far, not split by interval."""
-
-    warnings: list[str] = []
-
-    def __init__(self, entries: Mapping[int, Sequence[OffCpuEntry]]) -> None:
-        self._entries = {pid: list(rows) for pid, rows in entries.items()}
-        self.interval_entries: dict[int, dict[int, list[OffCpuEntry]]] | None = None
-
-    def start(self) -> str:
-        return "recovered"
-
-    def add_pid(self, pid: int) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-    def pid_exited(self, pid: int) -> None:
-        return None
-
-    def tick(self, interval: int) -> None:
-        return None
-
-    def checkpoint_entries(self) -> dict[int, list[OffCpuEntry]]:
-        return {}
-
-    def collect(self) -> dict[int, list[OffCpuEntry]]:
-        return {pid: list(rows) for pid, rows in self._entries.items()}
-
-    def close(self) -> None:
-        return None
+# ---------------------------------------------------------------- the stacks, named
 
 
 def load_offcpu(directory: Path) -> OffCpuCheckpoint | None:
@@ -250,12 +151,12 @@ SymbolsFor = Callable[[int, tuple[int | None, str] | None], tuple[SymbolResolver
 def symbols_for(pid: int, saved: tuple[int | None, str] | None) -> tuple[SymbolResolver, str]:
     """The live process's symbols (procsyms) when the very process still runs, else the saved maps and the
     ELF files; and which."""
-    from .capture.checkpoint import start_ticks
+    from ..capture.checkpoint import start_ticks
 
     ticks = start_ticks(pid)
     if ticks is not None and saved is not None and saved[0] == ticks:
         try:
-            from .symbols.procsyms import ProcessSymbols
+            from ..symbols.procsyms import ProcessSymbols
 
             return ProcessSymbols(pid), "live"
         except ImportError:
@@ -263,10 +164,8 @@ def symbols_for(pid: int, saved: tuple[int | None, str] | None) -> tuple[SymbolR
     return OfflineSymbols(saved[1] if saved is not None else ""), "offline"
 
 
-class RecoveredSampler:
-    """The sampler as the journal saw it: collect() folds the replayed stacks."""
-
-    collection = "ringbuf"
+class RecoveredStacks:
+    """The journal's stacks named as the sampler would have named them at the window's end."""
 
     def __init__(
         self,
@@ -281,49 +180,15 @@ class RecoveredSampler:
         self.stack_walk = str(header.get("stack_walk", "kernel"))
         self.max_stack_depth = int(header.get("max_stack_depth", 127))
         self.warnings: list[str] = []
-        self.thread_names = str(header.get("thread_names", "comm"))
         self._kernel = kernel
         self._symbols = symbols
         self.symbolized: dict[int, str] = {}  # pid -> "live" or "offline"
 
-    def start(self) -> None:
-        return None
-
-    def begin_window(self) -> None:
-        return None
-
-    def add_pid(self, pid: int) -> None:
-        return None
-
-    def prepare_symbols(self, pid: int) -> None:
-        return None
-
-    def prepare_unwinding(self, pids: Sequence[int]) -> None:
-        return None
-
-    def pid_exited(self, pid: int) -> None:
-        return None
-
-    def sample_count(self, pid: int) -> int:
-        return self.replayed.store.sample_counts().get(pid, 0)
-
-    def stop(self) -> None:
-        return None
-
-    def checkpoint(self) -> SamplerCheckpoint | None:
-        return None
-
-    def name_batch(self) -> int:
-        return 0  # the window is over: the replay names everything in collect()
-
-    def close(self) -> None:
-        return None
-
     def _refreshed(self, pid: int, history: PerfMapHistory | None) -> PerfMapHistory | None:
         """A JVM still running: its perf map dumped once more now, as a normal end does, so code compiled
         after the last saved version is named too (the new version comes after every sample)."""
-        from .scope import jvm
-        from .symbols import perfmap
+        from ..scope import jvm
+        from ..symbols import perfmap
 
         history = history or PerfMapHistory(pid, self.directory / PERF_MAPS_DIR)
         try:
@@ -372,6 +237,55 @@ class RecoveredSampler:
         return result
 
 
+def recovered_collected(
+    replayed: Replayed,
+    offcpu: OffCpuCheckpoint | None,
+    stacks: RecoveredStacks,
+    post_start: tuple[float, float],
+) -> Collected:
+    """What the killed run had collected by its last checkpoint, as the writer takes it: the window ends
+    there, its stacks named now, every process's counters as last read, no events counted."""
+    header = replayed.header
+    end_time = replayed.time
+    processes = [p if p.exited else replace(p, last_seen=end_time) for p in replayed.processes]
+    exited = {p.pid for p in processes if p.exited}
+    counters = {pid: c for pid, c in replayed.counters.items() if pid in exited}  # as read at exit
+    warnings = [recovered_note(replayed), *replayed.warnings]
+    named = stacks.collect()
+    for process in processes:
+        if process.pid in counters:
+            continue
+        if process.pid in replayed.counters:
+            counters[process.pid] = replayed.counters[process.pid]
+        else:
+            warnings.append(f"pid {process.pid}: counters unreadable (none in the journal)")
+    if not any(p.sampled for p in processes):
+        warnings.append("no workload process was found: check --known-spes or add --pid")
+    warnings += [*stacks.warnings, *safeio.take_warnings()]
+    return Collected(
+        start_time=float(header.get("start_time", end_time)),
+        end_time=end_time,
+        stopped_by="recovered",
+        window_started=True,
+        exec_watch=str(header.get("exec_watch", "polling")),
+        net_mode=header.get("net"),
+        stack_collection="ringbuf",
+        stack_walk=stacks.stack_walk,
+        max_stack_depth=stacks.max_stack_depth,
+        thread_names=str(header.get("thread_names", "comm")),
+        cycles_source=replayed.cycles_source,
+        processes=processes,
+        counters=counters,
+        counter_readings=replayed.readings,
+        stacks=named,
+        offcpu={pid: list(rows) for pid, rows in offcpu.entries.items()} if offcpu is not None else {},
+        offcpu_intervals=None,  # the copy holds the sums of the window so far, not split by interval
+        events=EventCount(None, "none", "not counted: capture recovered from a checkpoint journal", method="none"),
+        warnings=tuple(warnings),
+        post_start=post_start,
+    )
+
+
 # ---------------------------------------------------------------- the recovery
 
 
@@ -386,7 +300,7 @@ class RecoveryResult:
 
 
 def default_kernel() -> KernelResolver:
-    from .symbols.symbolize import KernelSymbols
+    from ..symbols.symbolize import KernelSymbols
 
     return KernelSymbols()
 
@@ -429,8 +343,7 @@ def recover_capture(
     symbols: SymbolsFor = symbols_for,
 ) -> RecoveryResult:
     """Write the capture of a killed run into ``directory`` (its ``--out``) from its checkpoint journal."""
-    from .matching.appprofile import load_profile
-    from .runner import Components, Runner, RunOptions
+    from ..matching.appprofile import load_profile
 
     directory = Path(directory)
     if (directory / META_FILE).exists():
@@ -443,52 +356,33 @@ def recover_capture(
         atomic_write_text(profile_path, str(header.get("profile_text", "")))
     except OSError as exc:
         raise OutputWriteError(f"{profile_path}: cannot be written ({exc.strerror or exc}); free space there") from None
+    declared = {name: how.default for name, how in RUN_OPTIONS.items()}  # what a header without the key ran with
     options = RunOptions(
         duration=float(header.get("duration", 0.0)),
         out=directory,
         profile=profile_path,
         known_spes=profile_path,
-        frequency=int(header.get("frequency", 99)),
+        frequency=int(header.get("frequency", declared["frequency"])),
         host=str(header.get("host", "localhost")),
-        stack_storage_size=int(header.get("stack_storage_size", 65536)),
-        interval=float(header.get("interval", 10.0)),
-        perf_map_refresh=float(header.get("perf_map_refresh", 60.0)),
+        stack_storage_size=int(header.get("stack_storage_size", declared["stack_storage_size"])),
+        interval=float(header.get("interval", declared["interval"])),
+        perf_map_refresh=float(header.get("perf_map_refresh", declared["perf_map_refresh"])),
         checkpoint=0.0,
         off_cpu=offcpu is not None,
-        off_cpu_min_block_ms=offcpu.min_block_ms if offcpu is not None else 1.0,
+        off_cpu_min_block_ms=offcpu.min_block_ms if offcpu is not None else declared["off_cpu_min_block_ms"],
         off_cpu_sample_every=offcpu.sample_every if offcpu is not None else 1,
     )
-    sampler = RecoveredSampler(replayed, checkpoint_dir(directory), kernel, symbols)
-    exited = {p.pid for p in replayed.processes if p.exited}
-    components = Components(
-        scope=RecoveredScope(replayed.processes),
-        sampler=sampler,
-        counters=RecoveredCounters(replayed.counters),
-        net=None,
-        events=RecoveredEvents(),
-        cycles_source=lambda: replayed.cycles_source,
-        offcpu=RecoveredOffCpu(offcpu.entries) if offcpu is not None else None,
-    )
-    runner = Runner(options, components)
-    state = runner.state
-    state.start_time = float(header.get("start_time", replayed.time))
-    state.end_time = replayed.time
-    state.stopped_by = "recovered"
-    state.window_started = True
-    state.exec_watch = str(header.get("exec_watch", "polling"))
-    state.net_mode = header.get("net")
-    state.counters = {pid: c for pid, c in replayed.counters.items() if pid in exited}
-    state.counter_readings = replayed.readings
-    state.warnings = [recovered_note(replayed), *replayed.warnings]
+    post_start = (time.monotonic(), time.process_time())
+    stacks = RecoveredStacks(replayed, checkpoint_dir(directory), kernel, symbols)
     try:
-        runner.write_capture(components, load_profile(profile_path))
+        write_capture(options, recovered_collected(replayed, offcpu, stacks, post_start), load_profile(profile_path))
     except OSError as exc:
         raise OutputWriteError(
             f"{directory}: writing the recovered capture failed ({exc.strerror or exc}); free space there and run "
             f"`profiler recover {directory}` again (the journal is kept)"
         ) from None
     samples = sum(replayed.store.sample_counts().values())
-    return RecoveryResult(directory, samples, replayed.time, replayed.checkpoints, replayed.damage, sampler.symbolized)
+    return RecoveryResult(directory, samples, replayed.time, replayed.checkpoints, replayed.damage, stacks.symbolized)
 
 
 __all__ = ["Replayed", "RecoveryResult", "load_replayed", "recover_capture", "replay"]
