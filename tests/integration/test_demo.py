@@ -1,7 +1,8 @@
 """`coordinator demo` end to end on real Spark, real eBPF and real Redis: the YSB tasks show up in
 summary.csv with the window's events and cycles per event, unmatched stays small, the sink wrote
 windows, its exports agree with summary.csv, nothing is left running, and a workload that dies
-leaves its logs, named in the error."""
+leaves its logs, named in the error. The default and Continuous Processing demos are the session's
+(tests/fixtures/demo.py), shared with test_spark_stages.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.fixtures.demo import SHARED_RATE, DemoRun, run_demo
 from tests.fixtures.exports import assert_exports_agree_with_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,15 +66,10 @@ def _processes_mentioning(text: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_demo_profiles_ysb_tasks(tmp_path: Path) -> None:
-    # GIVEN nothing; WHEN the demo runs for a short window
-    out = tmp_path / "demo-run"
-    result = subprocess.run(
-        [sys.executable, "-m", "coordinator", "demo", "--duration", "20", "--rate", "10000", "--out", str(out),
-         "--quiet"],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+def test_demo_profiles_ysb_tasks(spark_str_demo: DemoRun) -> None:
+    # GIVEN nothing; WHEN the demo runs for a short window (the session's, shared with test_spark_stages)
+    spark_str_demo.check_succeeded()
+    out, result = spark_str_demo.out, spark_str_demo.result
 
     # THEN the report and summary exist and every YSB task got CPU, with little left unmatched
     summary = out / "summary.csv"
@@ -143,15 +140,10 @@ def test_demo_keeps_the_logs_of_a_workload_that_died(tmp_path: Path) -> None:
     assert _processes_mentioning(master) == []
 
 
-def test_demo_on_continuous_processing(tmp_path: Path) -> None:
-    # GIVEN nothing; WHEN the demo runs YSB on Spark Continuous Processing
-    out = tmp_path / "demo-cp"
-    result = subprocess.run(
-        [sys.executable, "-m", "coordinator", "demo", "--spe", "spark-cp", "--duration", "20", "--rate", "5000",
-         "--out", str(out), "--quiet"],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+def test_demo_on_continuous_processing(spark_cp_demo: DemoRun) -> None:
+    # GIVEN nothing; WHEN the demo runs YSB on Spark Continuous Processing (the session's run)
+    spark_cp_demo.check_succeeded()
+    out, result = spark_cp_demo.out, spark_cp_demo.result
     # THEN the CP profile's tasks got CPU, the sink kept windows in Redis, and the events came from
     # the query's offsets log (a continuous query has no micro-batches for the REST count)
     shares = _whole_run_shares(out / "summary.csv")
@@ -215,18 +207,21 @@ def _executor_stats(out: Path) -> tuple[int, int, int, int]:
     return totals[0], totals[1], totals[2], totals[3]
 
 
-def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_them(tmp_path: Path) -> None:
+def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_them(
+    spark_str_demo: DemoRun, tmp_path: Path
+) -> None:
     # GIVEN the YSB Structured Streaming query on a standalone cluster, run twice: its JVMs started as
-    # production clusters run (no -XX:+PreserveFramePointer), then with the flag
+    # production clusters run (no -XX:+PreserveFramePointer, 45 s), then with the flag (the demo's default:
+    # the session's 30 s run)
     shares, counted = {}, {}
     for flag in ("--no-frame-pointers", "--frame-pointers"):
-        out = tmp_path / flag.strip("-")
-        result = subprocess.run(
-            [sys.executable, "-m", "coordinator", "demo", "--duration", "45", "--rate", "10000", "--out", str(out),
-             "--quiet", flag],
-            cwd=REPO, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert result.returncode == 0, f"demo {flag} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        if flag == "--frame-pointers":
+            spark_str_demo.check_succeeded()
+            out = spark_str_demo.out
+        else:
+            out = tmp_path / flag.strip("-")
+            result = run_demo(out, "--duration", "45", "--rate", str(SHARED_RATE), flag)
+            assert result.returncode == 0, f"demo {flag} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         shares[flag] = _whole_run_shares(out / "summary.csv")
         samples, unwalkable, java_frames, unnamed = _executor_stats(out)
         counted[flag] = samples * sum(_java_tasks(shares[flag]).values())  # the samples the comparison rests on
@@ -238,7 +233,8 @@ def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_th
     # pointers (the JIT compiler's and GC's native threads are walked alike either way, and their share
     # depends on how far the JIT got in each run's warm-up, not on the walk)
     # (or within 4 standard errors of two independent samplings, when a short window has too few samples for
-    # 3 pp to exceed the sampling error itself)
+    # 3 pp to exceed the sampling error itself; n is the smaller run's, so the bound is at least 4 standard
+    # errors of the difference however the two windows' lengths differ: p(1-p)(1/n1 + 1/n2) <= p(1-p) 2/n)
     without, with_flag = (_java_shares(shares[flag]) for flag in ("--no-frame-pointers", "--frame-pointers"))
     n = min(counted.values())
     for task in sorted(set(without) | set(with_flag)):

@@ -74,6 +74,12 @@ def _driver_jvm(parent: int, timeout: float = 60) -> psutil.Process:
     raise AssertionError("no SparkSubmit JVM under the PySpark driver")
 
 
+def _progress_after(lines: list[str], end: float | None) -> bool:
+    return end is not None and any(
+        float(line.split()[1]) > end for line in list(lines) if line.startswith("progress")
+    )
+
+
 def test_spark_rows_from_rest_api_match_query_progress(tmp_path: Path) -> None:
     # GIVEN a running Structured Streaming query in a local-mode PySpark driver
     script = tmp_path / "driver.py"
@@ -107,7 +113,11 @@ def test_spark_rows_from_rest_api_match_query_progress(tmp_path: Path) -> None:
         counter.start([driver])
         time.sleep(10)
         events = counter.finish(time.time())
-        time.sleep(2.5)  # let progress events of batches that finished inside the window arrive
+        # the progress of every batch that finished inside the window has arrived once one from after it has
+        # (the driver prints them in order)
+        deadline = time.monotonic() + 60
+        while not _progress_after(lines, events.window_end) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         if process.stdin is not None:
             process.stdin.close()

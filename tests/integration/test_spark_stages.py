@@ -2,7 +2,7 @@
 sample knows its stage from the thread's full name, summary.csv can be cut by stage with the driver's
 job and micro-batch, the report names codegen stages by their operators, and a drafted profile gives
 every task samples and leaves less than 10 % unmatched, on Structured Streaming and on Continuous
-Processing."""
+Processing. The demo runs are the session's (tests/fixtures/demo.py), shared with test_demo.py."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import csv
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from profiler.capture.folded import format_folded
 from profiler.capture.stacktable import read_table
+from tests.fixtures.demo import DemoRun
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,10 +36,11 @@ def _cluster_rows(summary: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("spe", ["spark-str", "spark-cp"])
-def test_stages_codegen_names_and_a_drafted_profile_on_the_demo(tmp_path: Path, spe: str) -> None:
-    # GIVEN a demo run of the engine
-    out = tmp_path / "run"
-    _coordinator("demo", "--spe", spe, "--duration", "30", "--rate", "10000", "--out", str(out), "--quiet")
+def test_stages_codegen_names_and_a_drafted_profile_on_the_demo(
+    shared_demo: Callable[[str], DemoRun], tmp_path: Path, spe: str
+) -> None:
+    # GIVEN a demo run of the engine (the session's, copied: the cut by stage below rewrites summary.csv)
+    out = shared_demo(spe).copy_to(tmp_path / "run")
     (capture,) = out.glob("hosts/*")
     meta = json.loads((capture / "meta.json").read_text())
     # THEN the executors' threads carry full names, and task samples their Spark task
