@@ -12,6 +12,7 @@ from ..files.textinput import open_text
 FRAME_SEPARATOR = ";"
 # A sample count fits the int64 columns of the analysis; a larger one is a corrupt file, not a count.
 MAX_COUNT = 2**63 - 1
+_MAX_COUNT_DIGITS = len(str(MAX_COUNT)) + 1  # leading zeros aside, nothing longer can be a count
 # Suffix of kernel frames in a folded stack (user frames have none).
 KERNEL_SUFFIX = "_[k]"
 
@@ -28,8 +29,9 @@ def parse_line(line: str) -> tuple[str, int] | None:
 
 
 def is_count(text: str) -> bool:
-    """ASCII digits only (str.isdigit also takes '²', which int() refuses), at most MAX_COUNT."""
-    return text.isascii() and text.isdigit() and int(text) <= MAX_COUNT
+    """ASCII digits only (str.isdigit also takes '²', which int() refuses), at most MAX_COUNT. The length is
+    checked before int(): Python refuses to convert more than 4,300 digits (ValueError), and MAX_COUNT has 19."""
+    return text.isascii() and text.isdigit() and len(text) <= _MAX_COUNT_DIGITS and int(text) <= MAX_COUNT
 
 
 def parse_source_line(line: str, number: int, source: str) -> tuple[str, int] | None:

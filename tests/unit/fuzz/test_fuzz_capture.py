@@ -69,11 +69,6 @@ def test_offcpu_lines(raw: bytes) -> None:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="profiler/capture/folded.py is_count: int() of more than 4300 digits raises ValueError, uncaught "
-    "by parse_offcpu_lines (capture room's; found reading it for the fuzz tests, issue 46)",
-)
 def test_offcpu_count_of_5000_digits_is_a_format_error() -> None:
     with pytest.raises(ProfilerError):
         list(parse_offcpu_lines(["lock " + "9" * 5000 + " 1 a;b"], "fuzz.offcpu.folded"))
