@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,10 @@ def tenant() -> Iterator[subprocess.Popen[bytes]]:
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "sleep", "60"], stdin=subprocess.DEVNULL
     )
     try:
+        deadline = time.monotonic() + 10  # setpriv switches user, then execs sleep
+        while not Path(f"/proc/{process.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+            assert time.monotonic() < deadline, "the tenant never ran sleep"
+            time.sleep(0.01)
         yield process
     finally:
         process.kill()
@@ -49,10 +54,11 @@ def area() -> Iterator[Path]:
 
 
 def _wait_for_user(pid: int, uid: int) -> None:
-    for _ in range(200):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
         if os.stat(f"/proc/{pid}").st_uid == uid:
             return
-        os.sched_yield()
+        time.sleep(0.01)
     raise AssertionError(f"pid {pid} never became uid {uid}")
 
 
@@ -138,11 +144,12 @@ def test_a_setuid_program_is_nobodys_jvm(tmp_path: Path) -> None:
 
 
 def _wait_for_exe(pid: int, path: str) -> None:
-    for _ in range(2000):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
         try:
             if os.readlink(f"/proc/{pid}/exe") == path:
                 return
         except OSError:
             pass
-        os.sched_yield()
+        time.sleep(0.01)
     raise AssertionError(f"pid {pid} never ran {path}")

@@ -1,0 +1,134 @@
+"""Tenants that size their own /proc files (issue 46): a command line of 32 MiB and a process of many threads,
+as ``nobody``, beside an honest JVM. The root agent reads each through procread's caps: the run ends on
+time, its memory stays small, the honest JVM is profiled and each tenant gets one warning line."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import format as capture
+from profiler.files import procread
+from tests.fixtures.hostile import tenant_ids
+
+REPO = Path(__file__).resolve().parents[2]
+HUGE_CMDLINE = 32 << 20
+ARG = "x" * ((128 << 10) - 1)  # MAX_ARG_STRLEN: one argument of exec is at most 128 KiB
+THREADS = 600
+THREADS_CAP = 256  # the agent's THREADS_MAX for this run: below the tenant's threads, without 16k of them
+DURATION = 8
+MEMORY_LIMIT = 250 << 20
+
+
+def _as_tenant(*argv: str) -> list[str]:
+    uid, gid = tenant_ids()
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+
+
+def _spawn_with_large_stack(argv: list[str]) -> subprocess.Popen[str]:
+    """exec allows arguments up to a quarter of the stack limit: 512 MiB lets 32 MiB through (the limit is
+    this process's for the moment of the spawn; the child inherits it)."""
+    before = resource.getrlimit(resource.RLIMIT_STACK)
+    hard = before[1] if before[1] == resource.RLIM_INFINITY or before[1] >= 512 << 20 else 512 << 20
+    resource.setrlimit(resource.RLIMIT_STACK, (512 << 20, hard))
+    try:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_STACK, before)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(30)
+
+
+@pytest.fixture
+def huge_cmdline() -> Iterator[int]:
+    """A shell of ``nobody`` whose command line is 32 MiB (any user can do it; PR_SET_MM_MAP makes it free)."""
+    args = [ARG] * (HUGE_CMDLINE // (len(ARG) + 1) + 1)
+    process = _spawn_with_large_stack(_as_tenant("sh", "-c", "echo READY; sleep 120", "sh", *args))
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "READY\n"
+        yield process.pid
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+def many_threads() -> Iterator[int]:
+    """A process of ``nobody`` with THREADS threads."""
+    code = (
+        "import threading, time\n"
+        f"for _ in range({THREADS}): threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
+        "print('READY', flush=True); time.sleep(300)\n"
+    )
+    process = subprocess.Popen(
+        _as_tenant(sys.executable, "-c", code), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "READY\n"
+        yield process.pid
+    finally:
+        _stop(process)
+
+
+def _profile(out: Path, *pids: int) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``profiler run`` with THREADS_MAX lowered to THREADS_CAP (the only change: the caps are constants)."""
+    args = ["run", "--duration", str(DURATION), "--out", str(out), "--force"]
+    for pid in pids:
+        args += ["--pid", str(pid)]
+    code = (
+        "import sys\nfrom profiler.files import procread\nfrom profiler.cli import main\n"
+        f"procread.THREADS_MAX = {THREADS_CAP}\nsys.exit(main({args!r}))\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    return done, time.monotonic() - started
+
+
+def test_tenants_sizing_their_proc_files_cost_the_agent_nothing(
+    huge_cmdline: int, many_threads: int, start_cpu_split_jvm, tmp_path: Path
+) -> None:
+    # GIVEN a tenant whose command line is 32 MiB (found by the scope's scan of every process), a tenant
+    # process of 600 threads (profiled: its threads are listed), and an honest JVM
+    honest = start_cpu_split_jvm(threads=1)
+    # WHEN root profiles the honest JVM and the threaded tenant, scanning the host for engine processes
+    out = tmp_path / "cap"
+    done, elapsed = _profile(out, honest.pid, many_threads)
+    # THEN the run ended normally and on time
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
+    assert elapsed < 180, elapsed
+    # AND the agent's memory stayed small (the whole command line would cost +581 MiB per read)
+    overhead = capture.read_overhead(out)
+    assert overhead is not None and 0 < overhead.peak_rss_bytes < MEMORY_LIMIT, overhead
+    # AND the honest JVM was profiled, its Java frames named
+    stacks = capture.pid_stacks_file(out, honest.pid)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(capture.read_stack_counts(stacks))
+    # AND each tenant got one warning line, naming the cap it reached
+    huge = [w for w in meta.warnings if w.startswith(f"pid {huge_cmdline}: ")]
+    assert huge == [
+        f"pid {huge_cmdline}: /proc/{huge_cmdline}/cmdline: more than {procread.CMDLINE_MAX_BYTES} bytes "
+        f"(CMDLINE_MAX_BYTES); only the first {procread.CMDLINE_MAX_BYTES} read"
+    ], meta.warnings
+    threads = [w for w in meta.warnings if w.startswith(f"pid {many_threads}: ")]
+    assert threads == [
+        f"pid {many_threads}: /proc/{many_threads}/task: more than {THREADS_CAP} threads (THREADS_MAX); "
+        f"only the first {THREADS_CAP} read"
+    ], meta.warnings
+    assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
