@@ -5,7 +5,6 @@ time, its memory stays small, the honest JVM is profiled and each tenant gets on
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from tests.fixtures.hostile import tenant_ids
 
 REPO = Path(__file__).resolve().parents[2]
 HUGE_CMDLINE = 32 << 20
-ARG = "x" * ((128 << 10) - 1)  # MAX_ARG_STRLEN: one argument of exec is at most 128 KiB
 THREADS = 600
 THREADS_CAP = 256  # the agent's THREADS_MAX for this run: below the tenant's threads, without 16k of them
 DURATION = 8
@@ -33,18 +31,33 @@ def _as_tenant(*argv: str) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
 
 
-def _spawn_with_large_stack(argv: list[str]) -> subprocess.Popen[str]:
-    """exec allows arguments up to a quarter of the stack limit: 512 MiB lets 32 MiB through (the limit is
-    this process's for the moment of the spawn; the child inherits it)."""
-    before = resource.getrlimit(resource.RLIMIT_STACK)
-    hard = before[1] if before[1] == resource.RLIM_INFINITY or before[1] >= 512 << 20 else 512 << 20
-    resource.setrlimit(resource.RLIMIT_STACK, (512 << 20, hard))
-    try:
-        return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, start_new_session=True
-        )
-    finally:
-        resource.setrlimit(resource.RLIMIT_STACK, before)
+# The tenant points its own argv at 32 MiB of its memory: prctl(PR_SET_MM, PR_SET_MM_MAP) needs no
+# privilege when the executable stays (exec cannot: the kernel caps arguments at 6 MiB)
+HUGE_ARGV = """
+import ctypes, mmap, sys, time
+size = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+stat = open("/proc/self/stat", "rb").read().rsplit(b")", 1)[1].split()
+field = lambda number: int(stat[number - 3])  # proc(5)'s numbering
+# private: the kernel reads a command line only from anonymous memory (FOLL_ANON), not shmem
+memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+arg = b"x" * ((128 << 10) - 1) + b"\\0"
+for offset in range(0, size, len(arg)):
+    memory[offset : offset + len(arg)] = arg[: size - offset]
+memory[size - 1 : size] = b"\\0"
+start = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+libc.sbrk.restype = ctypes.c_void_p
+names = ("start_code end_code start_data end_data start_brk brk start_stack arg_start arg_end env_start env_end auxv")
+class MmMap(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in names.split()] + [
+        ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+mm_map = MmMap(field(26), field(27), field(45), field(46), field(47), libc.sbrk(0), field(28), start,
+               start + size, field(50), field(51), 0, 0, 0xFFFFFFFF)
+if libc.prctl(35, 14, ctypes.byref(mm_map), ctypes.sizeof(mm_map), 0) != 0:  # PR_SET_MM, PR_SET_MM_MAP
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_MM_MAP)")
+print("READY", flush=True)
+time.sleep(300)
+"""
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -57,11 +70,15 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 @pytest.fixture
 def huge_cmdline() -> Iterator[int]:
-    """A shell of ``nobody`` whose command line is 32 MiB (any user can do it; PR_SET_MM_MAP makes it free)."""
-    args = [ARG] * (HUGE_CMDLINE // (len(ARG) + 1) + 1)
-    process = _spawn_with_large_stack(_as_tenant("sh", "-c", "echo READY; sleep 120", "sh", *args))
+    """A process of ``nobody`` whose command line is 32 MiB (HUGE_ARGV)."""
+    process = subprocess.Popen(
+        _as_tenant(sys.executable, "-c", HUGE_ARGV, str(HUGE_CMDLINE)), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
     try:
         assert process.stdout is not None and process.stdout.readline() == "READY\n"
+        with open(f"/proc/{process.pid}/cmdline", "rb") as handle:
+            assert len(handle.read(HUGE_CMDLINE + 1)) == HUGE_CMDLINE
         yield process.pid
     finally:
         _stop(process)
