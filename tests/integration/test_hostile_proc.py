@@ -105,7 +105,8 @@ def many_threads() -> Iterator[int]:
 
 def _profile(out: Path, *pids: int) -> tuple[subprocess.CompletedProcess[str], float]:
     """``profiler run`` with THREADS_MAX lowered to THREADS_CAP (the only change: the caps are constants)."""
-    args = ["run", "--duration", str(DURATION), "--out", str(out), "--force"]
+    # perf counters: one fd per thread of each profiled process, the listing the threads cap bounds
+    args = ["run", "--duration", str(DURATION), "--out", str(out), "--force", "--counters", "perf"]
     for pid in pids:
         args += ["--pid", str(pid)]
     code = (
