@@ -460,24 +460,24 @@ def check_thread_names() -> Check:
 
 
 def running_jvms() -> list[tuple[int, str, bool]]:
-    import psutil
-
+    from ..files import procread
     from ..scope.jvm import jvm_info
     from ..scope.spes import entry_point
 
     found = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
+    for pid in sorted(int(name) for name in os.listdir("/proc") if name.isascii() and name.isdigit()):
         try:
-            info = jvm_info(process.pid)
+            info = jvm_info(pid)
         except OSError:
             continue
         if info is None:
             continue
-        cmdline = process.info.get("cmdline") or []
+        line = procread.cmdline(pid)  # bounded (CMDLINE_MAX_BYTES): any user sizes its own command line
+        cmdline = list(line.args) if line is not None else []
         main = entry_point(cmdline).main_class or (cmdline[0] if cmdline else "java")
         # a class name shows as its simple name, a source file or program as its file name
         what = os.path.basename(main) if "/" in main or main.endswith(".java") else main.rsplit(".", 1)[-1]
-        found.append((process.pid, what, info.preserve_frame_pointer))
+        found.append((pid, what, info.preserve_frame_pointer))
     return found
 
 

@@ -145,9 +145,12 @@ def _root_fd(pid: int) -> int:
 
 
 def owner(pid: int) -> tuple[int, int]:
-    """(uid, gid) of a process: the rights everything done on its behalf gets."""
-    status = os.stat(f"/proc/{pid}")
-    return status.st_uid, status.st_gid
+    """(real uid, real gid) of a process: the rights everything done on its behalf gets. Not the owner of
+    /proc/PID (the effective uid: a setuid-root program with a java-looking argv would pass for a root
+    JVM); a process whose real and effective ids differ is refused (UnsafeFile, see procread.owner)."""
+    from .procread import owner as real_owner  # procread builds on this module
+
+    return real_owner(pid)
 
 
 # ---------------------------------------------------------------- reads

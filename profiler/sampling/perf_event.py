@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..files import procread
+
 # perf_event_attr.type
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
@@ -200,10 +202,7 @@ class LinuxPerfSyscalls:
         os.close(fd)
 
     def threads(self, pid: int) -> list[int]:
-        try:
-            return sorted(int(name) for name in os.listdir(f"/proc/{pid}/task") if name.isdigit())
-        except FileNotFoundError:
-            return []
+        return procread.task_ids(pid) or []  # at most THREADS_MAX (a warning past it): one fd each
 
 
 def describe_errno(code: int | None, spec: EventSpec) -> str:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..capture.format import CounterValue
-from ..files import procstat
+from ..files import procread, procstat
 from ..files.safeio import open_without_links, read_fd
 from .taskstats import ThreadExit
 
@@ -162,20 +162,8 @@ class ProcFiles:
         return raw.decode("utf-8", "replace")
 
     def tasks(self, pid: int) -> list[int] | None:
-        """The thread ids of ``pid``; None when the process is gone."""
-        try:
-            fd = open_without_links(f"{self.root}/{pid}/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in _VANISHED or exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                return None
-            raise
-        try:
-            names = os.listdir(fd)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        return sorted(int(name) for name in names if name.isascii() and name.isdigit())
+        """The thread ids of ``pid``, at most THREADS_MAX (a warning past it); None when the process is gone."""
+        return procread.task_ids(pid, root=self.root)
 
     def process(self, pid: int) -> ProcessTotals | None:
         text = self.text(f"{pid}/stat")

@@ -21,6 +21,7 @@ A pid keeps the kind it was first filed under, even if it later execs something 
 from __future__ import annotations
 
 import os
+import pwd
 import select
 import time
 from collections.abc import Callable, Sequence
@@ -29,10 +30,11 @@ from typing import Protocol
 
 from ..capture.format import ProcessInfo
 from ..errors import CapabilityError, ConfigError
-from ..files import procstat, safeio
+from ..files import procread, procstat, safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
     DEFAULT_ROLES,
+    SPARK_ENVIRON,
     SpeKind,
     classify,
     classify_parent,
@@ -69,7 +71,7 @@ class ProcStat:
 
 
 class ProcSource(Protocol):
-    """Reading processes; ``PsutilProcSource`` is the real one, tests use a fake table.
+    """Reading processes; ``LiveProcSource`` is the real one, tests use a fake table.
 
     ``cmdline`` and ``stat`` are the cheap calls made for every exec'd or new pid; the rest only
     for processes that match known_spes.txt.
@@ -96,34 +98,30 @@ class ProcSource(Protocol):
     def close(self) -> None: ...
 
 
+def _real_uid(pid: int) -> int | None:
+    """The real uid of /proc/PID/status (the user a process runs for, setuid or not); None when gone."""
+    fields = procread.status(pid)
+    ids = (fields or {}).get("Uid", "").split()
+    return int(ids[0]) if ids and ids[0].isascii() and ids[0].isdigit() else None
+
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-class PsutilProcSource:
-    """/proc read directly for the hot path and through psutil for the rest; a process that
-    vanishes mid-read is simply not there."""
+class LiveProcSource:
+    """This host's /proc, read through procread's bounded reader (every file is the target's to size: a
+    command line of gigabytes costs one capped read and a warning); a process that vanishes mid-read is
+    simply not there."""
 
     def __init__(self) -> None:
-        import psutil
-
-        self._psutil = psutil
         self._pidfds: dict[int, int] = {}  # tracked pid -> a pidfd of that very process
 
     def pids(self) -> list[int]:
         return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
     def cmdline(self, pid: int) -> tuple[str, ...] | None:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                raw = handle.read()
-        except OSError:
-            return None
-        if not raw:  # kernel thread or zombie
-            return None
-        parts = raw.split(b"\0")
-        if parts and parts[-1] == b"":
-            parts.pop()
-        return tuple(part.decode("utf-8", "surrogateescape") for part in parts)
+        line = procread.cmdline(pid)  # None: kernel thread, zombie or gone
+        return None if line is None else line.args
 
     def stat(self, pid: int) -> ProcStat | None:
         try:
@@ -141,26 +139,19 @@ class PsutilProcSource:
         return ProcStat(ppid, start_ticks, max(0.0, age))
 
     def snapshot(self, pid: int) -> ProcSnapshot | None:
-        psutil = self._psutil
         cmdline = self.cmdline(pid)
         stat = self.stat(pid)
-        if cmdline is None or stat is None:
+        uid = _real_uid(pid)
+        if cmdline is None or stat is None or uid is None:
             return None
         try:
-            process = psutil.Process(pid)
-            try:
-                user = process.username()
-            except (KeyError, psutil.Error):
-                user = str(process.uids().real)
-        except (psutil.Error, OSError):
-            return None
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)
         return ProcSnapshot(pid, stat.ppid, cmdline, user, stat.identity)
 
     def environ(self, pid: int) -> dict[str, str]:
-        try:
-            return dict(self._psutil.Process(pid).environ())
-        except (self._psutil.Error, OSError):
-            return {}
+        return procread.environ(pid, SPARK_ENVIRON)
 
     def alive(self, pid: int, identity: int) -> bool:
         """A pidfd opened at the first call (and checked against ``identity`` then) turns readable when its
@@ -194,9 +185,10 @@ class PsutilProcSource:
 
     def read_text(self, pid: int, path: str) -> str | None:
         # the file as the process sees it (containers have their own mount namespace), read as safeio
-        # reads a target's files: no link out of its root, no FIFO, bounded, its user's or root's
+        # reads a target's files: no link out of its root, no FIFO, bounded, and the process's own user's
+        # only: a root-owned file named by a tenant (--properties-file /root/x) is not read (an oracle)
         try:
-            content = safeio.read_in_root(pid, path, CONFIG_MAX_BYTES, (0, safeio.owner(pid)[0]))
+            content = safeio.read_in_root(pid, path, CONFIG_MAX_BYTES, (safeio.owner(pid)[0],))
         except OSError:
             return None
         return content.decode("utf-8", "replace")
@@ -266,7 +258,7 @@ class ScopeAnalyzer:
         self.roles = frozenset(roles)  # a process whose line has another role stays out of the scope
         self.manual_pids = tuple(dict.fromkeys(manual_pids))
         self._want_exec_watch = exec_watch
-        self._proc: ProcSource = proc if proc is not None else PsutilProcSource()
+        self._proc: ProcSource = proc if proc is not None else LiveProcSource()
         self._watcher_factory = watcher_factory or ExecWatcher
         self._watcher: ExecSource | None = None
         self._clock = clock

@@ -24,10 +24,9 @@ import stat
 import struct
 import threading
 import time
-from pathlib import Path
 
 from ..errors import CapabilityError
-from ..files import safeio, subproc
+from ..files import procread, safeio, subproc
 
 _SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
 ATTACH_REPLY_MAX_BYTES = 8 << 20  # a thread dump of thousands of threads is a few MB
@@ -38,24 +37,43 @@ class AttachError(CapabilityError):
 
 
 def namespace_pid(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return int(line.split()[-1])
-    except (OSError, ValueError):
-        pass
-    return pid
+    nspids = (procread.status_field(pid, "NSpid") or "").split()
+    return int(nspids[-1]) if nspids and nspids[-1].isascii() and nspids[-1].isdigit() else pid
 
 
 def _catches_sigquit(pid: int) -> bool:
     """SIGQUIT would kill a JVM that has no handler yet (starting) or never installs one (-Xrs)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) & _SIGQUIT_BIT)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+        return bool(int(procread.status_field(pid, "SigCgt") or "0", 16) & _SIGQUIT_BIT)
+    except ValueError:
+        return False
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid``, opened before the checks that judge it: the signal later goes to that very
+    process, not to whoever holds the pid by then. None without pidfds (Linux < 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except AttributeError:
+        return None
+    except ProcessLookupError:
+        raise AttachError(f"pid {pid}: the process is gone") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSYS:
+            return None
+        raise AttachError(f"pid {pid}: pidfd_open: {exc.strerror}") from None
+
+
+def _send_sigquit(pid: int, pidfd: int | None) -> None:
+    """SIGQUIT to the process the checks were made on (its pidfd): a process that exited since, its pid
+    perhaps reused, gets nothing (AttachError)."""
+    try:
+        if pidfd is None:
+            os.kill(pid, signal.SIGQUIT)
+        else:
+            signal.pidfd_send_signal(pidfd, signal.SIGQUIT)
+    except ProcessLookupError:
+        raise AttachError(f"pid {pid}: the process exited before SIGQUIT; not signalled") from None
 
 
 def _socket_file(pid: int) -> str:
@@ -112,11 +130,20 @@ def _start_attach_listener_alone(pid: int, timeout: float) -> int:
     sock = _open_socket(pid)
     if sock is not None:
         return sock
+    pidfd = _open_pidfd(pid)  # before the SigCgt check: the process checked is the one signalled
+    try:
+        return _signal_listener(pid, pidfd, timeout)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _signal_listener(pid: int, pidfd: int | None, timeout: float) -> int:
     if not _catches_sigquit(pid):
         raise AttachError(f"pid {pid}: the JVM does not handle SIGQUIT yet (starting, or run with -Xrs); retry later")
     created = _create_trigger(pid)
     try:
-        os.kill(pid, signal.SIGQUIT)
+        _send_sigquit(pid, pidfd)
         deadline = time.monotonic() + timeout
         delay = 0.02
         while (sock := _open_socket(pid)) is None:

@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import safeio
+from ..files import procread, safeio
 
 _PFP_ON = "-XX:+PreserveFramePointer"
 _PFP_OFF = "-XX:-PreserveFramePointer"
+_FLAG_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")  # in this order before the line
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,8 @@ class JvmInfo:
 
 
 def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+    line = procread.cmdline(pid)  # bounded: CMDLINE_MAX_BYTES, a warning past it
+    return [] if line is None else [arg for arg in line.args if arg]
 
 
 def _exe(pid: int) -> str | None:
@@ -106,13 +104,6 @@ def jvm_info(pid: int) -> JvmInfo | None:
     home = _java_home(pid)
     version = _read_release_version(pid, home) if home else None
     # JAVA_TOOL_OPTIONS and JDK_JAVA_OPTIONS also carry flags; they come before the command line.
-    env_flags: list[str] = []
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        for entry in environ:
-            key, _, value = entry.decode("utf-8", "replace").partition("=")
-            if key in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
-                env_flags.extend(value.split())
-    except OSError:
-        pass
+    environ = procread.environ(pid, _FLAG_VARIABLES)  # bounded: ENVIRON_MAX_BYTES, a warning past it
+    env_flags = [flag for name in _FLAG_VARIABLES for flag in environ.get(name, "").split()]
     return JvmInfo(pid, home, version, preserve_frame_pointer_from_args(env_flags + _cmdline(pid)))

@@ -316,6 +316,9 @@ def spark_master_from_args(args: Sequence[str]) -> str | None:
     return spark_submit_conf(args).get("spark.master")
 
 
+SPARK_ENVIRON = ("MASTER", "SPARK_CONF_DIR", "SPARK_HOME")  # all of a target's environment read here
+
+
 def spark_properties_file(args: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """The properties file SparkSubmit reads: --properties-file, else spark-defaults.conf in the conf dir."""
     files = _option_values(args, "--properties-file")

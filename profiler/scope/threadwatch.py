@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 from ..bpf.compiler import compile_program
+from ..files import procread
 from .attach import AttachError, attach_command
 from .jvm import is_jvm
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
@@ -43,14 +44,10 @@ def libjvm_path(pid: int) -> str | None:
     """The libjvm.so a process maps, as a path this process can open that no tenant can redirect:
     /proc/PID/map_files/<range> of its first mapping (the mapped inode itself; a link swapped in at
     its path would otherwise put the uprobe on another, root-owned, file)."""
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                parts = line.rstrip("\n").split(None, 5)
-                if len(parts) == 6 and parts[5].endswith("/libjvm.so"):
-                    return f"/proc/{pid}/map_files/{parts[0]}"
-    except OSError:
-        return None
+    for line in procread.maps(pid):  # bounded: MAPS_MAX_LINES mappings, a warning past them
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].endswith("/libjvm.so"):
+            return f"/proc/{pid}/map_files/{parts[0]}"
     return None
 
 

@@ -336,9 +336,9 @@ def test_polling_mode_without_literal_patterns_classifies_everything(env: tuple[
 def test_real_proc_source_tells_exits_from_a_pidfd() -> None:
     import subprocess
 
-    from profiler.scope.analyzer import PsutilProcSource
+    from profiler.scope.analyzer import LiveProcSource
 
-    proc = PsutilProcSource()
+    proc = LiveProcSource()
     child = subprocess.Popen(["sleep", "30"])
     other = subprocess.Popen(["sleep", "30"])
     try:

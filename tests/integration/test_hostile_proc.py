@@ -1,0 +1,120 @@
+"""A tenant that sizes its own /proc files (issue 46): a command line of 32 MiB, as ``nobody``, beside an
+honest JVM. The root agent reads it through procread's caps: the run ends on
+time, its memory stays small, the honest JVM is profiled and the tenant gets one warning line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import format as capture
+from profiler.files import procread
+from tests.fixtures.hostile import tenant_ids
+
+REPO = Path(__file__).resolve().parents[2]
+HUGE_CMDLINE = 32 << 20
+DURATION = 8
+MEMORY_LIMIT = 250 << 20
+
+
+def _as_tenant(*argv: str) -> list[str]:
+    uid, gid = tenant_ids()
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+
+
+# The tenant points its own argv at 32 MiB of its memory: prctl(PR_SET_MM, PR_SET_MM_MAP) needs no
+# privilege when the executable stays (exec cannot: the kernel caps arguments at 6 MiB)
+HUGE_ARGV = """
+import ctypes, mmap, sys, time
+size = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+stat = open("/proc/self/stat", "rb").read().rsplit(b")", 1)[1].split()
+field = lambda number: int(stat[number - 3])  # proc(5)'s numbering
+# private: the kernel reads a command line only from anonymous memory (FOLL_ANON), not shmem
+memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+arg = b"x" * ((128 << 10) - 1) + b"\\0"
+for offset in range(0, size, len(arg)):
+    memory[offset : offset + len(arg)] = arg[: size - offset]
+memory[size - 1 : size] = b"\\0"
+start = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+libc.sbrk.restype = ctypes.c_void_p
+names = ("start_code end_code start_data end_data start_brk brk start_stack arg_start arg_end env_start env_end auxv")
+class MmMap(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in names.split()] + [
+        ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+mm_map = MmMap(field(26), field(27), field(45), field(46), field(47), libc.sbrk(0), field(28), start,
+               start + size, field(50), field(51), 0, 0, 0xFFFFFFFF)
+if libc.prctl(35, 14, ctypes.byref(mm_map), ctypes.sizeof(mm_map), 0) != 0:  # PR_SET_MM, PR_SET_MM_MAP
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_MM_MAP)")
+print("READY", flush=True)
+time.sleep(300)
+"""
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(30)
+
+
+@pytest.fixture
+def huge_cmdline() -> Iterator[int]:
+    """A process of ``nobody`` whose command line is 32 MiB (HUGE_ARGV)."""
+    process = subprocess.Popen(
+        _as_tenant(sys.executable, "-c", HUGE_ARGV, str(HUGE_CMDLINE)), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "READY\n"
+        with open(f"/proc/{process.pid}/cmdline", "rb") as handle:
+            assert len(handle.read(HUGE_CMDLINE + 1)) == HUGE_CMDLINE
+        yield process.pid
+    finally:
+        _stop(process)
+
+
+def _profile(out: Path, *pids: int) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``profiler run`` of ``pids`` for DURATION seconds (the scope scans every process of the host)."""
+    argv = [sys.executable, "-m", "profiler", "run", "--duration", str(DURATION), "--out", str(out), "--force"]
+    for pid in pids:
+        argv += ["--pid", str(pid)]
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    return done, time.monotonic() - started
+
+
+def test_tenants_sizing_their_proc_files_cost_the_agent_nothing(
+    huge_cmdline: int, start_cpu_split_jvm, tmp_path: Path
+) -> None:
+    # GIVEN a tenant whose command line is 32 MiB (found by the scope's scan of every process) and an honest JVM
+    honest = start_cpu_split_jvm(threads=1)
+    # WHEN root profiles the honest JVM and the threaded tenant, scanning the host for engine processes
+    out = tmp_path / "cap"
+    done, elapsed = _profile(out, honest.pid)
+    # THEN the run ended normally and on time
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
+    assert elapsed < 180, elapsed
+    # AND the agent's memory stayed small (the whole command line would cost +581 MiB per read)
+    overhead = capture.read_overhead(out)
+    assert overhead is not None and 0 < overhead.peak_rss_bytes < MEMORY_LIMIT, overhead
+    # AND the honest JVM was profiled, its Java frames named
+    stacks = capture.pid_stacks_file(out, honest.pid)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(capture.read_stack_counts(stacks))
+    # AND the tenant got one warning line, naming the cap it reached
+    huge = [w for w in meta.warnings if w.startswith(f"pid {huge_cmdline}: ")]
+    assert huge == [
+        f"pid {huge_cmdline}: /proc/{huge_cmdline}/cmdline: more than {procread.CMDLINE_MAX_BYTES} bytes "
+        f"(CMDLINE_MAX_BYTES); only the first {procread.CMDLINE_MAX_BYTES} read"
+    ], meta.warnings
+    assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
