@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..files import procstat
+from ..files import procread, procstat
 from .format import PidCounters, ProcessInfo
 from .journal import Checkpoint, encode_checkpoint, encode_header
 from .stackstore import SamplerCheckpoint
@@ -96,10 +96,11 @@ def start_ticks(pid: int) -> int | None:
 
 
 def _read_maps(pid: int) -> tuple[int | None, str] | None:
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            text = executable_maps(handle.read())
-    except OSError:
+    """The executable mappings of a sampled process, read within procread's caps (a target's maps is
+    hostile: a line, a count or a size past its cap is skipped with the run's warning)."""
+    lines = procread.maps(pid)
+    text = executable_maps("\n".join(lines))
+    if not lines.found:
         return None
     return start_ticks(pid), text
 

@@ -142,7 +142,11 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
 
 
 def decode_checkpoint(payload: bytes) -> Checkpoint:
-    body = zlib.decompress(payload)
+    # inflated no further than MAX_RECORD: a damaged or crafted record is refused, never a bomb's allocation
+    inflater = zlib.decompressobj()
+    body = inflater.decompress(payload, MAX_RECORD)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"checkpoint inflates beyond {MAX_RECORD} bytes")
     (size,) = _JSON_LENGTH.unpack_from(body)
     state = json.loads(body[4 : 4 + size])
     if not isinstance(state, dict) or not isinstance(state.get("time"), int | float):

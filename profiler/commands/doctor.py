@@ -412,22 +412,9 @@ def check_taskstats(uses_proc: bool) -> Check:
         source.close()
 
 
-def check_jcmd() -> Check:
-    path = shutil.which("jcmd")
-    if path:
-        return Check("jcmd", OK, path)
-    return Check(
-        "jcmd",
-        WARN,
-        "jcmd not on PATH: JIT frames of JDK 17+ JVMs resolve only through the target JDK's own jcmd"
-        " or the perf-map agent",
-        "install a JDK (openjdk-17-jdk-headless)",
-    )
-
-
 def thread_names_check(uprobe_pmu: bool, libjvm: str | None, has_symbol: bool | None) -> Check:
     """Full Java thread names need uprobes and a libjvm.so that keeps os::set_native_thread_name."""
-    fallback = "stacks keep the kernel's 15-character thread names (or those jcmd reads at the start)"
+    fallback = "stacks keep the kernel's 15-character thread names (or those Thread.print gives at the start)"
     if not uprobe_pmu:
         return Check("thread-names", WARN, f"no uprobe PMU (CONFIG_UPROBES): {fallback}", "use a kernel with uprobes")
     if libjvm is None:
@@ -501,7 +488,6 @@ def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -
     checks += check_counters()
     checks.append(max_stack_check(_read_int("/proc/sys/kernel/perf_event_max_stack")))
     checks.append(paranoid_check(_read_int("/proc/sys/kernel/perf_event_paranoid"), privileges.status == OK))
-    checks.append(check_jcmd())
     checks.append(check_thread_names())
     found = jvms()
     checks.append(frame_pointer_check(found, hotspot_walkable(found)))
