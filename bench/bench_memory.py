@@ -88,7 +88,7 @@ def watch(pid: int, status: Path, stop: threading.Event, trace: Trace) -> None:
 @dataclass(frozen=True)
 class Round:
     trace: Trace
-    recorded_peak_mb: float  # overhead.json: getrusage's ru_maxrss
+    recorded_peak_mb: float  # overhead.json's peak_rss_bytes: the agent's VmHWM
     samples: int
 
 

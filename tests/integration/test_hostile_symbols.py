@@ -149,8 +149,10 @@ def test_symbolizer_traps_neither_hang_nor_crash_the_run(tenants, start_cpu_spli
     pids = (fifo.pid, deep.pid, ctr.pid)
     of = {pid: [w for w in meta.warnings if w.startswith(f"pid {pid}:")] for pid in pids}
     assert of[fifo.pid] == [] and of[ctr.pid] == [], of
+    # one line for the deep tenant's maps, from whichever reader met the long line first (the symbolizer's
+    # or procread's: each file is warned about once)
     [warning] = of[deep.pid]
-    assert f"/proc/{deep.pid}/maps: 1 line(s) of up to" in warning and "\n" not in warning
+    assert f"/proc/{deep.pid}/maps:" in warning and "line" in warning and "\n" not in warning
 
 
 def _stacks_text(out: Path, pid: int) -> str:
