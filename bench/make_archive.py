@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from profiler.capture import format as capture  # noqa: E402
 from profiler.capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX, read_folded  # noqa: E402
 from profiler.capture.stacktable import KERNEL, THREAD, StackTable, StackTableBuilder, write_table  # noqa: E402
+from profiler.files.atomic import atomic_write_chunks  # noqa: E402
 from tests.fixtures.captures import PidSpec, write_run_dir  # noqa: E402
 
 REAL_STACKS = ROOT / "tests" / "data" / "spark_executor_real.folded"
@@ -93,7 +94,7 @@ def write_tables(run_dir: Path, run_hosts: dict[str, list[PidSpec]], seed: int, 
             if spec.role == "workload":
                 rng = random.Random(f"{seed}:{run_dir.name}:{host}:{spec.pid}")
                 table = executor_table(dict(spec.stacks), rng, intervals)
-                write_table(capture.table_path(capture_dir, spec.pid), table, capture.atomic_write_chunks)
+                write_table(capture.table_path(capture_dir, spec.pid), table, atomic_write_chunks)
 
 
 def make_archive(

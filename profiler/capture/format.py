@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CaptureFormatError
-
-# The atomic writers live in files.atomic; this module's writers use atomic_write_text, and the others are
-# named here for the callers that still reach them through it (runner.py, recovery.py, perfmap_history.py).
-from ..files.atomic import atomic_write_bytes, atomic_write_chunks, atomic_write_lines, atomic_write_text  # noqa: F401
+from ..files.atomic import atomic_write_text
 from ..files.textinput import TEXT_ENCODING, open_text
 from .checks import not_a_link, open_regular, present, row_interval_error
 from .folded import MAX_COUNT, is_count, iter_folded, parse_line, read_folded

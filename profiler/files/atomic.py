@@ -86,7 +86,12 @@ def staged_dir(target: Path, mode: int = 0o755) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
     try:
         yield staging
-        os.chmod(staging, mode)
+        # by the directory's own fd, never by path: nothing swapped in at the name gets root's chmod
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
         replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -65,7 +65,7 @@ def prepare_output(out: Path, force: bool) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     # Captures hold other users' code and thread names: the run directory is root's (or the invoking
-    # user's) alone; the files in it are 0600 already (capture.atomic_write_bytes, the journal).
+    # user's) alone; the files in it are 0600 already (files/atomic.py's writers, the journal).
     # fchmod on a descriptor opened without following a link: the mode lands on the directory just
     # made, whatever the path's last component has become since.
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..capture import format as capture
+from ..files import atomic
 
 STATUS_INTERVAL = 1.0
 
@@ -56,7 +56,7 @@ class StatusWriter:
         half-written and polls again), so "failed: no space left" still reaches the coordinator."""
         try:
             # 0644: a coordinator logged in as a non-root user (sudo) reads it over SFTP
-            capture.atomic_write_text(path, text, mode=0o644)
+            atomic.atomic_write_text(path, text, mode=0o644)
             return
         except OSError:
             pass

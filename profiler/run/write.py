@@ -35,6 +35,7 @@ from ..capture.offcpu import OffCpuEntry
 from ..capture.stackstore import CollectedStacks
 from ..capture.stacktable import write_table
 from ..capture.timeline import CounterReading, counter_deltas
+from ..files import atomic
 from ..files.textinput import TEXT_ENCODING
 from ..matching.aggregate import aggregate_host
 from ..matching.appprofile import ApplicationProfile
@@ -97,7 +98,7 @@ def write_capture(options: RunOptions, collected: Collected, profile: Applicatio
     warnings = list(collected.warnings)
     capture.write_scope(out, list(collected.processes))
     profile_text = Path(options.profile).read_text(encoding=TEXT_ENCODING)
-    capture.atomic_write_text(out / capture.PROFILE_COPY, profile_text)
+    atomic.atomic_write_text(out / capture.PROFILE_COPY, profile_text)
     matcher = Matcher(profile)
     matched = write_stacks(options, collected, matcher)
     write_counters(options, collected)
@@ -139,7 +140,7 @@ def write_stacks(options: RunOptions, collected: Collected, matcher: Matcher) ->
         table = stacks.table
         if table.timeline:
             table = table.clamped(last_interval(options, collected.start_time, collected.end_time))
-        write_table(capture.table_path(out, pid), table, capture.atomic_write_chunks)
+        write_table(capture.table_path(out, pid), table, atomic.atomic_write_chunks)
         capture.write_sampler_stats(out, stacks.stats)
         matched[pid] = match_table(matcher, table)
     return matched
@@ -153,9 +154,9 @@ def write_results(
     sampled = [p for p in collected.processes if p.pid in matched or not p.sampled]
     offcpu = {pid: match_offcpu(matcher, list(entries)) for pid, entries in collected.offcpu.items()}
     rows = aggregate_host(options.host, sampled, matched, dict(collected.counters), dict(collected.net), offcpu)
-    capture.atomic_write_text(out / capture.result_file_name(options.host), capture.format_result_csv(rows))
+    atomic.atomic_write_text(out / capture.result_file_name(options.host), capture.format_result_csv(rows))
     unmatched = unmatched_folded_lines(matched.values())
-    capture.atomic_write_lines(out / capture.unmatched_file_name(options.host), unmatched)
+    atomic.atomic_write_lines(out / capture.unmatched_file_name(options.host), unmatched)
 
 
 def write_counters(options: RunOptions, collected: Collected) -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..capture.format import atomic_write_bytes
+from ..files.atomic import atomic_write_bytes
 from . import perfmap
 from .perfmap import PerfMap
 

@@ -34,6 +34,7 @@ from profiler.capture.stacktable import (
     write_table,
 )
 from profiler.errors import CaptureFormatError
+from profiler.files import atomic
 from profiler.matching.matcher import Matcher, match_stacks, match_table
 from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_capture
@@ -58,7 +59,7 @@ def sample_table() -> tuple[Counter[str], Counter[tuple[int, str]], Counter[tupl
 def test_a_table_round_trips_folded_counts_timeline_and_contexts(tmp_path: Path) -> None:
     folded, timeline, contexts = sample_table()
     path = tmp_path / "stacks.tpc"
-    write_table(path, table_from_folded(folded, timeline, contexts), capture.atomic_write_chunks)
+    write_table(path, table_from_folded(folded, timeline, contexts), atomic.atomic_write_chunks)
     table = read_table(path)
     assert table.folded() == +folded
     assert Counter({(i, s): n for i, s, n in table.timeline_entries()}) == +timeline
@@ -83,7 +84,7 @@ def test_the_table_is_encoded_and_compressed_in_parts_into_the_same_bytes(
     # WHEN it is encoded in parts and written through the atomic writer of parts
     parts = list(encode_table_parts(table))
     path = tmp_path / "stacks.tpc"
-    write_table(path, table, capture.atomic_write_chunks)
+    write_table(path, table, atomic.atomic_write_chunks)
     # THEN the parts are the same bytes, and so is the file
     raw = b"".join(parts)
     assert len(parts) > 20  # the frame ids come a part at a time
@@ -260,7 +261,7 @@ def capture_profile():  # type: ignore[no-untyped-def]
 def test_a_damaged_table_is_one_line_naming_the_file(tmp_path: Path, damage, message) -> None:  # type: ignore[no-untyped-def]
     folded, timeline, contexts = sample_table()
     path = tmp_path / "stacks.tpc"
-    write_table(path, table_from_folded(folded, timeline, contexts), capture.atomic_write_chunks)
+    write_table(path, table_from_folded(folded, timeline, contexts), atomic.atomic_write_chunks)
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(CaptureFormatError) as caught:
         read_table(path)
@@ -294,7 +295,7 @@ def test_a_newer_capture_format_is_refused(tmp_path: Path) -> None:
     text = (tmp_path / capture.META_FILE).read_text().replace(
         f'"format_version": {meta.format_version}', f'"format_version": {capture.FORMAT_VERSION + 1}'
     )
-    capture.atomic_write_text(tmp_path / capture.META_FILE, text)
+    atomic.atomic_write_text(tmp_path / capture.META_FILE, text)
     newer, readable = capture.FORMAT_VERSION + 1, ", ".join(map(str, capture.READABLE_VERSIONS))
     with pytest.raises(CaptureFormatError, match=f"format_version {newer}, this version reads {readable}"):
         capture.read_meta(tmp_path)
@@ -341,7 +342,7 @@ def test_a_compact_capture_converted_back_to_folded_analyses_the_same(tmp_path: 
         assert table is not None
         builder_table = table_from_folded(table.folded(), Counter(
             {(i, s): n for i, s, n in table.timeline_entries()}), contexts)
-        write_table(capture.table_path(cap, 100), builder_table, capture.atomic_write_chunks)
+        write_table(capture.table_path(cap, 100), builder_table, atomic.atomic_write_chunks)
         if form == "folded":
             to_folded(cap)
     # THEN the folded twin reads back the same contexts and timeline, and analyses to the same bytes
@@ -361,7 +362,7 @@ def test_profiler_match_reads_a_table_by_its_content_and_a_capture_by_its_tables
 
     folded, timeline, contexts = sample_table()
     (tmp_path / "s.folded").write_text(format_folded(folded), encoding="utf-8")
-    write_table(tmp_path / "any-name.bin", table_from_folded(folded, timeline, contexts), capture.atomic_write_chunks)
+    write_table(tmp_path / "any-name.bin", table_from_folded(folded, timeline, contexts), atomic.atomic_write_chunks)
     cap = write_capture(tmp_path / "cap", "h1", [PidSpec(100, dict(folded))])
     to_compact(cap)
     outputs = []

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import ConfigError, OutputExistsError
+from profiler.files import atomic
 from profiler.files.outputs import MARKER, check_output_dir, check_output_file, csv_header, folded_text, mark_output_dir
 
 
@@ -90,15 +91,14 @@ def test_a_failed_demo_is_recognised_by_its_marker_only(tmp_path: Path) -> None:
 
 def test_a_run_directory_is_private_and_its_files_get_their_mode_from_the_descriptor(tmp_path: Path) -> None:
     # issue 27: modes are set with fchmod on what was opened or made, never chmod by path
-    from profiler.capture import format as capture_format
     from profiler.run import runner
 
     out = tmp_path / "run"
     out.mkdir(mode=0o755)
     runner.prepare_output(out, force=False)
     assert out.stat().st_mode & 0o777 == 0o700
-    capture_format.atomic_write_text(out / "private.txt", "x")
-    capture_format.atomic_write_text(out / "served.html", "x", mode=0o644)
+    atomic.atomic_write_text(out / "private.txt", "x")
+    atomic.atomic_write_text(out / "served.html", "x", mode=0o644)
     assert (out / "private.txt").stat().st_mode & 0o777 == 0o600
     assert (out / "served.html").stat().st_mode & 0o777 == 0o644
 

@@ -12,6 +12,7 @@ from profiler.capture import format as capture
 from profiler.capture.folded import format_folded
 from profiler.capture.stackstore import StackStore
 from profiler.errors import CaptureFormatError
+from profiler.files import atomic
 from profiler.scope.threadnames import NameHistory, comm_of, parse_thread_print, split_name
 
 TASK = "Executor task launch worker for task 3.0 in stage 12.0 (TID 56)"
@@ -93,11 +94,11 @@ def test_contexts_file_round_trips_through_stack_line_numbers(tmp_path: Path) ->
     folded = Counter({"T;a;b": 5, "T;a;c": 3, "GC;g": 9})
     contexts = Counter({(TASK, "T;a;b"): 4, ("other", "T;a;b"): 1, (TASK, "T;a;c"): 3})
     text = format_folded(folded)
-    capture.atomic_write_text(capture.stacks_path(tmp_path, 42), text)
-    capture.atomic_write_text(capture.contexts_path(tmp_path, 42), capture.format_contexts(text, contexts))
+    atomic.atomic_write_text(capture.stacks_path(tmp_path, 42), text)
+    atomic.atomic_write_text(capture.contexts_path(tmp_path, 42), capture.format_contexts(text, contexts))
     assert capture.read_contexts(tmp_path, 42) == contexts
     assert capture.read_contexts(tmp_path, 43) is None  # a v2 capture: no file, no contexts
-    capture.atomic_write_text(capture.contexts_path(tmp_path, 42), '{"contexts": ["x"], "rows": [[0, 9, 1]]}')
+    atomic.atomic_write_text(capture.contexts_path(tmp_path, 42), '{"contexts": ["x"], "rows": [[0, 9, 1]]}')
     with pytest.raises(CaptureFormatError, match=r"contexts.json: row 1 is not"):
         capture.read_contexts(tmp_path, 42)
 

@@ -25,6 +25,7 @@ from profiler.capture.stacktable import (
     write_table,
 )
 from profiler.errors import CaptureFormatError
+from profiler.files import atomic
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
 from profiler.run.recovery import recover_capture
@@ -71,7 +72,7 @@ def _real_run(tmp_path: Path) -> Path:
     for host, specs in hosts.items():
         for spec in specs[1:] if host == "h1" else specs:
             write_table(capture.table_path(run / "hosts" / host, spec.pid), _real_table(spec.pid),
-                        capture.atomic_write_chunks)
+                        atomic.atomic_write_chunks)
             capture.stacks_path(run / "hosts" / host, spec.pid).unlink()
     return run
 
@@ -144,7 +145,7 @@ def test_frames_are_matched_once_per_distinct_frame_over_many_tables(tmp_path: P
     for pid in (101, 102):
         paths.append(tmp_path / str(pid) / "stacks.tpc")
         paths[-1].parent.mkdir()
-        write_table(paths[-1], _real_table(pid), capture.atomic_write_chunks)
+        write_table(paths[-1], _real_table(pid), atomic.atomic_write_chunks)
     # WHEN one decider reads both, then the first again
     first = decider.read(paths[0])
     decider.read(paths[1])

@@ -35,6 +35,7 @@ from profiler.engines.flinkmetrics import (
     taskmanagers_of,
     vertex_subtasks,
 )
+from profiler.files import atomic
 from profiler.scope.threadnames import NameHistory, comm_of, split_name
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "flink"
@@ -179,8 +180,8 @@ def _flink_run(tmp_path: Path) -> Path:
         stacks["GC Thread#0;gc_work"] += 7
         folded = "".join(f"{s} {c}\n" for s, c in sorted(stacks.items(), key=lambda i: (-i[1], i[0])))
         capture.pid_dir(host, pid.pid).mkdir(parents=True)
-        capture.atomic_write_text(capture.stacks_path(host, pid.pid), folded)
-        capture.atomic_write_text(capture.contexts_path(host, pid.pid), capture.format_contexts(folded, contexts))
+        atomic.atomic_write_text(capture.stacks_path(host, pid.pid), folded)
+        atomic.atomic_write_text(capture.contexts_path(host, pid.pid), capture.format_contexts(folded, contexts))
         processes.append(capture.ProcessInfo(pid.pid, "workload", "flink", "taskmanager", "root", "java", 1.0, 31.0))
     capture.write_scope(host, processes)
     capture.write_meta(

@@ -20,6 +20,7 @@ from profiler.capture import format as capture
 from profiler.capture.format import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
 from profiler.capture.stacktable import table_from_folded, write_table
 from profiler.errors import ConfigError
+from profiler.files import atomic
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher
 from tests.fixtures.captures import (
@@ -99,7 +100,7 @@ def test_time_series_use_the_summary_matcher_and_counter_deltas(tmp_path: Path) 
     assert per_pid[100][0] == {"Kafka": 50, "GC": 10}
     # the same samples as a stack table give the same series
     by_stack = Counter({stack: n for (_i, stack), n in entries.items()})
-    write_table(tmp_path / "stacks.tpc", table_from_folded(by_stack, Counter(entries)), capture.atomic_write_chunks)
+    write_table(tmp_path / "stacks.tpc", table_from_folded(by_stack, Counter(entries)), atomic.atomic_write_chunks)
     assert decider.interval_tasks(tmp_path / "stacks.tpc") == per_pid[100]
     # PID 200: no counters timeline, 2e9 window cycles over its 40 samples
     (tmp_path / "200.folded").write_text(capture.format_timeline({(1, KAFKA_STACK): 30, (2, OTHER_STACK): 10}))
