@@ -26,7 +26,6 @@ from ..capture.format import (
     PidCounters,
     ProcessInfo,
     SamplerStats,
-    atomic_write_text,
     is_safe_name,
 )
 from ..capture.journal import JournalError, JournalRead, read_journal
@@ -35,6 +34,7 @@ from ..capture.stackstore import CollectedStacks, StackStore
 from ..capture.timeline import CounterReading
 from ..errors import CaptureFormatError, OutputExistsError, OutputWriteError
 from ..files import safeio
+from ..files.atomic import atomic_write_text
 from ..symbols.elfsyms import OfflineSymbols
 from ..symbols.perfmap_history import PerfMapHistory
 from ..symbols.symbolize import KernelResolver, StackFolder, SymbolResolver, tabulate_store
