@@ -223,6 +223,13 @@ def status_field(pid: int, key: str, root: str = "/proc") -> str | None:
     return None if fields is None else fields.get(key)
 
 
+def namespace_pid(pid: int, root: str = "/proc") -> int:
+    """The pid as the process's own pid namespace sees it (the last NSpid entry): the name of its attach
+    socket, trigger file and hsperfdata file; ``pid`` when status does not say."""
+    nspids = (status_field(pid, "NSpid", root) or "").split()
+    return int(nspids[-1]) if nspids and nspids[-1].isascii() and nspids[-1].isdigit() else pid
+
+
 def _ids(value: str | None) -> list[int] | None:
     parts = (value or "").split()
     if len(parts) != 4 or not all(part.isascii() and part.isdigit() for part in parts):

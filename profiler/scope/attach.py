@@ -27,6 +27,7 @@ import time
 
 from ..errors import CapabilityError
 from ..files import procread, safeio, subproc
+from ..files.procread import namespace_pid
 
 _SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
 ATTACH_REPLY_MAX_BYTES = 8 << 20  # a thread dump of thousands of threads is a few MB
@@ -34,11 +35,6 @@ ATTACH_REPLY_MAX_BYTES = 8 << 20  # a thread dump of thousands of threads is a f
 
 class AttachError(CapabilityError):
     """The JVM could not be attached to (not ready yet, attach disabled, or credentials refused)."""
-
-
-def namespace_pid(pid: int) -> int:
-    nspids = (procread.status_field(pid, "NSpid") or "").split()
-    return int(nspids[-1]) if nspids and nspids[-1].isascii() and nspids[-1].isdigit() else pid
 
 
 def _catches_sigquit(pid: int) -> bool:

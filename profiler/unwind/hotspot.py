@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from ..capture.stackstore import JavaNamesDelta
 from ..errors import VMStructsError
-from ..files import safeio
+from ..files import procread, safeio
 from .codecache import (
     CODE_FIELDS,
     FREED,
@@ -581,18 +581,6 @@ UNLOADED_CLASSES = "java.cls.unloadedClasses"
 _PERF_MAGIC = 0xCAFEC0C0
 
 
-def _namespace_pid(pid: int) -> int:
-    """The pid as the process's own pid namespace sees it (the hsperfdata file's name)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("NSpid:"):
-                    return int(line.split()[-1])
-    except (OSError, ValueError):
-        pass
-    return pid
-
-
 @dataclass
 class HsPerfCounter:
     """One long counter of a JVM's hsperfdata file (-XX:+UsePerfData, the default), read by offset
@@ -605,7 +593,7 @@ class HsPerfCounter:
     @classmethod
     def find(cls, pid: int, name: str) -> HsPerfCounter | None:
         """The counter ``name`` of ``pid``'s hsperfdata, or None (no file, -XX:-UsePerfData, no such counter)."""
-        file_name = str(_namespace_pid(pid))
+        file_name = str(procread.namespace_pid(pid))
         try:
             tmp_fd = safeio.open_dir_in_root(pid, "/tmp")
         except OSError:
