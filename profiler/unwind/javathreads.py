@@ -8,10 +8,10 @@ more than an address the BPF program reads again with bpf_probe_read_user.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..errors import VMStructsError
+from ..files import procread
 from .codecache import KIND_NMETHOD, blob_kind, find_blob
 from .hotspot import INTERPRETED_MARK, THREAD_FIELDS, MethodNamer, ProcessMemory, VMLayout
 
@@ -95,21 +95,12 @@ def host_tids(pid: int) -> dict[int, int] | None:
     """Thread ids as ``pid``'s own pid namespace sees them -> as ours does; None when the process shares
     our namespace (the ids are the same). A thread gone meanwhile is left out."""
     mapping: dict[int, int] = {}
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return mapping
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/status", encoding="ascii", errors="replace") as handle:
-                line = next((entry for entry in handle if entry.startswith("NSpid:")), "")
-        except OSError:
-            continue
-        ids = line.split()[1:]
+    for task in procread.task_ids(pid) or ():  # within procread's caps: a target's threads and files
+        ids = ((procread.status(pid, task=task) or {}).get("NSpid") or "").split()
         if len(ids) == 1:
             return None
-        if len(ids) > 1 and ids[-1].isdigit() and task.isdigit():
-            mapping[int(ids[-1])] = int(task)
+        if len(ids) > 1 and ids[-1].isascii() and ids[-1].isdigit():
+            mapping[int(ids[-1])] = task
     return mapping
 
 
