@@ -191,14 +191,14 @@ def post_run_cpu(overheads: list[dict]) -> float | None:
 
 def stack_shape(captures: list[Path]) -> dict[str, int]:
     """Frames of the deepest stack, and the distinct stacks of the process with the most (this tree's reader)."""
-    from profiler.capture import format as capture
+    from profiler.capture.read import pid_stacks_file, read_stack_counts
 
     deepest = distinct = 0
     for capture_dir in captures:
         for pid_dir in capture_dir.glob("pids/*"):
-            path = capture.pid_stacks_file(capture_dir, int(pid_dir.name))
+            path = pid_stacks_file(capture_dir, int(pid_dir.name))
             if path is not None:
-                stacks = capture.read_stack_counts(path)
+                stacks = read_stack_counts(path)
                 deepest = max([deepest, *(s.count(";") + 1 for s in stacks)])
                 distinct = max(distinct, len(stacks))
     return {"deepest": deepest, "distinct_stacks": distinct}

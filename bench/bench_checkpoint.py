@@ -30,6 +30,7 @@ from bench_overhead import WORKLOAD, OpsJvm, command_line, machine_facts, publis
 
 from profiler.capture import format as capture  # noqa: E402
 from profiler.capture.checkpoint import journal_path  # noqa: E402
+from profiler.capture.read import read_meta, read_overhead, read_sampler_stats  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks" / "checkpoint.md"
 
@@ -82,8 +83,8 @@ def measured_run(jvm: OpsJvm, work: Path, window: float, period: float) -> Run:
     if process.returncode != 0:
         raise RuntimeError(f"profiler run failed: {err.decode(errors='replace')[-400:]}")
     out = work / f"cap-{period:g}"
-    overhead = capture.read_overhead(out)
-    stats = capture.read_sampler_stats(out, jvm.pid)
+    overhead = read_overhead(out)
+    stats = read_sampler_stats(out, jvm.pid)
     assert overhead is not None and stats is not None
     distinct = len(capture.stacks_path(out, jvm.pid).read_text().splitlines())
     shutil.rmtree(out)
@@ -105,8 +106,8 @@ def killed_run(jvm: OpsJvm, work: Path, window: float, period: float) -> dict[st
     subprocess.run([sys.executable, "-m", "profiler", "recover", str(out), "--quiet"], cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     recover_s = time.monotonic() - began
-    meta = capture.read_meta(out)
-    stats = capture.read_sampler_stats(out, jvm.pid)
+    meta = read_meta(out)
+    stats = read_sampler_stats(out, jvm.pid)
     assert stats is not None
     return {
         "elapsed_at_kill_s": float(at_kill.get("elapsed") or 0),

@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from bench_overhead import command_line, publish  # noqa: E402
 
-from profiler.capture import format as capture  # noqa: E402
 from profiler.capture import stacktable  # noqa: E402
+from profiler.capture.read import pid_stacks_file, read_capture  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks" / "long-window.md"
 MB = 1024 * 1024
@@ -104,7 +104,7 @@ def run_window(duration: float, warmup: float, work: Path, reuse: bool = False) 
 def distinct_stacks(host_dir: Path, pid: int) -> int:
     """Distinct (context, stack) rows of one PID's capture: the stack table's stacks (format 4), else the
     folded file's lines (formats 1-3); 0 when the run was fetched without its stacks."""
-    path = capture.pid_stacks_file(host_dir, pid)
+    path = pid_stacks_file(host_dir, pid)
     if path is None:
         return 0
     if stacktable.is_table_file(path):
@@ -116,7 +116,7 @@ def distinct_stacks(host_dir: Path, pid: int) -> int:
 def read_window(duration: float, out: Path, load: tuple[float, float, float] | None) -> Window:
     """The figures of one demo run, from its host capture."""
     host_dir = next((out / "hosts").iterdir())
-    cap = capture.read_capture(host_dir)
+    cap = read_capture(host_dir)
     overhead = cap.overhead
     assert overhead is not None
     workload = [p.pid for p in cap.processes if p.sampled and p.pid in cap.sampler]

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_overhead import REPO, WORKLOAD, OpsJvm, command_line, machine_facts, publish
 
 from profiler.capture import format as capture
+from profiler.capture.read import read_overhead, read_sampler_stats, read_scope
 
 DOC = REPO / "docs" / "benchmarks" / "memory.md"
 PHASES = ("starting", "sampling", "writing")  # status.json states: compile + tables, window, after it
@@ -117,7 +118,7 @@ def profile_round(jvms: list[OpsJvm], seconds: float, work: Path, index: int) ->
             process.wait()
     if process.returncode != 0:
         raise RuntimeError(f"profiler run failed ({process.returncode}): {err.decode(errors='replace')[-500:]}")
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None
     samples = sum(p.samples for p in _sampler_stats(out))
     shutil.rmtree(out, ignore_errors=True)
@@ -126,8 +127,8 @@ def profile_round(jvms: list[OpsJvm], seconds: float, work: Path, index: int) ->
 
 def _sampler_stats(out: Path) -> list[capture.SamplerStats]:
     stats = []
-    for process in capture.read_scope(out):
-        found = capture.read_sampler_stats(out, process.pid)
+    for process in read_scope(out):
+        found = read_sampler_stats(out, process.pid)
         if found is not None:
             stats.append(found)
     return stats

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from profiler.capture import format as capture  # noqa: E402
+from profiler.capture.read import read_meta, read_overhead  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "PingPongRate.java"
 DOC = REPO / "docs" / "benchmarks" / "offcpu.md"
@@ -186,10 +186,10 @@ def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Pat
     _, stderr = profiler.communicate(timeout=600)
     if profiler.returncode != 0:
         raise RuntimeError(f"profiler failed: {stderr.strip().splitlines()[-1:]}")
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None
     # per second of the profiler's own window: a starved profiler's window runs past --duration
-    bpf = (overhead.bpf_run_time_ns or 0) / 1e9 / max(capture.read_meta(out).duration, 1e-3) * window
+    bpf = (overhead.bpf_run_time_ns or 0) / 1e9 / max(read_meta(out).duration, 1e-3) * window
     result = _window(condition, round_no, start, end)
     per_run = (overhead.bpf_run_time_ns or 0) / 1e3 / max(overhead.bpf_run_count or 0, 1)
     return replace(result, profiler_cpu_s=overhead.profiler_cpu_seconds, bpf_cpu_s=bpf, bpf_us_per_run=per_run)

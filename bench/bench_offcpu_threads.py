@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.tree.resolve()))
     from profiler.capture import format as capture
+    from profiler.capture.read import read_pid_offcpu
     from profiler.matching import matcher as matching
     from profiler.matching.appprofile import parse_profile
     from profiler.sampling.offcpu import RawBlock, name_blocks
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch)
         _none, writing = _timed(lambda: capture.write_offcpu(out, 7, entries))
-        read, reading = _timed(lambda: capture.read_pid_offcpu(out, 7))
+        read, reading = _timed(lambda: read_pid_offcpu(out, 7))
         _tasks, splitting = _timed(lambda: matching.match_offcpu(match, read))
         counting = 0.0
         if hasattr(matching, "match_offcpu_threads"):

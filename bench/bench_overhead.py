@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from profiler.capture import format as capture  # noqa: E402
+from profiler.capture.read import read_overhead  # noqa: E402
 
 WORKLOAD = Path(__file__).resolve().parent / "OpsLoop.java"
 DOC = REPO / "docs" / "benchmarks" / "overhead.md"
@@ -155,7 +155,7 @@ def window_with_profiler(
             process.wait()
     if process.returncode != 0:
         raise RuntimeError(f"profiler run failed ({process.returncode}): {err.decode(errors='replace')[-500:]}")
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None
     window = seconds + 2
     bpf = (overhead.bpf_run_time_ns or 0) / 1e9 * seconds / window

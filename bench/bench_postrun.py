@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from coordinator import rundir  # noqa: E402
-from profiler.capture import format as capture  # noqa: E402
+from profiler.capture.read import read_meta  # noqa: E402
 from tests.fixtures.sshd import SshdFactory  # noqa: E402
 
 BUSY = "import time\nend = time.time() + 3600\nwhile time.time() < end:\n    sum(i * i for i in range(1000))\n"
@@ -75,7 +75,7 @@ def measure(factory: SshdFactory, n_hosts: int, duration: float, busy_pid: int, 
     for host in info.hosts:
         if not host.has_capture:
             continue
-        meta = capture.read_meta(rundir.host_capture_dir(out, host.host))
+        meta = read_meta(rundir.host_capture_dir(out, host.host))
         offset = host.clock_offset or 0.0
         ends.append(meta.end_time - offset)
         starts.append(meta.start_time - offset)

@@ -13,15 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.capture.checks import not_a_link
-from profiler.capture.format import (
-    check_rate,
-    check_times,
-    expect_json,
-    from_json_object,
-    is_safe_name,
-    read_json_file,
-)
+from profiler.capture.checks import check_rate, check_times, not_a_link
+from profiler.capture.format import is_safe_name
+from profiler.capture.jsonfile import expect_json, from_json_object, read_json_file
 from profiler.errors import CaptureFormatError
 from profiler.files.atomic import atomic_write_text
 

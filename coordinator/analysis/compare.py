@@ -144,7 +144,7 @@ def _captured_stacks(analysis_dir: Path) -> dict[str, int]:
     """The stacks of the runs an analysis read (analysis.json ``inputs``), restricted to its ``window``."""
     from coordinator.analysis.inputs import read_inputs, read_pid_stacks
     from coordinator.analysis.timeline import SubWindow
-    from profiler.capture.format import expect_json, read_json_file
+    from profiler.capture.jsonfile import expect_json, read_json_file
 
     path = analysis_dir / ANALYSIS_FILE
     record = expect_json(

@@ -14,8 +14,8 @@ from itertools import count as numbered
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.capture import format as capture
 from profiler.capture.folded import FRAME_SEPARATOR
+from profiler.capture.read import iter_timeline, read_stack_counts
 from profiler.capture.stacktable import STACK_TABLE_FILE, StackTable, read_table
 from profiler.errors import CaptureFormatError
 from profiler.matching.matcher import Matcher
@@ -131,7 +131,7 @@ class TaskDecider:
                 from coordinator.analysis.tableread import read_table_arrays
 
                 return self.arrays(read_table_arrays(path), intervals)
-            return self.folded(capture.read_stack_counts(path, intervals))
+            return self.folded(read_stack_counts(path, intervals))
         except OSError as exc:
             raise CaptureFormatError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from None
         except UnicodeEncodeError:  # JSON's \ud800 escapes decode to text no file can hold
@@ -275,7 +275,7 @@ class TaskDecider:
     def _interval_rows(self, path: Path) -> Iterator[tuple[int, int, int]]:
         """(interval, task index, samples) per row of a stack table or line of a timeline.folded."""
         if path.name != STACK_TABLE_FILE:
-            for interval, stack, count in capture.iter_timeline(path):
+            for interval, stack, count in iter_timeline(path):
                 yield interval, self.matcher.classify_mask(stack)[0], count
             return
         table = read_table(path)
@@ -288,7 +288,7 @@ def interval_samples(path: Path) -> dict[int, int]:
     """Samples per interval of one PID's timeline file (stacks.tpc or timeline.folded), without its stacks' text."""
     if path.name != STACK_TABLE_FILE:
         totals: dict[int, int] = {}
-        for interval, _stack, count in capture.iter_timeline(path):
+        for interval, _stack, count in iter_timeline(path):
             totals[interval] = totals.get(interval, 0) + count
         return totals
     table = read_table(path)

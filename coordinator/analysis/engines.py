@@ -574,7 +574,7 @@ def _add_vertex_rows(summary: Path, runs: Sequence[RunInput], profile_text: str,
 
 
 def _flink_subtasks(run: RunInput) -> list[FlinkSubtask]:
-    from profiler.capture.format import read_flink_placement
+    from profiler.capture.read import read_flink_placement
 
     return [s for host in run.hosts if host.capture_dir is not None for s in read_flink_placement(host.capture_dir)[0]]
 

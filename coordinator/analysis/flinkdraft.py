@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from coordinator.analysis.draft import KAFKA_TASKS, Draft, kafka_lines
 from coordinator.analysis.inputs import RunInput
 from profiler.capture.folded import FRAME_SEPARATOR
-from profiler.capture.format import UNMATCHED, VertexWindow, read_flink_vertices
+from profiler.capture.format import UNMATCHED, VertexWindow
+from profiler.capture.read import read_flink_vertices
 from profiler.engines.flinkmetrics import COMM_LENGTH, vertex_of_thread
 from profiler.matching.appprofile import parse_profile
 from profiler.matching.matcher import Matcher, candidate_patterns, match_stacks

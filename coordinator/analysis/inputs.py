@@ -14,8 +14,21 @@ from coordinator.analysis import timeline
 from coordinator.analysis.decide import interval_samples
 from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from profiler.capture import format as capture
+from profiler.capture.checks import contained
 from profiler.capture.format import EventCount, NetStats, PidCounters, ProcessInfo
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import (
+    is_capture_dir,
+    pid_stacks_file,
+    pid_timeline_file,
+    read_capture,
+    read_counters_timeline,
+    read_events,
+    read_meta,
+    read_pid_offcpu,
+    read_pid_offcpu_timeline,
+    read_stack_counts,
+)
 from profiler.errors import CaptureFormatError, ConfigError
 from profiler.files.textinput import read_text_input
 from profiler.matching.appprofile import MAX_PROFILE_BYTES
@@ -126,7 +139,7 @@ def _capture_pids(
 ) -> tuple[tuple[PidInput, ...], IntervalSpan | None]:
     """The PIDs of one host capture, restricted to the sub-window when one is asked for (a capture
     without a timeline is a ConfigError here, before any stack is read)."""
-    info = capture.read_capture(capture_dir)
+    info = read_capture(capture_dir)
     span = None
     if window is not None and window.requested:
         problem = timeline.timeline_problem(info.meta)
@@ -138,7 +151,7 @@ def _capture_pids(
         span = timeline.resolve_span(window, info.meta, str(capture_dir))
     pids = []
     for offset, process in enumerate(sorted(info.processes, key=lambda p: p.pid)):
-        stacks = capture.pid_stacks_file(capture_dir, process.pid)
+        stacks = pid_stacks_file(capture_dir, process.pid)
         pid = PidInput(
             key=first_key + offset,
             run=run,
@@ -158,7 +171,7 @@ def _capture_pids(
 def _offcpu_of(capture_dir: Path, process: ProcessInfo) -> tuple[OffCpuEntry, ...] | None:
     if not process.sampled:
         return None
-    entries = capture.read_pid_offcpu(capture_dir, process.pid)
+    entries = read_pid_offcpu(capture_dir, process.pid)
     return tuple(entries) if entries is not None else None
 
 
@@ -171,11 +184,11 @@ def _restrict_pid(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> PidIn
         return replace(pid, counters_source=timeline.COUNTERS_WHOLE if pid.counters is not None else None)
     stacks = None
     if pid.stacks is not None:
-        stacks = capture.pid_timeline_file(capture_dir, pid.process.pid)
+        stacks = pid_timeline_file(capture_dir, pid.process.pid)
         if stacks is None:
             missing = capture.timeline_path(capture_dir, pid.process.pid)
             raise ConfigError(f"{missing}: missing beside {pid.stacks.name}; re-run the capture or drop --from/--to")
-    deltas = capture.read_counters_timeline(capture_dir, pid.process.pid)
+    deltas = read_counters_timeline(capture_dir, pid.process.pid)
     counters, source = pid.counters, None
     if counters is None:
         source = None
@@ -196,7 +209,7 @@ def _offcpu_in(pid: PidInput, capture_dir: Path, span: IntervalSpan) -> tuple[Of
     (no --off-cpu, or a capture older than format 5)."""
     if pid.offcpu is None:
         return None
-    by_interval = capture.read_pid_offcpu_timeline(capture_dir, pid.process.pid)
+    by_interval = read_pid_offcpu_timeline(capture_dir, pid.process.pid)
     return timeline.window_offcpu(by_interval, span) if by_interval is not None else None
 
 
@@ -229,7 +242,7 @@ def read_pid_stacks(path: Path, intervals: tuple[int, int] | None) -> Counter[st
     """The stacks of one PID: its whole stacks.tpc or stacks.folded, or the intervals ``first..last`` of
     its stacks.tpc or timeline.folded merged, as folded text: for what needs the stacks themselves (flame
     graphs, exports, compare, draft-profile). The engines sum tasks without the text (decide.TaskDecider)."""
-    return capture.read_stack_counts(path, intervals)
+    return read_stack_counts(path, intervals)
 
 
 def _read_run_json(run_dir: Path) -> tuple[str, dict[str, str], list[tuple[str, str, str]]]:
@@ -263,22 +276,22 @@ def read_inputs(
             copies = [path / capture.PROFILE_COPY]
             for host, state, reason in sorted(host_list):
                 capture_dir = host_capture_dir(path, host)
-                if state == "failed" or not capture.is_capture_dir(capture_dir):
+                if state == "failed" or not is_capture_dir(capture_dir):
                     why = reason or ("no capture in " + str(capture_dir) if state != "failed" else "")
                     hosts.append(HostInput(host, "failed", why, None, None))
                     continue
                 pids, span = _capture_pids(run_id, host, capture_dir, next_key, window)
                 next_key += len(pids)
-                events = capture.read_events(capture_dir) if span is None or span.whole else None
+                events = read_events(capture_dir) if span is None or span.whole else None
                 hosts.append(HostInput(host, state, reason, capture_dir, events, pids, span))
                 copies.append(capture_dir / capture.PROFILE_COPY)
-        elif capture.is_capture_dir(path):
-            meta = capture.read_meta(path)
+        elif is_capture_dir(path):
+            meta = read_meta(path)
             run_id, run_labels = path.resolve().name, {}
             pids, span = _capture_pids(run_id, meta.host, path, next_key, window)
             next_key += len(pids)
             state = "ok" if meta.stopped_by not in ("error", "recovered") else "partial"
-            events = capture.read_events(path) if span is None or span.whole else None
+            events = read_events(path) if span is None or span.whole else None
             hosts = [HostInput(meta.host, state, "", path, events, pids, span)]
             copies = [path / capture.PROFILE_COPY]
         else:
@@ -307,7 +320,7 @@ def resolve_profile_text(runs: Sequence[RunInput], profile: Path | None) -> tupl
     for run in runs:
         if not run.profile_copies:
             raise ConfigError(f"{run.directory}: no application_profile.txt copy in the run; pass --profile FILE")
-        copy = capture.contained(run.directory, run.profile_copies[0])
+        copy = contained(run.directory, run.profile_copies[0])
         text = read_text_input(
             copy, "the profile copy", "pass --profile FILE", max_bytes=MAX_PROFILE_BYTES, error=CaptureFormatError
         )

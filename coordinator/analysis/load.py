@@ -14,26 +14,22 @@ from coordinator.analysis import timeline
 from coordinator.analysis.inputs import read_pid_stacks
 from coordinator.analysis.rows import SUMMARY_FILE, existing_summary
 from coordinator.rundir import HOST_OK, HostOutcome, RunInfo, host_capture_dir, is_run_dir, read_run
-from profiler.capture.format import (
-    PROFILE_COPY,
+from profiler.capture.checks import contained
+from profiler.capture.format import PROFILE_COPY, CounterDelta, result_file_name
+from profiler.capture.jsonfile import expect_json, json_kind, read_json_file
+from profiler.capture.offcpu import OffCpuEntry, merge_entries
+from profiler.capture.read import (
     Capture,
-    CaptureFormatError,
-    CounterDelta,
-    contained,
-    expect_json,
     is_capture_dir,
-    json_kind,
     pid_stacks_file,
     pid_timeline_file,
     read_capture,
     read_counters_timeline,
-    read_json_file,
     read_pid_offcpu,
     read_pid_offcpu_timeline,
     read_spark_plans,
-    result_file_name,
 )
-from profiler.capture.offcpu import OffCpuEntry, merge_entries
+from profiler.errors import CaptureFormatError
 from profiler.files.textinput import TEXT_ENCODING, open_text
 
 # ---------------------------------------------------------------- loading

@@ -12,6 +12,7 @@ from pathlib import Path
 from coordinator.analysis.inputs import PidInput
 from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import read_pid_offcpu_contexts
 from profiler.matching.matcher import Matcher, match_offcpu
 
 # thread context (full thread name) -> task of the profile -> cause -> blocked nanoseconds
@@ -32,7 +33,7 @@ def read_context_offcpu(capture_dir: Path, pid: PidInput, matcher: Matcher) -> C
     measured (no --off-cpu, or a capture made before the blocks kept their thread)."""
     if pid.offcpu is None:
         return None
-    by_interval = capture.read_pid_offcpu_contexts(capture_dir, pid.process.pid)
+    by_interval = read_pid_offcpu_contexts(capture_dir, pid.process.pid)
     if by_interval is None:
         return None
     first, last = pid.intervals if pid.intervals is not None else (0, capture.MAX_OFFCPU_INTERVAL)

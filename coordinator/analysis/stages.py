@@ -15,7 +15,7 @@ from coordinator.analysis.decide import TaskDecider
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.offcpucut import ContextOffCpu, add_offcpu, read_context_offcpu, task_causes
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
-from profiler.capture import format as capture
+from profiler.capture.read import read_pid_table, read_spark_plans
 from profiler.engines.sparkplan import codegen_stage_of, parse_task_thread
 from profiler.matching.aggregate import offcpu_columns
 from profiler.matching.stats import share_ci95
@@ -127,7 +127,7 @@ def read_spark_index(run: RunInput) -> SparkIndex:
     payloads = []
     for host in run.hosts:
         if host.capture_dir is not None:
-            payload = capture.read_spark_plans(host.capture_dir)
+            payload = read_spark_plans(host.capture_dir)
             if payload is not None:
                 payloads.append(payload)
     return spark_index(payloads)
@@ -173,7 +173,7 @@ def read_pid_stages(run: RunInput, decider: TaskDecider) -> list[PidStages]:
     inputs were restricted) (I/O: reads the captures; a stack table's stacks decided from frame ids)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
-        table = capture.read_pid_table(capture_dir, pid.process.pid)
+        table = read_pid_table(capture_dir, pid.process.pid)
         if table is not None and pid.intervals is not None:
             table = table.within(*pid.intervals)
         contexts = decider.context_tasks(table) if table is not None else {}

@@ -28,9 +28,9 @@ from coordinator.analysis.flinkdraft import (
 from coordinator.analysis.inputs import RunInput, cost_fields, sampled_pids
 from coordinator.analysis.offcpucut import ContextOffCpu, add_offcpu, read_context_offcpu, task_causes
 from coordinator.analysis.rows import ALL, SUMMARY_COLUMNS, sum_known
-from profiler.capture import format as capture
 from profiler.capture.folded import FRAME_SEPARATOR
 from profiler.capture.format import OFFCPU_COLUMNS, FlinkSubtask
+from profiler.capture.read import read_pid_table
 from profiler.engines.flinkmetrics import TaskThread, parse_task_thread
 from profiler.matching.aggregate import offcpu_columns
 from profiler.matching.appprofile import parse_profile
@@ -164,7 +164,7 @@ def read_pid_vertices(run: RunInput, chains: Collection[str], matcher: Matcher |
     over its intervals (the sub-window's when the inputs were restricted) (I/O: reads the captures)."""
     out = []
     for capture_dir, pid in sampled_pids(run):
-        table = capture.read_pid_table(capture_dir, pid.process.pid)
+        table = read_pid_table(capture_dir, pid.process.pid)
         if table is None:
             continue
         if pid.intervals is not None:

@@ -186,7 +186,8 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     Processing runs no micro-batches for the REST count), write the count the query itself gives;
     the profiler's reason stays in the detail. Returns the events.json files written."""
     from coordinator.rundir import host_capture_dir
-    from profiler.capture.format import EventCount, read_events, write_events
+    from profiler.capture.format import EventCount, write_events
+    from profiler.capture.read import read_events
 
     written = []
     for host in outcome.info.hosts:
@@ -219,7 +220,8 @@ def record_produced(outcome: ProfileOutcome, window: WindowResult) -> list[Path]
     from dataclasses import replace
 
     from coordinator.rundir import host_capture_dir
-    from profiler.capture.format import read_events, write_events
+    from profiler.capture.format import write_events
+    from profiler.capture.read import read_events
 
     written = []
     for host in outcome.info.hosts:

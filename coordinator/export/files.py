@@ -12,7 +12,7 @@ from pathlib import Path
 from coordinator.analysis.rows import BARE_CAPTURE_ANALYSIS_DIR
 from coordinator.export.formats import Content, export_format
 from coordinator.export.stacks import ExportSet
-from profiler.capture.format import is_capture_dir
+from profiler.capture.read import is_capture_dir
 
 EXPORTS_DIR = "exports"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")

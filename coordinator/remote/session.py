@@ -32,6 +32,7 @@ from coordinator.remote.progress import ProgressBoard, Renderer, make_renderer
 from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome, RunInfo
 from profiler import __version__
 from profiler.capture import format as capture
+from profiler.capture.read import is_capture_dir, read_events, read_meta, read_sampler_stats, read_scope
 from profiler.errors import CapabilityError, ProfilerError, config_error
 from profiler.files.outputs import MARKER, check_output_dir, mark_output_dir
 from profiler.matching.appprofile import load_profile
@@ -380,9 +381,9 @@ class HostWorker(threading.Thread):
             self._fail(f"could not fetch the capture: {exc}")
             return
         recovery = ""
-        if not capture.is_capture_dir(dest):
+        if not is_capture_dir(dest):
             recovery = self._recover(dest, deadline)
-        if not capture.is_capture_dir(dest):
+        if not is_capture_dir(dest):
             if dest.is_dir() and not any(dest.iterdir()):
                 dest.rmdir()
             reason = self.outcome.reason if not self.outcome.reason.startswith(NOT_COLLECTED) else ""
@@ -390,7 +391,7 @@ class HostWorker(threading.Thread):
             self._fail(f"profiler failed: {error}" + (f"; {recovery}" if recovery else ""))
             return
         try:
-            meta = capture.read_meta(dest)
+            meta = read_meta(dest)
         except ProfilerError as exc:
             self._fail(f"unreadable capture: {exc}")
             return
@@ -409,7 +410,7 @@ class HostWorker(threading.Thread):
             )
         state = HOST_OK if not reasons else HOST_PARTIAL
         try:
-            counted = capture.read_events(dest)
+            counted = read_events(dest)
         except ProfilerError as exc:
             reasons.append(f"unreadable events.json: {exc}")
             counted = None
@@ -451,8 +452,8 @@ class HostWorker(threading.Thread):
         """How much a recovered capture holds: samples, and up to when (coordinator clock)."""
         samples = 0
         try:
-            for process in capture.read_scope(dest):
-                stats = capture.read_sampler_stats(dest, process.pid) if process.sampled else None
+            for process in read_scope(dest):
+                stats = read_sampler_stats(dest, process.pid) if process.sampled else None
                 samples += stats.samples if stats is not None else 0
         except ProfilerError as exc:  # the analysis will say what is wrong with the capture
             self.log.write(self.spec.label, f"recovered capture unreadable: {exc}")

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from coordinator.analysis.load import RunData
 from coordinator.report.formats import format_number
 from coordinator.report.model import FlinkVertexLine
-from profiler.capture.format import Capture
 from profiler.capture.offcpu import CAUSES, OffCpuEntry
+from profiler.capture.read import Capture
 from profiler.engines.flinkmetrics import vertex_cpu, vertex_of_thread
 
 OffCpu = Mapping[str, Mapping[int, Sequence[OffCpuEntry]]]  # host -> PID -> entries

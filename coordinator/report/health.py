@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from coordinator.analysis.load import RunData
 from coordinator.report.model import HealthLine, ProcessLine
 from coordinator.rundir import HOST_OK
-from profiler.capture.format import Capture
+from profiler.capture.read import Capture
 
 # Health thresholds: above these a line turns into a warning.
 UNMATCHED_WARN = 0.20

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.report.render import REPORT_MARKER, REPORT_META, _asset, template_environment
-from profiler.capture.format import expect_json, json_kind, read_json_file
+from profiler.capture.jsonfile import expect_json, json_kind, read_json_file
 from profiler.errors import CaptureFormatError, ConfigError, OutputExistsError
 from profiler.files.atomic import atomic_write_text, staged_dir
 from profiler.files.outputs import check_output_dir, is_ours, mark_output_dir

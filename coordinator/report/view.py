@@ -21,8 +21,10 @@ from coordinator.report.flinkview import events_note, flink_note, flink_vertex_l
 from coordinator.report.health import health_lines, warmup_health
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
 from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table
-from profiler.capture.format import ALL_TASKS, UNMATCHED, Capture, CaptureFormatError, ProcessInfo
+from profiler.capture.format import ALL_TASKS, UNMATCHED, ProcessInfo
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import Capture
+from profiler.errors import CaptureFormatError
 from profiler.matching.appprofile import ApplicationProfile
 from profiler.matching.matcher import Matcher
 

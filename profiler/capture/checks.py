@@ -12,6 +12,7 @@ context) row once and in order, intervals inside meta.json's window). docs/captu
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 import zlib
@@ -190,3 +191,43 @@ class BoundedInflater:
         if self._inflater.unused_data or self._handle.read(1):
             raise self._corrupt("bytes after the gzip stream")
         return True
+
+
+def contained(root: Path, path: Path) -> Path:
+    """``path`` when it resolves inside ``root`` (a capture or run directory). A capture never holds
+    links, so one that leads out (to /etc/shadow, another run) is refused before it is read."""
+    real_root = Path(root).resolve()
+    real = Path(path).resolve()
+    if real != real_root and real_root not in real.parents:
+        raise CaptureFormatError(
+            f"{path}: a link out of {root}; a capture holds its own files only, copy the file in instead"
+        )
+    return path
+
+
+# Unix times a capture can hold: after 1970, before the year 3000 (time.localtime of 1e300 overflows).
+LATEST_TIME = 32503680000.0
+MAX_FREQUENCY = 10000  # Hz, profiler.argtypes.frequency's bound
+MAX_DURATION = 7 * 24 * 3600.0  # seconds, profiler.argtypes.duration's bound
+
+
+def check_rate(path: Path, frequency: int, duration: float, advice: str) -> None:
+    """A sampling frequency and a requested duration that a run can have (every --frequency and
+    --duration passes argparse's bounds); else a CaptureFormatError naming ``path``."""
+    if not 1 <= frequency <= MAX_FREQUENCY:
+        raise CaptureFormatError(f"{path}: frequency {frequency!r} is not 1 to {MAX_FREQUENCY} Hz; {advice}")
+    if not (math.isfinite(duration) and 0 <= duration <= MAX_DURATION):
+        raise CaptureFormatError(f"{path}: duration {duration!r} is not 0 to {MAX_DURATION:g} seconds; {advice}")
+
+
+def check_times(
+    path: Path, start: float | None, end: float | None, advice: str, what: str = "", early_end: float = 0.0
+) -> None:
+    """A window's start and end (either may be None): finite, between 1970 and 3000, start <= end (or at
+    most ``early_end`` seconds before it: a run stopped before its window opened); else a
+    CaptureFormatError naming ``path`` (and ``what``, e.g. the host)."""
+    for name, value in (("start_time", start), ("end_time", end)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= LATEST_TIME):
+            raise CaptureFormatError(f"{path}: {what}{name} {value!r} is not a possible time; {advice}")
+    if start is not None and end is not None and end < start - early_end:
+        raise CaptureFormatError(f"{path}: {what}end_time {end!r} is before start_time {start!r}; {advice}")

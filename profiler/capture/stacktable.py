@@ -499,7 +499,7 @@ def read_table(path: Path, interval_limit: int | None | Literal["meta"] = "meta"
 
 def capture_interval_limit(path: Path) -> int | None:
     """The intervals the rows of a capture's ``pids/<pid>/stacks.tpc`` may lie in (format.interval_limit_of)."""
-    from .format import interval_limit_of  # format reads tables: imported when a table is read
+    from .read import interval_limit_of
 
     return interval_limit_of(path)
 

@@ -24,17 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..argtypes import existing_path, non_negative_int
-from ..capture.checks import present
-from ..capture.format import (
-    META_FILE,
-    PIDS_DIR,
-    SAMPLER_FILE,
-    STACKS_FILE,
-    check_pid_files,
-    contained,
-    read_meta,
-    read_sampler_stats,
-)
+from ..capture.checks import contained, present
+from ..capture.format import META_FILE, PIDS_DIR, SAMPLER_FILE, STACKS_FILE
+from ..capture.read import check_pid_files, read_meta, read_sampler_stats
 from ..capture.stacktable import STACK_TABLE_FILE, is_table_file, read_table
 from ..defaults import DEFAULT_PROFILE, data_file
 from ..errors import CaptureFormatError, ConfigError

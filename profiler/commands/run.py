@@ -57,8 +57,9 @@ class RunCommand:
             return 0
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from ..capture import format as capture
+        from ..capture.read import read_meta
 
-        meta = capture.read_meta(out)
+        meta = read_meta(out)
         for warning in meta.warnings:
             print(f"profiler: warning: {warning}", file=sys.stderr)
         print(f"wrote {out / capture.result_file_name(host)}")

@@ -192,7 +192,7 @@ def test_demo_campaign_over_two_rates(tmp_path: Path) -> None:
 
 def _executor_stats(out: Path) -> tuple[int, int, int, int]:
     """(samples, unwalkable, Java frames, Java frames unnamed) over the run's workload processes."""
-    from profiler.capture.format import read_capture
+    from profiler.capture.read import read_capture
 
     totals = [0, 0, 0, 0]
     for capture_dir in (out / "hosts").iterdir():

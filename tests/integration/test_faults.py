@@ -29,8 +29,8 @@ from coordinator.remote import deploy
 from coordinator.remote.cluster import load_cluster
 from coordinator.remote.hosts import run_request
 from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
-from profiler.capture import format as capture
 from profiler.capture.journal import read_journal
+from profiler.capture.read import read_meta
 from tests.fixtures.captures import folded_text
 from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.faults import (
@@ -218,7 +218,7 @@ def test_host_profiler_killed_mid_window(
     assert "vanished without an error" in node2.reason and "SIGKILL" in node2.reason
     kept = sum(samples(out, "node2").values())
     assert f"recovered {kept} samples up to" in node2.reason, node2.reason
-    meta = capture.read_meta(rundir.host_capture_dir(out, "node2"))
+    meta = read_meta(rundir.host_capture_dir(out, "node2"))
     window = meta.end_time - meta.start_time
     assert meta.stopped_by == "recovered" and window >= 2.0 and meta.end_time <= killed_at, (window, elapsed_before)
     # the last status (at most a second old at the kill) scaled to the recovered window, ± 2 s of samples
@@ -283,7 +283,7 @@ def test_coordinator_killed_mid_window_profilers_finish_and_fetch_recovers(
     assert info.complete and all(h.state == "ok" and h.workdir == "" for h in info.hosts), info.hosts
     kept = {h.host: sum(samples(out, h.host).values()) for h in info.hosts}
     for host in info.hosts:
-        meta = capture.read_meta(rundir.host_capture_dir(out, host.host))
+        meta = read_meta(rundir.host_capture_dir(out, host.host))
         assert meta.stopped_by == "duration" and kept[host.host] > 0
     cluster.assert_nothing_left()
     # AND a second fetch finds nothing to do
@@ -329,7 +329,7 @@ def test_coordinator_and_a_profiler_killed_fetch_recovers_the_dead_one(
     assert node2.state == "ok" and node2.workdir == ""
     kept = sum(samples(out, "node1").values())
     assert node1.state == "partial" and f"recovered {kept} samples up to" in node1.reason and kept > 0, node1
-    assert node1.workdir == "" and capture.read_meta(rundir.host_capture_dir(out, "node1")).stopped_by == "recovered"
+    assert node1.workdir == "" and read_meta(rundir.host_capture_dir(out, "node1")).stopped_by == "recovered"
     cluster.assert_nothing_left()
     other = sum(samples(out, "node2").values())
     figure("coordinator-and-profiler-kill9", samples_kept=kept, other_host_samples=other, exit_fetch=code)
@@ -437,7 +437,7 @@ def test_ssh_dropped_longer_than_the_reconnect_window_then_fetched(
     assert code == 0
     far_after = rundir.read_run(out).hosts[1]
     assert far_after.state == "ok" and far_after.workdir == ""
-    meta = capture.read_meta(rundir.host_capture_dir(out, "far"))
+    meta = read_meta(rundir.host_capture_dir(out, "far"))
     assert meta.stopped_by == "duration"
     cluster.assert_nothing_left()
     figure(

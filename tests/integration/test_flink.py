@@ -24,7 +24,8 @@ from coordinator.analysis.load import load_run, load_stacks
 from coordinator.cli import main as coordinator_main
 from coordinator.report.flinkview import flink_vertex_lines
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
-from profiler.capture.format import EventCount, ProcessInfo, read_flink_placement, read_flink_vertices
+from profiler.capture.format import EventCount, ProcessInfo
+from profiler.capture.read import read_flink_placement, read_flink_vertices
 from profiler.engines.events import EventCounter
 from profiler.scope.analyzer import ScopeAnalyzer
 from profiler.scope.spes import default_known_spes_path, load_known_spes

@@ -20,8 +20,7 @@ from coordinator.cli import main as coordinator_main
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
 from coordinator.workloads.ysb.flink import YsbFlinkOptions, YsbFlinkRun, taskmanager_java_options
 from coordinator.workloads.ysb.javabuild import compile_jar
-from profiler.capture import format as capture
-from profiler.capture.format import read_flink_vertices, read_sampler_stats, read_scope
+from profiler.capture.read import read_flink_vertices, read_pid_table, read_sampler_stats, read_scope
 from profiler.unwind.hotspot import INLINED_MARK
 from tests.fixtures.flink import profile_flink_cluster
 
@@ -111,7 +110,7 @@ def _inlined_user_frames(run: Path, pids: list[int]) -> Counter[str]:
     """Samples per ChainJob function frame the walker expanded from an inlined scope."""
     found: Counter[str] = Counter()
     for pid in pids:
-        table = capture.read_pid_table(run, pid)
+        table = read_pid_table(run, pid)
         assert table is not None
         for stack, count in table.folded().items():
             for frame in set(stack.split(";")):

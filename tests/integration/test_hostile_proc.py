@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture import format as capture
+from profiler.capture.read import pid_stacks_file, read_meta, read_overhead, read_stack_counts
 from profiler.files import procread
 from tests.fixtures.hostile import tenant_ids
 
@@ -102,15 +102,15 @@ def test_tenants_sizing_their_proc_files_cost_the_agent_nothing(
     done, elapsed = _profile(out, honest.pid)
     # THEN the run ended normally and on time
     assert done.returncode == 0, done.stderr[-2000:]
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
     assert elapsed < 180, elapsed
     # AND the agent's memory stayed small (the whole command line would cost +581 MiB per read)
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None and 0 < overhead.peak_rss_bytes < MEMORY_LIMIT, overhead
     # AND the honest JVM was profiled, its Java frames named
-    stacks = capture.pid_stacks_file(out, honest.pid)
-    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(capture.read_stack_counts(stacks))
+    stacks = pid_stacks_file(out, honest.pid)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(read_stack_counts(stacks))
     # AND the tenant got one warning line, naming the cap it reached
     huge = [w for w in meta.warnings if w.startswith(f"pid {huge_cmdline}: ")]
     assert huge == [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture import format as capture
+from profiler.capture.read import pid_stacks_file, read_meta, read_stack_counts
 from tests.fixtures.hostile import give_to_tenant, tenant_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def test_symbolizer_traps_neither_hang_nor_crash_the_run(tenants, start_cpu_spli
     # THEN the run ended on time and wrote its capture
     assert done.returncode == 0, done.stderr[-2000:]
     assert seconds < 120, seconds
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     # AND the honest JVM's Java and native frames are named (libjvm's and glibc's symbols)
     stacks = _stacks_text(out, honest.pid)
     for frame in ("com.example.CpuSplit::burn", "JavaThread::", "thread_native_entry", "start_thread;", ";clone3;"):
@@ -156,6 +156,6 @@ def test_symbolizer_traps_neither_hang_nor_crash_the_run(tenants, start_cpu_spli
 
 
 def _stacks_text(out: Path, pid: int) -> str:
-    path = capture.pid_stacks_file(out, pid)
+    path = pid_stacks_file(out, pid)
     assert path is not None, f"the capture holds no stacks of pid {pid}"
-    return "\n".join(capture.read_stack_counts(path))
+    return "\n".join(read_stack_counts(path))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import format as capture
+from profiler.capture.read import pid_stacks_file, read_meta, read_overhead, read_stack_counts
 from profiler.scope import attach
 from profiler.symbols import perfmap
 from tests.fixtures.hostile import TenantJvm, give_to_tenant, tenant_ids
@@ -91,9 +92,9 @@ def _plant_everything(tenant: TenantJvm, secrets: dict[str, Path]) -> None:
 
 def _stacks_text(out: Path, pid: int) -> str:
     """Every folded stack of ``pid`` in the capture, one a line, whichever form it stores them in."""
-    path = capture.pid_stacks_file(out, pid)
+    path = pid_stacks_file(out, pid)
     assert path is not None, f"the capture holds no stacks of pid {pid}"
-    return "\n".join(capture.read_stack_counts(path))
+    return "\n".join(read_stack_counts(path))
 
 
 def test_planted_links_and_fifos_never_act_with_roots_rights(
@@ -121,7 +122,7 @@ def test_planted_links_and_fifos_never_act_with_roots_rights(
     assert all(secret.intact() for secret in secrets.values())
     assert daemon.connections == 0
     # AND each refusal is one warning naming the PID and the path
-    warnings = capture.read_meta(out).warnings
+    warnings = read_meta(out).warnings
     assert any(
         w.startswith(f"pid {planted.pid}: /proc/{planted.pid}/root/tmp/perf-{planted.ns_pid}.map: a symbolic link")
         for w in warnings
@@ -173,13 +174,13 @@ def test_a_crafted_jvm_is_skipped_and_the_real_one_profiled(fake_jvm, start_cpu_
     real = start_cpu_split_jvm(threads=1)
     alone = _profile(tmp_path / "alone", real.pid)
     assert alone.returncode == 0, alone.stderr[-2000:]
-    usual = capture.read_overhead(tmp_path / "alone")
+    usual = read_overhead(tmp_path / "alone")
     # WHEN both are profiled
     out = tmp_path / "cap"
     done = _profile(out, fake_jvm.pid, real.pid)
     # THEN the run ended, the fake one's perf map was refused with one warning naming its PID and path
     assert done.returncode == 0, done.stderr[-2000:]
-    warnings = capture.read_meta(out).warnings
+    warnings = read_meta(out).warnings
     perf_map = f"pid {fake_jvm.pid}: /proc/{fake_jvm.pid}/root{fake_jvm.perf_map}: "
     assert any(w.startswith(perf_map) and "over the limit" in w for w in warnings), warnings
     # AND the real one was profiled with its Java frames named
@@ -188,6 +189,6 @@ def test_a_crafted_jvm_is_skipped_and_the_real_one_profiled(fake_jvm, start_cpu_
     assert "N" * 300 not in _stacks_text(out, fake_jvm.pid)
     # AND the fake one cost the agent what a second process costs, not its hostile sizes (parsed, the
     # perf map alone would take gigabytes; the attach replies 40 MB each)
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert usual is not None and overhead is not None
     assert overhead.peak_rss_bytes < usual.peak_rss_bytes + 64 * 1024 * 1024, (usual, overhead)

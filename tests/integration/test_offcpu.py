@@ -17,6 +17,7 @@ import pytest
 
 from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import read_meta, read_pid_offcpu, read_pid_offcpu_timeline
 from tests.fixtures.jvm import java_home, temurin_25
 from tests.integration.test_profiler_run import result_rows, wait_for_state
 
@@ -104,9 +105,9 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     assert profiler.returncode == 0, stderr
     pid = blocked_jvm.process.pid
     rows = {r["task"]: r for r in result_rows(out, "h") if r["pid"] == str(pid)}
-    assert capture.read_meta(out).off_cpu_min_block_ms == 1.0
+    assert read_meta(out).off_cpu_min_block_ms == 1.0
     # the defaults: one busy switch-out in 10 followed; these threads block < 100 times a second: all followed
-    assert capture.read_meta(out).off_cpu_sample_every == 10
+    assert read_meta(out).off_cpu_sample_every == 10
     # THEN each thread's blocked seconds is the JVM's measurement (the two windows differ by the status
     # file's polling: a few tenths of a second of ~15 s), and the split among the five within 5 points.
     # Compared without the time the thread was preempted (switched out while runnable): the JVM times
@@ -149,7 +150,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     bound = max(0.03, 2.6 * (expected_hold * (1 - expected_hold) / n) ** 0.5)
     assert abs(samples["Hold"] / n - expected_hold) < bound, (samples, truth)
     # AND the per-PID file holds the stacks behind the rows
-    entries = capture.read_pid_offcpu(out, pid)
+    entries = read_pid_offcpu(out, pid)
     assert entries is not None and any("pipe_read_[k]" in e.stack and e.cause == "net" for e in entries)
     # with the last Java frame the JVM recorded below the walked frames (JDK 17: Thread.sleep; 21+: sleep0...)
     assert any(e.cause == "sleep" and ";java.lang.Thread::sleep" in e.stack for e in entries), entries[:5]
@@ -157,7 +158,7 @@ def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_
     # AND a thread with no context switch in the window (one Thread.sleep of an hour, one Object.wait
     # without timeout) is blocked all of it: found from /proc (its schedstat did not change), its cause
     # from the JVM's view read at the end, its stack marked as not walked
-    window = capture.read_meta(out).duration
+    window = read_meta(out).duration
     for task, cause in (("Dozer", "sleep"), ("Idler", "wait")):
         seconds = float(rows[task]["offcpu_seconds"])
         print(f"{task}: blocked {seconds:.2f} s of a {window:.2f} s window, {rows[task]}")
@@ -249,7 +250,7 @@ def _check_analysis_and_exports(
     for task in (*THREADS, "Dozer", "Idler"):
         assert exported[("h", pid, task)] / 1e9 == pytest.approx(float(rows[task]["offcpu_seconds"]), rel=1e-5)
     # AND the blocked time per 5 s interval (offcpu_timeline.folded) adds up to the window's, stack by stack
-    by_interval = capture.read_pid_offcpu_timeline(out, pid)
+    by_interval = read_pid_offcpu_timeline(out, pid)
     assert by_interval is not None and set(by_interval) == {0, 1, 2}, by_interval and sorted(by_interval)
     summed: dict[tuple[str, str], int] = {}
     for interval_entries in by_interval.values():
@@ -355,10 +356,10 @@ def test_killed_off_cpu_run_recovers_the_blocked_time_up_to_its_last_checkpoint(
     # + 0.3 s as a whole run (test above), plus the time between the reset and the window's start, and
     # the lag of the JVM's reading behind the checkpoint (a thread blocks at most all of it)
     assert profiler_main(["recover", str(out), "--quiet"]) == 0
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "recovered" and meta.off_cpu_min_block_ms == 1.0
     pid = blocked_jvm.process.pid
-    entries = capture.read_pid_offcpu(out, pid)
+    entries = read_pid_offcpu(out, pid)
     assert entries is not None and any(e.cause == "park" and "Unsafe::park" in e.stack for e in entries), entries
     analyze([out], out_dir=tmp_path / "analysis", engine="in-process")
     with open(tmp_path / "analysis" / "summary.csv") as handle:

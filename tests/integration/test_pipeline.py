@@ -26,6 +26,7 @@ from coordinator.analysis.timeline import SubWindow
 from coordinator.cli import main as coordinator_main
 from profiler.capture import format as capture
 from profiler.capture.folded import format_folded
+from profiler.capture.read import pid_stacks_file, read_capture, read_stack_counts
 from profiler.errors import CaptureFormatError
 from profiler.matching.aggregate import aggregate_host
 from profiler.matching.appprofile import parse_profile
@@ -103,10 +104,10 @@ def test_tiny_run_known_answers(spark: object, tiny_run: Path) -> None:
 def _host_side_rows(run_dir: Path, host: str, profile_text: str) -> list[dict[str, object]]:
     """What `profiler run` pre-aggregates on the host for the same capture and profile."""
     capture_dir = run_dir / "hosts" / host
-    info = capture.read_capture(capture_dir)
+    info = read_capture(capture_dir)
     matcher = Matcher(parse_profile(profile_text))
     matched = {
-        p.pid: match_stacks(matcher, capture.read_stack_counts(capture.pid_stacks_file(capture_dir, p.pid)))
+        p.pid: match_stacks(matcher, read_stack_counts(pid_stacks_file(capture_dir, p.pid)))
         for p in info.processes
         if p.sampled
     }

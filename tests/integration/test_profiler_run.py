@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture import format as capture
+from profiler.capture.read import read_counters, read_meta, read_overhead, read_scope
 from tests.fixtures.captures import folded_text, to_folded
 from tests.fixtures.leaks import bpf_prog_ids_held_by, loaded_bpf_prog_ids
 
@@ -91,7 +92,7 @@ def test_run_finds_workload_and_attributes_methods_within_3pp(tmp_path: Path, cp
     # THEN the capture is complete and the task shares match the JVM's own thread-CPU accounting
     assert process.returncode == 0, stderr
     assert "wrote" in stdout
-    scope = {p.pid: p for p in capture.read_scope(out)}
+    scope = {p.pid: p for p in read_scope(out)}
     me = scope[cpu_split_jvm.pid]
     assert (me.role, me.engine, me.kind, me.preserve_frame_pointer) == ("workload", "testspe", "cpusplit", True)
     assert me.jvm_version and me.jvm_version.startswith("17")
@@ -111,17 +112,17 @@ def test_run_finds_workload_and_attributes_methods_within_3pp(tmp_path: Path, cp
         bound = max(0.03, 2.6 * (expected * (1 - expected) / n) ** 0.5)
         assert abs(measured - expected) < bound, (task, measured, expected, n)
     # samples at 99 Hz of CPU time agree with the task-clock counter of the same window
-    counters = capture.read_counters(out, cpu_split_jvm.pid)
+    counters = read_counters(out, cpu_split_jvm.pid)
     assert counters is not None and counters.cpu_seconds
     pid_samples = int(rows["*"]["samples"])
     assert abs(pid_samples / 99 - counters.cpu_seconds) < 0.15 * counters.cpu_seconds + 0.3
     assert counters.cycles_estimated == (counters.events["cycles"].value is None)
     assert float(rows["*"]["cycles"]) > 0
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration" and 11.5 < meta.duration < 14
     # the counters followed exits all window (root, taskstats): closing them at its end warns of nothing
     assert not [w for w in meta.warnings if "counters" in w], meta.warnings
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None and overhead.bpf_run_count and overhead.bpf_run_count > 0
     # the BPF statistics were on in slices of ~1 s at the start of every 10 s (profiler/bpf/stats.py)
     assert overhead.bpf_stats_seconds is not None and 1.0 <= overhead.bpf_stats_seconds <= 4.0
@@ -152,7 +153,7 @@ def test_signal_mid_run_writes_partial_results_and_detaches(tmp_path: Path, cpu_
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "signal" and meta.duration < 60
     rows = [r for r in result_rows(out) if r["pid"] == str(cpu_split_jvm.pid) and r["task"] == "*"]
     assert rows and int(rows[0]["samples"]) > 0
@@ -170,12 +171,12 @@ def test_target_exiting_mid_run_keeps_its_samples(tmp_path: Path, start_cpu_spli
     jvm.quit()
     _, stderr = process.communicate(timeout=180)
     assert process.returncode == 0, stderr
-    scope = {p.pid: p for p in capture.read_scope(out)}
+    scope = {p.pid: p for p in read_scope(out)}
     assert scope[jvm.pid].exited
-    assert scope[jvm.pid].last_seen < capture.read_meta(out).end_time - 2
+    assert scope[jvm.pid].last_seen < read_meta(out).end_time - 2
     folded = folded_text(out, jvm.pid)
     assert "burnAlpha" in folded  # symbolized although the process was gone at the end
-    counters = capture.read_counters(out, jvm.pid)
+    counters = read_counters(out, jvm.pid)
     samples = sum(int(line.rsplit(" ", 1)[1]) for line in folded.splitlines())
     assert counters is not None and counters.cpu_seconds
     assert abs(samples / 99 - counters.cpu_seconds) < 0.15 * counters.cpu_seconds + 0.3

@@ -23,6 +23,7 @@ import pytest
 from profiler.capture import format as capture
 from profiler.capture.checkpoint import checkpoint_dir, journal_path
 from profiler.capture.journal import read_journal
+from profiler.capture.read import read_meta, read_sampler_stats
 from profiler.cli import main as profiler_main
 from tests.fixtures.captures import folded_text
 from tests.fixtures.jvm import CpuSplitJvm
@@ -90,11 +91,11 @@ def test_killed_run_recovered(start_cpu_split_jvm: Callable[..., CpuSplitJvm], t
     began = time.monotonic()
     assert profiler_main(["recover", str(out), "--quiet"]) == 0
     recover_s = time.monotonic() - began
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "recovered" and any(w.startswith("recovered from checkpoint") for w in meta.warnings)
     window = meta.end_time - meta.start_time
     assert window >= 2.0 and meta.end_time <= killed_at, (window, meta.end_time - killed_at)
-    stats = capture.read_sampler_stats(out, jvm.pid)
+    stats = read_sampler_stats(out, jvm.pid)
     assert stats is not None
     recovered = stats.samples
     # samples up to the last checkpoint: the status's count scaled to the recovered window (±2 s of 99 Hz)

@@ -17,6 +17,15 @@ from profiler.capture.checkpoint import CheckpointWriter, checkpoint_dir, execut
 from profiler.capture.folded import format_folded
 from profiler.capture.format import CounterValue, PidCounters, ProcessInfo
 from profiler.capture.journal import Checkpoint, JournalError, encode_checkpoint, encode_header, read_journal
+from profiler.capture.read import (
+    read_capture,
+    read_counters,
+    read_meta,
+    read_overhead,
+    read_sampler_stats,
+    read_scope,
+    read_stack_counts,
+)
 from profiler.capture.stackstore import SamplerCheckpoint, StackStore, StoreDelta
 from profiler.capture.timeline import CounterReading
 from profiler.cli import main as profiler_main
@@ -205,14 +214,14 @@ def test_recover_writes_a_capture_marked_recovered(tmp_path: Path) -> None:
     result = recover_capture(tmp_path, kernel=FakeKernel)
     # THEN an ordinary capture holds every sample, named offline, marked as recovered
     assert result.samples == 21 and result.checkpoints == 2 and result.symbolized == {GONE_PID: "offline"}
-    loaded = capture.read_capture(tmp_path)
+    loaded = read_capture(tmp_path)
     meta = loaded.meta
     assert meta.host == "node9" and meta.stopped_by == "recovered" and meta.end_time == pytest.approx(result.end_time)
     assert any(w.startswith("recovered from checkpoint 2") and "samples after it are lost" in w for w in meta.warnings)
     assert "a warning" in meta.warnings and meta.cycles_source == "hardware"
-    folded = format_folded(capture.read_stack_counts(capture.table_path(tmp_path, GONE_PID)))
+    folded = format_folded(read_stack_counts(capture.table_path(tmp_path, GONE_PID)))
     assert "getpid" in folded and folded.rstrip().endswith(" 21")
-    assert capture.read_sampler_stats(tmp_path, GONE_PID).samples == 21  # type: ignore[union-attr]
+    assert read_sampler_stats(tmp_path, GONE_PID).samples == 21  # type: ignore[union-attr]
     rows = (tmp_path / capture.result_file_name("node9")).read_text()
     assert "Getpid" in rows
     # AND a second recovery refuses to overwrite it
@@ -226,9 +235,9 @@ def test_recover_command_keeps_what_the_torn_tail_did_not_reach(tmp_path: Path) 
     path = journal_path(tmp_path)
     path.write_bytes(path.read_bytes()[:-7])  # killed in the middle of the second checkpoint
     assert profiler_main(["recover", str(tmp_path), "--quiet"]) == 0
-    meta = capture.read_meta(tmp_path)
+    meta = read_meta(tmp_path)
     assert any("journal's tail was unreadable" in w for w in meta.warnings)
-    assert capture.read_sampler_stats(tmp_path, GONE_PID).samples == 10  # type: ignore[union-attr]
+    assert read_sampler_stats(tmp_path, GONE_PID).samples == 10  # type: ignore[union-attr]
     assert not checkpoint_dir(tmp_path).exists()
 
 
@@ -271,7 +280,7 @@ def test_the_runner_checkpoints_on_its_ticks_and_drops_the_journal_once_the_capt
 ) -> None:
     runner, _components, out = runner_with_checkpoints(tmp_path, 1.6)
     runner.run(parse_profile(PROFILE_TEXT))
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None and 2 <= overhead.checkpoints <= 4 and overhead.checkpoint_bytes > 0
     assert not checkpoint_dir(out).exists()
 
@@ -288,7 +297,7 @@ def test_the_heap_freed_by_each_checkpoint_and_each_batch_is_given_back_at_once(
     # WHEN it runs
     runner.run(parse_profile(PROFILE_TEXT))
     # THEN the heap was trimmed once before the window, then after each batch and after each checkpoint
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None and overhead.checkpoints >= 2 and overhead.name_batches >= 1
     assert len(trims) == 1 + overhead.name_batches + overhead.checkpoints
 
@@ -303,9 +312,9 @@ def test_a_window_cut_short_is_recovered_up_to_its_last_checkpoint(tmp_path: Pat
     result = recover_capture(out, kernel=FakeKernel, symbols=lambda pid, saved: (NamedFrames(), "offline"))
     # THEN every sample filed before the last checkpoint is there, matched, with the scope and counters
     assert result.samples == 5 * taken and result.checkpoints == taken
-    assert format_folded(capture.read_stack_counts(capture.table_path(out, 101))) == f"main;run;burnAlpha {5 * taken}\n"
-    assert {p.pid for p in capture.read_scope(out)} == {101, 102, 200}
-    assert capture.read_counters(out, 101) is not None
+    assert format_folded(read_stack_counts(capture.table_path(out, 101))) == f"main;run;burnAlpha {5 * taken}\n"
+    assert {p.pid for p in read_scope(out)} == {101, 102, 200}
+    assert read_counters(out, 101) is not None
     rows = (out / "h1_result.csv").read_text()
     assert f"101,workload,spark,Alpha,{5 * taken}," in rows
 

@@ -10,6 +10,7 @@ import pytest
 
 from profiler.capture import format as capture
 from profiler.capture.folded import MAX_COUNT
+from profiler.capture.read import _context_row, read_contexts
 from profiler.errors import CaptureFormatError
 
 
@@ -21,7 +22,7 @@ def _capture_with_contexts(tmp_path: Path, rows: list[object]) -> Path:
 
 
 def test_context_rows_are_read(tmp_path: Path) -> None:
-    counts = capture.read_contexts(_capture_with_contexts(tmp_path, [[0, 1, 4], [0, 2, 2], [0, 1, 1]]), 7)
+    counts = read_contexts(_capture_with_contexts(tmp_path, [[0, 1, 4], [0, 2, 2], [0, 1, 1]]), 7)
     assert counts == {("stage 1", "main;work"): 5, ("stage 1", "main;idle"): 2}
 
 
@@ -33,12 +34,12 @@ def test_context_rows_are_read(tmp_path: Path) -> None:
 def test_a_damaged_context_row_is_named(tmp_path: Path, row: object) -> None:
     directory = _capture_with_contexts(tmp_path, [[0, 1, 1], row])
     with pytest.raises(CaptureFormatError, match=r"contexts.json: row 2 is not \[context index, stack line"):
-        capture.read_contexts(directory, 7)
+        read_contexts(directory, 7)
 
 
 def test_the_row_check_bounds_each_value_by_its_line() -> None:
     blocked = (100, 50)  # offcpu_contexts.json: blocked_ns up to the timeline line's, then switches
     highs = lambda line: (blocked[line - 1], MAX_COUNT)  # noqa: E731
-    assert capture._context_row([0, 2, 50, 3], ["ctx"], 2, highs) == ("ctx", 2, (50, 3))
-    assert capture._context_row([0, 2, 51, 3], ["ctx"], 2, highs) is None
-    assert capture._context_row([0, 1, 100], ["ctx"], 2, highs) is None
+    assert _context_row([0, 2, 50, 3], ["ctx"], 2, highs) == ("ctx", 2, (50, 3))
+    assert _context_row([0, 2, 51, 3], ["ctx"], 2, highs) is None
+    assert _context_row([0, 1, 100], ["ctx"], 2, highs) is None

@@ -29,6 +29,7 @@ from profiler.capture.offcpu import (
     parse_offcpu_lines,
     read_offcpu,
 )
+from profiler.capture.read import read_pid_offcpu, read_pid_offcpu_contexts, read_pid_offcpu_timeline
 from profiler.errors import CaptureFormatError
 from profiler.matching.aggregate import aggregate_host
 from profiler.matching.appprofile import parse_profile
@@ -102,9 +103,9 @@ def test_reader_refuses_hostile_lines_naming_file_and_line(line: str, problem: s
 
 
 def test_capture_without_offcpu_file_reads_as_none_and_with_one_as_entries(tmp_path: Path) -> None:
-    assert capture.read_pid_offcpu(tmp_path, 42) is None
+    assert read_pid_offcpu(tmp_path, 42) is None
     capture.write_offcpu(tmp_path, 42, [OffCpuEntry("disk", "t;io_schedule_[k]", 7, 1)])
-    assert capture.read_pid_offcpu(tmp_path, 42) == [OffCpuEntry("disk", "t;io_schedule_[k]", 7, 1)]
+    assert read_pid_offcpu(tmp_path, 42) == [OffCpuEntry("disk", "t;io_schedule_[k]", 7, 1)]
 
 
 def test_blocked_time_goes_to_tasks_by_the_leaf_first_rule() -> None:
@@ -195,10 +196,10 @@ def test_contexts_of_the_timeline_round_trip_without_repeating_stacks(tmp_path: 
     # WHEN the timeline is written and read back
     capture.write_offcpu_timeline(tmp_path, 42, by_interval)
     # THEN the timeline sums over the contexts, the contexts file holds each task's part by line
-    timeline = capture.read_pid_offcpu_timeline(tmp_path, 42)
+    timeline = read_pid_offcpu_timeline(tmp_path, 42)
     assert timeline == {0: [OffCpuEntry("park", stack, 10, 3), OffCpuEntry("lock", "VM Thread;futex_wait_[k]", 9, 1)],
                         1: [OffCpuEntry("park", stack, 5, 1)]}
-    contexts = capture.read_pid_offcpu_contexts(tmp_path, 42)
+    contexts = read_pid_offcpu_contexts(tmp_path, 42)
     assert contexts == {0: [OffCpuEntry("park", stack, 4, 1, stage3), OffCpuEntry("park", stack, 6, 2, stage4)],
                         1: [OffCpuEntry("park", stack, 5, 1, stage3)]}
     raw = (tmp_path / "pids" / "42" / OFFCPU_CONTEXTS_FILE).read_text()
@@ -208,9 +209,9 @@ def test_contexts_of_the_timeline_round_trip_without_repeating_stacks(tmp_path: 
 def test_a_capture_without_contexts_file_reads_as_not_measured_and_one_without_contexts_as_none(
     tmp_path: Path,
 ) -> None:
-    assert capture.read_pid_offcpu_contexts(tmp_path, 42) is None
+    assert read_pid_offcpu_contexts(tmp_path, 42) is None
     capture.write_offcpu_timeline(tmp_path, 42, {0: [OffCpuEntry("lock", "t;futex_wait_[k]", 9, 1)]})
-    assert capture.read_pid_offcpu_contexts(tmp_path, 42) == {}
+    assert read_pid_offcpu_contexts(tmp_path, 42) == {}
 
 
 @pytest.mark.parametrize(
@@ -222,7 +223,7 @@ def test_contexts_rows_that_do_not_fit_the_timeline_are_refused_naming_the_file(
     path = tmp_path / "pids" / "42" / OFFCPU_CONTEXTS_FILE
     path.write_text(json.dumps({"contexts": ["a (1/2)#0"], "rows": rows}))
     with pytest.raises(CaptureFormatError) as error:
-        capture.read_pid_offcpu_contexts(tmp_path, 42)
+        read_pid_offcpu_contexts(tmp_path, 42)
     assert str(error.value).startswith(f"{path}: row 1 ") and "re-run" in str(error.value)
 
 
@@ -239,7 +240,7 @@ def test_thread_sets_round_trip_beside_offcpu_folded_and_old_captures_have_none(
     payload = json.loads((tmp_path / "pids" / "7" / OFFCPU_THREADS_FILE).read_text())
     assert payload == {"offcpu": "offcpu.folded", "sets": [[21, 22]], "lines": [0, 0, -1]}
     # WHEN it is read back THEN each line has its threads again
-    read = capture.read_pid_offcpu(tmp_path, 7)
+    read = read_pid_offcpu(tmp_path, 7)
     assert read is not None and [(e.stack, e.threads) for e in read] == [
         ("pool;read_[k]", frozenset({21, 22})), ("pool;futex_wait_[k]", frozenset({21, 22})),
         ("main;nanosleep_[k]", None),
@@ -247,7 +248,7 @@ def test_thread_sets_round_trip_beside_offcpu_folded_and_old_captures_have_none(
     # AND a capture without the file (older, or a recovered run's) reads with no thread known
     capture.write_offcpu(tmp_path, 8, [OffCpuEntry("sleep", "main;nanosleep_[k]", 1_000, 1)])
     assert not (tmp_path / "pids" / "8" / OFFCPU_THREADS_FILE).exists()
-    assert [e.threads for e in capture.read_pid_offcpu(tmp_path, 8) or []] == [None]
+    assert [e.threads for e in read_pid_offcpu(tmp_path, 8) or []] == [None]
 
 
 @pytest.mark.parametrize(
@@ -274,4 +275,4 @@ def test_a_thread_file_that_does_not_fit_its_offcpu_folded_is_refused(tmp_path: 
     ])  # fmt: skip
     (tmp_path / "pids" / "7" / OFFCPU_THREADS_FILE).write_text(json.dumps(payload))
     with pytest.raises(CaptureFormatError, match=OFFCPU_THREADS_FILE):
-        capture.read_pid_offcpu(tmp_path, 7)
+        read_pid_offcpu(tmp_path, 7)

@@ -19,6 +19,7 @@ from profiler.capture.offcpucheckpoint import (
     read_offcpu_checkpoint,
     write_offcpu_checkpoint,
 )
+from profiler.capture.read import read_meta, read_pid_offcpu, read_pid_offcpu_timeline
 from profiler.errors import CaptureFormatError
 from profiler.run.recovery import recover_capture
 from tests.unit.capture.test_checkpoint import (
@@ -70,22 +71,22 @@ def test_recover_writes_the_off_cpu_time_of_the_last_copy(tmp_path: Path) -> Non
     # WHEN it is recovered
     recover_capture(tmp_path, kernel=FakeKernel)
     # THEN the capture has the PID's off-CPU entries and the run's off-CPU options, as a normal end writes them
-    assert capture.read_meta(tmp_path).off_cpu_min_block_ms == 2.0
-    assert capture.read_meta(tmp_path).off_cpu_sample_every == 10
-    assert capture.read_pid_offcpu(tmp_path, GONE_PID) == [
+    assert read_meta(tmp_path).off_cpu_min_block_ms == 2.0
+    assert read_meta(tmp_path).off_cpu_sample_every == 10
+    assert read_pid_offcpu(tmp_path, GONE_PID) == [
         OffCpuEntry(PARKED.cause, PARKED.stack, PARKED.blocked_ns, PARKED.switches),
         SLEPT,
     ]
     # and no timeline: the copy is not split by interval (`analyze --from/--to` says so rather than zero)
-    assert capture.read_pid_offcpu_timeline(tmp_path, GONE_PID) is None
+    assert read_pid_offcpu_timeline(tmp_path, GONE_PID) is None
 
 
 def test_recover_without_a_copy_writes_no_off_cpu_time(tmp_path: Path) -> None:
     address, maps = libc_function("getpid")
     write_journal(tmp_path, maps, address)
     recover_capture(tmp_path, kernel=FakeKernel)
-    assert capture.read_pid_offcpu(tmp_path, GONE_PID) is None
-    assert capture.read_meta(tmp_path).off_cpu_min_block_ms is None
+    assert read_pid_offcpu(tmp_path, GONE_PID) is None
+    assert read_meta(tmp_path).off_cpu_min_block_ms is None
 
 
 def test_a_damaged_copy_stops_recovery_with_the_way_out(tmp_path: Path) -> None:
@@ -118,6 +119,6 @@ def test_the_runner_copies_the_off_cpu_sums_at_each_checkpoint_and_recover_write
     # WHEN it is recovered
     recover_capture(out, kernel=FakeKernel, symbols=lambda pid, saved: (NamedFrames(), "offline"))
     # THEN the last checkpoint's sums are the capture's off-CPU time
-    assert capture.read_pid_offcpu(out, 101) == [
+    assert read_pid_offcpu(out, 101) == [
         OffCpuEntry("lock", "main;run;futex_wait_[k]", taken * 1_000_000, taken)
     ]

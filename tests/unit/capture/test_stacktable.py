@@ -18,6 +18,7 @@ from coordinator.analysis.timeline import SubWindow
 from profiler.capture import format as capture
 from profiler.capture import stacktable
 from profiler.capture.folded import format_folded, read_folded
+from profiler.capture.read import READABLE_VERSIONS, read_contexts, read_meta, read_pid_table, read_timeline
 from profiler.capture.stackstore import StackStore
 from profiler.capture.stacktable import (
     KERNEL,
@@ -291,14 +292,14 @@ def test_a_newer_table_version_is_refused_with_the_fix() -> None:
 
 def test_a_newer_capture_format_is_refused(tmp_path: Path) -> None:
     write_capture(tmp_path, "h1", [PidSpec(100, {"t;f": 1})])
-    meta = capture.read_meta(tmp_path)
+    meta = read_meta(tmp_path)
     text = (tmp_path / capture.META_FILE).read_text().replace(
         f'"format_version": {meta.format_version}', f'"format_version": {capture.FORMAT_VERSION + 1}'
     )
     atomic.atomic_write_text(tmp_path / capture.META_FILE, text)
-    newer, readable = capture.FORMAT_VERSION + 1, ", ".join(map(str, capture.READABLE_VERSIONS))
+    newer, readable = capture.FORMAT_VERSION + 1, ", ".join(map(str, READABLE_VERSIONS))
     with pytest.raises(CaptureFormatError, match=f"format_version {newer}, this version reads {readable}"):
-        capture.read_meta(tmp_path)
+        read_meta(tmp_path)
 
 
 def test_summary_csv_is_identical_from_the_folded_and_the_compact_form(tmp_path: Path) -> None:
@@ -338,7 +339,7 @@ def test_a_compact_capture_converted_back_to_folded_analyses_the_same(tmp_path: 
         cap = write_capture(tmp_path / form / "cap", "h1", [PidSpec(100, {}, cycles=1e9, timeline=by_interval)],
                             stack_collection="ringbuf", duration=60.0)
         to_compact(cap)
-        table = capture.read_pid_table(cap, 100)
+        table = read_pid_table(cap, 100)
         assert table is not None
         builder_table = table_from_folded(table.folded(), Counter(
             {(i, s): n for i, s, n in table.timeline_entries()}), contexts)
@@ -346,8 +347,8 @@ def test_a_compact_capture_converted_back_to_folded_analyses_the_same(tmp_path: 
         if form == "folded":
             to_folded(cap)
     # THEN the folded twin reads back the same contexts and timeline, and analyses to the same bytes
-    assert capture.read_contexts(tmp_path / "folded/cap", 100) == capture.read_contexts(tmp_path / "compact/cap", 100)
-    assert capture.read_timeline(tmp_path / "folded/cap", 100, 1, 2) == capture.read_timeline(
+    assert read_contexts(tmp_path / "folded/cap", 100) == read_contexts(tmp_path / "compact/cap", 100)
+    assert read_timeline(tmp_path / "folded/cap", 100, 1, 2) == read_timeline(
         tmp_path / "compact/cap", 100, 1, 2)
     for form in ("compact", "folded"):
         analyze([tmp_path / form / "cap"], out_dir=tmp_path / f"{form}-out", engine="in-process")

@@ -27,6 +27,21 @@ from profiler.capture.format import (
     VertexWindow,
 )
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import (
+    read_contexts,
+    read_counters,
+    read_counters_timeline,
+    read_events,
+    read_meta,
+    read_net,
+    read_overhead,
+    read_pid_offcpu,
+    read_pid_offcpu_timeline,
+    read_scope,
+    read_spark_plans,
+    read_stack_counts,
+    read_timeline,
+)
 from profiler.capture.stackstore import CollectedStacks
 from profiler.engines.events import EventCounter
 from profiler.matching.appprofile import parse_profile
@@ -272,7 +287,7 @@ def test_full_window_writes_capture_with_mid_run_process(tmp_path: Path) -> None
     assert components.sampler.exited == [101]
     assert components.sampler.stopped and components.sampler.closed and components.scope.closed
 
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration" and meta.exec_watch == "tracepoint" and meta.net == "tracepoint"
     assert meta.duration >= 1.2
     rows = read_rows(out)
@@ -283,9 +298,9 @@ def test_full_window_writes_capture_with_mid_run_process(tmp_path: Path) -> None
     assert gc["samples"] == "4"
     assert {r["task"] for r in rows if r["pid"] == "200"} == {"*"}
     assert (out / "h1_unmatched.folded").read_text() == "main;unknownThing 4\n"
-    assert format_folded(capture.read_stack_counts(capture.table_path(out, 101))).startswith("main;run;burnAlpha 3\n")
-    assert capture.read_events(out).count == 500
-    assert capture.read_net(out, 101).bytes_received == 20
+    assert format_folded(read_stack_counts(capture.table_path(out, 101))).startswith("main;run;burnAlpha 3\n")
+    assert read_events(out).count == 500
+    assert read_net(out, 101).bytes_received == 20
     assert (out / "application_profile.txt").read_text() == PROFILE_TEXT
 
 
@@ -294,22 +309,22 @@ def test_timeline_files_hold_the_window_by_interval(tmp_path: Path) -> None:
     runner, components, out = make(tmp_path, duration=1.2, interval=0.4, growing=True)
     runner.run(parse_profile(PROFILE_TEXT))
 
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.format_version == capture.FORMAT_VERSION and meta.stack_collection == "ringbuf" and meta.interval == 0.4
     assert components.sampler.window_begun
     # THEN the stacks' timeline sums to the folded stacks
-    assert capture.read_timeline(out, 102) == capture.read_timeline(out, 102, first=0, last=0)
-    assert sum(capture.read_timeline(out, 102).values()) == 8
+    assert read_timeline(out, 102) == read_timeline(out, 102, first=0, last=0)
+    assert sum(read_timeline(out, 102).values()) == 8
     # AND the counter deltas of a process present all window add up to its final reading
-    rows = capture.read_counters_timeline(out, 102)
+    rows = read_counters_timeline(out, 102)
     assert [r.interval for r in rows] == sorted({r.interval for r in rows})
     # the window's last interval; the loop's sliver past the deadline belongs to it (1.2 s / 0.4 s = 3)
     assert rows[-1].interval == 2 and meta.intervals == 3
-    final = capture.read_counters(out, 102)
+    final = read_counters(out, 102)
     assert sum(r.cycles for r in rows) == pytest.approx(final.cycles)
     assert sum(r.cpu_seconds for r in rows) == pytest.approx(final.cpu_seconds)
     # AND the profiler's own footprint has a point per interval and a baseline
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead.rss_baseline_bytes > 0
     assert 2 <= len(overhead.timeline) <= 4 and all(p.rss_bytes > 0 for p in overhead.timeline)
     # AND native frames were named in a batch at every interval's end, counted in overhead.json
@@ -324,7 +339,7 @@ def test_stop_request_ends_window_early_and_writes_everything(tmp_path: Path) ->
     threading.Timer(0.6, runner.request_stop).start()
     runner.run(parse_profile(PROFILE_TEXT))
 
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "signal"
     assert meta.duration < 5
     assert read_rows(out)  # partial results present
@@ -335,11 +350,11 @@ def test_failure_after_window_still_writes_partial_capture(tmp_path: Path) -> No
     runner, components, out = make(tmp_path, duration=0.3, fail_collect=True)
     runner.run(parse_profile(PROFILE_TEXT))
 
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert any("symbolizer exploded" in w for w in meta.warnings)
     # counters and scope still written although the stacks were lost
-    assert capture.read_counters(out, 101) is not None
-    assert {p.pid for p in capture.read_scope(out)} == {101, 102, 200}
+    assert read_counters(out, 101) is not None
+    assert {p.pid for p in read_scope(out)} == {101, 102, 200}
     assert components.sampler.closed and components.counters.closed
 
 
@@ -352,7 +367,7 @@ def test_failure_inside_window_is_reraised_after_writing(tmp_path: Path) -> None
     components.scope.poll = boom  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="scope broke"):
         runner.run(parse_profile(PROFILE_TEXT))
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "error"
     assert (out / "h1_result.csv").exists()
     assert components.sampler.closed
@@ -369,7 +384,7 @@ def test_warnings_raised_while_closing_reach_meta(tmp_path: Path) -> None:
 
     components.sampler.close = close_with_warning
     runner.run(parse_profile(PROFILE_TEXT))
-    warnings = capture.read_meta(out).warnings
+    warnings = read_meta(out).warnings
     assert "sampled fine" in warnings
     assert "kernel.perf_event_max_stack could not be restored to 127" in warnings
 
@@ -382,7 +397,7 @@ def test_event_counting_failure_is_a_warning_not_a_failed_run(tmp_path: Path) ->
 
     components.events.start = refuse  # type: ignore[method-assign]
     runner.run(parse_profile(PROFILE_TEXT))
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration"
     assert any("py4j answered garbage" in w for w in meta.warnings)
     assert read_rows(out)
@@ -422,13 +437,13 @@ def test_spark_plans_and_contexts_are_written_and_a_missing_rest_api_is_a_warnin
     # WHEN the run ends
     runner.run(parse_profile(PROFILE_TEXT))
     # THEN spark.json says why there is no plan, meta.json carries it as a warning, and nothing failed
-    assert capture.read_spark_plans(out) == components.spark_plans.finish()
-    meta = capture.read_meta(out)
+    assert read_spark_plans(out) == components.spark_plans.finish()
+    meta = read_meta(out)
     assert any(w.startswith("Spark REST API: no Spark driver REST API answered") for w in meta.warnings)
     assert components.spark_plans.started == [101, 200] and components.spark_plans.added == [102]
     # AND the context refers to its stack in the stack table
-    assert capture.read_contexts(out, 101) == Counter({(task, "main;run;burnAlpha"): 2})
-    assert capture.read_contexts(out, 102) is None
+    assert read_contexts(out, 101) == Counter({(task, "main;run;burnAlpha"): 2})
+    assert read_contexts(out, 102) is None
 def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -442,10 +457,10 @@ def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_
     # WHEN the run ends; THEN it is complete, events.json says why there is no count, meta.json has
     # the health line, and there is no flink.json
     runner.run(parse_profile(PROFILE_TEXT))
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration"
     assert any("flink REST API of pid 300 did not answer" in w and "--events N" in w for w in meta.warnings)
-    events = capture.read_events(out)
+    events = read_events(out)
     assert events is not None and events.count is None and "pid 300" in events.detail
     assert not (out / capture.FLINK_FILE).exists()
     assert read_rows(out)
@@ -461,7 +476,7 @@ def test_event_counting_starts_at_the_window_start_before_processes_are_entered(
 
     components.events.start = start  # type: ignore[method-assign]
     runner.run(parse_profile(PROFILE_TEXT))
-    assert seen == [([], capture.read_meta(out).start_time)]
+    assert seen == [([], read_meta(out).start_time)]
 
 
 class FakeOffCpu:
@@ -513,17 +528,17 @@ def test_off_cpu_component_traces_workload_pids_and_its_time_reaches_files_rows_
     # THEN only workload PIDs were traced, in the lifecycle order, and the time is in the capture
     assert offcpu.added == [101, 102] and offcpu.order == ["start", "stop", "collect", "close"]
     assert offcpu.exited == [101]  # its time stays (below), its pid is no longer followed
-    assert capture.read_pid_offcpu(out, 101) == offcpu.collect()[101]
+    assert read_pid_offcpu(out, 101) == offcpu.collect()[101]
     # the per-interval split: every interval end was a tick, the last one holds the fake's time
     assert offcpu.ticks and offcpu.ticks == sorted(set(offcpu.ticks))
-    assert capture.read_pid_offcpu_timeline(out, 101) == {offcpu.ticks[-1]: offcpu.collect()[101]}
-    assert capture.read_pid_offcpu_timeline(out, 102) == {}
-    assert capture.read_pid_offcpu(out, 102) == [] and capture.read_pid_offcpu(out, 200) is None
+    assert read_pid_offcpu_timeline(out, 101) == {offcpu.ticks[-1]: offcpu.collect()[101]}
+    assert read_pid_offcpu_timeline(out, 102) == {}
+    assert read_pid_offcpu(out, 102) == [] and read_pid_offcpu(out, 200) is None
     rows = {(r["pid"], r["task"]): r for r in read_rows(out)}
     assert float(rows[("101", "Alpha")]["offcpu_lock_seconds"]) == 2.0
     assert float(rows[("101", "*")]["offcpu_seconds"]) == 2.0 and float(rows[("102", "*")]["offcpu_seconds"]) == 0
     assert rows[("200", "*")]["offcpu_seconds"] == ""  # managing: not traced, not measured
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.off_cpu_min_block_ms == 2.5 and "off-cpu: a fake warning" in meta.warnings
 
 
@@ -552,4 +567,4 @@ def test_without_off_cpu_the_columns_are_empty_and_no_file_is_written(tmp_path: 
     runner, _components, out = make(tmp_path)
     runner.run(parse_profile(PROFILE_TEXT))
     assert all(r["offcpu_seconds"] == "" for r in read_rows(out))
-    assert not list(out.glob("pids/*/offcpu.folded")) and capture.read_meta(out).off_cpu_min_block_ms is None
+    assert not list(out.glob("pids/*/offcpu.folded")) and read_meta(out).off_cpu_min_block_ms is None

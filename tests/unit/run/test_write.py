@@ -11,6 +11,7 @@ from pathlib import Path
 from profiler.capture import format as capture
 from profiler.capture.folded import format_folded
 from profiler.capture.format import CounterValue, Overhead, PidCounters, ProcessInfo, SamplerStats
+from profiler.capture.read import read_meta, read_overhead, read_scope, read_stack_counts
 from profiler.capture.stackstore import CollectedStacks
 from profiler.matching.appprofile import parse_profile
 from profiler.run.options import RunOptions
@@ -52,16 +53,16 @@ def test_the_writer_needs_only_what_was_collected(tmp_path: Path) -> None:
     # WHEN it is written
     meta = write_capture(run, collected(), parse_profile(PROFILE_TEXT))
     # THEN an ordinary capture: meta from the value, stacks and rows matched, the window's cost kept
-    assert meta == capture.read_meta(run.out)
+    assert meta == read_meta(run.out)
     assert (meta.stopped_by, meta.cycles_source, meta.thread_names, meta.stack_walk) == (
         "duration", "hardware", "uprobe", "bpf",
     )
     assert meta.intervals == 2 and meta.warnings == ("a warning",)
-    folded = format_folded(capture.read_stack_counts(capture.table_path(run.out, 101)))
+    folded = format_folded(read_stack_counts(capture.table_path(run.out, 101)))
     assert "main;burnAlpha 3" in folded
     rows = (run.out / capture.result_file_name("h1")).read_text()
     assert "Alpha" in rows and "Beta" in rows
-    overhead = capture.read_overhead(run.out)
+    overhead = read_overhead(run.out)
     assert overhead is not None and overhead.profiler_cpu_seconds == 0.25 and overhead.peak_rss_bytes > 0
 
 
@@ -70,7 +71,7 @@ def test_a_run_that_never_began_its_window_has_no_timeline(tmp_path: Path) -> No
     never_began = collected(window_started=False, stacks={}, stopped_by="signal")
     meta = write_capture(run, never_began, parse_profile(PROFILE_TEXT))
     assert meta.intervals == 0 and meta.stopped_by == "signal"
-    assert [p.pid for p in capture.read_scope(run.out)] == [101]
+    assert [p.pid for p in read_scope(run.out)] == [101]
 
 
 def imported_run_modules(path: Path) -> set[str]:

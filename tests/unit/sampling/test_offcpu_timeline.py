@@ -10,6 +10,7 @@ import pytest
 from coordinator.analysis.timeline import IntervalSpan, window_offcpu
 from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import read_pid_offcpu_timeline
 from profiler.errors import CaptureFormatError
 from profiler.sampling.offcpu import RawBlock
 from profiler.sampling.offcpu_timeline import OffCpuTimeline, OpenBlock, block_key, split_span
@@ -70,18 +71,18 @@ def test_timeline_file_round_trips_and_names_bad_lines(tmp_path: Path) -> None:
         3: [OffCpuEntry("net", "a thread;x y;ep_poll_[k]", 7, 2), OffCpuEntry("sleep", "s;nanosleep_[k]", 9, 3)],
     }
     capture.write_offcpu_timeline(tmp_path, 42, entries)
-    read = capture.read_pid_offcpu_timeline(tmp_path, 42)
+    read = read_pid_offcpu_timeline(tmp_path, 42)
     assert read is not None and {i: sorted(e, key=lambda x: x.stack) for i, e in read.items()} == {
         i: sorted(e, key=lambda x: x.stack) for i, e in entries.items()
     }
-    assert capture.read_pid_offcpu_timeline(tmp_path, 43) is None  # older captures: no file
+    assert read_pid_offcpu_timeline(tmp_path, 43) is None  # older captures: no file
     path = capture.pid_dir(tmp_path, 42) / capture.OFFCPU_TIMELINE_FILE
     path.write_text("0 park 5 1 t;f\nx park 5 1 t;f\n")
     with pytest.raises(CaptureFormatError, match=r"offcpu_timeline.folded:2: expected 'interval cause"):
-        capture.read_pid_offcpu_timeline(tmp_path, 42)
+        read_pid_offcpu_timeline(tmp_path, 42)
     path.write_text("0 park 5 1 t;f\n1 nap 5 1 t;f\n")
     with pytest.raises(CaptureFormatError, match=r"offcpu_timeline.folded:2: unknown cause 'nap'"):
-        capture.read_pid_offcpu_timeline(tmp_path, 42)
+        read_pid_offcpu_timeline(tmp_path, 42)
 
 
 def test_window_cut_sums_the_spans_intervals() -> None:

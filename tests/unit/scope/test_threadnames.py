@@ -10,6 +10,7 @@ import pytest
 
 from profiler.capture import format as capture
 from profiler.capture.folded import format_folded
+from profiler.capture.read import read_contexts
 from profiler.capture.stackstore import StackStore
 from profiler.errors import CaptureFormatError
 from profiler.files import atomic
@@ -96,11 +97,11 @@ def test_contexts_file_round_trips_through_stack_line_numbers(tmp_path: Path) ->
     text = format_folded(folded)
     atomic.atomic_write_text(capture.stacks_path(tmp_path, 42), text)
     atomic.atomic_write_text(capture.contexts_path(tmp_path, 42), capture.format_contexts(text, contexts))
-    assert capture.read_contexts(tmp_path, 42) == contexts
-    assert capture.read_contexts(tmp_path, 43) is None  # a v2 capture: no file, no contexts
+    assert read_contexts(tmp_path, 42) == contexts
+    assert read_contexts(tmp_path, 43) is None  # a v2 capture: no file, no contexts
     atomic.atomic_write_text(capture.contexts_path(tmp_path, 42), '{"contexts": ["x"], "rows": [[0, 9, 1]]}')
     with pytest.raises(CaptureFormatError, match=r"contexts.json: row 1 is not"):
-        capture.read_contexts(tmp_path, 42)
+        read_contexts(tmp_path, 42)
 
 
 def test_a_thread_whose_java_name_never_reached_the_kernel_keeps_its_jcmd_name() -> None:

@@ -237,6 +237,7 @@ def test_report_loads_the_blocked_stacks_of_the_sub_windows_intervals(timeline_r
     from coordinator.analysis.load import load_offcpu
     from profiler.capture import format as capture
     from profiler.capture.offcpu import OffCpuEntry
+    from profiler.capture.read import read_capture
 
     host = timeline_run / "hosts" / "h1"
     poll = "Executor task l;org.apache.kafka.clients.consumer.KafkaConsumer.poll;futex_wait_[k]"
@@ -246,7 +247,7 @@ def test_report_loads_the_blocked_stacks_of_the_sub_windows_intervals(timeline_r
     capture.write_offcpu_timeline(host, 100, by_interval)
     capture.write_offcpu(host, 200, [OffCpuEntry("net", poll, 5, 1)])  # no timeline: left out of a cut
     problems: list[str] = []
-    loaded = capture.read_capture(host)
+    loaded = read_capture(host)
     whole = {100: [OffCpuEntry("net", poll, 321, 6)], 200: [OffCpuEntry("net", poll, 5, 1)]}
     assert load_offcpu(loaded, problems) == whole
     assert load_offcpu(loaded, problems, (1, 2)) == {100: [OffCpuEntry("net", poll, 320, 5)]}

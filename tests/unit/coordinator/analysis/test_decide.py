@@ -18,6 +18,7 @@ from coordinator.report.view import time_series
 from profiler.capture import format as capture
 from profiler.capture.folded import read_folded
 from profiler.capture.stacktable import (
+    StackTable,
     StackTableBuilder,
     encode_table,
     read_table,
@@ -42,7 +43,7 @@ def _task_thread(number: int) -> str:
     return f"Executor task launch worker for task {number % 3}.0 in stage {10 + number % 4}.0 (TID {number})"
 
 
-def _real_table(pid: int) -> capture.StackTable:
+def _real_table(pid: int) -> StackTable:
     """The real executor's stacks as one PID's table: a subset per PID, spread over intervals, and the
     samples of some task-thread stacks given a Spark task context."""
     folded = read_folded(REAL_STACKS)

@@ -17,7 +17,8 @@ from coordinator.analysis.timeline import IntervalSpan, SubWindow
 from coordinator.report.render import render_report
 from coordinator.report.view import build_view
 from profiler.capture import format as capture
-from profiler.capture.format import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta, read_capture
+from profiler.capture.format import CounterDelta, Overhead, OverheadPoint, PidCounters, RunMeta
+from profiler.capture.read import read_capture
 from profiler.capture.stacktable import table_from_folded, write_table
 from profiler.errors import ConfigError
 from profiler.files import atomic

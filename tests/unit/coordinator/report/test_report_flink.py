@@ -67,8 +67,9 @@ def test_with_off_cpu_each_vertex_gets_its_task_threads_blocked_time_by_cause(
     # (comm "WindowSum -> Di") never blocked long enough, and a thread named like no vertex 5 s
     import json
 
-    from profiler.capture.format import read_pid_offcpu, write_offcpu
+    from profiler.capture.format import write_offcpu
     from profiler.capture.offcpu import OffCpuEntry
+    from profiler.capture.read import read_pid_offcpu
 
     run_dir = flink_run_dir(tmp_path / "runs")
     capture_dir = run_dir / "hosts" / "node1"
