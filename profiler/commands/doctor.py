@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import VMStructsError
-from ..unwind.hotspot import ProcessMemory, read_layout
+from ..unwind.vmstructs import ProcessMemory, read_layout
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 

@@ -86,7 +86,7 @@ _WIDTHS = {"int": 4, "int16_t": 2, "u2": 2, "short": 2, "jint": 4}
 
 
 class Memory(Protocol):
-    """What this module reads of a JVM (profiler.unwind.hotspot.ProcessMemory)."""
+    """What this module reads of a JVM (profiler.unwind.vmstructs.ProcessMemory)."""
 
     def read(self, address: int, size: int) -> bytes: ...
     def u64(self, address: int) -> int: ...

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from ..errors import VMStructsError
 from ..files import procread
 from .codecache import KIND_NMETHOD, blob_kind, find_blob
-from .hotspot import INTERPRETED_MARK, THREAD_FIELDS, MethodNamer, ProcessMemory, VMLayout
+from .hotspot import INTERPRETED_MARK, MethodNamer
+from .vmstructs import THREAD_FIELDS, ProcessMemory, VMLayout
 
 MAX_JAVA_THREADS = 1 << 16  # a JVM with more threads than this is garbage read as a thread list
 _MAX_OFFSET = 1 << 16  # a JavaThread is a few KiB: a larger field offset is not HotSpot's

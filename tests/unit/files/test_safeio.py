@@ -181,7 +181,7 @@ def test_crafted_elf_headers_raise_instead_of_allocating(in_tmp: Path) -> None:
     import struct
 
     from profiler.unwind import ehframe
-    from profiler.unwind.hotspot import _TABLE_SYMBOLS, elf_symbols
+    from profiler.unwind.vmstructs import _TABLE_SYMBOLS, elf_symbols
 
     # an ELF header whose section table claims 65535 sections of 65535 bytes far past the file's end
     header = bytearray(64)

@@ -13,13 +13,15 @@ from hypothesis import strategies as st
 
 from profiler.errors import VMStructsError
 from profiler.files import safeio
-from profiler.unwind import cfi, ehframe, hotspot
+from profiler.unwind import cfi, ehframe
+from profiler.unwind.hsperf import UNLOADED_CLASSES, _counter_offset
+from profiler.unwind.vmstructs import _TABLE_SYMBOLS, elf_symbols, libjvm_in_maps
 from tests.unit.fuzz import crafted
 from tests.unit.fuzz.corpus import DATA, corpus, fuzz_settings, seed
 
 # what cfi.CfiLoader._table_for / _parse catch: the ELF's table is refused, the run goes on
 CFI_REFUSALS = (ehframe.EhFrameError, struct.error, IndexError, ValueError)
-# what hotspot.read_layout catches around elf_symbols (and VMStructsError, the named refusal)
+# what vmstructs.read_layout catches around elf_symbols (and VMStructsError, the named refusal)
 SYMBOL_REFUSALS = (VMStructsError, OSError, ValueError, IndexError, struct.error)
 
 LIBC_EH_FRAME = next(DATA.glob("libc_eh_frame_*.bin"))
@@ -30,7 +32,7 @@ EH_FRAME_SEEDS = [
     crafted.eh_frame_distinct_cies(4, 64),
 ]
 ELF_SEEDS = [seed("libjvm17_dynsym.elf"), crafted.elf_with_eh_frame(EH_FRAME_SEEDS[0], LIBC_EH_FRAME_ADDR)]
-HSPERF_SEEDS = [crafted.hsperfdata({"sun.rt.createVmBeginTime": 1, hotspot.UNLOADED_CLASSES: 3})] + [
+HSPERF_SEEDS = [crafted.hsperfdata({"sun.rt.createVmBeginTime": 1, UNLOADED_CLASSES: 3})] + [
     path.read_bytes() for path in sorted(DATA.glob("hsperfdata_*.bin"))
 ]
 MAPS_SEEDS = [path.read_bytes() for path in sorted(DATA.glob("proc_maps_*.txt"))] or [
@@ -80,30 +82,30 @@ def _memory_file(data: bytes) -> Iterator[safeio.BoundedReader]:
 def test_libjvm_symbols(image: bytes) -> None:
     with _memory_file(image) as reader:
         try:
-            found, _base = hotspot.elf_symbols("fuzz", reader, hotspot._TABLE_SYMBOLS)
+            found, _base = elf_symbols("fuzz", reader, _TABLE_SYMBOLS)
         except SYMBOL_REFUSALS:
             return
-    assert set(found) <= set(hotspot._TABLE_SYMBOLS)
+    assert set(found) <= set(_TABLE_SYMBOLS)
 
 
 def test_the_libjvm_seed_names_every_vmstructs_symbol() -> None:
     # the seed is worth its bytes: unmutated, it finds what read_layout needs
     with _memory_file(seed("libjvm17_dynsym.elf")) as reader:
-        found, _base = hotspot.elf_symbols("seed", reader, hotspot._TABLE_SYMBOLS)
-    assert set(found) == set(hotspot._TABLE_SYMBOLS)
+        found, _base = elf_symbols("seed", reader, _TABLE_SYMBOLS)
+    assert set(found) == set(_TABLE_SYMBOLS)
 
 
 @fuzz_settings()
-@given(corpus(HSPERF_SEEDS), st.sampled_from([hotspot.UNLOADED_CLASSES, "sun.rt.createVmBeginTime", ""]))
+@given(corpus(HSPERF_SEEDS), st.sampled_from([UNLOADED_CLASSES, "sun.rt.createVmBeginTime", ""]))
 def test_hsperfdata(data: bytes, name: str) -> None:
-    offset = hotspot._counter_offset(data, name)  # never raises: no counter is None
+    offset = _counter_offset(data, name)  # never raises: no counter is None
     assert offset is None or isinstance(offset, int)
 
 
 def test_real_hsperfdata_seeds_have_the_unloads_counter() -> None:
     assert len(HSPERF_SEEDS) > 1  # the recorded JVM's file is there
     for data in HSPERF_SEEDS:
-        offset = hotspot._counter_offset(data, hotspot.UNLOADED_CLASSES)
+        offset = _counter_offset(data, UNLOADED_CLASSES)
         assert offset is not None and 0 <= offset <= len(data) - 8
 
 
@@ -113,10 +115,10 @@ def test_proc_maps(raw: bytes) -> None:
     text = raw.decode("utf-8", "replace")
     for mapping in cfi.parse_maps(text):
         assert mapping.path.startswith("/") or mapping.path == "[vdso]"
-    found = hotspot.libjvm_in_maps(text.splitlines(keepends=True))
+    found = libjvm_in_maps(text.splitlines(keepends=True))
     assert found is None or found[0].endswith("/libjvm.so")
 
 
 def test_the_maps_seed_holds_libjvm_and_code() -> None:
     text = MAPS_SEEDS[0].decode()
-    assert hotspot.libjvm_in_maps(text.splitlines(keepends=True)) is not None and cfi.parse_maps(text)
+    assert libjvm_in_maps(text.splitlines(keepends=True)) is not None and cfi.parse_maps(text)

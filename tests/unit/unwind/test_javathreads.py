@@ -9,7 +9,6 @@ import struct
 import pytest
 
 from profiler.errors import VMStructsError
-from profiler.unwind.hotspot import VMLayout
 from profiler.unwind.javathreads import (
     JAVA_INTERPRETED,
     MAX_JAVA_THREADS,
@@ -18,6 +17,7 @@ from profiler.unwind.javathreads import (
     read_java_threads,
     thread_layout,
 )
+from profiler.unwind.vmstructs import VMLayout
 from tests.unit.unwind.test_codecache import FakeMemory
 
 LIST_POINTER = 0x7F00_0000_1000  # ThreadsSMRSupport::_java_thread_list (a static)

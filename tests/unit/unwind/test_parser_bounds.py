@@ -17,7 +17,9 @@ import pytest
 
 from profiler.errors import VMStructsError
 from profiler.files import safeio
-from profiler.unwind import cfi, codecache, ehframe, hotspot
+from profiler.unwind import cfi, codecache, ehframe
+from profiler.unwind.hsperf import HSPERFDATA_MAX_BYTES, UNLOADED_CLASSES, _counter_offset
+from profiler.unwind.vmstructs import _TABLE_SYMBOLS, ELF_MAX_STRINGS, elf_symbols
 from tests.unit.fuzz import crafted
 
 LIBJVM = sorted(Path("/usr/lib/jvm").glob("*/lib/server/libjvm.so"))
@@ -155,22 +157,22 @@ def test_an_over_budget_section_is_warned_for_that_elf_only() -> None:
 def test_a_string_table_named_at_every_offset_costs_linear_time() -> None:
     # GIVEN 87 k symbols naming offsets of one 2 MiB name without end (11.8 CPU-s before; 128 MiB: hours)
     with _elf_reader(crafted.elf_quadratic_strtab((2 << 20) // 24, 2 << 20)) as reader:
-        (found, _base), seconds = _cpu(hotspot.elf_symbols, "crafted", reader, hotspot._TABLE_SYMBOLS)
+        (found, _base), seconds = _cpu(elf_symbols, "crafted", reader, _TABLE_SYMBOLS)
     assert found == {} and seconds < 1.0
 
 
 def test_symbol_tables_over_the_bounds_are_refused_by_name() -> None:
     with (
-        _elf_reader(crafted.elf_quadratic_strtab(16, hotspot.ELF_MAX_STRINGS + 1)) as reader,
+        _elf_reader(crafted.elf_quadratic_strtab(16, ELF_MAX_STRINGS + 1)) as reader,
         pytest.raises(VMStructsError, match="over the limits"),
     ):
-        hotspot.elf_symbols("crafted", reader, hotspot._TABLE_SYMBOLS)
+        elf_symbols("crafted", reader, _TABLE_SYMBOLS)
 
 
 def test_names_are_found_only_whole() -> None:
     names = {"gHotSpotVMStructs": 0x100, "gHotSpotVMTypesX": 0x200, "gHotSpotVMType": 0x300, "gHotSpotVMTypes": 0x400}
     with _elf_reader(crafted.elf_symbols_table(names)) as reader:
-        found, _base = hotspot.elf_symbols("crafted", reader, ("gHotSpotVMStructs", "gHotSpotVMTypes", "absent"))
+        found, _base = elf_symbols("crafted", reader, ("gHotSpotVMStructs", "gHotSpotVMTypes", "absent"))
     assert found == {"gHotSpotVMStructs": 0x100, "gHotSpotVMTypes": 0x400}
 
 
@@ -179,32 +181,32 @@ def test_names_are_found_only_whole() -> None:
 def test_real_libjvm_symbols_are_all_found(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        found, _base = hotspot.elf_symbols(str(path), safeio.BoundedReader.of(fd), hotspot._TABLE_SYMBOLS)
+        found, _base = elf_symbols(str(path), safeio.BoundedReader.of(fd), _TABLE_SYMBOLS)
     finally:
         os.close(fd)
-    assert set(found) == set(hotspot._TABLE_SYMBOLS) and all(found.values())
+    assert set(found) == set(_TABLE_SYMBOLS) and all(found.values())
 
 
 # ---------------------------------------------------------------- hsperfdata
 
 
 def test_hsperfdata_counter_found_by_name() -> None:
-    data = crafted.hsperfdata({"sun.rt.x": 1, hotspot.UNLOADED_CLASSES + ".not": 2, hotspot.UNLOADED_CLASSES: 7})
-    offset = hotspot._counter_offset(data, hotspot.UNLOADED_CLASSES)
+    data = crafted.hsperfdata({"sun.rt.x": 1, UNLOADED_CLASSES + ".not": 2, UNLOADED_CLASSES: 7})
+    offset = _counter_offset(data, UNLOADED_CLASSES)
     assert offset is not None and int.from_bytes(data[offset : offset + 8], "little") == 7
 
 
 def test_hsperfdata_entries_naming_one_unterminated_name_cost_linear_time() -> None:
     # 4 MiB: 28 CPU-s before
-    data = crafted.hsperfdata_quadratic(hotspot.HSPERFDATA_MAX_BYTES)
-    offset, seconds = _cpu(hotspot._counter_offset, data, hotspot.UNLOADED_CLASSES)
+    data = crafted.hsperfdata_quadratic(HSPERFDATA_MAX_BYTES)
+    offset, seconds = _cpu(_counter_offset, data, UNLOADED_CLASSES)
     assert offset is None and seconds < 0.5
 
 
 def test_hsperfdata_entries_shorter_than_their_header_end_the_scan() -> None:
-    data = bytearray(crafted.hsperfdata({"a": 1, hotspot.UNLOADED_CLASSES: 7}))
+    data = bytearray(crafted.hsperfdata({"a": 1, UNLOADED_CLASSES: 7}))
     struct.pack_into("<i", data, 32, 1)  # the first entry's length: 1 byte, overlapping the next
-    assert hotspot._counter_offset(bytes(data), hotspot.UNLOADED_CLASSES) is None
+    assert _counter_offset(bytes(data), UNLOADED_CLASSES) is None
 
 
 # ---------------------------------------------------------------- nmethod scopes
