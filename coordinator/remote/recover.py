@@ -18,7 +18,8 @@ from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec, load_cluster
 from coordinator.remote.hosts import HostTransport, RunRequest, run_request
 from coordinator.remote.progress import ProgressBoard, make_renderer
-from coordinator.remote.session import LOG_FILE, HostWorker, RunControl, RunLog, TransportFactory
+from coordinator.remote.session import LOG_FILE, TransportFactory
+from coordinator.remote.worker import HostWorker, RunControl, RunLog
 from coordinator.rundir import HostOutcome, RunInfo
 from profiler.errors import CaptureFormatError, OutputExistsError
 

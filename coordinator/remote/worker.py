@@ -1,0 +1,429 @@
+"""One host of a profile run, driven by its own thread: connect, deploy, wait for the common start,
+watch the profiler, fetch its capture (or have the host recover it from its journal), clean up.
+
+session.py starts one HostWorker per host and releases them together; what the main thread tells them
+is a RunControl, what they say goes to the progress board and coordinator.log (RunLog).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from coordinator import rundir
+from coordinator.errors import HostKeyError
+from coordinator.remote.hosts import HostTransport, ProfilerStatus, RunRequest, TransportLost, one_line
+from coordinator.remote.progress import ProgressBoard
+from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome
+from profiler.capture.format import RunMeta
+from profiler.capture.read import is_capture_dir, read_events, read_meta, read_sampler_stats, read_scope
+from profiler.errors import CapabilityError, ProfilerError
+
+POLL_INTERVAL = 0.5
+READY_TIMEOUT = 120.0  # connect + deploy budget per host before the others start without it
+LATE_START_TOLERANCE = 0.5  # seconds after the common start a host may begin without a warning
+NOT_COLLECTED = "not collected"  # a host's reason in run.json until its outcome is known
+RECOVER_TIMEOUT = 300.0  # seconds `profiler recover` may take on a host (symbolizing a long window)
+
+
+class RunLog:
+    """coordinator.log in the run directory: one timestamped line per host event."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, host: str, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}"
+        with self._lock:
+            if not self._handle.closed:
+                self._handle.write(f"{stamp} {host}: {text}\n")
+                self._handle.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._handle.close()
+
+
+class RunControl:
+    """What the main thread tells the workers: when to start sampling, and when to stop early."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.go = threading.Event()
+        self.start_at: float | None = None
+        self.analysing = False  # every capture is home and run.json written
+
+    def release(self, start_at: float) -> None:
+        self.start_at = start_at
+        self.go.set()
+
+
+class HostWorker(threading.Thread):
+    """Drives one host through connect → deploy → start → watch → fetch → clean up."""
+
+    def __init__(
+        self,
+        transport: HostTransport,
+        request: RunRequest,
+        run_dir: Path,
+        control: RunControl,
+        board: ProgressBoard,
+        log: RunLog,
+        finish_grace: float,
+        reconnect_window: float = 60.0,
+    ) -> None:
+        super().__init__(name=f"host-{transport.spec.label}", daemon=True)
+        self.transport = transport
+        self.spec = transport.spec
+        self.request = request
+        self.run_dir = run_dir
+        self.control = control
+        self.board = board
+        self.log = log
+        self.finish_grace = finish_grace
+        self.reconnect_window = reconnect_window  # seconds a lost host is retried beyond the profiler's end
+        self.ready = threading.Event()
+        self.collected = threading.Event()  # the outcome is known; only the clean-up may still run
+        self.outcome = HostOutcome(
+            host=self.spec.label,
+            address=transport.address,
+            roles=self.spec.roles,
+            state=HOST_FAILED,
+            reason=NOT_COLLECTED,
+        )
+        self.stop_sent = False
+        self.warnings: list[str] = []
+
+    # --------------------------------------------------------------- helpers
+
+    def _phase(self, phase: str, message: str = "", **extra: Any) -> None:
+        self.board.update(self.spec.label, phase=phase, message=message, **extra)
+        self.log.write(self.spec.label, phase + (f": {message}" if message else ""))
+
+    def _fail(self, reason: str) -> None:
+        reason = one_line(reason, 500)
+        self.outcome = replace(self.outcome, state=HOST_FAILED, reason=reason)
+        self._phase("failed", reason)
+
+    def _reconnect(self, deadline: float) -> bool:
+        """Reconnect until ``deadline`` (coordinator monotonic clock); the remote profiler keeps running."""
+        attempt = 0
+        # At least one attempt: a command that blocked on a silent link may have outlasted the deadline.
+        while attempt == 0 or time.monotonic() < deadline:
+            attempt += 1
+            self._phase("reconnecting", f"attempt {attempt}")
+            try:
+                self.transport.reconnect()
+                self.log.write(self.spec.label, "reconnected")
+                return True
+            except HostKeyError:
+                raise
+            except ProfilerError as exc:
+                self.log.write(self.spec.label, f"reconnect failed: {exc}")
+            # Not interruptible by a stop request: stopping needs the host too.
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        return False
+
+    def _with_reconnect(self, action: Callable[[], Any], deadline: float) -> Any:
+        while True:
+            try:
+                return action()
+            except TransportLost as exc:
+                self.log.write(self.spec.label, f"connection lost: {exc}")
+                if not self._reconnect(deadline):
+                    raise
+
+    # --------------------------------------------------------------- the run
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except ProfilerError as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must fail one host, not hang the run
+            self.log.write(self.spec.label, traceback.format_exc())
+            self._fail(f"internal error: {exc.__class__.__name__}: {exc}")
+        finally:
+            self.ready.set()
+            self.collected.set()
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        try:
+            deadline = time.monotonic() + self.reconnect_window
+            self._with_reconnect(self.transport.cleanup, deadline)
+            self.log.write(self.spec.label, "cleaned up")
+            self.outcome = replace(self.outcome, workdir="")
+        except Exception as exc:  # noqa: BLE001 - report, never mask the outcome
+            self.log.write(self.spec.label, f"cleanup failed: {exc}")
+            note = f"cleanup failed, check the host for leftovers: {exc}"
+            if self.outcome.workdir:
+                note = (
+                    f"not cleaned up ({exc}): {self.outcome.workdir} stays on the host; "
+                    f"`coordinator fetch {self.run_dir}` fetches what it holds and removes it"
+                )
+            reason = f"{self.outcome.reason}; {note}" if self.outcome.reason else note
+            self.outcome = replace(self.outcome, reason=reason)
+        finally:
+            try:
+                self.transport.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _run(self) -> None:
+        transport = self.transport
+        self._phase("connecting")
+        transport.connect()
+        self._phase("deploying")
+        offset = transport.measure_clock_offset()
+        self.outcome = replace(self.outcome, clock_offset=round(offset, 6))
+        self.log.write(self.spec.label, f"clock offset {offset:+.6f} s")
+        transport.deploy(self.request.profile, self.request.known_spes)
+        self.outcome = replace(
+            self.outcome,
+            workdir=transport.work_directory or "",
+            reason=f"{NOT_COLLECTED}: the coordinator stopped first; try `coordinator fetch {self.run_dir}`",
+        )
+        self._preflight()
+        self._phase("ready")
+        self.ready.set()
+        while not self.control.go.wait(0.2):
+            if self.control.stop.is_set():
+                break
+        if self.control.stop.is_set():
+            self._fail("interrupted before sampling started")
+            return
+        start_at = self.control.start_at
+        request = replace(self.request, start_at=start_at)
+        self._phase("starting")
+        transport.start_profiler(request)
+        try:
+            status = self._watch(start_at or time.time())
+        except TransportLost as exc:
+            self._fail(f"connection lost and not re-established: {exc}")
+            return
+        self._collect(status)
+
+    def _preflight(self) -> None:
+        """Refuse a host that cannot sample (no root or sudo, no bcc, no kernel headers) before the common
+        start, with the reason and the fix, instead of a profiler failing there once the others sample."""
+        result = self.transport.run_profiler(["doctor", "--preflight", "--json"], timeout=60)
+        if result.returncode == 0:
+            return
+        from coordinator.remote.hosts import parse_doctor_output
+
+        try:
+            failed = [c for c in parse_doctor_output(result.stdout) if c["status"] == "fail"]
+        except ValueError:
+            failed = []
+        if failed:
+            problems = "; ".join(f"{c['check']}: {c['detail']} (fix: {c['fix']})" for c in failed)
+        else:
+            problems = _error_line(result.stderr or result.stdout) or f"exit code {result.returncode}"
+        where = self.spec.source or self.spec.label
+        raise CapabilityError(f"{where}: cannot profile {self.transport.address}: {problems}")
+
+    def _watch(self, start_at: float) -> ProfilerStatus | None:
+        """Poll the status file until the profiler finishes; forward a stop; survive connection drops
+        (TransportLost once the host stayed unreachable beyond the reconnect window)."""
+        transport = self.transport
+        window_end = start_at + self.request.duration
+        stop_deadline = window_end + self.finish_grace  # coordinator wall clock
+        last: ProfilerStatus | None = None
+        polls = 0
+        kill_at: float | None = None
+        while True:
+            now = time.time()
+            retry = max(self.reconnect_window / 2, stop_deadline + self.reconnect_window - now)
+            reconnect_until = time.monotonic() + retry
+            if self.control.stop.is_set() and not self.stop_sent:
+                self.stop_sent = True
+                self._phase("stopping", "asked the profiler to stop (SIGINT)")
+                self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
+            if now > stop_deadline and not self.stop_sent:
+                self.stop_sent = True
+                self._phase("stopping", f"not finished {self.finish_grace:.0f} s after the window; sent SIGINT")
+                self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
+                kill_at = time.time() + 30
+            if kill_at is not None and time.time() > kill_at:
+                self._with_reconnect(lambda: transport.signal_profiler("KILL"), reconnect_until)
+                self.outcome = replace(self.outcome, reason="profiler did not stop; killed")
+                return last
+            status = self._with_reconnect(transport.read_status, reconnect_until)
+            if status is not None:
+                last = status
+                # A host that starts late (BPF compilation slower than the start delay) gets its whole
+                # window before the grace; one stuck compiling is waited for READY_TIMEOUT at most.
+                if status.state == "sampling":
+                    stop_deadline = max(stop_deadline, now - status.elapsed + self.request.duration + self.finish_grace)
+                elif status.state == "starting" and now < start_at + READY_TIMEOUT:
+                    stop_deadline = max(stop_deadline, now + self.request.duration + self.finish_grace)
+                phase = "stopping" if self.stop_sent and not status.finished else status.state
+                self.board.update(
+                    self.spec.label,
+                    phase=phase,
+                    elapsed=status.elapsed,
+                    remaining=status.remaining,
+                    samples=status.samples,
+                    processes=status.processes,
+                    message=status.error or "",
+                )
+                if status.finished:
+                    detail = f": {status.error}" if status.error else ""
+                    self.log.write(self.spec.label, f"profiler {status.state}{detail}")
+                    return status
+            # A profiler that died before writing "done" leaves a stale or no status file: check the process.
+            polls += 1
+            if polls % 6 == 0 or (now > window_end + 2 and polls % 2 == 0):
+                alive = self._with_reconnect(transport.profiler_alive, reconnect_until)
+                if not alive:
+                    final = self._with_reconnect(transport.read_status, reconnect_until)
+                    if final is not None and final.finished:
+                        return final
+                    tail = self._with_reconnect(lambda: transport.log_tail(5), reconnect_until).strip()
+                    self.log.write(self.spec.label, f"profiler exited without finishing; log:\n{tail}")
+                    last_line = _error_line(tail) if _has_error(tail) else _vanished(final or last)
+                    self.outcome = replace(self.outcome, reason=f"profiler exited early: {last_line}")
+                    return final or ProfilerStatus("failed", error=last_line)
+            interval = (
+                POLL_INTERVAL
+                if last is None or last.state != "sampling"
+                else min(1.0, max(0.2, (last.remaining or 1.0) / 2))
+            )
+            if self.stop_sent:
+                time.sleep(interval)
+            else:
+                self.control.stop.wait(interval)
+
+    def _collect(self, status: ProfilerStatus | None) -> None:
+        self._phase("fetching")
+        dest = rundir.host_capture_dir(self.run_dir, self.spec.label)
+        deadline = time.monotonic() + 2 * self.reconnect_window
+        try:
+            self._with_reconnect(lambda: self.transport.fetch_capture(dest, self.request.fetch_all), deadline)
+        except TransportLost as exc:
+            self._fail(f"could not fetch the capture: {exc}")
+            return
+        recovery = ""
+        if not is_capture_dir(dest):
+            recovery = self._recover(dest, deadline)
+        if not is_capture_dir(dest):
+            if dest.is_dir() and not any(dest.iterdir()):
+                dest.rmdir()
+            reason = self.outcome.reason if not self.outcome.reason.startswith(NOT_COLLECTED) else ""
+            error = status.error if status is not None and status.error else reason or "no meta.json written"
+            self._fail(f"profiler failed: {error}" + (f"; {recovery}" if recovery else ""))
+            return
+        try:
+            meta = read_meta(dest)
+        except ProfilerError as exc:
+            self._fail(f"unreadable capture: {exc}")
+            return
+        reasons = []
+        if meta.stopped_by == "recovered":
+            died = self.outcome.reason if not self.outcome.reason.startswith(NOT_COLLECTED) else ""
+            reasons.append(died or f"profiler failed: {status.error if status and status.error else 'see the log'}")
+            reasons.append(self._recovered_note(dest, meta))
+        elif status is None or status.state != "done":
+            reasons.append(f"profiler failed: {status.error if status and status.error else 'see coordinator.log'}")
+        if meta.stopped_by not in ("duration", "recovered"):
+            reasons.append(
+                "stopped early by Ctrl-C on the coordinator"
+                if self.control.stop.is_set()
+                else f"stopped early ({meta.stopped_by})"
+            )
+        state = HOST_OK if not reasons else HOST_PARTIAL
+        try:
+            counted = read_events(dest)
+        except ProfilerError as exc:
+            reasons.append(f"unreadable events.json: {exc}")
+            counted = None
+        self.outcome = replace(
+            self.outcome,
+            state=state,
+            reason="; ".join(reasons),
+            start_time=meta.start_time,
+            end_time=meta.end_time,
+            events=counted.count if counted is not None else None,
+            events_uncertainty=counted.uncertainty if counted is not None else None,
+            events_method=counted.method if counted is not None else "",
+        )
+        self._phase("done" if state == HOST_OK else "partial", self.outcome.reason)
+        self._check_start(meta.start_time)
+
+    def _recover(self, dest: Path, deadline: float) -> str:
+        """A profiler that died without writing its capture (SIGKILL, the OOM killer) leaves a checkpoint
+        journal: ``profiler recover`` rebuilds the capture on the host, then it is fetched again. Returns
+        why nothing was recovered ("" when the capture is now home)."""
+        transport = self.transport
+        try:
+            if self._with_reconnect(transport.profiler_alive, deadline):
+                return "not recovered: the profiler still runs"
+            self._phase("recovering", "rebuilding the capture from the profiler's checkpoint journal")
+            result = self._with_reconnect(lambda: transport.recover_capture(RECOVER_TIMEOUT), deadline)
+            if result.returncode != 0:
+                why = _error_line(result.stderr or result.stdout)
+                self.log.write(self.spec.label, f"recovery failed: {why}")
+                return f"nothing recovered: {why}"
+            self.log.write(self.spec.label, f"recovery: {one_line(result.stdout)}")
+            self._phase("fetching", "the recovered capture")
+            self._with_reconnect(lambda: transport.fetch_capture(dest, self.request.fetch_all), deadline)
+        except TransportLost as exc:
+            return f"not recovered: {exc}"
+        return ""
+
+    def _recovered_note(self, dest: Path, meta: RunMeta) -> str:
+        """How much a recovered capture holds: samples, and up to when (coordinator clock)."""
+        samples = 0
+        try:
+            for process in read_scope(dest):
+                stats = read_sampler_stats(dest, process.pid) if process.sampled else None
+                samples += stats.samples if stats is not None else 0
+        except ProfilerError as exc:  # the analysis will say what is wrong with the capture
+            self.log.write(self.spec.label, f"recovered capture unreadable: {exc}")
+        until = meta.end_time - (self.outcome.clock_offset or 0.0)
+        stamp = time.strftime("%H:%M:%S", time.localtime(until))
+        return (
+            f"recovered {samples} samples up to {stamp} ({meta.duration:.1f} s into the window, its last checkpoint; "
+            "the samples after it are lost)"
+        )
+
+    def _check_start(self, host_start: float) -> None:
+        """All hosts should begin within a second: say which host missed the common start and the fix."""
+        planned = self.control.start_at
+        if planned is None or self.control.stop.is_set():
+            return
+        late = host_start - (self.outcome.clock_offset or 0.0) - planned
+        if late > LATE_START_TOLERANCE:
+            self.warnings.append(
+                f"{self.spec.label}: started sampling {late:.1f} s after the common start (BPF compilation "
+                "took longer than the start delay); raise --start-delay"
+            )
+            self.log.write(self.spec.label, self.warnings[-1])
+
+
+def _has_error(log_tail: str) -> bool:
+    return any(word in log_tail.lower() for word in ("error", "traceback"))
+
+
+def _vanished(last: ProfilerStatus | None) -> str:
+    """A profiler gone without a word (SIGKILL, the OOM killer): what its last status said."""
+    where = ""
+    if last is not None and last.state == "sampling":
+        where = f" {last.elapsed:.1f} s into the window"
+        if last.samples is not None:
+            where += f" with {last.samples} samples"
+    return f"the process vanished without an error{where} (killed: SIGKILL or the OOM killer?)"
+
+
+def _error_line(log_tail: str) -> str:
+    """The most telling line of a profiler log: the last error line, else the last line."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return one_line((errors or lines or ["no output"])[-1])
