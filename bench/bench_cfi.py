@@ -80,8 +80,8 @@ def prog_stats(bpf: Any) -> tuple[int, int]:
 def reached_start(walks: list[Walk], pids: list[int]) -> dict[int, tuple[int, int, Counter[str]]]:
     """Per process: walks whose outermost frame is a thread start, those with one in the outermost
     three (the sampler's java_unwalkable rule), and the outermost frames of the others."""
+    from profiler.symbols.frames import ROOT_WINDOW, THREAD_ROOTS
     from profiler.symbols.procsyms import ProcessSymbols
-    from profiler.symbols.symbolize import ROOT_WINDOW, THREAD_ROOTS
 
     result = {}
     for pid in pids:
@@ -141,7 +141,7 @@ def capture_report(capture_dir: Path) -> None:
     """Whole-stack shares of a capture's workload PIDs, from their stacks.folded and sampler.json."""
     import json
 
-    from profiler.symbols.symbolize import ROOT_WINDOW, THREAD_ROOTS
+    from profiler.symbols.frames import ROOT_WINDOW, THREAD_ROOTS
 
     for pid_dir in sorted((capture_dir / "pids").iterdir()):
         folded = pid_dir / "stacks.folded"

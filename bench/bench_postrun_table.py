@@ -39,7 +39,8 @@ from profiler.defaults import DEFAULT_PROFILE, data_file
 from profiler.files.atomic import atomic_write_chunks, atomic_write_text
 from profiler.matching.appprofile import load_profile
 from profiler.matching.matcher import Matcher, match_table
-from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store
+from profiler.symbols.frames import Frame
+from profiler.symbols.symbolize import StackFolder, tabulate_store
 
 SECOND = 10**9
 FRAMES = 8_800

@@ -35,7 +35,7 @@ MAX_TABLE_BYTES = 1 << 30
 _PREAMBLE = struct.Struct("<5sBI")  # magic, table version, header length
 
 # Frame kinds. "thread": the root frame (the thread's name or kind); "kernel" frames are folded with
-# KERNEL_SUFFIX; "lost": a stack the walk could not read; the rest are profiler/symbols/symbolize.py's Frame kinds.
+# KERNEL_SUFFIX; "lost": a stack the walk could not read; the rest are profiler/symbols/frames.py's Frame kinds.
 THREAD = "thread"
 KERNEL = "kernel"
 LOST = "lost"

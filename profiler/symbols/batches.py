@@ -24,14 +24,15 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..capture.stackstore import TAG_MASK, FreshChunks
-from .symbolize import FrameMemo, raw_addresses
+from .frames import FrameMemo
+from .symbolize import raw_addresses
 
 BATCH_CHUNKS = 16_000  # stack chunks (32 values) looked at per batch: bounds the runner's pause
 SEEN_LIMIT = 50_000  # pcs a process's batches remember having looked at (~3 MB at most)
 
 
 class NativeResolver(Protocol):
-    """What a batch needs of a process's symbolizer (profiler/symbols/symbolize.py FrameMemo)."""
+    """What a batch needs of a process's symbolizer (profiler/symbols/frames.py FrameMemo)."""
 
     def resolve_native(self, addr: int) -> None: ...
 

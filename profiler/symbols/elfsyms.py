@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import BinaryIO, TypeAlias
 
 from ..files.safeio import BoundedReader, open_without_links
+from .frames import UNKNOWN, Frame, FrameMemo, java_frame_name
 from .perfmap import PerfMapLike
-from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 
 SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE = 2, 11, 7
 STT_FUNC, STT_GNU_IFUNC = 2, 10

@@ -5,7 +5,7 @@ Two ways to get the map, both through HotSpot's dynamic attach mechanism:
   since. Spelling: ``long com.example.CpuSplit.burnAlpha(long, long)``.
 - our JVMTI agent (profiler/symbols/agent/perfmap_agent.c, any JDK from 8): loaded once, it appends every
   compiled method and stub as it appears. Spelling (perf-map-agent's): ``Lcom/example/CpuSplit;::burnAlpha``.
-symbolize.java_frame_name turns both spellings into ``com.example.CpuSplit::burnAlpha``.
+frames.java_frame_name turns both spellings into ``com.example.CpuSplit::burnAlpha``.
 
 The attach client speaks the protocol directly (about a millisecond of CPU; ``jcmd`` starts a whole JVM,
 about 0.25 CPU seconds and seconds of wall time on a busy host): trigger file + SIGQUIT, then

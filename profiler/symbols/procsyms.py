@@ -33,8 +33,8 @@ from typing import Protocol
 
 from ..files import safeio
 from .elfsyms import ElfFormatError, ElfSymbols, demangle, merged, read_elf_symbols
+from .frames import UNKNOWN, Frame, FrameMemo, java_frame_name
 from .perfmap import PerfMap, PerfMapLike, read_perf_map
-from .symbolize import UNKNOWN, Frame, FrameMemo, java_frame_name
 
 MAPS_MAX_BYTES = 16 << 20  # a maps file read (65,530 mappings of ~100 bytes: vm.max_map_count's default)
 MAPS_MAX_LINE = 4096 + 256  # a path of PATH_MAX and the fields before it; longer: head and tail kept

@@ -17,7 +17,7 @@ import pytest
 from profiler.sampling.sampler import StackSampler
 from profiler.scope import attach
 from profiler.symbols import perfmap
-from profiler.symbols.symbolize import java_frame_name
+from profiler.symbols.frames import java_frame_name
 from tests.fixtures.jvm import java_home, method_counts
 from tests.fixtures.sampling import folded_and_stats
 

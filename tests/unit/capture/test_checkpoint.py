@@ -34,7 +34,7 @@ from profiler.matching.appprofile import parse_profile
 from profiler.run.recovery import load_replayed, recover_capture, replay
 from profiler.run.runner import Components, Runner
 from profiler.symbols.elfsyms import OfflineSymbols, demangle, parse_maps, read_elf_symbols, symbols_of_file
-from profiler.symbols.symbolize import Frame
+from profiler.symbols.frames import Frame
 from tests.unit.run.test_runner import PROFILE_TEXT, FakeSampler, make
 
 GONE_PID = 4_000_000  # above pid_max: never a live process

@@ -13,7 +13,8 @@ from profiler.capture.journal import encode_stacks
 from profiler.capture.packedchunks import PackedChunks
 from profiler.capture.stackstore import GAP_TAG, INTERPRETED_TAG, StackStore, StoreDelta
 from profiler.capture.stacktable import encode_table
-from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store
+from profiler.symbols.frames import Frame
+from profiler.symbols.symbolize import StackFolder, tabulate_store
 
 STACK_NONE = -1
 

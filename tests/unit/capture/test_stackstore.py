@@ -28,8 +28,9 @@ from profiler.capture.stackstore import (
     stack_bytes,
 )
 from profiler.capture.timeline import CounterReading, counter_deltas, rss_bytes
+from profiler.symbols.frames import Frame
 from profiler.symbols.perfmap_history import PerfMapHistory
-from profiler.symbols.symbolize import STACK_NONE, Frame, StackFolder, gap_frame, raw_addresses, tabulate_store
+from profiler.symbols.symbolize import STACK_NONE, StackFolder, gap_frame, raw_addresses, tabulate_store
 from profiler.unwind.hotspot import NO_METHOD_SLOT, STALE
 
 

@@ -37,7 +37,8 @@ from profiler.capture.stacktable import (
 from profiler.errors import CaptureFormatError
 from profiler.files import atomic
 from profiler.matching.matcher import Matcher, match_stacks, match_table
-from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store
+from profiler.symbols.frames import Frame
+from profiler.symbols.symbolize import StackFolder, tabulate_store
 from tests.fixtures.captures import PidSpec, to_compact, to_folded, write_capture
 from tests.fixtures.exports import analysed_task_files
 

@@ -166,7 +166,7 @@ DATA_WRITING = ("void org.apache.spark.sql.execution.datasources.v2.DataWritingS
          "Kafka/Source"),
         ("spark_continuous", "Executor task l;Interpreter;void org.apache.spark.sql.execution.streaming.continuous."
          "EpochCoordinatorRef.ask(java.lang.Object)", "ClusterCommunication"),
-        # Java frames as captures spell them (symbolize.java_frame_name): pkg.Class::method
+        # Java frames as captures spell them (frames.java_frame_name): pkg.Class::method
         ("spark_continuous", "Executor task l;Interpreter;java.util.concurrent.ArrayBlockingQueue::poll", "Wait"),
         # generic JVM
         ("jvm_generic", "main;Interpreter;Interpreter", "Interpreter"),

@@ -9,7 +9,8 @@ import struct
 from profiler.capture.stackstore import INTERPRETED_TAG, StackStore
 from profiler.capture.stacktable import StackTable, encode_table
 from profiler.symbols.batches import WindowSymbols
-from profiler.symbols.symbolize import Frame, FrameMemo, StackFolder, tabulate_store
+from profiler.symbols.frames import Frame, FrameMemo
+from profiler.symbols.symbolize import StackFolder, tabulate_store
 
 PID = 7
 NATIVE_LOW = 0x400000  # addresses from here on are in a file (libfake.so); below: JIT code
@@ -156,13 +157,13 @@ def test_a_batch_skips_tagged_walker_values_and_a_process_without_a_cache() -> N
 
 
 def test_the_memo_of_a_batch_keeps_file_symbols_only_and_stops_at_its_bound(monkeypatch: object) -> None:
-    import profiler.symbols.symbolize as symbolize
+    import profiler.symbols.frames as frames
 
     symbols = FakeProcessSymbols()
     symbols.resolve_native(0x2000)  # JIT: named later with its epoch's perf map
     symbols.resolve_native(NATIVE_LOW)
     assert list(symbols._memo) == [NATIVE_LOW]
-    monkeypatch.setattr(symbolize, "MEMO_LIMIT", 1)  # type: ignore[attr-defined]
+    monkeypatch.setattr(frames, "MEMO_LIMIT", 1)  # type: ignore[attr-defined]
     symbols.resolve_native(NATIVE_LOW + 8)
     assert list(symbols._memo) == [NATIVE_LOW]
 

@@ -6,8 +6,9 @@ import pytest
 
 from profiler.errors import ConfigError
 from profiler.sampling.sampler import StackSampler
+from profiler.symbols.frames import LOST_KERNEL, LOST_USER, Frame, fold_stack, java_frame_name
 from profiler.symbols.perfmap import parse_perf_map
-from profiler.symbols.symbolize import LOST_KERNEL, LOST_USER, Frame, fold_stack, is_java_unwalkable, java_frame_name
+from profiler.symbols.symbolize import is_java_unwalkable
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from profiler.capture.stackstore import INTERPRETED_TAG, NO_UNLOADS, StackStore, join_epoch, split_epoch
-from profiler.symbols.symbolize import Frame, StackFolder, tabulate_store
+from profiler.symbols.frames import Frame
+from profiler.symbols.symbolize import StackFolder, tabulate_store
 from profiler.unwind.codecache import COMPILE_ID_SHIFT, COMPILED_TAG
 from profiler.unwind.hotspot import LATE, REUSED, JvmNames, MethodNamer
 from profiler.unwind.recorded import NOT_SAVED, RecordedNames
