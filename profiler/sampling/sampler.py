@@ -49,10 +49,7 @@ from ..unwind.cfi import CfiLoader
 from ..unwind.hotspot import JvmNames, MethodNamer, VMLayout
 from .collect import collect_ringbuf, collect_stackmap, end_of_run_warnings, target_counts
 from .preparation import TargetPreparation, publish_jvm
-from .program import (
-    SamplerProgram,
-    bpf_prog_ids,
-)
+from .program import SamplerProgram, bpf_prog_ids
 from .reader import RingReader
 
 
