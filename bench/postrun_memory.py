@@ -108,7 +108,7 @@ def profile_post(runner_class: Any, stats_path: Path) -> None:
 
 def instrument(phases: Phases) -> None:
     from profiler.run import runner, write
-    from profiler.sampling import sampler
+    from profiler.sampling import collect, sampler
     from profiler.symbols import symbolprep
 
     phases.wrap(sampler.StackSampler, "begin_window", "begin window", after="window")
@@ -116,16 +116,16 @@ def instrument(phases: Phases) -> None:
     phases.wrap(
         symbolprep.SymbolPreparer, "symbols_for", "symbol cache of a process (perf map read)", after="post-run: other"
     )
-    phases.wrap(sampler, "KernelSymbols", "kernel symbols opened", after="post-run: other")
-    tabulate = sampler.tabulate_store
+    phases.wrap(collect, "KernelSymbols", "kernel symbols opened", after="post-run: other")
+    tabulate = collect.tabulate_store
 
     def counted(store: Any, pid: int, *args: Any, **kwargs: Any) -> Any:
         table = tabulate(store, pid, *args, **kwargs)
         phases.stacks.append((pid, len(table.stacks)))
         return table
 
-    sampler.tabulate_store = counted
-    phases.wrap(sampler, "tabulate_store", "naming and tabulating stacks", after="post-run: other")
+    collect.tabulate_store = counted
+    phases.wrap(collect, "tabulate_store", "naming and tabulating stacks", after="post-run: other")
     phases.wrap(write, "write_table", "writing the stack table", after="post-run: other")
     phases.wrap(write, "match_table", "matching the table", after="post-run: other")
     phases.wrap(write, "write_results", "result rows, unmatched stacks", after="post-run: other")

@@ -134,7 +134,8 @@ def sampler_structures(sampler: Any) -> Iterator[tuple[str, list[Any]]]:
             yield f"JVM {pid}: compiled frames", [vars(compiled)]
     if sampler._names is not None:
         yield "thread names", [vars(sampler._names)]
-    yield "pending records, kernel-named counts", [sampler._pending, sampler._kernel_named]
+    if sampler._reader is not None:
+        yield "pending records, kernel-named counts", [sampler._reader.pending, sampler._reader.kernel_named]
 
 
 def breakdown(sampler: Any) -> list[tuple[str, int, int]]:

@@ -36,19 +36,22 @@ class ScopeLike(Protocol):
 
 
 class SamplerLike(Protocol):
-    collection: str  # "ringbuf" or "stackmap", known after start()
-    stack_walk: str  # "bpf" (our walker) or "kernel" (bpf_get_stack), known after start()
-    max_stack_depth: int  # the depth the kernel allowed, known after start()
     warnings: list[str]  # end-of-run warnings, each naming the option to change
 
+    @property
+    def collection(self) -> str: ...  # "ringbuf" or "stackmap", known after start()
+    @property
+    def stack_walk(self) -> str: ...  # "bpf" (our walker) or "kernel" (bpf_get_stack), known after start()
+    @property
+    def max_stack_depth(self) -> int: ...  # the depth the kernel allowed, known after start()
     @property
     def thread_names(self) -> str: ...  # "uprobe", "jcmd" or "comm": where the stacks' thread names came from
 
     def start(self) -> None: ...
     def begin_window(self) -> None: ...
+    # sampled from now on; its unwind tables and vmStructs prepared beside it, with a deadline
     def add_pid(self, pid: int) -> None: ...
     def prepare_symbols(self, pid: int) -> None: ...
-    def prepare_unwinding(self, pids: Sequence[int]) -> None: ...
     def pid_exited(self, pid: int) -> None: ...
     def sample_count(self, pid: int) -> int: ...
     def stop(self) -> None: ...

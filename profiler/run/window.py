@@ -165,7 +165,9 @@ class Window:
             self._end(next_tick, bpf_stats)
 
     def _start_components(self) -> None:
-        """Every program compiled and attached, the scope's first processes found, their unwind tables built."""
+        """Every program compiled and attached, the scope's first processes found. Their unwind tables and
+        vmStructs are not waited for: the sampler prepares each target beside sampling, from its add_pid()
+        in the window, with a deadline per target (profiler/sampling/preparation.py)."""
         components, state = self.components, self.state
         components.sampler.start()
         if components.net is not None:
@@ -174,9 +176,7 @@ class Window:
             components.offcpu.start()
         components.scope.start()
         state.exec_watch = components.scope.exec_watch_mode
-        # Unwind tables before the window: libjvm.so's takes about a second of CPU to build (once).
-        components.sampler.prepare_unwinding([p.pid for p in components.scope.processes() if p.sampled])
-        release_freed_memory()  # the unwind tables' parse, like every BPF compile before it
+        release_freed_memory()  # every BPF compile's freed heap
         release_compiler_pages()  # every program is compiled: LLVM's ~85 MB of code is not needed again
 
     def _end(self, next_tick: int, bpf_stats: StatsSlices | None) -> None:

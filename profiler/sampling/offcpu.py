@@ -574,7 +574,7 @@ class OffCpuTracer:
 
     @property
     def prog_ids(self) -> list[int]:
-        from .sampler import bpf_prog_ids
+        from .program import bpf_prog_ids
 
         return bpf_prog_ids(self._bpf) if self._bpf is not None else []
 

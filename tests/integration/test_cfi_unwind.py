@@ -128,7 +128,7 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
         try:
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "ready"
-            sampler.prepare_unwinding([process.pid])
+            assert sampler.prepare_unwinding([process.pid], wait=60), sampler.warnings
             sampler.add_pid(process.pid)
             sampler.begin_window()
             # WHEN it samples until the program has done its 6 s of CPU

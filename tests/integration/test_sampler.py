@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from profiler.errors import CapabilityError
-from profiler.sampling.sampler import PERF_EVENT_MAX_STACK, StackSampler
+from profiler.sampling.program import PERF_EVENT_MAX_STACK
+from profiler.sampling.sampler import StackSampler
 from tests.fixtures.jvm import method_counts, method_shares
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sampling import folded_and_stats

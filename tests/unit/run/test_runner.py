@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import threading
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -115,9 +114,6 @@ class FakeSampler:
 
     def prepare_symbols(self, pid: int) -> None:
         pass
-
-    def prepare_unwinding(self, pids: Sequence[int]) -> None:
-        self.preloaded = list(pids)
 
     def pid_exited(self, pid: int) -> None:
         self.exited.append(pid)

@@ -100,11 +100,11 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
     assert "BPF_F_USER_STACK" in text and "targets.lookup" in text
     ring = sampler.bpf_text("ringbuf")
     assert "#define MAX_STACK_DEPTH 300" in ring and "#define KERNEL_STACK_DEPTH 127" in ring
-    assert f"#define RINGBUF_PAGES {sampler.ringbuf_pages()}" in ring and "ringbuf_reserve" in ring
-    assert sampler.record_size == 48 + 8 * (300 + 127)  # the walker's header (the default walk)
-    assert StackSampler(max_stack_depth=300, stack_walk="kernel").record_size == 40 + 8 * (300 + 127)
+    assert f"#define RINGBUF_PAGES {sampler.program.ringbuf_pages()}" in ring and "ringbuf_reserve" in ring
+    assert sampler.program.record_size == 48 + 8 * (300 + 127)  # the walker's header (the default walk)
+    assert StackSampler(max_stack_depth=300, stack_walk="kernel").program.record_size == 40 + 8 * (300 + 127)
     walker = sampler.bpf_text("walker")
-    assert sampler.walk_slots == (236, 64)
+    assert sampler.program.walk_slots == (236, 64)
     assert "#define LEAF_SLOTS 236" in walker and "#define ROOT_SLOTS 64" in walker
     assert "static __always_inline int cfi_step(struct unwind_regs *regs)" in walker  # the header inlined
     assert '#include "cfi_step.h"' not in walker
@@ -127,7 +127,7 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
 def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from profiler.sampling import sampler as sampler_module
+    from profiler.sampling import program as sampler_module
 
     sysctl = {"value": 127}
     busy = {"writes": 0}
@@ -155,7 +155,7 @@ def test_depth_limit_raises_the_sysctl_and_restores_only_its_own_value(monkeypat
 
 
 def test_walker_that_cannot_load_falls_back_to_bpf_get_stack_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    from profiler.sampling import sampler as sampler_module
+    from profiler.sampling import program as sampler_module
 
     class FakeBPF:
         PERF_EVENT = 7
@@ -169,11 +169,11 @@ def test_walker_that_cannot_load_falls_back_to_bpf_get_stack_with_a_warning(monk
     written: list[tuple[str, int]] = []
     monkeypatch.setattr(sampler_module, "_write_int", lambda path, value: written.append((path, value)))
     sampler = StackSampler()
-    loaded = sampler._load(FakeBPF)
+    loaded = sampler.program.load(FakeBPF)
     assert b"ringbuf_reserve" in loaded.text
     assert sampler.stack_walk == "kernel" and sampler.collection == "ringbuf" and sampler.max_stack_depth == 127
     assert written == []  # the fallback's depth fits the sysctl: nothing raised
     assert "own stack walker unavailable (verifier says no)" in sampler.warnings[0]
     # asked for by name, the walker's failure is the error
     with pytest.raises(Exception, match="verifier"):
-        StackSampler(stack_walk="bpf")._load(FakeBPF)
+        StackSampler(stack_walk="bpf").program.load(FakeBPF)

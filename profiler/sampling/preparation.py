@@ -1,0 +1,183 @@
+"""Each sampled process's preparation for the walker, beside sampling: its unwind tables (.eh_frame, the
+CFI loader's) and its JVM's vmStructs and code cache (published to the BPF program), built in worker
+threads with a deadline per target, so that the first sample never waits for them and one slow or crafted
+target delays only itself.
+
+A target is sampled from the moment it is added; until its preparation is done its stacks are walked by
+frame pointers only (native frames without them cut the stack, JIT and interpreted frames unnamed). A
+preparation still running at its deadline is reported once (``pid N: ... late``), gives up its slot to the
+next target and, should it finish, still publishes what it built; one that fails is reported once too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..unwind.codecache import CodeCacheLayout
+from ..unwind.hotspot import VMLayout
+
+PREPARE_SECONDS = 20.0  # a target's preparation (unwind tables, vmStructs) past this is reported late
+PREPARE_WORKERS = 2  # targets prepared at once: the host's cores are the workload's
+MAX_LATE = 8  # preparations past their deadline and still running; beyond, new targets are refused theirs
+WHAT = "unwind preparation (CFI tables, JVM vmStructs)"
+
+
+class TargetPreparation:
+    """Runs ``prepare(pid)`` once for every submitted pid, each in its own worker thread, at most ``workers``
+    at once, dispatched by a supervisor thread that also watches the deadlines.
+
+    ``prepare`` raises to fail; what it publishes it publishes itself (under the BPF object's lock). The
+    warnings go to ``warnings`` (one line per target that was late, failed or refused).
+    """
+
+    def __init__(
+        self,
+        prepare: Callable[[int], None],
+        warnings: list[str],
+        deadline: float = PREPARE_SECONDS,
+        workers: int = PREPARE_WORKERS,
+        max_late: int = MAX_LATE,
+    ) -> None:
+        self._prepare = prepare
+        self._warnings = warnings
+        self.deadline = deadline
+        self.workers = workers
+        self.max_late = max_late
+        self._cond = threading.Condition()
+        self._waiting: deque[int] = deque()
+        self._running: dict[int, float] = {}  # pid -> its deadline (time.monotonic())
+        self._late: set[int] = set()  # past their deadline, still running
+        self.outcomes: dict[int, str] = {}  # pid -> "queued", "running", "ready", "failed", "late", "refused"
+        self._supervisor: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        with self._cond:
+            if self._supervisor is not None or self._stopped:
+                return
+            self._supervisor = threading.Thread(target=self._supervise, name="target-preparation", daemon=True)
+            self._supervisor.start()
+
+    def submit(self, pid: int) -> None:
+        """Prepare ``pid`` in a worker (once: a pid already submitted is not prepared again)."""
+        with self._cond:
+            if pid in self.outcomes or self._stopped:
+                return
+            self.outcomes[pid] = "queued"
+            self._waiting.append(pid)
+            self._cond.notify_all()
+
+    def wait(self, pids: Iterable[int], timeout: float) -> bool:
+        """Block until every pid of ``pids`` is prepared, failed, late or refused (at most ``timeout`` s);
+        True when none is still queued or running. For callers that need the tables before they sample."""
+        wanted = set(pids)
+        end = time.monotonic() + timeout
+        with self._cond:
+            while any(self.outcomes.get(pid) in ("queued", "running") for pid in wanted):
+                left = end - time.monotonic()
+                if left <= 0 or self._stopped:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def stop(self, join: float = 1.0) -> None:
+        """No new work; the supervisor ends (workers still running are daemons and publish nothing once the
+        sampler has stopped)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.join(timeout=join)
+
+    def _supervise(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                self._mark_late(now)
+                self._dispatch(now)
+                due = min(self._running.values(), default=None)
+                self._cond.wait(None if due is None else max(0.0, due - now))
+
+    def _mark_late(self, now: float) -> None:
+        for pid, due in list(self._running.items()):
+            if now >= due:
+                del self._running[pid]  # its slot goes to the next target
+                self._late.add(pid)
+                self.outcomes[pid] = "late"
+                self._warnings.append(
+                    f"pid {pid}: {WHAT} not done after {self.deadline:g} s; sampled meanwhile, its frames "
+                    "unnamed where its tables are not ready (a slow or crafted target; the others go on)"
+                )
+
+    def _dispatch(self, now: float) -> None:
+        while self._waiting and len(self._running) < self.workers:
+            pid = self._waiting.popleft()
+            if len(self._late) >= self.max_late:
+                self.outcomes[pid] = "refused"
+                self._warnings.append(
+                    f"pid {pid}: {WHAT} refused: {len(self._late)} preparations still run past their deadline; "
+                    "its samples kept, walked by frame pointers only"
+                )
+                continue
+            self._running[pid] = now + self.deadline
+            self.outcomes[pid] = "running"
+            worker = threading.Thread(target=self._work, args=(pid,), name=f"prepare-{pid}", daemon=True)
+            worker.start()
+        self._cond.notify_all()
+
+    def _work(self, pid: int) -> None:
+        failure = None
+        try:
+            self._prepare(pid)
+        except Exception as exc:  # noqa: BLE001 - a target's failure is its warning, never the run's
+            failure = f"{exc.__class__.__name__}: {str(exc).strip()[:160]}"
+        with self._cond:
+            late = pid in self._late
+            self._late.discard(pid)
+            self._running.pop(pid, None)
+            self.outcomes[pid] = "failed" if failure else "ready"
+            if failure and not late:  # a late one had its line
+                self._warnings.append(
+                    f"pid {pid}: {WHAT} failed ({failure}); its samples kept, frames unnamed where its tables "
+                    "are missing"
+                )
+            self._cond.notify_all()
+
+
+def fill_code_cache(entry: Any, code: CodeCacheLayout) -> None:
+    """The walker's view of a JVM's code cache (struct jvm_t in profiler/unwind/hotspot_step.h)."""
+    entry.code_low, entry.code_high = code.low, code.high
+    for index, heap in enumerate(code.heaps):
+        entry.heaps[index].low, entry.heaps[index].high, entry.heaps[index].segmap = heap.low, heap.high, heap.segmap
+    entry.heap_count = len(code.heaps)
+    entry.segment_shift = code.segment_shift
+    entry.heapblock_size = code.heapblock_size
+    entry.frame_size_at = code.frame_size
+    entry.frame_complete_at = code.frame_complete
+    entry.frame_complete_width = code.frame_complete_width
+    entry.code_at = code.code
+    entry.code_is_offset = int(code.code_is_offset)
+    entry.kind_at = code.kind
+    entry.name_at = code.name
+    entry.kind_nmethod = code.kind_nmethod
+    entry.kind_vtable = code.kind_vtable
+    entry.compile_id_at = code.compile_id
+
+
+def publish_jvm(jvms: Any, pid: int, layout: VMLayout, unloads_address: int, code_cache: bool) -> None:
+    """``pid``'s interpreter (and its code cache when ``code_cache``) into the walker's ``jvms`` map; the
+    caller holds the BPF object's lock."""
+    entry = jvms.Leaf()
+    entry.interpreter_start, entry.interpreter_end = layout.interpreter
+    entry.method_slot = layout.method_slot
+    entry.sender_sp_slot = layout.sender_sp_slot
+    entry.unloads_at = unloads_address
+    code = layout.code_cache if code_cache else None
+    if code is not None:
+        fill_code_cache(entry, code)
+    jvms[jvms.Key(pid)] = entry
