@@ -11,12 +11,18 @@ clean pages before each compile: the compile faults back only the code it runs (
 agent's start-up peak: 196 -> 163 MB VmHWM). Once every program is compiled, ``release_compiler_pages``
 drops LLVM's and clang's code pages from the process: file-backed and clean, about 85 MB of RSS the
 window never uses.
+
+Most starts compile nothing: ``compile_program`` first looks for the program in the compile cache
+(``cache.py``, ``cached.py``: bcc's output from an earlier start on this kernel with this bcc) and loads it
+without LLVM; it compiles, and fills the cache, only when there is no usable entry.
 """
 
 from __future__ import annotations
 
 import ctypes
 from typing import Any
+
+from .cache import CacheError, cache_dir, entry_key, entry_name, read_entry, remove_entry
 
 
 def release_freed_memory() -> None:
@@ -29,13 +35,71 @@ def release_freed_memory() -> None:
 
 
 def compile_program(bpf_class: Any, text: str) -> Any:
-    """``bpf_class(text=text)`` (bcc's BPF: compile and load) with the compilers' clean pages dropped
-    before (the compile faults back what it runs) and LLVM's freed heap released after."""
+    """``bpf_class(text=text)`` (bcc's BPF: compile and load), or the same program loaded from the
+    compile cache without LLVM (``cached.py``) when an earlier start compiled it on this kernel with
+    this bcc. A cold compile runs with the compilers' clean pages dropped before (the compile faults
+    back what it runs) and LLVM's freed heap released after, and fills the cache."""
+    source = text.encode()
+    store = _cache_store(bpf_class, source)
+    if store is not None:
+        program = _load_cached(bpf_class, store)
+        if program is not None:
+            return program
     release_compiler_pages()
     try:
-        return bpf_class(text=text.encode())
+        if store is None:
+            return bpf_class(text=source)
+        from .cached import recording_class
+
+        program = recording_class(bpf_class)(source, store)
+        if store.problem is not None:
+            _note(store, f"not stored ({store.problem})")
+        return program
     finally:
         release_freed_memory()
+
+
+def _cache_store(bpf_class: Any, source: bytes) -> Any:
+    """The cache entry for ``source`` when ``bpf_class`` is bcc's BPF and the cache is on; None
+    otherwise (a test's stand-in class compiles as it always did)."""
+    try:
+        import bcc
+    except ImportError:
+        return None
+    directory = cache_dir()
+    if directory is None or not isinstance(bpf_class, type) or not issubclass(bpf_class, bcc.BPF):
+        return None
+    from .cached import Store, host_fields
+
+    return Store(directory, entry_key(source, [], host_fields()))
+
+
+def _load_cached(bpf_class: Any, store: Any) -> Any:
+    """The program built from its cache entry, or None (no entry yet; or an unusable one, which is
+    said in one line and removed so this start's compile writes it again)."""
+    from .cached import cached_class
+
+    try:
+        image = read_entry(store.directory, store.key)
+    except CacheError as exc:
+        if str(exc) != "no entry":
+            _note(store, f"unusable ({exc}); compiled instead")
+        return None
+    store.image = image
+    try:
+        return cached_class(bpf_class)(image, store)
+    except (CacheError, OSError) as exc:
+        remove_entry(store.directory, store.key)
+        _note(store, f"refused ({exc}); compiled instead")
+        return None
+
+
+def _note(store: Any, message: str) -> None:
+    """One health line among the run's warnings."""
+    from ..files import safeio
+
+    line = f"BPF compile cache {store.directory / entry_name(store.key)}: {message}"
+    safeio.warn(0, f"bpf-cache:{entry_name(store.key)}", line)
 
 
 MADV_DONTNEED = 4
