@@ -24,7 +24,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from profiler.errors import VMStructsError  # noqa: E402
 from profiler.sampling.sampler import StackSampler  # noqa: E402
 from profiler.unwind import debugflag  # noqa: E402
 from tests.fixtures import inline_truth  # noqa: E402
@@ -36,24 +35,11 @@ HOMES = {"17": java_home, "25": temurin_25}
 DNS = ["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"]
 
 
-def enable_soon(pid: int, timeout: float = 5.0) -> None:
-    """Write the flag as soon as the JVM's libjvm.so and its tables are there."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            debugflag.enable(pid)
-            return
-        except (VMStructsError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
 def run_case(case: str, jdk: str, classpath: Path, seconds: float, settle: float) -> str:
     home = HOMES[jdk]()
     flags = DNS if case == "flag" else []
     jvm = inline_truth.start_inline_truth(
-        classpath, java=home, jvm_flags=flags, on_started=enable_soon if case == "start" else None
+        classpath, java=home, jvm_flags=flags, on_started=inline_truth.enable_soon if case == "start" else None
     )
     try:
         if case == "warm":
