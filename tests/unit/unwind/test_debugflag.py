@@ -146,3 +146,10 @@ def test_the_write_changes_one_byte_only_when_it_holds_what_was_expected_and_is_
     buffer[1] = b"\x05"
     assert not debugflag.restore(write) and buffer.raw[1] == 5
     assert not debugflag.restore(debugflag.FlagWrite(os.getpid(), address, before=1, after=1))
+
+
+def test_a_process_without_libjvm_gets_a_warning_naming_the_option_and_nothing_is_written():
+    exact = debugflag.ExactInlining()
+    warning = exact.apply(os.getpid())  # python: no libjvm.so mapped
+    assert warning is not None and "no libjvm.so" in warning and "--exact-inlining not applied" in warning
+    assert exact.writes == {} and exact.restore_all() == []
