@@ -101,9 +101,7 @@ class RunOptions:
             "--duration", "window length in seconds", parse=argtypes.duration, required=True, forwarded=True
         )
     )
-    out: Path = field(
-        metadata=option("--out", "capture directory (default: ./capture-HOST-TIME)", parse=Path)
-    )
+    out: Path = field(metadata=option("--out", "capture directory (default: ./capture-HOST-TIME)", parse=Path))
     profile: Path = field(
         metadata=option("--profile", f"application profile (default: {DEFAULT_PROFILE})", parse=Path, forwarded=True)
     )
@@ -115,7 +113,11 @@ class RunOptions:
     pids: tuple[int, ...] = field(
         default=(),
         metadata=option(
-            "--pid", "add a process by hand (repeatable)", parse=argtypes.positive_int, kind="append", metavar="PID",
+            "--pid",
+            "add a process by hand (repeatable)",
+            parse=argtypes.positive_int,
+            kind="append",
+            metavar="PID",
             forwarded=True,
         ),
     )
@@ -125,7 +127,9 @@ class RunOptions:
             "--roles",
             f"the known_spes.txt roles to put in the scope, of {', '.join(ROLES)} ({{default}}); "
             "add broker to count the Kafka brokers on the host beside the executors",
-            parse=role_list, metavar="ROLE[,ROLE...]", forwarded=True,
+            parse=role_list,
+            metavar="ROLE[,ROLE...]",
+            forwarded=True,
         ),
     )
     frequency: int = field(
@@ -161,7 +165,8 @@ class RunOptions:
             "--off-cpu",
             "also sum the time workload threads spend blocked, per stack and cause (sleep, monitor, wait, park, "
             "lock, net, disk, safepoint, preempted), from the sched_switch tracepoint (docs/offcpu.md)",
-            kind="switch", forwarded=True,
+            kind="switch",
+            forwarded=True,
         ),
     )
     off_cpu_min_block_ms: float = field(
@@ -169,7 +174,8 @@ class RunOptions:
         metadata=option(
             "--off-cpu-min-block",
             "with --off-cpu: blocks shorter than this many milliseconds are counted but not summed ({default})",
-            parse=argtypes.min_block_ms, metavar="MS",
+            parse=argtypes.min_block_ms,
+            metavar="MS",
         ),
     )
     off_cpu_sample_every: int = field(  # beyond 100/s per thread one switch-out in N, counted N times
@@ -180,7 +186,8 @@ class RunOptions:
             "random and count it N times, more than N for a thread so busy that it would be followed over ~100 "
             "more times a second (1: all, exactly); the stack walks are the cost on threads that switch "
             "thousands of times a second ({default})",
-            parse=argtypes.positive_int, metavar="N",
+            parse=argtypes.positive_int,
+            metavar="N",
         ),
     )
     events: int | None = field(
@@ -210,7 +217,8 @@ class RunOptions:
         metadata=option(
             "--interval",
             "seconds per timeline slice ({default}): shares and cycles over time, analyze --from/--to",
-            parse=argtypes.interval, forwarded=True,
+            parse=argtypes.interval,
+            forwarded=True,
         ),
     )
     perf_map_refresh: float = field(
@@ -219,7 +227,8 @@ class RunOptions:
             "--perf-map-refresh",
             "seconds between Java perf-map refreshes ({default}; 0 = at the end only): each sample is named with "
             "the JIT code of its time",
-            parse=argtypes.perf_map_refresh, forwarded=True,
+            parse=argtypes.perf_map_refresh,
+            forwarded=True,
         ),
     )
     stack_collection: str = field(
@@ -252,6 +261,19 @@ class RunOptions:
             kind="toggle",
         ),
     )
+    # Opt-in: changes the target (issue 51). One byte of each sampled JVM's memory, DebugNonSafepoints,
+    # written when its vmStructs are read and put back at the window's end (profiler/unwind/debugflag.py).
+    exact_inlining: bool = field(
+        default=False,
+        metadata=option(
+            "--exact-inlining",
+            "write -XX:+DebugNonSafepoints into each sampled JVM while the window runs (no restart; put back "
+            "at the end), so methods C2 inlines are named exactly in code compiled from then on; changes "
+            "the target's memory: opt-in (docs/unwinding.md, docs/security.md)",
+            kind="switch",
+            forwarded=True,
+        ),
+    )
     stack_storage_size: int = field(
         default=65536,
         metadata=option(
@@ -267,7 +289,8 @@ class RunOptions:
             "--checkpoint",
             "seconds between checkpoints to OUT/checkpoint ({default}; 0 = none): a run killed before writing "
             "its capture is rebuilt up to the last one by `profiler recover OUT`",
-            parse=argtypes.checkpoint_period, forwarded=True,
+            parse=argtypes.checkpoint_period,
+            forwarded=True,
         ),
     )
     exec_watch: bool = field(
@@ -330,8 +353,14 @@ def add_run_arguments(
             )
         else:
             parser.add_argument(
-                how.flag, dest=name, type=how.parse or str, choices=how.choices, default=default, metavar=how.metavar,
-                required=how.required and not has_own_default, help=text,
+                how.flag,
+                dest=name,
+                type=how.parse or str,
+                choices=how.choices,
+                default=default,
+                metavar=how.metavar,
+                required=how.required and not has_own_default,
+                help=text,
             )
 
 

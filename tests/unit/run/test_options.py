@@ -30,6 +30,7 @@ SAMPLES: dict[str, Any] = {
     "roles": ("workload", "managing", "broker"),
     "frequency": 199,
     "net": True,
+    "exact_inlining": True,
     "counters": "proc",
     "off_cpu": True,
     "off_cpu_min_block_ms": 2.5,
@@ -78,8 +79,18 @@ def test_all_options_at_once_and_the_defaults_survive_the_round_trip() -> None:
     assert parsed(run_argv(everything)) == everything
     assert parsed(run_argv(base())) == base()
     # only what differs from a default is said, besides what has none
-    assert run_argv(base()) == ["--duration", "3.0", "--out", "/tmp/cap", "--profile", "p.txt", "--known-spes",
-                                "k.txt", "--host", "h1"]
+    assert run_argv(base()) == [
+        "--duration",
+        "3.0",
+        "--out",
+        "/tmp/cap",
+        "--profile",
+        "p.txt",
+        "--known-spes",
+        "k.txt",
+        "--host",
+        "h1",
+    ]
 
 
 def test_the_coordinators_argv_gives_each_host_the_options_it_was_asked_with(tmp_path: Path) -> None:
@@ -92,8 +103,14 @@ def test_the_coordinators_argv_gives_each_host_the_options_it_was_asked_with(tmp
     # THEN the host parses exactly those options, with its own paths, label, status file and start
     assert argv[0] == "run"
     assert parsed(argv[1:]) == replace(
-        request.options, out=Path(layout.out), profile=Path(layout.profile), known_spes=Path(layout.known_spes),
-        host="node-1", status_file=Path(layout.status), start_at=1795929984.5, force=True,
+        request.options,
+        out=Path(layout.out),
+        profile=Path(layout.profile),
+        known_spes=Path(layout.known_spes),
+        host="node-1",
+        status_file=Path(layout.status),
+        start_at=1795929984.5,
+        force=True,
     )
 
 
@@ -112,7 +129,10 @@ def test_the_coordinators_parsers_take_the_declared_defaults() -> None:
     DemoCommand().prepare_parser(demo)
     shown = demo.parse_args([])
     assert (shown.duration, shown.frequency, shown.off_cpu, shown.roles) == (
-        DURATION, RUN_OPTIONS["frequency"].default, False, RUN_OPTIONS["roles"].default,
+        DURATION,
+        RUN_OPTIONS["frequency"].default,
+        False,
+        RUN_OPTIONS["roles"].default,
     )
 
 
@@ -149,7 +169,7 @@ def literal_defaults(source: str) -> list[tuple[int, str]]:
             found.append((node.lineno, f"{node.target.id}: ... = ..."))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             positional = node.args.posonlyargs + node.args.args
-            pairs = list(zip(positional[len(positional) - len(node.args.defaults):], node.args.defaults))
+            pairs = list(zip(positional[len(positional) - len(node.args.defaults) :], node.args.defaults))
             pairs += [(a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None]
             found += [(node.lineno, f"{a.arg}=... in {node.name}()") for a, d in pairs if same(a.arg, d)]
     return found
