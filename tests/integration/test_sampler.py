@@ -32,6 +32,14 @@ def _loaded_prog_ids() -> set[int]:
     return {prog["id"] for prog in json.loads(out.stdout)}
 
 
+def _sample_until(sampler: StackSampler, pid: int, samples: int, limit: float = 30.0) -> None:
+    """The window lasts until ``pid`` has ``samples`` samples (what the test's bounds need), at most ``limit`` s:
+    as long on a loaded machine as on an idle one, and no longer."""
+    deadline = time.monotonic() + limit
+    while sampler.sample_count(pid) < samples and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
     # GIVEN a JVM burning 50/30/20 in three named methods, sampled at the default 99 Hz for 15 s
     sampler = StackSampler()
@@ -129,7 +137,9 @@ def test_jvm_without_preserve_frame_pointer_is_counted_unwalkable(cpu_split_jvm_
         sampler.start()
         sampler.add_pid(cpu_split_jvm_no_fp.pid)
         sampler.prepare_symbols(cpu_split_jvm_no_fp.pid)
-        time.sleep(6)
+        # 300 samples (about 1.5 s of two busy threads; it was a fixed 6 s): the bound below is a share near
+        # 1 against 0.5, whose standard error at 300 samples is under 3 pp
+        _sample_until(sampler, cpu_split_jvm_no_fp.pid, 300)
         sampler.stop()
         folded, stats = folded_and_stats(sampler.collect()[cpu_split_jvm_no_fp.pid])
     finally:
@@ -144,7 +154,7 @@ def test_tiny_stack_map_counts_lost_stacks_and_names_the_option(cpu_split_jvm):
     try:
         sampler.start()
         sampler.add_pid(cpu_split_jvm.pid)
-        time.sleep(4)
+        _sample_until(sampler, cpu_split_jvm.pid, 300)  # two stack slots for the JVM's many stacks (was 4 s)
         sampler.stop()
         folded, stats = folded_and_stats(sampler.collect()[cpu_split_jvm.pid])
     finally:
@@ -161,7 +171,7 @@ def test_depth_limit_counts_truncated_stacks(start_cpu_split_jvm):
     try:
         sampler.start()
         sampler.add_pid(deep.pid)
-        time.sleep(4)
+        _sample_until(sampler, deep.pid, 200)  # each burner sample is cut at 32: a few are enough (was 4 s)
         sampler.stop()
         folded, stats = folded_and_stats(sampler.collect()[deep.pid])
     finally:
@@ -181,7 +191,7 @@ def test_depth_above_127_raises_the_sysctl_and_restores_it(start_cpu_split_jvm):
         sampler.start()
         assert _max_stack() >= 400, sampler.warnings
         sampler.add_pid(deep.pid)
-        time.sleep(4)
+        _sample_until(sampler, deep.pid, 200)  # one burner sample 200 frames deep is enough (was 4 s)
         sampler.stop()
         folded, stats = folded_and_stats(sampler.collect()[deep.pid])
     finally:

@@ -1087,12 +1087,16 @@ def stacks_replaced_by(kind: str) -> Callable[[Path], Path]:
     return build
 
 
-def gzip_bomb(kind: str) -> bytes:
-    """A gzip stream inflating to 2 GiB, built a part at a time (never 2 GiB in memory here either)."""
+def gzip_bomb(kind: str, total: int = 2 << 30) -> bytes:
+    """A gzip stream inflating to ``total`` bytes (2 GiB), never the whole in memory here either.
+
+    Deflating 2 GiB costs tens of seconds a bomb; the stream is built from one block instead: each 1 MiB
+    block of zeros is deflated after a full flush, which resets the compressor, so every block's bytes are
+    the same and are repeated (checked on the first two); the trailer's CRC and size are the whole
+    content's (test_a_gzip_bomb_inflates_to_its_size inflates small ones)."""
     import struct
     import zlib
 
-    total = 2 << 30
     if kind == "zeros":
         head = b""
     else:
@@ -1102,16 +1106,58 @@ def gzip_bomb(kind: str) -> bytes:
                            "module_names": [""], "contexts": [], "timeline": True, "stacks": 1,
                            "stack_frames": 1, "rows": rows}).encode()  # fmt: skip
         head = struct.pack("<5sBI", b"TPSTK", 1, len(text)) + text + struct.pack("<3I", 0, 1, 0)
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
-    parts = [compressor.compress(head)]
-    block = bytes(1 << 24)
-    crc, size = zlib.crc32(head), len(head)
-    for _ in range((total - len(head)) // len(block)):
-        parts.append(compressor.compress(block))
-        crc, size = zlib.crc32(block, crc), size + len(block)
-    parts.append(compressor.flush())
-    del crc, size
+    block = bytes(min(1 << 20, total))
+    blocks, rest = divmod(total - len(head), len(block))
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: the gzip header and trailer are ours
+    gzip_header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # deflate, no name, mtime 0, unknown OS
+    parts = [gzip_header, compressor.compress(head), compressor.flush(zlib.Z_FULL_FLUSH)]
+    deflated = [compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH) for _ in range(min(2, blocks))]
+    assert len(set(deflated)) <= 1, "a full flush did not reset the compressor"
+    parts += deflated + deflated[:1] * (blocks - len(deflated))
+    parts += [compressor.compress(block[:rest]), compressor.flush()]
+    parts.append(struct.pack("<II", crc32_of_zeros(total - len(head), zlib.crc32(head)), total & 0xFFFFFFFF))
     return b"".join(parts)
+
+
+def _gf2_times(matrix: list[int], vector: int) -> int:
+    total, row = 0, 0
+    while vector:
+        if vector & 1:
+            total ^= matrix[row]
+        vector, row = vector >> 1, row + 1
+    return total
+
+
+def crc32_of_zeros(count: int, crc: int = 0) -> int:
+    """``zlib.crc32(bytes(count), crc)`` in O(log count) (2 GiB of zeros take zlib seconds): the CRC
+    register's operator for one zero bit (as zlib's crc32_combine builds it), squared to bytes and powers."""
+    register = crc ^ 0xFFFFFFFF
+    operator = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+    for _ in range(3):  # one zero byte
+        operator = [_gf2_times(operator, row) for row in operator]
+    while count:
+        if count & 1:
+            register = _gf2_times(operator, register)
+        count >>= 1
+        operator = [_gf2_times(operator, row) for row in operator]
+    return register ^ 0xFFFFFFFF
+
+
+def test_a_gzip_bomb_inflates_to_its_size() -> None:
+    import gzip
+    import zlib
+
+    # GIVEN bombs of 3 MiB + 5 bytes (two 1 MiB blocks deflated, a third repeated, then a part)
+    total = (3 << 20) + 5
+    for kind in ("zeros", "padded", "announced"):
+        # WHEN gzip inflates one (it checks the stream, its CRC and its size)
+        content = gzip.decompress(gzip_bomb(kind, total=total))
+        # THEN it is the table's header (none for "zeros"), then zeros to the size
+        assert len(content) == total
+        assert content.startswith(b"TPSTK" if kind != "zeros" else b"\0")
+        assert len(content.rstrip(b"\0")) < 1024
+    for count, crc in ((0, 0), (1, 0), (12345, 0xDEADBEEF), (1 << 20, 0xFFFFFFFF)):
+        assert crc32_of_zeros(count, crc) == zlib.crc32(bytes(count), crc)
 
 
 def deep_table(depth: int) -> Table:
@@ -1469,7 +1515,7 @@ def test_a_gzip_bomb_is_refused_within_a_second_and_100_mb(kind: str, bombs: dic
     assert rss_peak_kib - rss_before_kib < 20 * 1024, (rss_before_kib, rss_peak_kib)
 
 
-DEEP_FRAMES = 100_000  # 100 times the depth where the report's JSON recursed (2 lists a frame)
+DEEP_FRAMES = 10_000  # 20 times the depth where the report's JSON recursed (2 lists a frame); > recursion limit
 
 
 @pytest.mark.parametrize("command", ["report", "export-speedscope", "export-pprof", "export-folded"])
