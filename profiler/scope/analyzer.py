@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..capture.format import ProcessInfo
-from ..errors import CapabilityError, ConfigError
+from ..errors import CapabilityError
 from ..files import procread, procstat, safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
@@ -271,6 +271,7 @@ class ScopeAnalyzer:
         self._started = False
         self.exec_watch_mode = "polling"
         self.exec_watch_error: str | None = None
+        self.manual_gone: list[int] = []  # --pid processes already gone when the scope started
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -497,7 +498,10 @@ class ScopeAnalyzer:
     def _add_manual(self, pid: int, now: float) -> None:
         snap = self._proc.snapshot(pid)
         if snap is None:
-            raise ConfigError(f"--pid {pid}: no such process (or a kernel thread); check the pid with ps")
+            # gone since the command (start-up takes seconds): the run writes a line for it (run/departures.py)
+            # and samples whatever else there is; a pid absent at the command was refused then (runner.py)
+            self.manual_gone.append(pid)
+            return
         self._track(snap, classify(snap.cmdline, self.kinds, self._default_master(pid, snap.cmdline)), now, MANUAL)
 
     def _check_exits(self, listed: set[int], now: float) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from profiler.errors import CapabilityError, ConfigError
+from profiler.errors import CapabilityError
 from profiler.scope.analyzer import ProcSnapshot, ProcStat, ScopeAnalyzer
 from profiler.scope.spes import parse_known_spes
 
@@ -253,9 +253,15 @@ def test_manual_pids_and_missing_manual_pid(env: tuple[FakeClock, FakeProc]) -> 
         "manual",
     )
     assert (by_pid[102].kind, by_pid[102].source) == ("executor", "manual")
+    # a --pid gone since the command (start-up takes seconds) is noted, not fatal: the run writes a line
+    gone = make(proc, clock, FakeWatcher(), manual_pids=[999, 101])
+    gone.start()
+    assert gone.manual_gone == [999] and [p.pid for p in gone.processes() if p.source == "manual"] == [101]
     watcher = FakeWatcher()
-    with pytest.raises(ConfigError, match="--pid 999: no such process"):
-        make(proc, clock, watcher, manual_pids=[999]).start()
+    broken = make(proc, clock, watcher)
+    proc.pids = lambda: (_ for _ in ()).throw(PermissionError("/proc: hidepid"))  # type: ignore[method-assign]
+    with pytest.raises(PermissionError):
+        broken.start()
     assert watcher.closed == 1  # a failed start leaves no exec tracepoint attached
 
 
