@@ -10,6 +10,9 @@ from ..capture.format import ProcessInfo
 # The scope finds an exit at its next poll (window.POLL_INTERVAL, 0.5 s): a process found gone within
 # about two polls of the window's start, without a sample, may have left before the window began.
 AT_START_SECONDS = 1.0
+# A Spark executor's Python workers come and go by the hundred: beyond this many lines for processes the
+# scope found (not --pid), one line counts the rest (scope.csv has each one's exit time).
+MAX_SCOPED_LINES = 10
 
 
 def departure_lines(
@@ -30,9 +33,14 @@ def departure_lines(
         if pid not in found
     ]
     window = max(0.0, end_time - start_time)
-    for process in processes:
-        if not process.sampled or not process.exited:
-            continue
+    manual = set(manual_pids)
+    scoped_lines = 0
+    left = [process for process in processes if process.sampled and process.exited]
+    for process in left:
+        if process.pid not in manual:
+            scoped_lines += 1
+            if scoped_lines > MAX_SCOPED_LINES:
+                continue
         after = max(0.0, process.last_seen - start_time)
         count = samples.get(process.pid, 0)
         what = f"pid {process.pid} ({process.kind}: {process.cmdline[:80]})"
@@ -46,6 +54,11 @@ def departure_lines(
                 f"{what}: exited during the window, found gone +{after:.1f} s into its {window:.1f} s; "
                 f"its {count} samples up to then are kept"
             )
+    if scoped_lines > MAX_SCOPED_LINES:
+        lines.append(
+            f"{scoped_lines - MAX_SCOPED_LINES} more sampled processes exited during the window, their samples up to "
+            "then kept (scope.csv: exited, last_seen)"
+        )
     return lines
 
 

@@ -59,3 +59,10 @@ def test_nothing_to_sample_only_with_pid_no_sample_and_nothing_left_running() ->
 def test_the_nothing_line_names_every_pid_once() -> None:
     line = nothing_line((7, 8, 7))
     assert line.startswith("nothing to sample: --pid 7, 8 exited before a sample was taken") and "\n" not in line
+
+
+def test_scoped_processes_that_come_and_go_by_the_hundred_are_ten_lines_and_a_count() -> None:
+    workers = [proc(pid, exited_after=2.0) for pid in range(500, 650)]
+    found = lines((7,), [proc(7, exited_after=4.0), *workers], {pid: 5 for pid in range(500, 650)})
+    assert len(found) == 1 + 10 + 1 and found[0].startswith("pid 7 ")  # a --pid always has its own line
+    assert found[-1].startswith("140 more sampled processes exited during the window")
