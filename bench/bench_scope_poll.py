@@ -6,7 +6,7 @@ The churn: ``--idle`` long-lived processes (a busy host's pid table) and ``--rat
 second (`sh -c` running `true`, as test suites and cron jobs do), none of them an engine process; the
 known_spes.txt is the shipped one. Prints one JSON line.
 
-usage: .venv/bin/python bench/bench_scope_poll.py [--seconds 30] [--rate 60] [--idle 300] [--polling]
+usage: .venv/bin/python bench/bench_scope_poll.py [--seconds 30] [--rate 60] [--idle 300] [--polling] [--lifetime S]
        .venv/bin/python bench/bench_scope_poll.py --src /tmp/main-src   # the "before"
 """
 
@@ -24,12 +24,19 @@ from pathlib import Path
 POLL_SECONDS = 0.25
 
 
-def churn(rate: float, stop: threading.Event) -> int:
+def churn(rate: float, stop: threading.Event, lifetime: float) -> int:
     started = 0
+    children: list[subprocess.Popen[bytes]] = []
     while not stop.is_set():
-        subprocess.Popen(["sh", "-c", "true"]).wait()
+        if lifetime:  # processes that live long enough to be listed and looked at, reaped as they end
+            children = [child for child in children if child.poll() is None]
+            children.append(subprocess.Popen(["sleep", str(lifetime)]))
+        else:
+            subprocess.Popen(["sh", "-c", "true"]).wait()
         started += 1
         stop.wait(1.0 / rate)
+    for child in children:
+        child.wait()
     return started
 
 
@@ -39,6 +46,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=60.0, help="short processes started per second")
     parser.add_argument("--idle", type=int, default=300, help="long-lived processes on the host")
     parser.add_argument("--polling", action="store_true", help="no exec watcher")
+    parser.add_argument("--lifetime", type=float, default=0.0, help="churn: `sleep LIFETIME`, not `sh -c true`")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     sys.path.insert(0, str(args.src))
@@ -48,7 +56,7 @@ def main() -> None:
     idle = [subprocess.Popen(["sleep", str(args.seconds + 60)]) for _ in range(args.idle)]
     stop = threading.Event()
     counter: list[int] = []
-    thread = threading.Thread(target=lambda: counter.append(churn(args.rate, stop)), daemon=True)
+    thread = threading.Thread(target=lambda: counter.append(churn(args.rate, stop, args.lifetime)), daemon=True)
     scope = ScopeAnalyzer(load_known_spes(default_known_spes_path()), exec_watch=not args.polling)
     try:
         scope.start()
@@ -78,6 +86,8 @@ def main() -> None:
                 "polls": polls,
                 "started": counter[0] if counter else 0,
                 "idle": args.idle,
+                "lifetime": args.lifetime,
+                "cmdlines_skipped": getattr(scope, "cmdlines_skipped", None),
                 "poll_cpu_seconds": round(cpu, 4),
                 "per_minute": round(cpu * 60 / args.seconds, 4),
                 "load": os.getloadavg()[0],

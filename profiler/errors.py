@@ -46,6 +46,13 @@ class OutputWriteError(ProfilerError):
     exit_code = 10
 
 
+class NothingToSampleError(ProfilerError):
+    """Every process given by --pid was gone before a sample was taken and nothing else was found: the
+    capture is written (its notes say when each went) but holds no samples."""
+
+    exit_code = 7
+
+
 class CaptureFormatError(ProfilerError):
     """A capture directory is missing files or has an unknown format version."""
 

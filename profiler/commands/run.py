@@ -9,6 +9,10 @@ a bcc change, and loaded from /var/cache/spe-taskprof/bpf without compiling on l
 (SPE_TASKPROF_BPF_CACHE=off: always compile); sampling at 99 Hz costs well under 1 % of a core. SIGINT/SIGTERM end the window early; everything collected is still written.
 Every --checkpoint seconds (30) the samples so far are appended to OUT/checkpoint/journal.tpj: a run
 killed outright (SIGKILL, the OOM killer) is rebuilt up to its last checkpoint by `profiler recover OUT`.
+A --pid or scoped process that exits before or during the window gets a warning line saying when it went
+and keeps its samples up to then; a --pid that does not exist at the command is an error (exit 2), and a
+run whose every --pid was gone before a sample was taken, with nothing else found, writes its capture and
+exits 7 ("nothing to sample").
 
 examples:
   profiler run --duration 60 --out /tmp/cap

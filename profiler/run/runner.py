@@ -25,11 +25,12 @@ from ..capture import format as capture
 from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
 from ..capture.format import EventCount, Overhead, PidCounters, ProcessInfo, RunMeta
 from ..engines.flinkmetrics import taskmanager_pids
-from ..errors import OutputWriteError, PrivilegeError
+from ..errors import NothingToSampleError, OutputWriteError, PrivilegeError
 from ..files import safeio
 from ..files.outputs import check_output_dir, mark_output_dir
 from ..matching.appprofile import ApplicationProfile
 from .components import Components, real_components
+from .departures import departure_lines, nothing_line, nothing_to_sample
 from .options import RunOptions
 from .status import StatusWriter
 from .window import Window, WindowState
@@ -120,6 +121,8 @@ class Runner:
         self.state = WindowState()
         self.window: Window | None = None
         self.meta: RunMeta | None = None  # meta.json as written
+        self.command_time = clock()  # a --pid was checked just before: gone from here on, it gets a line
+        self.nothing_sampled = False  # --pid given, every one gone before a sample: exit 7 once written
 
     @property
     def journal(self) -> CheckpointWriter | None:
@@ -155,6 +158,8 @@ class Runner:
             finally:
                 self._close(components)
                 self._add_late_warnings(components)
+        if failure is None and self.nothing_sampled:
+            failure = NothingToSampleError(nothing_line(options.pids))
         if failure is not None:
             self.status.update("failed", force=True, error=str(failure))
             raise failure
@@ -205,7 +210,13 @@ class Runner:
         held: dict[str, Any] = {}
         if state.window_started:
             held = self._read_components(components, processes, counters)
-        state.warnings.extend(self._health_warnings(processes))
+        samples = {pid: stacks.stats.samples for pid, stacks in held.get("stacks", {}).items()}
+        state.warnings.extend(
+            departure_lines(self.options.pids, processes, samples, state.start_time, state.end_time, self.command_time)
+        )
+        self.nothing_sampled = state.window_started and nothing_to_sample(self.options.pids, processes, samples)
+        if not self.options.pids:  # with --pid, the lines above say what became of each
+            state.warnings.extend(self._health_warnings(processes))
         state.warnings.extend(self._component_warnings(components))
         return Collected(
             start_time=state.start_time,

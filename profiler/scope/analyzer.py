@@ -4,6 +4,10 @@ lines (known_spes.txt) at start and, while the window runs, from exec events or 
 How new processes are found, cheaply enough for a 0.2-0.5 s poll on a host with much process churn:
 - every poll lists /proc (pids only); in tracepoint mode only the pids new since the last listing and
   those waiting to settle are looked at, not every pid again;
+- a process's command line (its own to size) is read only if its executable could run an engine
+  process: when every known_spes.txt pattern names what a JVM or Python runs (a class, module, jar,
+  script: spes.interpreted_entries_only), a process whose /proc/PID/exe is neither java nor python
+  costs one readlink and nothing more;
 - a process is parsed against known_spes.txt only if its command line holds one of the texts the
   patterns require (spes.required_fragments); the others cost one cmdline read (in tracepoint mode
   nothing more: if one later execs into an engine process, its exec event says so);
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..capture.format import ProcessInfo
-from ..errors import CapabilityError, ConfigError
+from ..errors import CapabilityError
 from ..files import procread, procstat, safeio
 from .execwatch import ExecSource, ExecWatcher
 from .spes import (
@@ -39,7 +43,9 @@ from .spes import (
     classify,
     classify_parent,
     default_spark_master,
+    engine_executable,
     entry_point,
+    interpreted_entries_only,
     needs_spark_master,
     required_fragments,
     summarize_cmdline,
@@ -80,6 +86,10 @@ class ProcSource(Protocol):
     def pids(self) -> list[int]: ...
 
     def cmdline(self, pid: int) -> tuple[str, ...] | None: ...
+
+    def executable(self, pid: int) -> str | None:
+        """The last part of the /proc/PID/exe link; None when unknown (gone, a kernel thread, not ours to read)."""
+        ...
 
     def stat(self, pid: int) -> ProcStat | None: ...
 
@@ -122,6 +132,13 @@ class LiveProcSource:
     def cmdline(self, pid: int) -> tuple[str, ...] | None:
         line = procread.cmdline(pid)  # None: kernel thread, zombie or gone
         return None if line is None else line.args
+
+    def executable(self, pid: int) -> str | None:
+        # readlink(2) reads the link's own text (the kernel bounds it to PATH_MAX), nothing is followed
+        try:
+            return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            return None
 
     def stat(self, pid: int) -> ProcStat | None:
         try:
@@ -266,11 +283,14 @@ class ScopeAnalyzer:
         self._state = _State()
         self._needs_master = needs_spark_master(self.kinds)
         self._fragments = required_fragments(self.kinds)
+        self._by_executable = interpreted_entries_only(self.kinds)
+        self.cmdlines_skipped = 0  # command lines not read: the executable could not be an engine
         self._listed: set[int] = set()  # the pids of the previous listing of /proc
         self._last_full_scan = 0.0
         self._started = False
         self.exec_watch_mode = "polling"
         self.exec_watch_error: str | None = None
+        self.manual_gone: list[int] = []  # --pid processes already gone when the scope started
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -410,7 +430,7 @@ class ScopeAnalyzer:
         state = self._state
         if pid == os.getpid():
             return
-        cmdline = self._proc.cmdline(pid)
+        cmdline = self._proc.cmdline(pid) if self._could_be_engine(pid) else ()
         if cmdline is None:
             state.seen.pop(pid, None)
             return
@@ -446,6 +466,18 @@ class ScopeAnalyzer:
             parent = self._proc.snapshot(stat.ppid)
             if parent is not None:
                 self._track(parent, parent_kind, now, source)
+
+    def _could_be_engine(self, pid: int) -> bool:
+        """False when the executable is known and no known_spes.txt line can match what it runs (spes.
+        interpreted_entries_only): its command line, the process's own to size, is not read at all. An
+        exec into java later is an exec event (or, polling, a young process looked at again)."""
+        if not self._by_executable:
+            return True
+        name = self._proc.executable(pid)
+        if name is None or engine_executable(name):
+            return True
+        self.cmdlines_skipped += 1
+        return False
 
     def _candidate(self, cmdline: tuple[str, ...]) -> bool:
         """Whether ``cmdline`` holds a text some known_spes.txt line needs (required_fragments): the
@@ -497,7 +529,10 @@ class ScopeAnalyzer:
     def _add_manual(self, pid: int, now: float) -> None:
         snap = self._proc.snapshot(pid)
         if snap is None:
-            raise ConfigError(f"--pid {pid}: no such process (or a kernel thread); check the pid with ps")
+            # gone since the command (start-up takes seconds): the run writes a line for it (run/departures.py)
+            # and samples whatever else there is; a pid absent at the command was refused then (runner.py)
+            self.manual_gone.append(pid)
+            return
         self._track(snap, classify(snap.cmdline, self.kinds, self._default_master(pid, snap.cmdline)), now, MANUAL)
 
     def _check_exits(self, listed: set[int], now: float) -> None:

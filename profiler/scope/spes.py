@@ -426,6 +426,26 @@ def required_fragments(kinds: Sequence[SpeKind]) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(texts))
 
 
+def engine_executable(name: str) -> bool:
+    """Whether a process whose executable is called ``name`` (the /proc/PID/exe link's last part) can run
+    an entry point that entry_point() reads past argv[0]: a JVM's main class or jar, a Python module or
+    script."""
+    base = name.removesuffix(" (deleted)")  # an executable replaced on disk (a JDK upgraded under a JVM)
+    return base in ("java", "java.exe") or _PYTHON.match(base) is not None
+
+
+def interpreted_entries_only(kinds: Sequence[SpeKind]) -> bool:
+    """Whether every pattern names what only a JVM or Python runs (a dotted class, module, jar or script
+    name, no path, no shell script): then only processes whose executable passes engine_executable() can
+    match a line, and the scope reads no other command line. A pattern for a program's own name (no dot,
+    a path, ``*.sh``) could match any executable: every command line is read, as before."""
+    for kind in kinds:
+        for alternative in kind.pattern.split("|"):
+            if "." not in alternative or "/" in alternative or alternative.endswith(".sh"):
+                return False
+    return True
+
+
 def _literal_runs(glob: str) -> list[str]:
     """The runs of a shell-style glob that match only themselves (fnmatch's rules: ``*`` and ``?`` are
     wildcards, ``[...]`` a set whose first character, after an optional ``!``, may be ``]``; a ``[``

@@ -183,3 +183,62 @@ def test_target_exiting_mid_run_keeps_its_samples(tmp_path: Path, start_cpu_spli
     # auto without a PMU: /proc, exited 4 s into a 10 s interval; read as a zombie or, once reaped, from
     # its threads' exit records (the reaped path is tests/integration/test_counters.py's short-lived child)
     assert "not measured" not in counters.events["task-clock"].note
+
+
+BUSY = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    sum(i * i for i in range(1000))\n"
+
+
+def _busy() -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-c", BUSY], text=True)
+    _STARTED.append(process)
+    return process
+
+
+def _gone_once_starting(target: subprocess.Popen[str], status: Path, profiler: subprocess.Popen[str]) -> None:
+    """``target`` was there at the command (its --pid passed the check); it exits while BPF compiles."""
+    wait_for_state(status, "starting", profiler, timeout=60)
+    target.kill()
+    target.wait(10)
+
+
+def test_pids_that_leave_before_and_during_the_window_are_lines_beside_a_complete_capture(tmp_path: Path) -> None:
+    # GIVEN three busy processes by --pid: one lives through the window, one exits 3 s into it, one is gone
+    # before it (killed while the profiler starts up)
+    live, leaving, gone = _busy(), _busy(), _busy()
+    pids = (live.pid, leaving.pid, gone.pid)
+    process, out, status = start_profiler(tmp_path, 8, *(f"--pid={pid}" for pid in pids))
+    _gone_once_starting(gone, status, process)
+    wait_for_state(status, "sampling", process)
+    time.sleep(3)
+    leaving.kill()
+    leaving.wait(10)
+    _, stderr = process.communicate(timeout=180)
+    # THEN the run ends 0, the departures are lines of meta.json (and warnings on stderr)
+    assert process.returncode == 0, stderr
+    meta = capture.read_meta(out)
+    before = [w for w in meta.warnings if w.startswith(f"--pid {gone.pid}: exited before the window began")]
+    during = [w for w in meta.warnings if w.startswith(f"pid {leaving.pid} (manual") and "during the window" in w]
+    assert len(before) == 1 and len(during) == 1, meta.warnings
+    assert f"profiler: warning: {during[0]}" in stderr
+    gone_after = float(during[0].split("found gone +", 1)[1].split(" s", 1)[0])
+    assert 2.0 <= gone_after <= 6.0, during[0]
+    # AND the process that left keeps its samples up to its exit, the live one has its whole window
+    scope = {p.pid: p for p in capture.read_scope(out)}
+    assert gone.pid not in scope and scope[leaving.pid].exited and not scope[live.pid].exited
+    samples = {pid: sum(int(line.rsplit(" ", 1)[1]) for line in folded_text(out, pid).splitlines()) for pid in pids[:2]}
+    assert f"its {samples[leaving.pid]} samples up to then are kept" in during[0]
+    assert samples[leaving.pid] > 0 and samples[live.pid] > samples[leaving.pid], samples
+    assert meta.stopped_by == "duration"
+
+
+def test_a_pid_gone_before_the_window_with_nothing_else_is_one_line_and_exit_7(tmp_path: Path) -> None:
+    gone = _busy()
+    process, out, status = start_profiler(tmp_path, 2, "--pid", str(gone.pid))
+    _gone_once_starting(gone, status, process)
+    _, stderr = process.communicate(timeout=180)
+    assert process.returncode == 7, stderr
+    errors = [line for line in stderr.splitlines() if "error" in line]
+    assert errors == [f"profiler run: error: {errors[0].split('error: ', 1)[1]}"] and "nothing to sample" in errors[0]
+    meta = capture.read_meta(out)  # the capture is written, its note says what became of the pid
+    assert any(w.startswith(f"--pid {gone.pid}: exited before the window began") for w in meta.warnings)
+    assert json.loads(status.read_text())["state"] == "failed"

@@ -177,3 +177,26 @@ def test_real_spark_cluster_roles_and_an_executor_started_while_watching(spark_c
         scope.close()
         if app is not None and app.poll() is None:
             spark_cluster.stop_app(app)
+
+
+def test_a_command_line_is_read_only_when_the_executable_could_be_an_engine(probe_script: Path) -> None:
+    # GIVEN the probe (python) and a `sleep` whose argv[0] is the probe's name: by its command line alone
+    # it would be filed as a probe, but its executable runs no Python module or JVM class
+    impostor = subprocess.Popen([probe_script.name, "60"], executable="sleep")
+    probe = _start(probe_script)
+    scope = ScopeAnalyzer(_kinds(probe_script), exec_watch=False)
+    try:
+        scope.start()
+        # THEN only the probe is in the scope, and the sleep's command line was never read
+        assert [p.pid for p in scope.processes()] == [probe.pid]
+        assert scope.cmdlines_skipped >= 1
+        # AND a known_spes.txt with a pattern for a program's own name reads every command line (as before)
+        everything = ScopeAnalyzer(parse_known_spes(f"x workload y {probe_script.stem}\n", "t"), exec_watch=False)
+        everything.start()
+        assert everything.cmdlines_skipped == 0
+        everything.close()
+    finally:
+        scope.close()
+        impostor.kill()
+        impostor.wait(10)
+        _stop(probe)

@@ -4,6 +4,7 @@ stop request or a failure still leaves a complete capture."""
 from __future__ import annotations
 
 import csv
+import json
 import threading
 from collections import Counter
 from dataclasses import replace
@@ -43,6 +44,7 @@ from profiler.capture.read import (
 )
 from profiler.capture.stackstore import CollectedStacks
 from profiler.engines.events import EventCounter
+from profiler.errors import NothingToSampleError
 from profiler.matching.appprofile import parse_profile
 from profiler.run.runner import Components, Runner, RunOptions
 
@@ -564,3 +566,61 @@ def test_without_off_cpu_the_columns_are_empty_and_no_file_is_written(tmp_path: 
     runner.run(parse_profile(PROFILE_TEXT))
     assert all(r["offcpu_seconds"] == "" for r in read_rows(out))
     assert not list(out.glob("pids/*/offcpu.folded")) and read_meta(out).off_cpu_min_block_ms is None
+
+
+class LeavingScope(FakeScope):
+    """The real analyzer's finish(): a process found gone keeps ``exited`` and the time it was found gone."""
+
+    def __init__(self, initial: list[ProcessInfo], exits: list[int], gone_at: float) -> None:
+        super().__init__(initial, [], exits)
+        self.gone_at = gone_at
+
+    def finish(self, end_time: float) -> list[ProcessInfo]:
+        return [replace(p, exited=True, last_seen=self.gone_at) if p.pid in self.exits else p for p in self.initial]
+
+
+def test_a_pid_gone_before_the_window_and_one_gone_during_it_are_lines_and_the_rest_is_written(
+    tmp_path: Path,
+) -> None:
+    # GIVEN --pid 101 999 (999 gone before the scope started) and 101 found gone at the window's third poll
+    runner, components, out = make(tmp_path, duration=3.0)
+    start = runner.clock()
+    components.scope = LeavingScope([proc(101), proc(102)], [101], gone_at=start + 1.5)
+    runner.options = replace(runner.options, pids=(101, 999))
+    runner.run(parse_profile(PROFILE_TEXT))
+    # THEN the run ends normally with both departures in meta.json's warnings
+    meta = read_meta(out)
+    assert meta.stopped_by == "duration"
+    gone_before = [w for w in meta.warnings if w.startswith("--pid 999: exited before the window began")]
+    gone_during = [w for w in meta.warnings if w.startswith("pid 101 (executor") and "+1.5 s into" in w]
+    assert len(gone_before) == 1 and len(gone_during) == 1, meta.warnings
+    assert "its 4 samples up to then are kept" in gone_during[0]
+    assert not any("no workload process was found" in w for w in meta.warnings)
+    # AND the process that left keeps its samples, the other one its own
+    assert format_folded(read_stack_counts(capture.table_path(out, 101))).startswith("main;run;burnAlpha 3\n")
+    assert {p.pid: p.exited for p in read_scope(out)} == {101: True, 102: False}
+
+
+def test_every_pid_gone_before_a_sample_is_one_line_exit_7_and_a_written_capture(tmp_path: Path) -> None:
+    # GIVEN --pid 999, gone before the scope started, and no other workload process on the host
+    runner, components, out = make(tmp_path, duration=1.0)
+    components.scope = FakeScope([], [], [])
+    runner.options = replace(runner.options, pids=(999,))
+    status = tmp_path / "status.json"
+    runner.status.path = status
+    # WHEN the run ends THEN it raises the "nothing to sample" error after writing the capture
+    with pytest.raises(NothingToSampleError, match=r"^nothing to sample: --pid 999 exited before") as caught:
+        runner.run(parse_profile(PROFILE_TEXT))
+    assert caught.value.exit_code == 7 and "\n" not in str(caught.value)
+    meta = read_meta(out)
+    assert meta.stopped_by == "duration"
+    assert any(w.startswith("--pid 999: exited before the window began") for w in meta.warnings)
+    assert json.loads(status.read_text())["state"] == "failed"
+    assert components.sampler.closed and components.scope.closed
+
+
+def test_a_scoped_run_without_a_pid_that_finds_nothing_still_ends_normally(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=1.0)
+    components.scope = FakeScope([], [], [])
+    runner.run(parse_profile(PROFILE_TEXT))
+    assert "no workload process was found: check --known-spes or add --pid" in read_meta(out).warnings

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from profiler.errors import CapabilityError, ConfigError
+from profiler.errors import CapabilityError
 from profiler.scope.analyzer import ProcSnapshot, ProcStat, ScopeAnalyzer
 from profiler.scope.spes import parse_known_spes
 
@@ -45,6 +45,7 @@ class FakeProc:
     jvms: dict[int, tuple[str | None, bool | None]] = field(default_factory=dict)
     reads: int = 0
     stats: int = 0
+    exes: int = 0
     kernel: set[int] = field(default_factory=set)  # kernel threads: listed, no command line
 
     def spawn(self, pid: int, cmdline: tuple[str, ...], ppid: int = 1, age: float = 10.0, user: str = "spark") -> None:
@@ -65,6 +66,12 @@ class FakeProc:
     def cmdline(self, pid: int) -> tuple[str, ...] | None:
         self.reads += 1
         return self.table[pid][1] if pid in self.table else None
+
+    def executable(self, pid: int) -> str | None:
+        self.exes += 1
+        if pid not in self.table:
+            return None
+        return self.table[pid][1][0].rsplit("/", 1)[-1]
 
     def stat(self, pid: int) -> ProcStat | None:
         self.stats += 1
@@ -253,9 +260,15 @@ def test_manual_pids_and_missing_manual_pid(env: tuple[FakeClock, FakeProc]) -> 
         "manual",
     )
     assert (by_pid[102].kind, by_pid[102].source) == ("executor", "manual")
+    # a --pid gone since the command (start-up takes seconds) is noted, not fatal: the run writes a line
+    gone = make(proc, clock, FakeWatcher(), manual_pids=[999, 101])
+    gone.start()
+    assert gone.manual_gone == [999] and [p.pid for p in gone.processes() if p.source == "manual"] == [101]
     watcher = FakeWatcher()
-    with pytest.raises(ConfigError, match="--pid 999: no such process"):
-        make(proc, clock, watcher, manual_pids=[999]).start()
+    broken = make(proc, clock, watcher)
+    proc.pids = lambda: (_ for _ in ()).throw(PermissionError("/proc: hidepid"))  # type: ignore[method-assign]
+    with pytest.raises(PermissionError):
+        broken.start()
     assert watcher.closed == 1  # a failed start leaves no exec tracepoint attached
 
 
@@ -391,3 +404,38 @@ def test_a_left_out_role_never_hands_a_process_to_a_weaker_line(env: tuple[FakeC
     scope.close()
     # THEN the driver stays out (it is not the "driver" managing line), the Worker is in
     assert roles == {100: "managing"}
+
+
+@pytest.mark.parametrize("exec_watch", [True, False])
+def test_command_lines_are_read_only_for_executables_that_could_be_an_engine(
+    env: tuple[FakeClock, FakeProc], exec_watch: bool
+) -> None:
+    # GIVEN a host where 50 shells and sleeps start after the scope did, and one python that is no engine
+    clock, proc = env
+    watcher = FakeWatcher(fail=not exec_watch)
+    scope = make(proc, clock, watcher)
+    scope.start()
+    reads = proc.reads
+    for pid in range(1000, 1050):
+        proc.spawn(pid, ("/usr/bin/sleep", "60") if pid % 2 else ("bash", "-c", "make"), age=0.01)
+    proc.spawn(1100, ("python3", "tool.py"), age=0.01)
+    watcher.pending = list(range(1000, 1050, 2))
+    for _ in range(3):
+        assert scope.poll() == ([], [])
+        clock.now += 0.4
+    # THEN only the python's command line was read (once per look), the others cost a readlink each
+    assert 1 <= proc.reads - reads <= 3 and scope.cmdlines_skipped >= 50
+    # AND a shell that execs the JVM is still found, by its exec event or (polling) as a young process
+    proc.exec(1002, EXECUTOR)
+    watcher.pending = [1002]
+    new, _ = scope.poll()
+    assert [(p.pid, p.kind) for p in new] == [(1002, "executor")]
+
+
+def test_a_pattern_for_a_program_name_reads_every_command_line(env: tuple[FakeClock, FakeProc]) -> None:
+    clock, proc = env
+    kinds = parse_known_spes("custom workload tool my-engine-daemon\n", "test")
+    scope = ScopeAnalyzer(kinds, proc=proc, watcher_factory=FakeWatcher, clock=clock, monotonic=clock.mono)
+    proc.spawn(900, ("/opt/bin/my-engine-daemon", "--serve"))
+    scope.start()
+    assert [(p.pid, p.kind) for p in scope.processes()] == [(900, "tool")] and scope.cmdlines_skipped == 0

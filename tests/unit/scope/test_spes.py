@@ -18,7 +18,9 @@ from profiler.scope.spes import (
     classify_parent,
     default_known_spes_path,
     default_spark_master,
+    engine_executable,
     entry_point,
+    interpreted_entries_only,
     literal_glob,
     load_known_spes,
     parse_known_spes,
@@ -395,3 +397,11 @@ def test_literal_glob_matches_its_text_and_fits_a_line(text: str) -> None:
     (kind,) = parse_known_spes(f"kafka broker broker kafka.Kafka arg={glob}\n", "k.txt")
     assert classify(("java", "kafka.Kafka", text), (kind,)) == kind
     assert classify(("java", "kafka.Kafka", "/tmp/other/server.properties"), (kind,)) is None
+
+
+def test_engine_executables_and_when_the_scope_may_judge_by_them() -> None:
+    assert all(engine_executable(n) for n in ("java", "python3", "python3.11", "pypy3", "java (deleted)"))
+    assert not any(engine_executable(n) for n in ("bash", "sleep", "true", "javac", "jsvc", "pythonista"))
+    assert interpreted_entries_only(KINDS)  # the shipped file
+    for pattern in ("my-engine-daemon", "/opt/bin/engine.bin", "kafka-server-start.sh", "*", "a.B|daemon"):
+        assert not interpreted_entries_only(parse_known_spes(f"x workload y {pattern}\n", "t")), pattern
