@@ -6,7 +6,8 @@ reads per-process counters, then symbolizes, matches stacks to the tasks of the 
 <out>/<host>_result.csv. Needs root (or CAP_BPF and CAP_PERFMON), bcc and kernel headers or BTF.
 Overhead: the BPF programs are compiled (seconds of CPU each) on the first run after set-up, a kernel or
 a bcc change, and loaded from /var/cache/spe-taskprof/bpf without compiling on later runs
-(SPE_TASKPROF_BPF_CACHE=off: always compile); sampling at 99 Hz costs well under 1 % of a core. SIGINT/SIGTERM end the window early; everything collected is still written.
+(SPE_TASKPROF_BPF_CACHE=off: always compile); sampling at 99 Hz costs well under 1 % of a core.
+SIGINT/SIGTERM end the window early; everything collected is still written.
 Every --checkpoint seconds (30) the samples so far are appended to OUT/checkpoint/journal.tpj: a run
 killed outright (SIGKILL, the OOM killer) is rebuilt up to its last checkpoint by `profiler recover OUT`.
 A --pid or scoped process that exits before or during the window gets a warning line saying when it went

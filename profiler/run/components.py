@@ -144,6 +144,7 @@ def make_sampler(options: RunOptions) -> StackSampler:
         perf_map_refresh=options.perf_map_refresh,
         stack_walk=options.stack_walk,
         hotspot_unwind=options.hotspot_unwind,
+        exact_inlining=options.exact_inlining,
         checkpoints=options.checkpoint > 0,
         perf_map_dir=checkpoint_dir(options.out) / PERF_MAPS_DIR if options.checkpoint > 0 else None,
     )

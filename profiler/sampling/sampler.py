@@ -46,7 +46,9 @@ from ..scope.threadwatch import ThreadWatch
 from ..symbols.batches import BATCH_CHUNKS, WindowSymbols
 from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
 from ..unwind.cfi import CfiLoader
-from ..unwind.hotspot import JvmNames, MethodNamer, VMLayout
+from ..unwind.debugflag import ExactInlining
+from ..unwind.hotspot import JvmNames, MethodNamer
+from ..unwind.vmstructs import VMLayout, libjvm_mapping
 from .collect import collect_ringbuf, collect_stackmap, end_of_run_warnings, target_counts
 from .preparation import TargetPreparation, publish_jvm
 from .program import SamplerProgram, bpf_prog_ids
@@ -83,6 +85,7 @@ class StackSampler:
         checkpoints: bool = False,
         perf_map_dir: Path | None = None,
         hotspot_unwind: bool = True,
+        exact_inlining: bool = False,
     ) -> None:
         if perf_map_mode not in PERF_MAP_MODES:
             raise ConfigError(f"perf map mode {perf_map_mode!r}: use one of {', '.join(PERF_MAP_MODES)}")
@@ -128,6 +131,9 @@ class StackSampler:
         self._targets: dict[int, _Target] = {}
         self._exited: set[int] = set()
         self._lock = threading.Lock()
+        # --exact-inlining (opt-in): DebugNonSafepoints written into each JVM as it is prepared, put back by stop()
+        self._exact: ExactInlining | None = ExactInlining() if exact_inlining else None
+        self._exact_lock = threading.Lock()  # no write after stop() has put the flags back
         self._closed = False
 
     # ------------------------------------------------------------ the program as loaded (program.py)
@@ -218,7 +224,13 @@ class StackSampler:
     def _prepare_target(self, pid: int) -> None:
         """A target's preparation (a worker of preparation.py): its JVM's vmStructs first (milliseconds; the
         walker then steps its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
-        self._attach_jvm(pid)  # False for a process that is no JVM (reason kept in _jvms.errors)
+        is_jvm = self._attach_jvm(pid)  # False for a process that is no JVM (reason kept in _jvms.errors)
+        if self._exact is not None and (is_jvm or libjvm_mapping(pid) is not None):
+            with self._exact_lock:
+                if self._exact is not None:
+                    warning = self._exact.apply(pid)
+                    if warning is not None:
+                        self.warnings.append(f"pid {pid}: {warning}")
         if self._cfi is not None:
             self._cfi.load_pid(pid)
         release_freed_memory()  # the tables' parse: glibc would keep its heap
@@ -355,6 +367,7 @@ class StackSampler:
     def stop(self) -> None:
         """Detach the perf events (the window ends); the maps stay readable for collect()."""
         self._preparation.stop()
+        self._restore_debug_flags()
         if self._bpf is not None and self._attached:
             from bcc import PerfSWConfig, PerfType
 
@@ -371,9 +384,17 @@ class StackSampler:
         if self._cfi is not None:
             self._cfi.stop()
 
+    def _restore_debug_flags(self) -> None:
+        """--exact-inlining's flags put back (each JVM's, where it still holds ours); none written after."""
+        with self._exact_lock:
+            if self._exact is not None:
+                self._exact.restore_all()
+                self._exact = None
+
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
         self._preparation.stop()
+        self._restore_debug_flags()
         if self._reader is not None:
             self._reader.halt()
         self._symbols.stop()

@@ -10,7 +10,7 @@ own, not the loop's safepoint's. Code compiled before keeps its sparse debug inf
 The flag table comes from the target's memory (hostile): the entry must be named exactly
 ``DebugNonSafepoints``, of type bool, hold 0 or 1, and lie in libjvm.so's own writable data (its file's
 read-write mapping or the anonymous .bss right after it); one byte is written, nowhere else.
-May import: profiler.files, profiler.errors, profiler.unwind.hotspot and the standard library.
+May import: profiler.files, profiler.errors, profiler.unwind.vmstructs and the standard library.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Protocol
 
 from ..errors import VMStructsError
 from ..files import procread, safeio
-from . import hotspot
+from . import vmstructs
 
 FLAG_NAME = "DebugNonSafepoints"
 FLAG_FIELDS = {
@@ -39,7 +39,7 @@ BOOL_TYPE = 0  # JVMFlag::TYPE_bool, the first of the types in JDK 17 and 25
 
 
 class Memory(Protocol):
-    """What the flag writer needs of a process's memory (hotspot.ProcessMemory and a test double)."""
+    """What the flag writer needs of a process's memory (vmstructs.ProcessMemory and a test double)."""
 
     def read(self, address: int, size: int) -> bytes: ...
 
@@ -144,15 +144,15 @@ def check_flag_address(address: int, ranges: list[tuple[int, int]], value: bytes
 
 def locate(pid: int, memory: Memory) -> int:
     """The checked address of DebugNonSafepoints' value in ``pid``; VMStructsError naming why not."""
-    mapping = hotspot.libjvm_mapping(pid)
+    mapping = vmstructs.libjvm_mapping(pid)
     if mapping is None:
         raise VMStructsError(f"pid {pid}: no libjvm.so mapped")
     path, load_address, end = mapping
     try:
-        fd = safeio.open_mapped(pid, load_address, end, path, hotspot.LIBJVM_MAX_BYTES)
+        fd = safeio.open_mapped(pid, load_address, end, path, vmstructs.LIBJVM_MAX_BYTES)
         try:
-            values, base_vaddr = hotspot.elf_symbols(
-                path, safeio.BoundedReader(fd, os.fstat(fd).st_size), hotspot._TABLE_SYMBOLS
+            values, base_vaddr = vmstructs.elf_symbols(
+                path, safeio.BoundedReader(fd, os.fstat(fd).st_size), vmstructs.TABLE_SYMBOLS
             )
         finally:
             os.close(fd)
@@ -160,8 +160,8 @@ def locate(pid: int, memory: Memory) -> int:
         symbols = {name: memory.u64(bias + value) for name, value in values.items()}
         for name in ("gHotSpotVMStructs", "gHotSpotVMTypes", "gHotSpotVMIntConstants"):
             symbols[name] = bias + values[name]
-        fields, _types = hotspot._read_table_entries(memory, symbols, FLAG_FIELDS)  # type: ignore[arg-type]
-        sizes = hotspot._read_types(memory, symbols, {"JVMFlag"})  # type: ignore[arg-type]
+        fields, _types = vmstructs.read_table_entries(memory, symbols, FLAG_FIELDS)  # type: ignore[arg-type]
+        sizes = vmstructs.read_types(memory, symbols, {"JVMFlag"})  # type: ignore[arg-type]
         address = find_flag(flag_table(fields, sizes, memory), memory)
         check_flag_address(address, libjvm_data_ranges(procread.maps(pid), path), memory.read(address, 1))
     except VMStructsError as exc:
@@ -185,7 +185,7 @@ def _write_byte(pid: int, address: int, expect: int, value: int) -> int:
 
 def enable(pid: int) -> FlagWrite:
     """Set DebugNonSafepoints in the running JVM ``pid``; VMStructsError (one line) when it cannot be."""
-    memory = hotspot.ProcessMemory(pid)
+    memory = vmstructs.ProcessMemory(pid)
     try:
         address = locate(pid, memory)
     finally:

@@ -60,7 +60,7 @@ THREAD_FIELDS = {
 }
 
 
-_TABLE_SYMBOLS = (
+TABLE_SYMBOLS = (
     "gHotSpotVMStructs",
     "gHotSpotVMStructEntryArrayStride",
     "gHotSpotVMStructEntryTypeNameOffset",
@@ -225,7 +225,7 @@ class VMLayout:
         return self.fields[(type_name, field_name)]
 
 
-def _read_table_entries(
+def read_table_entries(
     memory: ProcessMemory, symbols: dict[str, int], wanted: set[tuple[str, str]]
 ) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], str]]:
     """(offset or static address, C type) of each wanted (type, field) the JVM exports."""
@@ -251,7 +251,7 @@ def _read_table_entries(
     raise VMStructsError("gHotSpotVMStructs has no end marker")
 
 
-def _read_types(memory: ProcessMemory, symbols: dict[str, int], names: set[str]) -> dict[str, int]:
+def read_types(memory: ProcessMemory, symbols: dict[str, int], names: set[str]) -> dict[str, int]:
     stride = symbols["gHotSpotVMTypeEntryArrayStride"]
     entry = memory.u64(symbols["gHotSpotVMTypes"])
     sizes: dict[str, int] = {}
@@ -291,12 +291,12 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
         # the mapped file itself (/proc/PID/map_files): a link swapped in since cannot redirect the read
         fd = safeio.open_mapped(pid, load_address, end, path, LIBJVM_MAX_BYTES)
         try:
-            values, base_vaddr = elf_symbols(path, safeio.BoundedReader(fd, os.fstat(fd).st_size), _TABLE_SYMBOLS)
+            values, base_vaddr = elf_symbols(path, safeio.BoundedReader(fd, os.fstat(fd).st_size), TABLE_SYMBOLS)
         finally:
             os.close(fd)
     except (OSError, ValueError, IndexError, struct.error) as exc:
         raise VMStructsError(f"pid {pid}: {path}: {exc}") from None
-    missing = [name for name in _TABLE_SYMBOLS if name not in values]
+    missing = [name for name in TABLE_SYMBOLS if name not in values]
     if missing:
         raise VMStructsError(f"pid {pid}: {path} lacks {', '.join(missing)}")
     bias = load_address - base_vaddr
@@ -305,8 +305,8 @@ def read_layout(pid: int, memory: ProcessMemory) -> VMLayout:
         # The pointers to the tables are data; the offsets and strides are the values themselves.
         for name in ("gHotSpotVMStructs", "gHotSpotVMTypes", "gHotSpotVMIntConstants"):
             symbols[name] = bias + values[name]
-        fields, types = _read_table_entries(memory, symbols, _WANTED_FIELDS | CODE_FIELDS | THREAD_FIELDS)
-        sizes = _read_types(memory, symbols, {"ConstantPool", "HeapBlock", "PcDesc"})
+        fields, types = read_table_entries(memory, symbols, _WANTED_FIELDS | CODE_FIELDS | THREAD_FIELDS)
+        sizes = read_types(memory, symbols, {"ConstantPool", "HeapBlock", "PcDesc"})
         constants = _read_int_constants(memory, symbols, {_METHOD_SLOT, _SENDER_SP_SLOT, *KIND_CONSTANTS})
         slot = constants.get(_METHOD_SLOT)
         missing_fields = sorted(f"{t}::{f}" for t, f in _WANTED_FIELDS - fields.keys())

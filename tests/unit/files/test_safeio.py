@@ -181,7 +181,7 @@ def test_crafted_elf_headers_raise_instead_of_allocating(in_tmp: Path) -> None:
     import struct
 
     from profiler.unwind import ehframe
-    from profiler.unwind.vmstructs import _TABLE_SYMBOLS, elf_symbols
+    from profiler.unwind.vmstructs import TABLE_SYMBOLS, elf_symbols
 
     # an ELF header whose section table claims 65535 sections of 65535 bytes far past the file's end
     header = bytearray(64)
@@ -193,7 +193,7 @@ def test_crafted_elf_headers_raise_instead_of_allocating(in_tmp: Path) -> None:
     fd = os.open(in_tmp / "libjvm.so", os.O_RDONLY)
     try:
         with pytest.raises(ValueError, match="outside the file"):
-            elf_symbols("libjvm.so", safeio.BoundedReader.of(fd), _TABLE_SYMBOLS)
+            elf_symbols("libjvm.so", safeio.BoundedReader.of(fd), TABLE_SYMBOLS)
         with open(in_tmp / "libjvm.so", "rb") as handle, pytest.raises(ValueError, match="outside the file"):
             ehframe.read_elf_file(handle)
     finally:

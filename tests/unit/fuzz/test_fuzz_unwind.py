@@ -15,7 +15,7 @@ from profiler.errors import VMStructsError
 from profiler.files import safeio
 from profiler.unwind import cfi, ehframe
 from profiler.unwind.hsperf import UNLOADED_CLASSES, _counter_offset
-from profiler.unwind.vmstructs import _TABLE_SYMBOLS, elf_symbols, libjvm_in_maps
+from profiler.unwind.vmstructs import TABLE_SYMBOLS, elf_symbols, libjvm_in_maps
 from tests.unit.fuzz import crafted
 from tests.unit.fuzz.corpus import DATA, corpus, fuzz_settings, seed
 
@@ -82,17 +82,17 @@ def _memory_file(data: bytes) -> Iterator[safeio.BoundedReader]:
 def test_libjvm_symbols(image: bytes) -> None:
     with _memory_file(image) as reader:
         try:
-            found, _base = elf_symbols("fuzz", reader, _TABLE_SYMBOLS)
+            found, _base = elf_symbols("fuzz", reader, TABLE_SYMBOLS)
         except SYMBOL_REFUSALS:
             return
-    assert set(found) <= set(_TABLE_SYMBOLS)
+    assert set(found) <= set(TABLE_SYMBOLS)
 
 
 def test_the_libjvm_seed_names_every_vmstructs_symbol() -> None:
     # the seed is worth its bytes: unmutated, it finds what read_layout needs
     with _memory_file(seed("libjvm17_dynsym.elf")) as reader:
-        found, _base = elf_symbols("seed", reader, _TABLE_SYMBOLS)
-    assert set(found) == set(_TABLE_SYMBOLS)
+        found, _base = elf_symbols("seed", reader, TABLE_SYMBOLS)
+    assert set(found) == set(TABLE_SYMBOLS)
 
 
 @fuzz_settings()

@@ -19,7 +19,7 @@ from profiler.errors import VMStructsError
 from profiler.files import safeio
 from profiler.unwind import cfi, codecache, ehframe
 from profiler.unwind.hsperf import HSPERFDATA_MAX_BYTES, UNLOADED_CLASSES, _counter_offset
-from profiler.unwind.vmstructs import _TABLE_SYMBOLS, ELF_MAX_STRINGS, elf_symbols
+from profiler.unwind.vmstructs import ELF_MAX_STRINGS, TABLE_SYMBOLS, elf_symbols
 from tests.unit.fuzz import crafted
 
 LIBJVM = sorted(Path("/usr/lib/jvm").glob("*/lib/server/libjvm.so"))
@@ -157,7 +157,7 @@ def test_an_over_budget_section_is_warned_for_that_elf_only() -> None:
 def test_a_string_table_named_at_every_offset_costs_linear_time() -> None:
     # GIVEN 87 k symbols naming offsets of one 2 MiB name without end (11.8 CPU-s before; 128 MiB: hours)
     with _elf_reader(crafted.elf_quadratic_strtab((2 << 20) // 24, 2 << 20)) as reader:
-        (found, _base), seconds = _cpu(elf_symbols, "crafted", reader, _TABLE_SYMBOLS)
+        (found, _base), seconds = _cpu(elf_symbols, "crafted", reader, TABLE_SYMBOLS)
     assert found == {} and seconds < 1.0
 
 
@@ -166,7 +166,7 @@ def test_symbol_tables_over_the_bounds_are_refused_by_name() -> None:
         _elf_reader(crafted.elf_quadratic_strtab(16, ELF_MAX_STRINGS + 1)) as reader,
         pytest.raises(VMStructsError, match="over the limits"),
     ):
-        elf_symbols("crafted", reader, _TABLE_SYMBOLS)
+        elf_symbols("crafted", reader, TABLE_SYMBOLS)
 
 
 def test_names_are_found_only_whole() -> None:
@@ -181,10 +181,10 @@ def test_names_are_found_only_whole() -> None:
 def test_real_libjvm_symbols_are_all_found(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        found, _base = elf_symbols(str(path), safeio.BoundedReader.of(fd), _TABLE_SYMBOLS)
+        found, _base = elf_symbols(str(path), safeio.BoundedReader.of(fd), TABLE_SYMBOLS)
     finally:
         os.close(fd)
-    assert set(found) == set(_TABLE_SYMBOLS) and all(found.values())
+    assert set(found) == set(TABLE_SYMBOLS) and all(found.values())
 
 
 # ---------------------------------------------------------------- hsperfdata
