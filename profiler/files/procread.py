@@ -378,9 +378,14 @@ def owner(pid: int, root: str = "/proc") -> tuple[int, int]:
     return uids[0], gids[0]
 
 
-def task_ids(pid: int, max_threads: int = THREADS_MAX, root: str = "/proc") -> list[int] | None:
-    """The thread ids of ``pid``, sorted, at most ``max_threads`` (the threads cap per process: the
-    directory is streamed, never listed whole); None when the process is gone."""
+def task_ids(pid: int, max_threads: int | None = None, root: str = "/proc") -> list[int] | None:
+    """The thread ids of ``pid``, sorted, at most ``max_threads`` (THREADS_MAX unless given: the threads
+    cap per process; the directory is streamed, never listed whole); None when the process is gone.
+
+    THREADS_MAX is read at each call, not bound as a default argument when the module loads: a default
+    bound then kept the import-time 16,384 whatever a test set the constant to (its cap never triggered)."""
+    if max_threads is None:
+        max_threads = THREADS_MAX
     try:
         fd = safeio.open_without_links(_shown(root, pid, "task"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:

@@ -189,6 +189,19 @@ def test_threads_are_capped_per_process(fake: FakeProc) -> None:
     assert len(warnings) == 1 and "THREADS_MAX" in warnings[0] and "more than 20 threads" in warnings[0]
 
 
+def test_the_threads_cap_is_read_when_threads_are_listed(fake: FakeProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the callers (perf counters, /proc counters, a namespaced JVM's threads) pass no cap: THREADS_MAX,
+    # as it is when they list, is the one that holds (it once was bound when the module loaded)
+    for tid in range(PID, PID + 50):
+        fake.thread(PID, tid)
+    monkeypatch.setattr(procread, "THREADS_MAX", 10)
+    capped = procread.task_ids(PID, root=str(fake.root))
+    assert capped is not None and len(capped) == 10
+    assert safeio.take_warnings() == [
+        f"pid {PID}: {fake.root}/{PID}/task: more than 10 threads (THREADS_MAX); only the first 10 read"
+    ]
+
+
 def test_comm_is_capped(fake: FakeProc) -> None:
     write(fake, "comm", b"java\n")
     assert procread.comm(PID, root=str(fake.root)) == "java"
