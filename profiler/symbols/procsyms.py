@@ -54,6 +54,7 @@ class ExecMapping:
     offset: int
     path: str  # as the maps line shows it ("" when the line was too long to keep it)
     name: str  # the file's name (the path's last component), at most MODULE_NAME_MAX characters
+    device: str | None = None  # major:minor as the maps line gives it (a device that blocked is not asked again)
 
     @property
     def is_vdso(self) -> bool:
@@ -81,15 +82,16 @@ def parse_exec_mapping(line: bytes, whole: bool = True) -> ExecMapping | None:
         offset, inode = int(parts[2], 16), int(parts[4])
     except ValueError:
         return None
+    device = parts[3].decode("ascii", "replace")[:16]
     if path == "[vdso]":
-        return ExecMapping(low, high, offset, path, path)
+        return ExecMapping(low, high, offset, path, path, device)
     if inode == 0 or low >= high:
         return None
     if not whole:
         path = ""
     tail = line.rsplit(b"/", 1)[-1].decode("utf-8", "replace") if b"/" in line else ""
     name = (tail[: -len(DELETED)] if tail.endswith(DELETED) else tail)[:MODULE_NAME_MAX]
-    return ExecMapping(low, high, offset, path, name)
+    return ExecMapping(low, high, offset, path, name, device)
 
 
 def read_maps(pid: int) -> MapsRead:
@@ -241,9 +243,10 @@ class MappedFiles:
         self.cache = cache
 
     def key(self, pid: int, mapping: ExecMapping) -> FileKey | None:
-        """The mapped file's identity (a stat through map_files: nothing opened), or None when it is gone."""
+        """The mapped file's identity (a stat through map_files, within safeio's deadline: nothing opened),
+        or None when it is gone, or its file system did not answer (refused with a warning)."""
         try:
-            return file_key(os.stat(f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"))
+            return file_key(safeio.stat_map_file(pid, mapping.start, mapping.end, mapping.device))
         except OSError:
             return None
 
@@ -253,7 +256,7 @@ class MappedFiles:
 
     @staticmethod
     def _load(pid: int, mapping: ExecMapping) -> ElfSymbols | None:
-        fd, _info = safeio.open_map_file(pid, mapping.start, mapping.end)  # OSError: SymbolCache.get
+        fd, _info = safeio.open_map_file(pid, mapping.start, mapping.end, device=mapping.device)  # OSError: get
         try:
             return _read_fd_symbols(pid, f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}", fd)
         finally:
