@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import safeio
@@ -27,8 +27,11 @@ STATUS_MAX_LINES = 256
 STATUS_LINE_MAX_BYTES = 4096
 COMM_MAX_BYTES = 64  # TASK_COMM_LEN is 16
 # A JVM maps a few thousand ranges (two per thread stack); a line is the fixed fields and a path
-MAPS_MAX_LINES = 1 << 16
+MAPS_MAX_MAPPINGS = 1 << 16  # lines (one a mapping) per process; vm.max_map_count's default is 65,530
+MAPS_MAX_BYTES = 16 << 20  # a maps file read (65,530 mappings of ~100 bytes, ~250 for a JDK's paths)
 MAPS_LINE_MAX_BYTES = 4096 + 256  # PATH_MAX after ~80 bytes of addresses, offset, device and inode
+MAPS_LINE_HEAD = 128  # of an over-long line: its range, perms, offset, device and inode
+MAPS_LINE_TAIL = 512  # and the end of its path (the file's name: at most 255 bytes and " (deleted)")
 THREADS_MAX = 1 << 14  # per process: a JVM has hundreds to a few thousand threads
 
 _CHUNK = 64 << 10
@@ -198,11 +201,129 @@ class Lines:
             yield pending.decode("utf-8", "replace")
 
 
-def maps(pid: int, root: str = "/proc") -> Lines:
-    """/proc/PID/maps, one mapping a line, at most MAPS_MAX_LINES (the mappings cap per process)."""
-    return Lines(
-        pid, "maps", MAPS_MAX_LINES, MAPS_LINE_MAX_BYTES, MAPS_MAX_LINES * MAPS_LINE_MAX_BYTES, "MAPS_MAX", root
-    )
+@dataclass(frozen=True)
+class MapsLine:
+    """One line of a maps file. ``whole`` False: a line over MAPS_LINE_MAX_BYTES, kept as its first
+    MAPS_LINE_HEAD bytes, a space and its last MAPS_LINE_TAIL (its range and its file's name, not its path)."""
+
+    text: bytes
+    whole: bool
+
+
+class Maps:
+    """/proc/PID/maps streamed within its caps, for every reader of a target's mappings (the symbolizer,
+    the thread-name uprobe, the checkpoint journal): at most MAPS_MAX_BYTES read, MAPS_MAX_MAPPINGS lines,
+    each line at most MAPS_LINE_MAX_BYTES kept (a longer one: head and tail, each byte looked at a bounded
+    number of times). Each cap reached is one warning naming it (``cap_reached``; the run keeps one a
+    process and file). Iterating gives the whole lines as text; ``entries()`` gives every line with its
+    ``whole`` flag. Iterate once.
+
+    ``chunks`` replaces the file (pure: tests and the fuzz suite pass crafted bytes)."""
+
+    def __init__(self, pid: int, root: str = "/proc", chunks: Iterable[bytes] | None = None) -> None:
+        self.pid, self.root = pid, root
+        self.path = _shown(root, pid, "maps")
+        self._chunks = chunks
+        self.found = chunks is not None  # the file could be opened
+        self.capped = False  # a cap was reached: bytes, mappings, or a line kept as head and tail
+        self.cut: str | None = None  # the cap that ended the read early (MAPS_MAX_BYTES, MAPS_MAX_MAPPINGS)
+        self.long_lines = 0  # lines over MAPS_LINE_MAX_BYTES
+        self.longest = 0  # bytes of the longest of them
+
+    def __iter__(self) -> Iterator[str]:
+        for entry in self.entries():
+            if entry.whole:
+                yield entry.text.decode("utf-8", "replace")
+
+    def entries(self) -> Iterator[MapsLine]:
+        if self._chunks is not None:
+            yield from self._capped_lines(iter(self._chunks))
+            return
+        fd = _open(self.root, self.pid, "maps")
+        if fd is None:
+            return
+        self.found = True
+        try:
+            yield from self._capped_lines(self._read(fd))
+        finally:
+            os.close(fd)
+
+    def _read(self, fd: int) -> Iterator[bytes]:
+        while True:
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except OSError:
+                return  # ESRCH: gone between open and read
+            if not chunk:
+                return
+            yield chunk
+
+    def _cap(self, what: str, cap_name: str, cap: int) -> None:
+        self.capped, self.cut = True, cap_name
+        cap_reached(self.pid, self.path, what, cap_name, cap)
+
+    def _capped_lines(self, chunks: Iterator[bytes]) -> Iterator[MapsLine]:
+        count = 0
+        try:
+            for line in self._lines(self._within_bytes(chunks)):
+                if count >= MAPS_MAX_MAPPINGS:
+                    self._cap("mappings", "MAPS_MAX_MAPPINGS", MAPS_MAX_MAPPINGS)
+                    return
+                count += 1
+                yield line
+        finally:  # also when the reader stops early: the long lines met so far are named once
+            if self.long_lines and self.cut is None:
+                self.capped = True
+                safeio.warn(
+                    self.pid,
+                    self.path,
+                    f"pid {self.pid}: {self.path}: {self.long_lines} line(s) of up to {self.longest} bytes, more "
+                    f"than {MAPS_LINE_MAX_BYTES} (MAPS_LINE_MAX_BYTES: a path nested too deep); only their range "
+                    "and the end of their path kept",
+                )
+
+    def _within_bytes(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        total = 0
+        for chunk in chunks:
+            if total + len(chunk) > MAPS_MAX_BYTES:
+                yield chunk[: MAPS_MAX_BYTES - total]
+                self._cap("bytes", "MAPS_MAX_BYTES", MAPS_MAX_BYTES)
+                return
+            total += len(chunk)
+            yield chunk
+
+    def _lines(self, chunks: Iterator[bytes]) -> Iterator[MapsLine]:
+        pending = b""
+        head: bytes | None = None  # an over-long line's first bytes while its end is awaited
+        length = 0
+        for chunk in chunks:
+            at = 0
+            while at < len(chunk):
+                newline = chunk.find(b"\n", at)
+                piece = chunk[at:] if newline < 0 else chunk[at:newline]
+                at = len(chunk) if newline < 0 else newline + 1
+                if head is None and len(pending) + len(piece) <= MAPS_LINE_MAX_BYTES:
+                    pending += piece
+                else:
+                    if head is None:
+                        head, length = (pending + piece[:MAPS_LINE_HEAD])[:MAPS_LINE_HEAD], len(pending)
+                    length += len(piece)
+                    pending = (pending + piece)[-MAPS_LINE_TAIL:]
+                if newline >= 0:
+                    if head is None:
+                        yield MapsLine(pending, True)
+                    else:
+                        self.long_lines += 1
+                        self.longest = max(self.longest, length)
+                        yield MapsLine(head + b" " + pending, False)
+                    pending, head, length = b"", None, 0
+        if pending and head is None and self.cut is None:  # a last line without its newline (not one cut)
+            yield MapsLine(pending, True)
+
+
+def maps(pid: int, root: str = "/proc") -> Maps:
+    """/proc/PID/maps within its caps (``Maps``): the one reader of a target's mappings."""
+    return Maps(pid, root)
 
 
 def status(pid: int, root: str = "/proc", task: int | None = None) -> dict[str, str] | None:
@@ -257,9 +378,14 @@ def owner(pid: int, root: str = "/proc") -> tuple[int, int]:
     return uids[0], gids[0]
 
 
-def task_ids(pid: int, max_threads: int = THREADS_MAX, root: str = "/proc") -> list[int] | None:
-    """The thread ids of ``pid``, sorted, at most ``max_threads`` (the threads cap per process: the
-    directory is streamed, never listed whole); None when the process is gone."""
+def task_ids(pid: int, max_threads: int | None = None, root: str = "/proc") -> list[int] | None:
+    """The thread ids of ``pid``, sorted, at most ``max_threads`` (THREADS_MAX unless given: the threads
+    cap per process; the directory is streamed, never listed whole); None when the process is gone.
+
+    THREADS_MAX is read at each call, not bound as a default argument when the module loads: a default
+    bound then kept the import-time 16,384 whatever a test set the constant to (its cap never triggered)."""
+    if max_threads is None:
+        max_threads = THREADS_MAX
     try:
         fd = safeio.open_without_links(_shown(root, pid, "task"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -286,11 +412,14 @@ __all__ = [
     "COMM_MAX_BYTES",
     "ENVIRON_MAX_BYTES",
     "MAPS_LINE_MAX_BYTES",
-    "MAPS_MAX_LINES",
+    "MAPS_MAX_BYTES",
+    "MAPS_MAX_MAPPINGS",
     "STATUS_MAX_BYTES",
     "THREADS_MAX",
     "Cmdline",
     "Lines",
+    "Maps",
+    "MapsLine",
     "ProcRead",
     "cmdline",
     "comm",

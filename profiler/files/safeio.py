@@ -243,40 +243,159 @@ def read_in_root(
 ELF_MAX_BYTES = 2 << 30  # the largest shared object we parse headers of (libjvm.so: about 25 MB)
 
 
+# A mapped file on a file system served by a process (FUSE: any user with fusermount can make one) can hold
+# a stat, an open or any read for as long as its server likes, in the kernel, where no timeout reaches.
+# So every touch of a mapped file (stat, open, fstat, fstatfs) runs in a worker thread the caller waits
+# for at most MAP_FILE_DEADLINE; a worker still waiting then is left behind (a daemon thread; the kernel
+# ends its wait when the agent exits), the file refused with one warning, and the process (and the
+# mapping's device, when the caller knows it) marked slow: its other mapped files are refused at once.
+# A file that did answer but lives on FUSE is refused too: its reads come later, on the caller's thread,
+# without a deadline. Past MAP_FILE_STUCK_MAX workers left behind, no mapped file is touched any more.
+MAP_FILE_DEADLINE = 2.0  # seconds; a local file answers in microseconds, a cold disk in milliseconds
+MAP_FILE_STUCK_MAX = 16  # workers left waiting on a file system that never answered
+FUSE_SUPER_MAGIC = 0x65735546  # statfs(2): fuse and fuseblk
+_slow_pids: set[int] = set()
+_slow_devices: set[str] = set()
+_stuck = 0
+_slow_lock = threading.Lock()
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 112)]  # struct statfs: 120 bytes
+
+
+def _fs_type(fd: int) -> int | None:
+    """statfs's f_type of an open file (None when the call fails)."""
+    buffer = _StatFs()
+    if ctypes.CDLL(None, use_errno=True).fstatfs(fd, ctypes.byref(buffer)) != 0:
+        return None
+    return int(buffer.f_type) & 0xFFFFFFFF
+
+
+def _stat(path: str) -> os.stat_result:  # the calls a worker makes, one place (tests replace them)
+    return os.stat(path)
+
+
+def _open(path: str, flags: int) -> int:
+    return os.open(path, flags)
+
+
+def _within_deadline(pid: int, shown: str, device: str | None, work: Callable[[], object]) -> object:
+    """``work()``'s result, done in a worker thread within MAP_FILE_DEADLINE; UnsafeFile when the process
+    or device is already known slow or the worker did not answer in time. An fd the worker opens after
+    the caller gave up is closed by the worker."""
+    global _stuck
+    with _slow_lock:
+        if _stuck >= MAP_FILE_STUCK_MAX:
+            raise _refuse(pid, shown, f"{_stuck} mapped files of the host never answered (MAP_FILE_STUCK_MAX)")
+        if pid in _slow_pids or (device is not None and device in _slow_devices):
+            raise _refuse(pid, shown, "a mapped file of this process or device did not answer before")
+    answer: list[tuple[bool, object]] = []
+    done = threading.Event()
+    lock = threading.Lock()
+    abandoned = False
+
+    def run() -> None:
+        try:
+            outcome: tuple[bool, object] = (True, work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome = (False, exc)
+        with lock:
+            if abandoned and outcome[0] and isinstance(outcome[1], tuple) and isinstance(outcome[1][0], int):
+                os.close(outcome[1][0])  # the caller is gone: nobody else will close it
+            answer.append(outcome)
+        done.set()
+
+    threading.Thread(target=run, name=f"map-file-{pid}", daemon=True).start()
+    done.wait(MAP_FILE_DEADLINE)
+    with lock:
+        if not answer:
+            abandoned = True
+    if abandoned:
+        with _slow_lock:
+            _stuck += 1
+            _slow_pids.add(pid)
+            if device is not None:
+                _slow_devices.add(device)
+        raise _refuse(pid, shown, f"no answer within {MAP_FILE_DEADLINE:g} s (a file system that blocks: FUSE?)")
+    ok, value = answer[0]
+    if not ok:
+        raise value  # type: ignore[misc]
+    return value
+
+
+def _not_fuse(pid: int, shown: str, fd: int) -> None:
+    if _fs_type(fd) == FUSE_SUPER_MAGIC:
+        os.close(fd)
+        raise _refuse(pid, shown, "on a FUSE file system (its server may hold every read)")
+
+
+def stat_map_file(pid: int, start: int, end: int, device: str | None = None) -> os.stat_result:
+    """stat of the file ``pid`` maps at [start, end) through /proc/PID/map_files, within MAP_FILE_DEADLINE
+    (``device``: the maps line's major:minor, to refuse at once the next file of a device that blocked)."""
+    shown = f"/proc/{pid}/map_files/{start:x}-{end:x}"
+    found = _within_deadline(pid, shown, device, lambda: _stat(shown))
+    assert isinstance(found, os.stat_result)
+    return found
+
+
 def open_mapped(pid: int, start: int, end: int, path: str, max_size: int = ELF_MAX_BYTES) -> int:
     """The file ``pid`` maps at [start, end): through /proc/PID/map_files (the mapped inode itself,
     whatever its path now leads to), else through its path under the process's root (owner: anyone,
-    the file is the process's own mapping)."""
+    the file is the process's own mapping). Within MAP_FILE_DEADLINE, never on FUSE."""
     shown = f"/proc/{pid}/map_files/{start:x}-{end:x}"
-    try:
-        fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        fd = -1
-    if fd < 0:
-        fd = _open_under_root(pid, path, _READ_FLAGS)
-        shown = f"/proc/{pid}/root{path}"
-    return _checked(pid, shown, fd, max_size, None)
+
+    def work() -> tuple[int, str]:
+        try:
+            fd, opened = _open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), shown
+        except OSError:
+            fd, opened = _open_under_root(pid, path, _READ_FLAGS), f"/proc/{pid}/root{path}"
+        _not_fuse(pid, opened, fd)
+        return fd, opened
+
+    found = _within_deadline(pid, shown, None, work)
+    assert isinstance(found, tuple)
+    fd, opened = found
+    return _checked(pid, opened, fd, max_size, None)
 
 
-def open_map_file(pid: int, start: int, end: int, max_size: int = ELF_MAX_BYTES) -> tuple[int, os.stat_result]:
+def open_map_file(
+    pid: int, start: int, end: int, max_size: int = ELF_MAX_BYTES, device: str | None = None
+) -> tuple[int, os.stat_result]:
     """(fd, fstat) of the file ``pid`` maps at [start, end), through /proc/PID/map_files only: the kernel's
     link to the mapped inode itself, whatever its path says now (deleted, replaced by a FIFO, an absolute
     link inside a container). Never by path. The inode is stat'ed before it is opened, so a device is never
-    opened; a regular file of at most ``max_size`` bytes (``check_regular``), opened non-blocking."""
+    opened; a regular file of at most ``max_size`` bytes (``check_regular``), opened non-blocking, not on
+    FUSE; the whole within MAP_FILE_DEADLINE (``device`` as for ``stat_map_file``)."""
     shown = f"/proc/{pid}/map_files/{start:x}-{end:x}"
-    before = os.stat(shown)
-    if not stat.S_ISREG(before.st_mode):
-        kind = _KINDS.get(stat.S_IFMT(before.st_mode), "a directory or link")
-        raise _refuse(pid, shown, f"{kind}, not a regular file")
-    fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        info = check_regular(pid, shown, fd, max_size, None)
-        if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
-            raise _refuse(pid, shown, "another file than the one mapped")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, info
+
+    def work() -> tuple[int, os.stat_result]:
+        before = _stat(shown)
+        if not stat.S_ISREG(before.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(before.st_mode), "a directory or link")
+            raise _refuse(pid, shown, f"{kind}, not a regular file")
+        fd = _open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            info = check_regular(pid, shown, fd, max_size, None)
+            if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
+                raise _refuse(pid, shown, "another file than the one mapped")
+        except BaseException:
+            os.close(fd)
+            raise
+        _not_fuse(pid, shown, fd)
+        return fd, info
+
+    found = _within_deadline(pid, shown, device, work)
+    assert isinstance(found, tuple)
+    return found
+
+
+def forget_slow_files() -> None:
+    """A new run: the processes and devices found slow by the last one are tried again (workers still
+    left waiting keep counting towards MAP_FILE_STUCK_MAX)."""
+    with _slow_lock:
+        _slow_pids.clear()
+        _slow_devices.clear()
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Native frames of a live process named by our own ELF reader (profiler/symbols/elfsyms.py), never by a
 library that opens a target's paths itself (docs/security.md).
 
-Its /proc/PID/maps is read streaming with a byte, line and mapping cap (a line over the cap keeps its
-address range and the end of its path; a cap reached is one warning naming it). Each executable mapping's
+Its /proc/PID/maps is read by procread's one bounded reader (a byte, line and mapping cap; a line over the
+cap keeps its address range and the end of its path; a cap reached is one warning naming it), its
+executable mappings within EXEC_MAPPINGS_MAX. Each executable mapping's
 ELF is opened only through /proc/PID/map_files/<start>-<end> (safeio.open_map_file: the mapped inode,
 stat'ed before it is opened, regular, bounded, non-blocking): a path from the maps is never opened by
 name, so a FIFO named ``<path> (deleted)`` or ``/[vdso]``, or a container's absolute link, is never
@@ -26,24 +27,18 @@ import stat
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
-from ..files import safeio
+from ..files import procread, safeio
 from .elfsyms import ElfFormatError, ElfSymbols, demangle, merged, read_elf_symbols
 from .frames import UNKNOWN, Frame, FrameMemo, java_frame_name
 from .perfmap import PerfMap, PerfMapLike, read_perf_map
 
-MAPS_MAX_BYTES = 16 << 20  # a maps file read (65,530 mappings of ~100 bytes: vm.max_map_count's default)
-MAPS_MAX_LINE = 4096 + 256  # a path of PATH_MAX and the fields before it; longer: head and tail kept
-MAPS_MAX_MAPPINGS = 65_536  # lines looked at
 EXEC_MAPPINGS_MAX = 8192  # executable file mappings kept (a JVM has about 100)
 PROCESS_SYMBOLS_BUDGET = 64 << 20  # the symbol tables one process may have read (a JVM's: about 10 MB)
-_LINE_HEAD = 128  # of an over-long line: its range, perms, offset, device and inode
-_LINE_TAIL = 512  # and the end of its path (the file's name: at most 255 bytes and " (deleted)")
-_CHUNK = 64 << 10
 MODULE_NAME_MAX = 255  # a module's name as shown (NAME_MAX)
 SYMBOL_CACHE_BYTES = 48 << 20  # symbol tables kept for the next process that maps the same file
 DEBUG_DIR = "/usr/lib/debug/.build-id"
@@ -59,6 +54,7 @@ class ExecMapping:
     offset: int
     path: str  # as the maps line shows it ("" when the line was too long to keep it)
     name: str  # the file's name (the path's last component), at most MODULE_NAME_MAX characters
+    device: str | None = None  # major:minor as the maps line gives it (a device that blocked is not asked again)
 
     @property
     def is_vdso(self) -> bool:
@@ -67,62 +63,11 @@ class ExecMapping:
 
 @dataclass
 class MapsRead:
-    """The executable mappings of a maps file, sorted, and what its caps cut (for one warning)."""
+    """The executable mappings of a maps file, sorted; ``capped`` when a cap of its reader
+    (procread.Maps) or EXEC_MAPPINGS_MAX cut or shortened it (each with its warning, already given)."""
 
     mappings: list[ExecMapping] = dataclasses.field(default_factory=list)
-    long_lines: int = 0
-    longest: int = 0
-    cut_at_bytes: bool = False
-    cut_at_lines: bool = False
-    cut_at_exec: bool = False
-
-    def warning(self, pid: int) -> str | None:
-        shown = f"/proc/{pid}/maps"
-        if self.cut_at_bytes or self.cut_at_lines or self.cut_at_exec:
-            limit = (
-                f"{MAPS_MAX_BYTES} bytes" if self.cut_at_bytes
-                else f"{MAPS_MAX_MAPPINGS} mappings" if self.cut_at_lines
-                else f"{EXEC_MAPPINGS_MAX} executable mappings"
-            )  # fmt: skip
-            return f"pid {pid}: {shown}: over the limit of {limit}; the mappings after it are not named"
-        if self.long_lines:
-            return (
-                f"pid {pid}: {shown}: {self.long_lines} line(s) of up to {self.longest} bytes, over the limit of "
-                f"{MAPS_MAX_LINE} (a path nested too deep); their files named by the end of the path only"
-            )
-        return None
-
-
-def _lines(chunks: Iterator[bytes], counts: MapsRead) -> Iterator[tuple[bytes, bool]]:
-    """(line, whole) of a stream of chunks, each line at most MAPS_MAX_LINE bytes: a longer one comes out
-    as its head and tail joined by a space (its range and its file's name), not whole, counted in ``counts``.
-    Each byte is looked at a bounded number of times."""
-    pending = b""
-    head: bytes | None = None  # an over-long line's first bytes while its end is awaited
-    length = 0
-    for chunk in chunks:
-        at = 0
-        while at < len(chunk):
-            newline = chunk.find(b"\n", at)
-            piece = chunk[at:] if newline < 0 else chunk[at:newline]
-            at = len(chunk) if newline < 0 else newline + 1
-            if head is None and len(pending) + len(piece) <= MAPS_MAX_LINE:
-                pending += piece
-            else:
-                if head is None:
-                    head, length = (pending + piece[:_LINE_HEAD])[:_LINE_HEAD], len(pending)
-                length += len(piece)
-                pending = (pending + piece)[-_LINE_TAIL:]
-            if newline >= 0:
-                if head is None:
-                    yield pending, True
-                else:
-                    counts.long_lines += 1
-                    counts.longest = max(counts.longest, length)
-                    yield head + b" " + pending, False
-                pending, head, length = b"", None, 0
-    if pending and head is None:
-        yield pending, True
+    capped: bool = False
 
 
 def parse_exec_mapping(line: bytes, whole: bool = True) -> ExecMapping | None:
@@ -137,62 +82,43 @@ def parse_exec_mapping(line: bytes, whole: bool = True) -> ExecMapping | None:
         offset, inode = int(parts[2], 16), int(parts[4])
     except ValueError:
         return None
+    device = parts[3].decode("ascii", "replace")[:16]
     if path == "[vdso]":
-        return ExecMapping(low, high, offset, path, path)
+        return ExecMapping(low, high, offset, path, path, device)
     if inode == 0 or low >= high:
         return None
     if not whole:
         path = ""
     tail = line.rsplit(b"/", 1)[-1].decode("utf-8", "replace") if b"/" in line else ""
     name = (tail[: -len(DELETED)] if tail.endswith(DELETED) else tail)[:MODULE_NAME_MAX]
-    return ExecMapping(low, high, offset, path, name)
+    return ExecMapping(low, high, offset, path, name, device)
 
 
 def read_maps(pid: int) -> MapsRead:
-    """The process's executable mappings, its maps file streamed within MAPS_MAX_BYTES and
-    MAPS_MAX_MAPPINGS (empty when it is gone or unreadable)."""
-    counts = MapsRead()
-    try:
-        fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return counts
-    try:
-        counts = parse_maps_stream(_chunks(fd, counts), counts)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return counts
+    """The process's executable mappings, its maps file read by procread's one bounded reader (empty when
+    it is gone or unreadable)."""
+    return _exec_mappings(procread.maps(pid))
 
 
-def _chunks(fd: int, counts: MapsRead) -> Iterator[bytes]:
-    total = 0
-    while True:
-        chunk = os.read(fd, _CHUNK)
-        if not chunk:
-            return
-        total += len(chunk)
-        if total > MAPS_MAX_BYTES:
-            counts.cut_at_bytes = True
-            return
-        yield chunk
+def parse_maps_stream(chunks: Iterable[bytes], pid: int = 0) -> MapsRead:
+    """MapsRead of a maps file given as chunks, within the same caps (pure: tests pass crafted bytes)."""
+    return _exec_mappings(procread.Maps(pid, chunks=chunks))
 
 
-def parse_maps_stream(chunks: Iterator[bytes], counts: MapsRead | None = None) -> MapsRead:
-    """MapsRead of a maps file given as chunks (pure: tests pass crafted bytes)."""
-    counts = counts if counts is not None else MapsRead()
-    for number, (line, whole) in enumerate(_lines(chunks, counts)):
-        if number >= MAPS_MAX_MAPPINGS:
-            counts.cut_at_lines = True
+def _exec_mappings(maps: procread.Maps) -> MapsRead:
+    read = MapsRead()
+    for line in maps.entries():
+        mapping = parse_exec_mapping(line.text, line.whole)
+        if mapping is None:
+            continue
+        if len(read.mappings) >= EXEC_MAPPINGS_MAX:
+            read.capped = True
+            procread.cap_reached(maps.pid, maps.path, "executable mappings", "EXEC_MAPPINGS_MAX", EXEC_MAPPINGS_MAX)
             break
-        mapping = parse_exec_mapping(line, whole)
-        if mapping is not None:
-            if len(counts.mappings) >= EXEC_MAPPINGS_MAX:
-                counts.cut_at_exec = True
-                break
-            counts.mappings.append(mapping)
-    counts.mappings.sort(key=lambda m: m.start)
-    return counts
+        read.mappings.append(mapping)
+    read.capped = read.capped or maps.capped
+    read.mappings.sort(key=lambda m: m.start)
+    return read
 
 
 # ---------------------------------------------------------------- symbol tables, shared by inode
@@ -317,9 +243,10 @@ class MappedFiles:
         self.cache = cache
 
     def key(self, pid: int, mapping: ExecMapping) -> FileKey | None:
-        """The mapped file's identity (a stat through map_files: nothing opened), or None when it is gone."""
+        """The mapped file's identity (a stat through map_files, within safeio's deadline: nothing opened),
+        or None when it is gone, or its file system did not answer (refused with a warning)."""
         try:
-            return file_key(os.stat(f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}"))
+            return file_key(safeio.stat_map_file(pid, mapping.start, mapping.end, mapping.device))
         except OSError:
             return None
 
@@ -329,7 +256,7 @@ class MappedFiles:
 
     @staticmethod
     def _load(pid: int, mapping: ExecMapping) -> ElfSymbols | None:
-        fd, _info = safeio.open_map_file(pid, mapping.start, mapping.end)  # OSError: SymbolCache.get
+        fd, _info = safeio.open_map_file(pid, mapping.start, mapping.end, device=mapping.device)  # OSError: get
         try:
             return _read_fd_symbols(pid, f"/proc/{pid}/map_files/{mapping.start:x}-{mapping.end:x}", fd)
         finally:
@@ -356,10 +283,7 @@ class ProcessSymbols(FrameMemo):
         self.perf_map: PerfMapLike | None = None
         self._memo: dict[int, Frame] = {}
         self._files: FileSource = files if files is not None else MappedFiles()
-        read = maps if maps is not None else read_maps(pid)
-        warning = read.warning(pid)
-        if warning is not None:
-            safeio.warn(pid, f"/proc/{pid}/maps", warning)
+        read = maps if maps is not None else read_maps(pid)  # its caps' warnings given by the reader
         self._mappings = read.mappings
         self._starts = [m.start for m in self._mappings]
         self._file_ranges = [(m.start, m.end) for m in self._mappings if not m.is_vdso]

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 from ..capture.stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
-from ..files import safeio
+from ..files import procread, safeio
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
 
@@ -237,10 +237,9 @@ class CfiLoader:
             return self._load_pid(pid)
 
     def _load_pid(self, pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-                mappings = parse_maps(handle.read())
-        except OSError:
+        maps = procread.maps(pid)  # procread's one bounded reader: a target sizes its own maps
+        mappings = parse_maps("\n".join(maps))
+        if not maps.found:
             return False
         signature = tuple((m.start, m.end, m.offset, m.path) for m in mappings)
         if self._signatures.get(pid) == signature:

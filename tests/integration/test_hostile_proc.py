@@ -1,6 +1,7 @@
-"""A tenant that sizes its own /proc files (issue 46): a command line of 32 MiB, as ``nobody``, beside an
-honest JVM. The root agent reads it through procread's caps: the run ends on
-time, its memory stays small, the honest JVM is profiled and the tenant gets one warning line."""
+"""Tenants that size their own /proc files (issue 46), as ``nobody``, beside an honest JVM: a command line of
+32 MiB, and a process of more threads than the agent's cap (lowered for the run). The root agent reads each
+through procread's caps: the run ends on time, its memory stays small, the honest JVM is profiled and each
+tenant gets one warning line."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 HUGE_CMDLINE = 32 << 20
 DURATION = 8
 MEMORY_LIMIT = 250 << 20
+THREADS = 600
+THREADS_CAP = 256  # procread.THREADS_MAX for the run: below the tenant's threads, without 16k of them
 
 
 def _as_tenant(*argv: str) -> list[str]:
@@ -82,11 +85,39 @@ def huge_cmdline() -> Iterator[int]:
         _stop(process)
 
 
-def _profile(out: Path, *pids: int) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``profiler run`` of ``pids`` for DURATION seconds (the scope scans every process of the host)."""
-    argv = [sys.executable, "-m", "profiler", "run", "--duration", str(DURATION), "--out", str(out), "--force"]
+@pytest.fixture
+def many_threads() -> Iterator[int]:
+    """A process of ``nobody`` with THREADS threads besides its main one."""
+    code = (
+        "import threading, time\n"
+        f"for _ in range({THREADS}): threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
+        "print('READY', flush=True); time.sleep(300)\n"
+    )
+    process = subprocess.Popen(
+        _as_tenant(sys.executable, "-c", code), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "READY\n"
+        assert len(os.listdir(f"/proc/{process.pid}/task")) == THREADS + 1
+        yield process.pid
+    finally:
+        _stop(process)
+
+
+def _profile(out: Path, *pids: int, threads_max: int | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``profiler run`` of ``pids`` for DURATION seconds (the scope scans every process of the host), with
+    procread.THREADS_MAX set to ``threads_max`` in the agent's process when given (a test's lowering of the
+    constant, read by procread at each listing: no second default)."""
+    args = ["run", "--duration", str(DURATION), "--out", str(out), "--force"]
     for pid in pids:
-        argv += ["--pid", str(pid)]
+        args += ["--pid", str(pid)]
+    argv = [sys.executable, "-m", "profiler", *args]
+    if threads_max is not None:
+        argv = [sys.executable, "-c", (
+            "import sys\nfrom profiler.files import procread\nfrom profiler.cli import main\n"
+            f"procread.THREADS_MAX = {threads_max}\nsys.exit(main({args!r}))\n"
+        )]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
     return done, time.monotonic() - started
@@ -118,3 +149,29 @@ def test_tenants_sizing_their_proc_files_cost_the_agent_nothing(
         f"(CMDLINE_MAX_BYTES); only the first {procread.CMDLINE_MAX_BYTES} read"
     ], meta.warnings
     assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
+
+
+def test_a_tenant_of_more_threads_than_the_cap_gets_one_warning_and_the_run_ends_on_time(
+    many_threads: int, start_cpu_split_jvm, tmp_path: Path
+) -> None:
+    # GIVEN a tenant process of 601 threads, profiled (its threads are listed: one reading of each), the
+    # agent's cap at 256 threads a process, and an honest JVM
+    honest = start_cpu_split_jvm(threads=1)
+    # WHEN root profiles both
+    out = tmp_path / "cap"
+    done, elapsed = _profile(out, honest.pid, many_threads, threads_max=THREADS_CAP)
+    # THEN the run ended normally and on time
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta = capture.read_meta(out)
+    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
+    assert elapsed < 180, elapsed
+    # AND the tenant got one warning line naming the threads cap; the honest JVM (under the cap) none
+    threads = [w for w in meta.warnings if w.startswith(f"pid {many_threads}: ")]
+    assert threads == [
+        f"pid {many_threads}: /proc/{many_threads}/task: more than {THREADS_CAP} threads (THREADS_MAX); "
+        f"only the first {THREADS_CAP} read"
+    ], meta.warnings
+    assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
+    # AND the honest JVM was profiled, its Java frames named
+    stacks = capture.pid_stacks_file(out, honest.pid)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(capture.read_stack_counts(stacks))

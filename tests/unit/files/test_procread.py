@@ -122,14 +122,14 @@ def test_status_lines_are_capped(fake: FakeProc, monkeypatch: pytest.MonkeyPatch
 
 
 def test_maps_are_capped_in_lines(fake: FakeProc, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(procread, "MAPS_MAX_LINES", 100)
+    monkeypatch.setattr(procread, "MAPS_MAX_MAPPINGS", 100)
     line = "7f0000000000-7f0000001000 r-xp 00000000 08:01 1234 /usr/lib/libc.so.6\n"
     write(fake, "maps", (line * 1000).encode())
     maps = procread.maps(PID, root=str(fake.root))
     lines = list(maps)
     assert len(lines) == 100 and lines[0] == line.rstrip("\n") and maps.capped
     warnings = safeio.take_warnings()
-    assert len(warnings) == 1 and "MAPS_MAX lines" in warnings[0] and "more than 100 lines" in warnings[0]
+    assert len(warnings) == 1 and "more than 100 mappings (MAPS_MAX_MAPPINGS)" in warnings[0]
 
 
 def test_a_mapping_of_a_very_long_path_is_skipped_not_kept(fake: FakeProc) -> None:
@@ -140,6 +140,35 @@ def test_a_mapping_of_a_very_long_path_is_skipped_not_kept(fake: FakeProc) -> No
     write(fake, "maps", f"{before}\n5000-6000 r-xp 00000000 08:01 3 {deep}\n{after}\n".encode())
     maps = procread.maps(PID, root=str(fake.root))
     assert list(maps) == [before, after] and maps.capped
+    # AS entries (the symbolizer's view) it keeps its range and its file's name, not its path
+    entries = list(procread.maps(PID, root=str(fake.root)).entries())
+    assert [entry.whole for entry in entries] == [True, False, True]
+    cut = entries[1].text
+    assert cut.startswith(b"5000-6000 r-xp") and cut.endswith(b"/lib.so")
+    assert len(cut) == procread.MAPS_LINE_HEAD + 1 + procread.MAPS_LINE_TAIL
+    warnings = safeio.take_warnings()
+    assert len(warnings) == 1 and f"up to {len(deep) + 32} bytes" in warnings[0]
+    assert "MAPS_LINE_MAX_BYTES" in warnings[0] and "\n" not in warnings[0]
+
+
+def test_maps_are_capped_in_bytes_and_a_cut_line_is_not_kept(fake: FakeProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(procread, "MAPS_MAX_BYTES", 150)
+    line = "7f0000000000-7f0000001000 r-xp 00000000 08:01 1234 /usr/lib/libc.so.6\n"  # 70 bytes
+    write(fake, "maps", (line * 1000).encode())
+    maps = procread.maps(PID, root=str(fake.root))
+    assert list(maps) == [line.rstrip("\n")] * 2 and maps.capped and maps.cut == "MAPS_MAX_BYTES"
+    assert safeio.take_warnings() == [
+        f"pid {PID}: {fake.root}/{PID}/maps: more than 150 bytes (MAPS_MAX_BYTES); only the first 150 read"
+    ]
+
+
+def test_a_reader_that_stops_early_still_names_the_long_lines_it_met(fake: FakeProc) -> None:
+    long_line = "1000-2000 r-xp 00000000 08:01 1 /" + "d/" * 5000 + "x.so"
+    write(fake, "maps", f"{long_line}\n3000-4000 r-xp 00000000 08:01 2 /usr/lib/libjvm.so\n".encode())
+    found = next(line for line in procread.maps(PID, root=str(fake.root)) if line.endswith("/libjvm.so"))
+    assert found.startswith("3000-4000")
+    warnings = safeio.take_warnings()
+    assert len(warnings) == 1 and "1 line(s) of up to" in warnings[0]
 
 
 def test_maps_without_a_final_newline_and_lines_across_reads(fake: FakeProc) -> None:
@@ -158,6 +187,19 @@ def test_threads_are_capped_per_process(fake: FakeProc) -> None:
     assert capped is not None and len(capped) == 20 and set(capped) <= set(range(PID, PID + 50))
     warnings = safeio.take_warnings()
     assert len(warnings) == 1 and "THREADS_MAX" in warnings[0] and "more than 20 threads" in warnings[0]
+
+
+def test_the_threads_cap_is_read_when_threads_are_listed(fake: FakeProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the callers (perf counters, /proc counters, a namespaced JVM's threads) pass no cap: THREADS_MAX,
+    # as it is when they list, is the one that holds (it once was bound when the module loaded)
+    for tid in range(PID, PID + 50):
+        fake.thread(PID, tid)
+    monkeypatch.setattr(procread, "THREADS_MAX", 10)
+    capped = procread.task_ids(PID, root=str(fake.root))
+    assert capped is not None and len(capped) == 10
+    assert safeio.take_warnings() == [
+        f"pid {PID}: {fake.root}/{PID}/task: more than 10 threads (THREADS_MAX); only the first 10 read"
+    ]
 
 
 def test_comm_is_capped(fake: FakeProc) -> None:

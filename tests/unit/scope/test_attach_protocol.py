@@ -78,14 +78,27 @@ def test_missing_arguments_are_sent_empty(listener_path: Path) -> None:
     assert status == -1 and "Unknown diagnostic command" in output
 
 
-def test_a_silent_close_is_a_refusal(listener_path: Path) -> None:
-    fake = FakeListener(listener_path, None)  # what HotSpot does when the peer's uid does not match
+def test_a_silent_close_is_a_refusal(listener_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a JVM that closes without a word (what HotSpot does when the peer's uid does not match), also
+    # when asked again as its own user (the attach child, a fake here: the real one needs root and is
+    # tests/integration/test_attach_child.py)
+    fake = FakeListener(listener_path, None)
+    asked_again: list[int] = []
+
+    def child_also_refused(pid: int, request: bytes, deadline: float) -> bytes:
+        asked_again.append(pid)
+        return b""
+
+    monkeypatch.setattr(attach, "exchange_as_target", child_also_refused)
+    monkeypatch.setattr(attach, "_owner_uid", lambda pid: 65534)
     try:
         with pytest.raises(attach.AttachError, match="refused"):
             attach.attach_command(os.getpid(), "jcmd", "VM.version")
     finally:
         fake.thread.join(5)
         fake.close()
+    # THEN the target was asked again once, as its user, before the refusal
+    assert asked_again == [os.getpid()]
 
 
 def test_too_many_arguments_are_rejected() -> None:

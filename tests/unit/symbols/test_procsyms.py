@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.files import safeio
+from profiler.files import procread, safeio
 from profiler.symbols import elfsyms, procsyms
 from profiler.symbols.elfsyms import ElfSymbols, read_elf_symbols
 from profiler.symbols.procsyms import (
@@ -179,7 +179,7 @@ def test_junk_and_headers_pointing_outside_are_no_symbols() -> None:
 
 
 def maps_of(text: str) -> MapsRead:
-    return parse_maps_stream(iter([text.encode()]))
+    return parse_maps_stream(iter([text.encode()]), PID)
 
 
 def chunked(data: bytes, size: int) -> Iterator[bytes]:
@@ -212,31 +212,41 @@ def test_a_20_kb_maps_line_keeps_its_range_and_file_name_with_one_warning() -> N
     line = f"7f2000000000-7f2000001000 r-xp 00000000 fd:01 99 /{deep}/libevil.so\n".encode()
     data = HONEST + line + HONEST.replace(b"7f", b"6f")
     for size in (3, 4096, 1 << 16):
-        read = parse_maps_stream(chunked(data, size))
+        safeio.take_warnings()
+        read = parse_maps_stream(chunked(data, size), PID)
         # THEN the mapping is known by its range and file name (its symbols still come through map_files)
         evil = [m for m in read.mappings if m.start == 0x7F2000000000]
         assert [(m.end, m.name, m.path) for m in evil] == [(0x7F2000001000, "libevil.so", "")]
-        assert len(read.mappings) == 7
-        # AND one warning names the file, the line's size and the limit
-        warning = read.warning(PID)
-        assert warning is not None and "\n" not in warning
-        assert warning.startswith(f"pid {PID}: /proc/{PID}/maps: 1 line(s) of up to {len(line) - 1} bytes")
-        assert str(procsyms.MAPS_MAX_LINE) in warning
+        assert len(read.mappings) == 7 and read.capped
+        # AND one warning (procread's maps reader) names the file, the line's size and the cap
+        warnings = safeio.take_warnings()
+        assert len(warnings) == 1 and "\n" not in warnings[0]
+        assert warnings[0].startswith(f"pid {PID}: /proc/{PID}/maps: 1 line(s) of up to {len(line) - 1} bytes")
+        assert f"{procread.MAPS_LINE_MAX_BYTES} (MAPS_LINE_MAX_BYTES" in warnings[0]
 
 
 def test_too_many_mappings_or_bytes_stop_the_read_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(procsyms, "MAPS_MAX_MAPPINGS", 3)
-    read = parse_maps_stream(iter([HONEST]))
-    assert read.cut_at_lines and len(read.mappings) == 1
-    assert "over the limit of 3 mappings" in (read.warning(PID) or "")
-    monkeypatch.setattr(procsyms, "MAPS_MAX_MAPPINGS", 65_536)
+    safeio.take_warnings()
+    monkeypatch.setattr(procread, "MAPS_MAX_MAPPINGS", 3)
+    read = parse_maps_stream(iter([HONEST]), PID)
+    assert read.capped and len(read.mappings) == 1
+    assert safeio.take_warnings() == [
+        f"pid {PID}: /proc/{PID}/maps: more than 3 mappings (MAPS_MAX_MAPPINGS); only the first 3 read"
+    ]
+    monkeypatch.setattr(procread, "MAPS_MAX_MAPPINGS", 65_536)
     monkeypatch.setattr(procsyms, "EXEC_MAPPINGS_MAX", 2)
-    read = parse_maps_stream(iter([HONEST]))
-    assert read.cut_at_exec and len(read.mappings) == 2
-    assert "over the limit of 2 executable mappings" in (read.warning(PID) or "")
-    monkeypatch.setattr(procsyms, "MAPS_MAX_BYTES", 100)
+    read = parse_maps_stream(iter([HONEST]), PID)
+    assert read.capped and len(read.mappings) == 2
+    (warning,) = safeio.take_warnings()
+    assert "more than 2 executable mappings (EXEC_MAPPINGS_MAX)" in warning
+    monkeypatch.setattr(procsyms, "EXEC_MAPPINGS_MAX", 8192)
+    monkeypatch.setattr(procread, "MAPS_MAX_BYTES", 100)
     own = procsyms.read_maps(os.getpid())  # the real file, read in chunks: cut at the cap
-    assert own.cut_at_bytes and "over the limit of 100 bytes" in (own.warning(os.getpid()) or "")
+    assert own.capped and len(own.mappings) <= 1  # at most one line fits in 100 bytes
+    (warning,) = safeio.take_warnings()
+    assert warning == (
+        f"pid {os.getpid()}: /proc/{os.getpid()}/maps: more than 100 bytes (MAPS_MAX_BYTES); only the first 100 read"
+    )
 
 
 def test_a_process_stops_reading_tables_past_its_budget_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:

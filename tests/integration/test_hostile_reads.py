@@ -18,8 +18,9 @@ import pytest
 from profiler.files import safeio
 from profiler.scope import attach
 from profiler.scope.analyzer import LiveProcSource
+from tests.fixtures.privileges import requires
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starts processes as another user (needs root)")
+pytestmark = requires("root", "setpriv")
 
 
 def _nobody() -> tuple[int, int]:

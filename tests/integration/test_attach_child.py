@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import threading
@@ -20,16 +19,13 @@ import psutil
 import pytest
 
 from profiler.scope import attach
+from tests.fixtures.privileges import SYSTEM_PYTHON, requires
 
-SYSTEM_PYTHON = "/usr/bin/python3"  # readable by nobody (the agent's venv may not be)
 # pid_for_children: setns moves a process's children into a pid namespace, never the process itself (it
 # starts none; the JVM's pid it checks its peer against is the host's)
 NAMESPACES = ("mnt", "pid_for_children", "net", "ipc", "uts")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv") and os.path.exists(SYSTEM_PYTHON)),
-    reason="needs root, unshare, setpriv and /usr/bin/python3 (namespaces and a target of another user)",
-)
+pytestmark = requires("root", "unshare", "setpriv", "system-python")
 
 # Plays HotSpot 8's listener: /tmp/.java_pid<its pid>, a peer of another uid gets a silent close; its own
 # user gets "0\n" and the peer's uid/gid once /tmp/go exists (the test looks at the asking child meanwhile).
