@@ -139,6 +139,7 @@ class Runner:
         out = options.out
         self.status.update("starting", force=True)
         safeio.take_warnings()  # another run's in this process are not this one's
+        safeio.forget_slow_files()  # nor the processes and devices that blocked in its reads
         components = self._components or real_components(options)
         state = self.state
         failure: BaseException | None = None

@@ -383,6 +383,8 @@ class StackSampler:
         self._symbols.stop()
         if self._cfi is not None:
             self._cfi.stop()
+            # the unwind loader's refusals (a table over its budget, a mapping not listed) are the run's lines
+            self.warnings.extend(w for w in self._cfi.warnings if w not in self.warnings)
 
     def _restore_debug_flags(self) -> None:
         """--exact-inlining's flags put back (each JVM's, where it still holds ours); none written after."""

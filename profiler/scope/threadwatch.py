@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 from ..bpf.compiler import compile_program
-from ..files import procread
+from ..files import procread, safeio
 from .attach import AttachError, attach_command
 from .jvm import is_jvm
 from .threadnames import NameHistory, ThreadLabel, parse_thread_print
@@ -44,9 +44,15 @@ def libjvm_path(pid: int) -> str | None:
     """The libjvm.so a process maps, as a path this process can open that no tenant can redirect:
     /proc/PID/map_files/<range> of its first mapping (the mapped inode itself; a link swapped in at
     its path would otherwise put the uprobe on another, root-owned, file)."""
-    for line in procread.maps(pid):  # bounded: MAPS_MAX_LINES mappings, a warning past them
+    for line in procread.maps(pid):  # bounded: MAPS_MAX_MAPPINGS mappings, a warning past them
         parts = line.split(None, 5)
         if len(parts) == 6 and parts[5].endswith("/libjvm.so"):
+            try:  # bcc opens the path itself: only a regular file that answered in time (not FUSE) reaches it
+                start, end = (int(bound, 16) for bound in parts[0].split("-"))
+                fd, _info = safeio.open_map_file(pid, start, end)
+            except (OSError, ValueError):
+                return None  # refused (safeio named it) or gone
+            os.close(fd)
             return f"/proc/{pid}/map_files/{parts[0]}"
     return None
 

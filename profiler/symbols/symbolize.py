@@ -499,8 +499,9 @@ class StackFolder:
         stack.truncated = truncated
         stack.unwalkable = self.java_process and not truncated and java > 0 and not reaches_thread_start(root_side)
         stack.interpreted_only = interpreter_frames > 0 and compiled_methods == 0
-        stack.java_frames = java
-        stack.unresolved = unresolved
+        # outside a JVM nothing is Java: a frame-pointer walk's garbage frames land in anonymous memory too
+        stack.java_frames = java if self.java_process else 0
+        stack.unresolved = unresolved if self.java_process else 0
         stack.cut = cut_cause(root_side, gap, truncated and not self.walker, walk_end)
         if stack.cut == CUT_NATIVE and self.native_cause is not None and values:
             stack.cut = self.native_cause(values[-1]) or CUT_NATIVE

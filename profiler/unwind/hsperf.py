@@ -53,11 +53,7 @@ class HsPerfCounter:
         """Where the JVM sees this counter: its mapping of the hsperfdata file (offset 0) plus the offset,
         checked by reading the same value there and in the file; None when the file is not mapped."""
         suffix = "/" + "/".join(self.path.split("/")[-2:])
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-                lines = [line for line in handle if line.rstrip("\n").endswith(suffix)]
-        except OSError:
-            return None
+        lines = [line for line in procread.maps(pid) if line.rstrip("\n").endswith(suffix)]  # bounded
         for line in lines[:4]:
             parts = line.split(None, 5)
             if len(parts) < 6 or int(parts[2], 16) != 0:

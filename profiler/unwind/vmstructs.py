@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import VMStructsError
-from ..files import safeio
+from ..files import procread, safeio
 from .codecache import CODE_FIELDS, KIND_CONSTANTS, CodeCacheLayout, read_code_cache
 
 X86_64_METHOD_SLOT = -3  # frame::interpreter_frame_method_offset (words from fp), JDK 8+ on x86_64
@@ -142,11 +142,7 @@ def elf_symbols(path: str, reader: safeio.BoundedReader, names: tuple[str, ...])
 def libjvm_mapping(pid: int) -> tuple[str, int, int] | None:
     """(path as the process sees it, load address of its file offset 0, end of that mapping) of
     libjvm.so in ``pid``."""
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            return libjvm_in_maps(handle)
-    except OSError:
-        return None
+    return libjvm_in_maps(procread.maps(pid))  # bounded; a process gone or unreadable has no lines
 
 
 def libjvm_in_maps(lines: Iterable[str]) -> tuple[str, int, int] | None:

@@ -162,7 +162,7 @@ def test_a_tenant_of_more_threads_than_the_cap_gets_one_warning_and_the_run_ends
     done, elapsed = _profile(out, honest.pid, many_threads, threads_max=THREADS_CAP)
     # THEN the run ended normally and on time
     assert done.returncode == 0, done.stderr[-2000:]
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
     assert elapsed < 180, elapsed
     # AND the tenant got one warning line naming the threads cap; the honest JVM (under the cap) none
@@ -173,5 +173,5 @@ def test_a_tenant_of_more_threads_than_the_cap_gets_one_warning_and_the_run_ends
     ], meta.warnings
     assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
     # AND the honest JVM was profiled, its Java frames named
-    stacks = capture.pid_stacks_file(out, honest.pid)
-    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(capture.read_stack_counts(stacks))
+    stacks = pid_stacks_file(out, honest.pid)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(read_stack_counts(stacks))
