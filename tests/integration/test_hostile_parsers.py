@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.capture import format as capture
+from profiler.capture.read import pid_stacks_file, read_meta, read_overhead, read_stack_counts
 from profiler.symbols import elfsyms
 from tests.fixtures.hostile import give_to_tenant, tenant_ids
 from tests.unit.fuzz import crafted
@@ -124,23 +124,23 @@ def test_crafted_unwind_and_symbol_tables_cost_nothing_and_the_names_refusal_is_
     pid, out = profiled.pid, profiled.out
     # THEN the run ended normally and on time
     assert profiled.done.returncode == 0, profiled.done.stderr[-2000:]
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
     assert profiled.elapsed < 120, profiled.elapsed
     # AND the agent's memory stayed small (the bomb alone took 1.5-2 GiB before its bounds)
-    overhead = capture.read_overhead(out)
+    overhead = read_overhead(out)
     assert overhead is not None and 0 < overhead.peak_rss_bytes < MEMORY_LIMIT, overhead
     # AND one line names the symbol table's names over their bound
     refused_names = [w for w in meta.warnings if w.startswith(f"pid {pid}: /proc/{pid}/map_files/") and ".symtab" in w]
     assert len(refused_names) == 1 and "over the limits" in refused_names[0], meta.warnings
     # AND the honest JVM was profiled, its Java frames named, without a warning of its own
-    stacks = capture.pid_stacks_file(out, profiled.honest)
-    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(capture.read_stack_counts(stacks))
+    stacks = pid_stacks_file(out, profiled.honest)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(read_stack_counts(stacks))
     assert not [w for w in meta.warnings if w.startswith(f"pid {profiled.honest}: ")], meta.warnings
 
 
 def test_the_eh_frame_bombs_refusal_is_one_line_of_the_run(profiled: Profiled) -> None:
     assert profiled.done.returncode == 0, profiled.done.stderr[-2000:]
-    meta = capture.read_meta(profiled.out)
+    meta = read_meta(profiled.out)
     refused_cfi = [w for w in meta.warnings if "libbomb.so: unwind table refused" in w]
     assert len(refused_cfi) == 1 and "\n" not in refused_cfi[0], meta.warnings

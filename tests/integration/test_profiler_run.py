@@ -215,7 +215,7 @@ def test_pids_that_leave_before_and_during_the_window_are_lines_beside_a_complet
     _, stderr = process.communicate(timeout=180)
     # THEN the run ends 0, the departures are lines of meta.json (and warnings on stderr)
     assert process.returncode == 0, stderr
-    meta = capture.read_meta(out)
+    meta = read_meta(out)
     before = [w for w in meta.warnings if w.startswith(f"--pid {gone.pid}: exited before the window began")]
     during = [w for w in meta.warnings if w.startswith(f"pid {leaving.pid} (manual") and "during the window" in w]
     assert len(before) == 1 and len(during) == 1, meta.warnings
@@ -223,7 +223,7 @@ def test_pids_that_leave_before_and_during_the_window_are_lines_beside_a_complet
     gone_after = float(during[0].split("found gone +", 1)[1].split(" s", 1)[0])
     assert 2.0 <= gone_after <= 6.0, during[0]
     # AND the process that left keeps its samples up to its exit, the live one has its whole window
-    scope = {p.pid: p for p in capture.read_scope(out)}
+    scope = {p.pid: p for p in read_scope(out)}
     assert gone.pid not in scope and scope[leaving.pid].exited and not scope[live.pid].exited
     samples = {pid: sum(int(line.rsplit(" ", 1)[1]) for line in folded_text(out, pid).splitlines()) for pid in pids[:2]}
     assert f"its {samples[leaving.pid]} samples up to then are kept" in during[0]
@@ -239,6 +239,6 @@ def test_a_pid_gone_before_the_window_with_nothing_else_is_one_line_and_exit_7(t
     assert process.returncode == 7, stderr
     errors = [line for line in stderr.splitlines() if "error" in line]
     assert errors == [f"profiler run: error: {errors[0].split('error: ', 1)[1]}"] and "nothing to sample" in errors[0]
-    meta = capture.read_meta(out)  # the capture is written, its note says what became of the pid
+    meta = read_meta(out)  # the capture is written, its note says what became of the pid
     assert any(w.startswith(f"--pid {gone.pid}: exited before the window began") for w in meta.warnings)
     assert json.loads(status.read_text())["state"] == "failed"
