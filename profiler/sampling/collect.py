@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import errno
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -89,12 +89,14 @@ def collect_ringbuf(
     last: int | None,
     cfi: CfiLoader | None = None,
     window: WindowSymbols | None = None,
+    kernel_named: Mapping[int, int] | None = None,
 ) -> tuple[dict[int, CollectedStacks], int]:
     """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
     interval), each Java frame named by the perf-map version of its sample's time, interpreted frames by
     ``jvms`` (our walker; None: bpf_get_stack's stacks), stacks ending at a native frame told apart by
-    ``cfi``'s tables, native names found during the window taken from ``window``; and the samples dropped
-    in all (ring buffer full)."""
+    ``cfi``'s tables, native names found during the window taken from ``window``, each pid's samples
+    whose thread the kernel's name named (``kernel_named``, from the reader, with thread names); and the
+    samples dropped in all (ring buffer full)."""
     result: dict[int, CollectedStacks] = {}
     kernel = KernelSymbols()
     dropped_total = 0
@@ -134,6 +136,8 @@ def collect_ringbuf(
                         stats = replace(stats, hotspot_steps=hotspot_steps(bpf, pid))
                     if history is not None:
                         stats = replace(stats, perf_map_snapshots=history.snapshots)
+                    if kernel_named is not None:
+                        stats = replace(stats, thread_names_kernel=kernel_named.get(pid, 0))
                 finally:
                     if owned:
                         symbols.close()

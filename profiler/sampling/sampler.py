@@ -31,7 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +132,7 @@ class StackSampler:
         self._exited: set[int] = set()
         self._lock = threading.Lock()
         # --exact-inlining (opt-in): DebugNonSafepoints written into each JVM as it is prepared, put back by stop()
-        self._exact: ExactInlining | None = ExactInlining() if exact_inlining else None
-        self._exact_lock = threading.Lock()  # no write after stop() has put the flags back
+        self._exact = ExactInlining() if exact_inlining else None
         self._closed = False
 
     # ------------------------------------------------------------ the program as loaded (program.py)
@@ -225,12 +224,9 @@ class StackSampler:
         """A target's preparation (a worker of preparation.py): its JVM's vmStructs first (milliseconds; the
         walker then steps its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
         is_jvm = self._attach_jvm(pid)  # False for a process that is no JVM (reason kept in _jvms.errors)
-        if self._exact is not None and (is_jvm or libjvm_mapping(pid) is not None):
-            with self._exact_lock:
-                if self._exact is not None:
-                    warning = self._exact.apply(pid)
-                    if warning is not None:
-                        self.warnings.append(f"pid {pid}: {warning}")
+        exact = self._exact if self._exact and (is_jvm or libjvm_mapping(pid) is not None) else None
+        if exact is not None and (warning := exact.apply(pid)) is not None:  # none once stop() put them back
+            self.warnings.append(f"pid {pid}: {warning}")
         if self._cfi is not None:
             self._cfi.load_pid(pid)
         release_freed_memory()  # the tables' parse: glibc would keep its heap
@@ -367,7 +363,8 @@ class StackSampler:
     def stop(self) -> None:
         """Detach the perf events (the window ends); the maps stay readable for collect()."""
         self._preparation.stop()
-        self._restore_debug_flags()
+        if self._exact is not None:
+            self._exact.restore_all()
         if self._bpf is not None and self._attached:
             from bcc import PerfSWConfig, PerfType
 
@@ -386,17 +383,11 @@ class StackSampler:
             # the unwind loader's refusals (a table over its budget, a mapping not listed) are the run's lines
             self.warnings.extend(w for w in self._cfi.warnings if w not in self.warnings)
 
-    def _restore_debug_flags(self) -> None:
-        """--exact-inlining's flags put back (each JVM's, where it still holds ours); none written after."""
-        with self._exact_lock:
-            if self._exact is not None:
-                self._exact.restore_all()
-                self._exact = None
-
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
         self._preparation.stop()
-        self._restore_debug_flags()
+        if self._exact is not None:
+            self._exact.restore_all()
         if self._reader is not None:
             self._reader.halt()
         self._symbols.stop()
@@ -455,24 +446,12 @@ class StackSampler:
         self._store.end_window()
         self._symbols.stop()
         if self.collection == "ringbuf":
+            named = self._reader.kernel_named if self._names is not None and self._reader is not None else None
+            jvms = self._jvms if self.stack_walk == "bpf" else None
             collected, dropped = collect_ringbuf(
-                self._bpf,
-                self._store,
-                self._symbols,
-                self._jvms if self.stack_walk == "bpf" else None,
-                self._targets,
-                self.max_stack_depth,
-                self.program.kernel_stack_depth,
-                self._last_interval(),
-                self._cfi,
-                self._window,
-            )
-            if self._names is not None and self._reader is not None:
-                named = self._reader.kernel_named
-                collected = {
-                    pid: replace(c, stats=replace(c.stats, thread_names_kernel=named[pid]))
-                    for pid, c in collected.items()
-                }
+                self._bpf, self._store, self._symbols, jvms, self._targets, self.max_stack_depth,
+                self.program.kernel_stack_depth, self._last_interval(), self._cfi, self._window, named,
+            )  # fmt: skip
             stats = {pid: c.stats for pid, c in collected.items()}
             self.warnings.extend(end_of_run_warnings(stats, Counter(), dropped, self.program, self._jvms.errors))
             return collected

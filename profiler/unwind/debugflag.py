@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -210,23 +211,29 @@ def restore(write: FlagWrite) -> bool:
 class ExactInlining:
     """The opt-in's state for one run: the JVMs written, so each is put back at the window's end.
 
-    Call site (the sampler, where a JVM's vmStructs are read; the window's end): ``apply(pid)`` returns a
-    warning line or None; ``restore_all()`` once. Thread-safe enough for one writer per pid."""
+    Call site (the sampler's preparation workers, where a JVM's vmStructs are read; the window's end):
+    ``apply(pid)`` returns a warning line or None; ``restore_all()`` puts every flag back, and no flag is
+    written after it (a late worker's ``apply`` does nothing). Thread-safe."""
 
     def __init__(self) -> None:
         self.writes: dict[int, FlagWrite] = {}
+        self._lock = threading.Lock()
+        self._restored = False
 
     def apply(self, pid: int) -> str | None:
-        if pid in self.writes:
+        with self._lock:
+            if self._restored or pid in self.writes:
+                return None
+            try:
+                self.writes[pid] = enable(pid)
+            except VMStructsError as exc:
+                return f"{exc}; --exact-inlining not applied, inlined methods there may be charged to their caller"
             return None
-        try:
-            self.writes[pid] = enable(pid)
-        except VMStructsError as exc:
-            return f"{exc}; --exact-inlining not applied, inlined methods there may be charged to their caller"
-        return None
 
     def restore_all(self) -> list[int]:
-        """Put every JVM's flag back; returns the pids whose flag was put back."""
-        restored = [pid for pid, write in self.writes.items() if restore(write)]
-        self.writes.clear()
-        return restored
+        """Put every JVM's flag back; returns the pids whose flag was put back. Idempotent."""
+        with self._lock:
+            self._restored = True
+            restored = [pid for pid, write in self.writes.items() if restore(write)]
+            self.writes.clear()
+            return restored

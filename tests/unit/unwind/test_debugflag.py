@@ -153,3 +153,19 @@ def test_a_process_without_libjvm_gets_a_warning_naming_the_option_and_nothing_i
     warning = exact.apply(os.getpid())  # python: no libjvm.so mapped
     assert warning is not None and "no libjvm.so" in warning and "--exact-inlining not applied" in warning
     assert exact.writes == {} and exact.restore_all() == []
+
+
+def test_after_restore_all_a_late_preparation_writes_nothing_and_the_flag_written_before_is_back(monkeypatch):
+    # GIVEN a byte standing for a JVM's flag, and enable() pointed at it (the real write, on our own memory)
+    buffer = ctypes.create_string_buffer(b"\0", 1)
+    address = ctypes.addressof(buffer)
+    monkeypatch.setattr(
+        debugflag, "enable", lambda pid: debugflag.FlagWrite(pid, address, debugflag._write_byte(pid, address, 0, 1), 1)
+    )
+    exact = debugflag.ExactInlining()
+    # WHEN one JVM is written during the window, the window ends, and a late worker applies another
+    assert exact.apply(os.getpid()) is None and buffer.raw == b"\1"
+    assert exact.restore_all() == [os.getpid()] and buffer.raw == b"\0"
+    assert exact.apply(os.getpid()) is None
+    # THEN nothing was written after the window's end, and a second restore is harmless
+    assert buffer.raw == b"\0" and exact.writes == {} and exact.restore_all() == []
