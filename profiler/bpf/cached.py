@@ -219,118 +219,134 @@ def _make_table(owner: Any, index: int, fd: int, definition: MapDef, types: tupl
     return table
 
 
+class _FromCache:
+    """The parts of bcc's BPF that read its compiled module, over a cache entry instead (``cached_class``
+    puts this before bcc's class, so attach/detach, tables, ring buffers and cleanup stay bcc's own)."""
+
+    # bcc's, reached through the subclass cached_class builds
+    Function: Any
+    KPROBE: int
+    TRACEPOINT: int
+    RAW_TRACEPOINT: int
+    attach_kprobe: Any
+    attach_kretprobe: Any
+    attach_tracepoint: Any
+    attach_raw_tracepoint: Any
+    fix_syscall_fnname: Any
+    cleanup: Any
+    _decode_table_type: Any
+
+    def __init__(self, image: ProgramImage, store: Store) -> None:
+        # the state bcc's BPF.__init__ sets up, without its compile
+        self.kprobe_fds: dict[Any, Any] = {}
+        self.uprobe_fds: dict[Any, Any] = {}
+        self.tracepoint_fds: dict[Any, Any] = {}
+        self.raw_tracepoint_fds: dict[Any, Any] = {}
+        self.kfunc_entry_fds: dict[Any, Any] = {}
+        self.kfunc_exit_fds: dict[Any, Any] = {}
+        self.lsm_fds: dict[Any, Any] = {}
+        self.perf_buffers: dict[Any, Any] = {}
+        self.open_perf_events: dict[Any, Any] = {}
+        self._ringbuf_manager = None
+        self.tracefile = None
+        self.debug = 0
+        self.funcs: dict[bytes, Any] = {}
+        self.tables: dict[Any, Any] = {}
+        self.module = None
+        self._image = image
+        self._store = store
+        self._map_fds: list[int] = []
+        atexit.register(self.cleanup)
+        try:
+            self._load(image)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _load(self, image: ProgramImage) -> None:
+        own = _libbcc()
+        for definition in image.maps:
+            fd = own.bcc_create_map(
+                definition.map_type, definition.name.encode()[:15], definition.key_size,
+                definition.value_size, definition.max_entries, definition.flags,
+            )
+            if fd < 0:
+                raise CacheError(f"map {definition.name}: {os.strerror(ct.get_errno())}")
+            self._map_fds.append(fd)
+        self._map_index = {definition.name.encode(): index for index, definition in enumerate(image.maps)}
+        self._insns = {fn.name.encode(): cache.indices_to_fds(fn.insns, self._map_fds) for fn in image.functions}
+        for fn in image.functions:
+            if fn.prog_type is not None:
+                try:
+                    self.load_func(fn.name.encode(), fn.prog_type)
+                except Exception as exc:  # noqa: BLE001 - bcc's surface raises bare Exception
+                    raise CacheError(str(exc)) from None
+        self._trace_autoload()
+
+    def load_func(self, func_name: Any, prog_type: int, device: Any = None, attach_type: int = -1) -> Any:
+        name = func_name.encode() if isinstance(func_name, str) else bytes(func_name)
+        if name in self.funcs:
+            return self.funcs[name]
+        insns = self._insns.get(name)
+        if insns is None or device is not None or attach_type != -1:
+            raise Exception(f"Unknown program {name!r}")  # bcc's own error for a name it lacks
+        buffer = ct.create_string_buffer(insns, len(insns))
+        fd = _libbcc().bcc_prog_load(
+            prog_type, name, buffer, len(insns), self._image.license.encode(),
+            self._image.kern_version, 0, None, 0,
+        )
+        if fd < 0:
+            raise Exception(f"Failed to load BPF program {name!r}: {os.strerror(ct.get_errno())}")
+        function = self.Function(self, name, fd)
+        self.funcs[name] = function
+        self._store.record_type(name.decode(), prog_type)
+        return function
+
+    def dump_func(self, func_name: Any) -> bytes:
+        name = func_name.encode() if isinstance(func_name, str) else bytes(func_name)
+        if name not in self._insns:
+            raise Exception(f"Unknown program {name!r}")
+        return self._insns[name]
+
+    def get_table(self, name: Any, keytype: Any = None, leaftype: Any = None, reducer: Any = None) -> Any:
+        name = name.encode() if isinstance(name, str) else bytes(name)
+        if name not in self._map_index:
+            raise KeyError(name)
+        index = self._map_index[name]
+        definition = self._image.maps[index]
+        if keytype is None:
+            keytype = self._decode_table_type(json.loads(definition.key_desc))
+        if leaftype is None:
+            leaftype = self._decode_table_type(json.loads(definition.leaf_desc))
+        return _make_table(self, index, self._map_fds[index], definition, (keytype, leaftype), reducer)
+
+    def _trace_autoload(self) -> None:
+        # bcc's autoload, over the cached function names (bcc reads them from its module)
+        for fn in self._image.functions:
+            name = fn.name.encode()
+            if name.startswith(b"kprobe__"):
+                self.load_func(name, self.KPROBE)
+                self.attach_kprobe(event=self.fix_syscall_fnname(name[8:]), fn_name=name)
+            elif name.startswith(b"kretprobe__"):
+                self.load_func(name, self.KPROBE)
+                self.attach_kretprobe(event=self.fix_syscall_fnname(name[11:]), fn_name=name)
+            elif name.startswith(b"tracepoint__"):
+                self.load_func(name, self.TRACEPOINT)
+                self.attach_tracepoint(tp=name[len(b"tracepoint__"):].replace(b"__", b":"), fn_name=name)
+            elif name.startswith(b"raw_tracepoint__"):
+                self.load_func(name, self.RAW_TRACEPOINT)
+                self.attach_raw_tracepoint(tp=name[len(b"raw_tracepoint__"):], fn_name=name)
+            elif name.startswith((b"kfunc__", b"kretfunc__", b"lsm__")):
+                raise CacheError(f"function {fn.name}: kfunc and lsm programs are not cached")
+
+    def close(self) -> None:
+        super().close()  # type: ignore[misc]  # bcc's, after this class in the subclass's order
+        map_fds, self._map_fds = self._map_fds, []
+        for fd in map_fds:
+            os.close(fd)
+
+
 @functools.cache
 def cached_class(bpf_class: Any) -> Any:
     """A subclass of ``bpf_class`` (bcc's BPF) built from a cache entry instead of a compile."""
-
-    class CachedBPF(bpf_class):  # type: ignore[misc, valid-type]
-        def __init__(self, image: ProgramImage, store: Store) -> None:
-            # the state bcc's BPF.__init__ sets up, without its compile
-            self.kprobe_fds: dict[Any, Any] = {}
-            self.uprobe_fds: dict[Any, Any] = {}
-            self.tracepoint_fds: dict[Any, Any] = {}
-            self.raw_tracepoint_fds: dict[Any, Any] = {}
-            self.kfunc_entry_fds: dict[Any, Any] = {}
-            self.kfunc_exit_fds: dict[Any, Any] = {}
-            self.lsm_fds: dict[Any, Any] = {}
-            self.perf_buffers: dict[Any, Any] = {}
-            self.open_perf_events: dict[Any, Any] = {}
-            self._ringbuf_manager = None
-            self.tracefile = None
-            self.debug = 0
-            self.funcs: dict[bytes, Any] = {}
-            self.tables: dict[Any, Any] = {}
-            self.module = None
-            self._image = image
-            self._store = store
-            self._map_fds: list[int] = []
-            atexit.register(self.cleanup)
-            try:
-                self._load(image)
-            except BaseException:
-                self.cleanup()
-                raise
-
-        def _load(self, image: ProgramImage) -> None:
-            own = _libbcc()
-            for definition in image.maps:
-                fd = own.bcc_create_map(
-                    definition.map_type, definition.name.encode()[:15], definition.key_size,
-                    definition.value_size, definition.max_entries, definition.flags,
-                )
-                if fd < 0:
-                    raise CacheError(f"map {definition.name}: {os.strerror(ct.get_errno())}")
-                self._map_fds.append(fd)
-            self._map_index = {definition.name.encode(): index for index, definition in enumerate(image.maps)}
-            self._insns = {fn.name.encode(): cache.indices_to_fds(fn.insns, self._map_fds) for fn in image.functions}
-            for fn in image.functions:
-                if fn.prog_type is not None:
-                    try:
-                        self.load_func(fn.name.encode(), fn.prog_type)
-                    except Exception as exc:  # noqa: BLE001 - bcc's surface raises bare Exception
-                        raise CacheError(str(exc)) from None
-            self._trace_autoload()
-
-        def load_func(self, func_name: Any, prog_type: int, device: Any = None, attach_type: int = -1) -> Any:
-            name = func_name.encode() if isinstance(func_name, str) else bytes(func_name)
-            if name in self.funcs:
-                return self.funcs[name]
-            insns = self._insns.get(name)
-            if insns is None or device is not None or attach_type != -1:
-                raise Exception(f"Unknown program {name!r}")  # bcc's own error for a name it lacks
-            buffer = ct.create_string_buffer(insns, len(insns))
-            fd = _libbcc().bcc_prog_load(
-                prog_type, name, buffer, len(insns), self._image.license.encode(),
-                self._image.kern_version, 0, None, 0,
-            )
-            if fd < 0:
-                raise Exception(f"Failed to load BPF program {name!r}: {os.strerror(ct.get_errno())}")
-            function = self.Function(self, name, fd)
-            self.funcs[name] = function
-            self._store.record_type(name.decode(), prog_type)
-            return function
-
-        def dump_func(self, func_name: Any) -> bytes:
-            name = func_name.encode() if isinstance(func_name, str) else bytes(func_name)
-            if name not in self._insns:
-                raise Exception(f"Unknown program {name!r}")
-            return self._insns[name]
-
-        def get_table(self, name: Any, keytype: Any = None, leaftype: Any = None, reducer: Any = None) -> Any:
-            name = name.encode() if isinstance(name, str) else bytes(name)
-            if name not in self._map_index:
-                raise KeyError(name)
-            index = self._map_index[name]
-            definition = self._image.maps[index]
-            if keytype is None:
-                keytype = self._decode_table_type(json.loads(definition.key_desc))
-            if leaftype is None:
-                leaftype = self._decode_table_type(json.loads(definition.leaf_desc))
-            return _make_table(self, index, self._map_fds[index], definition, (keytype, leaftype), reducer)
-
-        def _trace_autoload(self) -> None:
-            # bcc's autoload, over the cached function names (bcc reads them from its module)
-            for fn in self._image.functions:
-                name = fn.name.encode()
-                if name.startswith(b"kprobe__"):
-                    self.load_func(name, self.KPROBE)
-                    self.attach_kprobe(event=self.fix_syscall_fnname(name[8:]), fn_name=name)
-                elif name.startswith(b"kretprobe__"):
-                    self.load_func(name, self.KPROBE)
-                    self.attach_kretprobe(event=self.fix_syscall_fnname(name[11:]), fn_name=name)
-                elif name.startswith(b"tracepoint__"):
-                    self.load_func(name, self.TRACEPOINT)
-                    self.attach_tracepoint(tp=name[len(b"tracepoint__"):].replace(b"__", b":"), fn_name=name)
-                elif name.startswith(b"raw_tracepoint__"):
-                    self.load_func(name, self.RAW_TRACEPOINT)
-                    self.attach_raw_tracepoint(tp=name[len(b"raw_tracepoint__"):], fn_name=name)
-                elif name.startswith((b"kfunc__", b"kretfunc__", b"lsm__")):
-                    raise CacheError(f"function {fn.name}: kfunc and lsm programs are not cached")
-
-        def close(self) -> None:
-            super().close()
-            map_fds, self._map_fds = self._map_fds, []
-            for fd in map_fds:
-                os.close(fd)
-
-    return CachedBPF
+    return type("CachedBPF", (_FromCache, bpf_class), {})
