@@ -26,6 +26,7 @@ from coordinator.remote.ssh import SshHost, SshOptions
 from profiler.errors import OutputExistsError
 from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
 from tests.fixtures.leaks import bpf_programs_held_by
+from tests.fixtures.sshcluster import make_cluster, write_inputs
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port, generate_key, public_key_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,11 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    profile = tmp_path / "profile.txt"
-    profile.write_text("# test profile\nPython: re:.+\n")
-    known = tmp_path / "known_spes.txt"
-    known.write_text("testengine workload nothing taskprof-test-matches-no-process\n")
-    return profile, known
+    return write_inputs(tmp_path, "Python: re:.+\n")
 
 
 def _profile_args(cluster: Path, known_hosts: Path, out: Path, inputs: tuple[Path, Path], pid: int) -> list[str]:
@@ -67,9 +64,8 @@ def test_two_hosts_profiled_end_to_end(
     coordinators: list[CoordinatorChild],
 ) -> None:
     # GIVEN two sshd "hosts" with known keys
-    hosts = [sshd_factory.start(), sshd_factory.start()]
-    cluster = sshd_factory.cluster_file([h.cluster_line(sshd_factory.user_key) for h in hosts])
-    known_hosts = sshd_factory.known_hosts(hosts)
+    two = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
+    hosts, cluster, known_hosts = two.hosts, two.cluster_file, two.known_hosts
     out = tmp_path / "runs" / "two"
     # WHEN profiled for 3 s by the CLI (a child process: the analysis's Spark JVM ends with it), with
     # a start delay that covers two BPF compilations on this shared 2-core machine
@@ -175,9 +171,8 @@ def test_ctrl_c_stops_every_host_and_keeps_partial_results(
     tmp_path: Path,
     coordinators: list[CoordinatorChild],
 ) -> None:
-    hosts = [sshd_factory.start(), sshd_factory.start()]
-    cluster = sshd_factory.cluster_file([h.cluster_line(sshd_factory.user_key) for h in hosts])
-    known_hosts = sshd_factory.known_hosts(hosts)
+    two = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
+    hosts, cluster, known_hosts = two.hosts, two.cluster_file, two.known_hosts
     out = tmp_path / "interrupted"
     args = _profile_args(cluster, known_hosts, out, inputs, busy_process.pid)
     args.remove("--quiet")
@@ -218,9 +213,8 @@ def test_ssh_connection_killed_mid_run_results_still_collected(
     tmp_path: Path,
     coordinators: list[CoordinatorChild],
 ) -> None:
-    hosts = [sshd_factory.start(), sshd_factory.start()]
-    cluster = sshd_factory.cluster_file([h.cluster_line(sshd_factory.user_key) for h in hosts])
-    known_hosts = sshd_factory.known_hosts(hosts)
+    two = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
+    hosts, cluster, known_hosts = two.hosts, two.cluster_file, two.known_hosts
     out = tmp_path / "dropped"
     args = _profile_args(cluster, known_hosts, out, inputs, busy_process.pid)
     args.remove("--quiet")

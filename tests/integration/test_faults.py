@@ -16,7 +16,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -32,7 +31,7 @@ from coordinator.remote.session import ProfileOutcome, RunOptions, profile_clust
 from profiler.capture.journal import read_journal
 from profiler.capture.read import read_meta
 from tests.fixtures.captures import folded_text
-from tests.fixtures.coordinator_child import CoordinatorChild, profiler_processes
+from tests.fixtures.coordinator_child import CoordinatorChild
 from tests.fixtures.faults import (
     HostNetns,
     SshUser,
@@ -43,11 +42,10 @@ from tests.fixtures.faults import (
 )
 from tests.fixtures.jvm import CpuSplitJvm
 from tests.fixtures.leaks import bpf_programs_held_by
+from tests.fixtures.sshcluster import Cluster, make_cluster, write_inputs
 from tests.fixtures.sshd import SshdFactory, SshdHost
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_STACK = Path("/proc/sys/kernel/perf_event_max_stack")
-BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
 def figure(case: str, **values: object) -> None:
@@ -56,74 +54,8 @@ def figure(case: str, **values: object) -> None:
 
 @pytest.fixture
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    profile = tmp_path / "profile.txt"
-    profile.write_text("# test profile\nBurn: burnAlpha, burnBeta, burnGamma\nPython: re:.+\n")
-    known = tmp_path / "known_spes.txt"
-    known.write_text("testengine workload nothing taskprof-test-matches-no-process\n")
     os.chmod(tmp_path, 0o755)
-    return profile, known
-
-
-@dataclass
-class Cluster:
-    """Some sshd hosts, the files to reach them, and what their profilers did while the test ran."""
-
-    factory: SshdFactory
-    hosts: list[SshdHost]
-    cluster_file: Path
-    known_hosts: Path
-    seen_profilers: dict[str, set[int]] = field(default_factory=dict)
-    max_stack_before: str = field(default_factory=lambda: MAX_STACK.read_text())
-    bpf_stats_before: str = field(default_factory=lambda: BPF_STATS.read_text())
-
-    def host(self, name: str) -> SshdHost:
-        return next(h for h in self.hosts if h.name == name)
-
-    def profiler_pids(self, host: SshdHost) -> set[int]:
-        """Profilers started in this host's work directories (their command line names it)."""
-        found = {p.pid for p in profiler_processes(str(host.session_tmp)) if "--status-file" in p.info["cmdline"]}
-        self.seen_profilers.setdefault(host.name, set()).update(found)
-        return found
-
-    def statuses(self, host: SshdHost) -> list[dict]:
-        found = []
-        for path in host.session_tmp.glob("taskprof.*/status.json"):
-            try:
-                found.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                continue
-        return found
-
-    def wait_sampling(self, names: list[str], timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(any(s.get("state") == "sampling" for s in self.statuses(self.host(n))) for n in names):
-                for name in names:
-                    self.profiler_pids(self.host(name))
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{names} not sampling within {timeout} s")
-
-    def assert_nothing_left(self, ignore: tuple[str, ...] = ()) -> None:
-        """No work directory, no profiler process, no BPF program held, the depth sysctl as it was."""
-        pids = set().union(*self.seen_profilers.values()) if self.seen_profilers else set()
-        deadline = time.monotonic() + 10  # an exited profiler may linger a moment as a zombie
-        while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
-            assert time.monotonic() < deadline, f"profiler processes still running: {pids}"
-            time.sleep(0.1)
-        assert bpf_programs_held_by(pids) == []
-        for host in self.hosts:
-            left = [name for name in host.leftovers() if name not in ignore]
-            assert left == [], f"{host.name}: left behind {left}"
-            assert self.profiler_pids(host) == set(), f"{host.name}: a profiler is still running"
-        assert MAX_STACK.read_text() == self.max_stack_before
-        assert BPF_STATS.read_text() == self.bpf_stats_before
-
-
-def make_cluster(factory: SshdFactory, hosts: list[SshdHost], users: dict[str, str] | None = None) -> Cluster:
-    users = users or {}
-    lines = [h.cluster_line(factory.user_key, user=users.get(h.name, "root")) for h in hosts]
-    return Cluster(factory, hosts, factory.cluster_file(lines), factory.known_hosts(hosts))
+    return write_inputs(tmp_path, "Burn: burnAlpha, burnBeta, burnGamma\nPython: re:.+\n")
 
 
 def cli_args(cluster: Cluster, out: Path, inputs: tuple[Path, Path], pid: int, duration: float) -> list[str]:

@@ -17,6 +17,7 @@ from coordinator.remote.session import RunOptions, profile_cluster
 from profiler.capture.format import EventCount
 from profiler.errors import ConfigError, OutputExistsError
 from tests.fixtures.fake_host import FakeHost, FakeScript
+from tests.fixtures.sshcluster import write_inputs
 
 
 def _specs(n: int) -> list[HostSpec]:
@@ -25,11 +26,8 @@ def _specs(n: int) -> list[HostSpec]:
 
 @pytest.fixture
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    profile = tmp_path / "profile.txt"
-    profile.write_text("Task A\n  a.b.C.run\n")
-    known = tmp_path / "known_spes.txt"
-    known.write_text("spark workload executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n")
-    return profile, known
+    known = "spark workload executor org.apache.spark.executor.CoarseGrainedExecutorBackend\n"
+    return write_inputs(tmp_path, "Task A\n  a.b.C.run\n", known)
 
 
 def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScript], **kwargs: object):
