@@ -62,6 +62,9 @@ OFFCPU_COLUMNS: tuple[str, ...] = (
     "offcpu_seconds", *(f"offcpu_{cause}_seconds" for cause in CAUSES), "wall_seconds",
 )
 
+# What a task's row measures first, in every table that has task rows (result, summary, campaign).
+TASK_MEASURES: tuple[str, ...] = ("samples", "share", "share_ci95", "cycles", "cycles_estimated", "cpu_seconds")
+
 # Columns of <host>_result.csv, in order. Rows with task "*" carry the PID's totals.
 RESULT_COLUMNS: tuple[str, ...] = (
     "host",
@@ -69,12 +72,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "role",
     "engine",
     "task",
-    "samples",
-    "share",
-    "share_ci95",
-    "cycles",
-    "cycles_estimated",
-    "cpu_seconds",
+    *TASK_MEASURES,
     "instructions",
     "ipc",
     "bytes_sent",
