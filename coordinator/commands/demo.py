@@ -140,6 +140,20 @@ def _prepare_out(out: Path, force: bool) -> None:
             child.rmdir()
 
 
+def _clear_run(run_dir: Path) -> None:
+    """Back to what _prepare_out left (only the marker): a run that failed before its window holds no
+    capture, and the failed demo's kept logs then make the directory that --force may replace."""
+    from profiler.files.outputs import MARKER
+
+    for child in run_dir.iterdir():
+        if child.name == MARKER:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
 def _remove_unused(run_dir: Path, created: bool) -> None:
     """Undo _prepare_out when profiling never started and no logs were kept, so the same --out works again."""
     if created and run_dir.is_dir() and not (run_dir / "run.json").exists() and not _is_failed_demo(run_dir):
@@ -416,9 +430,17 @@ class DemoCommand:
         say = print  # a few lines; --quiet only drops the per-host progress lines
         say(f"demo: YSB on {engine.spe} at {rate} events/s; waiting for the query to process events")
         engine.wait_ready(args.ready_timeout)
-        say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
-        engine.wait_processing(args.warmup)
-        warm_up_cpu(engine, args.warmup_cpu, say)
+        warmed_at: float | None = None
+        if args.warmup_cpu > 0:  # the warm-up's end is not known beforehand: warm up, then start the profiler
+            say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
+            engine.wait_processing(args.warmup)
+            warm_up_cpu(engine, args.warmup_cpu, say)
+        else:  # the profiler deploys, compiles and attaches during the warm-up; its window starts at the end
+            warmed_at = time.time() + args.warmup
+            say(
+                f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s "
+                "while the profiler starts"
+            )
         say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
         known_spes = scratch / "known_spes.txt"
         known_spes.write_text(engine.known_spes())
@@ -431,8 +453,15 @@ class DemoCommand:
             labels["source"] = args.source
         if args.spark_window != "state":
             labels["spark_window"] = args.spark_window
-        options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
-        outcome = profile_cluster([local_host()], request, out, options)
+        options = RunOptions(
+            labels=labels, progress=not args.quiet, analyze=False, force=args.force,
+            not_before=warmed_at, watch=engine.check_running,
+        )  # fmt: skip
+        try:
+            outcome = profile_cluster([local_host()], request, out, options)
+        except ProfilerError:  # the query died before the window (RunOptions.watch): nothing worth keeping
+            _clear_run(out)
+            raise
         engine.check_running()  # a workload that died inside the window leaves a meaningless profile
         started, ended = sampling_window(outcome, args.duration)
         window = engine.window(started, ended)
