@@ -528,8 +528,9 @@ def run_campaign(args: argparse.Namespace) -> int:
 
 def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> tuple[list[Path], int]:
     """One engine's cluster, started once; one profiled and analysed run per rate. Returns the run
-    directories and the worst exit code of their analyses (print_result)."""
-    from coordinator.remote.session import analyze_run
+    directories and the worst exit code of their analyses (print_result). A level is analysed once its
+    query is stopped, never beside a query at full rate: beside the next query's start-up (before its
+    warm-up), the last level once the cluster is stopped."""
     from coordinator.workloads.ysb.engines import ENGINES
     from coordinator.workloads.ysb.spark import YsbOptions
 
@@ -541,6 +542,7 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
     )
     done: list[Path] = []
     exit_code = 0
+    unanalysed: list[tuple[ProfileOutcome, WindowResult, float]] = []
     with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch:
         log_dir = Path(scratch) / WORKLOAD_DIR
         level, created = _level_dir(out, spe, rates[0]), False
@@ -554,16 +556,30 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
                     if index:
                         print(f"demo: restarting the query at {rate} events/s on the same cluster")
                         engine.restart_query(rate)
+                        exit_code = max(exit_code, _analysed(unanalysed))
                     outcome, window, elapsed = DemoCommand.profile_running(args, level, engine, Path(scratch), rate)
                     keep_logs(log_dir, level / WORKLOAD_DIR, suffix=".out")
-                    exit_code = max(exit_code, DemoCommand.print_result(analyze_run(outcome), window, elapsed))
+                    unanalysed.append((outcome, window, elapsed))
                     done.append(level)
+            exit_code = max(exit_code, _analysed(unanalysed))
         except ProfilerError as exc:
+            _analysed(unanalysed)  # a level profiled before the failure keeps its report
             raise with_kept_logs(exc, log_dir, keep_logs(log_dir, level / WORKLOAD_DIR)) from exc
         except BaseException:
             _remove_unused(level, created)
             raise
     return done, exit_code
+
+
+def _analysed(unanalysed: list[tuple[ProfileOutcome, WindowResult, float]]) -> int:
+    """Analyse and print the levels not analysed yet (emptying the list); the worst exit code of print_result."""
+    from coordinator.remote.session import analyze_run
+
+    exit_code = 0
+    while unanalysed:
+        outcome, window, elapsed = unanalysed.pop(0)
+        exit_code = max(exit_code, DemoCommand.print_result(analyze_run(outcome), window, elapsed))
+    return exit_code
 
 
 def _campaign_page(target: Path, run_dirs: list[Path]) -> int:

@@ -1,5 +1,6 @@
-"""`coordinator demo` starts the profiler during the query's warm-up: the window begins at the warm-up's end,
-as before, while the query is watched (the real profile_cluster over a scripted FakeHost; no processes)."""
+"""The order of `coordinator demo`'s steps (the real profile_cluster over a scripted FakeHost; no processes):
+the profiler starts during the query's warm-up, its window beginning at the warm-up's end as before while
+the query is watched; a campaign's level is analysed once its query is stopped."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ class _Engine:
     profile = "application_profiles/spark_structured_streaming.txt"
     events_source = "the generator"
 
-    def __init__(self, dies_at: float | None = None) -> None:
+    log_dir = Path("/nonexistent")
+
+    def __init__(self, dies_at: float | None = None, steps: list[str] | None = None) -> None:
         self.dies_at = dies_at
+        self.steps = steps if steps is not None else []  # what happened to the cluster and its query, in order
         self.ready_at: float | None = None
         self.processing: list[tuple[float, float]] = []  # (when, seconds) of each wait_processing
         self.checks: list[float] = []
@@ -55,10 +59,24 @@ class _Engine:
 
     def window(self, start: float, end: float) -> WindowResult:
         self.windows.append((start, end))
+        self.steps.append("window")
         return WindowResult(3, "10 s windows", 300, "throughput 600 events/s", 3)
 
     def count_events(self, start: float, end: float) -> None:
         return None
+
+    def describe(self) -> str:
+        return "a fake cluster"
+
+    def restart_query(self, rate: int) -> None:
+        self.steps.append(f"query restarted at {rate}")
+
+    def __enter__(self) -> _Engine:
+        self.steps.append("cluster started")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.steps.append("cluster stopped")
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -145,3 +163,34 @@ def test_a_query_that_dies_in_the_warm_up_fails_the_demo_and_leaves_no_run(
     assert all(host.cleaned for host in hosts)
     # AND the run directory is back to what the demo prepared: the failed demo's logs may go beside the marker
     assert [p.name for p in out.iterdir()] == [MARKER]
+
+
+def test_a_campaign_analyses_each_level_once_its_query_is_stopped(
+    tmp_path: Path, hosts: list[FakeHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a campaign of two rates on one (fake) cluster, and an analysis that says when it ran
+    steps: list[str] = []
+    engine = _Engine(steps=steps)
+    monkeypatch.setitem(demo_engines(), "spark-str", lambda options, log_dir: engine)
+
+    def analyze_run(outcome: session.ProfileOutcome) -> session.ProfileOutcome:
+        steps.append(f"analysed {outcome.run_dir.name}")
+        return outcome
+
+    monkeypatch.setattr(session, "analyze_run", analyze_run)
+    args = _args("--spe", "spark-str", "--rates", "1000,2000", "--warmup", "0.3", "--duration", "0.3")
+    # WHEN the levels are profiled
+    levels, exit_code = demo._campaign_engine(args, tmp_path / "campaign", "spark-str", [1000, 2000])
+    # THEN the first level is analysed once its query is stopped (beside the next one's start-up), the last
+    # once the cluster is stopped: never beside a query at full rate
+    assert exit_code == 0 and [level.name for level in levels] == ["spark-str-1000", "spark-str-2000"]
+    assert steps == [
+        "cluster started", "window", "query restarted at 2000", "analysed spark-str-1000", "window",
+        "cluster stopped", "analysed spark-str-2000",
+    ]  # fmt: skip
+
+
+def demo_engines() -> dict[str, object]:
+    from coordinator.workloads.ysb.engines import ENGINES
+
+    return ENGINES  # type: ignore[return-value]
