@@ -38,7 +38,7 @@ Processing, where Spark has no window: the sink keeps the window counts in Redis
 --executors 1-slot TaskManagers from PyPI's apache-flink distribution, installed into
 ~/.cache/spe-taskprof on first use) and profiles the TaskManagers.
 Once the query processes events and the warm-up is over, profiles the executors for --duration
-seconds with the engine's shipped profile, counts the events of the window, writes summary.csv
+seconds (the profiler deploys and starts during the warm-up) with the engine's shipped profile, counts the events of the window, writes summary.csv
 (cycles per event per task) and the HTML report into the run directory, prints the throughput,
 and stops everything it started (also on Ctrl-C). If the workload fails, its logs are kept in
 <run>/workload/. --rates (or several --spe) make a campaign: one profile per rate on the same
@@ -308,7 +308,8 @@ class DemoCommand:
             "--warmup",
             type=_non_negative,
             default=30.0,
-            help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
+            help="seconds of processing before the profiling window starts, so the JIT has compiled the "
+            "pipeline; the profiler deploys and starts during them (30)",
         )
         parser.add_argument(
             "--warmup-cpu",
