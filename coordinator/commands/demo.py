@@ -38,9 +38,10 @@ Processing, where Spark has no window: the sink keeps the window counts in Redis
 --executors 1-slot TaskManagers from PyPI's apache-flink distribution, installed into
 ~/.cache/spe-taskprof on first use) and profiles the TaskManagers.
 Once the query processes events and the warm-up is over, profiles the executors for --duration
-seconds (the profiler deploys and starts during the warm-up) with the engine's shipped profile, counts the events of the window, writes summary.csv
-(cycles per event per task) and the HTML report into the run directory, prints the throughput,
-and stops everything it started (also on Ctrl-C). If the workload fails, its logs are kept in
+seconds (the profiler deploys and starts during the warm-up) with the engine's shipped profile,
+counts the events of the window, writes summary.csv (cycles per event per task) and the HTML
+report into the run directory, prints the throughput, and stops everything it started (also on
+Ctrl-C). If the workload fails, its logs are kept in
 <run>/workload/. --rates (or several --spe) make a campaign: one profile per rate on the same
 cluster, <out>/<spe>-<rate>/ each, then <out>/campaign/ with campaign.csv and its page.
 Needs root for eBPF; expect about a minute of start-up.
