@@ -38,9 +38,10 @@ Processing, where Spark has no window: the sink keeps the window counts in Redis
 --executors 1-slot TaskManagers from PyPI's apache-flink distribution, installed into
 ~/.cache/spe-taskprof on first use) and profiles the TaskManagers.
 Once the query processes events and the warm-up is over, profiles the executors for --duration
-seconds with the engine's shipped profile, counts the events of the window, writes summary.csv
-(cycles per event per task) and the HTML report into the run directory, prints the throughput,
-and stops everything it started (also on Ctrl-C). If the workload fails, its logs are kept in
+seconds (the profiler deploys and starts during the warm-up) with the engine's shipped profile,
+counts the events of the window, writes summary.csv (cycles per event per task) and the HTML
+report into the run directory, prints the throughput, and stops everything it started (also on
+Ctrl-C). If the workload fails, its logs are kept in
 <run>/workload/. --rates (or several --spe) make a campaign: one profile per rate on the same
 cluster, <out>/<spe>-<rate>/ each, then <out>/campaign/ with campaign.csv and its page.
 Needs root for eBPF; expect about a minute of start-up.
@@ -138,6 +139,20 @@ def _prepare_out(out: Path, force: bool) -> None:
     for child in out.iterdir():  # hosts/: profile_cluster prepares it again; the marker stays
         if child.is_dir():
             child.rmdir()
+
+
+def _clear_run(run_dir: Path) -> None:
+    """Back to what _prepare_out left (only the marker): a run that failed before its window holds no
+    capture, and the failed demo's kept logs then make the directory that --force may replace."""
+    from profiler.files.outputs import MARKER
+
+    for child in run_dir.iterdir():
+        if child.name == MARKER:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _remove_unused(run_dir: Path, created: bool) -> None:
@@ -294,7 +309,8 @@ class DemoCommand:
             "--warmup",
             type=_non_negative,
             default=30.0,
-            help="seconds of processing before profiling starts, so the JIT has compiled the pipeline (30)",
+            help="seconds of processing before the profiling window starts, so the JIT has compiled the "
+            "pipeline; the profiler deploys and starts during them (30)",
         )
         parser.add_argument(
             "--warmup-cpu",
@@ -416,9 +432,17 @@ class DemoCommand:
         say = print  # a few lines; --quiet only drops the per-host progress lines
         say(f"demo: YSB on {engine.spe} at {rate} events/s; waiting for the query to process events")
         engine.wait_ready(args.ready_timeout)
-        say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
-        engine.wait_processing(args.warmup)
-        warm_up_cpu(engine, args.warmup_cpu, say)
+        warmed_at: float | None = None
+        if args.warmup_cpu > 0:  # the warm-up's end is not known beforehand: warm up, then start the profiler
+            say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
+            engine.wait_processing(args.warmup)
+            warm_up_cpu(engine, args.warmup_cpu, say)
+        else:  # the profiler deploys, compiles and attaches during the warm-up; its window starts at the end
+            warmed_at = time.time() + args.warmup
+            say(
+                f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s "
+                "while the profiler starts"
+            )
         say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
         known_spes = scratch / "known_spes.txt"
         known_spes.write_text(engine.known_spes())
@@ -431,8 +455,15 @@ class DemoCommand:
             labels["source"] = args.source
         if args.spark_window != "state":
             labels["spark_window"] = args.spark_window
-        options = RunOptions(labels=labels, progress=not args.quiet, analyze=False, force=args.force)
-        outcome = profile_cluster([local_host()], request, out, options)
+        options = RunOptions(
+            labels=labels, progress=not args.quiet, analyze=False, force=args.force,
+            not_before=warmed_at, watch=engine.check_running,
+        )  # fmt: skip
+        try:
+            outcome = profile_cluster([local_host()], request, out, options)
+        except ProfilerError:  # the query died before the window (RunOptions.watch): nothing worth keeping
+            _clear_run(out)
+            raise
         engine.check_running()  # a workload that died inside the window leaves a meaningless profile
         started, ended = sampling_window(outcome, args.duration)
         window = engine.window(started, ended)
@@ -499,8 +530,9 @@ def run_campaign(args: argparse.Namespace) -> int:
 
 def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> tuple[list[Path], int]:
     """One engine's cluster, started once; one profiled and analysed run per rate. Returns the run
-    directories and the worst exit code of their analyses (print_result)."""
-    from coordinator.remote.session import analyze_run
+    directories and the worst exit code of their analyses (print_result). A level is analysed once its
+    query is stopped, never beside a query at full rate: beside the next query's start-up (before its
+    warm-up), the last level once the cluster is stopped."""
     from coordinator.workloads.ysb.engines import ENGINES
     from coordinator.workloads.ysb.spark import YsbOptions
 
@@ -512,6 +544,7 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
     )
     done: list[Path] = []
     exit_code = 0
+    unanalysed: list[tuple[ProfileOutcome, WindowResult, float]] = []
     with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as scratch:
         log_dir = Path(scratch) / WORKLOAD_DIR
         level, created = _level_dir(out, spe, rates[0]), False
@@ -525,16 +558,30 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
                     if index:
                         print(f"demo: restarting the query at {rate} events/s on the same cluster")
                         engine.restart_query(rate)
+                        exit_code = max(exit_code, _analysed(unanalysed))
                     outcome, window, elapsed = DemoCommand.profile_running(args, level, engine, Path(scratch), rate)
                     keep_logs(log_dir, level / WORKLOAD_DIR, suffix=".out")
-                    exit_code = max(exit_code, DemoCommand.print_result(analyze_run(outcome), window, elapsed))
+                    unanalysed.append((outcome, window, elapsed))
                     done.append(level)
+            exit_code = max(exit_code, _analysed(unanalysed))
         except ProfilerError as exc:
+            _analysed(unanalysed)  # a level profiled before the failure keeps its report
             raise with_kept_logs(exc, log_dir, keep_logs(log_dir, level / WORKLOAD_DIR)) from exc
         except BaseException:
             _remove_unused(level, created)
             raise
     return done, exit_code
+
+
+def _analysed(unanalysed: list[tuple[ProfileOutcome, WindowResult, float]]) -> int:
+    """Analyse and print the levels not analysed yet (emptying the list); the worst exit code of print_result."""
+    from coordinator.remote.session import analyze_run
+
+    exit_code = 0
+    while unanalysed:
+        outcome, window, elapsed = unanalysed.pop(0)
+        exit_code = max(exit_code, DemoCommand.print_result(analyze_run(outcome), window, elapsed))
+    return exit_code
 
 
 def _campaign_page(target: Path, run_dirs: list[Path]) -> int:

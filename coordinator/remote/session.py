@@ -39,6 +39,10 @@ from profiler.scope.spes import load_known_spes
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
 
 DEFAULT_START_DELAY = 10.0  # seconds after every host is deployed: covers BPF compilation on the hosts
+# Seconds before RunOptions.not_before at most that the hosts are released: their profilers compile and
+# attach (up to ~25 s on a loaded 2-core host without the compile cache), then wait with their perf events
+# attached, which a long warm-up (--warmup 900) need not carry all along.
+START_LEAD = 60.0
 LOG_FILE = "coordinator.log"
 
 TransportFactory = Callable[[HostSpec], HostTransport]
@@ -165,6 +169,12 @@ class RunOptions:
     force: bool = False  # replace an existing run directory
     finish_grace: float | None = None  # seconds after the window before a silent profiler is stopped
     reconnect_window: float = 60.0  # seconds a lost host is retried beyond that (tests shorten both)
+    # The window's earliest start (coordinator clock; the demo: its warm-up's end). The hosts are still
+    # released once they are ready, so they deploy and compile their BPF programs before it.
+    not_before: float | None = None
+    # Called by the main thread about once a second until the window starts (the demo: is the query
+    # alive?); its ProfilerError stops every host, as Ctrl-C does, and profile_cluster raises it.
+    watch: Callable[[], None] | None = None
 
 
 def profile_cluster(
@@ -207,16 +217,21 @@ def profile_cluster(
     progress = RunJsonWriter(out_dir, info)
     delay = DEFAULT_START_DELAY if options.start_delay is None else options.start_delay
     warmup: SparkWarmup | None = None
+    watch = _Watch(options.watch, control, log)
     renderer.start()
     with _SigintToStop(control, renderer):
         try:
             for worker in workers:
                 worker.start()
-            start_at = _start_together(workers, control, board, renderer, log, delay, progress)
+            start = (delay, options.not_before)
+            start_at = _start_together(workers, control, board, renderer, log, start, progress, watch)
             if start_at is not None:
                 info = replace(info, start_time=start_at)
                 progress.info = replace(progress.info, start_time=start_at)
-            warmup = _wait_collected(workers, control, board, renderer, request.duration, options.analyze, progress)
+            warmup = _wait_collected(
+                workers, control, board, renderer, request.duration, options.analyze and watch.error is None, progress,
+                watch,
+            )
         finally:
             renderer.stop(board)
 
@@ -227,6 +242,8 @@ def profile_cluster(
         outcome = ProfileOutcome(out_dir, info.complete, exit_code, info, warnings=warnings)
         control.analysing = True
         try:
+            if watch.error is not None:
+                raise watch.error  # after the hosts' clean-up below: nothing of the run is left running
             if options.analyze and any(h.has_capture for h in info.hosts):
                 outcome = _analyze(outcome, warmup, log)
         finally:
@@ -302,24 +319,29 @@ def _start_together(
     board: ProgressBoard,
     renderer: Renderer,
     log: RunLog,
-    delay: float,
+    start: tuple[float, float | None],
     progress: RunJsonWriter,
+    watch: _Watch,
 ) -> float | None:
     """Release every host at one moment once all are ready (or the wait timed out); the start time,
-    or None when a stop came first."""
+    or None when a stop came first. ``start``: the start delay after that moment, and the earliest
+    start (RunOptions.not_before), whichever is later."""
+    delay, not_before = start
     ready_deadline = time.monotonic() + READY_TIMEOUT
     while not control.go.is_set():
         progress.refresh(workers)
-        if all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline:
-            start_at = time.time() + delay
+        watch.poll()
+        if control.stop.is_set():
+            control.release(time.time())
+            return None
+        hosts_in = all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline
+        if hosts_in and time.time() >= (not_before or 0.0) - START_LEAD:
+            start_at = max(time.time() + delay, not_before or 0.0)
             log.write("*", f"all hosts ready; sampling starts at {start_at:.3f} (coordinator clock)")
             progress.info = replace(progress.info, start_time=start_at)
             progress.refresh(workers)
             control.release(start_at)
             return start_at
-        if control.stop.is_set():
-            control.release(time.time())
-            return None
         renderer.refresh(board)
         time.sleep(0.1)
     return None
@@ -333,12 +355,14 @@ def _wait_collected(
     duration: float,
     analyze: bool,
     progress: RunJsonWriter,
+    watch: _Watch,
 ) -> SparkWarmup | None:
     """Until every host's capture is home; clean-ups continue beside the analysis. A Spark session for
     a large analysis is warmed up once the window is over."""
     warmup: SparkWarmup | None = None
     window_end = (control.start_at or time.time()) + duration
     while not all(w.collected.is_set() for w in workers):
+        watch.poll()
         if (
             analyze
             and warmup is None
@@ -351,6 +375,37 @@ def _wait_collected(
         for worker in workers:
             worker.collected.wait(0.2 / len(workers))
     return warmup
+
+
+WATCH_INTERVAL = 1.0  # seconds between two calls of RunOptions.watch
+
+
+class _Watch:
+    """RunOptions.watch, called by the main thread at most once per WATCH_INTERVAL until the window's
+    planned start (released or not); its first ProfilerError is kept and stops every host."""
+
+    def __init__(self, check: Callable[[], None] | None, control: RunControl, log: RunLog) -> None:
+        self.check = check
+        self.control = control
+        self.log = log
+        self.error: ProfilerError | None = None
+        self._next = 0.0
+
+    def poll(self) -> None:
+        control = self.control
+        if self.check is None or self.error is not None or control.stop.is_set():
+            return
+        if control.start_at is not None and time.time() >= control.start_at:
+            return  # the window has started: the caller checks its own things after it
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + WATCH_INTERVAL
+        try:
+            self.check()
+        except ProfilerError as exc:
+            self.error = exc
+            self.log.write("*", f"stopping every host before the window: {one_line(str(exc))}")
+            control.stop.set()
 
 
 class SparkWarmup(threading.Thread):

@@ -352,3 +352,91 @@ def test_a_refused_capture_fails_that_host_with_one_line(tmp_path: Path, inputs:
     assert fakes["10.0.0.1_2200"].calls.count("fetch") == 1 and fakes["10.0.0.1_2200"].cleaned
     assert other.state == "ok"
     assert outcome.exit_code == PartialRunError.exit_code
+
+
+def test_hosts_start_during_the_callers_warm_up_and_sample_from_its_end(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN a warm-up ending 1.5 s from now (RunOptions.not_before) and hosts whose BPF takes 0.5 s
+    scripts = {spec.label: FakeScript(compile_seconds=0.5) for spec in _specs(2)}
+    warmed_at = time.time() + 1.5
+    # WHEN profiled with a start delay shorter than the warm-up
+    outcome, fakes = _run(tmp_path, inputs, scripts, not_before=warmed_at)
+    # THEN every profiler was started (deploy, compile) during the warm-up, and the window began at its end
+    for fake in fakes.values():
+        assert fake._started is not None and fake._started < warmed_at - 1.0  # inspecting the fake
+        assert fake._request is not None and fake._request.start_at == warmed_at
+    assert outcome.complete
+    assert outcome.info.start_time == warmed_at
+    assert [h.start_time for h in outcome.info.hosts] == [pytest.approx(warmed_at, abs=1e-6)] * 2
+
+
+def test_a_warm_up_shorter_than_the_start_delay_keeps_the_delay(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    began = time.time()
+    outcome, fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, start_delay=0.5, not_before=began)
+    start_at = fakes["10.0.0.1_2200"]._request.start_at  # type: ignore[union-attr]
+    assert start_at is not None and start_at >= began + 0.5
+    assert outcome.complete
+
+
+def test_a_long_warm_up_releases_the_hosts_only_the_lead_before_its_end(
+    tmp_path: Path, inputs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a lead of 0.5 s (60 s in use) and a warm-up ending 1.5 s from now
+    from coordinator.remote import session
+
+    monkeypatch.setattr(session, "START_LEAD", 0.5)
+    warmed_at = time.time() + 1.5
+    outcome, fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, not_before=warmed_at)
+    # THEN the profiler was started no sooner than the lead before the warm-up's end, and sampled from its end
+    started = fakes["10.0.0.1_2200"]._started
+    assert started is not None and warmed_at - 0.5 <= started < warmed_at
+    assert outcome.info.hosts[0].start_time == pytest.approx(warmed_at, abs=1e-6)
+
+
+def test_a_failed_watch_before_the_window_stops_every_host_and_is_raised(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN a caller's check (the demo: is the query alive?) that fails 0.6 s into a 2 s warm-up
+    began = time.time()
+    checks: list[float] = []
+
+    def query_alive() -> None:
+        checks.append(time.time())
+        if time.time() - began > 0.6:
+            raise ConfigError("app.err: the YSB app exited with code 137")
+
+    scripts = {spec.label: FakeScript() for spec in _specs(2)}
+    fakes: dict[str, FakeHost] = {}
+
+    def factory(spec: HostSpec) -> FakeHost:
+        fakes[spec.label] = FakeHost(spec, scripts[spec.label])
+        return fakes[spec.label]
+
+    request = run_request(5.0, inputs[0], inputs[1])
+    options = RunOptions(
+        analyze=False, transport_factory=factory, start_delay=0.2, stream=io.StringIO(), not_before=began + 2.0,
+        watch=query_alive,
+    )
+    # WHEN profiled; THEN its error is raised, well before the window would have ended, once every host is
+    # stopped and cleaned up, and no host sampled
+    with pytest.raises(ConfigError, match="YSB app exited"):
+        profile_cluster(_specs(2), request, tmp_path / "run", options)
+    assert time.time() - began < 4.0
+    assert len(checks) >= 2
+    for fake in fakes.values():
+        assert fake.cleaned
+        assert "signal INT" in fake.calls or "start" not in fake.calls
+    info = rundir.read_run(tmp_path / "run")
+    assert not info.complete and all(h.state != "ok" for h in info.hosts), info.hosts
+
+
+def test_the_watch_is_not_called_once_the_window_started(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    checks: list[float] = []
+    outcome, fakes = _run(
+        tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, duration=1.0, not_before=time.time() + 1.0,
+        watch=lambda: checks.append(time.time()),
+    )  # fmt: skip
+    start_at = fakes["10.0.0.1_2200"]._request.start_at  # type: ignore[union-attr]
+    assert outcome.complete and start_at is not None
+    assert checks and max(checks) < start_at

@@ -27,6 +27,9 @@ class _Engine:
     def wait_processing(self, seconds: float) -> None:
         pass
 
+    def check_running(self) -> None:
+        pass
+
     def workload_pids(self) -> list[int]:
         return [1234]
 
