@@ -205,3 +205,74 @@ def test_a_closer_count_from_the_query_replaces_the_profilers() -> None:
     assert _closer(offsets, rest) and not _closer(rest, offsets)
     assert _closer(offsets, EventCount(None, "spark-rest:x"))  # the profiler could not count (CP)
     assert not _closer(EventCount(40_000, "spark-offsets-log"), rest)  # no stated uncertainty: keep the profiler's
+
+
+REPO = Path(__file__).resolve().parents[4]
+RTM_STACKS = REPO / "tests" / "data" / "kafka" / "spark_rtm_kafka_ysb.folded"
+
+
+def _rtm_stacks() -> dict[str, int]:
+    stacks: dict[str, int] = {}
+    for line in RTM_STACKS.read_text().splitlines():
+        stack, count = line.rsplit(" ", 1)
+        stacks[stack] = stacks.get(stack, 0) + int(count)
+    return stacks
+
+
+def _leaf_kind(stack: str) -> str:
+    """The task a Real-time Mode stack's frames say it is, by the leaf-most marker (the test's own reading)."""
+    markers = (
+        ("RespConnection", "Sink"), ("WindowCache", "Window"), ("com.fasterxml.jackson", "Deserialize"),
+        ("JacksonParser", "Deserialize"), ("org.apache.kafka.", "Kafka/Source"),
+        ("KafkaRecordToRowConverter", "Kafka/Source"), ("LowLatencyReader", "Kafka/Source"),
+        ("GeneratedIteratorForCodegenStage", "Filter+Projection+Join"), ("WholeStageCodegen", "Filter+Projection+Join"),
+        ("BufferedRowIterator", "Filter+Projection+Join"), ("ForeachDataWriter", "Sink"),
+        ("org.apache.spark.broadcast", "ClusterCommunication"), ("java.io.ObjectInputStream", "ClusterCommunication"),
+    )
+    frames = stack.split(";")
+    for frame in reversed(frames):
+        for marker, task in markers:
+            if marker in frame:
+                return task
+    return ""
+
+
+def test_the_shipped_profile_names_every_real_time_stack() -> None:
+    from profiler.matching.appprofile import load_profile
+    from profiler.matching.matcher import Matcher, match_stacks
+
+    # GIVEN stacks of a real `demo --spe spark-rtm --source kafka` run (tests/data/kafka/README.md)
+    stacks = _rtm_stacks()
+    matcher = Matcher(load_profile(REPO / SparkRealTimeYsb.profile))
+    result = match_stacks(matcher, stacks)
+    # THEN nothing is unmatched, little is Other
+    assert result.task_samples["unmatched"] == 0, result.unmatched
+    assert result.task_samples["Other"] <= 0.25 * result.total_samples  # a selection rich in task start-up
+    # AND every query stack goes to the task its leaf-most marker names: the RTM reader wrapper and the
+    # consumer to Kafka/Source, the window cache to Window, Redis and the foreach writer to Sink
+    kinds = {"Kafka/Source", "Deserialize", "Filter+Projection+Join", "Window", "Sink", "ClusterCommunication"}
+    seen = set()
+    for stack in stacks:
+        expected = _leaf_kind(stack)
+        if expected:
+            got = match_stacks(matcher, {stack: 1}).task_samples
+            assert got[expected] == 1, (expected, {t: n for t, n in got.items() if n}, stack[-400:])
+            seen.add(expected)
+    assert seen == kinds
+
+
+def test_draft_profile_puts_the_foreach_writer_in_the_sink_and_names_the_real_time_scan() -> None:
+    from coordinator.analysis.draft import draft_profile
+    from coordinator.analysis.stages import SparkIndex
+    from profiler.matching.matcher import Matcher, match_stacks
+
+    stacks = _rtm_stacks()
+    index = SparkIndex(plan_operators=frozenset({"RealTimeStreamScan", "WriteToDataSourceV2", "Project"}))
+    draft = draft_profile(stacks, index, "runs/rtm")
+    matcher = Matcher(draft.profile)
+    # the foreach writer's own frames (its loop, Row conversion), nothing of the query below them
+    writer = [s for s in stacks if _leaf_kind(s) == "Sink" and "RespConnection" not in s]
+    sink = "Sink (WriteToDataSourceV2) [plan WriteToDataSourceV2]"
+    assert writer and all(match_stacks(matcher, {s: 1}).task_samples[sink] == 1 for s in writer)
+    assert "Scan (source) [plan RealTimeStreamScan]:" in draft.text  # Real-time Mode's scan operator, named
+    assert draft.unmatched_share < 0.05
