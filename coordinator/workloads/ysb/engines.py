@@ -352,19 +352,18 @@ class SparkRealTimeYsb(_SparkOffsetsLogYsb):
         times its length. Its error: where the window's ends fall against the gaps between batches."""
         from profiler.capture.format import EventCount
 
-        run = self._run()
-        epochs = run.epochs()
+        epochs = self._run().epochs()
         prorated = prorated_rows(epochs, start, end)
         if prorated is None:
             return None
         rows, rate, batches = prorated
-        gaps = batch_gaps(run.progress(), epochs)
+        gaps = batch_gaps(epochs, self.options.trigger_seconds)
         gap = statistics.median(gaps) if gaps else self.options.trigger_seconds
         detail = (
             f"records the Kafka source read over the {batches} batches committed inside the window and the one "
             "before (offsets/<N> of the query's checkpoint, placed by the time the driver wrote them), at their "
             f"mean rate of {rate:.0f} records/s times the window's {end - start:.1f} s; uncertainty: the rate times "
-            f"the median gap between batches ({gap:.2f} s), when no task reads, at each end"
+            f"the median time of a batch cycle in which no task reads ({gap:.2f} s), at each end"
         )
         return EventCount(
             round(rows), "spark-offsets-log", detail, start, end, method="batch offsets prorated to the window",

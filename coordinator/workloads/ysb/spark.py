@@ -202,17 +202,12 @@ def epoch_rows_between(epochs: list[EpochOffset], start: float, end: float) -> t
     return inside[-1].rows - before[-1].rows, len(inside)
 
 
-def batch_gaps(batches: list[BatchProgress], epochs: list[EpochOffset]) -> list[float]:
-    """Seconds from each committed batch of a Real-time Mode query to the start of the next one: the
-    time between its long-running batches when no task reads (records wait in the topic)."""
-    committed = {e.epoch: e.committed_at for e in epochs}
-    gaps = []
-    for batch in batches:
-        began = batch_began(batch)
-        before = committed.get(batch.batch - 1)
-        if began is not None and before is not None and began >= before:
-            gaps.append(began - before)
-    return gaps
+def batch_gaps(epochs: list[EpochOffset], batch_seconds: float) -> list[float]:
+    """Seconds of each batch cycle of a Real-time Mode query in which no task reads: the time from one
+    batch's commit to the next one's, less the batch's duration (its tasks read for that long; the rest
+    is planning, launching the tasks, merging the offsets and committing; records wait in the topic)."""
+    commits = [e.committed_at for e in epochs]
+    return [max(0.0, later - earlier - batch_seconds) for earlier, later in zip(commits, commits[1:])]
 
 
 def prorated_rows(epochs: list[EpochOffset], start: float, end: float) -> tuple[float, float, int] | None:
