@@ -34,6 +34,8 @@ when installed; a CSV file sink otherwise). --spe spark-str (default) runs it on
 Streaming with 1 s micro-batches and Spark's stateful window (--spark-window sink: the window in
 the Redis sink instead); --spe spark-cp on Continuous
 Processing, where Spark has no window: the sink keeps the window counts in Redis, as in the paper;
+--spe spark-rtm on Real-time Mode (Spark 4.1+, 5 s long-running batches, --source kafka only), the
+join Spark's broadcast hash join and the window, refused by RTM, in a foreach writer over Redis;
 --spe flink runs it as a Java DataStream job on a local Flink 2.3 cluster (a JobManager and
 --executors 1-slot TaskManagers from PyPI's apache-flink distribution, installed into
 ~/.cache/spe-taskprof on first use) and profiles the TaskManagers.
@@ -53,6 +55,7 @@ examples:
   $ coordinator demo --spe flink --duration 60
   $ coordinator demo --source kafka --duration 60     # YSB read from a local Kafka broker
   $ coordinator demo --source kafka --spe flink --duration 60
+  $ coordinator demo --source kafka --spe spark-rtm --duration 60   # Spark's Real-time Mode
   $ coordinator demo --source kafka --roles workload,managing,broker   # the broker's cycles per event too
   $ coordinator demo --source kafka --spark-window sink --warmup 300   # spark-str, the window in the sink
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
@@ -196,10 +199,21 @@ def with_kept_logs(exc: ProfilerError, log_dir: Path, kept: Path) -> ProfilerErr
     return kept_error
 
 
+def _closer(counted: EventCount, current: EventCount) -> bool:
+    """Whether the query's own count replaces the profiler's: the profiler has none, or the query's
+    states a smaller uncertainty (Spark Real-time Mode: the REST count is off by a 5 s batch)."""
+    if current.count is None:
+        return True
+    return counted.uncertainty is not None and current.uncertainty is not None and (
+        counted.uncertainty < current.uncertainty
+    )
+
+
 def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> list[Path]:
     """Where the profiler could not count the window's events from the engine (Spark Continuous
-    Processing runs no micro-batches for the REST count), write the count the query itself gives;
-    the profiler's reason stays in the detail. Returns the events.json files written."""
+    Processing runs no micro-batches for the REST count), or counted them less exactly than the query
+    itself (a smaller stated uncertainty), write the count the query itself gives; the profiler's
+    count stays in the detail. Returns the events.json files written."""
     from coordinator.rundir import host_capture_dir
     from profiler.capture.format import EventCount, write_events
     from profiler.capture.read import read_events
@@ -208,10 +222,14 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     for host in outcome.info.hosts:
         capture = host_capture_dir(outcome.run_dir, host.host)
         current = read_events(capture) if capture.is_dir() else None
-        if counted is None or current is None or current.count is not None:
+        if counted is None or current is None or not _closer(counted, current):
             continue
-        detail = f"{counted.detail}; the profiler's own count: {current.detail}"
-        filled = EventCount(counted.count, counted.source, detail, current.window_start, current.window_end)
+        own = f"{current.count} ± {current.uncertainty or 0:.0f}, " if current.count is not None else ""
+        detail = f"{counted.detail}; the profiler's own count: {own}{current.detail}"
+        filled = EventCount(
+            counted.count, counted.source, detail, current.window_start, current.window_end, counted.method,
+            counted.uncertainty,
+        )
         write_events(capture, filled)
         written.append(capture / "events.json")
     return written
@@ -291,7 +309,8 @@ class DemoCommand:
         parser.add_argument(
             "--spe", type=spe_list, default=[DEFAULT_ENGINE], metavar="SPE[,SPE...]",
             help=f"stream processing engine: {', '.join(sorted(ENGINES))}: spark-str (Structured Streaming "
-            f"micro-batches), spark-cp (Continuous Processing) or flink ({DEFAULT_ENGINE}); several, "
+            f"micro-batches), spark-cp (Continuous Processing), spark-rtm (Real-time Mode, --source kafka only) or "
+            f"flink ({DEFAULT_ENGINE}); several, "
             "comma-separated, make a campaign",
         )
         add_run_arguments(parser, ["duration"], {"duration": "seconds to profile ({default})"}, {"duration": DURATION})

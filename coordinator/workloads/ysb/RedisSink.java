@@ -12,6 +12,8 @@ import java.util.Set;
 
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
+import org.apache.spark.sql.ForeachWriter;
+import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
@@ -229,26 +231,22 @@ public final class RedisSink implements TableProvider {
     }
 
     /**
-     * The window of YSB for Spark Continuous Processing, which has no stateful operators: every
-     * writer keeps a WindowCache of (campaign, window start) -> count, latest event time and worst
-     * pre-window latency for the rows of one epoch, and adds it to the window's state in Redis when
-     * the epoch commits (HINCRBY the count; the paper's Spark CP YSB keeps its window state in Redis
-     * the same way). Rows: campaign_id, event_time (epoch ms), pre_window_latency_ms. The connection
-     * stays open across epochs (one per task thread: a continuous task runs for the query's life).
-     * Redis keys as RedisOutputWriter's, so the demo counts windows the same way for both modes.
+     * The window of YSB for Spark Continuous Processing and Real-time Mode, which run no stateful
+     * operator: (campaign, window start) -> count, latest event time and worst pre-window latency of
+     * the rows a writer saw since its last flush, added to the window's state in Redis by flush()
+     * (HINCRBY the count; the paper's Spark CP YSB keeps its window state in Redis the same way).
+     * Redis keys as RedisOutputWriter's, so the demo counts windows the same way for every mode. The
+     * connection stays open across epochs and batches (one per task thread).
      */
-    static final class WindowCacheWriter implements DataWriter<InternalRow> {
+    static final class WindowCache {
         private static final ThreadLocal<RespConnection> CONNECTION = new ThreadLocal<>();
         private final String prefix;
         private final long windowMillis;
         private final RespConnection redis;
-        private final Map<String, long[]> windowCache = new HashMap<>();
-        private long written;
+        private final Map<String, long[]> windows = new HashMap<>();
+        long written;
 
-        WindowCacheWriter(StructType schema, String host, int port, String prefix, long windowMillis) {
-            if (schema.fields().length < 3) {
-                throw new IllegalArgumentException("ysb window sink: needs campaign_id, event_time, pre_window_latency_ms");
-            }
+        WindowCache(String host, int port, String prefix, long windowMillis) {
             this.prefix = prefix;
             this.windowMillis = windowMillis;
             RespConnection open = CONNECTION.get();
@@ -259,23 +257,18 @@ public final class RedisSink implements TableProvider {
             this.redis = open;
         }
 
-        @Override
-        public void write(InternalRow row) {
-            String campaign = row.getUTF8String(0).toString();
-            long eventTime = row.getLong(1);
-            long latency = row.isNullAt(2) ? 0 : row.getLong(2);
+        void add(String campaign, long eventTime, long latency) {
             long windowStart = eventTime - Math.floorMod(eventTime, windowMillis);
-            long[] window = windowCache.computeIfAbsent(campaign + ":" + windowStart, k -> new long[3]);
+            long[] window = windows.computeIfAbsent(campaign + ":" + windowStart, k -> new long[3]);
             window[0]++;
             window[1] = Math.max(window[1], eventTime);
             window[2] = Math.max(window[2], latency);
             written++;
         }
 
-        @Override
-        public WriterCommitMessage commit() throws IOException {
+        void flush() throws IOException {
             String now = Long.toString(System.currentTimeMillis());
-            for (Map.Entry<String, long[]> entry : windowCache.entrySet()) {
+            for (Map.Entry<String, long[]> entry : windows.entrySet()) {
                 String key = entry.getKey();
                 int colon = key.lastIndexOf(':');
                 String campaign = key.substring(0, colon);
@@ -288,19 +281,102 @@ public final class RedisSink implements TableProvider {
                     utf8("window_start_ms"), windowStart, utf8("last_event_time"), utf8(Long.toString(window[1])),
                     utf8("max_pre_window_latency_ms"), utf8(Long.toString(window[2])), utf8("written_at_ms"), utf8(now)));
             }
-            windowCache.clear();
-            return new Written(written);
+            windows.clear();
+        }
+
+        void clear() {
+            windows.clear();
+        }
+    }
+
+    /**
+     * Continuous Processing's window sink: a WindowCache per task and epoch, flushed when the epoch
+     * commits. Rows: campaign_id, event_time (epoch ms), pre_window_latency_ms.
+     */
+    static final class WindowCacheWriter implements DataWriter<InternalRow> {
+        private final WindowCache cache;
+
+        WindowCacheWriter(StructType schema, String host, int port, String prefix, long windowMillis) {
+            if (schema.fields().length < 3) {
+                throw new IllegalArgumentException("ysb window sink: needs campaign_id, event_time, pre_window_latency_ms");
+            }
+            this.cache = new WindowCache(host, port, prefix, windowMillis);
+        }
+
+        @Override
+        public void write(InternalRow row) {
+            cache.add(row.getUTF8String(0).toString(), row.getLong(1), row.isNullAt(2) ? 0 : row.getLong(2));
+        }
+
+        @Override
+        public WriterCommitMessage commit() throws IOException {
+            cache.flush();
+            return new Written(cache.written);
         }
 
         @Override
         public void abort() {
-            windowCache.clear();
+            cache.clear();
         }
 
         @Override
         public void close() {
             // The thread's connection is reused by the next epoch's writer.
         }
+    }
+
+    /**
+     * Real-time Mode's window sink: RTM accepts only allowlisted sinks (Kafka, foreach, console,
+     * memory), so the same WindowCache behind a ForeachWriter, flushed when the task's batch ends
+     * (close without an error). Spark converts each row to a Row for it. Made on the driver with
+     * windowForeachWriter(...) through py4j and handed to DataStreamWriter.foreach.
+     */
+    public static final class WindowCacheForeachWriter extends ForeachWriter<Row> {
+        private static final long serialVersionUID = 1L;
+        private final String host;
+        private final int port;
+        private final String prefix;
+        private final long windowMillis;
+        private transient WindowCache cache;
+
+        WindowCacheForeachWriter(String host, int port, String prefix, long windowMillis) {
+            this.host = host;
+            this.port = port;
+            this.prefix = prefix;
+            this.windowMillis = windowMillis;
+        }
+
+        @Override
+        public boolean open(long partitionId, long epochId) {
+            cache = new WindowCache(host, port, prefix, windowMillis);
+            return true;
+        }
+
+        @Override
+        public void process(Row row) {
+            cache.add(row.getString(0), row.getLong(1), row.isNullAt(2) ? 0 : row.getLong(2));
+        }
+
+        @Override
+        public void close(Throwable error) {
+            if (cache == null) {
+                return;
+            }
+            try {
+                if (error == null) {
+                    cache.flush();
+                }
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            } finally {
+                cache.clear();
+            }
+        }
+    }
+
+    /** The Real-time Mode window sink for rows campaign_id, event_time, pre_window_latency_ms. */
+    public static ForeachWriter<Row> windowForeachWriter(String host, int port, String prefix, long windowMillis) {
+        return new WindowCacheForeachWriter(host, port, prefix, windowMillis);
     }
 
     /**

@@ -23,6 +23,7 @@ from coordinator.workloads.ysb.pipeline import (
     build_ysb_continuous,
     start_continuous_query,
     start_query,
+    start_realtime_query,
 )
 from profiler.argtypes import positive_int
 
@@ -58,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ads-per-campaign", type=positive_int, default=10)
     parser.add_argument("--partitions", type=positive_int, default=2, help="generator partitions")
     parser.add_argument("--trigger", type=float, default=1.0, help="micro-batch interval in s (0: back to back)")
-    parser.add_argument("--continuous", action="store_true", help="Continuous Processing (epochs of --trigger s)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--continuous", action="store_true", help="Continuous Processing (epochs of --trigger s)")
+    mode.add_argument(
+        "--realtime", action="store_true",
+        help="Real-time Mode (batches of --trigger s, at least 5; Kafka only; the window in the Redis sink)",
+    )
     parser.add_argument(
         "--window", choices=("state", "sink"), default="state",
         help="micro-batches: the 10 s window in Spark's stateful operator (state) or in the Redis sink (sink)",
@@ -84,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, kafka=kafka
         )
         query = start_continuous_query(rows, spec, args.checkpoint, batch_seconds)
+    elif args.realtime:
+        rows = build_ysb(
+            spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, kafka=kafka, window="sink"
+        )
+        query = start_realtime_query(spark, rows, spec, args.checkpoint, batch_seconds)
     else:
         rows = build_ysb(
             spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds, kafka=kafka,

@@ -8,6 +8,7 @@ coordinator/workloads/ysb/flink.py, with its cluster in coordinator/workloads/fl
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,8 +26,10 @@ from coordinator.workloads.ysb.spark import (
     EpochOffset,
     YsbOptions,
     YsbRun,
+    batch_gaps,
     batches_finished_between,
     epoch_rows_between,
+    prorated_rows,
 )
 
 if TYPE_CHECKING:
@@ -113,12 +116,13 @@ def spark_known_spes(master_port: int, driver_port: int) -> str:
 
 
 class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
-    """YSB on a LocalSparkCluster; the subclasses pick the trigger (micro-batch or continuous)."""
+    """YSB on a LocalSparkCluster; the subclasses pick the trigger (micro-batch, continuous, real-time)."""
 
     spe = ""
     profile = ""
     events_source = ""
     continuous = False
+    realtime = False
 
     def __init__(self, options: YsbOptions, log_dir: Path) -> None:
         self.options = options
@@ -147,7 +151,7 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
         bootstrap = self.kafka.bootstrap if self.kafka is not None else ""
         return YsbRun(
             self.cluster, self.options, driver_port=self.driver_port, continuous=self.continuous,
-            kafka_bootstrap=bootstrap,
+            realtime=self.realtime, kafka_bootstrap=bootstrap,
         )
 
     def describe(self) -> str:
@@ -238,13 +242,13 @@ CAUGHT_UP_S = 2.0
 RATE_STEP_LIMIT = 1000
 
 
-class SparkContinuousYsb(_SparkYsb):
-    """Spark Continuous Processing, 1 s epochs; Spark has no window here: the sink keeps it in Redis."""
+class _SparkOffsetsLogYsb(_SparkYsb):
+    """A Spark query that reports no usable progress and whose events come from its checkpoint's
+    offsets log: Continuous Processing's epochs, Real-time Mode's long-running batches. Its sink
+    keeps the window in Redis; reading Kafka, it is ready once it has caught up with the topic."""
 
-    spe = "spark-continuous-processing"
-    profile = "application_profiles/spark_continuous.txt"
-    events_source = "the query's offsets log (rows its source produced or read in the epochs of the window)"
-    continuous = True
+    unit_name = "epochs"  # what one offsets/<N> file is (also the resolution at each end of the window)
+    mode_name = "continuous"
 
     def wait_ready(self, timeout: float) -> None:
         """The first windows in Redis; reading Kafka, then until the query has caught up with the
@@ -264,7 +268,7 @@ class SparkContinuousYsb(_SparkYsb):
             time.sleep(1.0)
         behind = f"{lag:.0f}" if lag is not None else "an unknown number of"
         raise SparkClusterError(
-            f"the continuous query is {behind} records behind the "
+            f"the {self.mode_name} query is {behind} records behind the "
             f"Kafka topic after {timeout:.0f} s; lower --rate or raise --ready-timeout; read {self.log_dir}"
         )
 
@@ -276,27 +280,95 @@ class SparkContinuousYsb(_SparkYsb):
             return None
         rows, epochs = counted
         what = "records the Kafka source read" if self.kafka is not None else "rows the rate source produced"
+        seconds = f"{self.options.trigger_seconds:g} s"
         detail = (
-            f"{what} in the {epochs} epochs committed inside the window (offsets/<epoch> "
-            "of the query's checkpoint, placed by the time the driver wrote them); a continuous query runs no "
-            "micro-batches and reports no progress; resolution: one epoch (1 s) at each end of the window"
+            f"{what} in the {epochs} {self.unit_name} committed inside the window (offsets/<N> "
+            f"of the query's checkpoint, placed by the time the driver wrote them); a {self.mode_name} query "
+            f"reports no usable progress; resolution: one of its {self.unit_name} ({seconds}) at each end of the window"
         )
         return EventCount(rows, "spark-offsets-log", detail, start, end)
+
+    def throughput_note(self) -> str:
+        """A clause added to the window's throughput ("" by default)."""
+        return ""
 
     def window(self, start: float, end: float) -> WindowResult:
         all_epochs = self._run().epochs()
         counted = epoch_rows_between(all_epochs, start, end)
         rows, epochs = counted if counted is not None else (None, 0)
-        rate = f"{rows / (end - start):.0f} events/s" if rows is not None and end > start else "no epochs"
+        rate = f"{rows / (end - start):.0f} events/s" if rows is not None and end > start else f"no {self.unit_name}"
+        how = (
+            f"the span of the {self.unit_name} counted (from the commit of the last one before the window to "
+            "the last inside)"
+        )
+        produced = produced_over(self.kafka, epoch_span(all_epochs, start, end), how)
+        throughput = f"throughput {rate}{self.throughput_note()}"
+        return WindowResult(epochs, self.unit_name, rows, throughput, self.sink_rows(), produced)
+
+
+class SparkContinuousYsb(_SparkOffsetsLogYsb):
+    """Spark Continuous Processing, 1 s epochs; Spark has no window here: the sink keeps it in Redis."""
+
+    spe = "spark-continuous-processing"
+    profile = "application_profiles/spark_continuous.txt"
+    events_source = "the query's offsets log (rows its source produced or read in the epochs of the window)"
+    continuous = True
+
+    def throughput_note(self) -> str:
         if self.kafka is None and self.options.rate / self.options.partitions > RATE_STEP_LIMIT:
             # Spark's continuous rate reader sleeps (1000 / rows per s per partition) ms per row, an integer.
-            rate += (
+            return (
                 f" (unthrottled: above {RATE_STEP_LIMIT} rows/s per partition Spark's continuous rate source "
                 "does not wait between rows, so this is the query's maximum, not --rate)"
             )
-        how = "the span of the epochs counted (from the commit of the last epoch before the window to the last inside)"
-        produced = produced_over(self.kafka, epoch_span(all_epochs, start, end), how)
-        return WindowResult(epochs, "epochs", rows, f"throughput {rate}", self.sink_rows(), produced)
+        return ""
+
+
+# Real-time Mode's shortest batch (spark.sql.streaming.realTimeMode.minBatchDuration's default, 5,000 ms):
+# a shorter trigger is refused with INVALID_STREAMING_REAL_TIME_MODE_TRIGGER_INTERVAL.
+REALTIME_MIN_BATCH_S = 5.0
+
+
+class SparkRealTimeYsb(_SparkOffsetsLogYsb):
+    """Spark Real-time Mode (Spark 4.1+, trigger(realTime=...)): batches of at least 5 s run as
+    long-running tasks that process each Kafka record as it arrives. It refuses aggregations (no
+    stateful window) and sinks off its allowlist, so the window is kept as on CP, in a foreach writer
+    over the Redis sink's window cache; the join stays Spark's broadcast hash join (allowlisted)."""
+
+    spe = "spark-real-time-mode"
+    profile = "application_profiles/spark_realtime.txt"
+    events_source = "the query's offsets log (records its Kafka source read in the batches of the window)"
+    realtime = True
+    unit_name = "batches"
+    mode_name = "real-time"
+
+    def __init__(self, options: YsbOptions, log_dir: Path) -> None:
+        super().__init__(replace(options, trigger_seconds=max(options.trigger_seconds, REALTIME_MIN_BATCH_S)), log_dir)
+
+    def count_events(self, start: float, end: float) -> EventCount | None:
+        """The window's events from the offsets log, prorated: a batch of 5 s or more is too coarse for
+        whole batches at each end of a short window (the profiler's own count from the REST API, one batch
+        at each end, is off by a batch), so the batches' mean rate over whole batch cycles around the window,
+        times its length. Its error: where the window's ends fall against the gaps between batches."""
+        from profiler.capture.format import EventCount
+
+        epochs = self._run().epochs()
+        prorated = prorated_rows(epochs, start, end)
+        if prorated is None:
+            return None
+        rows, rate, batches = prorated
+        gaps = batch_gaps(epochs, self.options.trigger_seconds)
+        gap = statistics.median(gaps) if gaps else self.options.trigger_seconds
+        detail = (
+            f"records the Kafka source read over the {batches} batches committed inside the window and the one "
+            "before (offsets/<N> of the query's checkpoint, placed by the time the driver wrote them), at their "
+            f"mean rate of {rate:.0f} records/s times the window's {end - start:.1f} s; uncertainty: the rate times "
+            f"the median time of a batch cycle in which no task reads ({gap:.2f} s), at each end"
+        )
+        return EventCount(
+            round(rows), "spark-offsets-log", detail, start, end, method="batch offsets prorated to the window",
+            uncertainty=rate * gap * 2**0.5,
+        )
 
 
 def epoch_span(epochs: list[EpochOffset], start: float, end: float) -> tuple[float, float] | None:
@@ -355,6 +427,7 @@ class FlinkYsb(FlinkYsbEngine):
 ENGINES: dict[str, Callable[[YsbOptions, Path], YsbEngine]] = {
     "spark-str": SparkStructuredYsb,
     "spark-cp": SparkContinuousYsb,
+    "spark-rtm": SparkRealTimeYsb,
     "flink": FlinkYsb,
 }
 DEFAULT_ENGINE = "spark-str"

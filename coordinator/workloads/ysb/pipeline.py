@@ -259,6 +259,35 @@ def start_continuous_query(
     return _window_sink(writer.trigger(continuous=f"{epoch_seconds} seconds"), sink).start()
 
 
+# Real-time Mode (Spark 4.1+, trigger(realTime=...)) runs each batch as long-running tasks that process
+# records as they arrive; it accepts only the operators and sinks of its allowlist
+# (RealTimeModeAllowlist: project, filter, broadcast hash join, ...; no aggregation, so no stateful
+# window; sinks Kafka, foreach, console, memory) and only the update output mode. The YSB window stays
+# in a ForeachWriter over the Redis sink's WindowCache (RedisSink.windowForeachWriter), as on CP.
+
+
+def realtime_trigger(batch_seconds: float) -> str:
+    """The realTime trigger's batch duration: whole seconds or milliseconds, as Spark parses them."""
+    millis = round(batch_seconds * 1000)
+    return f"{millis // 1000} seconds" if millis % 1000 == 0 else f"{millis} milliseconds"
+
+
+def start_realtime_query(
+    spark: SparkSession, rows: DataFrame, sink: SinkSpec, checkpoint: str, batch_seconds: float
+) -> StreamingQuery:
+    """Real-time Mode into the window sink's ForeachWriter (a JVM object made through py4j: a Python
+    foreach writer would run every row through a Python worker), update mode."""
+    if sink.kind != "redis":
+        raise ValueError("Real-time Mode keeps the window in the Redis sink")
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jwriter = getattr(jvm, sink.sink_jar_class).windowForeachWriter("127.0.0.1", sink.redis_port, "ysb:", WINDOW_MS)
+    writer = rows.writeStream.option("checkpointLocation", checkpoint).queryName("ysb").outputMode("update")
+    writer = writer.trigger(realTime=realtime_trigger(batch_seconds))  # type: ignore[call-overload]  # pyspark 4.2 stubs lack it
+    writer._jwrite = writer._jwrite.foreach(jwriter)
+    return writer.start()
+
+
 def start_query(
     rows: DataFrame, sink: SinkSpec, checkpoint: str, trigger_seconds: float, window: str = "state"
 ) -> StreamingQuery:

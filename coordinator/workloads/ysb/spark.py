@@ -65,10 +65,19 @@ class YsbOptions(YsbLoad):
     spark_window: str = "state"  # spark-str: one of SPARK_WINDOWS
 
 
+# Spark's Real-time Mode reads only sources that support it (SupportsRealTimeMode: Kafka here; the rate
+# sources raise STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED).
+KAFKA_ONLY_SPES = ("spark-rtm",)
+
+
 def check_source(source: str, spe: str) -> str:
-    """``source`` when it is one the engines read (all three read both), else a ConfigError."""
+    """``source`` when it is one ``spe`` reads (the generator: all but Real-time Mode), else a ConfigError."""
     if source not in SOURCES:
         raise ConfigError(f"--source {source}: unknown source; use one of {', '.join(SOURCES)}")
+    if source != "kafka" and spe in KAFKA_ONLY_SPES:
+        raise ConfigError(
+            f"--spe {spe} reads only Kafka (Spark's Real-time Mode has no generator source): add --source kafka"
+        )
     return source
 
 
@@ -193,6 +202,29 @@ def epoch_rows_between(epochs: list[EpochOffset], start: float, end: float) -> t
     return inside[-1].rows - before[-1].rows, len(inside)
 
 
+def batch_gaps(epochs: list[EpochOffset], batch_seconds: float) -> list[float]:
+    """Seconds of each batch cycle of a Real-time Mode query in which no task reads: the time from one
+    batch's commit to the next one's, less the batch's duration (its tasks read for that long; the rest
+    is planning, launching the tasks, merging the offsets and committing; records wait in the topic)."""
+    commits = [e.committed_at for e in epochs]
+    return [max(0.0, later - earlier - batch_seconds) for earlier, later in zip(commits, commits[1:])]
+
+
+def prorated_rows(epochs: list[EpochOffset], start: float, end: float) -> tuple[float, float, int] | None:
+    """(rows, rows per second, batches) for [start, end] from the committed batches around it: the rows
+    read from the commit of the last batch before ``start`` to that of the last inside, whole batch
+    cycles (each with its gap), at their mean rate times the window's length. None without a batch
+    on either side."""
+    counted = epoch_rows_between(epochs, start, end)
+    before = [e.committed_at for e in epochs if e.committed_at <= start]
+    inside = [e.committed_at for e in epochs if start < e.committed_at <= end]
+    if counted is None or not before or not inside or inside[-1] <= before[-1]:
+        return None
+    rows, batches = counted
+    rate = rows / (inside[-1] - before[-1])
+    return rate * (end - start), rate, batches
+
+
 def sustained_throughput(batches: list[BatchProgress]) -> float:
     """Events per second the query processed: rows over the busy time of the batches (0 without any)."""
     rows = sum(b.input_rows for b in batches)
@@ -313,6 +345,7 @@ class YsbRun(Lifecycle):
     duration: float = 0.0  # the app stops itself after this long (0: until stopped)
     driver_port: int = 0  # fixed driver RPC port (executors' --driver-url names it); 0: Spark picks one
     continuous: bool = False  # Spark Continuous Processing instead of micro-batches
+    realtime: bool = False  # Spark Real-time Mode (long-running batch tasks) instead of micro-batches
     kafka_bootstrap: str = ""  # read the events from options.kafka_topic of this broker, not the generator
     sink: str = field(init=False, default="")
     redis: RedisServer | None = field(init=False, default=None)
@@ -326,9 +359,10 @@ class YsbRun(Lifecycle):
 
     def start(self) -> YsbRun:
         self.sink = resolve_sink(self.options.sink)
-        if (self.continuous or self.options.spark_window == "sink") and self.sink != "redis":
+        if (self.continuous or self.realtime or self.options.spark_window == "sink") and self.sink != "redis":
             raise ConfigError(
-                "the YSB window is kept in Redis here (Spark Continuous Processing, --spark-window sink): install "
+                "the YSB window is kept in Redis here (Spark Continuous Processing, Real-time Mode, --spark-window "
+                "sink): install "
                 "redis-server (scripts/setup.sh does) and use --sink auto or redis"
             )
         self._work = Path(tempfile.mkdtemp(prefix="ysb-", dir=self.cluster.tmp_dir))
@@ -358,14 +392,14 @@ class YsbRun(Lifecycle):
                 redis_conf = {"spark.ysb.redis.port": str(self.redis.port), "spark.ysb.redis.adsKey": ADS_KEY}
             else:
                 args += ["--file-sink", str(self.sink_dir)]
-            if self.continuous:
-                args.append("--continuous")
+            if self.continuous or self.realtime:
+                args.append("--continuous" if self.continuous else "--realtime")
             elif self.options.spark_window != "state":
                 args += ["--window", self.options.spark_window]
             conf = _spark_conf(self.options) | redis_conf
-            if self.continuous:
+            if self.continuous or self.realtime:
                 conf |= continuous_checkpoint_conf(self.options.trigger_seconds)
-            if self.continuous and self.kafka_bootstrap:
+            if (self.continuous or self.realtime) and self.kafka_bootstrap:
                 conf |= executor_log_conf(self.options, self._work)
             if jars:
                 conf["spark.jars"] = ",".join(jars)
@@ -381,23 +415,26 @@ class YsbRun(Lifecycle):
         """Until the first micro-batch with input rows (continuous: the first epoch's windows) has gone
         through the whole pipeline."""
         assert self.app is not None
-        if not self.continuous:
+        if not (self.continuous or self.realtime):
             self.app.wait_for_output(r"^READY", timeout=timeout)
             return
-        # A continuous query reports no progress; its sink writes windows when the first epoch commits.
+        # A continuous query reports no progress; its sink writes windows when the first epoch commits
+        # (Real-time Mode's when its first batch ends).
         deadline = time.monotonic() + timeout
         while self.redis_windows() == 0:
             self.check_running()
             if time.monotonic() > deadline:
                 raise SparkClusterError(
-                    f"{self.app.stderr_path}: the continuous YSB query wrote no window after {timeout:.0f} s; "
+                    f"{self.app.stderr_path}: the {'continuous' if self.continuous else 'real-time'} YSB query "
+                    f"wrote no window after {timeout:.0f} s; "
                     "read the log, or raise --ready-timeout"
                 )
             time.sleep(1.0)
 
     def epochs(self) -> list[EpochOffset]:
-        """Committed epochs of the continuous query (empty for micro-batches)."""
-        if not self.continuous or self._work is None:
+        """Committed epochs of the continuous query, or batches of the Real-time Mode one (empty for
+        micro-batches)."""
+        if not (self.continuous or self.realtime) or self._work is None:
             return []
         return read_epoch_offsets(self._work / "checkpoint", self.options.partitions)
 

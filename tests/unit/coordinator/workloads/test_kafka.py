@@ -80,13 +80,17 @@ def test_topic_names_kafka_refuses_are_one_error(name: str) -> None:
         topic_name(name)
 
 
-def test_check_source_allows_both_sources_on_every_engine() -> None:
+def test_check_source_allows_both_sources_on_every_engine_but_real_time_mode() -> None:
     assert YsbOptions().source == "generator"
     for spe in ("spark-str", "spark-cp", "flink"):
         assert check_source("generator", spe) == "generator"
         assert check_source("kafka", spe) == "kafka"
     with pytest.raises(ConfigError, match="unknown source"):
         check_source("pulsar", "spark-str")
+    # Spark's rate sources do not support Real-time Mode (INPUT_STREAM_NOT_SUPPORTED)
+    assert check_source("kafka", "spark-rtm") == "kafka"
+    with pytest.raises(ConfigError, match="add --source kafka"):
+        check_source("generator", "spark-rtm")
 
 
 def test_broker_config_is_one_kraft_node_on_loopback(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ def test_demo_engine_is_a_choice_list() -> None:
     assert {"spark-str", "spark-cp"} <= set(ENGINES)
     assert {ENGINES[name].profile for name in ENGINES} == {
         "application_profiles/spark_structured_streaming.txt", "application_profiles/spark_continuous.txt",
-        "application_profiles/flink.txt",
+        "application_profiles/spark_realtime.txt", "application_profiles/flink.txt",
     }
     with pytest.raises(SystemExit):
         parser.parse_args(["--spe", "storm"])
