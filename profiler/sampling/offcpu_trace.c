@@ -317,7 +317,8 @@ struct offcpu_scratch_t {
 
 BPF_PERCPU_ARRAY(offcpu_scratch, struct offcpu_scratch_t, 1);
 BPF_PROG_ARRAY(offcpu_walk_progs, 1);  // [0] = offcpu_walk_more, set by profiler/sampling/program.py
-BPF_HASH(offcpu_walked, u64, struct offcpu_walk_t, STACK_ENTRIES);
+// half the stack map's entries: 16,384 distinct walked stacks of ~1 KiB (17 MiB, preallocated) by default
+BPF_HASH(offcpu_walked, u64, struct offcpu_walk_t, STACK_ENTRIES / 2);
 
 static __always_inline int offcpu_walk_chunk(struct offcpu_scratch_t *scratch) {
     return walk_frames(&scratch->state, scratch->walk.frames, OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS, OFFCPU_WALK_LIMIT);

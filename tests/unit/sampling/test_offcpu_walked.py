@@ -42,7 +42,7 @@ def _record(frames: list[int], walked: int, unloads: int) -> Any:
 
 class _Table(dict):  # type: ignore[type-arg]
     @staticmethod
-    def Key(value: int) -> int:  # noqa: N802 - bcc's spelling
+    def Key(value: int) -> int:  # bcc's spelling
         return value
 
 
