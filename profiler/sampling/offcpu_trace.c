@@ -198,7 +198,15 @@ static __always_inline u64 read_user_u64(u64 address) {
 // The JVM's view of the wait of thread tid (prev, whose memory is the current one): its state and
 // last Java frame. A frame pointer or pointer the JVM changed meanwhile reads as garbage at worst,
 // which user space fails to name; nothing here is trusted beyond naming a cause.
-static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out) {
+// `anchor` gets the last Java frame's sp, fp and pc (sp 0: none): where the walker restarts a walk that
+// stopped short of it (walk_switch_out).
+struct java_anchor {
+    u64 pc;
+    u64 sp;
+    u64 fp;
+};
+
+static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out, struct java_anchor *anchor) {
     u64 *thread = java_threads.lookup(&tid);
     if (thread == 0)
         return;
@@ -217,8 +225,11 @@ static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out)
     u64 pc = read_user_u64(base + layout->last_java_pc);
     if (pc == 0)
         pc = read_user_u64(sp - 8);  // an anchor without a pc: the return address below the frame's sp
+    anchor->pc = pc;
+    anchor->sp = sp;
+    anchor->fp = read_user_u64(base + layout->last_java_fp);
     if (pc >= layout->interpreter_start && pc < layout->interpreter_end) {
-        u64 fp = read_user_u64(base + layout->last_java_fp);
+        u64 fp = anchor->fp;
         u64 method = fp != 0 ? read_user_u64(fp + layout->method_slot) : 0;
         out->java_frame = method != 0 ? (method | JAVA_INTERPRETED) : 0;
         return;
@@ -309,6 +320,7 @@ struct offcpu_walk_t {
 struct offcpu_scratch_t {
     struct walk_state state;
     struct switch_out out;
+    struct java_anchor anchor;  // the JVM's last Java frame (sp 0: none, or used already)
     u64 task;
     u32 tid;
     u32 pad;
@@ -320,8 +332,23 @@ BPF_PROG_ARRAY(offcpu_walk_progs, 1);  // [0] = offcpu_walk_more, set by profile
 // half the stack map's entries: 16,384 distinct walked stacks of ~1 KiB (17 MiB, preallocated) by default
 BPF_HASH(offcpu_walked, u64, struct offcpu_walk_t, STACK_ENTRIES / 2);
 
+// A chunk of the walk; 1 when it is over. A walk that stopped below the JVM's last Java frame (its sp
+// under the anchor's: glibc or libjvm code the tables could not step, a frame pointer that ended it) goes on
+// from that frame, once: the anchor is HotSpot's own record of where the Java frames begin.
 static __always_inline int offcpu_walk_chunk(struct offcpu_scratch_t *scratch) {
-    return walk_frames(&scratch->state, scratch->walk.frames, OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS, OFFCPU_WALK_LIMIT);
+    struct walk_state *state = &scratch->state;
+    if (!walk_frames(state, scratch->walk.frames, OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS, OFFCPU_WALK_LIMIT))
+        return 0;
+    struct java_anchor *anchor = &scratch->anchor;
+    if (anchor->sp == 0 || state->end == WALK_LIMIT_HIT || state->regs.sp >= anchor->sp ||
+        state->walked >= OFFCPU_WALK_LIMIT)
+        return 1;
+    state->regs.pc = anchor->pc;
+    state->regs.sp = anchor->sp;
+    state->regs.fp = anchor->fp;
+    state->end = WALK_RUNNING;
+    anchor->sp = 0;
+    return 0;
 }
 
 // The walk is over: its frames stored once under their hash, then the switch-out stored with that key.
@@ -370,7 +397,7 @@ int offcpu_walk_more(struct bpf_raw_tracepoint_args *ctx) {
 // stack: bpf_task_pt_regs), then its record stored (offcpu_finish). Runs last in the tracepoint: the
 // tail calls do not come back. 0: no scratch, the caller stores `out` with bpf_get_stackid's stack.
 static __always_inline int walk_switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid,
-                                           struct switch_out *out) {
+                                           struct switch_out *out, struct java_anchor *anchor) {
     u32 zero = 0;
     struct offcpu_scratch_t *scratch = offcpu_scratch.lookup(&zero);
     if (scratch == 0)
@@ -379,6 +406,7 @@ static __always_inline int walk_switch_out(struct bpf_raw_tracepoint_args *ctx, 
     __builtin_memset(state, 0, sizeof(*state));
     state->end = WALK_RUNNING;
     scratch->out = *out;
+    scratch->anchor = *anchor;
     scratch->task = ctx->args[1];
     scratch->tid = tid;
     scratch->walk.jvm_unloads = ~0ULL;
@@ -420,9 +448,10 @@ static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgi
     out.weight = weight;
     out.kernel_stack_id = offcpu_stacks.get_stackid(ctx, 0);
     bpf_get_current_comm(&out.comm, sizeof(out.comm));
-    java_view(tgid, tid, &out);
+    struct java_anchor anchor = {};
+    java_view(tgid, tid, &out, &anchor);
 #ifdef OFFCPU_WALKER
-    if (walk_switch_out(ctx, tgid, tid, &out))
+    if (walk_switch_out(ctx, tgid, tid, &out, &anchor))
         return now;
 #endif
     out.user_stack_id = offcpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);

@@ -44,8 +44,12 @@ def waiting_jvm(tmp_path: Path) -> Iterator[WaitingJvm]:
     home = java_home()
     classes = tmp_path / "classes"
     subprocess.run([str(home / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
-    # no -XX:+PreserveFramePointer (JIT code without frame pointers), no agent, no perf map
-    argv = [str(home / "bin" / "java"), "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), MAIN]
+    # no -XX:+PreserveFramePointer (JIT code without frame pointers), and no attach possible: no perf map, no
+    # agent, no jcmd (the thread names' seeding asks Thread.print through the attach socket; it gets the kernel's)
+    argv = [
+        str(home / "bin" / "java"), "-XX:+DisableAttachMechanism", "-Xmx64m", "-XX:+UseSerialGC",
+        "-cp", str(classes), MAIN,
+    ]  # fmt: skip
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", bufsize=1)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "READY"
@@ -79,7 +83,7 @@ def test_blocked_time_splits_by_the_methods_that_waited(tmp_path: Path, waiting_
             profiler.kill()
             profiler.wait(30)
     assert profiler.returncode == 0, stderr
-    # THEN nothing was written into or beside the JVM: no perf map, no attach listener
+    # THEN nothing was written into or beside the JVM: no perf map, no attach listener (refused by the JVM)
     assert not Path(f"/tmp/perf-{pid}.map").exists()
     assert not Path(f"/tmp/.java_pid{pid}").exists()
     assert read_meta(out).off_cpu_min_block_ms == 1.0
