@@ -33,10 +33,16 @@ class WaitingJvm:
         self.process = process
 
     def ask(self, command: str) -> str:
+        """The answer to ``command``: the next line that is one (RESET, or the report's JSON). The profiler's
+        attempt to seed thread names sends SIGQUIT, which a JVM that refuses attach answers with a thread
+        dump on its stdout: those lines are skipped."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        return self.process.stdout.readline().strip()
+        while line := self.process.stdout.readline():
+            if line.strip() == "RESET" or line.startswith('{"sleeping_s"'):
+                return line.strip()
+        return ""
 
 
 @pytest.fixture
