@@ -187,6 +187,18 @@ def parse_record(record: bytes, user_depth: int) -> tuple[int, int, int, bytes, 
     return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel
 
 
+def walk_order(user: bytes, walked: int, leaf_slots: int, root_slots: int) -> bytes:
+    """A walker record's stored frames (``walked`` walked into ``leaf_slots`` + a ring of ``root_slots``) in
+    walk order, with one GAP_TAG frame between leaf and root saying how many frames were cut."""
+    slots = leaf_slots + root_slots
+    if walked <= slots:
+        return user
+    ring = user[8 * leaf_slots :]
+    start = 8 * ((walked - leaf_slots) % root_slots)
+    gap = struct.pack("<Q", GAP_TAG | (walked - slots))
+    return user[: 8 * leaf_slots] + gap + ring[start:] + ring[:start]
+
+
 def parse_walk_record(record: bytes, leaf_slots: int, root_slots: int) -> SampleRecord:
     """(tgid, tid, time_ns, comm, user, kernel, walk end, JVM unloads) of one record of the walker; the
     last is the JVM's count of unloaded classes at the sample, or NO_UNLOADS.
@@ -202,12 +214,7 @@ def parse_walk_record(record: bytes, leaf_slots: int, root_slots: int) -> Sample
     if user_bytes >= 0:
         kernel_at = user_at + user_bytes
         user = record[user_at:kernel_at]
-        slots = leaf_slots + root_slots
-        if walked > slots:
-            ring = user[8 * leaf_slots :]
-            start = 8 * ((walked - leaf_slots) % root_slots)
-            gap = struct.pack("<Q", GAP_TAG | (walked - slots))
-            user = user[: 8 * leaf_slots] + gap + ring[start:] + ring[:start]
+        user = walk_order(user, walked, leaf_slots, root_slots)
     kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
     unloads = NO_UNLOADS if unloads == _U64_MAX else unloads
     return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel, walk_end, unloads

@@ -40,6 +40,12 @@ OFFCPU_WAIT_FRAMES: tuple[str, ...] = (
     "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__futex_abstimed_wait",
     "futex_wait", "__lll_lock_wait", "pthread_mutex_lock", "epoll_wait", "__poll", "__select",
     "nanosleep", "sched_yield",
+    # a blocking socket read (JDK 13+: NioSocketImpl polls; older: SocketInputStream; channels: SocketDispatcher)
+    "sun.nio.ch.NioSocketImpl::", "java.net.SocketInputStream::", "java.net.Socket$SocketInputStream::read",
+    "sun.nio.ch.SocketDispatcher::read",
+    "sun.nio.ch.Net::poll", "Java_sun_nio_ch_Net_poll", "sun.nio.ch.EPoll::wait", "NET_Read", "__libc_recv",
+    # entering a contended monitor (synchronized) from the interpreter or compiled code
+    "ObjectSynchronizer::", "InterpreterRuntime::monitorenter", "SharedRuntime::complete_monitor_locking",
 )
 
 

@@ -19,6 +19,7 @@ from ..capture.format import (
 )
 from ..capture.offcpu import OffCpuEntry
 from ..capture.stackstore import CollectedStacks, SamplerCheckpoint
+from ..errors import CapabilityError
 from .options import RunOptions
 
 if TYPE_CHECKING:
@@ -171,8 +172,12 @@ def real_components(options: RunOptions) -> Components:
 
         offcpu = OffCpuTracer(
             options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every, borrow_namer=sampler.jvm_namer,
-            thread_label=sampler.thread_label,
+            thread_label=sampler.thread_label, walker=sampler.offcpu_program,
         )
+        try:  # blocked threads' stacks by the sampler's walker: the off-CPU program compiled into its program
+            sampler.share_walker(offcpu.bpf_text())
+        except CapabilityError:
+            pass  # no BTF or too old a kernel: OffCpuTracer.start() refuses with its one line
     counters = CounterGroup(source=options.counters)
 
     def cycles_source() -> str:

@@ -126,6 +126,7 @@ class RawBlock:
     java_state: int = JAVA_NONE  # what the JVM said of the thread (JAVA_*)
     java_frame: int = 0  # its last Java frame as offcpu_trace.c stored it (0: none)
     tid: int = 0  # the thread (0: not known)
+    walked_stack: int = 0  # the walker's user stack (offcpu_walked's key) when user_stack_id is STACK_WALKED
 
 
 # (kind, context) of a thread: the root frame its stacks get and its full name when that names a unit of work
@@ -161,6 +162,12 @@ def open_blocks(pending: Iterable[RawBlock], end_ns: int, min_block_ns: int) -> 
     return closed
 
 
+# user_stack_id of a block whose user stack the walker took (offcpu_trace.c): its frames are walked_stack's
+STACK_WALKED = -100
+# A stack of the walker's values, leaf first, with the JVM's generation of names it was walked in (None: unknown)
+WalkedStack = tuple[tuple[int, ...], "int | None"]
+
+
 # Kernel frames of the tracing itself, at the leaf of every kernel stack taken in the tracepoint.
 _TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run")
 
@@ -188,18 +195,23 @@ def name_blocks(
     kernel_name: Callable[[int], str],
     java_name: Callable[[int], str | None] = lambda _frame: None,
     thread_of: Callable[[RawBlock], ThreadKind] = lambda block: (block.comm, None),
+    walked_names: Callable[[int], list[str] | None] = lambda _walked: None,
 ) -> list[OffCpuEntry]:
     """Entries of one process: each block's stacks named (None from ``stack_of``: lost) and its cause; the
     root is its thread's kind (``thread_of``), the entry's context its full name when it names a unit of work.
 
     A Java thread's last Java frame (named by ``java_name``) goes below the walked user frames, as their
     caller, when the walk was cut: the frame-pointer walk of a blocked JVM thread usually stops in glibc,
-    far leafward of it. A walk that reached the thread's start already holds the Java frames."""
+    far leafward of it. A walk that reached the thread's start already holds the Java frames. A block whose
+    user stack the walker took (STACK_WALKED) is named by ``walked_names`` (None: lost)."""
     entries = []
     for block in blocks:
-        user = stack_of(block.user_stack_id)
         kernel = stack_of(block.kernel_stack_id)
-        user_frames = [user_name(a) for a in user] if user is not None else None
+        if block.user_stack_id == STACK_WALKED:
+            user_frames = walked_names(block.walked_stack)
+        else:
+            user = stack_of(block.user_stack_id)
+            user_frames = [user_name(a) for a in user] if user is not None else None
         java_frame = java_name(block.java_frame) if block.java_frame else None
         if java_frame is not None and user_frames is not None and not _whole(user_frames):
             user_frames.append(java_frame)
@@ -245,6 +257,53 @@ def _stack_reader(stacks: Any) -> Callable[[int], tuple[int, ...] | None]:
     return stack_of
 
 
+def walked_reader(walked: Any) -> Callable[[int], WalkedStack | None]:
+    """The values of a walked stack (offcpu_walked's key), in walk order (None: not stored), each read once."""
+    from ..capture.stackstore import walk_order
+    from .program import OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS
+
+    cache: dict[int, WalkedStack | None] = {}
+
+    def stack_of(key: int) -> WalkedStack | None:
+        if key not in cache:
+            try:
+                record = walked[walked.Key(key)]
+            except KeyError:
+                cache[key] = None
+                return None
+            walked_frames = int(record.walked)
+            stored = min(walked_frames, OFFCPU_LEAF_SLOTS + OFFCPU_ROOT_SLOTS)
+            raw = b"".join(int(record.frames[i]).to_bytes(8, "little") for i in range(stored))
+            ordered = walk_order(raw, walked_frames, OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS)
+            values = tuple(int.from_bytes(ordered[i : i + 8], "little") for i in range(0, len(ordered), 8))
+            unloads = int(record.jvm_unloads)
+            cache[key] = (values, None if unloads == (1 << 64) - 1 else unloads)
+        return cache[key]
+
+    return stack_of
+
+
+def walked_namer(
+    stack_of: Callable[[int], WalkedStack | None], symbols: Any, kernel: Any, methods: Any, java_process: bool
+) -> Callable[[int], list[str] | None]:
+    """Names of one process's walked stacks by the on-CPU samples' folder (StackFolder: native symbols, the
+    JVM's interpreted and compiled frames with their inlined methods, by the generation each was walked in)."""
+    from ..symbols.symbolize import StackFolder
+
+    folder = StackFolder(symbols, kernel, 1 << 16, java_process, walker=True, methods=methods)
+
+    def names(key: int) -> list[str] | None:
+        walked = stack_of(key)
+        if walked is None:
+            return None
+        values, generation = walked
+        if generation is not None:
+            folder.use_generation(generation)
+        return folder.walked_names(values)
+
+    return names
+
+
 def default_symbols(pid: int) -> ProcessSymbols:
     """The process's symbols with its latest perf map (the sampler refreshed it at collection)."""
     from ..symbols.perfmap import read_perf_map
@@ -268,11 +327,16 @@ class OffCpuTracer:
         sample_every: int = 1,
         borrow_namer: Callable[[int], MethodNamer | None] | None = None,
         thread_label: ThreadLabeler | None = None,
+        walker: Callable[[], Any] | None = None,
     ) -> None:
         self.min_block_ns = int(min_block_ms * 1e6)
         self.sample_every = sample_every  # beyond EXACT_SWITCH_OUTS_PER_S: one switch-out in N is followed
         self.stack_entries = stack_entries
         self._bpf: Any = None
+        # the sampler's program with this one compiled in (StackSampler.offcpu_program; None: load our own)
+        self._walker = walker
+        self._shared = False  # self._bpf is the sampler's: blocked stacks by the walker, freed by the sampler
+        self._walked_reader: Callable[[int], WalkedStack | None] | None = None
         self._attached = False
         self._pids: set[int] = set()
         self._pending: list[RawBlock] = []
@@ -311,7 +375,11 @@ class OffCpuTracer:
             raise CapabilityError(
                 "profiler/sampling/offcpu.py: cannot import bcc; install python3-bpfcc (scripts/setup.sh)"
             ) from None
-        bpf = self._load(BPF)
+        shared = self._walker() if self._walker is not None else None
+        bpf = shared if shared is not None else self._load(BPF)
+        self._shared = shared is not None
+        for table in (b"target_tgids", b"scope_bits", b"java_threads", b"java_layouts", b"switched_out", b"blocked"):
+            bpf[table]  # bcc builds each table object once: here, before the JVM watch's thread uses them
         self._bpf = bpf
         self._attached = True
         self._java = JavaThreadWatch(bpf, borrow=self._borrow_namer)
@@ -385,6 +453,7 @@ class OffCpuTracer:
             found.append((int(key.value), RawBlock(
                 int(v.tgid), int(v.user_stack_id), int(v.kernel_stack_id), int(v.reason), _comm(v.comm),
                 int(v.time_ns), int(v.weight), int(v.java_state), int(v.java_frame), int(key.value),
+                int(v.walked_stack),
             )))
         return found
 
@@ -433,7 +502,7 @@ class OffCpuTracer:
         return [
             RawBlock(int(key.tgid), int(key.user_stack_id), int(key.kernel_stack_id), int(key.reason),
                      _comm(key.comm), int(value.blocked_ns), int(value.switches), int(key.java_state),
-                     int(key.java_frame), int(key.tid))
+                     int(key.java_frame), int(key.tid), int(key.walked_stack))
             for key, value in self._bpf[b"blocked"].items()
         ]
 
@@ -464,11 +533,12 @@ class OffCpuTracer:
                 symbols = symbols_for(pid)
                 try:
                     names = self._namers(pid, stack_of, symbols, kernel)
-                    result[pid] = name_blocks(blocks, *names, self._thread_of(blocks))
+                    walked = self._walked_names(pid, symbols, kernel)
+                    result[pid] = name_blocks(blocks, *names, self._thread_of(blocks), walked)
                     for interval, interval_blocks in per_interval.items():
                         mine = interval_blocks.get(pid)
                         if mine:
-                            named = name_blocks(mine, *names, self._thread_of(mine, interval))
+                            named = name_blocks(mine, *names, self._thread_of(mine, interval), walked)
                             self.interval_entries.setdefault(interval, {})[pid] = named
                 finally:
                     symbols.close()
@@ -484,6 +554,18 @@ class OffCpuTracer:
         """``name_blocks``' namers for ``pid``: its stacks, user and kernel frames, and its JVM's last Java frames."""
         java_name = self._java.namer_for(pid) if self._java is not None else (lambda _frame: None)
         return stack_of, _frame_namer(symbols), kernel.resolve, java_name
+
+    def _walked_names(self, pid: int, symbols: Any, kernel: Any) -> Callable[[int], list[str] | None]:
+        """``name_blocks``' ``walked_names`` for ``pid``: its walked stacks named as its on-CPU samples are."""
+        if not self._shared:
+            return lambda _walked: None
+        methods = self._borrow_namer(pid) if self._borrow_namer is not None else None
+        return walked_namer(self._walked_of(), symbols, kernel, methods, methods is not None)
+
+    def _walked_of(self) -> Callable[[int], WalkedStack | None]:
+        if self._walked_reader is None:
+            self._walked_reader = walked_reader(self._bpf[b"offcpu_walked"])
+        return self._walked_reader
 
     def checkpoint_entries(self, symbols_for: Callable[[int], Any] = default_symbols) -> dict[int, list[OffCpuEntry]]:
         """The kernel's sums so far per PID, named now as collect() names them (threads by their names now),
@@ -502,7 +584,8 @@ class OffCpuTracer:
                 try:
                     labels = label_threads([(b.tgid, b.tid, b.comm) for b in blocks], now_ns, self._thread_label)
                     namers = self._namers(pid, stack_of, symbols, kernel)
-                    result[pid] = name_blocks(blocks, *namers, labels_of(labels))
+                    walked = self._walked_names(pid, symbols, kernel)
+                    result[pid] = name_blocks(blocks, *namers, labels_of(labels), walked)
                 finally:
                     symbols.close()
         finally:
@@ -576,7 +659,7 @@ class OffCpuTracer:
     def prog_ids(self) -> list[int]:
         from .program import bpf_prog_ids
 
-        return bpf_prog_ids(self._bpf) if self._bpf is not None else []
+        return bpf_prog_ids(self._bpf) if self._bpf is not None and not self._shared else []
 
     def close(self) -> None:
         """Detach and unload; safe to call more than once."""
@@ -588,8 +671,14 @@ class OffCpuTracer:
             self._java = None
         if self._bpf is not None:
             bpf, self._bpf = self._bpf, None
+            if self._shared and self._attached:
+                try:
+                    bpf.detach_raw_tracepoint(tp=b"sched_switch")
+                except Exception:  # noqa: BLE001 - already gone: nothing to detach
+                    pass
             self._attached = False
-            bpf.cleanup()
+            if not self._shared:  # the sampler's program is the sampler's to free (after this close)
+                bpf.cleanup()
 
     def __enter__(self) -> OffCpuTracer:
         return self

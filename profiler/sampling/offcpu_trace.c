@@ -8,7 +8,12 @@
 // space reads the map once, after the window.
 // Prototype (kernel >= 5.18): (bool preempt, struct task_struct *prev, struct task_struct *next,
 // unsigned int prev_state); NEXT_PID_OFF is task_struct.pid's byte offset from the kernel's BTF.
-// User stacks are bpf_get_stack's frame-pointer walk (a JIT frame without frame pointers ends them).
+// User stacks: where the sampler's own walker is loaded (profiler/sampling/stack_walk.c), this file is
+// compiled into the walker's program with OFFCPU_WALKER defined, and a followed switch-out walks prev's
+// user stack with the walker's code (walk_frames: frame pointers, CFI, HotSpot's code cache, interpreted
+// and compiled Java frames) from the user registers prev saved on its kernel entry, its tables shared
+// with the on-CPU samples; the frames go to offcpu_walked by a hash of them (the block's walked_stack).
+// Otherwise they are bpf_get_stackid's frame-pointer walk (a JIT frame without frame pointers ends them).
 // For a thread of a HotSpot JVM (java_threads: tid -> its JavaThread, java_layouts: the JVM's vmStructs
 // offsets, both written by user space) the switch-out also reads what the JVM itself says of the wait:
 // its last Java frame (the JavaFrameAnchor HotSpot sets on every call out of Java code) and whether it
@@ -90,6 +95,7 @@ struct java_layout {
 struct switch_out {
     u64 time_ns;
     u64 java_frame;
+    u64 walked_stack;  // the walker's stack (offcpu_walked's key) when user_stack_id is STACK_WALKED
     u32 java_state;
     u32 tgid;
     s32 user_stack_id;
@@ -115,6 +121,7 @@ struct switch_rate {
 
 struct block_key {
     u64 java_frame;
+    u64 walked_stack;
     u32 java_state;
     u32 tgid;
     s32 user_stack_id;
@@ -191,7 +198,15 @@ static __always_inline u64 read_user_u64(u64 address) {
 // The JVM's view of the wait of thread tid (prev, whose memory is the current one): its state and
 // last Java frame. A frame pointer or pointer the JVM changed meanwhile reads as garbage at worst,
 // which user space fails to name; nothing here is trusted beyond naming a cause.
-static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out) {
+// `anchor` gets the last Java frame's sp, fp and pc (sp 0: none): where the walker restarts a walk that
+// stopped short of it (walk_switch_out).
+struct java_anchor {
+    u64 pc;
+    u64 sp;
+    u64 fp;
+};
+
+static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out, struct java_anchor *anchor) {
     u64 *thread = java_threads.lookup(&tid);
     if (thread == 0)
         return;
@@ -210,8 +225,11 @@ static __always_inline void java_view(u32 tgid, u32 tid, struct switch_out *out)
     u64 pc = read_user_u64(base + layout->last_java_pc);
     if (pc == 0)
         pc = read_user_u64(sp - 8);  // an anchor without a pc: the return address below the frame's sp
+    anchor->pc = pc;
+    anchor->sp = sp;
+    anchor->fp = read_user_u64(base + layout->last_java_fp);
     if (pc >= layout->interpreter_start && pc < layout->interpreter_end) {
-        u64 fp = read_user_u64(base + layout->last_java_fp);
+        u64 fp = anchor->fp;
         u64 method = fp != 0 ? read_user_u64(fp + layout->method_slot) : 0;
         out->java_frame = method != 0 ? (method | JAVA_INTERPRETED) : 0;
         return;
@@ -272,8 +290,148 @@ static __always_inline u32 sample_weight(u32 tid, u32 reason) {
     return draw(rate, every) ? every : 0;
 }
 
-// Remembers prev's switch-out if it is followed; returns the time it read (0: none, not followed).
-static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid) {
+// prev (this thread, whose task_struct is `task`) is switched out: its record stored, its bit set.
+static __always_inline void store_switch_out(u64 task, u32 tid, struct switch_out *out) {
+    if (switched_out.update(&tid, out) != 0) {
+        count_drop(0, 1);
+        return;
+    }
+    u64 *word = followed_word(tid);
+    u32 *pending = pending_slot(task);
+    if (word != 0 && pending != 0) {
+        __sync_fetch_and_add(pending, 1);  // before the bit: its switch-in always finds the slot raised
+        __sync_fetch_and_or(word, 1ULL << (tid & 63));
+    }
+}
+
+#ifdef OFFCPU_WALKER
+#define STACK_WALKED -100  // user_stack_id of a stack the walker took: its frames in offcpu_walked[walked_stack]
+
+// One walked user stack, read by profiler/sampling/offcpu.py (walked_values): the stack_walk.c record's
+// layout in small (OFFCPU_LEAF_SLOTS leaf-most frames, the root-most OFFCPU_ROOT_SLOTS in a ring).
+struct offcpu_walk_t {
+    u32 walked;  // frames walked
+    u32 walk_end;  // WALK_*
+    u64 jvm_unloads;  // the JVM's unloaded classes when the stack was first walked (names' generation), ~0: unknown
+    u64 frames[OFFCPU_LEAF_SLOTS + OFFCPU_ROOT_SLOTS];
+};
+
+// Per CPU: the switch-out being walked (its record waits for the stack's hash) and the walk.
+struct offcpu_scratch_t {
+    struct walk_state state;
+    struct switch_out out;
+    struct java_anchor anchor;  // the JVM's last Java frame (sp 0: none, or used already)
+    u64 task;
+    u32 tid;
+    u32 pad;
+    struct offcpu_walk_t walk;
+};
+
+BPF_PERCPU_ARRAY(offcpu_scratch, struct offcpu_scratch_t, 1);
+BPF_PROG_ARRAY(offcpu_walk_progs, 1);  // [0] = offcpu_walk_more, set by profiler/sampling/program.py
+// half the stack map's entries: 16,384 distinct walked stacks of ~1 KiB (17 MiB, preallocated) by default
+BPF_HASH(offcpu_walked, u64, struct offcpu_walk_t, STACK_ENTRIES / 2);
+
+// A chunk of the walk; 1 when it is over. A walk that stopped below the JVM's last Java frame (its sp
+// under the anchor's: glibc or libjvm code the tables could not step, a frame pointer that ended it) goes on
+// from that frame, once: the anchor is HotSpot's own record of where the Java frames begin.
+static __always_inline int offcpu_walk_chunk(struct offcpu_scratch_t *scratch) {
+    struct walk_state *state = &scratch->state;
+    if (!walk_frames(state, scratch->walk.frames, OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS, OFFCPU_WALK_LIMIT))
+        return 0;
+    struct java_anchor *anchor = &scratch->anchor;
+    if (anchor->sp == 0 || state->end == WALK_LIMIT_HIT || state->regs.sp >= anchor->sp ||
+        state->walked >= OFFCPU_WALK_LIMIT)
+        return 1;
+    state->regs.pc = anchor->pc;
+    state->regs.sp = anchor->sp;
+    state->regs.fp = anchor->fp;
+    state->end = WALK_RUNNING;
+    anchor->sp = 0;
+    return 0;
+}
+
+// The walk is over: its frames stored once under their hash, then the switch-out stored with that key.
+static __always_inline int offcpu_finish(struct offcpu_scratch_t *scratch) {
+    struct offcpu_walk_t *walk = &scratch->walk;
+    struct walk_state *state = &scratch->state;
+    if (state->end == WALK_RUNNING)
+        state->end = WALK_LIMIT_HIT;  // no tail call possible: the walk is cut here
+    walk->walked = state->walked;
+    walk->walk_end = state->end;
+    u32 stored = state->walked < OFFCPU_LEAF_SLOTS + OFFCPU_ROOT_SLOTS ? state->walked
+                                                                       : OFFCPU_LEAF_SLOTS + OFFCPU_ROOT_SLOTS;
+    u64 hash = 0xcbf29ce484222325ULL ^ ((u64)walk->walked << 8) ^ walk->walk_end;
+    for (u32 i = 0; i < OFFCPU_LEAF_SLOTS + OFFCPU_ROOT_SLOTS; i++) {
+        u32 index = i;
+        asm volatile("" : "+r"(index));  // an index the verifier bounds, not a pointer the compiler strides
+        if (index >= stored || index >= OFFCPU_LEAF_SLOTS + OFFCPU_ROOT_SLOTS)
+            break;
+        hash = (hash ^ walk->frames[index]) * 0x100000001b3ULL;
+        hash ^= hash >> 29;
+    }
+    hash |= 1;  // never 0: 0 is "not walked"
+    if (offcpu_walked.lookup(&hash) == 0 && offcpu_walked.update(&hash, walk) != 0 &&
+        offcpu_walked.lookup(&hash) == 0) {
+        scratch->out.user_stack_id = -ENOMEM;  // the map is full: the block keeps its kernel stack and cause
+    } else {
+        scratch->out.user_stack_id = STACK_WALKED;
+        scratch->out.walked_stack = hash;
+    }
+    store_switch_out(scratch->task, scratch->tid, &scratch->out);
+    return 0;
+}
+
+// The next CHUNK_FRAMES frames of a blocked thread's walk (tail call from sched_switch).
+int offcpu_walk_more(struct bpf_raw_tracepoint_args *ctx) {
+    u32 zero = 0;
+    struct offcpu_scratch_t *scratch = offcpu_scratch.lookup(&zero);
+    if (scratch == 0)
+        return 0;
+    if (!offcpu_walk_chunk(scratch))
+        offcpu_walk_progs.call(ctx, 0);  // returns only when the chain cannot go on
+    return offcpu_finish(scratch);
+}
+
+// prev's user stack by the walker, from the registers saved on its kernel entry (the top of its kernel
+// stack: bpf_task_pt_regs), then its record stored (offcpu_finish). Runs last in the tracepoint: the
+// tail calls do not come back. 0: no scratch, the caller stores `out` with bpf_get_stackid's stack.
+static __always_inline int walk_switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid,
+                                           struct switch_out *out, struct java_anchor *anchor) {
+    u32 zero = 0;
+    struct offcpu_scratch_t *scratch = offcpu_scratch.lookup(&zero);
+    if (scratch == 0)
+        return 0;
+    struct walk_state *state = &scratch->state;
+    __builtin_memset(state, 0, sizeof(*state));
+    state->end = WALK_RUNNING;
+    scratch->out = *out;
+    scratch->anchor = *anchor;
+    scratch->task = ctx->args[1];
+    scratch->tid = tid;
+    scratch->walk.jvm_unloads = ~0ULL;
+    if (saved_user_regs(&state->regs) != 0) {
+        scratch->out.user_stack_id = -EFAULT;
+        store_switch_out(scratch->task, tid, &scratch->out);
+        return 1;
+    }
+    struct jvm_t *jvm = jvms.lookup(&tgid);
+    if (jvm != 0) {
+        state->jvm = *jvm;
+        if (jvm->unloads_at != 0 &&
+            bpf_probe_read_user(&scratch->walk.jvm_unloads, sizeof(u64), (void *)jvm->unloads_at) != 0)
+            scratch->walk.jvm_unloads = ~0ULL;
+    }
+    if (!offcpu_walk_chunk(scratch))
+        offcpu_walk_progs.call(ctx, 0);
+    offcpu_finish(scratch);
+    return 1;
+}
+#endif
+
+// Remembers prev's switch-out if it is followed; returns the time it read (0: none, not followed). With
+// the walker, the record is stored at the end of the walk's tail-call chain: call this last.
+static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid, u64 now) {
     // An exiting thread (TASK_DEAD 0x80, EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10) never runs again: not a block.
     if (ctx->args[3] & 0xb0)
         return 0;  // its rate slot is taken over by the next thread that finds it
@@ -281,26 +439,23 @@ static __always_inline u64 remember(struct bpf_raw_tracepoint_args *ctx, u32 tgi
     u32 weight = sample_weight(tid, reason);
     if (weight == 0)
         return 0;
-    u64 now = bpf_ktime_get_ns();
+    if (now == 0)
+        now = bpf_ktime_get_ns();
     struct switch_out out = {};
     out.time_ns = now;
     out.tgid = tgid;
     out.reason = reason;
     out.weight = weight;
-    out.user_stack_id = offcpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
     out.kernel_stack_id = offcpu_stacks.get_stackid(ctx, 0);
     bpf_get_current_comm(&out.comm, sizeof(out.comm));
-    java_view(tgid, tid, &out);
-    if (switched_out.update(&tid, &out) != 0) {
-        count_drop(0, 1);
+    struct java_anchor anchor = {};
+    java_view(tgid, tid, &out, &anchor);
+#ifdef OFFCPU_WALKER
+    if (walk_switch_out(ctx, tgid, tid, &out, &anchor))
         return now;
-    }
-    u64 *word = followed_word(tid);
-    u32 *pending = pending_slot(ctx->args[1]);  // prev: this thread's task_struct
-    if (word != 0 && pending != 0) {
-        __sync_fetch_and_add(pending, 1);  // before the bit: its switch-in always finds the slot raised
-        __sync_fetch_and_or(word, 1ULL << (tid & 63));
-    }
+#endif
+    out.user_stack_id = offcpu_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    store_switch_out(ctx->args[1], tid, &out);
     return now;
 }
 
@@ -313,6 +468,7 @@ static __always_inline void account(u32 tid, u64 *word, u32 *pending, u64 now) {
     u64 delta = now - out->time_ns;
     struct block_key key = {};
     key.java_frame = out->java_frame;
+    key.walked_stack = out->walked_stack;
     key.java_state = out->java_state;
     key.tgid = out->tgid;
     key.user_stack_id = out->user_stack_id;
@@ -354,9 +510,14 @@ RAW_TRACEPOINT_PROBE(sched_switch)
     }
     if (out == 0 && in == 0)
         return 0;  // neither thread is ours: most switches of the host end here, before the clock
-    // The clock is read only for a switch-out that is followed and for a followed thread's switch-in.
-    u64 now = out != 0 ? remember(ctx, tgid, tid) : 0;
-    if (in != 0 && next_word != 0 && pending != 0)
-        account(next_tid, next_word, pending, now != 0 ? now : bpf_ktime_get_ns());
+    // The clock is read only for a followed thread's switch-in and for a switch-out that is followed. The
+    // switch-in first: with the walker, remember() ends in a tail-call chain that does not come back.
+    u64 now = 0;
+    if (in != 0 && next_word != 0 && pending != 0) {
+        now = bpf_ktime_get_ns();
+        account(next_tid, next_word, pending, now);
+    }
+    if (out != 0)
+        remember(ctx, tgid, tid, now);
     return 0;
 }

@@ -27,6 +27,10 @@ KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the o
 RINGBUF_SECONDS = 2.0  # the buffer holds this long of samples at full rate: ten drain periods
 RINGBUF_MIN_PAGES, RINGBUF_MAX_PAGES = 256, 65536  # 1 MiB .. 256 MiB with 4 KiB pages
 SOURCES = {"walker": "stack_walk.c", "ringbuf": "stack_ringbuf.c", "stackmap": "stack_sampler.c"}
+# A blocked thread's walk (offcpu_trace.c in the walker's program): the leaf-most and root-most frames kept
+# (a record of 1 KiB per distinct stack) and the frames walked at most (a walk's first program and 7 tail calls).
+OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS = 96, 32
+OFFCPU_WALK_LIMIT = CHUNK_FRAMES * 8
 
 
 def _read_int(path: str) -> int:
@@ -179,6 +183,10 @@ class SamplerProgram:
         self.count_map_size = count_map_size or max(4 * stack_storage_size, 16384)
         self.requested_collection = collection
         self.collection = "stackmap" if collection == "stackmap" else "ringbuf"  # what load() loaded
+        # the off-CPU tracer's program (offcpu_trace.c with its defines), compiled into the walker's so that
+        # blocked threads are walked by the same code and tables (``offcpu_walker``: whether it loaded)
+        self.offcpu_text: str | None = None
+        self.offcpu_walker = False
 
     @property
     def kernel_stack_depth(self) -> int:
@@ -206,6 +214,8 @@ class SamplerProgram:
             values |= {"LEAF_SLOTS": leaf, "ROOT_SLOTS": root, "WALK_LIMIT": max(WALK_LIMIT, self.max_stack_depth)}
             values |= {"CHUNK_FRAMES": CHUNK_FRAMES, "KERNEL_STACK_DEPTH": self.kernel_stack_depth}
             values["RINGBUF_PAGES"] = self.ringbuf_pages()
+            if self.offcpu_text is not None:
+                return program_text(collection, values) + self._offcpu_part()
         elif collection == "ringbuf":
             values |= {"MAX_STACK_DEPTH": self.max_stack_depth, "KERNEL_STACK_DEPTH": self.kernel_stack_depth}
             values["RINGBUF_PAGES"] = self.ringbuf_pages()
@@ -214,6 +224,14 @@ class SamplerProgram:
             values |= {"MAX_STACK_DEPTH": self.max_stack_depth, "STACK_STORAGE_SIZE": self.stack_storage_size}
             values["COUNTS_SIZE"] = self.count_map_size
         return program_text(collection, values)
+
+    def _offcpu_part(self) -> str:
+        """The off-CPU program as part of the walker's: its walk's sizes, then its text."""
+        sizes = {
+            "OFFCPU_WALKER": 1, "OFFCPU_LEAF_SLOTS": OFFCPU_LEAF_SLOTS, "OFFCPU_ROOT_SLOTS": OFFCPU_ROOT_SLOTS,
+            "OFFCPU_WALK_LIMIT": OFFCPU_WALK_LIMIT,
+        }  # fmt: skip
+        return "\n" + "".join(f"#define {key} {value}\n" for key, value in sizes.items()) + str(self.offcpu_text)
 
     def load(self, bpf_class: Any) -> Any:
         """Compile the walker, else the ring-buffer program, else the stack-map one (as asked and as loadable)."""
@@ -247,14 +265,32 @@ class SamplerProgram:
         return compile_program(bpf_class, self.bpf_text("stackmap"))
 
     def _load_walker(self, bpf_class: Any) -> Any:
-        """The walker and its tail-call chain (walk_more in walk_progs[0])."""
+        """The walker and its tail-call chain (walk_more in walk_progs[0]); with the off-CPU program, its
+        chain too (offcpu_walk_more in offcpu_walk_progs[0]), else the walker alone and a warning."""
         self.collection = "ringbuf"
         self.stack_walk = "bpf"
+        if self.offcpu_text is not None:
+            try:
+                bpf = self._compile_walker(bpf_class)
+                self.offcpu_walker = True
+                return bpf
+            except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and verifier refusals
+                self.offcpu_text = None
+                self.warnings.append(
+                    f"off-CPU stacks by the walker unavailable ({str(exc).strip()[-120:]}); blocked threads' stacks "
+                    "walked by frame pointers instead (Java frames without them unnamed)"
+                )
+        return self._compile_walker(bpf_class)
+
+    def _compile_walker(self, bpf_class: Any) -> Any:
         bpf = compile_program(bpf_class, self.bpf_text("walker"))
         try:
             more = bpf.load_func(b"walk_more", bpf_class.PERF_EVENT)
             bpf[b"walk_progs"][ct.c_int(0)] = ct.c_int(more.fd)
             bpf.load_func(b"on_cpu_clock", bpf_class.PERF_EVENT)
+            if self.offcpu_text is not None:
+                blocked = bpf.load_func(b"offcpu_walk_more", bpf_class.RAW_TRACEPOINT)
+                bpf[b"offcpu_walk_progs"][ct.c_int(0)] = ct.c_int(blocked.fd)
         except Exception:
             bpf.cleanup()
             raise
@@ -265,10 +301,11 @@ class SamplerProgram:
         deferred work after the map's last fd closes, so the program would outlive close() for a moment."""
         if self.stack_walk != "bpf" or bpf is None:
             return
-        try:
-            del bpf[b"walk_progs"][ct.c_int(0)]
-        except (KeyError, OSError):
-            pass
+        for table in (b"walk_progs", b"offcpu_walk_progs") if self.offcpu_walker else (b"walk_progs",):
+            try:
+                del bpf[table][ct.c_int(0)]
+            except (KeyError, OSError):
+                pass
 
     def source_name(self) -> str:
         if self.stack_walk == "bpf":

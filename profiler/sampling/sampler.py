@@ -152,6 +152,16 @@ class StackSampler:
     def bpf_text(self, collection: str | None = None) -> str:  # the generated C, as compiled (--print-bpf)
         return self.program.bpf_text(collection)
 
+    def share_walker(self, offcpu_text: str) -> None:
+        """Compile the off-CPU tracer's program (``offcpu_text``, offcpu_trace.c with its defines) into the
+        walker's, so a blocked thread's stack is walked by the walker's code and tables; before start()."""
+        self.program.offcpu_text = offcpu_text
+
+    def offcpu_program(self) -> Any:
+        """The BPF object holding the off-CPU program with the walker (after start()), or None: not asked,
+        no walker, or refused (a warning says why); the off-CPU tracer then loads its own."""
+        return self._bpf if self.program.offcpu_walker else None
+
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> None:

@@ -79,10 +79,13 @@ BPF_PERCPU_ARRAY(scratch, struct scratch_t, 1);
 BPF_PROG_ARRAY(walk_progs, 1);  // [0] = walk_more, set by profiler/sampling/sampler.py
 BPF_RINGBUF_OUTPUT(samples, RINGBUF_PAGES);
 
-static __always_inline u32 slot_of(u32 index) {
-    if (index < LEAF_SLOTS)
+// The slot of the index-th frame walked in a record of `leaf` + `root` slots (`root` a power of two): the
+// first `leaf` frames in order, the rest in a ring of `root`. Inlined with constants: the on-CPU record
+// (LEAF_SLOTS, ROOT_SLOTS) and the off-CPU one (profiler/sampling/offcpu_trace.c, OFFCPU_*_SLOTS).
+static __always_inline u32 slot_of(u32 index, u32 leaf, u32 root) {
+    if (index < leaf)
         return index;
-    return LEAF_SLOTS + ((index - LEAF_SLOTS) & (ROOT_SLOTS - 1));
+    return leaf + ((index - leaf) & (root - 1));
 }
 
 static __always_inline u64 frame_value(struct walk_state *state) {
@@ -124,15 +127,16 @@ static __always_inline int fp_step(struct walk_state *state) {
 
 // One frame: store it, then step to the caller: by the JVM's code cache (JIT code, the interpreter),
 // else by CFI, else by the frame pointer. Returns 0 to go on, 1 when the walk ends.
-static __always_inline int walk_one(struct walk_state *state, struct sample_t *sample) {
-    u32 slot = slot_of(state->walked);
-    if (slot >= USER_SLOTS)
+// `frames`: the record's `leaf` + `root` slots (slot_of).
+static __always_inline int walk_one(struct walk_state *state, u64 *frames, u32 leaf, u32 root) {
+    u32 slot = slot_of(state->walked, leaf, root);
+    if (slot >= leaf + root)
         return 1;
     int in_code = hs_in_code(&state->jvm, state->regs.pc);
     state->blob.address = 0;
     if (in_code && (state->regs.pc < state->jvm.interpreter_start || state->regs.pc >= state->jvm.interpreter_end))
         hs_read_blob(&state->jvm, state->regs.pc, &state->blob);
-    sample->frames[slot] = frame_value(state);
+    frames[slot] = frame_value(state);
     state->walked++;
     if (in_code) {
         int hs = hs_step(&state->jvm, &state->regs, &state->blob, state->walked == 1, state->hs_counts);
@@ -158,32 +162,30 @@ static __always_inline int walk_one(struct walk_state *state, struct sample_t *s
     return fp_step(state);
 }
 
-// CHUNK_FRAMES frames; 1 when the walk ended. The verifier follows a bounded loop iteration by iteration
-// (at most 8192 jumps in a row), and bcc 0.26 cannot relocate bpf_loop's callback, so longer walks go on
-// in the next program of the tail-call chain (walk_more).
-static __always_inline int walk_chunk(struct scratch_t *scratch_value) {
-    struct walk_state *state = &scratch_value->state;
+// CHUNK_FRAMES frames of a walk into `frames` (leaf + root slots, at most `limit` frames in all); 1 when
+// the walk ended. The verifier follows a bounded loop iteration by iteration (at most 8192 jumps in a
+// row), and bcc 0.26 cannot relocate bpf_loop's callback, so longer walks go on in the next program of a
+// tail-call chain (walk_more here, offcpu_walk_more for a blocked thread's stack). The one walk of both:
+// on-CPU samples and off-CPU switch-outs differ only in where the registers come from and the record.
+static __always_inline int walk_frames(struct walk_state *state, u64 *frames, u32 leaf, u32 root, u32 limit) {
     for (u32 i = 0; i < CHUNK_FRAMES; i++) {
-        if (state->walked >= WALK_LIMIT) {
+        if (state->walked >= limit) {
             state->end = WALK_LIMIT_HIT;
             return 1;
         }
-        if (walk_one(state, &scratch_value->sample))
+        if (walk_one(state, frames, leaf, root))
             return 1;
     }
-    return state->walked >= WALK_LIMIT;
+    return state->walked >= limit;
 }
 
-// The user registers of the sampled thread: the perf event's own when it interrupted user mode, else
-// the ones saved on kernel entry.
-static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unwind_regs *regs) {
+static __always_inline int walk_chunk(struct scratch_t *scratch_value) {
+    return walk_frames(&scratch_value->state, scratch_value->sample.frames, LEAF_SLOTS, ROOT_SLOTS, WALK_LIMIT);
+}
+
+// The user registers a thread saved on its kernel entry (a blocked thread's, or an interrupted one's).
+static __always_inline int saved_user_regs(struct unwind_regs *regs) {
     struct pt_regs saved = {};
-    if ((s64)PT_REGS_IP(&ctx->regs) >= 0) {
-        regs->pc = PT_REGS_IP(&ctx->regs);
-        regs->sp = PT_REGS_SP(&ctx->regs);
-        regs->fp = PT_REGS_FP(&ctx->regs);
-        return 0;
-    }
     struct task_struct *task = bpf_get_current_task_btf();
     void *task_regs = (void *)bpf_task_pt_regs(task);
     if (task_regs == NULL || bpf_probe_read_kernel(&saved, sizeof(saved), task_regs) != 0)
@@ -192,6 +194,18 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unw
     regs->sp = PT_REGS_SP(&saved);
     regs->fp = PT_REGS_FP(&saved);
     return regs->pc == 0 ? -EFAULT : 0;
+}
+
+// The user registers of the sampled thread: the perf event's own when it interrupted user mode, else
+// the ones saved on kernel entry.
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unwind_regs *regs) {
+    if ((s64)PT_REGS_IP(&ctx->regs) >= 0) {
+        regs->pc = PT_REGS_IP(&ctx->regs);
+        regs->sp = PT_REGS_SP(&ctx->regs);
+        regs->fp = PT_REGS_FP(&ctx->regs);
+        return 0;
+    }
+    return saved_user_regs(regs);
 }
 
 // The walk is over: the kernel stack (bpf_get_stack) after the user frames, and the record out at the

@@ -553,6 +553,12 @@ class StackFolder:
             names = [frame.name for value in values for frame in self._values[value].frames]
         return fold_stack(comm.decode("utf-8", "replace"), names, kernel_names)
 
+    def walked_names(self, values: Sequence[int]) -> list[str]:
+        """The frame names of one stack of the walker's values (leaf first; a compiled frame gives its inlined
+        methods too), named by this folder's symbols, perf map and generation: the off-CPU stacks' naming."""
+        self._check_values(values)
+        return [frame.name for value in values for frame in self._values[value].frames]
+
     def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
         """Count ``count`` more samples of a stack already folded; its user part and kernel names."""
         user = self._user_stack(key.user, key.walk_end)

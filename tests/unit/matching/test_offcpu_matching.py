@@ -178,3 +178,18 @@ def test_match_offcpu_sums_causes_per_task() -> None:
     assert match_offcpu(matcher, entries) == {
         "ClusterCommunication": Counter({"park": 5, "lock": 7}), "Wait": Counter({"park": 11}),
     }
+
+
+def test_a_socket_reads_jdk_frames_never_decide_when_a_task_frame_sits_above_them() -> None:
+    # GIVEN the walker's whole stack of a thread blocked in a loopback read inside a task's method, and a
+    # profile whose other task names the JDK's socket classes
+    matcher = Matcher(parse_profile("Fetch: Worker::waitSocket\nSockets: NioSocketImpl, SocketInputStream\n"))
+    stack = (
+        "waitsplit-worker-0;java.lang.Thread::run;com.example.WaitSplit$Worker::waitSocket [i];"
+        "java.net.Socket$SocketInputStream::read;sun.nio.ch.NioSocketImpl::read;sun.nio.ch.NioSocketImpl::implRead;"
+        "sun.nio.ch.NioSocketImpl::timedRead;sun.nio.ch.NioSocketImpl::park;sun.nio.ch.Net::poll;"
+        "Java_sun_nio_ch_Net_poll;" + POLL_TAIL
+    )
+    # THEN the method above the read decides; without it the read's frames decide as for a sample
+    assert _task(matcher, stack) == "Fetch"
+    assert _task(matcher, stack.replace("com.example.WaitSplit$Worker::waitSocket [i];", "")) == "Sockets"
