@@ -14,7 +14,7 @@
 #define PY_FRAME_BYTES 80    // bytes of a _PyInterpreterFrame read at once (its fields' offsets are < 72)
 #define PY_ADDRESS_MASK ((1ULL << 47) - 1)
 #define PY_INDEX_SHIFT 47
-#define PY_INDEX_MAX 16383   // 14 bits of instruction index (code units)
+#define PY_INDEX_MAX 16383   // 14 bits of instruction index (code units); all ones: unknown
 #define PY_ENTRY_BIT (1ULL << 63)
 
 #define PY_NONE 0       // not a CPython target (or its layout not published yet)
@@ -77,22 +77,19 @@ static __always_inline u32 py_walk(struct python_t *py, u32 tid, u64 *out, u8 *b
     u64 cframe = py_pointer(tstate + py->ts_cframe);
     u64 frame = cframe != 0 ? py_pointer(cframe + py->cframe_frame) : 0;
     u32 count = 0;
+    // Branch-free per frame (every frame stored, the counter never conditional): the verifier prunes each
+    // iteration against the last instead of following 2^64 paths.
     for (int i = 0; i < PY_SLOTS; i++) {
         if (frame == 0 || bpf_probe_read_user(buffer, PY_FRAME_BYTES, (void *)frame) != 0)
             break;
         u64 code = *(u64 *)(buffer + (py->fr_code & 63));
         u64 previous = *(u64 *)(buffer + (py->fr_previous & 63));
         u64 prev_instr = *(u64 *)(buffer + (py->fr_prev_instr & 63));
-        u8 is_entry = buffer[py->fr_is_entry & 63];
-        if (code != 0) {
-            u64 first = code + py->code_units;  // prev_instr is one unit before it at the frame's start
-            u64 index = prev_instr > first ? (prev_instr - first) >> 1 : 0;
-            if (index > PY_INDEX_MAX)
-                index = PY_INDEX_MAX;
-            out[count & (PY_SLOTS - 1)] =
-                (code & PY_ADDRESS_MASK) | (index << PY_INDEX_SHIFT) | (is_entry ? PY_ENTRY_BIT : 0);
-            count++;
-        }
+        u64 entry = ((u64)buffer[py->fr_is_entry & 63] & 1) << 63;
+        // code units from the first instruction; one before it (a frame not started) wraps to PY_INDEX_MAX
+        u64 index = ((prev_instr - code - py->code_units) >> 1) & PY_INDEX_MAX;
+        out[i & (PY_SLOTS - 1)] = (code & PY_ADDRESS_MASK) | (index << PY_INDEX_SHIFT) | entry;
+        count = i + 1;
         frame = previous;
     }
     return count;
