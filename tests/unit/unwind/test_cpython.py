@@ -154,3 +154,41 @@ def test_the_311_table_is_what_the_debug_info_says() -> None:
     assert len(offsets) == len(_GDB_FIELDS), result.stdout + result.stderr
     layout = LAYOUTS[(3, 11)]
     assert {name: getattr(layout, name) for name in _GDB_FIELDS} == dict(zip(_GDB_FIELDS, offsets, strict=True))
+
+
+def _installed_cpythons() -> list[str]:
+    found = [os.path.realpath(sys.executable)]
+    for path in ("/usr/bin/python3.11",):
+        if os.path.exists(path) and os.path.realpath(path) not in found:
+            found.append(os.path.realpath(path))
+    return found
+
+
+@pytest.mark.parametrize("python", _installed_cpythons())
+def test_the_layout_walks_a_live_threads_frames_on_each_installed_cpython(python: str) -> None:
+    # GIVEN a CPython that walks its own thread's frames as the BPF walker would (thread list, cframe,
+    # previous, is_entry) through /proc/self/mem (shared and static builds: pyenv's and Debian's 3.11)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    script = os.path.join(root, "tests", "workloads", "py_selfwalk.py")
+    result = subprocess.run(
+        [python, script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": root},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    walked = json.loads(result.stdout)
+    names = [name for name, _entry in walked["frames"]]
+    # THEN the frames below the read in flight are the script's, innermost first, each at the line it runs
+    with open(script) as handle:
+        lines = handle.read().splitlines()
+    read, call, main = "        raw = m.read(frame, 80)", "    return walk_self()", "    outer()"
+    at = {text: lines.index(text) + 1 for text in (read, call, main)}
+    assert names[-3:] == [
+        f"py_selfwalk.walk_self (py_selfwalk.py:{at[read]})",
+        f"py_selfwalk.outer (py_selfwalk.py:{at[call]})",
+        f"py_selfwalk.<module> (py_selfwalk.py:{at[main]})",
+    ], (walked, python)
+    assert walked["frames"][-1][1] == 1  # the module's frame is its eval call's entry frame
