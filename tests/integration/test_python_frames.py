@@ -28,6 +28,8 @@ WORKLOAD = REPO / "tests" / "workloads" / "py_split.py"
 FUNCTIONS = ("parse_alpha", "enrich_beta", "filter_gamma")
 PROFILE = "Alpha: py_split.parse_alpha\nBeta: py_split.enrich_beta\nGamma: py_split.filter_gamma\n"
 SECONDS = 8
+# only the --pid: no other engine's process on this host (another test's JVMs) is prepared or sampled
+KNOWN_SPES = "test workload none org.example.NeverRunsHere\n"
 
 pytestmark = requires("root")
 
@@ -91,10 +93,13 @@ def test_python_functions_named_from_cpython_with_their_shares(tmp_path: Path, w
     # GIVEN a CPython process burning 50/30/20 in three functions that measure their own CPU
     profile = tmp_path / "profile.txt"
     profile.write_text(PROFILE)
+    spes = tmp_path / "known_spes.txt"
+    spes.write_text(KNOWN_SPES)
     out, status = tmp_path / "cap", tmp_path / "status.json"
     argv = [
         sys.executable, "-m", "profiler", "run", "--pid", str(workload.process.pid), "--duration", str(SECONDS),
         "--out", str(out), "--profile", str(profile), "--host", "testhost", "--status-file", str(status),
+        "--known-spes", str(spes),
     ]  # fmt: skip
     profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -110,7 +115,7 @@ def test_python_functions_named_from_cpython_with_their_shares(tmp_path: Path, w
             profiler.wait(30)
     assert profiler.returncode == 0, stderr
     # THEN its stacks carry the Python frames, named module.qualname (file:line)
-    assert [p.pid for p in read_scope(out)] == [workload.process.pid]
+    assert [(p.pid, p.kind, p.serves) for p in read_scope(out)] == [(workload.process.pid, "manual", None)]
     folded = Counter()
     for line in folded_text(out, workload.process.pid).splitlines():
         stack, _, count = line.rpartition(" ")
