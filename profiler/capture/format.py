@@ -109,6 +109,9 @@ class ProcessInfo:
     source: str = "scan"  # "scan", "exec" (found by the exec watcher), "manual"
     jvm_version: str | None = None
     preserve_frame_pointer: bool | None = None  # None: not a JVM or unknown
+    # the JVM of the scope this process works for (a PySpark python worker: its executor), found through
+    # its parents; None for a JVM, or when no ancestor within SERVES_HOPS is a JVM of the scope
+    serves: int | None = None
 
     @property
     def sampled(self) -> bool:

@@ -35,8 +35,9 @@ from .stacktable import StackTable, table_from_folded
 RECORD_HEADER = struct.Struct("<IIQii16s")
 
 # struct sample_t of profiler/sampling/stack_walk.c: the same header, then user frames walked, why the walk
-# ended and the JVM's unloaded-class count at the sample.
-WALK_HEADER = struct.Struct("<IIQii16sIIQ")
+# ended, the JVM's unloaded-class count at the sample, then the CPython frames after the kernel frames and
+# the CPython walk's status (profiler/unwind/python_step.h).
+WALK_HEADER = struct.Struct("<IIQii16sIIQII")
 NO_UNLOADS = -1  # a sample without its JVM's unloaded-class count (not a JVM, or no hsperfdata)
 _U64_MAX = (1 << 64) - 1
 
@@ -45,6 +46,10 @@ _U64_MAX = (1 << 64) - 1
 INTERPRETED_TAG = 1 << 63
 GAP_TAG = 3 << 62
 TAG_MASK = 3 << 62
+# A CPython frame spliced in by profiler/unwind/cpython.py: the three top bits set (a gap's count never
+# reaches bit 61), its instruction index in bits 47..60, its code object's address in bits 0..46.
+PYTHON_TAG = 7 << 61
+PYTHON_MASK = 7 << 61
 
 # Why the walker stopped (WALK_* in profiler/sampling/stack_walk.c): the cause a cut stack is counted under.
 WALK_ENDS = (
@@ -207,7 +212,9 @@ def parse_walk_record(record: bytes, leaf_slots: int, root_slots: int) -> Sample
     ``leaf_slots`` leaf-most frames in order and the last ``root_slots`` in a ring: they are put back in
     walk order here, with one GAP_TAG frame between leaf and root saying how many frames were cut.
     """
-    tgid, tid, time_ns, user_bytes, kernel_bytes, comm, walked, walk_end, unloads = WALK_HEADER.unpack_from(record)
+    tgid, tid, time_ns, user_bytes, kernel_bytes, comm, walked, walk_end, unloads, _, _ = WALK_HEADER.unpack_from(
+        record
+    )
     user_at = WALK_HEADER.size
     user: RawStack = user_bytes
     kernel_at = user_at
@@ -218,6 +225,18 @@ def parse_walk_record(record: bytes, leaf_slots: int, root_slots: int) -> Sample
     kernel: RawStack = record[kernel_at : kernel_at + kernel_bytes] if kernel_bytes >= 0 else kernel_bytes
     unloads = NO_UNLOADS if unloads == _U64_MAX else unloads
     return tgid, tid, time_ns, comm.split(b"\0", 1)[0], user, kernel, walk_end, unloads
+
+
+def walk_record_python(record: bytes) -> tuple[int, tuple[int, ...]]:
+    """(status, frames) of the CPython walk in one record of the walker (profiler/unwind/python_step.h): the
+    frames as the BPF program stored them, leaf first, after the user and kernel frames."""
+    fields = WALK_HEADER.unpack_from(record)
+    user_bytes, kernel_bytes, count, status = fields[3], fields[4], fields[9], fields[10]
+    if count == 0:
+        return status, ()
+    at = WALK_HEADER.size + max(0, user_bytes) + max(0, kernel_bytes)
+    part = record[at : at + 8 * count]
+    return status, struct.unpack(f"<{len(part) // 8}Q", part)
 
 
 class StackStore:

@@ -40,6 +40,9 @@ THREAD = "thread"
 KERNEL = "kernel"
 LOST = "lost"
 FRAME_KINDS = (THREAD, "native", "jit", "anon", "unknown", "gap", KERNEL, LOST)
+# Kinds named in a table only when it has such frames (readers take the names from the table, and a table
+# without them keeps its bytes): a CPython frame (profiler/unwind/cpython.py).
+EXTRA_FRAME_KINDS = ("python",)
 
 
 @dataclass(frozen=True)
@@ -435,14 +438,15 @@ def _suffix_parts(stacks: Sequence[tuple[int, ...]], prefixes: array) -> Iterato
 def encode_table_parts(table: StackTable) -> Iterator[bytes]:
     """``encode_table``'s bytes in parts, in order: the frames' suffix ids are produced a part at a time
     (a deep window's 2-3 M frame references are never one more array and one joined copy in memory)."""
-    kind_index = {kind: i for i, kind in enumerate(FRAME_KINDS)}
+    kind_names = list(FRAME_KINDS) + [kind for kind in EXTRA_FRAME_KINDS if kind in table.kinds]
+    kind_index = {kind: i for i, kind in enumerate(kind_names)}
     module_names = sorted(set(table.modules))
     module_index = {module: i for i, module in enumerate(module_names)}
     prefixes, suffix_lengths = _prefix_coding(table.stacks)
     header = {
         "names": list(table.names),
         "kinds": [kind_index[kind] for kind in table.kinds],
-        "kind_names": list(FRAME_KINDS),
+        "kind_names": kind_names,
         "modules": [module_index[module] for module in table.modules],
         "module_names": module_names,
         "contexts": list(table.contexts),

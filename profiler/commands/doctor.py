@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import VMStructsError
+from ..unwind.cpython import supported_versions
 from ..unwind.vmstructs import ProcessMemory, read_layout
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -173,6 +174,17 @@ def frame_pointer_check(jvms: Sequence[tuple[int, str, bool]], walkable: Collect
         f"{len(without)} of {len(jvms)} JVM(s) without -XX:+PreserveFramePointer and without readable vmStructs, "
         f"their Java stacks break: {listed}{more}{by_unwinder}",
         PFP_FIX,
+    )
+
+
+def python_frames_check(versions: Sequence[str]) -> Check:
+    """Which CPython versions' frames the BPF walker names (docs/python-frames.md)."""
+    if not versions:
+        return Check("python-frames", WARN, "no CPython layout known", "Python processes keep native frames only")
+    return Check(
+        "python-frames",
+        OK,
+        f"CPython {', '.join(versions)} frames named module.qualname (file:line) (BPF walker; others: native only)",
     )
 
 
@@ -491,6 +503,7 @@ def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -
     checks.append(check_thread_names())
     found = jvms()
     checks.append(frame_pointer_check(found, hotspot_walkable(found)))
+    checks.append(python_frames_check(supported_versions()))
     return checks
 
 

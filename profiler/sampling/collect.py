@@ -19,6 +19,7 @@ from ..symbols.procsyms import ProcessSymbols
 from ..symbols.symbolize import (
     Frame,
     KernelSymbols,
+    PythonNamer,
     StackFolder,
     fold_stack,
     is_java_unwalkable,
@@ -90,6 +91,7 @@ def collect_ringbuf(
     cfi: CfiLoader | None = None,
     window: WindowSymbols | None = None,
     kernel_named: Mapping[int, int] | None = None,
+    pythons: Mapping[int, PythonNamer] | None = None,
 ) -> tuple[dict[int, CollectedStacks], int]:
     """The ring buffer's samples folded per PID with their timeline (``last``: the window's last
     interval), each Java frame named by the perf-map version of its sample's time, interpreted frames by
@@ -128,6 +130,7 @@ def collect_ringbuf(
                         methods=jvms.namers.get(pid) if jvms is not None else None,
                         no_methods_cause=jvms.unnamed_cause(pid) if jvms is not None else "",
                         native_cause=cfi.cut_cause_of(pid) if cfi is not None else None,
+                        python=pythons.get(pid) if pythons is not None else None,
                     )
                     history = symbols_of.histories.get(pid)
                     table = tabulate_store(store, pid, folder, history, last)

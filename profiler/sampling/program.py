@@ -124,6 +124,8 @@ def program_text(collection: str, values: dict[str, int]) -> str:
     source = source.replace('#include "cfi_step.h"\n', CfiLoader.bpf_header())
     hotspot_header = resources.files("profiler.unwind").joinpath("hotspot_step.h").read_text(encoding="utf-8")
     source = source.replace('#include "hotspot_step.h"\n', hotspot_header)
+    python_header = resources.files("profiler.unwind").joinpath("python_step.h").read_text(encoding="utf-8")
+    source = source.replace('#include "python_step.h"\n', python_header)
     header = "".join(f"#define {key} {value}\n" for key, value in values.items())
     return header + source
 

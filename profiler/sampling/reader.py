@@ -19,10 +19,12 @@ from ..capture.stackstore import (
     join_epoch,
     parse_record,
     parse_walk_record,
+    walk_record_python,
 )
 from ..scope.threadwatch import ThreadWatch
 from ..symbols.symbolprep import SymbolPreparer
 from ..unwind.codecache import COMPILED_TAG
+from ..unwind.cpython import PythonTargets
 from ..unwind.hotspot import JvmNames
 from .program import walk_slots
 
@@ -57,6 +59,7 @@ class RingReader:
         max_stack_depth: int,
         file_lock: threading.Lock,
         maps_lock: threading.Lock,
+        pythons: PythonTargets | None = None,
     ) -> None:
         self._bpf = bpf
         self._store = store
@@ -64,6 +67,7 @@ class RingReader:
         self._symbols = symbols
         self._names = names
         self._walker = walker
+        self._pythons = pythons  # CPython frames spliced into the walker's stacks (profiler/unwind/cpython.py)
         self._max_stack_depth = max_stack_depth
         self._walk_slots = walk_slots(max_stack_depth)
         self._file_lock = file_lock
@@ -104,7 +108,11 @@ class RingReader:
         try:
             record = ct.string_at(data, size)
             if self._walker:
-                self.pending.append(parse_walk_record(record, *self._walk_slots))
+                sample = parse_walk_record(record, *self._walk_slots)
+                if self._pythons is not None and isinstance(sample[4], bytes) and sample[0] in self._pythons.namers:
+                    _status, python = walk_record_python(record)
+                    sample = (*sample[:4], self._pythons.splice(sample[0], sample[4], python), *sample[5:])  # type: ignore[assignment]
+                self.pending.append(sample)
             else:
                 self.pending.append((*parse_record(record, self._max_stack_depth), 0, NO_UNLOADS))
         except Exception:  # noqa: BLE001 - a bad record must not stop the drain; counted
@@ -143,6 +151,8 @@ class RingReader:
             generation = self._jvms.generation_of(tgid, time_ns, unloads)
             if self._jvms.first_in_generation(tgid, generation, user):
                 self._jvms.note_stack(tgid, *tagged_frames(user))
+        if self._pythons is not None and isinstance(user, bytes):
+            self._pythons.note(tgid, user)  # the code objects read while they live
         epoch = join_epoch(self._symbols.epoch_at(tgid, time_ns), generation)
         context = None
         if names is not None:

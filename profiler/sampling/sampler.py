@@ -46,6 +46,7 @@ from ..scope.threadwatch import ThreadWatch
 from ..symbols.batches import BATCH_CHUNKS, WindowSymbols
 from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
 from ..unwind.cfi import CfiLoader
+from ..unwind.cpython import PyTarget, PythonTargets, fill_python
 from ..unwind.debugflag import ExactInlining
 from ..unwind.hotspot import JvmNames, MethodNamer
 from ..unwind.vmstructs import VMLayout, libjvm_mapping
@@ -100,6 +101,7 @@ class StackSampler:
         self.interval = interval
         self.hotspot_unwind = hotspot_unwind  # JIT frames stepped by their CodeBlob (else frame pointers only)
         self._jvms = JvmNames(self._publish_jvm)
+        self._pythons = PythonTargets(self._publish_python)  # CPython frames (profiler/unwind/cpython.py)
         self._symbols = SymbolPreparer(
             perf_map_mode,
             perf_map_refresh,
@@ -203,6 +205,7 @@ class StackSampler:
                 max_stack_depth=self.max_stack_depth,
                 file_lock=self._file_lock,
                 maps_lock=self._maps_lock,
+                pythons=self._pythons if self.stack_walk == "bpf" else None,
             )
             if self._names is not None:
                 self._names.start()
@@ -234,6 +237,8 @@ class StackSampler:
         """A target's preparation (a worker of preparation.py): its JVM's vmStructs first (milliseconds; the
         walker then steps its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
         is_jvm = self._attach_jvm(pid)  # False for a process that is no JVM (reason kept in _jvms.errors)
+        if not is_jvm and self.stack_walk == "bpf":
+            self._pythons.attach(pid)  # False for a process that is no CPython (reason kept in _pythons.errors)
         exact = self._exact if self._exact and (is_jvm or libjvm_mapping(pid) is not None) else None
         if exact is not None and (warning := exact.apply(pid)) is not None:  # none once stop() put them back
             self.warnings.append(f"pid {pid}: {warning}")
@@ -263,6 +268,20 @@ class StackSampler:
             if self._bpf is None or not self._attached:
                 raise RuntimeError("sampler not started or already stopped")
             publish_jvm(self._bpf[b"jvms"], pid, layout, unloads_address, self.hotspot_unwind)
+
+    def _publish_python(self, pid: int, target: PyTarget) -> None:
+        """Tell the walker where ``pid``'s CPython keeps its frames (a worker): never once stopped."""
+        with self._maps_lock:
+            if self._bpf is None or not self._attached:
+                raise RuntimeError("sampler not started or already stopped")
+            pythons = self._bpf[b"pythons"]
+            entry = pythons.Leaf()
+            fill_python(entry, target)
+            pythons[pythons.Key(pid)] = entry
+
+    def python_errors(self) -> dict[int, str]:
+        """Why a sampled process's Python frames are not named (not a CPython, a version without a layout)."""
+        return dict(self._pythons.errors)
 
     @property
     def distinct_stacks(self) -> int:
@@ -362,11 +381,12 @@ class StackSampler:
             self._exited.add(pid)
         if self._bpf is not None and self.stack_walk == "bpf":
             with self._maps_lock:
-                jvms = self._bpf[b"jvms"]
-                try:
-                    del jvms[jvms.Key(pid)]  # a later process with this pid is not that JVM
-                except KeyError:
-                    pass
+                for name in (b"jvms", b"pythons"):  # a later process with this pid is not that JVM or CPython
+                    table = self._bpf[name]
+                    try:
+                        del table[table.Key(pid)]
+                    except KeyError:
+                        pass
         if self._cfi is not None:
             self._cfi.forget_pid(pid)
 
@@ -420,6 +440,7 @@ class StackSampler:
             self._window.close()
             self._window = None
         self._jvms.close()
+        self._pythons.close()
         self.program.depth_limit.restore(self.warnings)
         self._closed = True
 
@@ -461,6 +482,7 @@ class StackSampler:
             collected, dropped = collect_ringbuf(
                 self._bpf, self._store, self._symbols, jvms, self._targets, self.max_stack_depth,
                 self.program.kernel_stack_depth, self._last_interval(), self._cfi, self._window, named,
+                self._pythons.namers,
             )  # fmt: skip
             stats = {pid: c.stats for pid, c in collected.items()}
             self.warnings.extend(end_of_run_warnings(stats, Counter(), dropped, self.program, self._jvms.errors))

@@ -42,6 +42,7 @@ struct unwind_regs {
 
 #include "cfi_step.h"
 #include "hotspot_step.h"
+#include "python_step.h"
 
 #include "targets.h"
 
@@ -56,7 +57,9 @@ struct sample_t {
     u32 user_walked;   // user frames walked (> USER_SLOTS: the ring kept the root-most ROOT_SLOTS)
     u32 walk_end;      // WALK_*
     u64 jvm_unloads;   // the JVM's count of unloaded classes at the sample (names' generation), or ~0: unknown
-    u64 frames[USER_SLOTS + KERNEL_STACK_DEPTH];
+    u32 py_frames;     // CPython frames after the kernel frames (python_step.h), leaf first
+    u32 py_status;     // PY_* of python_step.h
+    u64 frames[USER_SLOTS + KERNEL_STACK_DEPTH + PY_SLOTS];
 };
 
 struct walk_state {
@@ -66,6 +69,10 @@ struct walk_state {
     u32 walked;
     u32 end;  // WALK_RUNNING until the walk stops
     u32 hs_counts[4];  // struct hs_health's counters of this walk (HS_COUNT_*)
+    u32 py_count;  // CPython frames in py
+    u32 py_status;
+    u64 py[PY_SLOTS];
+    u8 py_buffer[PY_FRAME_BYTES];
 };
 
 // Per CPU: the walk in progress and the record it fills (too big for the 512-byte BPF stack).
@@ -237,6 +244,18 @@ static __always_inline int finish(struct bpf_perf_event_data *ctx, struct scratc
     asm volatile("" : "+r"(frames));
     if (frames > USER_SLOTS + KERNEL_STACK_DEPTH)
         return 0;
+    u64 py_frames = state->py_count;
+    asm volatile("" : "+r"(py_frames));
+    if (py_frames > PY_SLOTS)
+        py_frames = 0;
+    if (py_frames > 0 && bpf_probe_read_kernel(&sample->frames[frames], py_frames * 8, state->py) != 0)
+        py_frames = 0;
+    sample->py_frames = py_frames;
+    sample->py_status = state->py_status;
+    frames += py_frames;
+    asm volatile("" : "+r"(frames));
+    if (frames > USER_SLOTS + KERNEL_STACK_DEPTH + PY_SLOTS)
+        return 0;
     u64 size = offsetof(struct sample_t, frames) + 8 * frames;
     // No wake-up per sample: the reader drains the buffer on its own period (see sampler.py).
     if (samples.ringbuf_output(sample, size, BPF_RB_NO_WAKEUP) != 0) {
@@ -294,6 +313,10 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
         if (jvm->unloads_at != 0 &&
             bpf_probe_read_user(&sample->jvm_unloads, sizeof(u64), (void *)jvm->unloads_at) != 0)
             sample->jvm_unloads = ~0ULL;
+    } else {
+        struct python_t *py = pythons.lookup(&tgid);
+        if (py != NULL)
+            state->py_count = py_walk(py, (u32)id, state->py, state->py_buffer, &state->py_status);
     }
     if (!walk_chunk(scratch_value))
         walk_progs.call(ctx, 0);

@@ -56,6 +56,7 @@ POLL_FULL_RESCAN_SECONDS = 10.0
 FORK_SETTLE_SECONDS = 0.3
 MANUAL = "manual"
 CONFIG_MAX_BYTES = 1 << 20  # a target's spark-defaults.conf
+SERVES_HOPS = 4  # parents looked at for the JVM a python worker serves (worker -> daemon -> executor JVM)
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,7 @@ class ScopeAnalyzer:
             for pid in self.manual_pids:
                 self._add_manual(pid, now)
             self._scan_all(now, source="scan")
+            self._link_served()
         except BaseException:
             self.close()  # no exec tracepoint stays attached when start fails (e.g. a bad --pid)
             raise
@@ -522,9 +524,37 @@ class ScopeAnalyzer:
             jvm_version=version,
             preserve_frame_pointer=preserve_frame_pointer,
         )
+        if version is None:
+            info = replace(info, serves=self._served_jvm(snap.ppid))
         state.tracked[snap.pid] = _Tracked(info, snap.identity, now)
         state.new.append(info)
         return info
+
+    def _served_jvm(self, ppid: int) -> int | None:
+        """The JVM of the scope a non-JVM process works for: its nearest ancestor in the scope that is a JVM,
+        or the one that ancestor serves (a forked pyspark.worker's parent is pyspark.daemon, whose parent is
+        the executor). Only parents' stat lines are read, at most SERVES_HOPS of them."""
+        pid = ppid
+        for _ in range(SERVES_HOPS):
+            if pid <= 1:
+                return None
+            tracked = self._state.tracked.get(pid)
+            if tracked is not None:
+                return pid if tracked.info.jvm_version is not None else tracked.info.serves
+            stat = self._proc.stat(pid)
+            if stat is None:
+                return None
+            pid = stat.ppid
+        return None
+
+    def _link_served(self) -> None:
+        """After the first scan: a python worker listed before its JVM (a smaller pid after a wrap) finds it now."""
+        for tracked in self._state.tracked.values():
+            info = tracked.info
+            if info.jvm_version is None and info.serves is None:
+                stat = self._proc.stat(info.pid)
+                if stat is not None:
+                    tracked.info = replace(info, serves=self._served_jvm(stat.ppid))
 
     def _add_manual(self, pid: int, now: float) -> None:
         snap = self._proc.snapshot(pid)

@@ -35,6 +35,8 @@ from ..capture.stackstore import (
     CUT_JAVA,
     CUT_NATIVE,
     GAP_TAG,
+    PYTHON_MASK,
+    PYTHON_TAG,
     TAG_MASK,
     WALK_ENDS,
     StackKey,
@@ -238,6 +240,15 @@ def _root_frames(records: Sequence[_ValueNames]) -> tuple[Frame, ...]:
     return frames
 
 
+class PythonNamer(Protocol):
+    """Names of a CPython process's frames (unwind.cpython.PyNamer)."""
+
+    def name(self, value: int) -> str | None: ...
+
+
+PYTHON_UNNAMED = "[python]"  # a CPython frame whose code object could not be read
+
+
 class StackFolder:
     """Raw stacks of one process to folded lines, counting what the health panel reports.
 
@@ -259,6 +270,7 @@ class StackFolder:
         methods: JavaNamer | None = None,
         no_methods_cause: str = NO_METHOD_SLOT,
         native_cause: Callable[[int], str | None] | None = None,
+        python: PythonNamer | None = None,
     ) -> None:
         self.symbols = symbols
         self.kernel = kernel
@@ -267,6 +279,7 @@ class StackFolder:
         self.java_process = java_process
         self.walker = walker  # stacks of our walker: tagged frames, truncation by gap frame
         self.methods = methods
+        self.python = python  # names CPython frames spliced into the walker's stacks
         self.generation: int | None = None  # of the JVM's Method* names (None: its current one)
         self.no_methods_cause = no_methods_cause  # why interpreter frames stay unnamed when methods is None
         self.native_cause = native_cause  # outermost pc -> a CUT_* cause finer than CUT_NATIVE, or None
@@ -383,6 +396,8 @@ class StackFolder:
         (FrameMemo.resolve_native); a Method*, a compiled frame or code named by a perf map can change."""
         if self.walker:
             tag = value & TAG_MASK
+            if value & PYTHON_MASK == PYTHON_TAG:
+                return False
             if tag == GAP_TAG:
                 return True
             if tag:
@@ -397,6 +412,9 @@ class StackFolder:
         """(frames, frames cut) of one stored value of the walker: pc, tagged Method*, compiled frame
         (with its inlined methods), or gap."""
         tag = value & TAG_MASK
+        if value & PYTHON_MASK == PYTHON_TAG:
+            name = self.python.name(value) if self.python is not None else None
+            return [Frame(name or PYTHON_UNNAMED, "python")], 0
         if tag == GAP_TAG:
             cut = value & ~TAG_MASK
             return [Frame(gap_frame(cut), "gap")], cut

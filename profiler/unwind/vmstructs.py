@@ -89,8 +89,11 @@ ELF_MAX_STRINGS = 32 << 20  # bytes of a string table (libjvm.so's .strtab: ~3 M
 # ---------------------------------------------------------------- ELF (dynamic symbols of libjvm.so)
 
 
-def elf_symbols(path: str, reader: safeio.BoundedReader, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
-    """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr.
+def elf_symbols(
+    path: str, reader: safeio.BoundedReader, names: tuple[str, ...], sizes: dict[str, int] | None = None
+) -> tuple[dict[str, int], int]:
+    """Values of the named symbols from .dynsym (else .symtab), and the file offset-0 PT_LOAD's vaddr; their
+    st_size into ``sizes`` when given. An undefined symbol (value 0: an import) is not a value.
 
     Reads only the headers and the symbol and string tables (libjvm.so is ~20 MB), each inside the file
     and bounded (a crafted header raises ValueError). The work is linear in the tables: a name is compared
@@ -129,11 +132,13 @@ def elf_symbols(path: str, reader: safeio.BoundedReader, names: tuple[str, ...])
             table = read(offset, size)
             strings = read(sections[link][4], sections[link][5])
             for at in range(0, size - 23, entsize):
-                st_name, _info_other, _shndx, st_value = struct.unpack_from("<IHHQ", table, at)
+                st_name, _info_other, _shndx, st_value, st_size = struct.unpack_from("<IHHQQ", table, at)
                 spelled = strings[st_name : st_name + longest]
                 name = wanted.get(spelled[: spelled.find(b"\0") + 1])
-                if name is not None and name not in found:
+                if name is not None and name not in found and st_value != 0:
                     found[name] = st_value
+                    if sizes is not None:
+                        sizes[name] = st_size
         if len(found) == len(wanted):
             break
     return found, base_vaddr

@@ -59,14 +59,14 @@ def walk_record(
     frames: list[int], walked: int, kernel: bytes | int = STACK_NONE, end: int = 0, unloads: int = (1 << 64) - 1
 ) -> bytes:
     kernel_len = len(kernel) if isinstance(kernel, bytes) else kernel
-    head = WALK_HEADER.pack(10, 11, 5, 8 * len(frames), kernel_len, b"w".ljust(16, b"\0"), walked, end, unloads)
+    head = WALK_HEADER.pack(10, 11, 5, 8 * len(frames), kernel_len, b"w".ljust(16, b"\0"), walked, end, unloads, 0, 0)
     return head + raw(*frames) + (kernel if isinstance(kernel, bytes) else b"")
 
 
 def test_walker_record_is_as_long_as_used_and_keeps_leaf_and_root_of_a_deep_stack() -> None:
     # 56-byte header (the 40 of the ring-buffer record, then frames walked, why the walk ended and the JVM's
     # unloaded-class count: all ones when the walker had none)
-    assert WALK_HEADER.size == 56
+    assert WALK_HEADER.size == 64
     parsed = parse_walk_record(walk_record([1, 2], 2, raw(9)), 2, 4)
     assert parsed == (10, 11, 5, b"w", raw(1, 2), raw(9), 0, NO_UNLOADS)
     assert parse_walk_record(walk_record([1], 1, unloads=7), 2, 4)[7] == 7

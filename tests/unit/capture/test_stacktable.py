@@ -453,3 +453,14 @@ def test_a_table_within_intervals_keeps_only_their_rows_with_their_contexts() ->
     assert cut.samples == 9 and set(cut.intervals) == {1}
     assert cut.context_counts() == Counter({(TASK, "Executor task launch worker;run"): 4})
     assert table.within(0, 2).context_counts() == table.context_counts() and table.within(3, 9).samples == 0
+
+
+def test_a_python_frame_kind_is_named_only_in_tables_that_have_one() -> None:
+    builder = stacktable.StackTableBuilder()
+    frames = [builder.frame("python3.11", stacktable.THREAD), builder.frame("py_split.parse (py_split.py:3)", "python")]
+    builder.add(0, builder.stack(frames), None, 5)
+    table = builder.build()
+    decoded = stacktable.decode_table(stacktable.encode_table(table), "test")
+    assert list(decoded.kinds) == list(table.kinds) and "python" in decoded.kinds
+    plain = table_from_folded(*sample_table())
+    assert b'"python"' not in stacktable.encode_table(plain)

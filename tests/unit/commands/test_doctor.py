@@ -97,3 +97,12 @@ def test_taskstats_row_warns_only_where_proc_counters_would_lose_exits() -> None
     lost = taskstats_check("taskstats unavailable (registering needs CAP_NET_ADMIN)", uses_proc=True)
     assert lost.status == WARN and "CAP_NET_ADMIN" in lost.detail and "--counters perf" in lost.fix
     assert taskstats_check("taskstats unavailable (x)", uses_proc=False).status == OK  # perf events: not needed
+
+
+def test_python_frames_row_names_the_cpython_versions() -> None:
+    from profiler.commands.doctor import python_frames_check
+    from profiler.unwind.cpython import supported_versions
+
+    row = python_frames_check(supported_versions())
+    assert row.status == "ok" and "CPython 3.11 frames named" in row.detail
+    assert python_frames_check([]).status == "warn"

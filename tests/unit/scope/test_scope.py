@@ -439,3 +439,27 @@ def test_a_pattern_for_a_program_name_reads_every_command_line(env: tuple[FakeCl
     proc.spawn(900, ("/opt/bin/my-engine-daemon", "--serve"))
     scope.start()
     assert [(p.pid, p.kind) for p in scope.processes()] == [(900, "tool")] and scope.cmdlines_skipped == 0
+
+
+def test_python_workers_serve_their_executor_jvm(env: tuple[FakeClock, FakeProc]) -> None:
+    # GIVEN an executor (102) whose pyspark.daemon forked a worker, a daemon listed before its executor
+    # (a smaller pid after a wrap), and a python process under no JVM of the scope
+    clock, proc = env
+    proc.spawn(500, ("python3", "-m", "pyspark.daemon"), ppid=102)
+    proc.spawn(501, ("python3", "-m", "pyspark.daemon"), ppid=500)
+    proc.spawn(20, ("python3", "-m", "pyspark.daemon"), ppid=30)
+    proc.spawn(30, EXECUTOR, ppid=100)
+    proc.spawn(600, ("bash",), ppid=101)
+    proc.spawn(601, ("python3", "-m", "pyspark.daemon"), ppid=600)
+    scope = make(proc, clock)
+    scope.start()
+    serves = {p.pid: p.serves for p in scope.processes()}
+    # THEN each worker names its executor through its parents, a JVM serves no one, a stray daemon neither
+    assert (serves[500], serves[501], serves[20]) == (102, 102, 30)
+    assert serves[102] is None and serves[30] is None and serves[601] is None
+    # AND a worker forked while the window runs is tied on its first filing
+    proc.spawn(502, ("python3", "-m", "pyspark.daemon"), ppid=500, age=0.01)
+    assert scope.poll() == ([], [])
+    clock.now += 0.5
+    new, _ = scope.poll()
+    assert [(p.pid, p.serves) for p in new] == [(502, 102)]
