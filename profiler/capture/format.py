@@ -349,6 +349,10 @@ class Overhead:
     name_batches: int = 0  # batches that named native frames during the window (profiler/symbols/batches.py)
     name_batch_stacks: int = 0  # distinct stacks they named
     name_batch_cpu_seconds: float = 0.0  # the profiler CPU they took (in profiler_cpu_seconds too)
+    # the start-up, in seconds since the command's process began (its exec: /proc/self/stat starttime, 10 ms ticks)
+    window_start_at: float | None = None  # the window began: every program loaded, the scope's first listing done
+    first_sample_at: float | None = None  # the first sample's kernel time (None: no sample, or the stack map)
+    first_sample_cpu_seconds: float | None = None  # the agent's CPU (every thread) when it filed that sample
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .components import Components, real_components
 from .departures import departure_lines, nothing_line, nothing_to_sample
 from .options import RunOptions
 from .status import StatusWriter
-from .window import Window, WindowState
+from .window import Window, WindowState, command_started_ns, seconds_since
 from .write import Collected, write_capture
 
 CAP_PERFMON = 38
@@ -235,7 +235,7 @@ class Runner:
             counters=counters,
             counter_readings=state.counter_readings,
             warnings=tuple(state.warnings),
-            cost=self._window_cost(),
+            cost=self._window_cost(components),
             post_start=post_start,
             **held,
         )
@@ -314,11 +314,12 @@ class Runner:
         except Exception:  # noqa: BLE001 - the per-pid flags carry the truth anyway
             return "estimated"
 
-    def _window_cost(self) -> Overhead:
+    def _window_cost(self, components: Components) -> Overhead:
         """The profiler's own cost during the window: CPU, BPF run time, memory, named batches, checkpoints."""
         state = self.state
         bpf_time, bpf_count = state.bpf_totals or (None, None)
         return Overhead(
+            **self._start_up(components),
             profiler_cpu_seconds=round(max(0.0, state.cpu_after - state.cpu_before), 4),
             bpf_run_time_ns=bpf_time,
             bpf_run_count=bpf_count,
@@ -330,6 +331,19 @@ class Runner:
             name_batch_cpu_seconds=round(state.name_batch_cpu, 4),
             **self._checkpoint_cost(),
         )
+
+    def _start_up(self, components: Components) -> dict[str, Any]:
+        """When the window began and the first sample came, in seconds since the command (overhead.json)."""
+        started = command_started_ns()
+        try:
+            first = components.sampler.first_sample
+        except Exception:  # noqa: BLE001 - a figure of the run's cost, never the run's failure
+            first = None
+        return {
+            "window_start_at": seconds_since(started, self.state.window_start_ns),
+            "first_sample_at": seconds_since(started, first[0] if first else None),
+            "first_sample_cpu_seconds": round(first[1], 3) if first else None,
+        }
 
     def _checkpoint_cost(self) -> dict[str, Any]:
         cost = self.journal.cost if self.journal is not None else None

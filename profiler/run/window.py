@@ -20,7 +20,7 @@ from typing import Any
 from .. import __version__
 from ..bpf.compiler import release_compiler_pages, release_freed_memory
 from ..bpf.stats import StatsSlices, bpf_prog_run_stats, window_stats
-from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
+from ..capture.checkpoint import CheckpointWriter, checkpoint_dir, start_ticks
 from ..capture.format import OverheadPoint, PidCounters, ProcessInfo
 from ..capture.offcpucheckpoint import OffCpuCheckpoint, write_offcpu_checkpoint
 from ..capture.timeline import CounterReading, rss_bytes
@@ -33,6 +33,7 @@ from .write import last_interval_of
 # Scope polling is most of the profiler's CPU while sampling (a /proc scan, exit checks, the exec
 # watcher's queue): twice a second still lets a new process enter within a second.
 POLL_INTERVAL = 0.5
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -54,6 +55,7 @@ class WindowState:
     overhead_points: list[OverheadPoint] = field(default_factory=list)
     rss_baseline: int | None = None
     window_started: bool = False
+    window_start_ns: int | None = None  # CLOCK_MONOTONIC at the window's start
     name_batches: int = 0  # each interval: native frames named during the window
     name_batch_stacks: int = 0
     name_batch_cpu: float = 0.0
@@ -63,6 +65,23 @@ class WindowState:
 def own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def command_started_ns() -> int | None:
+    """CLOCK_MONOTONIC (ns) when this process began: its /proc/self/stat starttime (clock ticks of CLOCK_BOOTTIME)
+    brought to the monotonic clock the kernel stamps samples with. None when unreadable."""
+    ticks = start_ticks(os.getpid())
+    if ticks is None:
+        return None
+    age_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - ticks * 1_000_000_000 // CLOCK_TICKS
+    return time.monotonic_ns() - age_ns
+
+
+def seconds_since(started_ns: int | None, at_ns: int | None) -> float | None:
+    """Seconds from ``started_ns`` to ``at_ns`` (both CLOCK_MONOTONIC ns), None when either is unknown."""
+    if started_ns is None or at_ns is None:
+        return None
+    return round((at_ns - started_ns) / 1e9, 3)
 
 
 def own_rss() -> int:
@@ -115,6 +134,7 @@ class Window:
             state.cpu_before = own_cpu_seconds()
             state.rss_baseline = own_rss()
             state.start_time = self.clock()
+            state.window_start_ns = time.monotonic_ns()
             components.sampler.begin_window()
             state.window_started = True
             self.status.window_start = state.start_time
