@@ -23,7 +23,7 @@ import psutil
 
 from ..capture import format as capture
 from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
-from ..capture.format import EventCount, Overhead, PidCounters, ProcessInfo, RunMeta
+from ..capture.format import ComponentCpu, EventCount, Overhead, PidCounters, ProcessInfo, RunMeta
 from ..engines.flinkmetrics import taskmanager_pids
 from ..errors import NothingToSampleError, OutputWriteError, PrivilegeError
 from ..files import safeio
@@ -33,6 +33,7 @@ from .components import Components, real_components
 from .departures import departure_lines, nothing_line, nothing_to_sample
 from .options import RunOptions
 from .status import StatusWriter
+from .threadcpu import split_components
 from .window import Window, WindowState, command_started_ns, seconds_since
 from .write import Collected, write_capture
 
@@ -329,8 +330,19 @@ class Runner:
             name_batches=state.name_batches,
             name_batch_stacks=state.name_batch_stacks,
             name_batch_cpu_seconds=round(state.name_batch_cpu, 4),
+            cpu_by_component=self._by_component(),
             **self._checkpoint_cost(),
         )
+
+    def _by_component(self) -> tuple[ComponentCpu, ...]:
+        """The window's CPU by component: its threads', the runner's thread split by what it measured itself."""
+        state = self.state
+        if not state.thread_cpu:
+            return ()
+        cost = self.journal.cost if self.journal is not None else None
+        checkpoint = cost.cpu_seconds if cost is not None else 0.0
+        parts = {"scope": state.scope_cpu, "naming": state.name_batch_cpu, "checkpoint": checkpoint}
+        return split_components(state.thread_cpu, max(0.0, state.cpu_after - state.cpu_before), parts)
 
     def _start_up(self, components: Components) -> dict[str, Any]:
         """When the window began and the first sample came, in seconds since the command (overhead.json)."""

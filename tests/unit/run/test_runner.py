@@ -667,3 +667,24 @@ def test_the_command_start_is_the_process_start_on_the_monotonic_clock() -> None
     started = int(child.stdout)
     assert before - 30_000_000 <= started <= after
     assert seconds_since(started, started + 1_500_000_000) == 1.5 and seconds_since(None, started) is None
+
+
+def test_overhead_splits_the_windows_cpu_by_component(tmp_path: Path) -> None:
+    # GIVEN a scope whose every poll burns 60 ms of the runner thread's CPU, over a 1.6 s window
+    runner, components, out = make(tmp_path, duration=1.6, real_time=True)
+    poll = components.scope.poll
+
+    def costly_poll() -> tuple[list[ProcessInfo], list[int]]:
+        began = time.thread_time()
+        while time.thread_time() - began < 0.06:
+            pass
+        return poll()
+
+    components.scope.poll = costly_poll  # type: ignore[method-assign]
+    runner.run(parse_profile(PROFILE_TEXT))
+    overhead = read_overhead(out)
+    by_component = {part.component: part.cpu_seconds for part in overhead.cpu_by_component}
+    # THEN the scope's polls are its own component, and the components add up to the window's CPU
+    polls = components.scope.polls
+    assert polls >= 3 and by_component["scope"] == pytest.approx(0.06 * polls, abs=0.03)
+    assert sum(by_component.values()) == pytest.approx(overhead.profiler_cpu_seconds, abs=0.03)
