@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from coordinator.analysis.load import RunData
 from coordinator.report.model import HealthLine, ProcessLine
 from coordinator.rundir import HOST_OK
+from profiler.capture.format import Overhead
 from profiler.capture.read import Capture
 
 # Health thresholds: above these a line turns into a warning.
@@ -260,9 +261,27 @@ def _overhead_health(captures: Sequence[Capture]) -> list[HealthLine]:
             "overhead",
             f"{capture.meta.host}: profiler used {overhead.profiler_cpu_seconds:.2f} CPU s "
             f"({per_core:.1%} of one core){bpf}, post-run {overhead.post_run_seconds:.1f} s{post_cpu}, "
-            f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB",
+            f"peak RSS {overhead.peak_rss_bytes / 2**20:.0f} MiB{_by_component(overhead)}{_start_up(overhead)}",
         ))
     return lines
+
+
+def _by_component(overhead: Overhead) -> str:
+    """'; by component: preparation 2.10, reading 0.40, ...' (largest first), '' for older captures."""
+    parts = sorted(overhead.cpu_by_component, key=lambda part: -part.cpu_seconds)
+    if not parts:
+        return ""
+    return "; CPU s by component: " + ", ".join(f"{part.component} {part.cpu_seconds:.2f}" for part in parts)
+
+
+def _start_up(overhead: Overhead) -> str:
+    """'; first sample 1.8 s after the command (1.4 CPU s)', '' when the run did not record it."""
+    if overhead.first_sample_at is None:
+        return ""
+    cpu = overhead.first_sample_cpu_seconds
+    return f"; first sample {overhead.first_sample_at:.1f} s after the command" + (
+        f" ({cpu:.1f} CPU s)" if cpu is not None else ""
+    )
 
 
 def _walk_health(captures: Sequence[Capture]) -> list[HealthLine]:

@@ -350,6 +350,22 @@ class Overhead:
     name_batches: int = 0  # batches that named native frames during the window (profiler/symbols/batches.py)
     name_batch_stacks: int = 0  # distinct stacks they named
     name_batch_cpu_seconds: float = 0.0  # the profiler CPU they took (in profiler_cpu_seconds too)
+    # the start-up, in seconds since the command's process began (its exec: /proc/self/stat starttime, 10 ms ticks)
+    window_start_at: float | None = None  # the window began: every program loaded, the scope's first listing done
+    first_sample_at: float | None = None  # the first sample's kernel time (None: no sample, or the stack map)
+    first_sample_cpu_seconds: float | None = None  # the agent's CPU (every thread) when it filed that sample
+    # profiler_cpu_seconds by component (its threads' CPU, profiler/run/threadcpu.py); () in older captures
+    cpu_by_component: tuple[ComponentCpu, ...] = ()
+
+
+@dataclass(frozen=True)
+class ComponentCpu:
+    """The agent's CPU seconds in the window in one component: reading (the ring buffer), preparation (unwind
+    tables, vmStructs), naming (symbols, thread names, name batches), scope, checkpoint, engines, off-cpu,
+    window (the rest of the runner's thread) and other (threads that ended between readings, unnamed ones)."""
+
+    component: str
+    cpu_seconds: float
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from .format import (
     SCOPE_FILE,
     SPARK_FILE,
     STACKS_FILE,
+    ComponentCpu,
     CounterDelta,
     CounterValue,
     EventCount,
@@ -315,6 +316,9 @@ def read_flink_vertices(capture_dir: Path) -> tuple[VertexWindow, ...]:
     return tuple(from_json_object(VertexWindow, entry, path) for entry in entries)
 
 
+MAX_COMPONENTS = 64  # overhead.json's CPU components: a dozen are written
+
+
 def read_overhead(capture_dir: Path) -> Overhead | None:
     path = capture_dir / OVERHEAD_FILE
     if not os.path.lexists(path):
@@ -322,6 +326,12 @@ def read_overhead(capture_dir: Path) -> Overhead | None:
     payload = expect_json(_load_json(capture_dir, path), dict, path, "the file")
     points = expect_json(payload.get("timeline") or [], list, path, "timeline")
     payload["timeline"] = tuple(from_json_object(OverheadPoint, point, path) for point in points)
+    components = expect_json(payload.get("cpu_by_component") or [], list, path, "cpu_by_component")
+    if len(components) > MAX_COMPONENTS:
+        raise CaptureFormatError(
+            f"{path}: {len(components)} CPU components (at most {MAX_COMPONENTS}); re-run the capture"
+        )
+    payload["cpu_by_component"] = tuple(from_json_object(ComponentCpu, entry, path) for entry in components)
     overhead: Overhead = from_json_object(Overhead, payload, path)
     return overhead
 

@@ -47,6 +47,8 @@ class SamplerLike(Protocol):
     def max_stack_depth(self) -> int: ...  # the depth the kernel allowed, known after start()
     @property
     def thread_names(self) -> str: ...  # "uprobe", "jcmd" or "comm": where the stacks' thread names came from
+    @property
+    def first_sample(self) -> tuple[int, float] | None: ...  # (CLOCK_MONOTONIC ns, agent CPU-s then); None: none yet
 
     def start(self) -> None: ...
     def begin_window(self) -> None: ...

@@ -23,7 +23,7 @@ import psutil
 
 from ..capture import format as capture
 from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
-from ..capture.format import EventCount, Overhead, PidCounters, ProcessInfo, RunMeta
+from ..capture.format import ComponentCpu, EventCount, Overhead, PidCounters, ProcessInfo, RunMeta
 from ..engines.flinkmetrics import taskmanager_pids
 from ..errors import NothingToSampleError, OutputWriteError, PrivilegeError
 from ..files import safeio
@@ -33,7 +33,8 @@ from .components import Components, real_components
 from .departures import departure_lines, nothing_line, nothing_to_sample
 from .options import RunOptions
 from .status import StatusWriter
-from .window import Window, WindowState
+from .threadcpu import split_components
+from .window import Window, WindowState, command_started_ns, seconds_since
 from .write import Collected, write_capture
 
 CAP_PERFMON = 38
@@ -235,7 +236,7 @@ class Runner:
             counters=counters,
             counter_readings=state.counter_readings,
             warnings=tuple(state.warnings),
-            cost=self._window_cost(),
+            cost=self._window_cost(components),
             post_start=post_start,
             **held,
         )
@@ -314,11 +315,12 @@ class Runner:
         except Exception:  # noqa: BLE001 - the per-pid flags carry the truth anyway
             return "estimated"
 
-    def _window_cost(self) -> Overhead:
+    def _window_cost(self, components: Components) -> Overhead:
         """The profiler's own cost during the window: CPU, BPF run time, memory, named batches, checkpoints."""
         state = self.state
         bpf_time, bpf_count = state.bpf_totals or (None, None)
         return Overhead(
+            **self._start_up(components),
             profiler_cpu_seconds=round(max(0.0, state.cpu_after - state.cpu_before), 4),
             bpf_run_time_ns=bpf_time,
             bpf_run_count=bpf_count,
@@ -328,8 +330,32 @@ class Runner:
             name_batches=state.name_batches,
             name_batch_stacks=state.name_batch_stacks,
             name_batch_cpu_seconds=round(state.name_batch_cpu, 4),
+            cpu_by_component=self._by_component(),
             **self._checkpoint_cost(),
         )
+
+    def _by_component(self) -> tuple[ComponentCpu, ...]:
+        """The window's CPU by component: its threads', the runner's thread split by what it measured itself."""
+        state = self.state
+        if not state.thread_cpu:
+            return ()
+        cost = self.journal.cost if self.journal is not None else None
+        checkpoint = cost.cpu_seconds if cost is not None else 0.0
+        parts = {"scope": state.scope_cpu, "naming": state.name_batch_cpu, "checkpoint": checkpoint}
+        return split_components(state.thread_cpu, max(0.0, state.cpu_after - state.cpu_before), parts)
+
+    def _start_up(self, components: Components) -> dict[str, Any]:
+        """When the window began and the first sample came, in seconds since the command (overhead.json)."""
+        started = command_started_ns()
+        try:
+            first = components.sampler.first_sample
+        except Exception:  # noqa: BLE001 - a figure of the run's cost, never the run's failure
+            first = None
+        return {
+            "window_start_at": seconds_since(started, self.state.window_start_ns),
+            "first_sample_at": seconds_since(started, first[0] if first else None),
+            "first_sample_cpu_seconds": round(first[1], 3) if first else None,
+        }
 
     def _checkpoint_cost(self) -> dict[str, Any]:
         cost = self.journal.cost if self.journal is not None else None

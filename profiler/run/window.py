@@ -20,7 +20,7 @@ from typing import Any
 from .. import __version__
 from ..bpf.compiler import release_compiler_pages, release_freed_memory
 from ..bpf.stats import StatsSlices, bpf_prog_run_stats, window_stats
-from ..capture.checkpoint import CheckpointWriter, checkpoint_dir
+from ..capture.checkpoint import CheckpointWriter, checkpoint_dir, start_ticks
 from ..capture.format import OverheadPoint, PidCounters, ProcessInfo
 from ..capture.offcpucheckpoint import OffCpuCheckpoint, write_offcpu_checkpoint
 from ..capture.timeline import CounterReading, rss_bytes
@@ -28,11 +28,13 @@ from ..files.textinput import TEXT_ENCODING
 from .components import Components, OffCpuLike
 from .options import RunOptions
 from .status import StatusWriter
+from .threadcpu import ThreadCpu
 from .write import last_interval_of
 
 # Scope polling is most of the profiler's CPU while sampling (a /proc scan, exit checks, the exec
 # watcher's queue): twice a second still lets a new process enter within a second.
 POLL_INTERVAL = 0.5
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -54,15 +56,35 @@ class WindowState:
     overhead_points: list[OverheadPoint] = field(default_factory=list)
     rss_baseline: int | None = None
     window_started: bool = False
+    window_start_ns: int | None = None  # CLOCK_MONOTONIC at the window's start
     name_batches: int = 0  # each interval: native frames named during the window
     name_batch_stacks: int = 0
     name_batch_cpu: float = 0.0
     name_batch_failed: bool = False
+    scope_cpu: float = 0.0  # the runner's thread in the scope's polls
+    thread_cpu: dict[str, float] = field(default_factory=dict)  # the window's CPU by thread component (threadcpu.py)
 
 
 def own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def command_started_ns() -> int | None:
+    """CLOCK_MONOTONIC (ns) when this process began: its /proc/self/stat starttime (clock ticks of CLOCK_BOOTTIME)
+    brought to the monotonic clock the kernel stamps samples with. None when unreadable."""
+    ticks = start_ticks(os.getpid())
+    if ticks is None:
+        return None
+    age_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - ticks * 1_000_000_000 // CLOCK_TICKS
+    return time.monotonic_ns() - age_ns
+
+
+def seconds_since(started_ns: int | None, at_ns: int | None) -> float | None:
+    """Seconds from ``started_ns`` to ``at_ns`` (both CLOCK_MONOTONIC ns), None when either is unknown."""
+    if started_ns is None or at_ns is None:
+        return None
+    return round((at_ns - started_ns) / 1e9, 3)
 
 
 def own_rss() -> int:
@@ -92,6 +114,7 @@ class Window:
         self.clock = clock
         self.stop_event = stop_event
         self.journal: CheckpointWriter | None = None  # the checkpoint journal, open during the window
+        self.threads = ThreadCpu()  # each thread's CPU in the window, by component
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True when a stop was requested."""
@@ -113,8 +136,10 @@ class Window:
                 return
         with window_stats(lambda: bpf_prog_run_stats(components.prog_ids()), self.clock()) as bpf_stats:
             state.cpu_before = own_cpu_seconds()
+            self.threads.begin()
             state.rss_baseline = own_rss()
             state.start_time = self.clock()
+            state.window_start_ns = time.monotonic_ns()
             components.sampler.begin_window()
             state.window_started = True
             self.status.window_start = state.start_time
@@ -150,7 +175,10 @@ class Window:
                 if self.journal is not None and self.clock() >= next_checkpoint:
                     self._checkpoint()
                     next_checkpoint += options.checkpoint
+                self.threads.sample()
+                scope_began = time.thread_time()
                 new, exited = components.scope.poll()
+                state.scope_cpu += time.thread_time() - scope_began
                 for process in new:
                     self._enter(process)
                     self._guarded("event counting", components.events.add_process, process)
@@ -199,6 +227,8 @@ class Window:
             # the seconds measured, when the figures are scaled from slices (None: on all window)
             state.bpf_stats_seconds = round(estimate[1], 3) if bpf_stats.sliced else None
         state.cpu_after = own_cpu_seconds()
+        self.threads.sample()
+        state.thread_cpu = self.threads.by_component()
 
     def last_interval(self) -> int:
         """The window's last timeline interval. The loop ends a hair after the deadline: that sliver
@@ -233,7 +263,7 @@ class Window:
         """Native frames named while the processes run (a failure leaves them to the pass after the window)."""
         components = self.components
         state = self.state
-        cpu = own_cpu_seconds()
+        cpu = time.thread_time()  # the batch runs in this thread; the process's CPU would count the others'
         try:
             state.name_batch_stacks += components.sampler.name_batch()
         except Exception as exc:  # noqa: BLE001 - an optimisation: the post-run pass names what it missed
@@ -242,7 +272,7 @@ class Window:
             state.name_batch_failed = True
         state.name_batches += 1
         release_freed_memory()  # bcc's lookups: their freed heap would stay resident under the live stacks
-        state.name_batch_cpu += own_cpu_seconds() - cpu
+        state.name_batch_cpu += time.thread_time() - cpu
 
     def _begin_journal(self) -> None:
         """Open the journal with the run's header (the window has begun: the sampler's facts are known)."""

@@ -5,6 +5,7 @@ the epoch that names it (perf-map version, JVM's generation of names)."""
 from __future__ import annotations
 
 import ctypes as ct
+import os
 import struct
 import threading
 from collections import Counter
@@ -37,6 +38,13 @@ def tagged_frames(user: bytes) -> tuple[list[int], list[int]]:
     values = struct.unpack(f"<{len(user) // 8}Q", user)
     methods = [value & ~TAG_MASK for value in values if value & TAG_MASK == INTERPRETED_TAG]
     return methods, [value for value in values if value & TAG_MASK == COMPILED_TAG]
+
+
+def first_sample_of(records: list[SampleRecord]) -> tuple[int, float]:
+    """The earliest of ``records``' kernel times, and the agent's own CPU seconds now (user + system, every
+    thread)."""
+    times = os.times()
+    return min(record[2] for record in records), times.user + times.system
 
 
 class RingReader:
@@ -75,6 +83,9 @@ class RingReader:
         self.pending: list[SampleRecord] = []
         self.kernel_named: Counter[int] = Counter()  # samples per tgid named by the comm only
         self.errors = 0  # records that could not be parsed or filed
+        # the first drain that held samples: the earliest one's kernel time (CLOCK_MONOTONIC ns, bpf_ktime_get_ns)
+        # and the agent's CPU seconds (all its threads) at that drain, up to READ_PERIOD after the sample
+        self.first_sample: tuple[int, float] | None = None
         self._callback: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -131,6 +142,8 @@ class RingReader:
             awaiting = names.awaiting()
             names.drain()
         pending, self.pending = self.pending, []
+        if pending and self.first_sample is None:
+            self.first_sample = first_sample_of(pending)
         with self._file_lock:
             for record in pending:
                 if record[0] in awaiting:

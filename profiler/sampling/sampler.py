@@ -284,6 +284,12 @@ class StackSampler:
         return dict(self._pythons.errors)
 
     @property
+    def first_sample(self) -> tuple[int, float] | None:
+        """The first sample's kernel time (CLOCK_MONOTONIC ns) and the agent's CPU seconds when the reader filed
+        it (at most READ_PERIOD later); None before any sample or without the ring buffer."""
+        return self._reader.first_sample if self._reader is not None else None
+
+    @property
     def distinct_stacks(self) -> int:
         return self._store.distinct_stacks
 

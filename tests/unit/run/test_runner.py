@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -47,6 +51,7 @@ from profiler.engines.events import EventCounter
 from profiler.errors import NothingToSampleError
 from profiler.matching.appprofile import parse_profile
 from profiler.run.runner import Components, Runner, RunOptions
+from profiler.run.window import command_started_ns, seconds_since
 
 PROFILE_TEXT = "Alpha: burnAlpha\nBeta: burnBeta\nGC: GC Thread\n"
 
@@ -92,6 +97,7 @@ class FakeSampler:
     stack_walk = "bpf"
     max_stack_depth = 127
     thread_names = "comm"
+    first_sample: tuple[int, float] | None = None  # set by a test: (CLOCK_MONOTONIC ns, agent CPU-s then)
 
     def __init__(self, stacks: dict[int, Counter[str]], fail_collect: bool = False) -> None:
         self.stacks = stacks
@@ -624,3 +630,61 @@ def test_a_scoped_run_without_a_pid_that_finds_nothing_still_ends_normally(tmp_p
     components.scope = FakeScope([], [], [])
     runner.run(parse_profile(PROFILE_TEXT))
     assert "no workload process was found: check --known-spes or add --pid" in read_meta(out).warnings
+
+
+def test_overhead_says_when_the_window_began_and_the_first_sample_came_since_the_command(tmp_path: Path) -> None:
+    # GIVEN a sampler whose first sample came at a known monotonic time, with the agent at 0.75 CPU-s
+    runner, components, out = make(tmp_path, duration=0.4, real_time=True)
+    started = command_started_ns()
+    assert started is not None and started <= time.monotonic_ns()
+    first_ns = time.monotonic_ns() + 250_000_000
+    components.sampler.first_sample = (first_ns, 0.75)
+    # WHEN the run is written
+    runner.run(parse_profile(PROFILE_TEXT))
+    overhead = read_overhead(out)
+    # THEN both are seconds since this process began, the window's before the first sample's
+    assert overhead.first_sample_at == pytest.approx((first_ns - started) / 1e9, abs=0.03)
+    assert overhead.first_sample_cpu_seconds == 0.75
+    assert overhead.window_start_at is not None and 0 < overhead.window_start_at < overhead.first_sample_at + 1
+
+
+def test_a_run_without_a_sample_writes_no_first_sample(tmp_path: Path) -> None:
+    runner, components, out = make(tmp_path, duration=0.4, real_time=True)
+    runner.run(parse_profile(PROFILE_TEXT))
+    overhead = read_overhead(out)
+    assert overhead.first_sample_at is None and overhead.first_sample_cpu_seconds is None
+    assert overhead.window_start_at is not None
+
+
+def test_the_command_start_is_the_process_start_on_the_monotonic_clock() -> None:
+    # GIVEN a child process started now, WHEN it reads its own start, THEN it is within a tick or two of now
+    before = time.monotonic_ns()
+    code = "from profiler.run.window import command_started_ns; print(command_started_ns())"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    argv = [sys.executable, "-c", code]
+    child = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60, env=env)
+    after = time.monotonic_ns()
+    started = int(child.stdout)
+    assert before - 30_000_000 <= started <= after
+    assert seconds_since(started, started + 1_500_000_000) == 1.5 and seconds_since(None, started) is None
+
+
+def test_overhead_splits_the_windows_cpu_by_component(tmp_path: Path) -> None:
+    # GIVEN a scope whose every poll burns 60 ms of the runner thread's CPU, over a 1.6 s window
+    runner, components, out = make(tmp_path, duration=1.6, real_time=True)
+    poll = components.scope.poll
+
+    def costly_poll() -> tuple[list[ProcessInfo], list[int]]:
+        began = time.thread_time()
+        while time.thread_time() - began < 0.06:
+            pass
+        return poll()
+
+    components.scope.poll = costly_poll  # type: ignore[method-assign]
+    runner.run(parse_profile(PROFILE_TEXT))
+    overhead = read_overhead(out)
+    by_component = {part.component: part.cpu_seconds for part in overhead.cpu_by_component}
+    # THEN the scope's polls are its own component, and the components add up to the window's CPU
+    polls = components.scope.polls
+    assert polls >= 3 and by_component["scope"] == pytest.approx(0.06 * polls, abs=0.03)
+    assert sum(by_component.values()) == pytest.approx(overhead.profiler_cpu_seconds, abs=0.03)

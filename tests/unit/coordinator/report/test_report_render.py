@@ -81,6 +81,8 @@ def test_page_shows_metadata_health_tables_and_candidates(crafted_run: Path) -> 
     assert "of the samples matched no task" in html
     assert "JIT compiler threads took" in html and "of the workload processes&#39; samples" in html
     assert "profiler used 0.40 CPU s" in html and "post-run 1.2 s (0.9 CPU s)" in html
+    # where the window's CPU went, largest first, and when the first sample came
+    assert "CPU s by component: scope 0.30, reading 0.10; first sample 1.8 s after the command (1.4 CPU s)" in html
     assert "BPF programs 0.120 s in 5000 runs (estimated from 3 s of BPF statistics)" in html
     assert 'data-task="Kafka"' in html and 'data-task="unmatched"' in html
     assert "java/io/FileInputStream.read" in html  # top candidate pattern
