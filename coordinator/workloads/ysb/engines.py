@@ -134,11 +134,14 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
 
     def start(self) -> None:
         try:
-            self.cluster.start()
+            # The Worker's, the broker's and the driver's JVMs start side by side: the app is submitted
+            # once the Master is ALIVE, and its executors start when the Worker registers.
+            self.cluster.start(wait=False)
             if self.kafka is not None:
                 self.kafka.start()
             self.ysb = self._new_run()
             self.ysb.start()
+            self.cluster.wait_started()
         except BaseException:
             self.stop()
             raise
