@@ -121,3 +121,34 @@ def test_a_failed_start_stops_the_app_and_the_cluster(tmp_path: Path) -> None:
     with pytest.raises(SparkClusterError):
         engine.start()
     assert "app stopped" in steps and steps[-1] == "stopped"
+
+
+class _Feed:
+    """A Kafka feed that says when its broker and its producer started."""
+
+    def __init__(self, steps: list[str]) -> None:
+        self.steps = steps
+
+    def start(self, produce: bool = True) -> None:
+        self.steps.append("broker and topic" + (" and producer" if produce else ""))
+
+    def start_producer(self) -> None:
+        self.steps.append("producer")
+
+    def stop(self) -> None:
+        self.steps.append("feed stopped")
+
+
+def test_reading_kafka_the_producer_starts_beside_the_driver(tmp_path: Path) -> None:
+    # GIVEN the Spark YSB engine reading Kafka WHEN started THEN the topic exists before the app is submitted,
+    # the producer starts after it (the query reads from the latest offsets), the Worker is waited on last
+    steps: list[str] = []
+    engine = SparkStructuredYsb(YsbOptions(), tmp_path)
+    engine.cluster = _Recording(steps)
+    engine.kafka = _Feed(steps)  # type: ignore[assignment]
+    engine._new_run = lambda: _Run(steps)  # type: ignore[method-assign,assignment,return-value]
+    engine.start()
+    assert steps == [
+        "master url", "worker spawned", "master alive", "broker and topic", "app submitted", "producer",
+        "worker ui", "worker registered",
+    ]
