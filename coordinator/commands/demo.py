@@ -431,8 +431,9 @@ class DemoCommand:
         report of the profiling window."""
         from coordinator.remote.session import analyze_run
 
+        began = time.monotonic()
         with engine:
-            print(f"demo: {engine.describe()} (logs {engine.log_dir})")
+            print(f"demo: {engine.describe()} (logs {engine.log_dir}); started in {time.monotonic() - began:.0f} s")
             outcome, window, elapsed = cls.profile_running(args, out, engine, scratch, args.rate)
         return analyze_run(outcome), window, elapsed
 
@@ -450,16 +451,18 @@ class DemoCommand:
 
         say = print  # a few lines; --quiet only drops the per-host progress lines
         say(f"demo: YSB on {engine.spe} at {rate} events/s; waiting for the query to process events")
+        waited = time.monotonic()
         engine.wait_ready(args.ready_timeout)
+        ready = f"processing after {time.monotonic() - waited:.0f} s"  # the driver, executors and first batch
         warmed_at: float | None = None
         if args.warmup_cpu > 0:  # the warm-up's end is not known beforehand: warm up, then start the profiler
-            say(f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
+            say(f"demo: {ready}; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s")
             engine.wait_processing(args.warmup)
             warm_up_cpu(engine, args.warmup_cpu, say)
         else:  # the profiler deploys, compiles and attaches during the warm-up; its window starts at the end
             warmed_at = time.time() + args.warmup
             say(
-                f"demo: processing; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s "
+                f"demo: {ready}; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s "
                 "while the profiler starts"
             )
         say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")

@@ -548,7 +548,9 @@ class KafkaFeed(Lifecycle):
             raise KafkaError("KafkaFeed: not started; call start() or use it as a context manager")
         return self.tools.bootstrap
 
-    def start(self) -> KafkaFeed:
+    def start(self, produce: bool = True) -> KafkaFeed:
+        """The broker (or the given one's tools) and the topic; with ``produce`` also the producer,
+        else start_producer() does (a query submitted between the two starts beside the producer)."""
         try:
             if self._bootstrap:
                 self.tools = KafkaTools(self._bootstrap, kafka_lib())
@@ -556,11 +558,20 @@ class KafkaFeed(Lifecycle):
                 self.broker = LocalKafkaBroker(log_dir=self.log_dir).start()
                 self.tools = self.broker.tools()
             self.tools.create_topic(self.topic, self.partitions)
-            self._start_producer()
+            if produce:
+                self._start_producer()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_producer(self) -> None:
+        """The producer, after start(produce=False); stops everything when it fails."""
+        try:
+            self._start_producer()
+        except BaseException:
+            self.stop()
+            raise
 
     def _start_producer(self) -> None:
         assert self.tools is not None

@@ -175,20 +175,37 @@ class LocalSparkCluster(ScratchLifecycle):
             self._spark_home = spark_home()
         return self._spark_home
 
-    def start(self) -> LocalSparkCluster:
+    def start(self, wait: bool = True) -> LocalSparkCluster:
+        """The Master, then its Worker. Without ``wait``, return once the Master is ALIVE, the Worker's
+        JVM still starting: an app submitted now starts its driver beside it; call wait_started() before
+        relying on the Worker."""
         if self._master is not None:
             return self
         self.make_scratch(self.log_dir, "spark-local-")
         self._env = self._build_env()
         atexit.register(self.stop)
         try:
+            # The Worker's JVM starts as soon as the Master's URL is known, beside the Master's web UI and
+            # election: the two JVMs' start-up overlaps instead of adding up. (The Master elects itself in
+            # its onStart, within a second of its URL line; a Worker's JVM takes longer to connect.)
             self._start_master()
-            self._start_worker(self.worker_cores, self.worker_memory)
+            self._spawn_worker(self.worker_cores, self.worker_memory)
+            self._wait_master_ready()
+        except BaseException:
+            self.stop()
+            raise
+        if wait:
+            self.wait_started()
+        return self
+
+    def wait_started(self) -> None:
+        """Until the Worker started by start() has its web UI and the Master lists it ALIVE."""
+        try:
+            self._wait_worker_ui(self.workers[0])
             self.wait_for_workers(1)
         except BaseException:
             self.stop()
             raise
-        return self
 
     def _build_env(self) -> dict[str, str]:
         conf_dir = self.tmp_dir / "conf"
@@ -243,6 +260,11 @@ class LocalSparkCluster(ScratchLifecycle):
         )
         self.master_url = url.group(1)
         self.master_port = int(url.group(2))
+
+    def _wait_master_ready(self) -> None:
+        """The Master's web UI port (wait_for_workers reads its JSON) and its election."""
+        assert self._master is not None
+        log_path = self.tmp_dir / "master.log"
         ui = _wait_for_file_pattern(
             log_path, re.compile(r"MasterWebUI.*started at http://[\w.\-]+:(\d+)"), self.start_timeout,
             self._master, "Spark master web UI",
@@ -254,6 +276,11 @@ class LocalSparkCluster(ScratchLifecycle):
         )
 
     def _start_worker(self, cores: int, memory: str) -> WorkerProcess:
+        worker = self._spawn_worker(cores, memory)
+        self._wait_worker_ui(worker)
+        return worker
+
+    def _spawn_worker(self, cores: int, memory: str) -> WorkerProcess:
         index = len(self.workers) + 1
         work_dir = self.tmp_dir / f"worker{index}"
         work_dir.mkdir(exist_ok=True)
@@ -278,12 +305,14 @@ class LocalSparkCluster(ScratchLifecycle):
         )
         worker = WorkerProcess(process=process, log_path=log_path, work_dir=work_dir, cores=cores, memory=memory)
         self.workers.append(worker)
+        return worker
+
+    def _wait_worker_ui(self, worker: WorkerProcess) -> None:
         ui = _wait_for_file_pattern(
-            log_path, re.compile(r"WorkerWebUI.*started at http://[\w.\-]+:(\d+)"), self.start_timeout,
-            process, "Spark worker",
+            worker.log_path, re.compile(r"WorkerWebUI.*started at http://[\w.\-]+:(\d+)"), self.start_timeout,
+            worker.process, "Spark worker",
         )
         worker.webui_port = int(ui.group(1))
-        return worker
 
     def add_worker(self, cores: int = 1, memory: str = "1g", wait: bool = True) -> WorkerProcess:
         """Start one more Worker; with ``wait`` return once the Master lists it ALIVE."""

@@ -138,11 +138,18 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
 
     def start(self) -> None:
         try:
-            self.cluster.start()
+            # The Worker's, the broker's, the driver's and the producer's JVMs start side by side: the app is
+            # submitted once the Master is ALIVE and the topic exists, and its executors start when the Worker
+            # registers. The query reads the topic from its latest offsets when it starts, so the order of
+            # the producer and the query changes no record it reads.
+            self.cluster.start(wait=False)
             if self.kafka is not None:
-                self.kafka.start()
+                self.kafka.start(produce=False)
             self.ysb = self._new_run()
             self.ysb.start()
+            if self.kafka is not None:
+                self.kafka.start_producer()
+            self.cluster.wait_started()
         except BaseException:
             self.stop()
             raise
