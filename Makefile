@@ -2,6 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The suite starts a few hundred Python processes of this tree (profiler run, coordinator): let them keep
+# their bytecode (__pycache__, git-ignored) instead of compiling every module again (~0.3 CPU-s each).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help setup test test-unit test-integration demo demo-flink lint import-contract bench clean
 
