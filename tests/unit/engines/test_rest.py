@@ -172,7 +172,9 @@ def test_an_endpoint_past_its_deadline_is_not_asked_again(endpoint: Callable[[Se
     assert time.monotonic() - began < 0.1 and list(endpoints.refused) == [f"http://127.0.0.1:{port}"]
 
 
-def test_an_oversized_answer_refuses_its_endpoint(endpoint: Callable[[Serve], int], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_oversized_answer_refuses_its_endpoint(
+    endpoint: Callable[[Serve], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(rest, "REST_MAX_BYTES", 1000)
     port = endpoint(_answer(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b"[" + b"1," * 1000 + b"1]"))
     endpoints = rest.Endpoints()
