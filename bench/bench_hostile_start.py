@@ -13,7 +13,10 @@ the honest JVM's first sample (the first 0.1 s interval of its timeline: +0.1 s 
 
 Needs root, setpriv, /usr/bin/python3 and a JDK; run it alone, under the shared lock:
 
-usage: flock /tmp/spe-heavy.lock .venv/bin/python bench/bench_hostile_start.py [--repeat N] [--duration S]
+usage: flock /tmp/spe-heavy.lock .venv/bin/python bench/bench_hostile_start.py [--repeat N] [--duration S] [--control]
+
+``--control`` adds a third run per round with only the spinning tenant, its files plain: the same CPU taken
+from the agent on the 2 cores, nothing crafted (what part of a difference is the tenants' CPU, not the agent).
 
 Figures: docs/benchmarks/hostile-start.md.
 """
@@ -42,6 +45,7 @@ from tests.fixtures import hostile  # noqa: E402
 from tests.fixtures.jvm import compile_workloads, start_cpu_split  # noqa: E402
 from tests.integration import test_hostile_parsers as parsers  # noqa: E402
 from tests.integration import test_hostile_proc as proc  # noqa: E402
+from tests.unit.fuzz import crafted  # noqa: E402
 
 INTERVAL = 0.1
 
@@ -58,31 +62,37 @@ def _spawn(argv: list[str]) -> subprocess.Popen[str]:
 
 
 @functools.cache
-def _images() -> tuple[bytes, bytes]:
-    """test_hostile_parsers' two crafted ELF files (built once)."""
+def _images(benign: bool) -> tuple[bytes, bytes]:
+    """test_hostile_parsers' two crafted ELF files (built once); ``benign``: the same spinning code in two plain
+    ELF files (the control: the same CPU taken from the agent, nothing crafted)."""
+    if benign:
+        plain = crafted.elf_image([(".text", 1, parsers.SPIN, parsers.CODE_AT, 0, 0)], code=(parsers.CODE_AT, 16))
+        return plain, plain
     return parsers._bomb_image(), parsers._strtab_image()
 
 
 @contextmanager
-def hostile_tenants(area: Path) -> Iterator[list[int]]:
-    """Every tenant started as ``nobody``; yields the pids to profile (the crafted parser's); all killed after."""
+def hostile_tenants(area: Path, control: bool = False) -> Iterator[list[int]]:
+    """Every tenant started as ``nobody``; yields the pids to profile (the crafted parser's); all killed after.
+    ``control``: only the spinning process, its two files plain (what the tenants' CPU alone costs the start)."""
     processes: list[subprocess.Popen[str]] = []
     try:
         home = area / "shared" / "parsers"
         home.mkdir(parents=True)
         bomb, strtab = home / "libbomb.so", home / "libstrtab.so"
-        bomb.write_bytes(_images()[0])
-        strtab.write_bytes(_images()[1])
+        bomb.write_bytes(_images(control)[0])
+        strtab.write_bytes(_images(control)[1])
         for path in (area / "shared", home, bomb, strtab):
             hostile.give_to_tenant(path)
-        crafted = _spawn(
+        spinner = _spawn(
             proc._as_tenant(parsers.TENANT_PYTHON, "-c", parsers.TENANT, str(parsers.CODE_AT), str(bomb), str(strtab))
         )
-        processes.append(crafted)
-        processes.append(_spawn(proc._as_tenant(sys.executable, "-c", proc.HUGE_ARGV, str(proc.HUGE_CMDLINE))))
-        for mode in hostile.REST_TENANT_MODES:
-            processes.append(hostile.start_rest_tenant(area, mode).process)
-        yield [crafted.pid]
+        processes.append(spinner)
+        if not control:
+            processes.append(_spawn(proc._as_tenant(sys.executable, "-c", proc.HUGE_ARGV, str(proc.HUGE_CMDLINE))))
+            for mode in hostile.REST_TENANT_MODES:
+                processes.append(hostile.start_rest_tenant(area, mode).process)
+        yield [spinner.pid]
     finally:
         for process in processes:
             process.kill()
@@ -123,24 +133,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3, help="rounds (one run without, one with tenants) [3]")
     parser.add_argument("--duration", type=float, default=3.0, help="each run's window in seconds [3]")
+    parser.add_argument(
+        "--control", action="store_true",
+        help="a third run per round: only the tenants' spinning process, its files plain (their CPU, nothing crafted)",
+    )  # fmt: skip
     args = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("needs root (profiler run, tenants as nobody)")
     area = Path(tempfile.mkdtemp(prefix="tenant-", dir="/var/tmp"))  # traversable by the tenant
     os.chmod(area, 0o755)
-    results: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
+    cases = ("without", "with", "control") if args.control else ("without", "with")
+    results: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, area, True)
         classes = compile_workloads(area / "classes")
         honest_jvm = start_cpu_split(classes, threads=1)
         stack.callback(honest_jvm.kill)
         for round_index in range(args.repeat):
-            order = ("without", "with") if round_index % 2 == 0 else ("with", "without")
+            order = cases if round_index % 2 == 0 else cases[::-1]
             for case in order:
                 with ExitStack() as tenants_stack:
                     tenants = []
-                    if case == "with":
-                        tenants = tenants_stack.enter_context(hostile_tenants(area / f"t{round_index}"))
+                    if case != "without":
+                        where = area / f"t{round_index}-{case}"
+                        tenants = tenants_stack.enter_context(hostile_tenants(where, control=case == "control"))
                     work = Path(tempfile.mkdtemp(prefix="hostile-start-"))
                     tenants_stack.callback(shutil.rmtree, work, True)
                     figures = one_run(honest_jvm.pid, tenants, args.duration, work)
@@ -150,11 +166,11 @@ def main() -> int:
     print()
     for key in ("first_sample_s", "window_s", "run_s"):
         without = [r[key] for r in results["without"]]
-        with_tenants = [r[key] for r in results["with"]]
-        print(f"{key:15s} without: {summary(without)}")
-        print(f"{key:15s} with:    {summary(with_tenants)}")
-        difference = statistics.median(with_tenants) - statistics.median(without)
-        print(f"{key:15s} median difference (with - without): {difference:+.2f} s")
+        for case in cases:
+            print(f"{key:15s} {case + ':':8s} {summary([r[key] for r in results[case]])}")
+        for case in cases[1:]:
+            difference = statistics.median([r[key] for r in results[case]]) - statistics.median(without)
+            print(f"{key:15s} median difference ({case} - without): {difference:+.2f} s")
     return 0
 
 
