@@ -104,6 +104,8 @@ def _request(url: str, method: str, timeout: float, guard: Endpoints | None = No
         if declared.isdigit() and int(declared) > REST_MAX_BYTES:
             raise EndpointRefused(f"{url}: an answer of {declared} bytes, over the limit of {REST_MAX_BYTES}; not read")
         body = response.read(REST_MAX_BYTES + 1)
+        if guard is not None and guard.ended():  # the cut's shutdown ends a body early, as if it were whole
+            raise EndpointRefused(f"{url}: no complete answer by the end of the readings")
         if len(body) > REST_MAX_BYTES:
             raise EndpointRefused(f"{url}: an answer over the limit of {REST_MAX_BYTES} bytes; not parsed")
         return response.status, body
