@@ -15,7 +15,7 @@ from typing import Any
 from ..capture.format import EventCount, FlinkSubtask, FlinkTaskManager, ProcessInfo, VertexWindow
 from . import flinkmetrics
 from .flinkmetrics import FlinkJobManager
-from .rest import EndpointError, http_json, speaks_http
+from .rest import EndpointError, Endpoints, speaks_http
 
 SOURCE_MANUAL = "--events"
 SOURCE_NONE = "none"
@@ -37,8 +37,12 @@ FLINK_TIMEOUT_SECONDS = 5.0
 # Each request has its own total deadline (rest.py); these bound how many a hostile process can cost.
 SPARK_POLL_BUDGET_SECONDS = 60.0  # one poll of a driver; executions left unread are read at the next
 MAX_PORTS_PROBED = 32  # listening ports of one process tried as its REST API
+# After the window, the last readings of one reader (the event counter, the plan collector) end within this,
+# requests in flight included: an endpoint that trickles its answer costs the run this, once.
+FINISH_SECONDS = 5.0
 
 Fetch = Callable[[str], Any]
+Probe = Callable[[str, int], bool]  # whether host:port speaks HTTP (rest.speaks_http)
 
 
 # ---------------------------------------------------------------- Spark: pure parsing
@@ -307,25 +311,32 @@ def _ordered_ports(endpoints: list[tuple[str, int]], preferred: Sequence[int]) -
 
 
 def _first_answer(
-    process: ProcessInfo, preferred: Sequence[int], path: str, fetch: Fetch, accept: Callable[[Any], str | None]
+    process: ProcessInfo, preferred: Sequence[int], path: str, fetch: Fetch, accept: Callable[[Any], str | None],
+    probe: Probe = speaks_http, errors: list[str] | None = None,
 ) -> tuple[str, str] | None:
     """(base URL, what ``accept`` read) of the first listening port of ``process`` (``preferred`` ones
-    first) that speaks HTTP and answers ``path`` with something ``accept`` takes."""
+    first) that speaks HTTP and answers ``path`` with something ``accept`` takes; why the ports that speak
+    HTTP did not answer goes to ``errors``."""
     for host, port in _ordered_ports(_listening_endpoints(process.pid), preferred)[:MAX_PORTS_PROBED]:
-        if not speaks_http(host, port):
+        if not probe(host, port):
             continue
         base = _url(host, port)
         try:
             found = accept(fetch(f"{base}{path}"))
-        except EndpointError:
+        except EndpointError as exc:
+            if errors is not None:
+                errors.append(str(exc))
             continue
         if found is not None:
             return base, found
     return None
 
 
-def discover_spark(process: ProcessInfo, fetch: Fetch) -> tuple[str, str] | None:
-    """(UI base URL, application id) of a Spark driver: its listening ports, UI ports first."""
+def discover_spark(
+    process: ProcessInfo, fetch: Fetch, probe: Probe = speaks_http, errors: list[str] | None = None
+) -> tuple[str, str] | None:
+    """(UI base URL, application id) of a Spark driver: its listening ports, UI ports first (``errors``:
+    _first_answer's)."""
     preferred: list[int] = []
     configured = _cmdline_setting(process.cmdline, "spark.ui.port")
     if configured and configured.isdigit():
@@ -337,10 +348,12 @@ def discover_spark(process: ProcessInfo, fetch: Fetch) -> tuple[str, str] | None
             return str(apps[0]["id"])
         return None
 
-    return _first_answer(process, preferred, "/api/v1/applications", fetch, application_id)
+    return _first_answer(process, preferred, "/api/v1/applications", fetch, application_id, probe, errors)
 
 
-def discover_flink(process: ProcessInfo, fetch: Fetch) -> str | None:
+def discover_flink(
+    process: ProcessInfo, fetch: Fetch, probe: Probe = speaks_http, errors: list[str] | None = None
+) -> str | None:
     """Base URL of a Flink JobManager's REST API (answers /config with a flink-version)."""
     preferred = [FLINK_DEFAULT_REST_PORT]
     configured = _cmdline_setting(process.cmdline, "rest.port")
@@ -350,7 +363,7 @@ def discover_flink(process: ProcessInfo, fetch: Fetch) -> str | None:
     def version(config: Any) -> str | None:
         return str(config["flink-version"]) if isinstance(config, Mapping) and "flink-version" in config else None
 
-    found = _first_answer(process, preferred, "/config", fetch, version)
+    found = _first_answer(process, preferred, "/config", fetch, version, probe, errors)
     return found[0] if found is not None else None
 
 
@@ -376,9 +389,14 @@ class EventCounter:
         if manual_count is not None and manual_count < 0:
             raise ValueError("manual_count must be >= 0")
         self.manual_count = manual_count
-        self.fetch: Fetch = fetch or http_json
+        # the engines' endpoints are the profiled processes' own: a hostile one is refused after its first
+        # deadline or oversized answer, and the readings end FINISH_SECONDS after finish() (rest.Endpoints)
+        self._endpoints = Endpoints() if fetch is None else None
+        self.fetch: Fetch = self._endpoints.fetch if self._endpoints is not None else fetch  # type: ignore[assignment]
         # Polls must not hang on a JobManager that stopped answering: the window's end waits for them.
-        self._flink_fetch: Fetch = fetch or (lambda url: http_json(url, timeout=FLINK_TIMEOUT_SECONDS))
+        self._flink_fetch: Fetch = fetch or self._flink_endpoint
+        self._probe: Probe = self._endpoints.speaks_http if self._endpoints is not None else speaks_http
+        self._unanswered: dict[int, str] = {}  # pid -> why its REST API gave no answer we took (the last reason)
         self.poll_seconds = poll_seconds
         self.flink_end_margin = flink_end_margin
         self.window_start: float | None = None
@@ -394,6 +412,10 @@ class EventCounter:
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         self._last_spark_poll = 0.0
+
+    def _flink_endpoint(self, url: str) -> Any:
+        assert self._endpoints is not None
+        return self._endpoints.fetch(url, FLINK_TIMEOUT_SECONDS)
 
     def start(self, processes: Sequence[ProcessInfo], window_start: float | None = None) -> None:
         self.window_start = time.time() if window_start is None else window_start
@@ -435,8 +457,10 @@ class EventCounter:
 
     def _attach_spark(self, process: ProcessInfo) -> bool:
         assert self.window_start is not None
-        found = discover_spark(process, self.fetch)
+        errors: list[str] = []
+        found = discover_spark(process, self.fetch, self._probe, errors)
         if found is None:
+            self._note_unanswered(process.pid, errors)
             return False
         base, app_id = found
         with self._lock:
@@ -449,8 +473,10 @@ class EventCounter:
         return True
 
     def _attach_flink(self, process: ProcessInfo) -> bool:
-        base_url = discover_flink(process, self.fetch)
+        errors: list[str] = []
+        base_url = discover_flink(process, self.fetch, self._probe, errors)
         if base_url is None:
+            self._note_unanswered(process.pid, errors)
             return False
         with self._lock:
             if base_url in self._flink:
@@ -468,6 +494,11 @@ class EventCounter:
         thread.start()
         return True
 
+    def _note_unanswered(self, pid: int, errors: list[str]) -> None:
+        if errors:
+            with self._lock:
+                self._unanswered[pid] = errors[-1][:300]
+
     def _poll_loop(self) -> None:
         self._poll_once()
         while not self._stop.wait(self.poll_seconds):
@@ -478,17 +509,17 @@ class EventCounter:
         with self._lock:
             pending = list(self._pending.values())
             drivers = list(self._spark.values())
-        for process in pending:
-            engine = engine_of(process)
-            if engine is not None and self._attach(process, engine):
-                with self._lock:
-                    self._pending.pop(process.pid, None)
-        for driver in drivers:
+        for driver in drivers:  # first: the last reading's time (finish()) goes to the drivers that answered
             try:
                 driver.poll()
             except EndpointError as exc:
                 # The driver may have exited; what was read so far still counts.
                 driver.errors.append(str(exc))
+        for process in pending:
+            engine = engine_of(process)
+            if engine is not None and self._attach(process, engine):
+                with self._lock:
+                    self._pending.pop(process.pid, None)
 
     def _wait_for_flink(self, end_time: float) -> None:
         """Until every JobManager showed a metric refresh after the window's end, at most one update
@@ -507,9 +538,13 @@ class EventCounter:
                               method="given", uncertainty=0.0)
         self._wait_for_flink(end_time)
         self._stop.set()
+        if self._endpoints is not None:
+            self._endpoints.end_in(FINISH_SECONDS)  # a request still in flight is cut there (a trickle)
         for thread in [self._poller, *self._flink_threads]:
             if thread is not None:
                 thread.join(timeout=120)
+        if self._endpoints is not None:
+            self._endpoints.end_in(FINISH_SECONDS)  # the last reading's own time
         self._poll_once()
         results = [(d.label, self._spark_result(d, window_start, end_time)) for d in self._spark.values()]
         results += [(m.label, self._flink_result(m, window_start, end_time)) for m in self._flink.values()]
@@ -643,6 +678,7 @@ class EventCounter:
             lines.append(
                 f"events: the {engine} REST API of pid {process.pid} did not answer (UI/REST disabled or not "
                 f"reachable from this host): {missing}; give the count with --events N"
+                + (f" (last: {self._unanswered[process.pid]})" if process.pid in self._unanswered else "")
             )
         for manager in self._flink.values():
             if not manager.refreshes:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.format import ProcessInfo
-from .events import EndpointError, Fetch, discover_spark, engine_of, http_json, parse_batch_description
+from .events import FINISH_SECONDS, EndpointError, Fetch, Probe, discover_spark, engine_of, parse_batch_description
+from .rest import Endpoints, speaks_http
 
 POLL_SECONDS = 15.0  # the UI keeps the last spark.ui.retainedStages (1000) stages: read them before eviction
 # SQL plans with details are large (a micro-batch's: ~20 KB) and repeat batch after batch: each reading
@@ -170,7 +171,11 @@ class SparkPlanCollector:
     """
 
     def __init__(self, fetch: Fetch | None = None, poll_seconds: float = POLL_SECONDS) -> None:
-        self.fetch: Fetch = fetch or http_json
+        # the drivers' endpoints are the profiled processes' own: refused after a first deadline or oversized
+        # answer, every reading over FINISH_SECONDS after finish() (rest.Endpoints)
+        self._endpoints = Endpoints() if fetch is None else None
+        self.fetch: Fetch = self._endpoints.fetch if self._endpoints is not None else fetch  # type: ignore[assignment]
+        self._probe: Probe = self._endpoints.speaks_http if self._endpoints is not None else speaks_http
         self.poll_seconds = poll_seconds
         self._drivers: dict[int, ProcessInfo] = {}
         self._found: set[int] = set()  # drivers whose REST API answered
@@ -200,9 +205,15 @@ class SparkPlanCollector:
     def _poll(self) -> None:
         with self._lock:
             pending = [p for pid, p in self._drivers.items() if pid not in self._found]
-        for process in pending:
+        for plan in list(self._plans.values()):  # first: finish()'s last reading goes to drivers that answered
             try:
-                found = discover_spark(process, self.fetch)
+                self._read(plan)
+            except EndpointError as exc:
+                with self._lock:
+                    self._notes.append(str(exc)[:200])
+        for process in pending:  # why one did not answer is the event counter's line (the same endpoints)
+            try:
+                found = discover_spark(process, self.fetch, self._probe)
             except EndpointError:
                 found = None
             if found is not None:
@@ -210,12 +221,6 @@ class SparkPlanCollector:
                 with self._lock:
                     self._found.add(process.pid)
                     self._plans.setdefault(base, SparkPlan(base, app_id, {}, {}, {}))
-        for plan in list(self._plans.values()):
-            try:
-                self._read(plan)
-            except EndpointError as exc:
-                with self._lock:
-                    self._notes.append(str(exc)[:200])
 
     def _read(self, plan: SparkPlan) -> None:
         base = f"{plan.source}/api/v1/applications/{plan.app_id}"
@@ -232,11 +237,15 @@ class SparkPlanCollector:
     def finish(self) -> dict[str, Any] | None:
         """The last reading; spark.json's payload (None when no Spark driver was in the scope)."""
         self._stop.set()
+        if self._endpoints is not None:
+            self._endpoints.end_in(FINISH_SECONDS)  # a request still in flight is cut there (a trickle)
         if self._thread is not None:
             self._thread.join(timeout=120)
         if not self._drivers:
             return None
         started = time.monotonic()
+        if self._endpoints is not None:
+            self._endpoints.end_in(FINISH_SECONDS)  # the last reading's own time
         self._poll()
         with self._lock:
             plans = [plan.to_json() for plan in self._plans.values()]

@@ -18,7 +18,8 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -27,6 +28,7 @@ from ..capture.stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
 from ..files import procread, safeio
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
+from .keylocks import KeyLocks
 
 PAGE_SHIFT = 8  # CFI_PAGE_SHIFT
 MAX_ROWS_PER_PAGE = 1 << 7  # what CFI_PAGE_STEPS halvings can search
@@ -39,6 +41,7 @@ ROW = struct.Struct("<IHBb")  # struct cfi_row
 MAPPING = struct.Struct("<QQQIIII")  # struct cfi_mapping
 MAPPING_KEY = struct.Struct("<II8s")  # struct cfi_mapping_key: prefix length, pid, address big-endian
 PAGE = struct.Struct("<II")  # struct cfi_page
+ElfReader = Callable[[], ehframe.ElfInfo]  # reads a mapped file's headers and .eh_frame
 
 # Why a native frame's step could not use a table (health causes, also in docs/unwinding.md).
 CAUSE_NO_CFI = "no_cfi"  # the ELF has no .eh_frame, or the table did not fit
@@ -62,6 +65,13 @@ def page_index(addresses: Sequence[int], first_row: int) -> bytes:
             raise ValueError(f"{count} rows in the page at {page_start:#x}")
         out += PAGE.pack(first_row + row, count)
     return bytes(out)
+
+
+def rebased(pages: bytes, first_row: int) -> bytes:
+    """page_index(addresses, 0)'s entries with their rows moved to start at ``first_row``."""
+    entries = array("I", pages)
+    entries[0::2] = array("I", (row + first_row for row in entries[0::2]))
+    return entries.tobytes()
 
 
 def pack_rows(addresses: Iterable[int], rules: Iterable[Rule]) -> bytes:
@@ -172,7 +182,11 @@ class CfiLoader:
         self._signatures: dict[int, tuple[tuple[int, int, int, str], ...]] = {}
         self._keys: dict[int, set[bytes]] = {}  # trie keys written per process
         self._lock = threading.Lock()  # guards _mappings for cause_at()
-        self._load_lock = threading.Lock()  # one load_pid() at a time (the worker and prepare_unwinding)
+        # one load per process and one parse per ELF at a time, never one for all: a target whose files are
+        # slow or crafted holds up only itself (the refresh worker and up to two preparations run at once)
+        self._pid_locks = KeyLocks()
+        self._file_locks = KeyLocks()
+        self._space_lock = threading.Lock()  # rows_used / pages_used: each table reserves its range under it
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self.warnings: list[str] = []
@@ -224,17 +238,19 @@ class CfiLoader:
                 pid = self._queue.get(timeout=max(0.0, next_refresh - time.monotonic()))
             except queue.Empty:
                 for known in list(self._mappings):
-                    self.load_pid(known)
+                    self.load_pid(known, wait=False)  # one being loaded now (a preparation) is fresh already
                 next_refresh = time.monotonic() + self.refresh
                 continue
             if pid is None:
                 return
             self.load_pid(pid)
 
-    def load_pid(self, pid: int) -> bool:
-        """(Re)write ``pid``'s mappings and any new ELF tables; False when the process is gone."""
-        with self._load_lock:
-            return self._load_pid(pid)
+    def load_pid(self, pid: int, wait: bool = True) -> bool:
+        """(Re)write ``pid``'s mappings and any new ELF tables; False when the process is gone. Loads of other
+        processes go on meanwhile; one of the same process waits for this one (``wait=False``: returns True
+        at once, the load under way will be as fresh)."""
+        with self._pid_locks.hold(pid, blocking=wait) as held:
+            return self._load_pid(pid) if held else True
 
     def _load_pid(self, pid: int) -> bool:
         maps = procread.maps(pid)  # procread's one bounded reader: a target sizes its own maps
@@ -289,37 +305,38 @@ class CfiLoader:
 
     # ------------------------------------------------------------ ELF tables
 
-    def _read_info(self, pid: int, mapping: ExecMapping) -> tuple[tuple[Any, ...], ehframe.ElfInfo | None]:
-        """(identity, headers and .eh_frame) of the mapped file, read through the process's view of it
-        (containers); None instead of the headers when a table for the identity exists already."""
+    @contextmanager
+    def _mapped_file(self, pid: int, mapping: ExecMapping) -> Iterator[tuple[tuple[Any, ...], ElfReader]]:
+        """The mapped file's identity and how to read its headers and .eh_frame, through the process's view of
+        it (containers): the file stays open for the block."""
         if mapping.path == "[vdso]":
             with open(f"/proc/{pid}/mem", "rb") as mem:
                 mem.seek(mapping.start)
                 image = mem.read(mapping.end - mapping.start)
-            key: tuple[Any, ...] = ("vdso", os.uname().release, len(image))
-            return key, None if key in self.tables else ehframe.read_elf_info(image)
+            yield ("vdso", os.uname().release, len(image)), lambda: ehframe.read_elf_info(image)
+            return
         # the mapped inode itself (map_files), never a path a tenant can swap; regular files only (safeio)
         with os.fdopen(safeio.open_mapped(pid, mapping.start, mapping.end, mapping.path), "rb") as handle:
             stat = os.fstat(handle.fileno())
-            key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-            if key in self.tables:
-                return key, None
-            return key, ehframe.read_elf_file(handle)
+            yield (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns), lambda: ehframe.read_elf_file(handle)
 
     def _table_for(self, pid: int, mapping: ExecMapping) -> ElfTable:
-        began = time.process_time()
+        """The mapped file's table: parsed once per file, whichever processes ask for it and when; a parse of
+        one file never waits for another's."""
         try:
-            key, info = self._read_info(pid, mapping)
+            with self._mapped_file(pid, mapping) as (key, read), self._file_locks.hold(key):
+                known = self.tables.get(key)
+                if known is not None:
+                    return known
+                began = time.thread_time()  # this worker's CPU: other targets parse beside it
+                table = self._parse(key, mapping.path, read())
+                table.parse_seconds = time.thread_time() - began
+                self.tables[key] = table
+                return table
         except OSError as exc:
             return ElfTable(("unreadable", mapping.path), mapping.path, cause=f"unreadable ({exc.strerror})")
         except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
             return ElfTable(("unparsable", mapping.path), mapping.path, cause=f"{CAUSE_NO_CFI}: {exc}")
-        if info is None:
-            return self.tables[key]
-        table = self._parse(key, mapping.path, info)
-        table.parse_seconds = time.process_time() - began
-        self.tables[key] = table
-        return table
 
     def _parse(self, key: tuple[Any, ...], path: str, info: ehframe.ElfInfo) -> ElfTable:
         """The ELF's table built and written into cfi_rows / cfi_pages (when there is room)."""
@@ -340,33 +357,34 @@ class CfiLoader:
             return table
         # pages follow the address span, not the rows: two FDEs 4 GiB apart would be 16 M pages
         page_count = ((addresses[-1] - addresses[0]) >> PAGE_SHIFT) + 1
-        if self.pages_used + page_count > self.max_pages:
+        if self.pages_used + page_count > self.max_pages:  # refused before listing them (checked again below)
             table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
             self.warnings.append(
                 f"{path}: unwind table spanning {page_count} pages does not fit ({self.max_pages} pages in all)"
             )
             return table
         try:
-            pages = page_index(addresses, self.rows_used)
+            pages = page_index(addresses, 0)  # rows numbered from this table's first: its place is not known yet
         except ValueError as exc:
             table.cause = f"{CAUSE_NO_CFI}: {exc} (at most {MAX_ROWS_PER_PAGE})"
             return table
         page_count = len(pages) // PAGE.size
-        if self.rows_used + len(addresses) > self.max_rows or self.pages_used + page_count > self.max_pages:
-            table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
-            self.warnings.append(
-                f"{path}: unwind table of {len(addresses)} rows and {page_count} pages does not fit "
-                f"({self.max_rows} rows, {self.max_pages} pages in all)"
-            )
-            return table
-        self._write_array(b"cfi_rows", self.rows_used, pack_rows(addresses, rules), ROW.size)
-        self._write_array(b"cfi_pages", self.pages_used, pages, PAGE.size)
-        table.first_row, table.rows = self.rows_used, len(addresses)
-        table.first_page, table.pages = self.pages_used, page_count
+        with self._space_lock:  # only the reservation: tables of other files are built and written beside
+            if self.rows_used + len(addresses) > self.max_rows or self.pages_used + page_count > self.max_pages:
+                table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
+                self.warnings.append(
+                    f"{path}: unwind table of {len(addresses)} rows and {page_count} pages does not fit "
+                    f"({self.max_rows} rows, {self.max_pages} pages in all)"
+                )
+                return table
+            table.first_row, table.first_page = self.rows_used, self.pages_used
+            self.rows_used += len(addresses)
+            self.pages_used += page_count
+        self._write_array(b"cfi_rows", table.first_row, pack_rows(addresses, rules), ROW.size)
+        self._write_array(b"cfi_pages", table.first_page, rebased(pages, table.first_row), PAGE.size)
+        table.rows, table.pages = len(addresses), page_count
         table.addresses = addresses
         table.kinds = bytes(rule.kind for rule in rules)
-        self.rows_used += len(addresses)
-        self.pages_used += page_count
         return table
 
     def _write_array(self, name: bytes, first: int, packed: bytes, size: int) -> None:

@@ -31,6 +31,7 @@ from ..capture.stackstore import JavaNamesDelta
 from ..errors import VMStructsError
 from .codecache import FREED, CompiledNamer, compiled_pc
 from .hsperf import UNLOADED_CLASSES, HsPerfCounter
+from .keylocks import KeyLocks
 from .vmstructs import ProcessMemory, VMLayout, read_layout
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
@@ -268,11 +269,13 @@ class JvmNames:
         self._seen: dict[int, set[int]] = {}
         self.keep_log = False  # log what is named, for the checkpoint journal (take_names)
         self._lock = threading.Lock()
-        self._attach_lock = threading.Lock()  # one attach at a time: the symbol worker and prepare_unwinding
+        # one attach per JVM at a time (the symbol worker and the preparations), never one for all: a JVM whose
+        # libjvm.so or memory is slow or crafted holds up only itself
+        self._attach_locks = KeyLocks()
 
     def attach(self, pid: int) -> bool:
         """Read ``pid``'s vmStructs and publish its interpreter; False (reason in errors) when it cannot."""
-        with self._attach_lock:
+        with self._attach_locks.hold(pid):
             return self._attach(pid)
 
     def _attach(self, pid: int) -> bool:

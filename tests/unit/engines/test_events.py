@@ -28,7 +28,6 @@ from profiler.engines.events import (
     engine_of,
     execution_input_rows,
     executions_to_read,
-    http_json,
     parse_batch_description,
     parse_execution_list,
     parse_metric_number,
@@ -36,6 +35,7 @@ from profiler.engines.events import (
     rows_in_window,
     speaks_http,
 )
+from profiler.engines.rest import http_json
 from tests.fixtures.flink_rest import BASE as FLINK_BASE
 from tests.fixtures.flink_rest import SOURCE_OPERATOR, FakeJobManager
 
@@ -246,7 +246,7 @@ def test_event_counter_spark_window_with_a_fake_driver(monkeypatch: pytest.Monke
     routes: dict[str, Any] = {LIST: listing}
     for i, rows in ((1, "111"), (2, "200"), (3, "300"), (4, "444")):
         routes[_detail_url(i)] = _details(i, i, i, rows)
-    monkeypatch.setattr(events_module, "discover_spark", lambda process, fetch: (BASE, APP))
+    monkeypatch.setattr(events_module, "discover_spark", lambda process, fetch, *rest: (BASE, APP))
     counter = EventCounter(fetch=FakeRest(routes), poll_seconds=0.05)
     # WHEN the window runs from now to now + 10 s
     counter.start([_driver_process(now)])
@@ -258,7 +258,7 @@ def test_event_counter_spark_window_with_a_fake_driver(monkeypatch: pytest.Monke
 
 
 def test_event_counter_reports_why_when_the_driver_never_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(events_module, "discover_spark", lambda process, fetch: None)
+    monkeypatch.setattr(events_module, "discover_spark", lambda process, fetch, *rest: None)
     counter = EventCounter(fetch=FakeRest({}), poll_seconds=0.05)
     counter.start([_driver_process(0.0)])
     result = counter.finish(1e10)
@@ -305,7 +305,7 @@ def quick_flink(monkeypatch: pytest.MonkeyPatch) -> FakeJobManager:
     monkeypatch.setattr(flinkmetrics, "NARROW_SECONDS", 0.03)
     monkeypatch.setattr(flinkmetrics, "SETTLE_SECONDS", 0.15)
     monkeypatch.setattr(flinkmetrics, "SETTLE_POLL_SECONDS", 0.05)
-    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: FLINK_BASE)
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch, *rest: FLINK_BASE)
     return FakeJobManager(time.time, interval=0.5, capture_delay=0.005, visible_delay=(0.008, 0.009),
                           job_start=time.time() - 60)
 
@@ -337,7 +337,7 @@ def test_flink_counter_without_a_reachable_rest_api_completes_with_a_health_line
     quick_flink: FakeJobManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a JobManager whose REST API does not answer at all
-    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: None)
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch, *rest: None)
     counter = EventCounter(fetch=quick_flink, flink_end_margin=0.1)
     counter.start([JOBMANAGER])
     result = counter.finish(time.time())

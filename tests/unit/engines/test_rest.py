@@ -108,7 +108,7 @@ def test_a_body_over_the_cap_is_never_parsed(endpoint: Callable[[Serve], int], m
 def test_json_nested_deeper_than_the_parser_goes_is_not_json(endpoint: Callable[[Serve], int]) -> None:
     port = endpoint(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n", b"[" * 200_000))
     with pytest.raises(events.EndpointError, match="not JSON"):
-        events.http_json(f"http://127.0.0.1:{port}/api/v1/applications")
+        http_json(f"http://127.0.0.1:{port}/api/v1/applications")
 
 
 def test_a_redirect_is_not_followed(endpoint: Callable[[Serve], int]) -> None:
@@ -152,3 +152,60 @@ def test_a_spark_poll_stops_at_its_budget() -> None:
     # AND the next poll goes on with the executions left
     driver.poll(budget=0.5)
     assert len(set(reads)) > 8
+
+
+# ---------------------------------------------------------------- Endpoints: one reader's requests
+
+
+def _silent(conn: socket.socket) -> None:
+    time.sleep(10)  # says nothing at all: a recv waits for its whole timeout
+
+
+def test_an_endpoint_past_its_deadline_is_not_asked_again(endpoint: Callable[[Serve], int]) -> None:
+    port = endpoint(_trickle(b"HTTP/1.1 200 OK\r\n\r\n["))
+    endpoints = rest.Endpoints(timeout=0.5)
+    with pytest.raises(rest.EndpointRefused, match="no complete answer within 0.5 s"):
+        endpoints.fetch(f"http://127.0.0.1:{port}/api/v1/applications")
+    began = time.monotonic()
+    with pytest.raises(EndpointError, match=r"/other: not asked again \(.*no complete answer within 0.5 s\)"):
+        endpoints.fetch(f"http://127.0.0.1:{port}/other")
+    assert time.monotonic() - began < 0.1 and list(endpoints.refused) == [f"http://127.0.0.1:{port}"]
+
+
+def test_an_oversized_answer_refuses_its_endpoint(
+    endpoint: Callable[[Serve], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rest, "REST_MAX_BYTES", 1000)
+    port = endpoint(_answer(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b"[" + b"1," * 1000 + b"1]"))
+    endpoints = rest.Endpoints()
+    with pytest.raises(rest.EndpointRefused, match="over the limit of 1000 bytes"):
+        endpoints.fetch(f"http://127.0.0.1:{port}/x")
+    with pytest.raises(EndpointError, match="not asked again"):
+        endpoints.fetch(f"http://127.0.0.1:{port}/x")
+
+
+@pytest.mark.parametrize("serve", [_trickle(b"HTTP/1.1 200 OK\r\n\r\n["), _silent], ids=["trickle", "silent"])
+def test_the_readings_end_cuts_a_request_in_flight(endpoint: Callable[[Serve], int], serve: Serve) -> None:
+    # GIVEN a request with 30 s to go, in flight in a worker (an endpoint trickling, or saying nothing)
+    port = endpoint(serve)
+    endpoints = rest.Endpoints(timeout=30.0)
+    failures: list[Exception] = []
+
+    def read() -> None:
+        try:
+            endpoints.fetch(f"http://127.0.0.1:{port}/api/v1/applications")
+        except EndpointError as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=read)
+    began = time.monotonic()
+    worker.start()
+    # WHEN the readings are to end in 0.3 s, THEN the request ends then, named, and its endpoint is refused
+    endpoints.end_in(0.3)
+    worker.join(5)
+    assert not worker.is_alive() and time.monotonic() - began < 1.5
+    assert [type(exc) for exc in failures] == [rest.EndpointRefused]
+    assert "no complete answer by the end of the readings" in str(failures[0])
+    endpoints.end_in(5.0)  # a last reading's own time: this endpoint is still refused
+    with pytest.raises(EndpointError, match="not asked again"):
+        endpoints.fetch(f"http://127.0.0.1:{port}/x")

@@ -169,7 +169,7 @@ def test_collector_reads_stages_jobs_and_plans_from_the_rest_api(monkeypatch: An
         f"{base}/sql/0?details=true&planDescription=true": _load("sql_1.json"),
         f"{base}/sql/1?details=true&planDescription=true": _load("sql_1.json"),
     }
-    monkeypatch.setattr(sparkplan, "discover_spark", lambda process, fetch: ("http://127.0.0.1:4040", "app-1"))
+    monkeypatch.setattr(sparkplan, "discover_spark", lambda process, fetch, *rest: ("http://127.0.0.1:4040", "app-1"))
     collector = sparkplan.SparkPlanCollector(fetch=answers.__getitem__, poll_seconds=60)
     collector.start([_driver(1)])
     payload = collector.finish()

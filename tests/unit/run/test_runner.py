@@ -452,7 +452,7 @@ def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a JobManager in the scope whose REST API answers nothing (issue 22, item 6)
-    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch: None)
+    monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch, *rest: None)
     runner, components, out = make(tmp_path, duration=0.6)
     jobmanager = ProcessInfo(300, "managing", "flink", "jobmanager", "root",
                              "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
