@@ -23,6 +23,7 @@ import ctypes
 from typing import Any
 
 from .cache import CacheError, cache_dir, entry_key, entry_name, read_entry, remove_entry
+from .pidns import with_own_ids
 
 
 def release_freed_memory() -> None:
@@ -39,7 +40,7 @@ def compile_program(bpf_class: Any, text: str) -> Any:
     compile cache without LLVM (``cached.py``) when an earlier start compiled it on this kernel with
     this bcc. A cold compile runs with the compilers' clean pages dropped before (the compile faults
     back what it runs) and LLVM's freed heap released after, and fills the cache."""
-    source = text.encode()
+    source = with_own_ids(text).encode()
     store = _cache_store(bpf_class, source)
     if store is not None:
         program = _load_cached(bpf_class, store)

@@ -247,7 +247,7 @@ int walk_more(struct bpf_perf_event_data *ctx) {
 }
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;

@@ -184,7 +184,7 @@ static __always_inline int cfi_apply(struct unwind_regs *regs, struct cfi_row *r
 }
 
 static __always_inline int cfi_step(struct unwind_regs *regs) {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u32 tgid = current_pid_tgid() >> 32;
     struct cfi_mapping_key key = {64 + 32, tgid, __builtin_bswap64(regs->pc)};
     struct cfi_mapping *map = cfi_mappings.lookup(&key);
     if (map == NULL)
