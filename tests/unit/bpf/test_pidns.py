@@ -7,7 +7,7 @@ import os
 import re
 
 from profiler.bpf import pidns
-from profiler.bpf.pidns import INIT_PID_NS_INO, PidNamespace, ids_prelude, kernel_dev
+from profiler.bpf.pidns import INIT_PID_NS_INO, PidNamespace, ids_prelude, kernel_dev, write_own_namespace
 
 CHILD = PidNamespace(dev=4, ino=4026532555)
 
@@ -17,13 +17,34 @@ def test_the_initial_namespace_keeps_the_plain_helper() -> None:
         assert ids_prelude(namespace) == "#define current_pid_tgid() bpf_get_current_pid_tgid()\n"
 
 
-def test_a_child_namespace_asks_the_kernel_for_that_namespace_by_device_and_inode() -> None:
+def test_a_child_namespace_asks_the_kernel_for_the_namespace_user_space_wrote() -> None:
     text = ids_prelude(CHILD)
-    call = re.search(r"bpf_get_ns_current_pid_tgid\((\d+)ULL, (\d+)ULL, &ns, sizeof\(ns\)\) != 0\)\n\s+return 0;", text)
+    assert "BPF_ARRAY(own_pid_ns, u64, 2);" in text
+    assert re.search(r"if \(dev == NULL \|\| ino == NULL \|\| \*ino == 0\)\n\s+return 0;", text)  # not yet written
+    call = re.search(r"bpf_get_ns_current_pid_tgid\(\*dev, \*ino, &ns, sizeof\(ns\)\) != 0\)\n\s+return 0;", text)
     assert call is not None, text
-    assert (int(call.group(1)), int(call.group(2))) == (4, 4026532555)
     assert "return ((u64)ns.tgid << 32) | ns.pid;" in text  # the layout of bpf_get_current_pid_tgid
     assert "bpf_get_current_pid_tgid" not in text  # never the initial namespace's ids
+    # the same text for every namespace: one compile cache entry serves them all
+    assert ids_prelude(PidNamespace(dev=5, ino=4026532999)) == text
+
+
+def test_the_namespace_is_written_into_the_loaded_program() -> None:
+    tables: dict[bytes, dict[int, int]] = {}
+
+    class Program:
+        def __getitem__(self, name: bytes) -> dict:
+            return tables.setdefault(name, _Table())
+
+    class _Table(dict):
+        def __setitem__(self, key, value) -> None:
+            super().__setitem__(key.value, value.value)
+
+    write_own_namespace(Program(), CHILD)
+    assert tables == {b"own_pid_ns": {0: 4, 1: 4026532555}}
+    tables.clear()
+    write_own_namespace(Program(), PidNamespace(dev=4, ino=INIT_PID_NS_INO))
+    assert tables == {}  # the initial namespace has no map
 
 
 def test_the_device_is_the_kernels_encoding_not_stats() -> None:

@@ -1,0 +1,150 @@
+"""`coordinator profile` over real sshd against hosts in their own network, UTS, mount and PID namespaces
+(tests/fixtures/nshosts.py), each running one CpuSplit JVM that burns a method of its own: every host's
+agent runs inside its host's PID namespace, finds its JVM by the namespace's PIDs and must sample that JVM
+and nothing of the other hosts (docs/cluster-namespaces.md).
+
+Prints one `FIGURE` line (pytest -s): the window skew between hosts and the samples per host.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator import rundir
+from coordinator.cli import main as coordinator_main
+from profiler.capture.read import read_scope
+from tests.fixtures.jvm import CpuSplitJvm, start_cpu_split
+from tests.fixtures.nshosts import NamespacedHost, NamespacedHosts, ns_pid
+from tests.fixtures.privileges import requires
+
+pytestmark = requires("root", "unshare")
+
+HOSTS = 3
+BURNERS = {"node1": "alpha", "node2": "beta", "node3": "gamma"}  # each host's JVM burns only its own method
+TASKS = {"alpha": "Alpha", "beta": "Beta", "gamma": "Gamma"}
+PROFILE = "# one task per burner\nAlpha: burnAlpha\nBeta: burnBeta\nGamma: burnGamma\n"
+KNOWN_SPES = "cpusplit workload burner com.example.CpuSplit\n"
+MAX_SKEW_S = 1.0  # hosts start sampling within this of each other (the coordinator's common start)
+
+
+def test_harness_hosts_are_isolated_and_reach_each_other(namespaced_hosts: NamespacedHosts) -> None:
+    hosts = namespaced_hosts.start(2)
+    inside = [
+        subprocess.run(
+            [*host.enter(), "sh", "-c", "hostname; ls /proc | grep -c '^[0-9]*$'; ls -A /tmp; echo $$"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.split("\n")
+        for host in hosts
+    ]  # fmt: skip
+    for host, (hostname, processes, *_rest) in zip(hosts, inside, strict=True):
+        assert hostname == host.name
+        # its sshd, nsenter's shell and ls: not the thousands of this machine
+        assert int(processes) < 10, f"{host.name} sees {processes} processes"
+    (hosts[0].directory / "tmp" / "mine").write_text("")
+    assert "mine" in subprocess.run([*hosts[0].enter(), "ls", "/tmp"], capture_output=True, text=True).stdout
+    assert "mine" not in subprocess.run([*hosts[1].enter(), "ls", "/tmp"], capture_output=True, text=True).stdout
+    # host 1 reaches host 2's sshd on its address (a real banner), through the bridge
+    peer = (hosts[1].address, hosts[1].sshd.port)
+    probe = f"import socket; print(socket.create_connection({peer!r}, 5).recv(4))"
+    reply = subprocess.run([*hosts[0].enter(), "python3", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert reply.stdout.strip() == "b'SSH-'", reply.stderr
+    # and our namespace cannot bind the hosts' addresses: they are theirs alone
+    with socket.socket() as sock, pytest.raises(OSError):
+        sock.bind((hosts[0].address, 0))
+
+
+@pytest.fixture
+def classpath(cpu_split_classpath: Path, namespaced_hosts: NamespacedHosts) -> Path:
+    """CpuSplit's classes where the hosts see them (their /tmp is their own)."""
+    target = namespaced_hosts.base / "classes"
+    shutil.copytree(cpu_split_classpath, target)
+    os.chmod(target, 0o755)
+    return target
+
+
+@pytest.fixture
+def host_jvms(namespaced_hosts: NamespacedHosts, classpath: Path) -> Iterator[dict[str, CpuSplitJvm]]:
+    hosts = namespaced_hosts.start(HOSTS)
+    jvms: dict[str, CpuSplitJvm] = {}
+    try:
+        for host in hosts:
+            burner = BURNERS[host.name]
+            jvms[host.name] = start_cpu_split(
+                classpath, weights={burner: 100}, threads=1, warmup_ms=1500, prefix=host.enter(),
+                jvm_flags=[f"-Dtpf.host={host.name}"],
+            )  # fmt: skip
+        yield jvms
+    finally:
+        for jvm in jvms.values():
+            jvm.kill()
+
+
+def _java_of(host: NamespacedHost) -> int:
+    """The host's JVM as its own namespace numbers it."""
+    javas = [pid for pid in host.pids() if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "java"]
+    assert len(javas) == 1, f"{host.name}: {javas}"
+    return ns_pid(javas[0])
+
+
+def test_each_host_samples_only_its_own_jvm(
+    namespaced_hosts: NamespacedHosts, host_jvms: dict[str, CpuSplitJvm], tmp_path: Path
+) -> None:
+    # GIVEN three namespaced hosts, each with one JVM burning its own method
+    hosts = namespaced_hosts.hosts
+    own_pid = {host.name: _java_of(host) for host in hosts}
+    cluster, known_hosts = namespaced_hosts.cluster_file()
+    profile, known = tmp_path / "profile.txt", tmp_path / "known_spes.txt"
+    profile.write_text(PROFILE)
+    known.write_text(KNOWN_SPES)
+    out = tmp_path / "run"
+    # WHEN the real CLI profiles them over SSH for 6 s
+    started = time.monotonic()
+    code = coordinator_main([
+        "profile", "--cluster", str(cluster), "--known-hosts", str(known_hosts), "--out", str(out),
+        "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "15",
+    ])  # fmt: skip
+    elapsed = time.monotonic() - started
+    # THEN every host is ok, and its capture holds its own JVM only, by its namespace's PID
+    assert code == 0
+    info = rundir.read_run(out)
+    assert sorted(h.host for h in info.hosts) == [h.name for h in hosts]
+    for host in info.hosts:
+        assert host.state == "ok", f"{host.host}: {host.state}"
+        scope = read_scope(rundir.host_capture_dir(out, host.host))
+        assert [(p.pid, p.kind) for p in scope] == [(own_pid[host.host], "burner")], scope
+        assert f"-Dtpf.host={host.host}" in scope[0].cmdline
+    rows = list(csv.DictReader((out / "summary.csv").open(newline="")))
+    samples = _samples(rows)
+    for host in hosts:
+        mine = TASKS[BURNERS[host.name]]
+        assert samples[(host.name, mine)] > 0, f"{host.name} has no sample of its own JVM's {mine}"
+        others = {task: samples.get((host.name, task), 0) for task in TASKS.values() if task != mine}
+        assert others == dict.fromkeys(others, 0), f"{host.name} sampled another host's burner: {others}"
+        pids = {row["pid"] for row in rows if row["host"] == host.name and row["pid"] != "*"}
+        assert pids == {str(own_pid[host.name])}
+    # AND the host rows add up to the cluster rows, task by task
+    for task in [*TASKS.values(), "unmatched", "*"]:
+        assert samples[("*", task)] == sum(samples.get((h.name, task), 0) for h in hosts), task
+    # AND the windows start together
+    starts = [h.start_time - (h.clock_offset or 0.0) for h in info.hosts]
+    skew = max(starts) - min(starts)
+    print(
+        f"FIGURE namespaced hosts: hosts={len(hosts)}, skew_s={skew:.3f}, elapsed_s={elapsed:.1f}, "
+        + ", ".join(f"{h.name}={samples[(h.name, '*')]}" for h in hosts)
+        + f", ns_pids={sorted(own_pid.values())}, load={os.getloadavg()[0]:.1f}"
+    )
+    assert skew < MAX_SKEW_S
+
+
+def _samples(rows: list[dict[str, str]]) -> dict[tuple[str, str], int]:
+    """Samples of the host rows (host, task) and cluster rows ("*", task)."""
+    return {(row["host"], row["task"]): int(row["samples"] or 0) for row in rows if row["pid"] == "*"}
