@@ -9,20 +9,26 @@ Prints one `FIGURE` line (pytest -s): the window skew between hosts and the samp
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from coordinator import rundir
 from coordinator.cli import main as coordinator_main
-from profiler.capture.read import read_scope
+from profiler.capture.read import read_net, read_scope
+from tests.fixtures import netns
 from tests.fixtures.jvm import CpuSplitJvm, start_cpu_split
+from tests.fixtures.netns import Worker
 from tests.fixtures.nshosts import NamespacedHost, NamespacedHosts, ns_pid
 from tests.fixtures.privileges import requires
 
@@ -148,3 +154,95 @@ def test_each_host_samples_only_its_own_jvm(
 def _samples(rows: list[dict[str, str]]) -> dict[tuple[str, str], int]:
     """Samples of the host rows (host, task) and cluster rows ("*", task)."""
     return {(row["host"], row["task"]): int(row["samples"] or 0) for row in rows if row["pid"] == "*"}
+
+
+ROUNDS, UPLOAD, DOWNLOAD = 40, 10_000, 30_000
+HEADER_BYTES = netns.HEADER.size
+TRAFFIC_SPES = "traffic workload worker netns.py\n"  # the workers of tests/fixtures/netns.py
+
+
+def _worker(host: NamespacedHost, *args: object) -> Worker:
+    command = [*host.enter(), sys.executable, str(netns.WORKER), *map(str, args)]
+    return Worker(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+
+
+def _wait_sampling(hosts: list[NamespacedHost], timeout: float = 120.0) -> None:
+    """Until every host's agent says it samples (its status file in the host's /tmp)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for host in hosts:
+            for path in (host.directory / "tmp").glob("taskprof.*/status.json"):
+                try:
+                    states.append(json.loads(path.read_text()).get("state"))
+                except (OSError, ValueError):
+                    continue
+        if states.count("sampling") == len(hosts):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not every host sampling within {timeout} s")
+
+
+def test_bytes_between_hosts_are_external_loopback_is_not(namespaced_hosts: NamespacedHosts, tmp_path: Path) -> None:
+    # GIVEN node2 serving on its address; on node1 a client of it, and a client of a loopback server
+    node1, node2 = namespaced_hosts.start(2)
+    workers: list[Worker] = []
+    try:
+        remote_server = _worker(node2, "server", node2.address)
+        local_server = _worker(node1, "server", "127.0.0.1")
+        workers += [remote_server, local_server]
+        remote_server.port = int(remote_server.expect("ready").split()[1])
+        local_server.port = int(local_server.expect("ready").split()[1])
+        remote_client = _worker(node1, "client", node2.address, remote_server.port, UPLOAD, DOWNLOAD, ROUNDS)
+        local_client = _worker(node1, "client", "127.0.0.1", local_server.port, UPLOAD, DOWNLOAD, ROUNDS)
+        workers += [remote_client, local_client]
+        for client in (remote_client, local_client):
+            client.expect("ready")
+        pid_of = {name: _ns_pid_of_cmdline(host, marker) for name, host, marker in (
+            ("remote_client", node1, f"client {node2.address}"), ("local_client", node1, "client 127.0.0.1"),
+            ("remote_server", node2, f"server {node2.address}"), ("local_server", node1, "server 127.0.0.1"),
+        )}  # fmt: skip
+        cluster, known_hosts = namespaced_hosts.cluster_file()
+        profile, known = tmp_path / "profile.txt", tmp_path / "known_spes.txt"
+        profile.write_text("Python: re:.+\n")
+        known.write_text(TRAFFIC_SPES)
+        out = tmp_path / "run"
+        codes: list[int] = []
+        # WHEN both hosts are profiled with --net and the clients talk while they sample
+        coordinator = threading.Thread(target=lambda: codes.append(coordinator_main([
+            "profile", "--cluster", str(cluster), "--known-hosts", str(known_hosts), "--out", str(out), "--net",
+            "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "15",
+            "--no-analyze",
+        ])))  # fmt: skip
+        coordinator.start()
+        _wait_sampling([node1, node2])
+        for client in (remote_client, local_client):
+            client.send("go")
+        for client in (remote_client, local_client):
+            client.expect("done", timeout=30)
+        coordinator.join(timeout=300)
+    finally:
+        for worker in workers:
+            worker.stop()
+    # THEN the bytes to the other host are external on both ends, the loopback ones are not
+    assert codes == [0]
+    sent, received = ROUNDS * (HEADER_BYTES + UPLOAD), ROUNDS * DOWNLOAD
+    net = {
+        name: read_net(rundir.host_capture_dir(out, host.name), pid_of[name])
+        for name, host in (("remote_client", node1), ("local_client", node1), ("remote_server", node2))
+    }
+    print(f"FIGURE namespaced net: {net}")
+    got = net["remote_client"]
+    assert got is not None and (got.bytes_sent_external, got.bytes_received_external) == (sent, received), got
+    got = net["local_client"]
+    assert got is not None and (got.bytes_sent, got.bytes_received) == (sent, received), got
+    assert (got.bytes_sent_external, got.bytes_received_external) == (0, 0), got
+    got = net["remote_server"]
+    assert got is not None and (got.bytes_received_external, got.bytes_sent_external) == (sent, received), got
+
+
+def _ns_pid_of_cmdline(host: NamespacedHost, marker: str) -> int:
+    """The host's one process whose command line holds ``marker``, as its namespace numbers it."""
+    found = [pid for pid in host.pids() if marker in " ".join(psutil.Process(pid).cmdline())]
+    assert len(found) == 1, f"{host.name} {marker}: {found}"
+    return ns_pid(found[0])
