@@ -116,7 +116,7 @@ def test_each_host_samples_only_its_own_jvm(
     started = time.monotonic()
     code = coordinator_main([
         "profile", "--cluster", str(cluster), "--known-hosts", str(known_hosts), "--out", str(out),
-        "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "15",
+        "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "3",
     ])  # fmt: skip
     elapsed = time.monotonic() - started
     # THEN every host is ok, and its capture holds its own JVM only, by its namespace's PID
@@ -211,7 +211,7 @@ def test_bytes_between_hosts_are_external_loopback_is_not(namespaced_hosts: Name
         # WHEN both hosts are profiled with --net and the clients talk while they sample
         coordinator = threading.Thread(target=lambda: codes.append(coordinator_main([
             "profile", "--cluster", str(cluster), "--known-hosts", str(known_hosts), "--out", str(out), "--net",
-            "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "15",
+            "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "3",
             "--no-analyze",
         ])))  # fmt: skip
         coordinator.start()
