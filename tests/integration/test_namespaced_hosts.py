@@ -112,11 +112,12 @@ def test_each_host_samples_only_its_own_jvm(
     profile.write_text(PROFILE)
     known.write_text(KNOWN_SPES)
     out = tmp_path / "run"
-    # WHEN the real CLI profiles them over SSH for 6 s
+    # WHEN the real CLI profiles them over SSH for 6 s (the start delay covers three agents' BPF compiles
+    # at once on two cores when the compile cache is cold: a late agent would start late)
     started = time.monotonic()
     code = coordinator_main([
         "profile", "--cluster", str(cluster), "--known-hosts", str(known_hosts), "--out", str(out),
-        "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "3",
+        "--profile", str(profile), "--known-spes", str(known), "--duration", "6", "--quiet", "--start-delay", "20",
     ])  # fmt: skip
     elapsed = time.monotonic() - started
     # THEN every host is ok, and its capture holds its own JVM only, by its namespace's PID
