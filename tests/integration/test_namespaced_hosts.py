@@ -85,8 +85,7 @@ def host_jvms(namespaced_hosts: NamespacedHosts, classpath: Path) -> Iterator[di
         for host in hosts:
             burner = BURNERS[host.name]
             jvms[host.name] = start_cpu_split(
-                classpath, weights={burner: 100}, threads=1, warmup_ms=1500, prefix=host.enter(),
-                jvm_flags=[f"-Dtpf.host={host.name}"],
+                classpath, weights={burner: 100}, threads=1, warmup_ms=1500, prefix=host.enter()
             )  # fmt: skip
         yield jvms
     finally:
@@ -128,7 +127,7 @@ def test_each_host_samples_only_its_own_jvm(
         assert host.state == "ok", f"{host.host}: {host.state}"
         scope = read_scope(rundir.host_capture_dir(out, host.host))
         assert [(p.pid, p.kind) for p in scope] == [(own_pid[host.host], "burner")], scope
-        assert f"-Dtpf.host={host.host}" in scope[0].cmdline
+        assert f"--weights {BURNERS[host.host]}=100" in scope[0].cmdline  # the summary keeps the arguments
     rows = list(csv.DictReader((out / "summary.csv").open(newline="")))
     samples = _samples(rows)
     for host in hosts:
