@@ -144,7 +144,7 @@ static __always_inline int walk_one(struct walk_state *state, struct sample_t *s
         }
         return fp_step(state);
     }
-    int cfi = cfi_step(&state->regs);
+    int cfi = cfi_step(&state->regs, sample->tgid);
     if (cfi == UNWIND_CFI_DONE)
         return 0;
     if (cfi == UNWIND_CFI_FAIL) {

@@ -25,7 +25,7 @@ import pytest
 
 from coordinator import rundir
 from coordinator.cli import main as coordinator_main
-from profiler.capture.read import read_net, read_scope
+from profiler.capture.read import read_meta, read_net, read_scope
 from tests.fixtures import netns
 from tests.fixtures.jvm import CpuSplitJvm, start_cpu_split
 from tests.fixtures.netns import Worker
@@ -128,6 +128,9 @@ def test_each_host_samples_only_its_own_jvm(
         scope = read_scope(rundir.host_capture_dir(out, host.host))
         assert [(p.pid, p.kind) for p in scope] == [(own_pid[host.host], "burner")], scope
         assert f"--weights {BURNERS[host.host]}=100" in scope[0].cmdline  # the summary keeps the arguments
+        # our own walker loads inside a namespace too (the namespace's ids read once per sample, not per frame)
+        warnings = read_meta(rundir.host_capture_dir(out, host.host)).warnings
+        assert not [w for w in warnings if "walker unavailable" in w], warnings
     rows = list(csv.DictReader((out / "summary.csv").open(newline="")))
     samples = _samples(rows)
     for host in hosts:
