@@ -23,6 +23,7 @@ import ctypes
 from typing import Any
 
 from .cache import CacheError, cache_dir, entry_key, entry_name, read_entry, remove_entry
+from .pidns import with_own_ids, write_own_namespace
 
 
 def release_freed_memory() -> None:
@@ -38,8 +39,14 @@ def compile_program(bpf_class: Any, text: str) -> Any:
     """``bpf_class(text=text)`` (bcc's BPF: compile and load), or the same program loaded from the
     compile cache without LLVM (``cached.py``) when an earlier start compiled it on this kernel with
     this bcc. A cold compile runs with the compilers' clean pages dropped before (the compile faults
-    back what it runs) and LLVM's freed heap released after, and fills the cache."""
-    source = text.encode()
+    back what it runs) and LLVM's freed heap released after, and fills the cache. Either way the program
+    is told the agent's PID namespace (``pidns.py``) before it is returned."""
+    program = _compile(bpf_class, with_own_ids(text).encode())
+    write_own_namespace(program)
+    return program
+
+
+def _compile(bpf_class: Any, source: bytes) -> Any:
     store = _cache_store(bpf_class, source)
     if store is not None:
         program = _load_cached(bpf_class, store)

@@ -45,21 +45,24 @@ class RunCommand:
 
         options = RunOptions.from_args(args)
         out, host = options.out, options.host
-        if args.print_bpf:
+        if args.print_bpf:  # as compiled: with current_pid_tgid() of this PID namespace
+            from ..bpf.pidns import with_own_ids
+
             sampler = make_sampler(options)
-            print(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None))
+            print(with_own_ids(sampler.bpf_text("walker" if sampler.stack_walk == "bpf" else None)))
             if sampler.collection == "ringbuf":
                 from ..scope.threadwatch import ThreadWatch
 
-                print(ThreadWatch([]).bpf_text())
+                print(with_own_ids(ThreadWatch([]).bpf_text()))
             if options.net:
                 from ..sampling.net import NetTracer
 
-                print(NetTracer().bpf_text())
+                print(with_own_ids(NetTracer().bpf_text()))
             if options.off_cpu:
                 from ..sampling.offcpu import OffCpuTracer
 
-                print(OffCpuTracer(options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every).bpf_text())
+                tracer = OffCpuTracer(options.off_cpu_min_block_ms, sample_every=options.off_cpu_sample_every)
+                print(with_own_ids(tracer.bpf_text()))
             return 0
         run_capture(options, announce=lambda line: print(f"profiler: {line}", file=sys.stderr))
         from ..capture import format as capture

@@ -74,7 +74,7 @@ static __always_inline int account(void *sk, s64 bytes, int direction) {
     // Failed calls (negative) and empty ones (EOF, zero-length) move no data.
     if (bytes <= 0 || sk == 0)
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u32 tgid = current_pid_tgid() >> 32;
     if (target_tgids.lookup(&tgid) == 0)
         return 0;
 
@@ -130,7 +130,7 @@ int net_recv(struct bpf_raw_tracepoint_args *ctx) {
 BPF_HASH(send_sock, u64, void *, 10240);
 
 int net_send_entry(struct pt_regs *ctx, void *sk) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     u32 tgid = id >> 32;
     if (target_tgids.lookup(&tgid) == 0)
         return 0;
@@ -140,7 +140,7 @@ int net_send_entry(struct pt_regs *ctx, void *sk) {
 }
 
 int net_send_return(struct pt_regs *ctx) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     void **ptr = send_sock.lookup(&id);
     if (ptr == 0)
         return 0;

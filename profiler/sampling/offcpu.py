@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bpf.compiler import compile_program
+from ..bpf.pidns import own_pid_namespace
 from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
 from ..errors import CapabilityError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
@@ -369,6 +370,15 @@ class OffCpuTracer:
             raise RuntimeError("OffCpuTracer.start() called twice")
         if os.geteuid() != 0:
             raise PrivilegeError("profiler run --off-cpu: eBPF needs root (or CAP_BPF and CAP_PERFMON); run with sudo")
+        namespace = own_pid_namespace()
+        if namespace is not None and not namespace.initial:
+            # the switched-in thread is read from its task_struct: an id of the initial namespace, which
+            # the namespace's ids (profiler/bpf/pidns.py) of the switched-out one would never meet
+            raise CapabilityError(
+                "profiler run --off-cpu: not available in a PID namespace of its own (the agent's ids are that "
+                "namespace's, sched_switch names the next thread in the initial one); run without --off-cpu "
+                "or start the agent in the initial PID namespace"
+            )
         try:
             from bcc import BPF
         except ImportError:

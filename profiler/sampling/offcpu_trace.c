@@ -1,7 +1,7 @@
 // Off-CPU time of the scoped processes' threads (bcc C; profiler/sampling/offcpu.py compiles it).
 //
 // Raw tracepoint sched_switch (no kprobe, no tracefs mount): it runs in the context of the thread that
-// leaves the CPU (prev), so bpf_get_current_pid_tgid() and the stack helpers see prev. When prev belongs
+// leaves the CPU (prev), so current_pid_tgid() and the stack helpers see prev. When prev belongs
 // to a target process, the time, its user and kernel stack ids and the kernel's reason are remembered by
 // thread id; when a remembered thread is switched in again (next), the time in between is added to
 // (tgid, thread, stacks, reason, thread name) if it is at least MIN_BLOCK_NS. The sums stay in the kernel: user
@@ -496,7 +496,7 @@ static __always_inline void account(u32 tid, u64 *word, u32 *pending, u64 now) {
 
 RAW_TRACEPOINT_PROBE(sched_switch)
 {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
     u64 out = tid != 0 ? id_bit(scope_word(tgid), tgid) : 0;
     u32 next_tid = 0;

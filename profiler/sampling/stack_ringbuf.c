@@ -32,7 +32,7 @@ struct sample_t {
 BPF_RINGBUF_OUTPUT(samples, RINGBUF_PAGES);
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;

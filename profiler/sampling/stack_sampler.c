@@ -32,7 +32,7 @@ BPF_HASH(counts, struct key_t, u64, COUNTS_SIZE);
 BPF_TABLE("stacktrace", int, struct stack_t, stack_traces, STACK_STORAGE_SIZE);
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;

@@ -155,7 +155,7 @@ static __always_inline int walk_one(struct walk_state *state, u64 *frames, u32 l
         }
         return fp_step(state);
     }
-    int cfi = cfi_step(&state->regs);
+    int cfi = cfi_step(&state->regs, sample->tgid);
     if (cfi == UNWIND_CFI_DONE)
         return 0;
     if (cfi == UNWIND_CFI_FAIL) {
@@ -280,7 +280,7 @@ int walk_more(struct bpf_perf_event_data *ctx) {
 }
 
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     struct target_t *target = count_sample(id);
     if (target == NULL)
         return 0;

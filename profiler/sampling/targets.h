@@ -10,7 +10,7 @@ struct target_t {
 
 BPF_HASH(targets, u32, struct target_t, MAX_TARGETS);
 
-// The entry of the interrupted process (``id``: bpf_get_current_pid_tgid) with this sample counted, or
+// The entry of the interrupted process (``id``: current_pid_tgid(), profiler/bpf/pidns.py) with this sample counted, or
 // NULL when the process is not sampled.
 static __always_inline struct target_t *count_sample(u64 id) {
     u32 tgid = id >> 32;

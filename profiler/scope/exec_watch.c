@@ -8,7 +8,10 @@ BPF_ARRAY(exec_dropped, u64, 1);
 RAW_TRACEPOINT_PROBE(sched_process_exec)
 {
     // exec runs in the task itself: the current tgid is the process that now runs the new program
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    // (in the agent's PID namespace, profiler/bpf/pidns.py: 0 for a task of another namespace)
+    u32 tgid = current_pid_tgid() >> 32;
+    if (tgid == 0)
+        return 0;
     if (exec_events.ringbuf_output(&tgid, sizeof(tgid), 0) != 0) {
         int zero = 0;
         u64 *dropped = exec_dropped.lookup(&zero);

@@ -21,7 +21,7 @@ BPF_ARRAY(lost, u64, 1);  // renames the ring buffer had no room for
 BPF_RINGBUF_OUTPUT(renames, RINGBUF_PAGES);
 
 int on_set_native_thread_name(struct pt_regs *ctx) {
-    u64 id = bpf_get_current_pid_tgid();
+    u64 id = current_pid_tgid();
     u32 tgid = id >> 32;
     if (targets.lookup(&tgid) == NULL)
         return 0;

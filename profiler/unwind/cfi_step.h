@@ -11,8 +11,10 @@
 // Needs only bounded loops (Linux 5.3); no bpf_loop (bcc 0.26 cannot pass a callback).
 //
 // Contract with the walker (profiler/sampling/stack_walk.c, which defines
-// `struct unwind_regs { u64 pc; u64 sp; u64 fp; }` before including this file): cfi_step(regs) returns
-// one of the UNWIND_CFI_* below.
+// `struct unwind_regs { u64 pc; u64 sp; u64 fp; }` before including this file): cfi_step(regs, tgid) returns
+// one of the UNWIND_CFI_* below. `tgid` is the sampled process as the walker keyed it (current_pid_tgid(),
+// profiler/bpf/pidns.py), read once per sample: inside a PID namespace each read is a map lookup and a
+// helper call, which per frame would push the walker past the verifier's size limit (E2BIG).
 #ifndef SPE_CFI_STEP_H
 #define SPE_CFI_STEP_H
 
@@ -183,8 +185,7 @@ static __always_inline int cfi_apply(struct unwind_regs *regs, struct cfi_row *r
     return UNWIND_CFI_DONE;
 }
 
-static __always_inline int cfi_step(struct unwind_regs *regs) {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+static __always_inline int cfi_step(struct unwind_regs *regs, u32 tgid) {
     struct cfi_mapping_key key = {64 + 32, tgid, __builtin_bswap64(regs->pc)};
     struct cfi_mapping *map = cfi_mappings.lookup(&key);
     if (map == NULL)

@@ -55,5 +55,6 @@ def test_compile_program_drops_compiler_pages_before_and_heap_after(monkeypatch)
         calls.append(f"compile {text.decode()}")
         return "loaded"
 
+    monkeypatch.setattr(compiler, "with_own_ids", lambda text: f"/* ids */ {text}")
     assert compiler.compile_program(fake_bpf, "int x;") == "loaded"
-    assert calls == ["pages", "compile int x;", "heap"]
+    assert calls == ["pages", "compile /* ids */ int x;", "heap"]

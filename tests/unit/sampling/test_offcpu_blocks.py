@@ -186,3 +186,15 @@ def test_named_blocks_keep_the_set_of_their_threads() -> None:
     entries = name_blocks(blocks, stacks.get, {0x20: "main"}.__getitem__, {0x901: "futex_wait"}.__getitem__)
     # THEN the merged entry holds both threads once; the unknown thread stays unknown, not an empty set
     assert [(e.cause, e.threads) for e in entries] == [("lock", frozenset({11, 12})), ("preempted", None)]
+
+
+def test_off_cpu_is_refused_inside_a_pid_namespace_of_its_own(monkeypatch) -> None:
+    """sched_switch names the next thread by its initial-namespace id, which the agent's namespace ids of the
+    switched-out thread never meet: one error line, not silently empty sums (profiler/bpf/pidns.py)."""
+    from profiler.bpf.pidns import PidNamespace
+    from profiler.sampling import offcpu
+
+    monkeypatch.setattr(offcpu.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(offcpu, "own_pid_namespace", lambda: PidNamespace(dev=4, ino=4026532555))
+    with pytest.raises(CapabilityError, match="PID namespace of its own.*run without --off-cpu"):
+        offcpu.OffCpuTracer().start()

@@ -106,7 +106,7 @@ def test_bpf_text_carries_the_limits_and_config_is_validated() -> None:
     walker = sampler.bpf_text("walker")
     assert sampler.program.walk_slots == (236, 64)
     assert "#define LEAF_SLOTS 236" in walker and "#define ROOT_SLOTS 64" in walker
-    assert "static __always_inline int cfi_step(struct unwind_regs *regs)" in walker  # the header inlined
+    assert "static __always_inline int cfi_step(struct unwind_regs *regs, u32 tgid)" in walker  # the header inlined
     assert '#include "cfi_step.h"' not in walker
     assert StackSampler().max_stack_depth == 1024 and StackSampler(stack_walk="kernel").max_stack_depth == 127
     for bad in (
