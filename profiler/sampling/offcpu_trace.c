@@ -405,6 +405,7 @@ static __always_inline int walk_switch_out(struct bpf_raw_tracepoint_args *ctx, 
     struct walk_state *state = &scratch->state;
     __builtin_memset(state, 0, sizeof(*state));
     state->end = WALK_RUNNING;
+    state->tgid = tgid;
     scratch->out = *out;
     scratch->anchor = *anchor;
     scratch->task = ctx->args[1];

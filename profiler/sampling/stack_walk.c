@@ -64,6 +64,7 @@ struct sample_t {
 
 struct walk_state {
     struct unwind_regs regs;
+    u32 tgid;  // the walked process as the programs key it (current_pid_tgid(), profiler/bpf/pidns.py)
     struct jvm_t jvm;
     struct hs_blob blob;  // the current frame's CodeBlob, when its pc is in the JVM's code cache
     u32 walked;
@@ -155,7 +156,7 @@ static __always_inline int walk_one(struct walk_state *state, u64 *frames, u32 l
         }
         return fp_step(state);
     }
-    int cfi = cfi_step(&state->regs, sample->tgid);
+    int cfi = cfi_step(&state->regs, state->tgid);
     if (cfi == UNWIND_CFI_DONE)
         return 0;
     if (cfi == UNWIND_CFI_FAIL) {
@@ -302,6 +303,7 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     bpf_get_current_comm(&sample->comm, sizeof(sample->comm));
     __builtin_memset(state, 0, sizeof(*state));
     state->end = WALK_RUNNING;
+    state->tgid = tgid;
     if (user_regs(ctx, &state->regs) != 0) {
         sample->user_bytes = -EFAULT;
         return finish(ctx, scratch_value);
