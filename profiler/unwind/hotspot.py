@@ -35,6 +35,9 @@ from .vmstructs import ProcessMemory, VMLayout, read_layout
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
 INLINED_MARK = " [inlined]"  # appended to methods the JIT inlined into a compiled frame
+# appended (after INLINED_MARK) to the innermost name of a compiled frame whose pc borrowed a later PcDesc's
+# scope (codecache.borrowed_bytes): methods the JIT inlined there are charged to this one
+APPROXIMATE_MARK = " [approx]"
 
 # Causes of an interpreted frame left unnamed (SamplerStats.interpreted_unnamed keys).
 UNREADABLE = "Method* unreadable (memory gone or unmapped)"
@@ -104,7 +107,8 @@ class MethodNamer:
 
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]:
         """(pc, names innermost first, cause when unnamed) of a compiled frame stored with COMPILED_TAG:
-        the methods the JIT inlined at the pc (marked INLINED_MARK), then the compiled method itself.
+        the methods the JIT inlined at the pc (marked INLINED_MARK), then the compiled method itself; the
+        first marked APPROXIMATE_MARK too when the pc borrowed a later PcDesc's scope.
         An inlined method whose Method* cannot be named is left out; an empty list: the frame is unnamed.
         Compile ids are never reused, so the frame's Method*s are the same in every generation; their
         names are the generation's."""
@@ -117,7 +121,17 @@ class MethodNamer:
         outer, inlined = self._chain_names(chain, generation)
         if outer is None:
             return pc, [], self.cause(chain[-1], generation, STALE)
-        return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
+        names = [name + INLINED_MARK for name in inlined if name is not None] + [outer]
+        if (pc, compile_id) in self.compiled.borrowed:
+            names[0] += APPROXIMATE_MARK
+        return pc, names, ""
+
+    def borrowed(self, value: int) -> int:
+        """Bytes from a compiled frame's pc to the PcDesc whose scope named it (0: its own, exact; or not
+        named yet: ``compiled_names`` first)."""
+        if self.compiled is None:
+            return 0
+        return self.compiled.borrowed.get(compiled_pc(self.compiled.layout, value), 0)
 
     def _chain_names(self, chain: Sequence[int], generation: int | None) -> tuple[str | None, list[str | None]]:
         """The compiled method's name (the chain's last Method*), then its inlined methods' (none without it)."""

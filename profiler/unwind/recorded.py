@@ -53,6 +53,9 @@ class RecordedNames:
     def code_name(self, pc: int) -> str | None:
         return None
 
+    def borrowed(self, value: int) -> int:
+        return 0  # the journal keeps chains, not whether their PcDesc was borrowed (docs/unwinding.md)
+
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]:
         """As MethodNamer.compiled_names, from the saved chains and names."""
         if self.code_low is None:
