@@ -331,6 +331,7 @@ class CompiledNamer:
         self.chains: dict[tuple[int, int], tuple[int, ...]] = {}  # (pc, compile id) -> Method*s, innermost first
         self.borrowed: dict[tuple[int, int], int] = {}  # (pc, compile id) -> bytes to the PcDesc it borrowed
         self.log: list[tuple[int, int, tuple[int, ...]]] | None = None  # new chains, for the checkpoint journal
+        self.borrowed_log: list[tuple[int, int, int]] | None = None  # and their ``borrowed`` entries
 
     def methods_of(self, pc: int, compile_id: int) -> tuple[int, ...]:
         """The Method*s of the frame's scopes, innermost first (the inlined ones, then the nmethod's own);
@@ -355,6 +356,8 @@ class CompiledNamer:
                 borrowed = borrowed_bytes(scopes, pc)
                 if borrowed:
                     self.borrowed[key] = borrowed
+                    if self.borrowed_log is not None:
+                        self.borrowed_log.append((pc, compile_id, borrowed))
         chain = self.chains[key] = (*inlined, method)
         if self.log is not None:
             self.log.append((pc, compile_id, chain))

@@ -316,7 +316,7 @@ class JvmNames:
             if self.keep_log:
                 namer.log = []
                 if namer.compiled is not None:
-                    namer.compiled.log = []
+                    namer.compiled.log, namer.compiled.borrowed_log = [], []
             self.namers[pid] = namer
             self._starts[pid], self._seen[pid] = [], set()
             if namer.unloads_address is not None and namer.unloads_seen is not None:
@@ -332,10 +332,13 @@ class JvmNames:
                 names, namer.log = tuple(namer.log or ()), [] if namer.log is not None else None
                 compiled = namer.compiled
                 chains: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+                borrowed: tuple[tuple[int, int, int], ...] = ()
                 if compiled is not None and compiled.log is not None:
                     chains, compiled.log = tuple(compiled.log), []
+                if compiled is not None and compiled.borrowed_log is not None:
+                    borrowed, compiled.borrowed_log = tuple(compiled.borrowed_log), []
                 code_low = compiled.layout.low if compiled is not None else None
-                taken[pid] = JavaNamesDelta(code_low, names, chains)
+                taken[pid] = JavaNamesDelta(code_low, names, chains, borrowed)
         return taken
 
     def generation_of(self, pid: int, time_ns: int, unloads: int) -> int:

@@ -219,6 +219,8 @@ def test_recorded_compiled_frames_are_named_from_their_saved_chain() -> None:
         {"names": [[0, X, 5]]},
         {"chains": [[1, 2, ["x"]]]},
         {"code_low": "0x1000"},
+        {"borrowed": [[1, 2, -3]]},
+        {"borrowed": [[1, 2]]},
     ],
 )
 def test_damaged_saved_names_are_refused(damage: dict) -> None:
@@ -252,6 +254,8 @@ class CountingCode:
         self.layout = SimpleNamespace(low=0)
         self.chains, self.failures, self.lookups = chains, {}, Counter()
         self.borrowed: dict[tuple[int, int], int] = {}
+        self.log: list[tuple[int, int, tuple[int, ...]]] | None = None
+        self.borrowed_log: list[tuple[int, int, int]] | None = None
 
     def methods_of(self, pc: int, compile_id: int) -> tuple[int, ...]:
         self.lookups[pc] += 1
@@ -324,5 +328,30 @@ def test_a_compiled_frame_named_from_a_borrowed_scope_is_marked_and_counted_per_
     assert line is not None and line.startswith("75 % of 4 compiled samples in code without exact debug")
     assert "mean 48 bytes" in line and "--exact-inlining" in line and "DebugNonSafepoints" in line
     assert SamplerStats(pid=7, compiled_samples=4).inlining_health() is None
-    # AND a recovered capture names the frame from its saved chain, unmarked (the journal keeps no distance)
-    assert RecordedNames().borrowed(approximate) == 0
+    # AND a recovered capture marks it as the window did, from the journal's records of both
+    recorded = RecordedNames()
+    recorded.apply({"code_low": 0, "names": [[0, X, "a.Alpha::spin"]], "chains": [[0x80, 17, [X]]],
+                    "borrowed": [[0x80, 17, 48]]})  # fmt: skip
+    assert recorded.compiled_names(approximate, 0)[1] == ["a.Alpha::spin [approx]"]
+    assert recorded.borrowed(approximate) == 48
+    old_journal = RecordedNames()  # written before the borrowed records existed: names unmarked
+    old_journal.apply({"code_low": 0, "names": [[0, X, "a.Alpha::spin"]], "chains": [[0x80, 17, [X]]]})
+    assert old_journal.compiled_names(approximate, 0)[1] == ["a.Alpha::spin"] and old_journal.borrowed(approximate) == 0
+
+
+def test_the_borrowed_scopes_go_to_the_journal_with_their_chains() -> None:
+    # GIVEN a namer logging for the journal whose code cache noted a borrowed scope while naming a chain
+    namer = FakeNamer(Metaspace())
+    code = namer.compiled = CountingCode({})  # type: ignore[assignment]
+    code.log, code.borrowed_log = [(0x80, 17, (X,))], [(0x80, 17, 48)]
+    jvms = JvmNames(lambda pid, layout, address: None)
+    jvms.keep_log = True
+    jvms.add(9, namer)
+    assert code.log == [] and code.borrowed_log == []  # the log starts with the JVM's first checkpoint
+    code.log.append((0x80, 17, (X,)))
+    code.borrowed_log.append((0x80, 17, 48))
+    # WHEN a checkpoint takes what was learned
+    delta = jvms.take_names()[9]
+    # THEN both go, once
+    assert delta.chains == ((0x80, 17, (X,)),) and delta.borrowed == ((0x80, 17, 48),)
+    assert jvms.take_names()[9].borrowed == ()
