@@ -199,7 +199,7 @@ class SamplerStats:
         return (
             f"{100 * self.compiled_approximate / self.compiled_samples:.0f} % of {self.compiled_samples} compiled "
             "samples in code without exact debug information (the scope of a safepoint or call a mean "
-            f"{mean:.0f} bytes further on, frames marked [approx]): inlined methods there are charged to their "
+            f"{mean:.0f} bytes further on, frames marked [approx]): methods inlined there may be charged to their "
             "caller; use profiler run --exact-inlining (code compiled from then on) or start the JVM with "
             "-XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints"
         )
