@@ -8,7 +8,9 @@ Cases per JDK:
   start       no flag; DebugNonSafepoints written right after the exec, before the JIT compiles drive
   flag        -XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints (the restart the option avoids)
 Per case: worker samples, each kernel's |z| against the truth (among samples named after a kernel), the
-unmatched share (charged to drive, or unnamed) and /proc/loadavg. Heavy: run under the shared lock.
+unmatched share (charged to drive, or unnamed), the JVM's compiled samples named from a borrowed scope
+(sampler.json compiled_approximate / compiled_samples, the health line's figure; the workers' alone; the
+mean distance to the PcDesc borrowed) and /proc/loadavg. Heavy: run under the shared lock.
 
 usage: .venv/bin/python bench/bench_exact_inlining.py [--seconds 8] [--settle 5] [--jdk 17 25] [--case ...]
 """
@@ -54,9 +56,13 @@ def run_case(case: str, jdk: str, classpath: Path, seconds: float, settle: float
     z, worst, unmatched = inline_truth.shares_vs_truth(counts, truth)
     worker = sum(counts.values())
     detail = " ".join(f"{k[6:]}={counts[k]}/{truth[k]:.3f}/z{z[k]:.1f}" for k in truth)
+    stats = collected.stats
+    approximate, compiled = inline_truth.approximate_workers(collected.folded)
+    mean = stats.approximate_bytes / stats.compiled_approximate if stats.compiled_approximate else 0.0
     return (
         f"| {jdk} | {case} | {worker} | {worst:.1f} | {100 * unmatched:.1f} % (drive {counts['drive']}, "
-        f"unnamed {counts['unnamed']}) | {detail} | {' '.join(load)} |"
+        f"unnamed {counts['unnamed']}) | {100 * stats.approximate_share():.1f} % of {stats.compiled_samples} "
+        f"| {100 * approximate / max(compiled, 1):.1f} % of {compiled} | {mean:.0f} B | {detail} | {' '.join(load)} |"
     )
 
 
@@ -67,8 +73,11 @@ def main() -> int:
     parser.add_argument("--jdk", nargs="+", default=["17", "25"], choices=sorted(HOMES))
     parser.add_argument("--case", nargs="+", default=list(CASES), choices=CASES)
     args = parser.parse_args()
-    print("| JDK | case | worker samples | worst \\|z\\| | unmatched | kernel=samples/truth/\\|z\\| | loadavg |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| JDK | case | worker samples | worst \\|z\\| | unmatched | approximate (JVM) | approximate (workers) "
+        "| mean distance | kernel=samples/truth/\\|z\\| | loadavg |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for jdk in args.jdk:
             classpath = inline_truth.compile_inline_truth(Path(tmp) / jdk, HOMES[jdk]())

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from bench.bench_cfi import BPF_STATS, prog_stats  # noqa: E402
 from bench.bench_overhead import WORKLOAD, OpsJvm, _tree_cpu  # noqa: E402
 from profiler.sampling.sampler import StackSampler  # noqa: E402
-from profiler.unwind.hotspot import INLINED_MARK, INTERPRETED_MARK  # noqa: E402
+from profiler.unwind.hotspot import APPROXIMATE_MARK, INLINED_MARK, INTERPRETED_MARK  # noqa: E402
 from tests.fixtures.jvm import compile_workloads, method_counts, start_cpu_split  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def one_run(classpath: Path, unwinder: bool, seconds: float, inline: bool) -> st
     finally:
         sampler.close()
         jvm.kill()
-    marks = (INLINED_MARK, INTERPRETED_MARK)
+    marks = (APPROXIMATE_MARK, INLINED_MARK, INTERPRETED_MARK)
     worker = {_unmarked(stack, marks): n for stack, n in collected.folded.items() if stack.startswith("burner-")}
     counts = method_counts(worker, jvm.methods)
     n = sum(counts.values())

@@ -42,6 +42,8 @@
     return (h >>> 0) / 4294967295;
   }
 
+  var APPROX = / \[approx\]$/;  // profiler/unwind/hotspot.py APPROXIMATE_MARK
+
   function taskColor(t, name) {
     if (t === MIXED || t === undefined || !tasks[t]) return data.mixedColor;
     // A light tint of the task's colour keeps the black labels readable; neighbouring frames of one
@@ -50,6 +52,9 @@
     var jitter = (hashName(name) - 0.5) * 0.08;
     // unmatched keeps its own darker grey so it never reads as the light grey of shared frames
     base.l = (tasks[t].name === 'unmatched' ? base.l : Math.max(0.6, Math.min(0.8, base.l + 0.12))) + jitter;
+    // a compiled frame named from a borrowed scope (" [approx]", docs/unwinding.md): its inlined callees'
+    // time may be in it, so it is drawn washed out
+    if (APPROX.test(name)) base.s *= 0.3;
     return base.formatHex();
   }
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from coordinator.analysis.load import RunData
 from coordinator.report.model import HealthLine, ProcessLine
 from coordinator.rundir import HOST_OK
-from profiler.capture.format import Overhead
+from profiler.capture.format import APPROXIMATE_WARN, Overhead
 from profiler.capture.read import Capture
 
 # Health thresholds: above these a line turns into a warning.
@@ -47,6 +47,7 @@ def health_lines(
         *_stacks_health(captures),
         *_sampler_health(captures),
         *_walk_health(captures),
+        *_inlining_health(captures),
         *_matching_health(unmatched_share, multi_task_share),
         *_overhead_health(captures),
         *_thread_names_health(captures),
@@ -300,6 +301,20 @@ def _walk_health(captures: Sequence[Capture]) -> list[HealthLine]:
             )
             level = "warn" if cut > CUT_WARN or unnamed > UNNAMED_WARN else "ok"
             lines.append(HealthLine(level, f"{capture.meta.host} PID {pid} stacks", text))
+    return lines
+
+
+def _inlining_health(captures: Sequence[Capture]) -> list[HealthLine]:
+    """One line per JVM with compiled samples named from a borrowed scope (SamplerStats.inlining_health, the
+    line `profiler match` prints too): a warning past APPROXIMATE_WARN of its compiled samples."""
+    lines = []
+    for capture in captures:
+        for pid in sorted(capture.sampler):
+            stats = capture.sampler[pid]
+            text = stats.inlining_health()
+            if text is not None:
+                level = "warn" if stats.approximate_share() > APPROXIMATE_WARN else "info"
+                lines.append(HealthLine(level, f"{capture.meta.host} PID {pid} inlining", text))
     return lines
 
 

@@ -75,7 +75,7 @@ def checkpoint_state(
         "dropped": {str(pid): n for pid, n in sampler.dropped.items()},
         "perf_maps": {str(pid): versions for pid, versions in sampler.perf_maps.items()},
         "java_names": {
-            str(pid): {"code_low": d.code_low, "names": d.names, "chains": d.chains}
+            str(pid): {"code_low": d.code_low, "names": d.names, "chains": d.chains, "borrowed": d.borrowed}
             for pid, d in sampler.java_names.items()
             if d.names or d.chains
         },

@@ -149,6 +149,10 @@ class PidCounters:
         return counter.value if counter is not None and counter.supported else None
 
 
+# A JVM's compiled samples named from a borrowed scope past this share: a warning (run, report, match).
+APPROXIMATE_WARN = 0.10
+
+
 @dataclass(frozen=True)
 class SamplerStats:
     """What the stack sampler saw for one PID, including everything it could not store."""
@@ -180,6 +184,29 @@ class SamplerStats:
     compiled_perf_map: int = 0
     compiled_unnamed: dict[str, int] = field(default_factory=dict)
     hotspot_steps: dict[str, int] = field(default_factory=dict)
+    # (issue 51) samples with a compiled frame named from its nmethod, those whose leaf-most compiled frame
+    # borrowed a later PcDesc's scope (named with APPROXIMATE_MARK: code without exact debug information), and
+    # the bytes from their pcs to the PcDescs they borrowed, summed (a mean distance)
+    compiled_samples: int = 0
+    compiled_approximate: int = 0
+    approximate_bytes: int = 0
+
+    def inlining_health(self) -> str | None:
+        """One line: the share of compiled samples named from a borrowed scope, and what to do about it
+        (None: no compiled sample, or none approximate)."""
+        if not self.compiled_samples or not self.compiled_approximate:
+            return None
+        mean = self.approximate_bytes / self.compiled_approximate
+        return (
+            f"{100 * self.compiled_approximate / self.compiled_samples:.0f} % of {self.compiled_samples} compiled "
+            "samples in code without exact debug information (the scope of a safepoint or call a mean "
+            f"{mean:.0f} bytes further on, frames marked [approx]): methods inlined there may be charged to their "
+            "caller; use profiler run --exact-inlining (code compiled from then on) or start the JVM with "
+            "-XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints"
+        )
+
+    def approximate_share(self) -> float:
+        return self.compiled_approximate / self.compiled_samples if self.compiled_samples else 0.0
 
     def stack_health(self) -> str | None:
         """One line: samples cut before the thread's start and interpreted frames unnamed, each by cause

@@ -608,3 +608,5 @@ class JavaNamesDelta:
     code_low: int | None  # the code cache's start: compiled frames are stored as offsets from it
     names: tuple[tuple[int, int, str | None], ...]  # (generation, Method*, name; None: withdrawn)
     chains: tuple[tuple[int, int, tuple[int, ...]], ...]  # (pc, compile id, Method*s innermost first)
+    # (pc, compile id, bytes to the PcDesc borrowed) of the chains named from a borrowed scope (issue 51)
+    borrowed: tuple[tuple[int, int, int], ...] = ()

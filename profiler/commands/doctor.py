@@ -188,6 +188,56 @@ def python_frames_check(versions: Sequence[str]) -> Check:
     )
 
 
+DNS_FIX = (
+    "profile with profiler run --exact-inlining (sets the flag in the running JVM: exact for code compiled from "
+    "then on, all of it for a JVM started during the window) or start the JVMs with "
+    "-XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints (Spark: spark.executor.extraJavaOptions; "
+    "Flink: env.java.opts.all); docs/unwinding.md"
+)
+
+
+def exact_inlining_check(jvms: Sequence[tuple[int, str, bool]], debug_non_safepoints: Mapping[int, bool]) -> Check:
+    """jvms as frame_pointer_check's; debug_non_safepoints: pid -> the JVM's DebugNonSafepoints now (a pid
+    missing: unreadable). Without it the JIT records debug information only at safepoints and calls, and
+    a method inlined into a loop between them is named after its caller (issue 51)."""
+    if not jvms:
+        return Check("jvm-exact-inlining", OK, "no JVM running")
+    without = [(pid, what) for pid, what, _on in jvms if debug_non_safepoints.get(pid) is False]
+    unknown = sum(1 for pid, _what, _on in jvms if pid not in debug_non_safepoints)
+    unread = f"; {unknown} unreadable (no vmStructs or flag table)" if unknown else ""
+    if not without:
+        exact = len(jvms) - unknown
+        return Check("jvm-exact-inlining", OK, f"{exact} JVM(s) run with DebugNonSafepoints{unread}")
+    listed = ", ".join(f"{pid} ({what})" for pid, what in without[:30])
+    more = f" and {len(without) - 30} more" if len(without) > 30 else ""
+    return Check(
+        "jvm-exact-inlining",
+        WARN,
+        f"{len(without)} of {len(jvms)} JVM(s) without DebugNonSafepoints: {listed}{more}; methods their JIT "
+        f"inlines between safepoints are charged to their caller{unread}",
+        DNS_FIX,
+    )
+
+
+def debug_non_safepoints(jvms: Sequence[tuple[int, str, bool]]) -> dict[int, bool]:
+    """Each JVM's DebugNonSafepoints as its flag table holds it now (read only; unreadable ones left out)."""
+    from ..unwind import debugflag
+
+    found = {}
+    for pid, _what, _on in jvms:
+        try:
+            memory = ProcessMemory(pid)
+        except OSError:
+            continue
+        try:
+            found[pid] = memory.read(debugflag.locate(pid, memory), 1) != b"\0"
+        except (VMStructsError, OSError):
+            pass
+        finally:
+            memory.close()
+    return found
+
+
 def hotspot_walkable(jvms: Sequence[tuple[int, str, bool]]) -> set[int]:
     """The JVMs (without frame pointers) whose code cache the walker can read from their vmStructs."""
     walkable = set()
@@ -504,6 +554,7 @@ def run_checks(jvms: Callable[[], list[tuple[int, str, bool]]] = running_jvms) -
     found = jvms()
     checks.append(frame_pointer_check(found, hotspot_walkable(found)))
     checks.append(python_frames_check(supported_versions()))
+    checks.append(exact_inlining_check(found, debug_non_safepoints(found)))
     return checks
 
 

@@ -75,9 +75,11 @@ def format_stack_health(files: Sequence[Path]) -> str:
             stats = read_sampler_stats(path.parent.parent.parent, int(path.parent.name))
         except (ValueError, CaptureFormatError):
             continue
-        health = stats.stack_health() if stats is not None else None
-        if health is not None:
-            lines.append(f"  pid {stats.pid if stats else path.parent.name}: {health}")
+        if stats is None:
+            continue
+        for health in (stats.stack_health(), stats.inlining_health()):
+            if health is not None:
+                lines.append(f"  pid {stats.pid}: {health}")
     if not lines:
         return ""
     return "\nstack health (see docs/capture-format.md, sampler.json):\n" + "\n".join(lines) + "\n"

@@ -47,7 +47,7 @@ from ..capture.stackstore import (
 )
 from ..capture.stacktable import KERNEL, LOST, THREAD, StackTable, StackTableBuilder
 from ..unwind.codecache import COMPILED_TAG
-from ..unwind.hotspot import INTERPRETED_MARK, NO_METHOD_SLOT, NO_VMSTRUCTS
+from ..unwind.hotspot import APPROXIMATE_MARK, INTERPRETED_MARK, NO_METHOD_SLOT, NO_VMSTRUCTS
 from .frames import (
     INTERPRETER,
     LOST_KERNEL,
@@ -158,6 +158,8 @@ class _UserStack:
     compiled_named: int = 0  # named from the JVM's nmethod (vmStructs)
     compiled_perf_map: int = 0  # named by the perf map instead
     compiled_unnamed: dict[str, int] | None = None  # cause -> frames
+    compiled_approximate: int = 0  # named from a PcDesc borrowed after the pc (APPROXIMATE_MARK)
+    approximate_bytes: int = 0  # their distances to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,7 @@ class _ValueNames:
 
 VALUE_COUNTS = (
     "interpreted", "interpreted_named", "compiled", "compiled_named", "compiled_perf_map",
+    "compiled_approximate", "approximate_bytes",
     "java", "unresolved", "interpreter_frames", "compiled_methods", "with_cause", "gap",
 )  # fmt: skip  # with_cause: a value with a cause it stays unnamed; gap last: its sum is read unmasked
 _COUNT_BITS = 32  # a field of a packed sum: a stack's frames (at most a few thousand) never carry into the next
@@ -228,6 +231,7 @@ class JavaNamer(Protocol):
     def cause(self, method: int, generation: int | None, default: str) -> str: ...
     def code_name(self, pc: int) -> str | None: ...
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]: ...
+    def borrowed(self, value: int) -> int: ...
 
 
 def _root_frames(records: Sequence[_ValueNames]) -> tuple[Frame, ...]:
@@ -315,6 +319,9 @@ class StackFolder:
             "compiled_frames": 0,
             "compiled_named": 0,
             "compiled_perf_map": 0,
+            "compiled_samples": 0,
+            "compiled_approximate": 0,
+            "approximate_bytes": 0,
         }
         self.compiled_unnamed: Counter[str] = Counter()
 
@@ -366,7 +373,8 @@ class StackFolder:
         unnamed_cause = next(iter(unnamed), None)
         counts = pack_counts((
             scratch.interpreted, scratch.interpreted_named, scratch.compiled, scratch.compiled_named,
-            scratch.compiled_perf_map, *java_frame_kinds(frames),
+            scratch.compiled_perf_map, scratch.compiled_approximate, scratch.approximate_bytes,
+            *java_frame_kinds(frames),
             int(unnamed_cause is not None or compiled_unnamed is not None), gap,
         ))  # fmt: skip
         return _ValueNames(tuple(frames), counts, unnamed_cause, compiled_unnamed)
@@ -463,6 +471,9 @@ class StackFolder:
         pc, names, cause = self.methods.compiled_names(value, self.generation)
         if names:
             stack.compiled_named += 1
+            if names[0].endswith(APPROXIMATE_MARK):
+                stack.compiled_approximate += 1
+                stack.approximate_bytes += self.methods.borrowed(value)
             return [Frame(name, "jit") for name in names]
         frame = self.symbols.resolve(pc)
         if frame.kind == "jit":
@@ -497,12 +508,14 @@ class StackFolder:
         record = self._values.__getitem__
         sums = unpack_counts(sum(map(attrgetter("counts"), map(record, values))))  # one pass over the records
         interpreted, interpreted_named, compiled, compiled_named, compiled_perf_map = sums[:5]
-        java, unresolved, interpreter_frames, compiled_methods, with_cause, gap = sums[5:]
+        compiled_approximate, approximate_bytes = sums[5:7]
+        java, unresolved, interpreter_frames, compiled_methods, with_cause, gap = sums[7:]
         # all that reaches_thread_start and cut_cause look at (each value names one frame or more)
         root_side = _root_frames(list(map(record, values[-ROOT_WINDOW:])))
         stack = _UserStack(named_in=self._serial, interpreted=interpreted)
         stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
         stack.compiled_perf_map = compiled_perf_map
+        stack.compiled_approximate, stack.approximate_bytes = compiled_approximate, approximate_bytes
         if self.walker:
             stack.unnamed, stack.compiled_unnamed = {}, None
             if with_cause:  # the causes' Counters only for the stacks with a value left unnamed
@@ -556,6 +569,11 @@ class StackFolder:
         counts["compiled_frames"] += user.compiled * count
         counts["compiled_named"] += user.compiled_named * count
         counts["compiled_perf_map"] += user.compiled_perf_map * count
+        if user.compiled_named:  # per sample: only its leaf-most compiled frame can be approximate
+            counts["compiled_samples"] += count
+            if user.compiled_approximate:
+                counts["compiled_approximate"] += count
+                counts["approximate_bytes"] += user.approximate_bytes * count
         for cause, frames in (user.compiled_unnamed or {}).items():
             self.compiled_unnamed[cause] += frames * count
         if user.cut is not None:

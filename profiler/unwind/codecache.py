@@ -329,11 +329,14 @@ class CompiledNamer:
         self.scopes: dict[tuple[int, int], NmethodScopes | None] = {}  # (blob, compile id) -> debug info (LRU)
         self.scopes_bytes = 0  # held by ``scopes`` (at most SCOPES_KEPT_BYTES, but for the last one read)
         self.chains: dict[tuple[int, int], tuple[int, ...]] = {}  # (pc, compile id) -> Method*s, innermost first
+        self.borrowed: dict[tuple[int, int], int] = {}  # (pc, compile id) -> bytes to the PcDesc it borrowed
         self.log: list[tuple[int, int, tuple[int, ...]]] | None = None  # new chains, for the checkpoint journal
+        self.borrowed_log: list[tuple[int, int, int]] | None = None  # and their ``borrowed`` entries
 
     def methods_of(self, pc: int, compile_id: int) -> tuple[int, ...]:
         """The Method*s of the frame's scopes, innermost first (the inlined ones, then the nmethod's own);
-        empty when the frame cannot be named (cause in ``failures``)."""
+        empty when the frame cannot be named (cause in ``failures``). A chain from a borrowed PcDesc
+        (``borrowed_bytes``) is noted in ``borrowed``."""
         key = (pc, compile_id)
         chain = self.chains.get(key)
         if chain is not None:
@@ -350,6 +353,11 @@ class CompiledNamer:
                 found = ()
             if found and found[-1] == method:
                 inlined = found[:-1]
+                borrowed = borrowed_bytes(scopes, pc)
+                if borrowed:
+                    self.borrowed[key] = borrowed
+                    if self.borrowed_log is not None:
+                        self.borrowed_log.append((pc, compile_id, borrowed))
         chain = self.chains[key] = (*inlined, method)
         if self.log is not None:
             self.log.append((pc, compile_id, chain))
@@ -445,6 +453,9 @@ class NmethodScopes:
     # array: a big C2 nmethod has thousands, and the namer keeps every nmethod's scopes it has read)
     pcs: array[int]
     excluded_bytes: int
+    # it holds non-safepoint PcDescs: compiled while DebugNonSafepoints (or a JVMTI agent) made the JIT record
+    # one at the end of every run of instructions whose inlining differs from the next one's (has_non_safepoints)
+    dense: bool = False
 
 
 def _scopes_bytes(scopes: NmethodScopes | None) -> int:
@@ -503,7 +514,8 @@ def read_nmethod_scopes(memory: Memory, layout: CodeCacheLayout, blob: int) -> N
         code_begin = blob + _blob_field(memory, blob, (layout.code, 4))
     else:
         code_begin = memory.u64(blob + layout.code)
-    return NmethodScopes(code_begin, metadata, data, pcs, scopes.excluded_bytes)
+    dense = has_non_safepoints(data, pcs, scopes.excluded_bytes)
+    return NmethodScopes(code_begin, metadata, data, pcs, scopes.excluded_bytes, dense)
 
 
 def unsigned5(data: bytes, at: int, excluded: int) -> tuple[int, int]:
@@ -520,21 +532,26 @@ def unsigned5(data: bytes, at: int, excluded: int) -> tuple[int, int]:
     return value, at
 
 
-def scope_methods(scopes: NmethodScopes, pc: int) -> tuple[int, ...]:
-    """The Method*s of the scopes at ``pc``, innermost (inlined deepest) first, the nmethod's own last;
-    empty when there is no debug information for it. A return address has a PcDesc of its own; a
-    sampled pc between two takes the next one after it (the JVM's own ``pc_desc_near``: the code up to
-    a safepoint or call belongs to that call's scope)."""
-    delta = pc - scopes.code_begin
+def _pc_desc_at_or_after(scopes: NmethodScopes, delta: int) -> int:
+    """The index of the first PcDesc at or after the code offset ``delta`` (their count when none is)."""
     pcs = scopes.pcs
-    low, high = 0, len(pcs) // 2  # the first PcDesc at or after delta (in pc order: a binary search)
+    low, high = 0, len(pcs) // 2  # in pc order: a binary search
     while low < high:
         middle = (low + high) // 2
         if pcs[2 * middle] < delta:
             low = middle + 1
         else:
             high = middle
-    offset = pcs[2 * low + 1] if low < len(pcs) // 2 else 0
+    return low
+
+
+def scope_methods(scopes: NmethodScopes, pc: int) -> tuple[int, ...]:
+    """The Method*s of the scopes at ``pc``, innermost (inlined deepest) first, the nmethod's own last;
+    empty when there is no debug information for it. A return address has a PcDesc of its own; a
+    sampled pc between two takes the next one after it (the JVM's own ``pc_desc_near``: the code up to
+    a safepoint or call belongs to that call's scope)."""
+    desc = _pc_desc_at_or_after(scopes, pc - scopes.code_begin)
+    offset = scopes.pcs[2 * desc + 1] if desc < len(scopes.pcs) // 2 else 0
     methods: list[int] = []
     limit = len(scopes.scopes_data)
     for _ in range(MAX_SCOPES):
@@ -547,3 +564,69 @@ def scope_methods(scopes: NmethodScopes, pc: int) -> tuple[int, ...]:
             methods.append(int.from_bytes(scopes.metadata[8 * (index - 1) : 8 * index], "little"))
         offset = sender
     return tuple(methods)
+
+
+# A PcDesc further than this after the pc is counted this far (a stats field sums them per sample).
+MAX_BORROWED = 1 << 16
+
+
+def borrowed_bytes(scopes: NmethodScopes, pc: int) -> int:
+    """0 when the scope ``scope_methods`` gives ``pc`` is exact, else how many bytes after the pc the
+    PcDesc it borrowed lies (1..MAX_BORROWED). Exact: a PcDesc at the pc itself (a return address, a
+    safepoint poll), or any pc of a dense nmethod (every run of instructions with its own inlining ends
+    in a PcDesc). Otherwise the pc lies in code no PcDesc describes, between two safepoints or calls,
+    and the next one's scope stands in: methods inlined there are charged to that scope's (docs/unwinding.md).
+    A pc after the last PcDesc (the nmethod's stubs) has no scope to borrow: 0."""
+    delta = pc - scopes.code_begin
+    index = _pc_desc_at_or_after(scopes, delta)
+    if scopes.dense or index >= len(scopes.pcs) // 2:
+        return 0
+    return min(scopes.pcs[2 * index] - delta, MAX_BORROWED)
+
+
+def has_non_safepoints(scopes_data: bytes, pcs: array[int], excluded: int) -> bool:
+    """Whether some PcDesc describes no safepoint: each scope of its chain carries no values (its locals,
+    expressions and monitors are all HotSpot's serialized null, 0). The JIT writes such scopes only for
+    the PcDescs it records with DebugNonSafepoints (``add_non_safepoint``); a safepoint or call keeps its
+    live locals. A safepoint whose chain has nothing live at all (an outermost method without locals,
+    its expression stack empty) would look the same: rare, and it errs towards "exact". Bounded: each
+    distinct scope is decoded once, and the first such PcDesc ends the search."""
+    free: dict[int, bool] = {}  # scope decode offset -> its chain carries no values
+    return any(offset > 0 and _value_free(scopes_data, offset, excluded, free) for offset in pcs[1::2])
+
+
+def _value_free(data: bytes, offset: int, excluded: int, free: dict[int, bool]) -> bool:
+    """Whether the scope chain at ``offset`` carries no values (memoized in ``free``); garbage: False."""
+    seen: list[int] = []
+    result = True
+    limit = len(data)
+    for _ in range(MAX_SCOPES):
+        if offset == 0 and seen:  # no sender: the chain ends here
+            break
+        if not 0 < offset < limit:  # beyond the data, or a sender that does not go down: garbage
+            result = False
+            break
+        known = free.get(offset)
+        if known is not None:
+            result = known
+            break
+        seen.append(offset)
+        limit = offset
+        try:
+            sender, at = unsigned5(data, offset, excluded)
+            for _field in range(2):  # method index, bci + 1
+                _value, at = unsigned5(data, at, excluded)
+            values = 0
+            for _field in range(3):  # locals, expressions, monitors
+                value, at = unsigned5(data, at, excluded)
+                values |= value
+        except ValueError:
+            result = False
+            break
+        if values:
+            result = False
+            break
+        offset = sender
+    for scope in seen:
+        free[scope] = result
+    return result

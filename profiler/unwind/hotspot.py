@@ -36,6 +36,9 @@ from .vmstructs import ProcessMemory, VMLayout, read_layout
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
 INLINED_MARK = " [inlined]"  # appended to methods the JIT inlined into a compiled frame
+# appended (after INLINED_MARK) to the innermost name of a compiled frame whose pc borrowed a later PcDesc's
+# scope (codecache.borrowed_bytes): methods the JIT inlined there are charged to this one
+APPROXIMATE_MARK = " [approx]"
 
 # Causes of an interpreted frame left unnamed (SamplerStats.interpreted_unnamed keys).
 UNREADABLE = "Method* unreadable (memory gone or unmapped)"
@@ -105,7 +108,8 @@ class MethodNamer:
 
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]:
         """(pc, names innermost first, cause when unnamed) of a compiled frame stored with COMPILED_TAG:
-        the methods the JIT inlined at the pc (marked INLINED_MARK), then the compiled method itself.
+        the methods the JIT inlined at the pc (marked INLINED_MARK), then the compiled method itself; the
+        first marked APPROXIMATE_MARK too when the pc borrowed a later PcDesc's scope.
         An inlined method whose Method* cannot be named is left out; an empty list: the frame is unnamed.
         Compile ids are never reused, so the frame's Method*s are the same in every generation; their
         names are the generation's."""
@@ -118,7 +122,17 @@ class MethodNamer:
         outer, inlined = self._chain_names(chain, generation)
         if outer is None:
             return pc, [], self.cause(chain[-1], generation, STALE)
-        return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
+        names = [name + INLINED_MARK for name in inlined if name is not None] + [outer]
+        if (pc, compile_id) in self.compiled.borrowed:
+            names[0] += APPROXIMATE_MARK
+        return pc, names, ""
+
+    def borrowed(self, value: int) -> int:
+        """Bytes from a compiled frame's pc to the PcDesc whose scope named it (0: its own, exact; or not
+        named yet: ``compiled_names`` first)."""
+        if self.compiled is None:
+            return 0
+        return self.compiled.borrowed.get(compiled_pc(self.compiled.layout, value), 0)
 
     def _chain_names(self, chain: Sequence[int], generation: int | None) -> tuple[str | None, list[str | None]]:
         """The compiled method's name (the chain's last Method*), then its inlined methods' (none without it)."""
@@ -305,7 +319,7 @@ class JvmNames:
             if self.keep_log:
                 namer.log = []
                 if namer.compiled is not None:
-                    namer.compiled.log = []
+                    namer.compiled.log, namer.compiled.borrowed_log = [], []
             self.namers[pid] = namer
             self._starts[pid], self._seen[pid] = [], set()
             if namer.unloads_address is not None and namer.unloads_seen is not None:
@@ -321,10 +335,13 @@ class JvmNames:
                 names, namer.log = tuple(namer.log or ()), [] if namer.log is not None else None
                 compiled = namer.compiled
                 chains: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+                borrowed: tuple[tuple[int, int, int], ...] = ()
                 if compiled is not None and compiled.log is not None:
                     chains, compiled.log = tuple(compiled.log), []
+                if compiled is not None and compiled.borrowed_log is not None:
+                    borrowed, compiled.borrowed_log = tuple(compiled.borrowed_log), []
                 code_low = compiled.layout.low if compiled is not None else None
-                taken[pid] = JavaNamesDelta(code_low, names, chains)
+                taken[pid] = JavaNamesDelta(code_low, names, chains, borrowed)
         return taken
 
     def generation_of(self, pid: int, time_ns: int, unloads: int) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .codecache import compiled_at
-from .hotspot import INLINED_MARK, TAG_BITS
+from .hotspot import APPROXIMATE_MARK, INLINED_MARK, TAG_BITS
 
 NOT_SAVED = "not in the checkpoint journal (named after its last checkpoint, or never)"
 _MAX_NAME = 4096  # a name longer than this is damage, not a Java method
@@ -27,6 +27,8 @@ class RecordedNames:
     code_low: int | None = None
     names: dict[int, dict[int, str]] = field(default_factory=dict)  # generation -> Method* -> name
     chains: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)  # (pc, compile id) -> Method*s
+    # (pc, compile id) -> bytes to the PcDesc its chain borrowed (journals before issue 51 have none)
+    borrowed_at: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def apply(self, saved: Mapping[str, Any]) -> None:
         """Add one checkpoint's records (``java_names`` of its state, for this JVM); ValueError when damaged."""
@@ -43,6 +45,8 @@ class RecordedNames:
                 raise ValueError("a saved Java name is not a printable string")
         for pc, compile_id, chain in saved.get("chains", ()):
             self.chains[(_uint(pc), _uint(compile_id))] = tuple(_uint(m) for m in chain)
+        for pc, compile_id, distance in saved.get("borrowed", ()):
+            self.borrowed_at[(_uint(pc), _uint(compile_id))] = _uint(distance)
 
     def name(self, method: int, generation: int | None = None) -> str | None:
         return self.names.get(generation or 0, {}).get(method)
@@ -52,6 +56,11 @@ class RecordedNames:
 
     def code_name(self, pc: int) -> str | None:
         return None
+
+    def borrowed(self, value: int) -> int:
+        if self.code_low is None:
+            return 0
+        return self.borrowed_at.get(compiled_at(self.code_low, value), 0)
 
     def compiled_names(self, value: int, generation: int | None = None) -> tuple[int, list[str], str]:
         """As MethodNamer.compiled_names, from the saved chains and names."""
@@ -65,7 +74,10 @@ class RecordedNames:
         if outer is None:
             return pc, [], NOT_SAVED
         inlined = (self.name(method, generation) for method in chain[:-1])
-        return pc, [name + INLINED_MARK for name in inlined if name is not None] + [outer], ""
+        names = [name + INLINED_MARK for name in inlined if name is not None] + [outer]
+        if (pc, compile_id) in self.borrowed_at:
+            names[0] += APPROXIMATE_MARK
+        return pc, names, ""
 
 
 def _uint(value: object) -> int:

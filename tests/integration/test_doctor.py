@@ -32,14 +32,15 @@ def _doctor(*prefix: str) -> tuple[int, list[dict[str, str]]]:
 
 @pytest.fixture
 def jvms(tmp_path: Path) -> Iterator[tuple[int, int]]:
-    """Two idle JVMs: (pid without PreserveFramePointer, pid with it)."""
+    """Two idle JVMs: (pid without PreserveFramePointer, pid with it and with DebugNonSafepoints)."""
     source = tmp_path / "Idle.java"
     source.write_text(IDLE)
     started = []
     try:
-        for flag in ("-XX:-PreserveFramePointer", "-XX:+PreserveFramePointer"):
+        dns = ["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"]
+        for flags in (["-XX:-PreserveFramePointer"], ["-XX:+PreserveFramePointer", *dns]):
             java = subprocess.Popen(
-                ["java", flag, "-Xmx32m", str(source)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                ["java", *flags, "-Xmx32m", str(source)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
             )
             started.append(java)
         for java in started:
@@ -85,6 +86,10 @@ def test_doctor_as_root_names_jvms_without_frame_pointers(jvms: tuple[int, int])
     assert frame_pointers["status"] == "ok", frame_pointers
     assert "walked by the HotSpot unwinder" in frame_pointers["detail"]
     assert f"{with_pfp} (" not in frame_pointers["detail"] and f"{without} (" not in frame_pointers["detail"]
+    # the JVM started without DebugNonSafepoints is named, with the opt-in and the flag as the fix (issue 51)
+    inlining = rows["jvm-exact-inlining"]
+    assert inlining["status"] == "warn" and f"{without} (" in inlining["detail"], inlining
+    assert f"{with_pfp} (" not in inlining["detail"] and "--exact-inlining" in inlining["fix"], inlining
 
 
 def test_doctor_unprivileged_fails_with_the_missing_capability() -> None:

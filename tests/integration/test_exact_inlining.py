@@ -6,10 +6,12 @@ the JVM's own measurement. Figures: bench/bench_exact_inlining.py, docs/unwindin
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from profiler.capture.format import SamplerStats
 from profiler.sampling.sampler import StackSampler
 from profiler.unwind import debugflag, hotspot
 from tests.fixtures import inline_truth
@@ -31,11 +33,24 @@ def started() -> Iterator[list[inline_truth.InlineTruthJvm]]:
         jvm.kill()
 
 
-def _measure(jvm: inline_truth.InlineTruthJvm) -> tuple[dict, float, float]:
-    collected = _sample(StackSampler(perf_map_mode="none"), jvm.pid, SECONDS, MIN_SAMPLES, on_begin=jvm.reset)
+@dataclass
+class Measured:
+    counts: dict[str, int]
+    worst: float
+    unmatched: float
+    stats: SamplerStats  # the JVM's: its health line (inlining_health)
+    warnings: list[str]  # the sampler's end-of-run warnings (meta.json)
+    workers_approximate: float  # the workers' compiled samples marked [approx]
+
+
+def _measure(jvm: inline_truth.InlineTruthJvm) -> Measured:
+    sampler = StackSampler(perf_map_mode="none")
+    collected = _sample(sampler, jvm.pid, SECONDS, MIN_SAMPLES, on_begin=jvm.reset)
     counts = inline_truth.kernel_counts(collected.folded)
     _z, worst, unmatched = inline_truth.shares_vs_truth(counts, jvm.shares())
-    return dict(counts), worst, unmatched
+    approximate, compiled = inline_truth.approximate_workers(collected.folded)
+    assert compiled > 0.9 * sum(counts.values()), (compiled, counts)
+    return Measured(dict(counts), worst, unmatched, collected.stats, sampler.warnings, approximate / compiled)
 
 
 def test_without_the_opt_in_the_kernels_are_charged_to_their_caller(classpath, started):
@@ -43,10 +58,19 @@ def test_without_the_opt_in_the_kernels_are_charged_to_their_caller(classpath, s
     jvm = inline_truth.start_inline_truth(classpath)
     started.append(jvm)
     # WHEN sampled
-    counts, _worst, unmatched = _measure(jvm)
+    measured = _measure(jvm)
+    counts = measured.counts
     # THEN (the case the opt-in is for) nearly every worker sample is named after drive, not a kernel
-    assert unmatched >= 0.9, counts
+    assert measured.unmatched >= 0.9, counts
     assert counts.get("drive", 0) >= 0.9 * sum(counts.values()), counts
+    # AND the names say they are approximate: the workers' compiled frames are marked, and the JVM's health
+    # line (and its end-of-run warning) gives the share and the fix
+    assert measured.workers_approximate >= 0.9, measured
+    stats = measured.stats
+    assert stats.approximate_share() >= 0.9, stats
+    line = stats.inlining_health()
+    assert line is not None and "methods inlined there may be charged to their caller" in line, line
+    assert any(f"pid {jvm.pid}: " in w and "--exact-inlining" in w for w in measured.warnings), measured.warnings
 
 
 def test_the_flag_written_before_the_jit_compiles_names_the_kernels_exactly(classpath, started):
@@ -60,11 +84,16 @@ def test_the_flag_written_before_the_jit_compiles_names_the_kernels_exactly(clas
     started.append(jvm)
     assert writes and writes[0].before == 0, writes
     # WHEN sampled after its warm-up
-    counts, worst, unmatched = _measure(jvm)
+    measured = _measure(jvm)
+    counts = measured.counts
     # THEN the kernels' shares match the JVM's measurement; what is left to drive is drive's own loop
     # (7-9 % on JDK 17 and 25 with -XX:+DebugNonSafepoints on the command line as with the opt-in)
-    assert worst <= 4, counts
-    assert unmatched <= 0.15, counts
+    assert measured.worst <= 4, counts
+    assert measured.unmatched <= 0.15, counts
+    # AND the compiled code is dense: hardly a compiled sample is approximate, and no warning says otherwise
+    assert measured.workers_approximate <= 0.1, measured
+    assert measured.stats.approximate_share() <= 0.1, measured.stats
+    assert not any("debug information" in w for w in measured.warnings), measured.warnings
     # and the JVM gets its own value back at the end
     assert debugflag.restore(writes[0])
     memory = hotspot.ProcessMemory(jvm.pid)

@@ -15,7 +15,7 @@ import pytest
 from profiler.capture.stackstore import CUT_HOTSPOT
 from profiler.sampling.sampler import StackSampler
 from profiler.unwind import hotspot
-from tests.fixtures.jvm import java_home, temurin_25
+from tests.fixtures.jvm import java_home, temurin_25, without_approximate
 from tests.integration.test_perfmap_refresh import NAMES, _ask, _counts, start_churn
 from tests.integration.test_perfmap_refresh import churn_classes as churn_classes  # the fixture
 from tests.integration.test_walker import _sample
@@ -25,7 +25,7 @@ JAVA_HOMES = {"17": java_home, "25": temurin_25}  # called in the test: a missin
 
 
 def _bare(frame: str) -> str:
-    return frame.removesuffix(hotspot.INLINED_MARK).removesuffix(hotspot.INTERPRETED_MARK)
+    return without_approximate(frame).removesuffix(hotspot.INLINED_MARK).removesuffix(hotspot.INTERPRETED_MARK)
 
 
 def _burner_counts(folded: Counter[str], methods: list[str]) -> Counter[str | None]:
@@ -95,7 +95,7 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
     inlined = Counter()
     for stack, count in collected.folded.items():
         for frame in stack.split(";"):
-            if frame.endswith(hotspot.INLINED_MARK) and "CpuSplit::burn" in frame:
+            if without_approximate(frame).endswith(hotspot.INLINED_MARK) and "CpuSplit::burn" in frame:
                 inlined[frame] += count
     # THEN the inlined burners appear as [inlined] frames, and their shares match the JVM's measurement
     assert inlined, collected.folded.most_common(5)

@@ -18,7 +18,7 @@ from profiler.sampling.sampler import StackSampler
 from profiler.symbols.perfmap import dump_perf_map, read_perf_map
 from profiler.symbols.symbolize import gap_frame
 from profiler.unwind import hotspot
-from tests.fixtures.jvm import java_home
+from tests.fixtures.jvm import java_home, without_approximate
 
 FRAME = "com.example.CpuSplit::{}"
 MIN_SAMPLES = 1500
@@ -65,7 +65,7 @@ def _wait_attached(sampler: StackSampler, pid: int, timeout: float = 60.0) -> No
 
 def _leaf_method(stack: str, methods: list[str]) -> str | None:
     for frame in reversed(stack.split(";")):
-        bare = frame.removesuffix(hotspot.INTERPRETED_MARK)
+        bare = without_approximate(frame).removesuffix(hotspot.INTERPRETED_MARK)
         hit = next((m for m in methods if bare.endswith("::" + m)), None)
         if hit:
             return hit

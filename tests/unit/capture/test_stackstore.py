@@ -427,6 +427,7 @@ def test_packed_value_counts_add_up_and_the_last_field_never_wraps() -> None:
     from profiler.symbols.symbolize import VALUE_COUNTS, pack_counts, unpack_counts
 
     assert VALUE_COUNTS[-1] == "gap"  # unbounded: nothing above it to carry into
-    first = [3, 0, 1, 2, 0, 7, 1, 0, 5, 1, 0]
-    second = [1, 4, 0, 0, 9, 2, 0, 6, 0, 0, 2**40]
+    first = [3, 0, 1, 2, 0, 1, 70, 7, 1, 0, 5, 1, 0]
+    second = [1, 4, 0, 0, 9, 0, 0, 2, 0, 6, 0, 0, 2**40]
+    assert len(first) == len(VALUE_COUNTS)
     assert unpack_counts(pack_counts(first) + pack_counts(second)) == [a + b for a, b in zip(first, second)]

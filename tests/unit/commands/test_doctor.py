@@ -9,6 +9,7 @@ from profiler.commands.doctor import (
     OK,
     WARN,
     Check,
+    exact_inlining_check,
     exit_code,
     format_table,
     frame_pointer_check,
@@ -70,6 +71,19 @@ def test_frame_pointers() -> None:
     # a JVM without the flag whose code cache the HotSpot unwinder reads needs no restart
     walked = frame_pointer_check([(1, "Worker", True), (2, "CoarseGrainedExecutorBackend", False)], walkable={2})
     assert walked.status == OK and "1 without it walked by the HotSpot unwinder" in walked.detail
+
+
+def test_jvms_without_debug_non_safepoints_are_named_with_the_opt_in_and_the_flag() -> None:
+    assert exact_inlining_check([], {}).status == OK
+    jvms = [(1, "Worker", True), (2, "CoarseGrainedExecutorBackend", False), (3, "Odd", False)]
+    check = exact_inlining_check(jvms, {1: True, 2: False})
+    assert check.status == WARN and "1 of 3 JVM(s) without DebugNonSafepoints: 2 (CoarseGrainedExecutorBackend)" in (
+        check.detail
+    )
+    assert "charged to their caller" in check.detail and "1 unreadable" in check.detail
+    assert "--exact-inlining" in check.fix and "-XX:+DebugNonSafepoints" in check.fix
+    exact = exact_inlining_check(jvms[:1], {1: True})
+    assert exact.status == OK and exact.detail == "1 JVM(s) run with DebugNonSafepoints"
 
 
 def test_exit_code_and_table() -> None:

@@ -145,6 +145,9 @@ def test_capture_directory_prints_stack_health_per_pid(
         ),
     )
     write_sampler_stats(capture, SamplerStats(pid=200, samples=50))  # nothing to say
+    write(capture / "pids" / "300" / "stacks.folded", "t;Loop.drive [approx] 9\n")
+    write_sampler_stats(capture, SamplerStats(pid=300, samples=10, compiled_samples=10, compiled_approximate=9,
+                                              approximate_bytes=9 * 30))  # fmt: skip
     assert main(["match", "--profile", str(profile), str(capture)]) == 0
     printed = capsys.readouterr().out
     # THEN one health line for pid 100, causes by share, and none for the healthy pid 200
@@ -154,3 +157,5 @@ def test_capture_directory_prints_stack_health_per_pid(
         "1.0 % of 1000 interpreted frames unnamed (stale Method* (class unloaded or memory reused): 10)"
     ) in printed
     assert "pid 200" not in printed
+    # AND a line for pid 300's compiled samples named from a borrowed scope
+    assert "pid 300: 90 % of 10 compiled samples in code without exact debug information" in printed

@@ -244,3 +244,82 @@ def test_debug_information_of_the_nmethods_used_last_is_kept_and_a_dropped_one_i
     _blob(memory, 20, 4, 99, 0x3000, b"nmethod")
     assert namer.methods_of(blobs[2] + 66, 72) == (0x1000,)
     assert reads.count(blobs[2]) == 1
+
+
+def _scope(sender: int, method_index: int, bci: int, values: tuple[int, int, int] = (0, 0, 0)) -> bytes:
+    """One ScopeDesc as HotSpot writes it (UNSIGNED5 of JDK 20+, every number below 191 here): sender,
+    method index, bci + 1, then its locals, expressions and monitors (0: serialized null)."""
+    return bytes(number + 1 for number in (sender, method_index, bci + 1, *values))
+
+
+def _nmethod_scopes(locals_at_safepoints: int, with_non_safepoint: bool) -> codecache.NmethodScopes:
+    # GIVEN a compiled method (index 1) whose loop's safepoint poll at offset 100 has its locals
+    # (``locals_at_safepoints``), a call at offset 40 into a method inlined (index 2), and, compiled with
+    # DebugNonSafepoints, a non-safepoint PcDesc at offset 70 ending the code of a kernel inlined there (index 3)
+    data = bytearray([0])
+    outer = len(data)
+    data += _scope(0, 1, 10, (locals_at_safepoints, 0, 0))
+    call = len(data)
+    data += _scope(outer, 2, 3, (locals_at_safepoints, 0, 0))
+    pcs = [-1, 0, 40, call, 100, outer]
+    if with_non_safepoint:
+        outer_free = len(data)
+        data += _scope(0, 1, 12)
+        kernel = len(data)
+        data += _scope(outer_free, 3, 5)
+        pcs[4:4] = [70, kernel]
+    metadata = struct.pack("<QQQ", 0x1000, 0x2000, 0x3000)
+    dense = codecache.has_non_safepoints(bytes(data), array("i", pcs), 1)
+    return codecache.NmethodScopes(0x5000, metadata, bytes(data), array("i", pcs), 1, dense)
+
+
+def test_a_pc_without_a_pc_desc_of_its_own_borrows_the_next_one_and_is_approximate_unless_the_nmethod_is_dense():
+    sparse = _nmethod_scopes(locals_at_safepoints=5, with_non_safepoint=False)
+    assert not sparse.dense
+    # THEN a return address (a PcDesc at the pc) is exact, a pc in the loop borrows the poll's scope 40 bytes on
+    assert codecache.borrowed_bytes(sparse, 0x5000 + 40) == 0
+    assert codecache.scope_methods(sparse, 0x5000 + 40) == (0x2000, 0x1000)
+    assert codecache.scope_methods(sparse, 0x5000 + 60) == (0x1000,)
+    assert codecache.borrowed_bytes(sparse, 0x5000 + 60) == 40
+    assert codecache.borrowed_bytes(sparse, 0x5000 + 100) == 0  # the poll itself
+    assert codecache.borrowed_bytes(sparse, 0x5000 + 130) == 0  # the nmethod's stubs: no scope to borrow
+    # WHEN the same method is compiled with DebugNonSafepoints
+    dense = _nmethod_scopes(locals_at_safepoints=5, with_non_safepoint=True)
+    # THEN the kernel's pc gets its own scope, and every pc of the nmethod counts exact
+    assert dense.dense
+    assert codecache.scope_methods(dense, 0x5000 + 60) == (0x3000, 0x1000)
+    assert codecache.borrowed_bytes(dense, 0x5000 + 60) == 0
+    assert codecache.borrowed_bytes(dense, 0x5000 + 80) == 0
+
+
+def test_only_a_scope_chain_without_any_value_makes_an_nmethod_dense():
+    # a safepoint's chain keeps its live values: not dense, even when an inner scope has none
+    data = bytearray([0])
+    data += _scope(0, 1, 10, (0, 7, 0))  # the outer scope: an expression on the stack
+    inner = len(data)
+    data += _scope(1, 2, 3)  # an inlined scope without values, its sender the outer one
+    assert not codecache.has_non_safepoints(bytes(data), array("i", [8, inner]), 1)
+    # a chain with no value at all: a non-safepoint PcDesc (the sentinel's offset 0 is no scope)
+    free = bytes([0]) + _scope(0, 1, 10) + _scope(1, 2, 3)
+    assert codecache.has_non_safepoints(free, array("i", [-1, 0, 8, 7]), 1)
+    # garbage (a number cut short, offsets past the data, a sender that does not go down) is never dense
+    assert not codecache.has_non_safepoints(bytes([0, 200]), array("i", [0, 1]), 1)
+    assert not codecache.has_non_safepoints(free, array("i", [0, 0, 4, 999]), 1)
+    looping = bytes([0]) + _scope(1, 1, 1)
+    assert not codecache.has_non_safepoints(looping, array("i", [0, 1]), 1)  # its sender is itself
+
+
+def test_the_namer_marks_a_frame_named_from_a_borrowed_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = FakeMemory()
+    blob = _blob(memory, 3, 4, 70, 0x1000, b"nmethod")
+    sparse = _nmethod_scopes(locals_at_safepoints=5, with_non_safepoint=False)
+    code_begin = blob + 64
+
+    def read_scopes(_memory: object, _layout: object, _blob: int) -> codecache.NmethodScopes:
+        return codecache.NmethodScopes(code_begin, sparse.metadata, sparse.scopes_data, sparse.pcs, 1, False)
+
+    monkeypatch.setattr(codecache, "read_nmethod_scopes", read_scopes)
+    namer = CompiledNamer(memory, _layout())
+    assert namer.methods_of(code_begin + 40, 70) == (0x2000, 0x1000)  # a return address
+    assert namer.methods_of(code_begin + 60, 70) == (0x1000,)  # in the loop
+    assert namer.borrowed == {(code_begin + 60, 70): 40}

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from profiler.capture.format import SamplerStats
 from profiler.capture.stackstore import INTERPRETED_TAG, NO_UNLOADS, StackStore, join_epoch, split_epoch
 from profiler.symbols.frames import Frame
 from profiler.symbols.symbolize import StackFolder, tabulate_store
@@ -218,6 +219,8 @@ def test_recorded_compiled_frames_are_named_from_their_saved_chain() -> None:
         {"names": [[0, X, 5]]},
         {"chains": [[1, 2, ["x"]]]},
         {"code_low": "0x1000"},
+        {"borrowed": [[1, 2, -3]]},
+        {"borrowed": [[1, 2]]},
     ],
 )
 def test_damaged_saved_names_are_refused(damage: dict) -> None:
@@ -250,6 +253,9 @@ class CountingCode:
     def __init__(self, chains: dict[int, tuple[int, ...]]) -> None:
         self.layout = SimpleNamespace(low=0)
         self.chains, self.failures, self.lookups = chains, {}, Counter()
+        self.borrowed: dict[tuple[int, int], int] = {}
+        self.log: list[tuple[int, int, tuple[int, ...]]] | None = None
+        self.borrowed_log: list[tuple[int, int, int]] | None = None
 
     def methods_of(self, pc: int, compile_id: int) -> tuple[int, ...]:
         self.lookups[pc] += 1
@@ -292,3 +298,60 @@ def test_the_stacks_remembered_as_named_in_a_generation_are_bounded(monkeypatch:
     assert len(jvms._seen[9]) == 1
     # THEN a stack forgotten so is named again once (reading only what is not named yet), then remembered
     assert jvms.first_in_generation(9, 0, stacks[0]) and not jvms.first_in_generation(9, 0, stacks[0])
+
+
+def test_a_compiled_frame_named_from_a_borrowed_scope_is_marked_and_counted_per_sample() -> None:
+    # GIVEN a JVM with two compiled pcs of one nmethod: a return address (its own PcDesc) and a pc in a
+    # loop whose scope came from the safepoint poll 48 bytes further on
+    namer = FakeNamer(Metaspace())
+    code = namer.compiled = CountingCode({0x40: (Y, X), 0x80: (X,)})  # type: ignore[assignment]
+    code.borrowed[(0x80, 17)] = 48
+    exact, approximate = (COMPILED_TAG | 17 << COMPILE_ID_SHIFT | pc for pc in (0x40, 0x80))
+    store = StackStore(10 * 10**9)
+    store.begin(0)
+    for value, samples in ((exact, 1), (approximate, 3)):
+        for time_s in range(samples):
+            store.add(7, 7, b"worker", time_s * 10**9, struct.pack("<2Q", value, 0x20000), -1, join_epoch(0, 0))
+    folder = StackFolder(Symbols(), None, 127, True, walker=True, methods=namer)  # type: ignore[arg-type]
+    # WHEN named into a table
+    table = tabulate_store(store, 7, folder, None, None)
+    # THEN the borrowed frame's innermost name carries the mark, and the samples are counted
+    assert table.folded() == Counter({
+        "worker;start_thread;a.Alpha::spin;a.Alpha::other [inlined]": 1,
+        "worker;start_thread;a.Alpha::spin [approx]": 3,
+    })  # fmt: skip
+    fields = folder.stats_fields
+    assert (fields["compiled_samples"], fields["compiled_approximate"], fields["approximate_bytes"]) == (4, 3, 144)
+    stats = SamplerStats(pid=7, samples=4, **{k: v for k, v in fields.items() if k in ("compiled_samples",
+                         "compiled_approximate", "approximate_bytes")})  # type: ignore[arg-type]  # fmt: skip
+    line = stats.inlining_health()
+    assert line is not None and line.startswith("75 % of 4 compiled samples in code without exact debug")
+    assert "mean 48 bytes" in line and "--exact-inlining" in line and "DebugNonSafepoints" in line
+    assert SamplerStats(pid=7, compiled_samples=4).inlining_health() is None
+    # AND a recovered capture marks it as the window did, from the journal's records of both
+    recorded = RecordedNames()
+    recorded.apply({"code_low": 0, "names": [[0, X, "a.Alpha::spin"]], "chains": [[0x80, 17, [X]]],
+                    "borrowed": [[0x80, 17, 48]]})  # fmt: skip
+    assert recorded.compiled_names(approximate, 0)[1] == ["a.Alpha::spin [approx]"]
+    assert recorded.borrowed(approximate) == 48
+    old_journal = RecordedNames()  # written before the borrowed records existed: names unmarked
+    old_journal.apply({"code_low": 0, "names": [[0, X, "a.Alpha::spin"]], "chains": [[0x80, 17, [X]]]})
+    assert old_journal.compiled_names(approximate, 0)[1] == ["a.Alpha::spin"] and old_journal.borrowed(approximate) == 0
+
+
+def test_the_borrowed_scopes_go_to_the_journal_with_their_chains() -> None:
+    # GIVEN a namer logging for the journal whose code cache noted a borrowed scope while naming a chain
+    namer = FakeNamer(Metaspace())
+    code = namer.compiled = CountingCode({})  # type: ignore[assignment]
+    code.log, code.borrowed_log = [(0x80, 17, (X,))], [(0x80, 17, 48)]
+    jvms = JvmNames(lambda pid, layout, address: None)
+    jvms.keep_log = True
+    jvms.add(9, namer)
+    assert code.log == [] and code.borrowed_log == []  # the log starts with the JVM's first checkpoint
+    code.log.append((0x80, 17, (X,)))
+    code.borrowed_log.append((0x80, 17, 48))
+    # WHEN a checkpoint takes what was learned
+    delta = jvms.take_names()[9]
+    # THEN both go, once
+    assert delta.chains == ((0x80, 17, (X,)),) and delta.borrowed == ((0x80, 17, 48),)
+    assert jvms.take_names()[9].borrowed == ()

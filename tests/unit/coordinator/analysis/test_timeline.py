@@ -231,3 +231,22 @@ def test_health_panel_names_cut_stacks_and_unnamed_interpreted_frames_per_pid() 
     assert [(line.level, line.topic) for line in lines] == [("warn", "h1 PID 1 stacks"), ("ok", "h1 PID 2 stacks")]
     assert "8.0 % of samples cut (ended at a native frame 8.0 %)" in lines[0].text
     assert "1.0 % of 1000 interpreted frames unnamed (stale Method*: 10)" in lines[1].text
+
+
+def test_health_panel_says_per_jvm_how_many_compiled_samples_were_named_from_a_borrowed_scope() -> None:
+    from types import SimpleNamespace
+
+    from coordinator.report.health import _inlining_health
+    from profiler.capture.format import SamplerStats
+
+    sampler = {
+        1: SamplerStats(pid=1, samples=100, compiled_samples=80, compiled_approximate=76, approximate_bytes=76 * 40),
+        2: SamplerStats(pid=2, samples=100, compiled_samples=80, compiled_approximate=4, approximate_bytes=4 * 40),
+        3: SamplerStats(pid=3, samples=100, compiled_samples=80),
+    }
+    capture = SimpleNamespace(meta=SimpleNamespace(host="h1"), sampler=sampler)
+    lines = _inlining_health([capture])  # type: ignore[list-item]
+    levels = [(line.level, line.topic) for line in lines]
+    assert levels == [("warn", "h1 PID 1 inlining"), ("info", "h1 PID 2 inlining")]
+    assert lines[0].text.startswith("95 % of 80 compiled samples in code without exact debug information")
+    assert "methods inlined there may be charged to their caller" in lines[0].text

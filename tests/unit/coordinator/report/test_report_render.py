@@ -284,3 +284,19 @@ def test_a_damaged_analysis_record_is_an_error_naming_it(crafted_run: Path, cont
         load_run(crafted_run)
     message = str(raised.value)
     assert "analysis.json" in message and says in message and "coordinator analyze" in message, message
+
+
+def test_a_frame_named_from_a_borrowed_scope_keeps_its_mark_in_the_flamegraphs(tmp_path: Path) -> None:
+    # GIVEN an executor whose Filter task's compiled frame was named from a borrowed PcDesc (issue 51)
+    stacks = spark_stacks(0, hostile=False)
+    marked = "com/example/Ysb$$Lambda$0x00007f3c8c0a1b20.apply [approx]"
+    plain = "com/example/Ysb$$Lambda$0x00007f3c8c0a1b20.apply"
+    stacks = {stack.replace(plain, marked): n for stack, n in stacks.items()}
+    index = render_report(make_run_dir(tmp_path / "runs", executors={2201: stacks}))
+    # THEN the frame keeps its mark (the flamegraph washes it out by it) and still matches its task
+    payload = read_payload(index)
+    assert marked in payload["frames"]  # type: ignore[operator]
+    filter_graph = next(g for g in payload["graphs"] if g["key"] == "task:Filter")  # type: ignore[union-attr,index]
+    assert filter_graph["samples"] == 25
+    script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
+    assert "var APPROX = / \\[approx\\]$/;" in script and "APPROX.test(name)" in script
