@@ -19,7 +19,8 @@ from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.read import read_meta, read_pid_offcpu, read_pid_offcpu_timeline
 from tests.fixtures.jvm import java_home, temurin_25
-from tests.integration.test_profiler_run import result_rows, wait_for_state
+from tests.fixtures.window import wait_for_state
+from tests.integration.test_profiler_run import result_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "workloads" / "BlockedSplit.java"

@@ -16,7 +16,8 @@ import pytest
 
 from profiler.capture.read import read_meta, read_pid_offcpu
 from tests.fixtures.jvm import java_home
-from tests.integration.test_profiler_run import result_rows, wait_for_state
+from tests.fixtures.window import profile_window
+from tests.integration.test_profiler_run import result_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "tests" / "workloads" / "WaitSplit.java"
@@ -75,20 +76,13 @@ def test_blocked_time_splits_by_the_methods_that_waited(tmp_path: Path, waiting_
         "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
         "--status-file", str(status), "--off-cpu",
     ]  # fmt: skip
-    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid = waiting_jvm.process.pid
-    try:
-        wait_for_state(status, "sampling", profiler, timeout=600)  # a cold compile takes minutes at high load
+
+    def reset() -> None:
         assert waiting_jvm.ask("reset") == "RESET"
-        # WHEN the window ends (the truth is read as the profiler starts writing)
-        wait_for_state(status, "writing", profiler)
-        truth = json.loads(waiting_jvm.ask("report"))
-        _stdout, stderr = profiler.communicate(timeout=180)
-    finally:
-        if profiler.poll() is None:
-            profiler.kill()
-            profiler.wait(30)
-    assert profiler.returncode == 0, stderr
+
+    # WHEN the window ends (the truth is read as the profiler starts writing)
+    truth, stderr = profile_window(argv, status, reset, lambda: json.loads(waiting_jvm.ask("report")))
     # THEN nothing was written into or beside the JVM: no perf map, no attach listener (refused by the JVM)
     assert not Path(f"/tmp/perf-{pid}.map").exists()
     assert not Path(f"/tmp/.java_pid{pid}").exists()

@@ -19,6 +19,7 @@ from profiler.capture import format as capture
 from profiler.capture.read import read_counters, read_meta, read_overhead, read_scope
 from tests.fixtures.captures import folded_text, to_folded
 from tests.fixtures.leaks import bpf_prog_ids_held_by, loaded_bpf_prog_ids
+from tests.fixtures.window import wait_for_state
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = "Alpha: burnAlpha\nBeta: burnBeta\nGamma: burnGamma\nJIT: C2 CompilerThre, C1 CompilerThre\n"
@@ -58,21 +59,6 @@ def start_profiler(tmp_path: Path, duration: float, *extra: str) -> tuple[subpro
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _STARTED.append(process)
     return process, out, status
-
-
-def wait_for_state(status: Path, state: str, process: subprocess.Popen[str], timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"profiler exited early ({process.returncode}): {process.stderr.read()}")
-        try:
-            payload = json.loads(status.read_text())
-            if payload["state"] == state:
-                return payload
-        except (FileNotFoundError, json.JSONDecodeError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"profiler never reached state {state!r}")
 
 
 def result_rows(out: Path, host: str = "testhost") -> list[dict[str, str]]:

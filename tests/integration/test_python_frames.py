@@ -11,7 +11,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from profiler.capture import format as capture
 from profiler.capture.read import read_scope
 from tests.fixtures.captures import folded_text
 from tests.fixtures.privileges import requires
+from tests.fixtures.window import profile_window
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = REPO / "tests" / "workloads" / "py_split.py"
@@ -67,19 +67,6 @@ def workload(request: pytest.FixtureRequest) -> Iterator[Workload]:
         running.process.wait(30)
 
 
-def _wait_state(status: Path, state: str, process: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        try:
-            if json.loads(status.read_text())["state"] == state:
-                return
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"profiler never reached {state!r}")
-
-
 def _leaf_function(stack: str) -> str | None:
     """The innermost of the three functions named in a folded stack (root first)."""
     for frame in reversed(stack.split(";")):
@@ -101,19 +88,12 @@ def test_python_functions_named_from_cpython_with_their_shares(tmp_path: Path, w
         "--out", str(out), "--profile", str(profile), "--host", "testhost", "--status-file", str(status),
         "--known-spes", str(spes),
     ]  # fmt: skip
-    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        # WHEN it is sampled for the window (the truth reset as the window starts, read as it ends)
-        _wait_state(status, "sampling", profiler)
+
+    def reset() -> None:
         assert workload.ask("reset") == "reset"
-        _wait_state(status, "writing", profiler)
-        truth = json.loads(workload.ask("shares"))
-        _stdout, stderr = profiler.communicate(timeout=180)
-    finally:
-        if profiler.poll() is None:
-            profiler.kill()
-            profiler.wait(30)
-    assert profiler.returncode == 0, stderr
+
+    # WHEN it is sampled for the window (the truth reset as the window starts, read as it ends)
+    truth, stderr = profile_window(argv, status, reset, lambda: json.loads(workload.ask("shares")), start_timeout=120)
     # THEN its stacks carry the Python frames, named module.qualname (file:line)
     assert [(p.pid, p.kind, p.serves) for p in read_scope(out)] == [(workload.process.pid, "manual", None)]
     folded = Counter()
