@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..bpf.compiler import release_freed_memory
-from ..capture.format import APPROXIMATE_WARN, SamplerStats
+from ..capture.format import SamplerStats
 from ..capture.stackstore import CUT_CFI_MISS, CUT_NATIVE, CUT_NO_CFI, CollectedStacks, StackStore
 from ..capture.stacktable import StackTableBuilder
 from ..symbols.batches import WindowSymbols
@@ -267,8 +267,6 @@ def end_of_run_warnings(
                 f"pid {pid}: {unnamed / stats.interpreted_frames:.0%} of interpreted Java frames unnamed, mostly: "
                 f"{cause}{f' ({detail[:160]})' if detail else ''}; see docs/unwinding.md"
             )
-        if stats.approximate_share() >= APPROXIMATE_WARN:
-            warnings.append(f"pid {pid}: {stats.inlining_health()}")
         native_cut = sum(stats.stacks_cut.get(cause, 0) for cause in (CUT_NATIVE, CUT_NO_CFI, CUT_CFI_MISS))
         if stats.samples and native_cut / stats.samples >= 0.05:
             warnings.append(

@@ -64,13 +64,15 @@ def test_without_the_opt_in_the_kernels_are_charged_to_their_caller(classpath, s
     assert measured.unmatched >= 0.9, counts
     assert counts.get("drive", 0) >= 0.9 * sum(counts.values()), counts
     # AND the names say they are approximate: the workers' compiled frames are marked, and the JVM's health
-    # line (and its end-of-run warning) gives the share and the fix
+    # line (the report's and profiler match's, from sampler.json) gives the share and the fix; not an end-of-run
+    # warning of the capture: a JVM without the flag is every production JVM, not a defect of this capture
     assert measured.workers_approximate >= 0.9, measured
     stats = measured.stats
     assert stats.approximate_share() >= 0.9, stats
     line = stats.inlining_health()
     assert line is not None and "methods inlined there may be charged to their caller" in line, line
-    assert any(f"pid {jvm.pid}: " in w and "--exact-inlining" in w for w in measured.warnings), measured.warnings
+    assert "--exact-inlining" in line, line
+    assert not any(f"pid {jvm.pid}: " in w and "debug information" in w for w in measured.warnings), measured.warnings
 
 
 def test_the_flag_written_before_the_jit_compiles_names_the_kernels_exactly(classpath, started):
