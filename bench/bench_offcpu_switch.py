@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from bench_offcpu import warm_jvm  # noqa: E402
 
+from profiler.bpf.pidns import with_own_ids  # noqa: E402
 from profiler.bpf.stats import bpf_stats_enabled  # noqa: E402
 from profiler.sampling.offcpu import BPF_SOURCE, build_bpf_text, read_kernel_hz, read_switch_layout  # noqa: E402
 
@@ -65,7 +66,7 @@ def measure(name: str, text: str, pid: int, seconds: float) -> tuple[float, floa
     """(ns per run, runs per second) of one variant attached for ``seconds``."""
     from bcc import BPF
 
-    bpf = BPF(text=text.encode())
+    bpf = BPF(text=with_own_ids(text).encode())  # current_pid_tgid() as compile_program defines it
     try:
         if name.endswith(" jvm"):
             bpf[b"target_tgids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)

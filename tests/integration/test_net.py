@@ -9,6 +9,7 @@ import psutil
 import pytest
 from bcc import BPF
 
+from profiler.bpf.pidns import with_own_ids
 from profiler.capture.format import NetStats
 from profiler.sampling.net import MECHANISM_KPROBE, MECHANISM_TRACEPOINT, NetTracer
 from tests.fixtures.leaks import bpf_programs_held_by
@@ -144,7 +145,7 @@ def test_kprobe_fallback_program_passes_the_verifier() -> None:
     # This kernel has no kprobes, so the fallback cannot be attached here; compile and load it so
     # the verifier checks it, then unload.
     tracer = NetTracer()
-    bpf = BPF(text=tracer.bpf_text(MECHANISM_KPROBE).encode())
+    bpf = BPF(text=with_own_ids(tracer.bpf_text(MECHANISM_KPROBE)).encode())  # as compile_program builds it
     try:
         for name in (b"net_send_entry", b"net_send_return", b"net_recv_copied"):
             assert bpf.load_func(name, BPF.KPROBE).fd >= 0
