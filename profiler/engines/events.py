@@ -38,8 +38,9 @@ FLINK_TIMEOUT_SECONDS = 5.0
 SPARK_POLL_BUDGET_SECONDS = 60.0  # one poll of a driver; executions left unread are read at the next
 MAX_PORTS_PROBED = 32  # listening ports of one process tried as its REST API
 # After the window, the last readings of one reader (the event counter, the plan collector) end within this,
-# requests in flight included: an endpoint that trickles its answer costs the run this, once.
-FINISH_SECONDS = 5.0
+# requests in flight included: an endpoint that trickles its answer costs the run this, once. 5 s cut a
+# loaded Spark driver's honest answer (the suite's spark-cp demo at the end of a full run: no plan read).
+FINISH_SECONDS = 15.0
 
 Fetch = Callable[[str], Any]
 Probe = Callable[[str, int], bool]  # whether host:port speaks HTTP (rest.speaks_http)
