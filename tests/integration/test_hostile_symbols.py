@@ -147,7 +147,10 @@ def test_symbolizer_traps_neither_hang_nor_crash_the_run(tenants, start_cpu_spli
     contained = _stacks_text(out, ctr.pid)
     assert "tenant_burn" in contained and "root_only_secret" not in contained
     pids = (fifo.pid, deep.pid, ctr.pid)
-    of = {pid: [w for w in meta.warnings if w.startswith(f"pid {pid}:")] for pid in pids}
+    # (a tenant whose library was refused has its stacks cut in it: that line is the refusal's consequence,
+    # said by the walker's health, whichever way the samples fell; it is not a second refusal)
+    cut = "of stacks end at a native frame before the thread's start"
+    of = {pid: [w for w in meta.warnings if w.startswith(f"pid {pid}:") and cut not in w] for pid in pids}
     assert of[fifo.pid] == [] and of[ctr.pid] == [], of
     # one line for the deep tenant's maps, from whichever reader met the long line first (the symbolizer's
     # or procread's: each file is warned about once)
