@@ -18,7 +18,7 @@ fi
 # pprof` reads the pprof exports in tests/integration/test_exports_tools.py).
 PKGS=(bpfcc-tools python3-bpfcc python3-psutil linux-perf bpftool openjdk-17-jdk-headless
       build-essential linux-headers-amd64 openssh-server iproute2 procps chromium redis-server golang-go
-      sudo libfaketime maven)  # the fault tests: a non-root SSH user with sudo -n, a host clock 30 s ahead
+      sudo libfaketime maven gdb)  # gdb: the CPython layout's check against its DWARF; the fault tests: a non-root SSH user with sudo -n, a host clock 30 s ahead
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
