@@ -19,7 +19,7 @@ from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.read import read_meta, read_pid_offcpu, read_pid_offcpu_timeline
 from tests.fixtures.jvm import java_home, temurin_25
-from tests.fixtures.window import wait_for_state
+from tests.fixtures.window import profile_window, wait_for_state
 from tests.integration.test_profiler_run import result_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bloc
         Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
 
 
-def start_off_cpu_run(tmp_path: Path, out: Path, status: Path, duration: int, checkpoint: int) -> subprocess.Popen[str]:
+def off_cpu_argv(tmp_path: Path, out: Path, status: Path, duration: int, checkpoint: int) -> list[str]:
     """`profiler run --off-cpu` of the BlockedSplit JVM's threads, 5 s intervals, its status in ``status``."""
     (tmp_path / "profile.txt").write_text(PROFILE)
     (tmp_path / "spes.txt").write_text(KNOWN_SPES)
@@ -81,29 +81,26 @@ def start_off_cpu_run(tmp_path: Path, out: Path, status: Path, duration: int, ch
         "--profile", str(tmp_path / "profile.txt"), "--known-spes", str(tmp_path / "spes.txt"),
         "--status-file", str(status), "--off-cpu", "--checkpoint", str(checkpoint), "--interval", "5",
     ]  # fmt: skip
-    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return argv
 
 
 def test_off_cpu_time_per_thread_and_cause_matches_the_jvms_own_measurement(tmp_path: Path, blocked_jvm) -> None:
     # GIVEN a JVM whose threads sleep, wait for a monitor another thread holds while it spins, read a
     # pipe fed slowly, park and Object.wait with timeouts, each timing its blocking calls
     out, status = tmp_path / "cap", tmp_path / "status.json"
-    profiler = start_off_cpu_run(tmp_path, out, status, duration=15, checkpoint=0)
-    try:
-        wait_for_state(status, "sampling", profiler, timeout=600)  # the compile takes minutes at load 30+
+    started: list[float] = []
+
+    def reset() -> None:
         assert blocked_jvm.ask("reset") == "RESET"
-        started = time.monotonic()
-        # WHEN the window ends (the truth is read as the profiler starts writing)
-        wait_for_state(status, "writing", profiler)
+        started.append(time.monotonic())
+
+    def read() -> tuple[dict, float, dict]:
         truth = json.loads(blocked_jvm.ask("report"))
-        truth_window = time.monotonic() - started
-        started_threads = _threads_by_comm(blocked_jvm.process.pid)
-        stdout, stderr = profiler.communicate(timeout=180)
-    finally:
-        if profiler.poll() is None:
-            profiler.kill()
-            profiler.wait(30)
-    assert profiler.returncode == 0, stderr
+        return truth, time.monotonic() - started[0], _threads_by_comm(blocked_jvm.process.pid)
+
+    # WHEN the window ends (the truth is read as the profiler starts writing)
+    argv = off_cpu_argv(tmp_path, out, status, duration=15, checkpoint=0)
+    (truth, truth_window, started_threads), stderr = profile_window(argv, status, reset, read)
     pid = blocked_jvm.process.pid
     rows = {r["task"]: r for r in result_rows(out, "h") if r["pid"] == str(pid)}
     assert read_meta(out).off_cpu_min_block_ms == 1.0
@@ -332,7 +329,8 @@ def test_killed_off_cpu_run_recovers_the_blocked_time_up_to_its_last_checkpoint(
     from profiler.cli import main as profiler_main
 
     out, status = tmp_path / "cap", tmp_path / "status.json"
-    profiler = start_off_cpu_run(tmp_path, out, status, duration=120, checkpoint=2)
+    argv = off_cpu_argv(tmp_path, out, status, duration=120, checkpoint=2)
+    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_state(status, "sampling", profiler, timeout=600)
         assert blocked_jvm.ask("reset") == "RESET"
