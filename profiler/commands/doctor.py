@@ -155,6 +155,12 @@ def pmu_check(probe: Mapping[str, str]) -> Check:
     return Check("pmu-events", OK, detail)
 
 
+def _listed(jvms: Sequence[tuple[int, str]], most: int = 30) -> str:
+    """``pid (what), …`` of the first ``most`` JVMs, and how many more."""
+    listed = ", ".join(f"{pid} ({what})" for pid, what in jvms[:most])
+    return listed + (f" and {len(jvms) - most} more" if len(jvms) > most else "")
+
+
 def frame_pointer_check(jvms: Sequence[tuple[int, str, bool]], walkable: Collection[int] = ()) -> Check:
     """jvms: (pid, short description, PreserveFramePointer on); walkable: pids whose JIT frames the
     HotSpot unwinder walks without frame pointers (their code cache read from vmStructs)."""
@@ -166,13 +172,11 @@ def frame_pointer_check(jvms: Sequence[tuple[int, str, bool]], walkable: Collect
     if not without:
         with_flag = len(jvms) - len(unwound)
         return Check("jvm-frame-pointers", OK, f"{with_flag} JVM(s) run with -XX:+PreserveFramePointer{by_unwinder}")
-    listed = ", ".join(f"{pid} ({what})" for pid, what in without[:30])
-    more = f" and {len(without) - 30} more" if len(without) > 30 else ""
     return Check(
         "jvm-frame-pointers",
         WARN,
         f"{len(without)} of {len(jvms)} JVM(s) without -XX:+PreserveFramePointer and without readable vmStructs, "
-        f"their Java stacks break: {listed}{more}{by_unwinder}",
+        f"their Java stacks break: {_listed(without)}{by_unwinder}",
         PFP_FIX,
     )
 
@@ -208,12 +212,10 @@ def exact_inlining_check(jvms: Sequence[tuple[int, str, bool]], debug_non_safepo
     if not without:
         exact = len(jvms) - unknown
         return Check("jvm-exact-inlining", OK, f"{exact} JVM(s) run with DebugNonSafepoints{unread}")
-    listed = ", ".join(f"{pid} ({what})" for pid, what in without[:30])
-    more = f" and {len(without) - 30} more" if len(without) > 30 else ""
     return Check(
         "jvm-exact-inlining",
         WARN,
-        f"{len(without)} of {len(jvms)} JVM(s) without DebugNonSafepoints: {listed}{more}; methods their JIT "
+        f"{len(without)} of {len(jvms)} JVM(s) without DebugNonSafepoints: {_listed(without)}; methods their JIT "
         f"inlines between safepoints are charged to their caller{unread}",
         DNS_FIX,
     )
