@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from coordinator.analysis.load import RunData
+from coordinator.report.flame import StackClassifications
 from coordinator.report.formats import format_number
 from coordinator.report.model import FlinkVertexLine
 from profiler.capture.offcpu import CAUSES, OffCpuEntry
@@ -41,6 +42,33 @@ def vertex_blocked_ns(offcpu: OffCpu, vertex_names: Sequence[str]) -> dict[str, 
     return found
 
 
+def vertex_blocked_by_task(
+    offcpu: OffCpu, vertex_names: Sequence[str], classifications: StackClassifications
+) -> dict[str, dict[str, Counter[str]]]:
+    """Blocked nanoseconds per vertex, profile task and cause: the vertex as in ``vertex_blocked_ns`` (its
+    root frame), the task by the off-CPU rule (``Matcher.decide_offcpu``, the report's other off-CPU views)."""
+    found: dict[str, dict[str, Counter[str]]] = {}
+    for by_pid in offcpu.values():
+        for entries in by_pid.values():
+            for entry in entries:
+                vertex = vertex_of_thread(entry.stack.split(";", 1)[0], vertex_names)
+                if vertex is None:
+                    continue
+                task = classifications.task_names[classifications.classify(entry.stack)[0]]
+                found.setdefault(vertex, {}).setdefault(task, Counter())[entry.cause] += entry.blocked_ns
+    return found
+
+
+def _by_task(
+    blocked: Mapping[str, Counter[str]] | None, seconds: float, parallelism: int
+) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """Per task (most blocked first), its milliseconds per second of one subtask per cause."""
+    if not blocked:
+        return ()
+    ranked = sorted(blocked.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    return tuple((task, _by_cause(causes, seconds, parallelism)) for task, causes in ranked if sum(causes.values()))
+
+
 def _by_cause(blocked: Counter[str] | None, seconds: float, parallelism: int) -> tuple[tuple[str, float], ...]:
     """Milliseconds per second of one subtask per cause (CAUSES order, only causes that occurred)."""
     if not blocked or seconds <= 0:
@@ -66,16 +94,24 @@ def _flink_capture(run: RunData) -> Capture | None:
 
 
 def flink_vertex_lines(
-    run: RunData, stacks: Mapping[str, Mapping[int, Mapping[str, int]]], offcpu: OffCpu | None = None
+    run: RunData,
+    stacks: Mapping[str, Mapping[int, Mapping[str, int]]],
+    offcpu: OffCpu | None = None,
+    classifications: StackClassifications | None = None,
 ) -> tuple[FlinkVertexLine, ...]:
     """One line per job vertex, sources first; empty without flink.json. ``offcpu`` (host -> PID ->
-    entries): with a run that had --off-cpu, each vertex's blocked time per cause."""
+    entries): with a run that had --off-cpu, each vertex's blocked time per cause and, given the report's
+    off-CPU ``classifications``, per profile task and cause."""
     capture = _flink_capture(run)
     if capture is None or not _whole_window(run):
         return ()
     meta = capture.meta
     found = vertex_cpu(thread_samples(stacks), capture.flink_vertices, meta.frequency, meta.duration)
-    blocked = vertex_blocked_ns(offcpu or {}, sorted({v.name for v in capture.flink_vertices}))
+    vertex_names = sorted({v.name for v in capture.flink_vertices})
+    blocked = vertex_blocked_ns(offcpu or {}, vertex_names)
+    by_task = (
+        vertex_blocked_by_task(offcpu or {}, vertex_names, classifications) if classifications is not None else {}
+    )
     off_cpu = _off_cpu_run(run)
     lines = []
     for vertex in sorted(found, key=lambda v: (not v.window.source, v.window.job_name, v.window.name)):
@@ -98,6 +134,10 @@ def flink_vertex_lines(
             samples=vertex.samples,
             off_cpu_by_cause=(
                 _by_cause(blocked.get(window.name), meta.duration, window.parallelism) if off_cpu else None
+            ),
+            off_cpu_by_task=(
+                _by_task(by_task.get(window.name), meta.duration, window.parallelism)
+                if off_cpu and classifications is not None else None
             ),
         ))
     return tuple(lines)

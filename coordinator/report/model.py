@@ -87,6 +87,9 @@ class FlinkVertexLine:
     # the task threads' blocked time per cause (ms/s per subtask, CAUSES order, only causes > 0) when the
     # run had --off-cpu: () when no blocked thread could be tied to the vertex (not measured); None: no --off-cpu
     off_cpu_by_cause: tuple[tuple[str, float], ...] | None = None
+    # the same per profile task (most blocked first; the off-CPU rule, docs/offcpu.md), each its causes in
+    # ms/s per subtask; None: no --off-cpu or no profile's decisions given
+    off_cpu_by_task: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] | None = None
 
 
 @dataclass(frozen=True)

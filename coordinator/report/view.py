@@ -20,7 +20,7 @@ from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
 from coordinator.report.health import health_lines, warmup_health
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
-from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table
+from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table, wait_sites
 from profiler.capture.format import ALL_TASKS, UNMATCHED, ProcessInfo
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.read import Capture
@@ -158,9 +158,10 @@ def build_view(
     graphs, by_task = _flamegraphs(
         stacks, flame.StackClassifications(matcher, task_names), frames, processes_by_host, max_stacks
     )
+    blocked = flame.StackClassifications(matcher, task_names, off_cpu=True)
     graphs += offcpu_flamegraphs(
         offcpu or {},
-        flame.StackClassifications(matcher, task_names, off_cpu=True),
+        blocked,
         frames,
         processes_by_host,
         max_stacks,
@@ -196,7 +197,7 @@ def build_view(
         }))
         + _spark_health(spark)
     )
-    flink_lines = flink_vertex_lines(run, stacks, offcpu)
+    flink_lines = flink_vertex_lines(run, stacks, offcpu, blocked)
     vertices, subtasks = vertex_lines(run.vertex_rows)
     tasks = [{"name": name, "color": colors[name]} for name in task_names]
     payload = _payload(
@@ -228,7 +229,7 @@ def build_view(
         vertex_lines=vertices,
         subtask_lines=subtasks,
         flink_run=bool(flink_lines or vertices),
-        offcpu=offcpu_table(rows, task_names, colors),
+        offcpu=offcpu_table(rows, task_names, colors, wait_sites(offcpu or {}, blocked)),
     )
 
 

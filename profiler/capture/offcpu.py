@@ -16,6 +16,8 @@ from ..files.textinput import open_text
 from .folded import FRAME_SEPARATOR, KERNEL_SUFFIX, MAX_COUNT, is_count
 
 OFFCPU_FILE = "offcpu.folded"
+# below the thread name: a thread blocked all window, read from /proc (profiler/sampling/offcpu_idle.py), not walked
+WHOLE_WINDOW_FRAME = "[blocked all window]"
 # `profiler run --off-cpu-sample-every`'s default: beyond a thread's first 100 voluntary switch-outs a second,
 # one in 10 is followed (docs/offcpu.md "Cost": ~0.9 µs of BPF time per context switch instead of ~4.7)
 DEFAULT_SAMPLE_EVERY = 10

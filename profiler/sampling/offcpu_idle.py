@@ -21,6 +21,7 @@ from ..capture.offcpu import (
     REASON_PREEMPTED,
     REASON_SLEEPING,
     REASON_UNINTERRUPTIBLE,
+    WHOLE_WINDOW_FRAME,
     OffCpuEntry,
     classify_cause,
     merge_entries,
@@ -29,7 +30,6 @@ from ..files import procstat
 from ..symbols.symbolize import fold_stack
 from .proc_counters import ProcFiles
 
-WHOLE_WINDOW_FRAME = "[blocked all window]"  # below the thread name: this stack was read from /proc, not walked
 MAX_THREADS = 1 << 16  # per process: more task entries than this are not read
 MAX_KERNEL_FRAMES = 128
 

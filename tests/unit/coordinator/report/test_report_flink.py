@@ -100,3 +100,47 @@ def test_with_off_cpu_each_vertex_gets_its_task_threads_blocked_time_by_cause(
     plain = render.build_view(render.load_run(plain_dir), stacks, offcpu=offcpu)
     assert all(line.off_cpu_by_cause is None for line in plain.flink_vertices)
     assert "blocked, by cause" not in render.render_report(plain_dir).read_text(encoding="utf-8")
+
+
+def test_with_off_cpu_each_vertex_gets_its_blocked_time_by_profile_task_and_cause(
+    tmp_path: Path, tree_templates: None
+) -> None:
+    # GIVEN a Flink run with --off-cpu (30 s, parallelism 2) whose source threads waited 6 s in a Kafka
+    # consumer's poll (parked above the JDK's wait frames), 3 s reading a socket in their JSON parser's
+    # caller, and 1.5 s parked with no method of a task above the wait (the thread's own loop)
+    import json
+
+    from profiler.capture.format import write_offcpu
+    from profiler.capture.offcpu import OffCpuEntry
+    from profiler.capture.read import read_pid_offcpu
+
+    run_dir = flink_run_dir(tmp_path / "runs")
+    capture_dir = run_dir / "hosts" / "node1"
+    meta = json.loads((capture_dir / "meta.json").read_text())
+    meta["off_cpu_min_block_ms"] = 1.0
+    (capture_dir / "meta.json").write_text(json.dumps(meta))
+    poll = "Source: GenSour;org/apache/kafka/Consumer.poll;jdk.internal.misc.Unsafe::park;futex_wait_[k]"
+    parse = "Source: GenSour;JsonParser.next;sun.nio.ch.NioSocketImpl::read;tcp_recvmsg_[k]"
+    loop = "Source: GenSour;java.lang.Thread::run;jdk.internal.misc.Unsafe::park;futex_wait_[k]"
+    write_offcpu(capture_dir, 2201, [
+        OffCpuEntry("park", poll, 6_000_000_000, 60),
+        OffCpuEntry("net", parse, 3_000_000_000, 30),
+        OffCpuEntry("park", loop, 1_500_000_000, 15),
+        OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 9_000_000_000, 90),  # no vertex's thread
+    ])
+    # WHEN its report is built
+    run = render.load_run(run_dir)
+    offcpu = {"node1": {2201: read_pid_offcpu(capture_dir, 2201) or []}}
+    lines = {line.name: line for line in render.build_view(run, load_run_stacks(run), offcpu=offcpu).flink_vertices}
+    # THEN the source's blocked ms per second of one subtask are split by the task whose method waited,
+    # most blocked first (6 s / 30 s / 2 = 100 ms/s), the thread's own loop by its name (unmatched here)
+    assert lines[SOURCE].off_cpu_by_task == (
+        ("Kafka", (("park", pytest.approx(100.0)),)),
+        ("Deserialize", (("net", pytest.approx(50.0)),)),
+        ("unmatched", (("park", pytest.approx(25.0)),)),
+    )
+    # AND the cause-only column is the same time, and the window (never seen blocked) is not measured
+    assert lines[SOURCE].off_cpu_by_cause == (("park", pytest.approx(125.0)), ("net", pytest.approx(50.0)))
+    assert lines[WINDOW].off_cpu_by_task == ()
+    page = render.render_report(run_dir).read_text(encoding="utf-8")
+    assert "blocked, by task" in page and "Kafka: park 100</span>" in page and "Deserialize: net 50" in page

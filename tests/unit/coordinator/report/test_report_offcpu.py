@@ -6,9 +6,24 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from coordinator.report.offcpuview import OFFCPU_UNIT, blocked_counts, offcpu_table
+import pytest
+
+from coordinator.report.flame import StackClassifications
+from coordinator.report.offcpuview import (
+    NO_SITE,
+    OFFCPU_UNIT,
+    SITE_CHARS,
+    THREAD_NAME_SITE,
+    WHOLE_WINDOW_SITE,
+    WaitSite,
+    blocked_counts,
+    offcpu_table,
+    short_frame,
+    wait_sites,
+)
 from coordinator.report.render import render_report
 from profiler.capture.offcpu import OffCpuEntry
+from tests.fixtures.flink_report import use_tree_templates
 from tests.fixtures.report import HOSTILE_FRAMES, read_payload, spark_stacks, write_capture
 
 COLORS = {"Kafka": "#111", "GC": "#222", "unmatched": "#999"}
@@ -109,3 +124,115 @@ def test_report_of_a_run_without_off_cpu_has_no_off_cpu_section(tmp_path: Path) 
     html = render_report(capture, tmp_path / "report").read_text(encoding="utf-8")
     assert 'id="offcpu"' not in html
     assert not any(g["key"].startswith("offcpu") for g in read_payload(tmp_path / "report" / "index.html")["graphs"])  # type: ignore[attr-defined]
+
+
+# A profile whose tasks are methods of the work and whose waiting task names only how threads wait
+# (docs/offcpu.md, Reading blocked time per task): the shape of the shipped YSB profiles.
+SITE_PROFILE = """
+Kafka: org.apache.kafka.clients.consumer
+Sink: RespConnection
+Other: re:^Executor task
+Wait [waiting]: jdk.internal.misc.Unsafe::park, pthread_cond_timedwait
+GC: GC Thread
+"""
+SITE_TASKS = ("Kafka", "Sink", "Other", "Wait", "GC", "unmatched")
+POLL = ("Executor task launch worker;java.lang.Thread::run;"
+        "org.apache.kafka.clients.consumer.KafkaConsumer::poll [i];"
+        "org.apache.kafka.clients.consumer.internals.ConsumerNetworkClient::poll;"
+        "jdk.internal.misc.Unsafe::park;pthread_cond_timedwait;futex_wait_[k]")
+
+
+def _classifications(profile: str = SITE_PROFILE) -> StackClassifications:
+    from profiler.matching.appprofile import parse_profile
+    from profiler.matching.matcher import Matcher
+
+    return StackClassifications(Matcher(parse_profile(profile)), SITE_TASKS, off_cpu=True)
+
+
+def test_short_frame_keeps_a_java_methods_class_and_name_and_drops_native_arguments() -> None:
+    assert short_frame("org.apache.kafka.clients.consumer.KafkaConsumer::poll [i]") == "KafkaConsumer::poll"
+    assert short_frame("com.example.WaitSplit$Worker::waitSocket [inlined]") == "WaitSplit$Worker::waitSocket"
+    assert short_frame("ObjectMonitor::EnterI(JavaThread*)") == "ObjectMonitor::EnterI"
+    assert short_frame("os::PlatformEvent::park(long)") == "os::PlatformEvent::park"
+    assert short_frame("pthread_cond_timedwait") == "pthread_cond_timedwait"
+    assert len(short_frame("x" * 5000)) == SITE_CHARS  # a target's text, bounded
+
+
+def test_wait_sites_name_the_method_of_the_task_that_waited_per_cause_largest_first() -> None:
+    # GIVEN one executor thread's blocked stacks: a Kafka poll parked (twice, in two PIDs), the sink's
+    # round trip on the network, the task runner's own park, a GC thread's futex and a stack no task names
+    sink = ("Executor task launch worker;java.lang.Thread::run;org.example.RespConnection::roundTrip;"
+            "sun.nio.ch.NioSocketImpl::read;read;tcp_recvmsg_[k]")
+    runner = "Executor task launch worker;java.lang.Thread::run;jdk.internal.misc.Unsafe::park;futex_wait_[k]"
+    offcpu = {
+        "h1": {1: [OffCpuEntry("park", POLL, 3_000_000_000, 30), OffCpuEntry("net", sink, 2_000_000_000, 20),
+                   OffCpuEntry("park", runner, 5_000_000_000, 5), OffCpuEntry("preempted", POLL, 500_000_000, 9)]},
+        "h2": {2: [OffCpuEntry("park", POLL, 1_000_000_000, 10),
+                   OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 4_000_000_000, 40),
+                   OffCpuEntry("sleep", "pool-1;java.lang.Thread::sleep;nanosleep_[k]", 700_000_000, 7)]},
+    }
+    # WHEN the report's model takes the wait sites
+    sites = wait_sites(offcpu, _classifications())
+    # THEN the Kafka poll's park is Kafka's, at the consumer's innermost method above the JDK's wait
+    # frames, summed over hosts, before its smaller preempted part
+    assert sites["Kafka"] == (WaitSite("park", "ConsumerNetworkClient::poll", pytest.approx(4.0)),
+                              WaitSite("preempted", "ConsumerNetworkClient::poll", pytest.approx(0.5)))
+    assert sites["Sink"] == (WaitSite("net", "RespConnection::roundTrip", pytest.approx(2.0)),)
+    # AND a park with no method of a task above it goes to the task its thread's name says, not to Wait
+    assert sites["Other"] == (WaitSite("park", THREAD_NAME_SITE, pytest.approx(5.0)),)
+    assert sites["GC"] == (WaitSite("lock", THREAD_NAME_SITE, pytest.approx(4.0)),)
+    assert "Wait" not in sites
+    assert sites["unmatched"] == (WaitSite("sleep", NO_SITE, pytest.approx(0.7)),)
+    # AND only the largest sites are kept
+    assert len(wait_sites(offcpu, _classifications(), limit=1)["Kafka"]) == 1
+
+
+def test_a_stack_where_only_wait_frames_match_stays_with_the_waiting_task_at_its_wait_frame() -> None:
+    idle = "pool-3-thread-1;java.lang.Thread::run;jdk.internal.misc.Unsafe::park;futex_wait_[k]"
+    sites = wait_sites({"h": {1: [OffCpuEntry("park", idle, 2_000_000_000, 2)]}}, _classifications())
+    assert sites == {"Wait": (WaitSite("park", "Unsafe::park", pytest.approx(2.0)),)}
+
+
+def test_table_lines_carry_their_tasks_sites_and_say_when_there_are_none() -> None:
+    rows = [_row("*", "*", "Kafka", "3", "4", net="4"), _row("*", "*", "GC", "1", "1", lock="1")]
+    site = WaitSite("net", "KafkaConsumer::poll", 4.0)
+    table = offcpu_table(rows, TASKS, COLORS, {"Kafka": (site,)})
+    assert table.with_sites
+    assert [(line.task, line.sites) for line in table.lines] == [("Kafka", (site,)), ("GC", ())]
+    assert not offcpu_table(rows, TASKS, COLORS).with_sites
+
+
+def test_report_names_where_each_task_waited_with_hostile_frames_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_tree_templates(monkeypatch)  # this tree's template, not an installed copy's
+    # GIVEN a capture with --off-cpu whose Kafka stack waited in a method with a hostile name
+    hostile_method = "org/apache/kafka/<img src=x onerror=window.__pwned=7>::poll"
+    entries = [
+        OffCpuEntry("net", f"Executor;{hostile_method};jdk.internal.misc.Unsafe::park;ep_poll_[k]", 3_000_000_000, 40),
+        OffCpuEntry("lock", "GC Thread#0;futex_wait_[k]", 1_000_000_000, 9),
+    ]
+    capture = tmp_path / "cap"
+    write_capture(capture, "node1", {2201: spark_stacks(0)}, start=time.time() - 60, offcpu={2201: entries})
+    # WHEN the report is rendered
+    html = render_report(capture, tmp_path / "report").read_text(encoding="utf-8")
+    section = html[html.index('<section id="offcpu"') : html.index("</section>", html.index('<section id="offcpu"'))]
+    # THEN the table says where each task waited, per cause, with the method's name as text
+    assert "where it waited" in section
+    assert "net 3 s <code>org/apache/kafka/&lt;img src=x onerror=window.__pwned=7&gt;::poll</code>" in section
+    assert f"lock 1 s <code>{THREAD_NAME_SITE}</code>" in section
+    assert "<img src=x" not in html
+
+
+def test_a_thread_blocked_all_window_is_named_as_such_and_a_kernel_frame_without_its_mark() -> None:
+    # GIVEN a pool thread read from /proc (never switched in the window) and a thread no task's frame names
+    # but the waiting task's pattern on a kernel frame (the on-CPU rule then decides)
+    idle = "GC Thread#3;[blocked all window];futex_wait_[k]"
+    service = "Notification Thread;[blocked all window];__futex_abstimed_wait_common;futex_wait_[k]"
+    profile = SITE_PROFILE.replace("pthread_cond_timedwait", "futex_wait")
+    sites = wait_sites({"h": {1: [OffCpuEntry("lock", idle, 20_000_000_000, 1),
+                                  OffCpuEntry("lock", service, 20_000_000_000, 1)]}}, _classifications(profile))
+    # THEN the first reads as its thread's name, blocked all window; the second as the kernel's wait
+    assert sites["GC"] == (WaitSite("lock", WHOLE_WINDOW_SITE, pytest.approx(20.0)),)
+    assert sites["Wait"] == (WaitSite("lock", "futex_wait", pytest.approx(20.0)),)
+    assert short_frame("__futex_wait_[k]") == "__futex_wait"
