@@ -121,6 +121,7 @@ class StackClassifications:
     """
 
     def __init__(self, matcher: Matcher | None, task_names: Sequence[str], off_cpu: bool = False) -> None:
+        self.matcher = matcher
         self._decide = None if matcher is None else matcher.decide_offcpu if off_cpu else matcher.decide
         self.task_names: tuple[str, ...] = tuple(task_names)
         self._task_index = {name: index for index, name in enumerate(self.task_names)}

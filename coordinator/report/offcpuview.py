@@ -16,6 +16,7 @@ from coordinator.report.flame import FlameGraph, FrameTable, StackClassification
 from profiler.capture.folded import FRAME_SEPARATOR, KERNEL_SUFFIX
 from profiler.capture.format import ALL_TASKS, ProcessInfo
 from profiler.capture.offcpu import CAUSES, WHOLE_WINDOW_FRAME, OffCpuEntry
+from profiler.matching.matcher import Matcher
 
 OFFCPU_UNIT = "ms blocked"  # the width of an off-CPU flamegraph's frames
 SITES_PER_TASK = 4  # the report lists a task's largest wait sites; the flamegraph has the rest
@@ -131,6 +132,19 @@ def short_frame(frame: str) -> str:
     return name[:SITE_CHARS] or frame[:SITE_CHARS]
 
 
+def _thread_name_site(frames: Sequence[str], matcher: Matcher | None) -> str:
+    """The site of a stack only its thread's name decided: the name's mark and, for a walked stack, the
+    method that called the wait (the leaf-most frame that does not only say how it waits:
+    ``ForkJoinPool::awaitWork``, ``VMThread::wait_for_operation``), which tells an idle pool from a loop."""
+    if WHOLE_WINDOW_FRAME in frames:
+        return WHOLE_WINDOW_SITE
+    for frame in reversed(frames[1:]):
+        if frame.startswith("[") or (matcher is not None and matcher.says_how_it_waits(frame)):
+            continue  # a marker ([stub], [unknown]) or a wait frame
+        return f"{THREAD_NAME_SITE} in {short_frame(frame)}"
+    return THREAD_NAME_SITE
+
+
 def wait_sites(
     offcpu: Mapping[str, Mapping[int, Sequence[OffCpuEntry]]],
     classifications: StackClassifications,
@@ -138,8 +152,9 @@ def wait_sites(
 ) -> dict[str, tuple[WaitSite, ...]]:
     """Each task's blocked seconds per (cause, deciding frame) over every host and PID, its ``limit``
     largest: the frame the off-CPU rule decided the stack by (the method of the task that waited above the
-    JVM's and the kernel's wait frames), the thread's name where only the root matched, NO_SITE for an
-    unmatched stack. The same decisions as the task's off-CPU flamegraph and summary.csv's columns."""
+    JVM's and the kernel's wait frames), the thread's name where only the root matched (with the method that
+    called the wait, ``_thread_name_site``), NO_SITE for an unmatched stack. The same decisions as the
+    task's off-CPU flamegraph and summary.csv's columns."""
     found: dict[str, dict[tuple[str, str], int]] = {}
     for by_pid in offcpu.values():
         for entries in by_pid.values():
@@ -149,7 +164,7 @@ def wait_sites(
                 if decider is None:
                     site = NO_SITE
                 elif decider == 0:
-                    site = WHOLE_WINDOW_SITE if WHOLE_WINDOW_FRAME in frames else THREAD_NAME_SITE
+                    site = _thread_name_site(frames, classifications.matcher)
                 else:
                     site = short_frame(frames[decider])
                 sums = found.setdefault(classifications.task_names[index], {})

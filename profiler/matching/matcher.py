@@ -204,10 +204,15 @@ class Matcher:
                 mask |= bit
         return mask
 
+    def says_how_it_waits(self, frame: str) -> bool:
+        """Whether a blocked stack's frame only says how the thread waits (a kernel frame or a blocking
+        primitive of OFFCPU_WAIT_FRAMES): the frames the off-CPU rule passes over."""
+        return frame.endswith(KERNEL_SUFFIX) or bool(self._is_wait_frame(literal_key(frame)))
+
     def _offcpu_frame_mask(self, frame: str) -> int:
         """``_frame_mask`` without what only says how a thread waits: 0 for a kernel frame or a blocking
         primitive (OFFCPU_WAIT_FRAMES), and never the bits of waiting tasks."""
-        if frame.endswith(KERNEL_SUFFIX) or self._is_wait_frame(literal_key(frame)):
+        if self.says_how_it_waits(frame):
             return 0
         return self._frame_mask_of(frame) & ~self._waiting_bits
 

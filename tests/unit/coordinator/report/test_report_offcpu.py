@@ -178,8 +178,9 @@ def test_wait_sites_name_the_method_of_the_task_that_waited_per_cause_largest_fi
     assert sites["Kafka"] == (WaitSite("park", "ConsumerNetworkClient::poll", pytest.approx(4.0)),
                               WaitSite("preempted", "ConsumerNetworkClient::poll", pytest.approx(0.5)))
     assert sites["Sink"] == (WaitSite("net", "RespConnection::roundTrip", pytest.approx(2.0)),)
-    # AND a park with no method of a task above it goes to the task its thread's name says, not to Wait
-    assert sites["Other"] == (WaitSite("park", THREAD_NAME_SITE, pytest.approx(5.0)),)
+    # AND a park with no method of a task above it goes to the task its thread's name says, not to Wait,
+    # named by the method that called the wait
+    assert sites["Other"] == (WaitSite("park", f"{THREAD_NAME_SITE} in Thread::run", pytest.approx(5.0)),)
     assert sites["GC"] == (WaitSite("lock", THREAD_NAME_SITE, pytest.approx(4.0)),)
     assert "Wait" not in sites
     assert sites["unmatched"] == (WaitSite("sleep", NO_SITE, pytest.approx(0.7)),)
