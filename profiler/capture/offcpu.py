@@ -106,9 +106,22 @@ def java_cause(java_state: int, java_frame: str | None) -> str | None:
     return None
 
 
+def walked_java_cause(frames: Sequence[str]) -> str | None:
+    """The cause a walked stack's own Java frames give a futex wait the JVM said nothing of (a thread that
+    was not in its thread list yet: a pool's new threads, issue 50): its leaf-most blocking Java frame,
+    read as ``java_cause`` reads a last Java frame (``Unsafe::park`` → park, ``Object::wait`` → wait)."""
+    for frame in reversed(frames):
+        if not frame.endswith(KERNEL_SUFFIX):
+            cause = java_cause(JAVA_NONE, frame)
+            if cause is not None:
+                return cause
+    return None
+
+
 def classify_cause(reason: int, stack: str, java_state: int = JAVA_NONE, java_frame: str | None = None) -> str:
     """The cause of a block: the kernel's ``reason`` refined by the frames of the folded ``stack`` and, for
-    a Java thread, what the JVM said of it (``java_state``, JAVA_*; ``java_frame``: its last Java frame)."""
+    a Java thread, what the JVM said of it (``java_state``, JAVA_*; ``java_frame``: its last Java frame),
+    else what its walked Java frames say (``walked_java_cause``)."""
     if reason == REASON_PREEMPTED:
         return CAUSE_PREEMPTED
     frames = stack.split(FRAME_SEPARATOR)[1:]  # the root is the thread name
@@ -123,6 +136,8 @@ def classify_cause(reason: int, stack: str, java_state: int = JAVA_NONE, java_fr
     # The JVM's word counts only for a futex wait: a Java thread reading a socket is waiting for the network
     if _has(frames, _LOCK_KERNEL_FRAMES, kernel=True) and not _has(frames, _NET_KERNEL_FRAMES, kernel=True):
         from_jvm = java_cause(java_state, java_frame)
+        if from_jvm is None:
+            from_jvm = walked_java_cause(frames)
         if from_jvm is not None:
             return from_jvm
     if _has(frames, _NET_KERNEL_FRAMES, kernel=True):

@@ -174,6 +174,21 @@ def test_a_java_threads_futex_wait_takes_the_jvms_cause(java_state: int, java_fr
     assert classify_cause(REASON_SLEEPING, f"t;{FUTEX}", java_state, java_frame) == cause
 
 
+def test_a_futex_wait_the_jvm_said_nothing_of_takes_the_cause_of_its_walked_java_frames() -> None:
+    # GIVEN a pool thread not yet in the JVM's thread list (no view), its stack walked through the JDK's park
+    pool = ("block-manager-storage-async-thread-pool-26;java.lang.Thread::run;"
+            "java.util.concurrent.ThreadPoolExecutor::getTask;java.util.concurrent.locks.LockSupport::parkNanos [i];"
+            "jdk.internal.misc.Unsafe::park;Unsafe_Park;Parker::park(bool, long);pthread_cond_timedwait")
+    # THEN its futex wait is a park, as the JVM's last Java frame would have said
+    assert classify_cause(REASON_SLEEPING, f"{pool};{FUTEX}", JAVA_NONE, None) == "park"
+    assert classify_cause(REASON_SLEEPING, f"t;java.lang.Object::wait [i];JVM_MonitorWait;{FUTEX}") == "wait"
+    # AND the JVM's own word still comes first, the kernel's net wait before both, a thread name never counts
+    assert classify_cause(REASON_SLEEPING, f"{pool};{FUTEX}", JAVA_MONITOR, None) == "monitor"
+    assert classify_cause(REASON_SLEEPING, f"{pool};{EPOLL};{FUTEX}") == "net"
+    assert classify_cause(REASON_SLEEPING, f"jdk.internal.misc.Unsafe::park;{FUTEX}") == "lock"
+    assert classify_cause(REASON_SLEEPING, f"t;native_wait;{FUTEX}") == "lock"
+
+
 def test_the_jvms_word_never_overrides_the_kernels_for_net_disk_preemption_or_a_missing_futex() -> None:
     park = "jdk.internal.misc.Unsafe::park"
     assert classify_cause(REASON_SLEEPING, f"t;{PIPE}", JAVA_MONITOR, park) == "net"
