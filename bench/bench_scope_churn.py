@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="the window (default 60 s)")
     parser.add_argument("--count", type=int, default=2000, help="short processes over the window (default 2000)")
     parser.add_argument("--src", type=Path, default=REPO, help="the agent's source tree (default this one)")
+    parser.add_argument("--keep", type=Path, help="copy the run directory here")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_scope_churn: needs root (BPF)", file=sys.stderr)
@@ -75,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_scope_churn: profiler run exited {run.returncode}: {stderr[-400:]}", file=sys.stderr)
             return 1
         overhead = json.loads((out / "overhead.json").read_text())
-        meta = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+        if args.keep is not None:
+            shutil.copytree(out, args.keep, dirs_exist_ok=True)
+        scoped = len((out / "scope.csv").read_text().splitlines()) - 1 if (out / "scope.csv").exists() else None
+        meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else {}
     components = {entry["component"]: entry["cpu_seconds"] for entry in overhead.get("cpu_by_component") or []}
     print(
         json.dumps(
@@ -86,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 "scope_cpu_s": components.get("scope"),
                 "cpu_by_component": components,
                 "exec_watch": meta.get("exec_watch"),
+                "scoped_processes": scoped,
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
             }

@@ -234,7 +234,8 @@ def test_process_records_find_a_jvm_started_mid_run_and_never_read_an_unrelated_
         listings, began = proc.listings, time.monotonic()
         # WHEN a shell with a 256 KiB command line naming the main class starts and forks a sleep, and a JVM
         # of that class starts, while the scope polls every 0.2 s
-        shell = subprocess.Popen(["sh", "-c", "sleep 60; true", f"{MAIN_CLASS} " + "x" * (256 << 10)])
+        long_args = [MAIN_CLASS, *("x" * (64 << 10) for _ in range(4))]  # one argument is at most 128 KiB
+        shell = subprocess.Popen(["sh", "-c", "sleep 60; true", *long_args])
         polls = 0
         for _ in range(5):
             scope.poll()
