@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         overhead = json.loads((out / "overhead.json").read_text())
         if args.keep is not None:
             shutil.copytree(out, args.keep, dirs_exist_ok=True)
-        scoped = len((out / "scope.csv").read_text().splitlines()) - 1 if (out / "scope.csv").exists() else None
+        scoped = len(json.loads((out / "scope.json").read_text())) if (out / "scope.json").exists() else None
         meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else {}
     components = {entry["component"]: entry["cpu_seconds"] for entry in overhead.get("cpu_by_component") or []}
     print(
