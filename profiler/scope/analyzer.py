@@ -2,19 +2,26 @@
 lines (known_spes.txt) at start and, while the window runs, from exec events or polling of /proc.
 
 How new processes are found, cheaply enough for a 0.2-0.5 s poll on a host with much process churn:
-- every poll lists /proc (pids only); in tracepoint mode only the pids new since the last listing and
-  those waiting to settle are looked at, not every pid again;
+- tracepoint mode: the process watcher (execwatch) reports every exec, every new process (fork) and every
+  exit, and a poll does only what those records say, without listing /proc:
+  - a pid that exec'd is inspected at once; this also catches a known pid that exec'd into an engine
+    process (spark-class's bash becoming the JVM);
+  - a new process runs its parent's program with its parent's command line until it execs: the child of a
+    process found not to be the engine's is filed as its parent was, nothing read; the child of a scoped
+    or unknown process is inspected once it is 0.3 s old, so forks that never exec (PySpark's daemon
+    forking workers) are found too;
+  - an exit drops the pid from the lists; a tracked process's exit is its pidfd's (LiveProcSource.alive);
+  - /proc is listed only every 10 s (SWEEP_SECONDS), for what the records missed: the pids new since the
+    last listing are inspected as forks are. Without fork records (an agent inside a PID namespace: they
+    carry the initial namespace's ids) or after lost records, /proc is listed every poll instead, and
+    the pids new since the previous listing (or all, after lost records) are looked at;
 - a process's command line (its own to size) is read only if its executable could run an engine
   process: when every known_spes.txt pattern names what a JVM or Python runs (a class, module, jar,
   script: spes.interpreted_entries_only), a process whose /proc/PID/exe is neither java nor python
   costs one readlink and nothing more;
 - a process is parsed against known_spes.txt only if its command line holds one of the texts the
   patterns require (spes.required_fragments); the others cost one cmdline read (in tracepoint mode
-  nothing more: if one later execs into an engine process, its exec event says so);
-- tracepoint mode: the exec watcher names every pid that exec'd, which is inspected at once (one
-  cmdline read); this also catches a known pid that exec'd into an engine process (spark-class's
-  bash becoming the JVM). A new pid without an exec is a fork: it is inspected once it is 0.3 s
-  old, so forks that never exec (PySpark's daemon forking workers) are found too;
+  nothing more: if one later execs into an engine process, its exec record says so);
 - polling mode (no bcc/tracepoint): new pids are inspected at once, young ones (< 5 s) again every
   poll, everything every 10 s. A new process that looks exactly like its parent is a fork that has
   not exec'd yet (a Worker launching an executor): it is filed only after 0.3 s, not mis-filed as a
@@ -35,7 +42,7 @@ from typing import Protocol
 from ..capture.format import ProcessInfo
 from ..errors import CapabilityError
 from ..files import procread, procstat, safeio
-from .execwatch import ExecSource, ExecWatcher
+from .execwatch import ExecSource, ExecWatcher, ProcEvents
 from .spes import (
     DEFAULT_ROLES,
     SPARK_ENVIRON,
@@ -54,6 +61,7 @@ from .spes import (
 POLL_YOUNG_SECONDS = 5.0  # polling mode: re-read the command line of processes this young
 POLL_FULL_RESCAN_SECONDS = 10.0
 FORK_SETTLE_SECONDS = 0.3
+SWEEP_SECONDS = 10.0  # tracepoint mode with fork records: /proc listed this often, for what they missed
 MANUAL = "manual"
 CONFIG_MAX_BYTES = 1 << 20  # a target's spark-defaults.conf
 SERVES_HOPS = 4  # parents looked at for the JVM a python worker serves (worker -> daemon -> executor JVM)
@@ -288,6 +296,7 @@ class ScopeAnalyzer:
         self.cmdlines_skipped = 0  # command lines not read: the executable could not be an engine
         self._listed: set[int] = set()  # the pids of the previous listing of /proc
         self._last_full_scan = 0.0
+        self._last_sweep = 0.0  # the last listing of /proc (tracepoint mode with fork records: a fallback)
         self._started = False
         self.exec_watch_mode = "polling"
         self.exec_watch_error: str | None = None
@@ -326,24 +335,66 @@ class ScopeAnalyzer:
             self.start()
         now = self._clock()
         mono = self._monotonic()
-        state = self._state
-        exec_pids: list[int] = []
-        rescan = False
-        if self._watcher is not None:
-            exec_pids, rescan = self._watcher.drain()
-        listed = set(self._proc.pids())
-        if self._watcher is not None:
-            # an exec that happened while /proc was listed shows in the listing with its new
-            # command line: drain again so it is still attributed to the exec watcher
-            more, more_rescan = self._watcher.drain()
-            exec_pids += more
-            rescan = rescan or more_rescan
-        for pid in dict.fromkeys(exec_pids):
-            if pid in listed and pid not in state.tracked:
-                state.seen.pop(pid, None)
-                state.pending.pop(pid, None)
-                self._inspect(pid, now, source="exec")
+        events = self._watcher.drain() if self._watcher is not None else ProcEvents()
         polling = self._watcher is None
+        # /proc is listed every poll only without fork records (polling, or an agent in a PID namespace);
+        # with them, every SWEEP_SECONDS for what the tracepoints missed (processes of another namespace)
+        listed: set[int] | None = None
+        if polling or events.dropped or not events.forks_known or mono - self._last_sweep >= SWEEP_SECONDS:
+            listed = set(self._proc.pids())
+            self._last_sweep = mono
+            if self._watcher is not None:
+                # an exec that happened while /proc was listed shows in the listing with its new
+                # command line: drain again so it is still attributed to the exec watcher
+                _merge(events, self._watcher.drain())
+        gone = set(events.exits)
+        self._file_forks(events.forks, gone, mono)
+        for pid in dict.fromkeys(events.execs):
+            if pid not in self._state.tracked and pid not in gone and (listed is None or pid in listed):
+                self._state.seen.pop(pid, None)
+                self._state.pending.pop(pid, None)
+                self._inspect(pid, now, source="exec")
+        self._forget(gone)
+        if listed is not None:
+            self._look_at_listing(listed, polling, events.dropped, now, mono)
+        else:
+            self._settle_pending(now, mono)
+        self._check_exits(listed, now)
+        new, exited = self._state.new, self._state.exited
+        self._state.new, self._state.exited = [], []
+        return new, exited
+
+    def _file_forks(self, forks: Sequence[tuple[int, int]], gone: set[int], mono: float) -> None:
+        """A new process runs its parent's program with its parent's command line until it execs (an exec
+        record then): the child of a process found not to be the engine's is filed as its parent was, with
+        nothing read; any other (the child of a scoped or unknown process: PySpark's daemon forking workers
+        that never exec) is inspected once it has settled."""
+        state = self._state
+        for child, parent in forks:
+            if child in gone or child in state.tracked or child in state.seen or child in state.pending:
+                continue
+            parent_seen = state.seen.get(parent)
+            if parent_seen is not None:
+                state.seen[child] = _Seen(parent_seen.cmdline, mono)
+            else:
+                state.pending[child] = mono
+
+    def _forget(self, gone: set[int]) -> None:
+        """Exited processes leave the not-an-engine and waiting lists (the tracked ones: _check_exits)."""
+        for pid in gone:
+            self._state.seen.pop(pid, None)
+            self._state.pending.pop(pid, None)
+
+    def _settle_pending(self, now: float, mono: float) -> None:
+        state = self._state
+        for pid, first_listed in list(state.pending.items()):
+            if mono - first_listed >= FORK_SETTLE_SECONDS:
+                del state.pending[pid]
+                if pid not in state.tracked:
+                    self._inspect(pid, now, source="scan", first_listed=first_listed, settled=True)
+
+    def _look_at_listing(self, listed: set[int], polling: bool, rescan: bool, now: float, mono: float) -> None:
+        state = self._state
         if rescan or (polling and mono - self._last_full_scan >= POLL_FULL_RESCAN_SECONDS):
             state.seen.clear()
             self._last_full_scan = mono
@@ -370,13 +421,9 @@ class ScopeAnalyzer:
                 self._inspect(pid, now, source="scan", recheck=seen)
         for pid in [pid for pid in state.pending if pid not in listed]:
             del state.pending[pid]
-        for pid in self._listed - listed:
-            state.seen.pop(pid, None)
+        for pid in [pid for pid in state.seen if pid not in listed]:
+            del state.seen[pid]
         self._listed = listed
-        self._check_exits(listed, now)
-        new, exited = state.new, state.exited
-        state.new, state.exited = [], []
-        return new, exited
 
     @property
     def watcher(self) -> ExecSource | None:
@@ -418,7 +465,7 @@ class ScopeAnalyzer:
         for pid in sorted(self._listed):
             if pid not in self._state.tracked:
                 self._inspect(pid, now, source=source)
-        self._last_full_scan = self._monotonic()
+        self._last_full_scan = self._last_sweep = self._monotonic()
 
     def _inspect(
         self,
@@ -565,12 +612,20 @@ class ScopeAnalyzer:
             return
         self._track(snap, classify(snap.cmdline, self.kinds, self._default_master(pid, snap.cmdline)), now, MANUAL)
 
-    def _check_exits(self, listed: set[int], now: float) -> None:
+    def _check_exits(self, listed: set[int] | None, now: float) -> None:
+        """Each tracked process's pidfd (ProcSource.alive); ``listed``: this poll's listing of /proc, if any."""
         for pid, tracked in self._state.tracked.items():
             if tracked.info.exited:
                 continue
-            if pid in listed and self._proc.alive(pid, tracked.identity):
+            if (listed is None or pid in listed) and self._proc.alive(pid, tracked.identity):
                 tracked.alive_at = now
                 continue
             tracked.info = replace(tracked.info, last_seen=now, exited=True)
             self._state.exited.append(pid)
+
+
+def _merge(events: ProcEvents, more: ProcEvents) -> None:
+    events.execs += more.execs
+    events.forks += more.forks
+    events.exits += more.exits
+    events.dropped = events.dropped or more.dropped

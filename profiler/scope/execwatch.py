@@ -1,15 +1,39 @@
-"""Exec watcher: tells the scope analyzer within one poll which processes just exec'd (bcc)."""
+"""Process watcher: tells the scope analyzer within one poll which processes exec'd, were forked or exited
+(bcc, three raw tracepoints), so a poll need not list /proc."""
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..bpf.compiler import compile_program
+from ..bpf.pidns import own_pid_namespace
 from ..errors import CapabilityError
 
 BPF_SOURCE = Path(__file__).resolve().parent / "exec_watch.c"
+RINGBUF_PAGES = 64  # 256 KiB: 10,000 records (24 bytes with the ring's header), 20,000 a second at a 0.5 s poll
+EVENT_EXEC, EVENT_FORK, EVENT_EXIT = 1, 2, 3
+
+
+class _Event(ctypes.Structure):  # struct proc_event_t of exec_watch.c
+    _fields_ = [("kind", ctypes.c_uint32), ("tgid", ctypes.c_uint32), ("parent", ctypes.c_uint32)]
+
+
+@dataclass
+class ProcEvents:
+    """What the watcher saw since the last drain, oldest first.
+
+    ``forks_known``: every new process is in ``forks`` (the fork records carry the initial PID namespace's
+    ids, so only an agent running there can use them); when False the caller lists /proc to find them.
+    ``dropped``: records were lost (ring buffer full): the caller should rescan /proc."""
+
+    execs: list[int] = field(default_factory=list)
+    forks: list[tuple[int, int]] = field(default_factory=list)  # (child, parent)
+    exits: list[int] = field(default_factory=list)
+    dropped: bool = False
+    forks_known: bool = False
 
 
 class ExecSource(Protocol):
@@ -17,7 +41,7 @@ class ExecSource(Protocol):
 
     def start(self) -> None: ...
 
-    def drain(self) -> tuple[list[int], bool]: ...
+    def drain(self) -> ProcEvents: ...
 
     def close(self) -> None: ...
 
@@ -28,15 +52,22 @@ class ExecSource(Protocol):
 
 
 def bpf_source() -> str:
-    return BPF_SOURCE.read_text(encoding="utf-8")
+    return BPF_SOURCE.read_text(encoding="utf-8").replace("RINGBUF_PAGES", str(RINGBUF_PAGES))
+
+
+def forks_usable() -> bool:
+    """Whether fork records name processes as this agent's /proc does (it runs in the initial PID namespace)."""
+    namespace = own_pid_namespace()
+    return namespace is None or namespace.initial
 
 
 class ExecWatcher:
-    """Raw tracepoint sched:sched_process_exec -> ring buffer of tgids, read without blocking."""
+    """Raw tracepoints sched_process_exec/fork/exit -> ring buffer of records, read without blocking."""
 
     def __init__(self) -> None:
         self._bpf: Any = None
-        self._pending: list[int] = []
+        self._pending = ProcEvents()
+        self._forks_known = forks_usable()
         self._dropped_seen = 0
 
     def start(self) -> None:
@@ -51,21 +82,29 @@ class ExecWatcher:
             self.close()
             raise CapabilityError(f"exec tracepoint unavailable ({exc}); falling back to polling") from None
 
-    def _on_event(self, _ctx: Any, data: Any, _size: int) -> None:
-        self._pending.append(ctypes.cast(data, ctypes.POINTER(ctypes.c_uint32)).contents.value)
+    def _on_event(self, _ctx: Any, data: Any, size: int) -> None:
+        if size < ctypes.sizeof(_Event):
+            return
+        event = ctypes.cast(data, ctypes.POINTER(_Event)).contents
+        if event.kind == EVENT_EXEC:
+            self._pending.execs.append(event.tgid)
+        elif event.kind == EVENT_FORK:
+            if self._forks_known:
+                self._pending.forks.append((event.tgid, event.parent))
+        elif event.kind == EVENT_EXIT:
+            self._pending.exits.append(event.tgid)
 
-    def drain(self) -> tuple[list[int], bool]:
-        """The tgids that exec'd since the last drain (oldest first, no duplicates) and whether
-        records were dropped (ring buffer full), in which case the caller should rescan /proc."""
+    def drain(self) -> ProcEvents:
+        """The records since the last drain (see ProcEvents)."""
         if self._bpf is None:
-            return [], False
+            return ProcEvents()
         self._bpf.ring_buffer_consume()
-        pids = list(dict.fromkeys(self._pending))
-        self._pending.clear()
+        events, self._pending = self._pending, ProcEvents()
+        events.forks_known = self._forks_known
         dropped_total = int(self._bpf[b"exec_dropped"][ctypes.c_int(0)].value)
-        dropped = dropped_total > self._dropped_seen
+        events.dropped = dropped_total > self._dropped_seen
         self._dropped_seen = dropped_total
-        return pids, dropped
+        return events
 
     @property
     def prog_ids(self) -> list[int]:

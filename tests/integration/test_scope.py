@@ -12,8 +12,9 @@ import pytest
 
 from coordinator.workloads.sparkcluster import LocalSparkCluster
 from profiler.capture.format import ProcessInfo
-from profiler.scope.analyzer import ScopeAnalyzer
+from profiler.scope.analyzer import SWEEP_SECONDS, LiveProcSource, ScopeAnalyzer
 from profiler.scope.spes import default_known_spes_path, load_known_spes, parse_known_spes
+from tests.fixtures.jvm import MAIN_CLASS
 from tests.fixtures.spark import submit_busy_job
 
 TARGET = "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\n"
@@ -200,3 +201,60 @@ def test_a_command_line_is_read_only_when_the_executable_could_be_an_engine(prob
         impostor.kill()
         impostor.wait(10)
         _stop(probe)
+
+
+class CountingProcSource(LiveProcSource):
+    """This host's /proc, counting the listings and naming every process whose command line was read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+        self.cmdlines_read: set[int] = set()
+
+    def pids(self) -> list[int]:
+        self.listings += 1
+        return super().pids()
+
+    def cmdline(self, pid: int) -> tuple[str, ...] | None:
+        self.cmdlines_read.add(pid)
+        return super().cmdline(pid)
+
+
+def test_process_records_find_a_jvm_started_mid_run_and_never_read_an_unrelated_command_line(
+    start_cpu_split_jvm,  # type: ignore[no-untyped-def]
+) -> None:
+    # GIVEN the scope in tracepoint mode with a line for the test JVM's main class
+    proc = CountingProcSource()
+    scope = ScopeAnalyzer(parse_known_spes(f"testengine workload probe {MAIN_CLASS}\n", "t"), proc=proc)
+    shell = None
+    try:
+        scope.start()
+        assert scope.exec_watch_mode == "tracepoint", scope.exec_watch_error
+        assert scope.processes() == []
+        listings, began = proc.listings, time.monotonic()
+        # WHEN a shell with a 256 KiB command line naming the main class starts and forks a sleep, and a JVM
+        # of that class starts, while the scope polls every 0.2 s
+        long_args = [MAIN_CLASS, *("x" * (64 << 10) for _ in range(4))]  # one argument is at most 128 KiB
+        shell = subprocess.Popen(["sh", "-c", "sleep 60; true", *long_args])
+        polls = 0
+        for _ in range(5):
+            scope.poll()
+            polls += 1
+            time.sleep(0.2)
+        jvm = start_cpu_split_jvm(threads=1, warmup_ms=100)
+        found, _ = _poll_until(scope, jvm.pid, timeout=5.0)
+        polls += 1
+        # THEN the JVM is found by its exec record
+        assert found is not None and (found.kind, found.source) == ("probe", "exec")
+        # AND neither the shell's command line nor its sleep's was read (their executables run no engine)
+        sleeps = [int(pid) for pid in Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()]
+        assert sleeps and not ({shell.pid, *sleeps} & proc.cmdlines_read), proc.cmdlines_read
+        assert scope.cmdlines_skipped >= 2
+        # AND /proc was not listed every poll (the fork records stand in for it; a sweep every 10 s)
+        sweeps = int((time.monotonic() - began) // SWEEP_SECONDS)
+        assert polls >= 5 and proc.listings - listings <= sweeps, (proc.listings - listings, sweeps)
+    finally:
+        scope.close()
+        if shell is not None:
+            shell.kill()
+            shell.wait(10)

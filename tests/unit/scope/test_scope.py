@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from profiler.errors import CapabilityError
-from profiler.scope.analyzer import ProcSnapshot, ProcStat, ScopeAnalyzer
+from profiler.scope.analyzer import SWEEP_SECONDS, ProcSnapshot, ProcStat, ScopeAnalyzer
+from profiler.scope.execwatch import ProcEvents
 from profiler.scope.spes import parse_known_spes
 
 KINDS = parse_known_spes(
@@ -46,6 +47,7 @@ class FakeProc:
     reads: int = 0
     stats: int = 0
     exes: int = 0
+    listings: int = 0
     kernel: set[int] = field(default_factory=set)  # kernel threads: listed, no command line
 
     def spawn(self, pid: int, cmdline: tuple[str, ...], ppid: int = 1, age: float = 10.0, user: str = "spark") -> None:
@@ -61,6 +63,7 @@ class FakeProc:
         del self.table[pid]
 
     def pids(self) -> list[int]:
+        self.listings += 1
         return [*self.table, *self.kernel]
 
     def cmdline(self, pid: int) -> tuple[str, ...] | None:
@@ -105,19 +108,25 @@ class FakeProc:
 
 @dataclass
 class FakeWatcher:
+    """``pending``: exec records; ``forks`` (child, parent) and ``exits`` only count with ``forks_known``
+    (False: as an agent in a PID namespace, /proc listed every poll)."""
+
     pending: list[int] = field(default_factory=list)
     fail: bool = False
     closed: int = 0
     dropped: bool = False
+    forks: list[tuple[int, int]] = field(default_factory=list)
+    exits: list[int] = field(default_factory=list)
+    forks_known: bool = False
 
     def start(self) -> None:
         if self.fail:
             raise CapabilityError("no tracepoint")
 
-    def drain(self) -> tuple[list[int], bool]:
-        pids, self.pending = self.pending, []
-        dropped, self.dropped = self.dropped, False
-        return pids, dropped
+    def drain(self) -> ProcEvents:
+        events = ProcEvents(self.pending, self.forks, self.exits, self.dropped, self.forks_known)
+        self.pending, self.forks, self.exits, self.dropped = [], [], [], False
+        return events
 
     def close(self) -> None:
         self.closed += 1
@@ -463,3 +472,99 @@ def test_python_workers_serve_their_executor_jvm(env: tuple[FakeClock, FakeProc]
     clock.now += 0.5
     new, _ = scope.poll()
     assert [(p.pid, p.serves) for p in new] == [(502, 102)]
+
+
+def fork(proc: FakeProc, watcher: FakeWatcher, child: int, parent: int) -> None:
+    """A fork as the kernel reports it: the child runs its parent's program with its parent's command line."""
+    proc.spawn(child, proc.table[parent][1], ppid=parent, age=0.0)
+    watcher.forks.append((child, parent))
+
+
+def test_fork_and_exit_records_replace_the_listing_of_proc(env: tuple[FakeClock, FakeProc]) -> None:
+    # GIVEN the scope in tracepoint mode with fork records, and a shell (101) that runs 40 short commands
+    clock, proc = env
+    watcher = FakeWatcher(forks_known=True)
+    scope = make(proc, clock, watcher)
+    scope.start()
+    listings, reads, exes = proc.listings, proc.reads, proc.exes
+    for pid in range(2100, 2105):  # subshells: forks that never exec
+        fork(proc, watcher, pid, 101)
+    for pid in range(2000, 2040):
+        fork(proc, watcher, pid, 101)
+        proc.exec(pid, ("/usr/bin/sleep", "1") if pid % 2 else ("python3", "tool.py"))
+        watcher.pending.append(pid)
+        if pid % 4 == 0:  # some are gone by the poll
+            proc.kill(pid)
+            watcher.exits.append(pid)
+        clock.now += 0.1
+        if pid % 5 == 4:
+            assert scope.poll() == ([], [])
+    # THEN /proc was not listed; each live exec cost a readlink, a command line read only for the pythons,
+    # and the subshells nothing (they run the shell's program, found not to be an engine at the start)
+    assert proc.listings == listings
+    assert proc.exes - exes == 30 and proc.reads - reads == 10
+    # AND exited pids are forgotten, not kept until a listing
+    assert not {pid for pid in range(2000, 2040, 4)} & set(scope._state.seen)
+    # WHEN one of the shell's children execs the executor, and the worker's executor exits
+    proc.exec(2001, EXECUTOR)
+    watcher.pending = [2001]
+    proc.kill(102)
+    watcher.exits = [102]
+    new, exited = scope.poll()
+    # THEN the exec is found at once and the exit by the tracked process's own check
+    assert [(p.pid, p.kind, p.source) for p in new] == [(2001, "executor", "exec")] and exited == [102]
+    assert proc.listings == listings
+
+
+def test_a_fork_of_a_scoped_process_that_never_execs_is_found_once_settled(env: tuple[FakeClock, FakeProc]) -> None:
+    # GIVEN an executor's pyspark.daemon in the scope
+    clock, proc = env
+    proc.spawn(300, ("python3", "-m", "pyspark.daemon"), ppid=102)
+    watcher = FakeWatcher(forks_known=True)
+    scope = make(proc, clock, watcher)
+    scope.start()
+    assert 300 in {p.pid for p in scope.processes()}
+    listings = proc.listings
+    # WHEN it forks a worker that never execs
+    fork(proc, watcher, 301, 300)
+    assert scope.poll() == ([], [])  # not yet settled: it could still exec
+    clock.now += 0.35
+    new, _ = scope.poll()
+    # THEN the worker is filed under the daemon's line, serving the executor, with no listing of /proc
+    assert [(p.pid, p.kind, p.serves) for p in new] == [(301, "python-worker", 102)]
+    assert proc.listings == listings
+
+
+def test_the_slow_sweep_finds_what_the_records_missed(env: tuple[FakeClock, FakeProc]) -> None:
+    # GIVEN tracepoint mode with fork records, and an executor that appears without any record
+    clock, proc = env
+    watcher = FakeWatcher(forks_known=True)
+    scope = make(proc, clock, watcher)
+    scope.start()
+    proc.spawn(500, EXECUTOR, ppid=100, age=0.0)
+    listings = proc.listings
+    found: list[int] = []
+    waited = 0.0
+    while not found and waited < SWEEP_SECONDS + 2:
+        clock.now += 0.5
+        waited += 0.5
+        found += [p.pid for p in scope.poll()[0]]
+    # THEN the sweep of /proc finds it after SWEEP_SECONDS (and the fork's settling), having listed /proc
+    # about once, not every poll
+    assert found == [500] and SWEEP_SECONDS <= waited <= SWEEP_SECONDS + 1
+    assert proc.listings - listings <= 2
+
+
+def test_without_fork_records_proc_is_listed_every_poll(env: tuple[FakeClock, FakeProc]) -> None:
+    # an agent in a PID namespace: the fork records carry ids of the initial namespace, not usable
+    clock, proc = env
+    watcher = FakeWatcher(forks_known=False)
+    scope = make(proc, clock, watcher)
+    scope.start()
+    listings = proc.listings
+    proc.spawn(600, ("python3", "-m", "pyspark.daemon"), ppid=102, age=0.0)
+    watcher.forks = [(600, 102)]  # ignored: not known to be complete
+    scope.poll()
+    clock.now += 0.35
+    new, _ = scope.poll()
+    assert [p.pid for p in new] == [600] and proc.listings - listings == 2
