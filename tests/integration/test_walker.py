@@ -57,10 +57,10 @@ def _sample(
 def _wait_attached(sampler: StackSampler, pid: int, timeout: float = 60.0) -> None:
     """The symbol worker read the JVM's vmStructs (samples before that have no Method*)."""
     deadline = time.monotonic() + timeout
-    while pid not in sampler._jvms.namers and time.monotonic() < deadline:
-        assert pid not in sampler._jvms.errors, sampler._jvms.errors
+    while pid not in sampler.walker.jvms.namers and time.monotonic() < deadline:
+        assert pid not in sampler.walker.jvms.errors, sampler.walker.jvms.errors
         time.sleep(0.2)
-    assert pid in sampler._jvms.namers, "vmStructs not read in time"
+    assert pid in sampler.walker.jvms.namers, "vmStructs not read in time"
 
 
 def _leaf_method(stack: str, methods: list[str]) -> str | None:
