@@ -190,14 +190,14 @@ def test_folder_names_counts_and_measures_java_frames() -> None:
     assert interpreted == "w;start_thread;JavaThread::run;Interpreter;Interpreter;k8_[k];k7_[k]"
     assert folder.fold(b"w", raw(99, 2), STACK_NONE, 1) == "w;JavaThread::run;[unknown]"
     assert folder.fold(b"w", -14, -14, 4) == "w;[lost user stack];[lost kernel stack]"
-    counts = folder.counts
+    counts = folder.health.counts
     assert counts["interpreted_only"] == 2  # only the stack whose Java frames are all Interpreter
     assert counts["java_frames"] == 3 * 2 + 2 * 2 + 1 and counts["java_frames_unresolved"] == 1
     assert counts["java_unwalkable"] == 1  # Java code, but the walk never reached a thread start
     assert counts["lost_user_stack"] == 4 and counts["lost_kernel_stack"] == 4
     assert counts["truncated"] == 0
     folder.fold(b"w", raw(2, 2, 2, 2, 2), STACK_NONE, 1)
-    assert folder.counts["truncated"] == 1
+    assert folder.health.counts["truncated"] == 1
     # a new perf-map epoch renames the same JIT address
     folder.use_perf_map({10: "c.D::n"})
     assert folder.fold(b"w", raw(10, 2, 1), STACK_NONE, 1) == "w;start_thread;JavaThread::run;c.D::n"
@@ -366,7 +366,7 @@ def test_each_value_is_named_once_per_epoch_and_a_stack_again_only_when_one_of_i
     # and each distinct value was looked up once per epoch it occurs in (3 values in epochs 0-2, 4 in epoch 3
     # where S and V share 2 and 1), not once per sample, per interval or per stack
     assert symbols.lookups == 3 + 3 + 3 + 4
-    assert folder.counts["java_frames"] == 16 and folder.counts["java_unwalkable"] == 0
+    assert folder.health.counts["java_frames"] == 16 and folder.health.counts["java_unwalkable"] == 0
 
 
 class ModuleSymbols(CountingSymbols):
@@ -399,7 +399,7 @@ def test_gap_and_native_values_are_named_once_for_good_while_a_jit_value_is_rena
     # and the native pcs were looked up once in all (epoch 0), the JIT ones once per epoch they occur in
     # (10 in epochs 0-3, 11 in epoch 3); the gap is no lookup
     assert symbols.lookups == 2 + 4 + 1
-    assert folder.counts["truncated"] == 4
+    assert folder.health.counts["truncated"] == 4
 
 
 def test_tabulating_gives_the_table_that_naming_every_epoch_afresh_gives() -> None:
