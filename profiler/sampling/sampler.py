@@ -38,7 +38,7 @@ from typing import Any
 from ..capture.checkpoint import start_ticks
 from ..capture.format import DEFAULT_INTERVAL
 from ..capture.stackstore import CollectedStacks, SamplerCheckpoint, StackStore
-from ..defaults import DEFAULT_FREQUENCY, DEFAULT_PERF_MAP_REFRESH
+from ..defaults import DEFAULT_FREQUENCY, DEFAULT_PERF_MAP_REFRESH, DEFAULT_STACK_STORAGE_SIZE
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
 from ..scope.threadwatch import ThreadWatch
@@ -70,7 +70,7 @@ class StackSampler:
         self,
         frequency: int = DEFAULT_FREQUENCY,
         max_stack_depth: int | None = None,
-        stack_storage_size: int = 16384,
+        stack_storage_size: int = DEFAULT_STACK_STORAGE_SIZE,
         perf_map_mode: str = "auto",
         count_map_size: int | None = None,
         collection: str = "auto",
