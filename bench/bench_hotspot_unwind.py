@@ -55,7 +55,7 @@ def one_run(classpath: Path, unwinder: bool, seconds: float, inline: bool) -> st
         sampler.add_pid(jvm.pid)
         sampler.prepare_symbols(jvm.pid)
         deadline = time.monotonic() + 60
-        while jvm.pid not in sampler._jvms.namers and time.monotonic() < deadline:
+        while jvm.pid not in sampler.walker.jvms.namers and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2)  # perf map written (frame-pointer run)
         sampler.begin_window()

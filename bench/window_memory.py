@@ -125,7 +125,7 @@ def sampler_structures(sampler: Any) -> Iterator[tuple[str, list[Any]]]:
     prepared = sampler._symbols._prepared.values()
     yield "prepared symbol caches' memos", [getattr(p.symbols, "_memo", None) for p in prepared]
     yield "perf-map histories", [sampler._symbols.histories]
-    jvms = sampler._jvms
+    jvms = sampler.walker.jvms
     yield "JVMs: stacks seen per generation", [jvms._seen]
     for pid, namer in jvms.namers.items():
         compiled = namer.compiled

@@ -12,6 +12,7 @@ DEFAULT_PROFILE = "application_profiles/spark_structured_streaming.txt"
 DEFAULT_KNOWN_SPES = "known_spes.txt"
 DEFAULT_FREQUENCY = 99  # samples per second per CPU
 DEFAULT_PERF_MAP_REFRESH = 60.0  # seconds between Java perf-map refreshes; 0 = at the end only
+DEFAULT_STACK_STORAGE_SIZE = 65536  # distinct stacks the stack map holds (--stack-collection stackmap)
 
 
 def data_file(relative: str) -> Path:

@@ -15,9 +15,17 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 REST_MAX_BYTES = 16 << 20  # an engine's largest answers (stage lists) are a few MB; parsed JSON takes ~10x
+# After the window, the last readings of one reader (the event counter, the plan collector) end within this,
+# requests in flight included: an endpoint that trickles its answer costs the run this, once. 5 s cut a
+# loaded Spark driver's honest answer (the suite's spark-cp demo at the end of a full run: no plan read).
+FINISH_SECONDS = 15.0
+
+Fetch = Callable[[str], Any]  # a URL's JSON answer (http_json, or an Endpoints' fetch)
+Probe = Callable[[str, int], bool]  # whether host:port speaks HTTP (speaks_http)
 
 
 class EndpointError(Exception):

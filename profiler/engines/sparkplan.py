@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.format import ProcessInfo
-from .events import FINISH_SECONDS, EndpointError, Fetch, Probe, discover_spark, engine_of, parse_batch_description
-from .rest import Endpoints, speaks_http
+from .discovery import discover_spark, engine_of
+from .rest import FINISH_SECONDS, EndpointError, Endpoints, Fetch, Probe, speaks_http
+from .sparkbatches import parse_batch_description
 
 POLL_SECONDS = 15.0  # the UI keeps the last spark.ui.retainedStages (1000) stages: read them before eviction
 # SQL plans with details are large (a micro-batch's: ~20 KB) and repeat batch after batch: each reading

@@ -22,7 +22,14 @@ from .. import argtypes
 from ..capture.checkpoint import DEFAULT_CHECKPOINT
 from ..capture.format import DEFAULT_INTERVAL
 from ..capture.offcpu import DEFAULT_SAMPLE_EVERY
-from ..defaults import DEFAULT_FREQUENCY, DEFAULT_KNOWN_SPES, DEFAULT_PERF_MAP_REFRESH, DEFAULT_PROFILE, data_file
+from ..defaults import (
+    DEFAULT_FREQUENCY,
+    DEFAULT_KNOWN_SPES,
+    DEFAULT_PERF_MAP_REFRESH,
+    DEFAULT_PROFILE,
+    DEFAULT_STACK_STORAGE_SIZE,
+    data_file,
+)
 from ..scope.spes import DEFAULT_ROLES, ROLES, role_list
 
 OPTION = "run_option"  # the key of a field's metadata that holds its RunOption
@@ -275,7 +282,7 @@ class RunOptions:
         ),
     )
     stack_storage_size: int = field(
-        default=65536,
+        default=DEFAULT_STACK_STORAGE_SIZE,
         metadata=option(
             "--stack-storage-size",
             "with --stack-collection stackmap: distinct stacks the BPF map holds ({default}; about 1 KB of "

@@ -94,27 +94,19 @@ def own_rss() -> int:
         return 0
 
 
+@dataclass(eq=False)
 class Window:
     """One run's window over ``components``; what it gathers goes into ``state`` (the runner's, so that a
     failure still writes it) and its progress into ``status``."""
 
-    def __init__(
-        self,
-        options: RunOptions,
-        components: Components,
-        state: WindowState,
-        status: StatusWriter,
-        clock: Callable[[], float],
-        stop_event: threading.Event,
-    ) -> None:
-        self.options = options
-        self.components = components
-        self.state = state
-        self.status = status
-        self.clock = clock
-        self.stop_event = stop_event
-        self.journal: CheckpointWriter | None = None  # the checkpoint journal, open during the window
-        self.threads = ThreadCpu()  # each thread's CPU in the window, by component
+    options: RunOptions
+    components: Components
+    state: WindowState
+    status: StatusWriter
+    clock: Callable[[], float]
+    stop_event: threading.Event
+    journal: CheckpointWriter | None = field(default=None, init=False)  # the checkpoint journal, open during the window
+    threads: ThreadCpu = field(default_factory=ThreadCpu, init=False)  # each thread's CPU in the window, by component
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True when a stop was requested."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..bpf.compiler import compile_program
+from ..bpf.defines import with_defines
 from ..capture.format import NetStats
 from ..errors import CapabilityError, PrivilegeError
 
@@ -202,7 +203,7 @@ def build_bpf_text(
     source: str, mechanism: str, layout: KernelLayout | None, peer_entries: int = 16384, tgid_entries: int = 4096
 ) -> str:
     """The C program for one mechanism: defines first, then net_trace.c."""
-    defines = [f"#define PEER_ENTRIES {peer_entries}", f"#define TGID_ENTRIES {tgid_entries}"]
+    defines: dict[str, object] = {"PEER_ENTRIES": peer_entries, "TGID_ENTRIES": tgid_entries}
     if mechanism == MECHANISM_TRACEPOINT:
         positions = layout.tracepoint_arg_positions() if layout is not None else None
         if positions is None:
@@ -210,16 +211,16 @@ def build_bpf_text(
                 f"{VMLINUX_BTF}: no usable prototype for sock:sock_send_length/sock_recv_length; "
                 "needs kernel >= 6.3 with BTF (or use the kprobe fallback)"
             )
-        defines += ["#define NET_TRACEPOINT 1", f"#define RET_ARG {positions[0]}", f"#define FLAGS_ARG {positions[1]}"]
+        defines |= {"NET_TRACEPOINT": 1, "RET_ARG": positions[0], "FLAGS_ARG": positions[1]}
     elif mechanism == MECHANISM_KPROBE:
-        defines.append("#define NET_KPROBE 1")
+        defines["NET_KPROBE"] = 1
     else:
         raise ValueError(f"unknown mechanism {mechanism!r}")
     if layout is not None:
-        defines += [f"#define SKC_FAMILY_OFF {layout.skc_family}", f"#define SKC_DADDR_OFF {layout.skc_daddr}"]
+        defines |= {"SKC_FAMILY_OFF": layout.skc_family, "SKC_DADDR_OFF": layout.skc_daddr}
         if layout.skc_v6_daddr is not None:
-            defines.append(f"#define SKC_V6_DADDR_OFF {layout.skc_v6_daddr}")
-    return "\n".join(defines) + "\n" + source
+            defines["SKC_V6_DADDR_OFF"] = layout.skc_v6_daddr
+    return with_defines(defines, source)
 
 
 # ---------------------------------------------------------------- classification (pure)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bpf.compiler import compile_program
+from ..bpf.defines import with_defines
 from ..bpf.pidns import own_pid_namespace
 from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
 from ..errors import CapabilityError, PrivilegeError
@@ -102,15 +103,15 @@ def build_bpf_text(
             f"{VMLINUX_BTF}: no task_struct.pid or no 4-argument sched_switch tracepoint in BTF; "
             "profiler run --off-cpu needs kernel >= 5.18 with BTF; run without --off-cpu"
         )
-    defines = [
-        f"#define NEXT_PID_OFF {layout.task_pid_offset}",
-        f"#define MIN_BLOCK_NS {int(min_block_ns)}",
-        f"#define SAMPLE_EVERY {int(sample_every)}",
-        f"#define EXACT_PER_EPOCH {EXACT_SWITCH_OUTS_PER_S // 10}",
-        f"#define WALK_BUDGET_PER_EPOCH {SAMPLED_SWITCH_OUTS_PER_S // 10}",
-        f"#define EPOCH_JIFFIES {max(int(hz) // 10, 1)}",
-    ]
-    return "\n".join(defines) + "\n" + source
+    defines = {
+        "NEXT_PID_OFF": layout.task_pid_offset,
+        "MIN_BLOCK_NS": int(min_block_ns),
+        "SAMPLE_EVERY": int(sample_every),
+        "EXACT_PER_EPOCH": EXACT_SWITCH_OUTS_PER_S // 10,
+        "WALK_BUDGET_PER_EPOCH": SAMPLED_SWITCH_OUTS_PER_S // 10,
+        "EPOCH_JIFFIES": max(int(hz) // 10, 1),
+    }
+    return with_defines(defines, source)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..bpf.compiler import release_freed_memory
+from ..unwind.cfi import CfiLoader
 from ..unwind.codecache import CodeCacheLayout
-from ..unwind.hotspot import VMLayout
+from ..unwind.cpython import PyTarget, PythonTargets, fill_python
+from ..unwind.debugflag import ExactInlining
+from ..unwind.hotspot import JvmNames, VMLayout
+from ..unwind.vmstructs import libjvm_mapping
 
 PREPARE_SECONDS = 20.0  # a target's preparation (unwind tables, vmStructs) past this is reported late
 PREPARE_WORKERS = 2  # targets prepared at once: the host's cores are the workload's
@@ -181,3 +186,131 @@ def publish_jvm(jvms: Any, pid: int, layout: VMLayout, unloads_address: int, cod
     if code is not None:
         fill_code_cache(entry, code)
     jvms[jvms.Key(pid)] = entry
+
+
+class WalkerTargets:
+    """What the walker knows of each sampled process, prepared beside sampling by a TargetPreparation and
+    published into the BPF program's maps: its JVM's vmStructs and code cache (JvmNames), its CPython's frames
+    (PythonTargets), its unwind tables (a CfiLoader, from start_tables()) and, with --exact-inlining,
+    DebugNonSafepoints written into its JVM (put back by stop()).
+
+    Nothing is prepared unless ``walking()`` (the program loaded our walker, stack_walk "bpf"). ``live()``
+    gives the BPF object while its perf events are attached, else None; it is called under ``maps_lock``,
+    held by every user of the BPF object's maps (bcc's objects are not thread-safe).
+    """
+
+    def __init__(
+        self,
+        walking: Callable[[], bool],
+        live: Callable[[], Any],
+        maps_lock: threading.Lock,
+        warnings: list[str],
+        hotspot_unwind: bool = True,
+        exact_inlining: bool = False,
+    ) -> None:
+        self.walking = walking
+        self._live = live
+        self._maps_lock = maps_lock
+        self.warnings = warnings
+        self.hotspot_unwind = hotspot_unwind  # JIT frames stepped by their CodeBlob (else frame pointers only)
+        self.jvms = JvmNames(self._publish_jvm)
+        self.pythons = PythonTargets(self._publish_python)  # CPython frames (profiler/unwind/cpython.py)
+        self.preparation = TargetPreparation(self.prepare, warnings)
+        self.cfi: CfiLoader | None = None  # unwind tables for the walker (profiler/unwind/cfi.py)
+        self._exact = ExactInlining() if exact_inlining else None
+
+    def start_tables(self, bpf: Any) -> None:
+        """The program is loaded: the unwind tables' loader starts, refreshing them in its own thread."""
+        if self.walking():
+            self.cfi = CfiLoader(bpf)
+            self.cfi.start()
+
+    def start(self) -> None:
+        """The preparation workers start (add_pid() submits each target)."""
+        if self.walking():
+            self.preparation.start()
+
+    def attach_jvm(self, pid: int) -> bool:
+        """A JVM entered the scope (a worker): its vmStructs read so that the walker names interpreted frames."""
+        return self.walking() and self.jvms.attach(pid)
+
+    def prepare(self, pid: int) -> None:
+        """A target's preparation (a worker): its JVM's vmStructs first (milliseconds; the walker then steps
+        its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
+        is_jvm = self.attach_jvm(pid)  # False for a process that is no JVM (reason kept in jvms.errors)
+        if not is_jvm and self.walking():
+            self.pythons.attach(pid)  # False for a process that is no CPython (reason kept in pythons.errors)
+        exact = self._exact if self._exact and (is_jvm or libjvm_mapping(pid) is not None) else None
+        if exact is not None and (warning := exact.apply(pid)) is not None:  # none once stop() put them back
+            self.warnings.append(f"pid {pid}: {warning}")
+        if self.cfi is not None:
+            self.cfi.load_pid(pid)
+        release_freed_memory()  # the tables' parse: glibc would keep its heap
+
+    def submit(self, pid: int) -> None:
+        """Prepare ``pid`` in a worker with a deadline, beside its sampling."""
+        if self.walking():
+            self.preparation.submit(pid)
+
+    def wait(self, pids: Sequence[int], wait: float) -> bool:
+        """Submit ``pids`` and wait up to ``wait`` seconds for their preparations: True when all were done (or
+        given up) in time, or without the walker."""
+        if not self.walking():
+            return True
+        for pid in pids:
+            self.preparation.submit(pid)
+        return self.preparation.wait(pids, wait)
+
+    def jit_walkable(self, pid: int) -> bool:
+        """The walker steps ``pid``'s JIT frames by their CodeBlobs (no frame pointers needed)."""
+        namer = self.jvms.namers.get(pid)
+        return self.walking() and self.hotspot_unwind and namer is not None and namer.layout.code_cache is not None
+
+    def _publish_jvm(self, pid: int, layout: VMLayout, unloads_address: int) -> None:
+        """Tell the walker where ``pid``'s interpreter and code cache are (a worker): never once stopped."""
+        with self._maps_lock:
+            publish_jvm(self._attached()[b"jvms"], pid, layout, unloads_address, self.hotspot_unwind)
+
+    def _publish_python(self, pid: int, target: PyTarget) -> None:
+        """Tell the walker where ``pid``'s CPython keeps its frames (a worker): never once stopped."""
+        with self._maps_lock:
+            pythons = self._attached()[b"pythons"]
+            entry = pythons.Leaf()
+            fill_python(entry, target)
+            pythons[pythons.Key(pid)] = entry
+
+    def _attached(self) -> Any:
+        bpf = self._live()
+        if bpf is None:
+            raise RuntimeError("sampler not started or already stopped")
+        return bpf
+
+    def forget(self, pid: int, bpf: Any) -> None:
+        """``pid`` exited: a later process with its pid is not that JVM or CPython, nor has its tables."""
+        if bpf is not None and self.walking():
+            with self._maps_lock:
+                for name in (b"jvms", b"pythons"):
+                    table = bpf[name]
+                    try:
+                        del table[table.Key(pid)]
+                    except KeyError:
+                        pass
+        if self.cfi is not None:
+            self.cfi.forget_pid(pid)
+
+    def stop_preparation(self) -> None:
+        """No more preparations; DebugNonSafepoints put back in every JVM that had it written."""
+        self.preparation.stop()
+        if self._exact is not None:
+            self._exact.restore_all()
+
+    def stop_tables(self) -> None:
+        """The unwind tables' loader stops; its refusals (a table over its budget, a mapping not listed) become
+        the run's warnings."""
+        if self.cfi is not None:
+            self.cfi.stop()
+            self.warnings.extend(w for w in self.cfi.warnings if w not in self.warnings)
+
+    def close(self) -> None:
+        self.jvms.close()
+        self.pythons.close()

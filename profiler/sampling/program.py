@@ -12,6 +12,7 @@ from importlib import resources
 from typing import Any
 
 from ..bpf.compiler import compile_program
+from ..bpf.defines import with_defines
 from ..errors import ConfigError
 from ..unwind.cfi import CfiLoader
 
@@ -126,8 +127,7 @@ def program_text(collection: str, values: dict[str, int]) -> str:
     source = source.replace('#include "hotspot_step.h"\n', hotspot_header)
     python_header = resources.files("profiler.unwind").joinpath("python_step.h").read_text(encoding="utf-8")
     source = source.replace('#include "python_step.h"\n', python_header)
-    header = "".join(f"#define {key} {value}\n" for key, value in values.items())
-    return header + source
+    return with_defines(values, source)
 
 
 def bpf_prog_ids(bpf: Any) -> list[int]:
@@ -233,7 +233,7 @@ class SamplerProgram:
             "OFFCPU_WALKER": 1, "OFFCPU_LEAF_SLOTS": OFFCPU_LEAF_SLOTS, "OFFCPU_ROOT_SLOTS": OFFCPU_ROOT_SLOTS,
             "OFFCPU_WALK_LIMIT": OFFCPU_WALK_LIMIT,
         }  # fmt: skip
-        return "\n" + "".join(f"#define {key} {value}\n" for key, value in sizes.items()) + str(self.offcpu_text)
+        return "\n" + with_defines(sizes, str(self.offcpu_text))
 
     def load(self, bpf_class: Any) -> Any:
         """Compile the walker, else the ring-buffer program, else the stack-map one (as asked and as loadable)."""

@@ -35,23 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bpf.compiler import release_freed_memory
 from ..capture.checkpoint import start_ticks
 from ..capture.format import DEFAULT_INTERVAL
 from ..capture.stackstore import CollectedStacks, SamplerCheckpoint, StackStore
-from ..defaults import DEFAULT_FREQUENCY, DEFAULT_PERF_MAP_REFRESH
+from ..defaults import DEFAULT_FREQUENCY, DEFAULT_PERF_MAP_REFRESH, DEFAULT_STACK_STORAGE_SIZE
 from ..errors import CapabilityError, ConfigError, PrivilegeError
 from ..scope.threadnames import ThreadLabel
 from ..scope.threadwatch import ThreadWatch
 from ..symbols.batches import BATCH_CHUNKS, WindowSymbols
 from ..symbols.symbolprep import PERF_MAP_MODES, SymbolPreparer
-from ..unwind.cfi import CfiLoader
-from ..unwind.cpython import PyTarget, PythonTargets, fill_python
-from ..unwind.debugflag import ExactInlining
-from ..unwind.hotspot import JvmNames, MethodNamer
-from ..unwind.vmstructs import VMLayout, libjvm_mapping
+from ..unwind.hotspot import MethodNamer
 from .collect import collect_ringbuf, collect_stackmap, end_of_run_warnings, target_counts
-from .preparation import TargetPreparation, publish_jvm
+from .preparation import WalkerTargets
 from .program import SamplerProgram, bpf_prog_ids
 from .reader import RingReader
 
@@ -66,8 +61,8 @@ class StackSampler:
     """Samples user and kernel stacks of a changing set of processes at a fixed frequency on every CPU.
 
     Coordinates: the BPF program's sizes, text and loading are a SamplerProgram's (program.py), the ring
-    buffer's reading a RingReader's (reader.py), each target's unwind tables and vmStructs a
-    TargetPreparation's (preparation.py), perf maps and symbol caches a SymbolPreparer's
+    buffer's reading a RingReader's (reader.py), each target's unwind tables, vmStructs and CPython frames
+    the WalkerTargets' (preparation.py), perf maps and symbol caches a SymbolPreparer's
     (profiler/symbols/symbolprep.py); collect() folds the stacks with collect.py's functions.
     """
 
@@ -75,7 +70,7 @@ class StackSampler:
         self,
         frequency: int = DEFAULT_FREQUENCY,
         max_stack_depth: int | None = None,
-        stack_storage_size: int = 16384,
+        stack_storage_size: int = DEFAULT_STACK_STORAGE_SIZE,
         perf_map_mode: str = "auto",
         count_map_size: int | None = None,
         collection: str = "auto",
@@ -99,42 +94,43 @@ class StackSampler:
             self.warnings, frequency, max_stack_depth, stack_storage_size, count_map_size, collection, stack_walk
         )
         self.interval = interval
-        self.hotspot_unwind = hotspot_unwind  # JIT frames stepped by their CodeBlob (else frame pointers only)
-        self._jvms = JvmNames(self._publish_jvm)
-        self._pythons = PythonTargets(self._publish_python)  # CPython frames (profiler/unwind/cpython.py)
+        self._bpf: Any = None
+        self._attached = False
+        # one user of the BPF object's maps at a time: the reader consumes the ring buffer, the preparation
+        # workers publish JVMs, the runner's thread adds and removes targets (bcc's objects are not thread-safe)
+        self._maps_lock = threading.Lock()
+        # each target's unwind tables, vmStructs and CPython frames, in workers beside sampling (preparation.py)
+        self.walker = WalkerTargets(
+            lambda: self.stack_walk == "bpf",
+            lambda: self._bpf if self._attached else None,
+            self._maps_lock,
+            self.warnings,
+            hotspot_unwind,
+            exact_inlining,
+        )
+        self.walker.jvms.keep_log = checkpoints  # the Java names learned since the last checkpoint
         self._symbols = SymbolPreparer(
             perf_map_mode,
             perf_map_refresh,
             self._alive,
             self.warnings,
-            on_jvm=self._attach_jvm,
+            on_jvm=self.walker.attach_jvm,
             scratch=perf_map_dir,
-            jit_walkable=self.jit_walkable,
+            jit_walkable=self.walker.jit_walkable,
         )
         self._store = StackStore(int(interval * 1e9))
         self._window: WindowSymbols | None = None  # native names found during the window (name_batch)
         self._store.track_deltas = checkpoints  # checkpoint() hands out what changed since its last call
         self._store.track_fresh = True  # name_batch() takes the chunks stored since its last call
         self._store.pack_user_stacks()  # the window's largest part, held as value ids until end_window()
-        self._jvms.keep_log = checkpoints  # and the Java names learned since
         self._file_lock = threading.Lock()  # the reader thread files samples; checkpoint() takes the delta
         # Full thread names need each sample's tid and time: the ring buffer's, not the stack map's.
         self._names: ThreadWatch | None = ThreadWatch(self.warnings) if thread_names else None
         self._reader: RingReader | None = None  # the ring buffer's (reader.py), from start()
         self._stopped_ns: int | None = None
-        self._bpf: Any = None
-        # one user of the BPF object's maps at a time: the reader consumes the ring buffer, the preparation
-        # workers publish JVMs, the runner's thread adds and removes targets (bcc's objects are not thread-safe)
-        self._maps_lock = threading.Lock()
-        # each target's unwind tables and vmStructs, in workers beside sampling (preparation.py)
-        self._preparation = TargetPreparation(self._prepare_target, self.warnings)
-        self._cfi: CfiLoader | None = None  # unwind tables for the walker (profiler/unwind/cfi.py)
-        self._attached = False
         self._targets: dict[int, _Target] = {}
         self._exited: set[int] = set()
         self._lock = threading.Lock()
-        # --exact-inlining (opt-in): DebugNonSafepoints written into each JVM as it is prepared, put back by stop()
-        self._exact = ExactInlining() if exact_inlining else None
         self._closed = False
 
     # ------------------------------------------------------------ the program as loaded (program.py)
@@ -178,9 +174,7 @@ class StackSampler:
             raise CapabilityError(f"bcc is not importable ({exc}); install python3-bpfcc (scripts/setup.sh)") from None
         try:
             self._bpf = self.program.load(BPF)
-            if self.stack_walk == "bpf":
-                self._cfi = CfiLoader(self._bpf)  # unwind tables for the walker, refreshed in its own thread
-                self._cfi.start()
+            self.walker.start_tables(self._bpf)
             self._bpf.attach_perf_event(
                 ev_type=PerfType.SOFTWARE,
                 ev_config=PerfSWConfig.CPU_CLOCK,
@@ -198,14 +192,14 @@ class StackSampler:
             self._reader = RingReader(
                 self._bpf,
                 self._store,
-                self._jvms,
+                self.walker.jvms,
                 self._symbols,
                 self._names,
                 walker=self.stack_walk == "bpf",
                 max_stack_depth=self.max_stack_depth,
                 file_lock=self._file_lock,
                 maps_lock=self._maps_lock,
-                pythons=self._pythons if self.stack_walk == "bpf" else None,
+                pythons=self.walker.pythons if self.stack_walk == "bpf" else None,
             )
             if self._names is not None:
                 self._names.start()
@@ -213,8 +207,7 @@ class StackSampler:
         else:
             self._names = None
         self._symbols.start(keep_history=self.collection == "ringbuf")
-        if self.stack_walk == "bpf":
-            self._preparation.start()
+        self.walker.start()
 
     # ------------------------------------------------------------ the window
 
@@ -229,59 +222,15 @@ class StackSampler:
         elapsed = max(1, self._stopped_ns - self._store.origin_ns)
         return max(0, -(-elapsed // self._store.interval_ns) - 1)
 
-    def _attach_jvm(self, pid: int) -> bool:
-        """A JVM entered the scope (a worker): its vmStructs read so that the walker names interpreted frames."""
-        return self.stack_walk == "bpf" and self._jvms.attach(pid)
-
-    def _prepare_target(self, pid: int) -> None:
-        """A target's preparation (a worker of preparation.py): its JVM's vmStructs first (milliseconds; the
-        walker then steps its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
-        is_jvm = self._attach_jvm(pid)  # False for a process that is no JVM (reason kept in _jvms.errors)
-        if not is_jvm and self.stack_walk == "bpf":
-            self._pythons.attach(pid)  # False for a process that is no CPython (reason kept in _pythons.errors)
-        exact = self._exact if self._exact and (is_jvm or libjvm_mapping(pid) is not None) else None
-        if exact is not None and (warning := exact.apply(pid)) is not None:  # none once stop() put them back
-            self.warnings.append(f"pid {pid}: {warning}")
-        if self._cfi is not None:
-            self._cfi.load_pid(pid)
-        release_freed_memory()  # the tables' parse: glibc would keep its heap
-
     def jvm_namer(self, pid: int) -> MethodNamer | None:
         """The namer of ``pid``'s JVM the sampler opened (its vmStructs read), None when it has none (yet).
         Lent: it stays the sampler's, closed by close()."""
-        return self._jvms.namers.get(pid)
+        return self.walker.jvms.namers.get(pid)
 
     def thread_label(self, tgid: int, tid: int, time_ns: int, comm: bytes) -> ThreadLabel | None:
         """How the samples name thread ``tid`` at ``time_ns`` (its kind and context, from its full name);
         None without thread names. The off-CPU tracer names its blocks with it: one namer for both."""
         return self._names.label(tgid, tid, time_ns, comm) if self._names is not None else None
-
-    def jit_walkable(self, pid: int) -> bool:
-        """The walker steps ``pid``'s JIT frames by their CodeBlobs (no frame pointers needed)."""
-        namer = self._jvms.namers.get(pid)
-        walker = self.stack_walk == "bpf" and self.hotspot_unwind
-        return walker and namer is not None and namer.layout.code_cache is not None
-
-    def _publish_jvm(self, pid: int, layout: VMLayout, unloads_address: int) -> None:
-        """Tell the walker where ``pid``'s interpreter and code cache are (a worker): never once stopped."""
-        with self._maps_lock:
-            if self._bpf is None or not self._attached:
-                raise RuntimeError("sampler not started or already stopped")
-            publish_jvm(self._bpf[b"jvms"], pid, layout, unloads_address, self.hotspot_unwind)
-
-    def _publish_python(self, pid: int, target: PyTarget) -> None:
-        """Tell the walker where ``pid``'s CPython keeps its frames (a worker): never once stopped."""
-        with self._maps_lock:
-            if self._bpf is None or not self._attached:
-                raise RuntimeError("sampler not started or already stopped")
-            pythons = self._bpf[b"pythons"]
-            entry = pythons.Leaf()
-            fill_python(entry, target)
-            pythons[pythons.Key(pid)] = entry
-
-    def python_errors(self) -> dict[int, str]:
-        """Why a sampled process's Python frames are not named (not a CPython, a version without a layout)."""
-        return dict(self._pythons.errors)
 
     @property
     def first_sample(self) -> tuple[int, float] | None:
@@ -303,7 +252,7 @@ class StackSampler:
             delta = self._store.take_delta()
         with self._maps_lock:
             dropped = {pid: target_counts(self._bpf, pid)[1] for pid in list(self._targets)}
-        versions, names = self._symbols.history_versions(), self._jvms.take_names()
+        versions, names = self._symbols.history_versions(), self.walker.jvms.take_names()
         return SamplerCheckpoint(delta, self._store.origin_ns, dropped, versions, names)
 
     def name_batch(self, limit: int = BATCH_CHUNKS) -> int:
@@ -345,8 +294,7 @@ class StackSampler:
                 targets[key]
             except KeyError:
                 targets[key] = targets.Leaf()  # zeroed counters
-        if self.stack_walk == "bpf":
-            self._preparation.submit(pid)
+        self.walker.submit(pid)
 
     def sample_count(self, pid: int) -> int:
         """Samples of ``pid`` so far (one map lookup, no symbolization): lets callers watch progress."""
@@ -375,32 +323,17 @@ class StackSampler:
         does it for every target) and wait up to ``wait`` seconds for them: until a process's tables are in,
         its samples are walked by frame pointers only and stop in glibc; until a JVM's code cache is
         published the walker cannot step its JIT frames. True when all were done (or given up) in time."""
-        if self.stack_walk != "bpf":
-            return True
-        for pid in pids:
-            self._preparation.submit(pid)
-        return self._preparation.wait(pids, wait)
+        return self.walker.wait(pids, wait)
 
     def pid_exited(self, pid: int) -> None:
         """The process is gone: its samples stay; it symbolizes with the cache prepare_symbols() built."""
         with self._lock:
             self._exited.add(pid)
-        if self._bpf is not None and self.stack_walk == "bpf":
-            with self._maps_lock:
-                for name in (b"jvms", b"pythons"):  # a later process with this pid is not that JVM or CPython
-                    table = self._bpf[name]
-                    try:
-                        del table[table.Key(pid)]
-                    except KeyError:
-                        pass
-        if self._cfi is not None:
-            self._cfi.forget_pid(pid)
+        self.walker.forget(pid, self._bpf)
 
     def stop(self) -> None:
         """Detach the perf events (the window ends); the maps stay readable for collect()."""
-        self._preparation.stop()
-        if self._exact is not None:
-            self._exact.restore_all()
+        self.walker.stop_preparation()
         if self._bpf is not None and self._attached:
             from bcc import PerfSWConfig, PerfType
 
@@ -414,21 +347,15 @@ class StackSampler:
             self._reader.stop()
         self._store.end_window()  # the batches are over, the stacks held as addresses again for the post-run
         self._symbols.stop()
-        if self._cfi is not None:
-            self._cfi.stop()
-            # the unwind loader's refusals (a table over its budget, a mapping not listed) are the run's lines
-            self.warnings.extend(w for w in self._cfi.warnings if w not in self.warnings)
+        self.walker.stop_tables()
 
     def close(self) -> None:
         """Free the BPF program and maps and restore the sysctl. Idempotent, safe after any failure."""
-        self._preparation.stop()
-        if self._exact is not None:
-            self._exact.restore_all()
+        self.walker.stop_preparation()
         if self._reader is not None:
             self._reader.halt()
         self._symbols.stop()
-        if self._cfi is not None:
-            self._cfi.stop()
+        self.walker.stop_tables()
         try:
             if self._names is not None:
                 self._names.close()
@@ -445,8 +372,7 @@ class StackSampler:
         if self._window is not None:
             self._window.close()
             self._window = None
-        self._jvms.close()
-        self._pythons.close()
+        self.walker.close()
         self.program.depth_limit.restore(self.warnings)
         self._closed = True
 
@@ -484,16 +410,16 @@ class StackSampler:
         self._symbols.stop()
         if self.collection == "ringbuf":
             named = self._reader.kernel_named if self._names is not None and self._reader is not None else None
-            jvms = self._jvms if self.stack_walk == "bpf" else None
+            jvms = self.walker.jvms if self.stack_walk == "bpf" else None
             collected, dropped = collect_ringbuf(
                 self._bpf, self._store, self._symbols, jvms, self._targets, self.max_stack_depth,
-                self.program.kernel_stack_depth, self._last_interval(), self._cfi, self._window, named,
-                self._pythons.namers,
+                self.program.kernel_stack_depth, self._last_interval(), self.walker.cfi, self._window, named,
+                self.walker.pythons.namers,
             )  # fmt: skip
             stats = {pid: c.stats for pid, c in collected.items()}
-            self.warnings.extend(end_of_run_warnings(stats, Counter(), dropped, self.program, self._jvms.errors))
+            self.warnings.extend(end_of_run_warnings(stats, Counter(), dropped, self.program, self.walker.jvms.errors))
             return collected
         result, lost, dropped = collect_stackmap(self._bpf, self._symbols, self._targets, self.max_stack_depth)
         by_pid = {pid: stats for pid, (_folded, stats) in result.items()}
-        self.warnings.extend(end_of_run_warnings(by_pid, lost, dropped, self.program, self._jvms.errors))
+        self.warnings.extend(end_of_run_warnings(by_pid, lost, dropped, self.program, self.walker.jvms.errors))
         return {pid: CollectedStacks.of_folded(folded, None, stats) for pid, (folded, stats) in result.items()}

@@ -60,6 +60,7 @@ from .frames import (
     reaches_thread_start,
 )
 from .perfmap import PerfMapLike
+from .stackhealth import StackHealth, UserStack
 
 if TYPE_CHECKING:
     from .perfmap_history import PerfMapHistory
@@ -137,29 +138,6 @@ WALK_HOTSPOT_FAIL = WALK_ENDS.index("HotSpot step failed")
 def gap_frame(frames_cut: int) -> str:
     """The frame standing for the middle of a stack too deep to keep whole."""
     return f"[… {frames_cut} frames cut …]"
-
-
-@dataclass(slots=True)
-class _UserStack:
-    lost: bool = False  # the walk failed: no frames (its frames are its values' records: StackFolder._values)
-    named_in: int = 0  # the folder's epoch serial in which its values were last checked (StackFolder._user_stack)
-    # once interned (StackFolder.stack_id): the first table stack holding it and its frames there (from 1)
-    ids: tuple[int, int] | None = None
-    truncated: bool = False
-    unwalkable: bool = False
-    interpreted_only: bool = False
-    java_frames: int = 0
-    unresolved: int = 0
-    interpreted: int = 0  # interpreter frames (walker only)
-    interpreted_named: int = 0
-    unnamed: dict[str, int] | None = None  # cause -> interpreter frames left unnamed
-    cut: str | None = None  # why the stack does not reach a thread's start (None: it does, or unknown)
-    compiled: int = 0  # compiled frames the walker stored with their compile id
-    compiled_named: int = 0  # named from the JVM's nmethod (vmStructs)
-    compiled_perf_map: int = 0  # named by the perf map instead
-    compiled_unnamed: dict[str, int] | None = None  # cause -> frames
-    compiled_approximate: int = 0  # named from a PcDesc borrowed after the pc (APPROXIMATE_MARK)
-    approximate_bytes: int = 0  # their distances to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +265,7 @@ class StackFolder:
         self.generation: int | None = None  # of the JVM's Method* names (None: its current one)
         self.no_methods_cause = no_methods_cause  # why interpreter frames stay unnamed when methods is None
         self.native_cause = native_cause  # outermost pc -> a CUT_* cause finer than CUT_NATIVE, or None
-        self._user: dict[tuple[StoredStack, int], _UserStack] = {}
+        self._user: dict[tuple[StoredStack, int], UserStack] = {}
         # epochs: a serial per use_perf_map/use_generation; the values named in the current one; per serial,
         # the values that named something else in it than before (a stack named before one of them is stale)
         self._serial = 0
@@ -297,43 +275,18 @@ class StackFolder:
         self._changes: list[set[int]] = [set()]
         self._values: dict[int, _ValueNames] = {}  # bounded by the distinct values of the process's stacks
         self._value_ids: dict[int, tuple[int, ...]] = {}  # a value's frame ids in _ids_table, root first
-        self.interpreted_unnamed: Counter[str] = Counter()
-        self.stacks_cut: Counter[str] = Counter()
+        self.health = StackHealth()  # the health panel's counts (SamplerStats fields), per sample
         self._kernel: dict[StoredStack, list[str] | None] = {}
         # stack_id: the table frames and stacks are interned into, the frame id of each Frame (bounded by the
-        # distinct frames) and of each kernel stack (a named user stack keeps only its ids: _UserStack.ids)
+        # distinct frames) and of each kernel stack (a named user stack keeps only its ids: UserStack.ids)
         self._ids_table: StackTableBuilder | None = None
         self._kernel_ids: dict[StoredStack, tuple[int, ...]] = {}
         self._last_values: tuple[StoredStack | None, tuple[int, ...]] = (None, ())  # _user_stack's, for _user_ids
         self._frame_id_of: dict[Frame, int] = {}
-        self.counts = {
-            "lost_user_stack": 0,
-            "lost_kernel_stack": 0,
-            "truncated": 0,
-            "java_unwalkable": 0,
-            "interpreted_only": 0,
-            "java_frames": 0,
-            "java_frames_unresolved": 0,
-            "interpreted_frames": 0,
-            "interpreted_named": 0,
-            "compiled_frames": 0,
-            "compiled_named": 0,
-            "compiled_perf_map": 0,
-            "compiled_samples": 0,
-            "compiled_approximate": 0,
-            "approximate_bytes": 0,
-        }
-        self.compiled_unnamed: Counter[str] = Counter()
-
     @property
     def stats_fields(self) -> dict[str, object]:
         """The SamplerStats fields counted so far."""
-        return {
-            **self.counts,
-            "interpreted_unnamed": dict(self.interpreted_unnamed),
-            "compiled_unnamed": dict(self.compiled_unnamed),
-            "stacks_cut": dict(self.stacks_cut),
-        }
+        return self.health.fields
 
     def use_perf_map(self, perf_map: PerfMapLike | None) -> None:
         self.symbols.set_perf_map(perf_map)
@@ -363,7 +316,7 @@ class StackFolder:
 
     def _name_value(self, value: int) -> _ValueNames:
         """What ``value`` names now (the folder's perf map and generation)."""
-        scratch = _UserStack()
+        scratch = UserStack()
         unnamed: Counter[str] = Counter()
         if self.walker:
             frames, gap = self._walker_frame(value, scratch, unnamed)
@@ -416,7 +369,7 @@ class StackFolder:
         """No value of ``values`` has named something else since the epoch ``serial``."""
         return all(not changed or changed.isdisjoint(values) for changed in self._changes[serial + 1 :])
 
-    def _walker_frame(self, value: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[list[Frame], int]:
+    def _walker_frame(self, value: int, stack: UserStack, unnamed: Counter[str]) -> tuple[list[Frame], int]:
         """(frames, frames cut) of one stored value of the walker: pc, tagged Method*, compiled frame
         (with its inlined methods), or gap."""
         tag = value & TAG_MASK
@@ -431,7 +384,7 @@ class StackFolder:
         frame, cut = self._walker_value(value, tag, stack, unnamed)
         return [frame], cut
 
-    def _walker_value(self, value: int, tag: int, stack: _UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
+    def _walker_value(self, value: int, tag: int, stack: UserStack, unnamed: Counter[str]) -> tuple[Frame, int]:
         """A pc or an interpreted frame's tagged Method*."""
         if tag:
             stack.interpreted += 1
@@ -456,12 +409,12 @@ class StackFolder:
         return frame, 0
 
     @staticmethod
-    def _count_unnamed(stack: _UserStack, cause: str) -> None:
+    def _count_unnamed(stack: UserStack, cause: str) -> None:
         if stack.compiled_unnamed is None:
             stack.compiled_unnamed = {}
         stack.compiled_unnamed[cause] = stack.compiled_unnamed.get(cause, 0) + 1
 
-    def _compiled_frames(self, value: int, stack: _UserStack) -> list[Frame]:
+    def _compiled_frames(self, value: int, stack: UserStack) -> list[Frame]:
         """A compiled frame, innermost first: the methods inlined at its pc and the compiled method, named
         from the JVM's nmethod (vmStructs), else the compiled method by the perf map at its pc."""
         stack.compiled += 1
@@ -482,13 +435,13 @@ class StackFolder:
         self._count_unnamed(stack, cause)
         return [Frame(UNKNOWN, "anon")]
 
-    def _user_stack(self, raw: StoredStack, walk_end: int) -> _UserStack:
+    def _user_stack(self, raw: StoredStack, walk_end: int) -> UserStack:
         """The stack named in this epoch: as named before when none of its values names something else now."""
         known = self._user.get((raw, walk_end))
         if known is not None and (known.lost or known.named_in == self._serial):
             return known
         if isinstance(raw, int):
-            stack = self._user[(raw, walk_end)] = _UserStack(lost=True)
+            stack = self._user[(raw, walk_end)] = UserStack(lost=True)
             return stack
         values = raw_addresses(stack_bytes(raw))
         self._last_values = (raw, values)
@@ -503,7 +456,7 @@ class StackFolder:
         stack = self._user[(raw, walk_end)] = self._resolve_user(values, walk_end)
         return stack
 
-    def _resolve_user(self, values: tuple[int, ...], walk_end: int) -> _UserStack:
+    def _resolve_user(self, values: tuple[int, ...], walk_end: int) -> UserStack:
         """A stack of values all named in this epoch (``_check_values``)."""
         record = self._values.__getitem__
         sums = unpack_counts(sum(map(attrgetter("counts"), map(record, values))))  # one pass over the records
@@ -512,7 +465,7 @@ class StackFolder:
         java, unresolved, interpreter_frames, compiled_methods, with_cause, gap = sums[7:]
         # all that reaches_thread_start and cut_cause look at (each value names one frame or more)
         root_side = _root_frames(list(map(record, values[-ROOT_WINDOW:])))
-        stack = _UserStack(named_in=self._serial, interpreted=interpreted)
+        stack = UserStack(named_in=self._serial, interpreted=interpreted)
         stack.interpreted_named, stack.compiled, stack.compiled_named = interpreted_named, compiled, compiled_named
         stack.compiled_perf_map = compiled_perf_map
         stack.compiled_approximate, stack.approximate_bytes = compiled_approximate, approximate_bytes
@@ -547,42 +500,10 @@ class StackFolder:
             names = self._kernel[raw] = [self.kernel.resolve(a) for a in raw_addresses(flat)]
         return names, len(flat) // 8 >= self.kernel_depth
 
-    def _count(self, user: _UserStack, kernel_names: list[str] | None, kernel_truncated: bool, count: int) -> None:
-        """Add one stack's ``count`` samples to the health counts."""
-        counts = self.counts
-        if user.lost:
-            counts["lost_user_stack"] += count
-        if kernel_names is None:
-            counts["lost_kernel_stack"] += count
-        if user.truncated or kernel_truncated:
-            counts["truncated"] += count
-        if user.unwalkable:
-            counts["java_unwalkable"] += count
-        if user.interpreted_only:
-            counts["interpreted_only"] += count
-        counts["java_frames"] += user.java_frames * count
-        counts["java_frames_unresolved"] += user.unresolved * count
-        counts["interpreted_frames"] += user.interpreted * count
-        counts["interpreted_named"] += user.interpreted_named * count
-        for cause, frames in (user.unnamed or {}).items():
-            self.interpreted_unnamed[cause] += frames * count
-        counts["compiled_frames"] += user.compiled * count
-        counts["compiled_named"] += user.compiled_named * count
-        counts["compiled_perf_map"] += user.compiled_perf_map * count
-        if user.compiled_named:  # per sample: only its leaf-most compiled frame can be approximate
-            counts["compiled_samples"] += count
-            if user.compiled_approximate:
-                counts["compiled_approximate"] += count
-                counts["approximate_bytes"] += user.approximate_bytes * count
-        for cause, frames in (user.compiled_unnamed or {}).items():
-            self.compiled_unnamed[cause] += frames * count
-        if user.cut is not None:
-            self.stacks_cut[user.cut] += count
-
     def fold(self, comm: bytes, user_raw: StoredStack, kernel_raw: StoredStack, count: int, walk_end: int = 0) -> str:
         user = self._user_stack(user_raw, walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(kernel_raw)
-        self._count(user, kernel_names, kernel_truncated, count)
+        self.health.add(user, kernel_names, kernel_truncated, count)
         names = None
         if not user.lost:  # its values are named in this epoch (_user_stack)
             values = raw_addresses(stack_bytes(user_raw))  # type: ignore[arg-type]
@@ -595,11 +516,11 @@ class StackFolder:
         self._check_values(values)
         return [frame.name for value in values for frame in self._values[value].frames]
 
-    def fold_ids_again(self, key: StackKey, count: int) -> tuple[_UserStack, list[str] | None]:
+    def fold_ids_again(self, key: StackKey, count: int) -> tuple[UserStack, list[str] | None]:
         """Count ``count`` more samples of a stack already folded; its user part and kernel names."""
         user = self._user_stack(key.user, key.walk_end)
         kernel_names, kernel_truncated = self._kernel_stack(key.kernel)
-        self._count(user, kernel_names, kernel_truncated, count)
+        self.health.add(user, kernel_names, kernel_truncated, count)
         return user, kernel_names
 
     def _frame_ids(self, table: StackTableBuilder, frames_leaf_first: Sequence[Frame]) -> tuple[int, ...]:

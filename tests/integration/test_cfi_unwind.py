@@ -3,17 +3,18 @@ on real processes, with the minimal walker of tests/fixtures/cfi_walker.py."""
 
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.cfi_walker import END_CFI, CfiWalker, Walk, cfi_walker
+from tests.fixtures.sampling import assert_shares_match
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
 
@@ -36,6 +37,23 @@ def walker() -> Iterator[CfiWalker]:
         yield active
 
 
+@contextmanager
+def fpless_program(binary: Path, seconds: int, alpha: int, beta: int) -> Iterator[subprocess.Popen[str]]:
+    """The FP-less program burning ``seconds`` of CPU over its two paths ``alpha``:``beta``, once it said "ready";
+    it prints the two paths' CPU (ns, by its thread's own clock) when done, and ends when its stdin closes."""
+    process = subprocess.Popen(
+        [str(binary), str(seconds), str(alpha), str(beta)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        assert process.stdout.readline().strip() == "ready"
+        yield process
+    finally:
+        if process.stdin:
+            process.stdin.close()
+        process.wait(timeout=30)
+
+
 def _names(walker: CfiWalker, walk: Walk, pid: int) -> tuple[str, ...]:
     return tuple(walker.bpf.sym(pc, pid).decode() for pc in walk.pcs)
 
@@ -43,21 +61,13 @@ def _names(walker: CfiWalker, walk: Walk, pid: int) -> tuple[str, ...]:
 def test_fpless_call_paths_split_like_the_truth(walker: CfiWalker, fpless_binary: Path) -> None:
     # GIVEN a program built without frame pointers whose one worker thread burns CPU in one leaf reached
     # through two paths, 3:1, and measures the split itself
-    process = subprocess.Popen(
-        [str(fpless_binary), "6", "3", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None and process.stdin is not None
-        assert process.stdout.readline().strip() == "ready"
+    with fpless_program(fpless_binary, 6, 3, 1) as process:
+        assert process.stdout is not None
         walker.add_pid(process.pid)
         # WHEN its samples are walked until it has done its 6 s of CPU
         alpha_ns, beta_ns = (int(value) for value in process.stdout.readline().split())
         walks = [walk for walk in walker.walks() if walk.tgid == process.pid]
         stacks = Counter(_names(walker, walk, process.pid) + (str(walk.end),) for walk in walks)
-    finally:
-        if process.stdin:
-            process.stdin.close()
-        process.wait(timeout=30)
     # THEN every stack is whole (leaf → path → worker → start_thread → clone3, the outermost by CFI) ...
     assert len(walks) >= 300, f"only {len(walks)} samples"
     whole = [walk for walk in walks if walk.end == END_CFI]
@@ -67,9 +77,7 @@ def test_fpless_call_paths_split_like_the_truth(walker: CfiWalker, fpless_binary
     assert alpha + beta >= 0.9 * len(walks), stacks.most_common(5)
     # ... and the two paths split as the thread's own CPU clock says
     truth = alpha_ns / (alpha_ns + beta_ns)
-    measured = alpha / (alpha + beta)
-    z = (measured - truth) / math.sqrt(truth * (1 - truth) / (alpha + beta))
-    assert abs(z) <= 4, f"alpha share {measured:.3f} vs truth {truth:.3f} (z = {z:.2f}, n = {alpha + beta})"
+    assert_shares_match({"alpha": alpha, "beta": beta}, {"alpha": truth, "beta": 1 - truth}, 1)
 
 
 GLIBC_FUTEX = ("__futex_abstimed_wait_common", "pthread_cond_signal", "pthread_cond_wait", "__lll_lock_wake")
@@ -122,12 +130,8 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
     # loaded host can take longer than that.
     with StackSampler(frequency=499, stack_walk="bpf") as sampler:
         sampler.start()
-        process = subprocess.Popen(
-            [str(fpless_binary), "6", "3", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        try:
+        with fpless_program(fpless_binary, 6, 3, 1) as process:
             assert process.stdout is not None
-            assert process.stdout.readline().strip() == "ready"
             assert sampler.prepare_unwinding([process.pid], wait=60), sampler.warnings
             sampler.add_pid(process.pid)
             sampler.begin_window()
@@ -135,10 +139,6 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
             alpha_ns, beta_ns = (int(value) for value in process.stdout.readline().split())
             sampler.stop()
             collected = sampler.collect()[process.pid]
-        finally:
-            if process.stdin:
-                process.stdin.close()
-            process.wait(timeout=30)
     folded, stats = collected.folded, collected.stats
     # THEN the stacks are whole and no sample is cut at a native frame ...
     whole = {stack: n for stack, n in folded.items() if ";clone3;start_thread;worker;" in stack}
@@ -149,8 +149,7 @@ def test_sampler_splits_fpless_call_paths_like_the_truth(fpless_binary: Path) ->
     alpha = sum(n for stack, n in whole.items() if ";path_alpha;leaf" in stack)
     beta = sum(n for stack, n in whole.items() if ";path_beta;leaf" in stack)
     truth = alpha_ns / (alpha_ns + beta_ns)
-    z = (alpha / (alpha + beta) - truth) / math.sqrt(truth * (1 - truth) / (alpha + beta))
-    assert abs(z) <= 4, f"alpha share {alpha / (alpha + beta):.3f} vs truth {truth:.3f} (z = {z:.2f})"
+    assert_shares_match({"alpha": alpha, "beta": beta}, {"alpha": truth, "beta": 1 - truth}, 1)
 
 
 def test_sampler_loads_tables_of_a_process_found_mid_window(fpless_binary: Path) -> None:
@@ -161,20 +160,12 @@ def test_sampler_loads_tables_of_a_process_found_mid_window(fpless_binary: Path)
     with StackSampler(frequency=499, stack_walk="bpf") as sampler:
         sampler.start()
         sampler.begin_window()
-        process = subprocess.Popen(
-            [str(fpless_binary), "5", "1", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        try:
+        with fpless_program(fpless_binary, 5, 1, 1) as process:
             assert process.stdout is not None
-            assert process.stdout.readline().strip() == "ready"
             sampler.add_pid(process.pid)
             process.stdout.readline()
             sampler.stop()
             stats = sampler.collect()[process.pid].stats
-        finally:
-            if process.stdin:
-                process.stdin.close()
-            process.wait(timeout=30)
     # THEN only the samples before its tables were in are cut (the libraries' tables are built within a second)
     assert stats.samples >= 200
     assert sum(stats.stacks_cut.values()) <= 0.2 * stats.samples, stats.stacks_cut

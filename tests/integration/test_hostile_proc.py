@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.capture.format import RunMeta
 from profiler.capture.read import pid_stacks_file, read_meta, read_overhead, read_stack_counts
 from profiler.files import procread
 from tests.fixtures.hostile import tenant_ids
@@ -105,10 +106,11 @@ def many_threads() -> Iterator[int]:
         _stop(process)
 
 
-def _profile(out: Path, *pids: int, threads_max: int | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+def _profile(out: Path, *pids: int, threads_max: int | None = None) -> RunMeta:
     """``profiler run`` of ``pids`` for DURATION seconds (the scope scans every process of the host), with
     procread.THREADS_MAX set to ``threads_max`` in the agent's process when given (a test's lowering of the
-    constant, read by procread at each listing: no second default)."""
+    constant, read by procread at each listing: no second default); asserts that the run ended normally and
+    on time, and returns its meta.json."""
     args = ["run", "--duration", str(DURATION), "--out", str(out), "--force"]
     for pid in pids:
         args += ["--pid", str(pid)]
@@ -120,7 +122,21 @@ def _profile(out: Path, *pids: int, threads_max: int | None = None) -> tuple[sub
         )]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
-    return done, time.monotonic() - started
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    meta = read_meta(out)
+    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
+    assert elapsed < 180, elapsed
+    return meta
+
+
+def _only_the_tenant_warned(out: Path, meta: RunMeta, tenant: int, warning: str, honest: int) -> None:
+    """The tenant got the one warning line ``warning`` (naming the cap it reached); the honest JVM none, and
+    it was profiled, its Java frames named."""
+    assert [w for w in meta.warnings if w.startswith(f"pid {tenant}: ")] == [warning], meta.warnings
+    assert not [w for w in meta.warnings if w.startswith(f"pid {honest}: ")], meta.warnings
+    stacks = pid_stacks_file(out, honest)
+    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(read_stack_counts(stacks))
 
 
 def test_tenants_sizing_their_proc_files_cost_the_agent_nothing(
@@ -130,25 +146,17 @@ def test_tenants_sizing_their_proc_files_cost_the_agent_nothing(
     honest = start_cpu_split_jvm(threads=1)
     # WHEN root profiles the honest JVM and the threaded tenant, scanning the host for engine processes
     out = tmp_path / "cap"
-    done, elapsed = _profile(out, honest.pid)
     # THEN the run ended normally and on time
-    assert done.returncode == 0, done.stderr[-2000:]
-    meta = read_meta(out)
-    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
-    assert elapsed < 180, elapsed
+    meta = _profile(out, honest.pid)
     # AND the agent's memory stayed small (the whole command line would cost +581 MiB per read)
     overhead = read_overhead(out)
     assert overhead is not None and 0 < overhead.peak_rss_bytes < MEMORY_LIMIT, overhead
-    # AND the honest JVM was profiled, its Java frames named
-    stacks = pid_stacks_file(out, honest.pid)
-    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(read_stack_counts(stacks))
-    # AND the tenant got one warning line, naming the cap it reached
-    huge = [w for w in meta.warnings if w.startswith(f"pid {huge_cmdline}: ")]
-    assert huge == [
+    # AND the tenant got one warning line, naming the cap it reached; the honest JVM none, its Java frames named
+    warning = (
         f"pid {huge_cmdline}: /proc/{huge_cmdline}/cmdline: more than {procread.CMDLINE_MAX_BYTES} bytes "
         f"(CMDLINE_MAX_BYTES); only the first {procread.CMDLINE_MAX_BYTES} read"
-    ], meta.warnings
-    assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
+    )
+    _only_the_tenant_warned(out, meta, huge_cmdline, warning, honest.pid)
 
 
 def test_a_tenant_of_more_threads_than_the_cap_gets_one_warning_and_the_run_ends_on_time(
@@ -159,19 +167,12 @@ def test_a_tenant_of_more_threads_than_the_cap_gets_one_warning_and_the_run_ends
     honest = start_cpu_split_jvm(threads=1)
     # WHEN root profiles both
     out = tmp_path / "cap"
-    done, elapsed = _profile(out, honest.pid, many_threads, threads_max=THREADS_CAP)
     # THEN the run ended normally and on time
-    assert done.returncode == 0, done.stderr[-2000:]
-    meta = read_meta(out)
-    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time < DURATION + 5, meta
-    assert elapsed < 180, elapsed
-    # AND the tenant got one warning line naming the threads cap; the honest JVM (under the cap) none
-    threads = [w for w in meta.warnings if w.startswith(f"pid {many_threads}: ")]
-    assert threads == [
+    meta = _profile(out, honest.pid, many_threads, threads_max=THREADS_CAP)
+    # AND the tenant got one warning line naming the threads cap; the honest JVM (under the cap) none, its
+    # Java frames named
+    warning = (
         f"pid {many_threads}: /proc/{many_threads}/task: more than {THREADS_CAP} threads (THREADS_MAX); "
         f"only the first {THREADS_CAP} read"
-    ], meta.warnings
-    assert not [w for w in meta.warnings if w.startswith(f"pid {honest.pid}: ")], meta.warnings
-    # AND the honest JVM was profiled, its Java frames named
-    stacks = pid_stacks_file(out, honest.pid)
-    assert stacks is not None and "com.example.CpuSplit::burn" in "\n".join(read_stack_counts(stacks))
+    )
+    _only_the_tenant_warned(out, meta, many_threads, warning, honest.pid)

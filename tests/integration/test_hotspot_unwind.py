@@ -16,6 +16,7 @@ from profiler.capture.stackstore import CUT_HOTSPOT
 from profiler.sampling.sampler import StackSampler
 from profiler.unwind import hotspot
 from tests.fixtures.jvm import java_home, temurin_25, without_approximate
+from tests.fixtures.sampling import assert_shares_match
 from tests.integration.test_perfmap_refresh import NAMES, _ask, _counts, start_churn
 from tests.integration.test_perfmap_refresh import churn_classes as churn_classes  # the fixture
 from tests.integration.test_walker import _sample
@@ -64,13 +65,8 @@ def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, 
     stats = collected.stats
     by_method = _burner_counts(collected.folded, jvm.methods)
     worker = sum(by_method.values())
-    n = sum(by_method[m] for m in jvm.methods)
     # THEN the shares agree with the JVM's own thread-CPU measurement
-    assert n >= 500, (by_method, stats)
-    for method in jvm.methods:
-        p = truth[method]
-        z = (by_method[method] / n - p) / math.sqrt(p * (1 - p) / n)
-        assert abs(z) <= 4, (method, by_method, truth, z)
+    assert_shares_match(by_method, {method: truth[method] for method in jvm.methods}, 500)
     # and almost every worker sample was walked to the thread's start and named
     unnamed = _unnamed_worker_stacks(collected.folded)
     assert by_method[None] <= 0.02 * worker, (by_method, unnamed, stats.stacks_cut, stats.hotspot_steps)
@@ -91,7 +87,6 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
     collected = _sample(StackSampler(perf_map_mode="none"), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
     truth = jvm.shares()
     by_method = _burner_counts(collected.folded, jvm.methods)
-    n = sum(by_method[m] for m in jvm.methods)
     inlined = Counter()
     for stack, count in collected.folded.items():
         for frame in stack.split(";"):
@@ -99,11 +94,7 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
                 inlined[frame] += count
     # THEN the inlined burners appear as [inlined] frames, and their shares match the JVM's measurement
     assert inlined, collected.folded.most_common(5)
-    assert n >= 500, (by_method, collected.stats)
-    for method in jvm.methods:
-        p = truth[method]
-        z = (by_method[method] / n - p) / math.sqrt(p * (1 - p) / n)
-        assert abs(z) <= 4, (method, by_method, truth, z)
+    assert_shares_match(by_method, {method: truth[method] for method in jvm.methods}, 500)
     worker = sum(by_method.values())
     unnamed, stats = _unnamed_worker_stacks(collected.folded), collected.stats
     assert by_method[None] <= 0.02 * worker, (by_method, unnamed, stats.stacks_cut, stats.hotspot_steps)

@@ -4,7 +4,6 @@ vmStructs, deep stacks kept at both ends, classes unloaded under the sampler."""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from profiler.symbols.perfmap import dump_perf_map, read_perf_map
 from profiler.symbols.symbolize import gap_frame
 from profiler.unwind import hotspot
 from tests.fixtures.jvm import java_home, without_approximate
+from tests.fixtures.sampling import assert_shares_match
 
 FRAME = "com.example.CpuSplit::{}"
 MIN_SAMPLES = 1500
@@ -57,10 +57,10 @@ def _sample(
 def _wait_attached(sampler: StackSampler, pid: int, timeout: float = 60.0) -> None:
     """The symbol worker read the JVM's vmStructs (samples before that have no Method*)."""
     deadline = time.monotonic() + timeout
-    while pid not in sampler._jvms.namers and time.monotonic() < deadline:
-        assert pid not in sampler._jvms.errors, sampler._jvms.errors
+    while pid not in sampler.walker.jvms.namers and time.monotonic() < deadline:
+        assert pid not in sampler.walker.jvms.errors, sampler.walker.jvms.errors
         time.sleep(0.2)
-    assert pid in sampler._jvms.namers, "vmStructs not read in time"
+    assert pid in sampler.walker.jvms.namers, "vmStructs not read in time"
 
 
 def _leaf_method(stack: str, methods: list[str]) -> str | None:
@@ -102,12 +102,7 @@ def test_xint_jvm_shares_within_sampling_error_and_worker_samples_matched(start_
     by_method = Counter()
     for stack, count in worker.items():
         by_method[_leaf_method(stack, [*jvm.methods, "schedule", "descend"])] += count
-    n = sum(by_method[m] for m in jvm.methods)
-    assert n >= 300, (by_method, stats)
-    for method in jvm.methods:
-        p = truth[method]
-        z = (by_method[method] / n - p) / math.sqrt(p * (1 - p) / n)
-        assert abs(z) <= 4, (method, by_method, truth, z)
+    assert_shares_match(by_method, {method: truth[method] for method in jvm.methods}, 300)
     # a worker sample is unmatched when no CpuSplit frame (burner or its driver) is named in it
     unmatched = by_method[None]
     assert unmatched <= 0.02 * sum(worker.values()), (unmatched, sum(worker.values()), stats)

@@ -132,7 +132,7 @@ def batches_between(batches: list[BatchProgress], start: float, end: float) -> l
 
 def batches_finished_between(batches: list[BatchProgress], start: float, end: float) -> list[BatchProgress]:
     """Batches that finished within [start, end]: the rule of the profiler's count from the driver's
-    REST API (profiler/engines/events.py places each micro-batch by its finish time)."""
+    REST API (profiler/engines/sparkbatches.py places each micro-batch by its finish time)."""
     return [
         b for b in batches
         if (began := batch_began(b)) is not None and start <= began + b.trigger_ms / 1000.0 <= end

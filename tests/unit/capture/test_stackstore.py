@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,14 +191,14 @@ def test_folder_names_counts_and_measures_java_frames() -> None:
     assert interpreted == "w;start_thread;JavaThread::run;Interpreter;Interpreter;k8_[k];k7_[k]"
     assert folder.fold(b"w", raw(99, 2), STACK_NONE, 1) == "w;JavaThread::run;[unknown]"
     assert folder.fold(b"w", -14, -14, 4) == "w;[lost user stack];[lost kernel stack]"
-    counts = folder.counts
+    counts = folder.health.counts
     assert counts["interpreted_only"] == 2  # only the stack whose Java frames are all Interpreter
     assert counts["java_frames"] == 3 * 2 + 2 * 2 + 1 and counts["java_frames_unresolved"] == 1
     assert counts["java_unwalkable"] == 1  # Java code, but the walk never reached a thread start
     assert counts["lost_user_stack"] == 4 and counts["lost_kernel_stack"] == 4
     assert counts["truncated"] == 0
     folder.fold(b"w", raw(2, 2, 2, 2, 2), STACK_NONE, 1)
-    assert folder.counts["truncated"] == 1
+    assert folder.health.counts["truncated"] == 1
     # a new perf-map epoch renames the same JIT address
     folder.use_perf_map({10: "c.D::n"})
     assert folder.fold(b"w", raw(10, 2, 1), STACK_NONE, 1) == "w;start_thread;JavaThread::run;c.D::n"
@@ -272,17 +273,15 @@ class FakeNamer:
         return self.failures.get(method, default)
 
 
+def walker_folder(symbols: FakeSymbols, depth: int, **options: Any) -> StackFolder:
+    """A folder of the walker's stacks of one JVM, named by the fakes (``options``: StackFolder's)."""
+    return StackFolder(symbols, FakeKernel(), depth, java_process=True, walker=True, **options)  # type: ignore[arg-type]
+
+
 def test_walker_stacks_name_interpreted_frames_mark_gaps_and_count_causes() -> None:
     symbols = FakeSymbols({1: "start_thread", 2: "JavaThread::run", 3: "memcpy"}, {10: "a.B::m", 11: "Interpreter"})
     namer = FakeNamer({0x5000: "a.B::loop"}, {0x6000: STALE})
-    folder = StackFolder(
-        symbols,  # type: ignore[arg-type]
-        FakeKernel(),  # type: ignore[arg-type]
-        depth=6,
-        java_process=True,
-        walker=True,
-        methods=namer,  # type: ignore[arg-type]
-    )
+    folder = walker_folder(symbols, 6, methods=namer)
     # GIVEN leaf first: an interpreted frame named, one stale, an interpreter pc without Method*, the thread start
     stack = raw(INTERPRETED_TAG | 0x5000, INTERPRETED_TAG | 0x6000, 11, 2, 1)
     expected = "w;start_thread;JavaThread::run;Interpreter;Interpreter;a.B::loop [i]"
@@ -304,14 +303,7 @@ def test_stacks_ending_at_a_native_frame_are_told_apart_by_the_unwind_tables() -
     # GIVEN walks that ended at native frames: 3 in an ELF without .eh_frame, 4 in no FDE, 5 outermost by CFI
     symbols = FakeSymbols({3: "memcpy", 4: "asm_helper", 5: "weird", 1: "start_thread"}, {10: "a.B::m"})
     causes = {3: CUT_NO_CFI, 4: CUT_CFI_MISS}
-    folder = StackFolder(
-        symbols,  # type: ignore[arg-type]
-        FakeKernel(),  # type: ignore[arg-type]
-        depth=8,
-        java_process=True,
-        walker=True,
-        native_cause=causes.get,
-    )
+    folder = walker_folder(symbols, 8, native_cause=causes.get)
     for outermost, count in ((3, 2), (4, 3), (5, 1)):
         folder.fold(b"w", raw(10, outermost), STACK_NONE, count)
     folder.fold(b"w", raw(10, 1), STACK_NONE, 7)  # reached the thread's start: not cut
@@ -345,7 +337,7 @@ def test_each_value_is_named_once_per_epoch_and_a_stack_again_only_when_one_of_i
     # GIVEN JIT address 10 holding old.A::m in epoch 0 and new.B::m (code freed, address reused) from epoch 1 on;
     # stack S = (10, 2, 1) sampled in epochs 0, 2 and 3, and U = (10, 3, 1) only in epoch 1, where 10 changed
     symbols = CountingSymbols({1: "start_thread", 2: "JavaThread::run", 3: "Thread::call"}, {})
-    folder = StackFolder(symbols, FakeKernel(), depth=8, java_process=True, walker=True)  # type: ignore[arg-type]
+    folder = walker_folder(symbols, 8)
     old, new = {10: "old.A::m", 11: "c.C::n"}, {10: "new.B::m", 11: "c.C::n"}
     store = StackStore(interval_ns=10)
     s, u, v = raw(10, 2, 1), raw(10, 3, 1), raw(11, 2, 1)
@@ -366,7 +358,7 @@ def test_each_value_is_named_once_per_epoch_and_a_stack_again_only_when_one_of_i
     # and each distinct value was looked up once per epoch it occurs in (3 values in epochs 0-2, 4 in epoch 3
     # where S and V share 2 and 1), not once per sample, per interval or per stack
     assert symbols.lookups == 3 + 3 + 3 + 4
-    assert folder.counts["java_frames"] == 16 and folder.counts["java_unwalkable"] == 0
+    assert folder.health.counts["java_frames"] == 16 and folder.health.counts["java_unwalkable"] == 0
 
 
 class ModuleSymbols(CountingSymbols):
@@ -381,7 +373,7 @@ def test_gap_and_native_values_are_named_once_for_good_while_a_jit_value_is_rena
     # GIVEN native pcs 1 and 2 (symbols of libjvm.so), a gap of 40 frames and JIT address 10 renamed in epoch 2;
     # stack S = (10, gap, 2, 1) sampled in epochs 0-3, T = (11, 2, 1) in epoch 3 only
     symbols = ModuleSymbols({1: "start_thread", 2: "JavaThread::run"}, {})
-    folder = StackFolder(symbols, FakeKernel(), depth=8, java_process=True, walker=True)  # type: ignore[arg-type]
+    folder = walker_folder(symbols, 8)
     old, new = {10: "old.A::m", 11: "c.C::n"}, {10: "new.B::m", 11: "c.C::n"}
     store = StackStore(interval_ns=10)
     s, t = raw(10, GAP_TAG | 40, 2, 1), raw(11, 2, 1)
@@ -399,7 +391,7 @@ def test_gap_and_native_values_are_named_once_for_good_while_a_jit_value_is_rena
     # and the native pcs were looked up once in all (epoch 0), the JIT ones once per epoch they occur in
     # (10 in epochs 0-3, 11 in epoch 3); the gap is no lookup
     assert symbols.lookups == 2 + 4 + 1
-    assert folder.counts["truncated"] == 4
+    assert folder.health.counts["truncated"] == 4
 
 
 def test_tabulating_gives_the_table_that_naming_every_epoch_afresh_gives() -> None:

@@ -16,16 +16,13 @@ import pytest
 import profiler.engines.events as events_module
 import profiler.engines.flinkmetrics as flinkmetrics
 from profiler.capture.format import ProcessInfo
-from profiler.engines.events import (
-    SOURCE_MANUAL,
-    SOURCE_NONE,
+from profiler.engines.discovery import discover_spark, engine_of
+from profiler.engines.events import SOURCE_MANUAL, SOURCE_NONE, EventCounter
+from profiler.engines.rest import EndpointError, http_json, speaks_http
+from profiler.engines.sparkbatches import (
     BatchKey,
     BatchRows,
-    EndpointError,
-    EventCounter,
     SparkDriver,
-    discover_spark,
-    engine_of,
     execution_input_rows,
     executions_to_read,
     parse_batch_description,
@@ -33,9 +30,7 @@ from profiler.engines.events import (
     parse_metric_number,
     parse_spark_time,
     rows_in_window,
-    speaks_http,
 )
-from profiler.engines.rest import http_json
 from tests.fixtures.flink_rest import BASE as FLINK_BASE
 from tests.fixtures.flink_rest import SOURCE_OPERATOR, FakeJobManager
 

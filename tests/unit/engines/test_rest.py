@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from profiler.engines import events, rest
+from profiler.engines import rest, sparkbatches
 from profiler.engines.rest import EndpointError, http_json, speaks_http
 
 Serve = Callable[[socket.socket], None]
@@ -107,7 +107,7 @@ def test_a_body_over_the_cap_is_never_parsed(endpoint: Callable[[Serve], int], m
 
 def test_json_nested_deeper_than_the_parser_goes_is_not_json(endpoint: Callable[[Serve], int]) -> None:
     port = endpoint(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n", b"[" * 200_000))
-    with pytest.raises(events.EndpointError, match="not JSON"):
+    with pytest.raises(rest.EndpointError, match="not JSON"):
         http_json(f"http://127.0.0.1:{port}/api/v1/applications")
 
 
@@ -142,7 +142,7 @@ def test_a_spark_poll_stops_at_its_budget() -> None:
         time.sleep(0.1)
         return {"nodes": []}
 
-    driver = events.SparkDriver("http://127.0.0.1:1", "app", fetch, window_start=0.0, max_attempts=0)
+    driver = sparkbatches.SparkDriver("http://127.0.0.1:1", "app", fetch, window_start=0.0, max_attempts=0)
     # WHEN it is polled with a budget of 0.5 s THEN it stops after about five reads, with a note
     began = time.monotonic()
     driver.poll(budget=0.5)

@@ -138,7 +138,8 @@ def test_the_coordinators_parsers_take_the_declared_defaults() -> None:
 
 def literal_defaults(source: str) -> list[tuple[int, str]]:
     """Where ``source`` writes a run option's declared default again as a literal: argparse's default=
-    for its flag, a parameter, field or keyword of its name, or ``.get("name", default)``. Only numbers:
+    for its flag, a parameter, field or keyword of its name, or ``.get("name", default)``; and a constructor
+    parameter of its name with another number (a component contradicting the declaration). Only numbers:
     None, False or () start every switch and list, and a choice word such as "auto" is a component's
     own "decide for yourself"."""
     flags = {how.flag: name for name, how in RUN_OPTIONS.items()}
@@ -152,6 +153,10 @@ def literal_defaults(source: str) -> list[tuple[int, str]]:
         if name not in telling or not isinstance(node, ast.Constant) or isinstance(node.value, bool):
             return False
         return bool(node.value == telling[name])
+
+    def other(name: str | None, node: ast.AST | None) -> bool:
+        number = isinstance(node, ast.Constant) and isinstance(node.value, int | float)
+        return name in telling and number and not isinstance(node.value, bool) and not same(name, node)  # type: ignore[union-attr]
 
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -172,6 +177,12 @@ def literal_defaults(source: str) -> list[tuple[int, str]]:
             pairs = list(zip(positional[len(positional) - len(node.args.defaults) :], node.args.defaults))
             pairs += [(a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None]
             found += [(node.lineno, f"{a.arg}=... in {node.name}()") for a, d in pairs if same(a.arg, d)]
+            # a component's constructor that gives the option another literal default contradicts the declaration
+            found += [
+                (node.lineno, f"{a.arg}={d.value!r} in {node.name}(), declared {telling[a.arg]!r}")  # type: ignore[attr-defined]
+                for a, d in pairs
+                if node.name == "__init__" and other(a.arg, d)
+            ]
     return found
 
 
@@ -184,8 +195,9 @@ def test_the_scan_finds_a_second_default() -> None:
         "header.get('perf_map_refresh', 60.0)\n"
         "parser.add_argument('--perf-map-refresh', type=float, default=60.0)\n"
         "parser.add_argument('--frequency', default=99)\n"
+        "class Sampler:\n    def __init__(self, stack_storage_size: int = 16384) -> None: ...\n"
     )
-    assert len(literal_defaults(source)) == 6
+    assert len(literal_defaults(source)) == 7
     assert literal_defaults("g(perf_map_refresh=0.0)\nparser.add_argument('--cluster', default=None)\n") == []
 
 

@@ -144,6 +144,7 @@ class BlockedCfi:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.loaded: list[int] = []
+        self.warnings: list[str] = []
 
     def load_pid(self, pid: int) -> bool:
         self.release.wait(30)
@@ -158,20 +159,20 @@ def test_the_sampler_samples_a_target_before_its_preparation_is_done() -> None:
     # GIVEN a started walker sampler (its BPF object faked) whose unwind tables take long to build
     sampler = StackSampler(thread_names=False)
     bpf, cfi = FakeBPF(), BlockedCfi()
-    sampler._bpf, sampler._cfi, sampler._attached = bpf, cfi, True  # type: ignore[assignment]
-    sampler._preparation.start()
+    sampler._bpf, sampler._attached, sampler.walker.cfi = bpf, True, cfi  # type: ignore[assignment]
+    sampler.walker.preparation.start()
     pid = os.getpid()
     try:
         # WHEN the target is added
         sampler.add_pid(pid)
         # THEN it is in the BPF program's targets at once (sampled), its preparation still running ...
-        assert pid in bpf.maps[b"targets"].items and sampler._preparation.outcomes[pid] in ("queued", "running")
+        assert pid in bpf.maps[b"targets"].items and sampler.walker.preparation.outcomes[pid] in ("queued", "running")
         assert not sampler.prepare_unwinding([pid], wait=0.2)
         # ... and done once its tables are: not a JVM, so nothing published for the walker, no warning
         cfi.release.set()
         assert sampler.prepare_unwinding([pid], wait=10)
-        assert cfi.loaded == [pid] and sampler._preparation.outcomes[pid] == "ready"
-        assert bpf.maps[b"jvms"].items == {} and pid in sampler._jvms.errors and sampler.warnings == []
+        assert cfi.loaded == [pid] and sampler.walker.preparation.outcomes[pid] == "ready"
+        assert bpf.maps[b"jvms"].items == {} and pid in sampler.walker.jvms.errors and sampler.warnings == []
     finally:
         cfi.release.set()
         sampler.close()
