@@ -22,7 +22,7 @@ from typing import Any
 
 from ..capture.stackstore import PYTHON_MASK, PYTHON_TAG, TAG_MASK
 from ..files import procread, safeio
-from .keylocks import KeyLocks
+from .keylocks import AttachedProcesses
 from .vmstructs import ProcessMemory, elf_symbols
 
 PYTHON_MAX_BYTES = 1 << 30  # a libpython or python executable (with debug info: ~30 MB)
@@ -386,31 +386,19 @@ def open_namer(pid: int) -> PyNamer:
         raise
 
 
-class PythonTargets:
+class PythonTargets(AttachedProcesses["PyNamer"]):
     """The namers of the sampled CPython processes, opened by the preparation workers; ``publish(pid, target)``
     puts a process's layout into the walker's ``pythons`` map."""
 
     def __init__(self, publish: Callable[[int, PyTarget], None]) -> None:
+        super().__init__()
         self._publish = publish
-        self.namers: dict[int, PyNamer] = {}
-        self.errors: dict[int, str] = {}  # pid -> why its Python frames are not named
-        self._lock = threading.Lock()
-        self._attach_locks = KeyLocks()  # per process, as JvmNames.attach: a namer opened once, never leaked
-
-    def attach(self, pid: int) -> bool:
-        """Open ``pid``'s namer and publish its layout; False (reason in errors) for a process that is no
-        CPython we can read."""
-        with self._attach_locks.hold(pid):
-            return self._attach(pid)
 
     def _attach(self, pid: int) -> bool:
-        with self._lock:
-            if pid in self.namers:
-                return True
-        try:
-            namer = open_namer(pid)
-        except (PythonLayoutError, OSError) as exc:
-            self.errors[pid] = str(exc)
+        """Open ``pid``'s namer and publish its layout; False (reason in errors) for a process that is no
+        CPython we can read."""
+        namer = self._open(pid, open_namer, PythonLayoutError)
+        if namer is None:
             return False
         try:
             self._publish(pid, namer.target)

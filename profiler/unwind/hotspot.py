@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from ..capture.stackstore import JavaNamesDelta
 from ..errors import VMStructsError
 from .codecache import FREED, CompiledNamer, compiled_pc
 from .hsperf import UNLOADED_CLASSES, HsPerfCounter
-from .keylocks import KeyLocks
+from .keylocks import AttachedProcesses
 from .vmstructs import ProcessMemory, VMLayout, read_layout
 
 INTERPRETED_MARK = " [i]"  # appended to interpreted frames: compiled and interpreted time stay apart
@@ -261,7 +260,7 @@ def open_namer(pid: int) -> MethodNamer:
     return namer
 
 
-class JvmNames:
+class JvmNames(AttachedProcesses["MethodNamer"]):
     """The namers of the sampled JVMs, opened by the symbol worker while the window runs.
 
     ``publish(pid, layout, unloads_address)`` tells the BPF walker where the JVM's interpreter (and its
@@ -272,9 +271,8 @@ class JvmNames:
     """
 
     def __init__(self, publish: Callable[[int, VMLayout, int], None]) -> None:
+        super().__init__()
         self._publish = publish
-        self.namers: dict[int, MethodNamer] = {}
-        self.errors: dict[int, str] = {}  # pid -> why it has no namer
         self._starts: dict[int, list[int]] = {}  # polled: monotonic ns each generation after the first began
         self._by_count: dict[int, dict[int, int]] = {}  # exact: unloaded-class count -> generation
         self._count: dict[int, int] = {}  # exact: the count of the current generation
@@ -282,23 +280,12 @@ class JvmNames:
         # every sample can be a new stack, and naming one again only re-reads what is not named yet)
         self._seen: dict[int, set[int]] = {}
         self.keep_log = False  # log what is named, for the checkpoint journal (take_names)
-        self._lock = threading.Lock()
-        # one attach per JVM at a time (the symbol worker and the preparations), never one for all: a JVM whose
-        # libjvm.so or memory is slow or crafted holds up only itself
-        self._attach_locks = KeyLocks()
-
-    def attach(self, pid: int) -> bool:
-        """Read ``pid``'s vmStructs and publish its interpreter; False (reason in errors) when it cannot."""
-        with self._attach_locks.hold(pid):
-            return self._attach(pid)
 
     def _attach(self, pid: int) -> bool:
-        if pid in self.namers:
-            return True
-        try:
-            namer = open_namer(pid)
-        except (VMStructsError, OSError) as exc:
-            self.errors[pid] = str(exc)
+        """Read ``pid``'s vmStructs and publish its interpreter (one attach per JVM at a time: the symbol
+        worker and the preparations)."""
+        namer = self._open(pid, open_namer, VMStructsError)
+        if namer is None:
             return False
         self.add(pid, namer)  # before the walker reads its counter: every count it sends has a generation
         try:

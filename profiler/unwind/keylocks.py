@@ -5,8 +5,11 @@ them: memory follows the callers at once, not the keys ever seen."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+N = TypeVar("N")
 
 
 class KeyLocks:
@@ -51,3 +54,34 @@ class KeyLocks:
         """Keys held or waited for now."""
         with self._guard:
             return len(self._entries)
+
+
+class AttachedProcesses(Generic[N]):
+    """Per-process namers (a JVM's, a CPython's), each opened at most once: ``attach`` holds that process's lock,
+    never one for all, so a process whose memory or files are slow or crafted holds up only itself; a process
+    that cannot be opened has its reason in ``errors``. Subclasses write ``_attach`` (open, publish, keep)."""
+
+    def __init__(self) -> None:
+        self.namers: dict[int, N] = {}
+        self.errors: dict[int, str] = {}  # pid -> why it has no namer
+        self._lock = threading.Lock()  # the tables only, never across an open
+        self._attach_locks = KeyLocks()
+
+    def attach(self, pid: int) -> bool:
+        """Open ``pid``'s namer and publish what the walker needs; False (reason in errors) when it cannot."""
+        with self._attach_locks.hold(pid):
+            with self._lock:
+                if pid in self.namers:
+                    return True
+            return self._attach(pid)
+
+    def _attach(self, pid: int) -> bool:
+        raise NotImplementedError
+
+    def _open(self, pid: int, opener: Callable[[int], N], refused: type[Exception]) -> N | None:
+        """``opener(pid)``, or None with the reason in ``errors`` when the process is not one we can read."""
+        try:
+            return opener(pid)
+        except (refused, OSError) as exc:
+            self.errors[pid] = str(exc)
+            return None
