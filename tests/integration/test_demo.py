@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.fixtures.demo import CAMPAIGN_RATE, SHARED_DURATION_S, SHARED_RATE, DemoRun, run_demo
+from tests.fixtures.demo import CAMPAIGN_RATE, SHARED_RATE, SHARED_WINDOW, DemoRun, run_demo
 from tests.fixtures.exports import assert_exports_agree_with_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -217,9 +217,9 @@ def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_th
 ) -> None:
     # GIVEN the YSB Structured Streaming query on a standalone cluster, run twice: its JVMs started as
     # production clusters run (no -XX:+PreserveFramePointer), then with the flag (the demo's default: the
-    # session's run); both windows SHARED_DURATION_S long: the comparison's n is the smaller run's, so a
-    # longer window without the flag bought nothing, and samples > 500 needs 17 a second (two busy 1-core
-    # executors give up to 198)
+    # session's run); both SHARED_WINDOW (the same warm-up and window): the comparison's n is the smaller
+    # run's, so a longer window without the flag bought nothing, and samples > 500 needs 17 a second (two
+    # busy 1-core executors give up to 198)
     shares, counted = {}, {}
     for flag in ("--no-frame-pointers", "--frame-pointers"):
         if flag == "--frame-pointers":
@@ -227,7 +227,7 @@ def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_th
             out = spark_str_demo.out
         else:
             out = tmp_path / flag.strip("-")
-            result = run_demo(out, "--duration", str(SHARED_DURATION_S), "--rate", str(SHARED_RATE), flag)
+            result = run_demo(out, *SHARED_WINDOW, "--rate", str(SHARED_RATE), flag)
             assert result.returncode == 0, f"demo {flag} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         shares[flag] = _whole_run_shares(out / "summary.csv")
         samples, unwalkable, java_frames, unnamed = _executor_stats(out)

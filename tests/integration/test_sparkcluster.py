@@ -71,8 +71,8 @@ import json, sys, time
 sys.path.insert(0, {repo!r})
 from coordinator.workloads.sparkcluster import LocalSparkCluster
 with LocalSparkCluster() as cluster:
-    app = cluster.submit({job!r}, ["--seconds", "120"])
-    app.wait_for_output("^READY", timeout=180)
+    cluster.submit({job!r}, ["--seconds", "120"])
+    cluster.wait_for_executors(1, timeout=180)  # the app's whole tree is up; its first job adds no process
     print(json.dumps({{"pids": cluster.all_pids(), "executors": cluster.executor_pids(),
                       "tmp": str(cluster.tmp_dir)}}), flush=True)
     time.sleep(600)
@@ -80,7 +80,8 @@ with LocalSparkCluster() as cluster:
 
 
 def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
-    # GIVEN a script holding a cluster with a running app (master, worker, driver, executor)
+    # GIVEN a script holding a cluster with a running app (master, worker, driver, executor), from the
+    # moment its executor JVM is there
     script = tmp_path / "hold_cluster.py"
     script.write_text(_CTRL_C_SCRIPT.format(repo=str(REPO), job=str(BUSY_JOB)))
     holder = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
