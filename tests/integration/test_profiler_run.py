@@ -133,7 +133,7 @@ def _same_summary_as_folded(out: Path, tmp_path: Path) -> None:
 def test_signal_mid_run_writes_partial_results_and_detaches(tmp_path: Path, cpu_split_jvm) -> None:
     process, out, status = start_profiler(tmp_path, 300)
     wait_for_state(status, "sampling", process)
-    _wait_for_samples(status, process)  # the signal comes mid-window, after samples (it was a fixed 3 s)
+    time.sleep(3)
     held = bpf_prog_ids_held_by({process.pid})
     assert held, "the sampler's BPF program should be loaded while sampling"
     process.send_signal(signal.SIGINT)
@@ -146,14 +146,6 @@ def test_signal_mid_run_writes_partial_results_and_detaches(tmp_path: Path, cpu_
     assert json.loads(status.read_text())["state"] == "done"
     left = held & loaded_bpf_prog_ids()
     assert not left, f"BPF programs still loaded after exit: {left}"
-
-
-def _wait_for_samples(status: Path, process: subprocess.Popen[str], timeout: float = 60) -> None:
-    """Until the status file counts samples of the window (it is rewritten about once a second)."""
-    deadline = time.monotonic() + timeout
-    while not (wait_for_state(status, "sampling", process).get("samples") or 0):
-        assert time.monotonic() < deadline, "no sample counted within 60 s of sampling"
-        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("counters_source", ["auto", "perf"])
