@@ -89,7 +89,8 @@ class ProfileCommand:
             "--start-delay",
             type=bounded(float, 0.0, MAX_START_DELAY, "seconds"),
             default=None,
-            help="seconds between 'all hosts deployed' and the common start, for BPF compilation (10)",
+            help="seconds between 'all hosts deployed' and the common start at the latest, for BPF compilation; "
+            "the hosts start together earlier once every profiler is attached (10)",
         )
         add_run_arguments(parser, ["pids"], WORDING)
         parser.add_argument("--no-analyze", action="store_true", help="only capture; run `coordinator analyze` later")

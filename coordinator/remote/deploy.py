@@ -6,6 +6,7 @@ The remote work directory is private (``mktemp -d``, mode 0700) and holds::
     application_profile.txt known_spes.txt
     out/                    the capture (``profiler run --out``)
     status.json profiler.pid profiler.log
+    start.txt               the common start, written once every host is ready (profiler/run/start.py)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BUNDLE_NAME = "bundle.tar.gz"
 PKG_DIR = "pkg"
 OUT_DIR = "out"
 STATUS_FILE = "status.json"
+START_FILE = "start.txt"
 PID_FILE = "profiler.pid"
 LOG_FILE = "profiler.log"
 PROFILE_FILE = "application_profile.txt"
@@ -64,6 +66,10 @@ class RemoteLayout:
     @property
     def status(self) -> str:
         return self.path(STATUS_FILE)
+
+    @property
+    def start(self) -> str:
+        return self.path(START_FILE)
 
     @property
     def pid_file(self) -> str:
@@ -178,7 +184,8 @@ def unpack_command(layout: RemoteLayout) -> str:
 
 def profiler_run_args(layout: RemoteLayout, host_label: str, options: RunOptions, start_at: float | None) -> list[str]:
     """Arguments of ``profiler run`` for one host: ``options`` with the paths inside its work directory,
-    its label and its clock's start (profiler/run/options.py makes the words)."""
+    its label and its clock's latest start, and the start file that may bring it forward (profiler/run/options.py
+    makes the words)."""
     on_host = replace(
         options,
         out=Path(layout.out),
@@ -187,9 +194,16 @@ def profiler_run_args(layout: RemoteLayout, host_label: str, options: RunOptions
         host=host_label,
         status_file=Path(layout.status),
         start_at=None if start_at is None else round(start_at, 3),
+        start_file=None if start_at is None else Path(layout.start),
         force=True,
     )
     return ["run", *run_argv(on_host)]
+
+
+def start_file_text(start_at: float) -> str:
+    """The start file's content for a start at ``start_at`` (the host's clock): profiler/run/start.py reads
+    it only once whole, the newline last."""
+    return f"{start_at:.3f}\n"
 
 
 def start_command(layout: RemoteLayout, python: str, run_args: Sequence[str], needs_sudo: bool) -> str:

@@ -26,6 +26,7 @@ from coordinator.remote.deploy import RemoteLayout
 from profiler.capture.checkpoint import CHECKPOINT_DIR
 from profiler.errors import ProfilerError
 from profiler.files import procstat
+from profiler.files.atomic import atomic_write_text
 from profiler.run.options import RunOptions
 
 
@@ -159,6 +160,7 @@ class HostTransport(ABC):
     def __init__(self, spec: HostSpec) -> None:
         self.spec = spec
         self.clock_offset = 0.0  # host clock minus coordinator clock
+        self.round_trip = 0.0  # seconds of the quickest command round trip (measure_clock_offset)
 
     @property
     def address(self) -> str:
@@ -195,6 +197,16 @@ class HostTransport(ABC):
         """``profiler run`` arguments for this host, the common start converted to the host's clock."""
         start_at = None if request.start_at is None else request.start_at + self.clock_offset
         return deploy.profiler_run_args(layout, self.spec.label, request.options, start_at)
+
+    def confirm_start(self, start_at: float) -> None:
+        """Bring the common start forward to ``start_at`` (coordinator clock) for a profiler that waits with
+        its programs attached: its start file, in the host's clock. TransportLost when it could not be
+        written; the profiler then starts at its --start-at, as without a start file."""
+        self.write_start_file(deploy.start_file_text(start_at + self.clock_offset))
+
+    @abstractmethod
+    def write_start_file(self, text: str) -> None:
+        """The start file (deploy.RemoteLayout.start), whole or not at all."""
 
     @abstractmethod
     def read_status(self) -> ProfilerStatus | None: ...
@@ -290,6 +302,9 @@ class LocalHost(HostTransport):
             env=self._env(),
             start_new_session=True,  # a terminal's Ctrl-C reaches the coordinator only; it forwards SIGINT
         )
+
+    def write_start_file(self, text: str) -> None:
+        atomic_write_text(Path(self.layout.start), text)  # the profiler runs as root (sudo): 0600 is enough
 
     def read_status(self) -> ProfilerStatus | None:
         if self.workdir is None:  # not deployed, or cleaned up

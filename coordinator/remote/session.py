@@ -38,7 +38,13 @@ from profiler.scope.spes import load_known_spes
 
 __all__ = ["ProfileOutcome", "profile_cluster", "load_cluster", "make_transport", "prepare_run_dir"]
 
-DEFAULT_START_DELAY = 10.0  # seconds after every host is deployed: covers BPF compilation on the hosts
+# Seconds after every host is deployed: the latest common start, which covers BPF compilation on the hosts.
+# The start comes earlier once every profiler waits with its programs attached (_start_when_attached).
+DEFAULT_START_DELAY = 10.0
+# Seconds between "every profiler attached" and the common start it brings forward: each worker writes its
+# host's start file in that time (a few SFTP round trips, START_ROUND_TRIPS of the slowest host's).
+START_CONFIRM_LEAD = 0.4
+START_ROUND_TRIPS = 4
 # Seconds before RunOptions.not_before at most that the hosts are released: their profilers compile and
 # attach (up to ~25 s on a loaded 2-core host without the compile cache), then wait with their perf events
 # attached, which a long warm-up (--warmup 900) need not carry all along.
@@ -226,6 +232,10 @@ def profile_cluster(
             start = (delay, options.not_before)
             start_at = _start_together(workers, control, board, renderer, log, start, progress, watch)
             if start_at is not None:
+                start_at = _start_when_attached(
+                    workers, control, board, renderer, log, options.not_before, progress, watch
+                )
+            if start_at is not None:
                 info = replace(info, start_time=start_at)
                 progress.info = replace(progress.info, start_time=start_at)
             warmup = _wait_collected(
@@ -337,7 +347,11 @@ def _start_together(
         hosts_in = all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline
         if hosts_in and time.time() >= (not_before or 0.0) - START_LEAD:
             start_at = max(time.time() + delay, not_before or 0.0)
-            log.write("*", f"all hosts ready; sampling starts at {start_at:.3f} (coordinator clock)")
+            log.write(
+                "*",
+                f"all hosts ready; sampling starts at {start_at:.3f} at the latest, earlier once every profiler "
+                "is attached (coordinator clock)",
+            )
             progress.info = replace(progress.info, start_time=start_at)
             progress.refresh(workers)
             control.release(start_at)
@@ -345,6 +359,43 @@ def _start_together(
         renderer.refresh(board)
         time.sleep(0.1)
     return None
+
+
+def _start_when_attached(
+    workers: Sequence[HostWorker],
+    control: RunControl,
+    board: ProgressBoard,
+    renderer: Renderer,
+    log: RunLog,
+    not_before: float | None,
+    progress: RunJsonWriter,
+    watch: _Watch,
+) -> float:
+    """Once every released host's profiler waits with its programs attached (or failed), bring the common
+    start forward to just ahead of now (never before ``not_before``); the start, the released latest one
+    when a host is not ready in time. A host that never gets ready keeps the others only until then."""
+    latest = control.start_at
+    assert latest is not None
+    lead = START_CONFIRM_LEAD + START_ROUND_TRIPS * max((w.transport.round_trip for w in workers), default=0.0)
+    while not control.stop.is_set():
+        now = time.time()
+        start_at = max(now + lead, not_before or 0.0)
+        if start_at >= latest:
+            return latest
+        if all(w.armed.is_set() for w in workers):
+            if not any(w.ready.is_set() and not w.collected.is_set() for w in workers):
+                return latest  # no host left to start
+            early = latest - start_at
+            log.write("*", f"every profiler attached; sampling starts at {start_at:.3f}, {early:.1f} s early")
+            control.confirm(start_at)
+            progress.info = replace(progress.info, start_time=start_at)
+            progress.refresh(workers)
+            return start_at
+        progress.refresh(workers)
+        watch.poll()
+        renderer.refresh(board)
+        time.sleep(0.05)
+    return latest
 
 
 def _wait_collected(

@@ -245,6 +245,7 @@ class SshHost(HostTransport):
                 round_trip = after - before
                 if best is None or round_trip < best[0]:
                     best = (round_trip, remote - (before + after) / 2)
+                    self.round_trip = round_trip
             channel.shutdown_write()
             channel.close()
         except socket.timeout:
@@ -318,6 +319,20 @@ class SshHost(HostTransport):
         started = self.exec(deploy.start_command(layout, self.python, args, self.needs_sudo), timeout=30)
         if started.returncode != 0:
             raise HostUnreachable(f"{self.spec.source}: could not start the profiler: {started.stderr.strip()}")
+
+    def write_start_file(self, text: str) -> None:
+        """Over SFTP under a second name, then renamed: the profiler never sees a part of it."""
+        sftp = self._sftp_client()
+        layout = self.layout
+        partial = layout.start + ".part"
+        try:
+            with sftp.open(partial, "w") as handle:
+                handle.write(text.encode("ascii"))
+            sftp.rename(partial, layout.start)
+        except (OSError, EOFError, paramiko.SSHException, socket.timeout) as exc:
+            with self._lock:
+                self._sftp = None
+            raise TransportLost(f"{self.spec.label}: writing the start file on {self.address} failed ({exc})") from None
 
     def read_status(self) -> ProfilerStatus | None:
         sftp = self._sftp_client()

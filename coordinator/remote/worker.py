@@ -25,6 +25,7 @@ from profiler.capture.read import is_capture_dir, read_events, read_meta, read_s
 from profiler.errors import CapabilityError, ProfilerError
 
 POLL_INTERVAL = 0.5
+READY_POLL_INTERVAL = 0.2  # before the window: how soon a host's "waiting" (every program attached) is seen
 READY_TIMEOUT = 120.0  # connect + deploy budget per host before the others start without it
 LATE_START_TOLERANCE = 0.5  # seconds after the common start a host may begin without a warning
 NOT_COLLECTED = "not collected"  # a host's reason in run.json until its outcome is known
@@ -51,17 +52,26 @@ class RunLog:
 
 
 class RunControl:
-    """What the main thread tells the workers: when to start sampling, and when to stop early."""
+    """What the main thread tells the workers: when to start sampling, and when to stop early.
+
+    The hosts are released with the latest start (``release``: every host deployed, plus the start delay);
+    once every profiler waits with its programs attached, the main thread brings the start forward
+    (``confirm``) and each worker writes it to its host's start file (profiler/run/start.py)."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.go = threading.Event()
-        self.start_at: float | None = None
+        self.confirmed = threading.Event()
+        self.start_at: float | None = None  # the common start: the latest until confirmed earlier
         self.analysing = False  # every capture is home and run.json written
 
     def release(self, start_at: float) -> None:
         self.start_at = start_at
         self.go.set()
+
+    def confirm(self, start_at: float) -> None:
+        self.start_at = start_at
+        self.confirmed.set()
 
 
 class HostWorker(threading.Thread):
@@ -89,6 +99,11 @@ class HostWorker(threading.Thread):
         self.finish_grace = finish_grace
         self.reconnect_window = reconnect_window  # seconds a lost host is retried beyond the profiler's end
         self.ready = threading.Event()
+        # its profiler waits with every program attached, or is past that (sampling, finished, failed): the
+        # common start need not wait for it any longer
+        self.armed = threading.Event()
+        self.start_sent = False
+        self.start_missed = ""  # why the confirmed start did not reach the host
         self.collected = threading.Event()  # the outcome is known; only the clean-up may still run
         self.outcome = HostOutcome(
             host=self.spec.label,
@@ -151,6 +166,7 @@ class HostWorker(threading.Thread):
             self._fail(f"internal error: {exc.__class__.__name__}: {exc}")
         finally:
             self.ready.set()
+            self.armed.set()
             self.collected.set()
             self._cleanup()
 
@@ -251,6 +267,8 @@ class HostWorker(threading.Thread):
                 self._phase("stopping", f"not finished {self.finish_grace:.0f} s after the window; sent SIGINT")
                 self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
                 kill_at = time.time() + 30
+            if self.control.confirmed.is_set() and not self.start_sent:
+                self._send_start()
             if kill_at is not None and time.time() > kill_at:
                 self._with_reconnect(lambda: transport.signal_profiler("KILL"), reconnect_until)
                 self.outcome = replace(self.outcome, reason="profiler did not stop; killed")
@@ -258,6 +276,8 @@ class HostWorker(threading.Thread):
             status = self._with_reconnect(transport.read_status, reconnect_until)
             if status is not None:
                 last = status
+                if status.state != "starting":
+                    self.armed.set()
                 # A host that starts late (BPF compilation slower than the start delay) gets its whole
                 # window before the grace; one stuck compiling is waited for READY_TIMEOUT at most.
                 if status.state == "sampling":
@@ -298,8 +318,23 @@ class HostWorker(threading.Thread):
             )
             if self.stop_sent:
                 time.sleep(interval)
+            elif not self.control.confirmed.is_set() and (last is None or last.state in ("starting", "waiting")):
+                # before the window: wake as soon as the common start is confirmed (a stop waits this long)
+                self.control.confirmed.wait(READY_POLL_INTERVAL)
             else:
                 self.control.stop.wait(interval)
+
+    def _send_start(self) -> None:
+        """The confirmed common start to the host's start file; one try: without it the host starts at the
+        latest start it was given, and _check_start says why it was late."""
+        self.start_sent = True
+        start_at = self.control.start_at
+        assert start_at is not None
+        try:
+            self.transport.confirm_start(start_at)
+        except (TransportLost, OSError) as exc:
+            self.start_missed = one_line(str(exc))
+            self.log.write(self.spec.label, f"start not sent ({self.start_missed}); it starts at the latest start")
 
     def _collect(self, status: ProfilerStatus | None) -> None:
         self._phase("fetching")
@@ -401,10 +436,12 @@ class HostWorker(threading.Thread):
             return
         late = host_start - (self.outcome.clock_offset or 0.0) - planned
         if late > LATE_START_TOLERANCE:
-            self.warnings.append(
-                f"{self.spec.label}: started sampling {late:.1f} s after the common start (BPF compilation "
-                "took longer than the start delay); raise --start-delay"
+            why = (
+                f"(the start did not reach it: {self.start_missed})"
+                if self.start_missed
+                else "(BPF compilation took longer than the start delay); raise --start-delay"
             )
+            self.warnings.append(f"{self.spec.label}: started sampling {late:.1f} s after the common start {why}")
             self.log.write(self.spec.label, self.warnings[-1])
 
 

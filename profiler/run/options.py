@@ -306,6 +306,8 @@ class RunOptions:
     # for the coordinator
     start_at: float | None = field(default=None, metadata=option("--start-at", "", parse=float, hidden=True))
     status_file: Path | None = field(default=None, metadata=option("--status-file", "", parse=Path, hidden=True))
+    # written by the coordinator once every host is ready; it brings --start-at forward (run/start.py)
+    start_file: Path | None = field(default=None, metadata=option("--start-file", "", parse=Path, hidden=True))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunOptions:

@@ -27,6 +27,7 @@ from ..capture.timeline import CounterReading, rss_bytes
 from ..files.textinput import TEXT_ENCODING
 from .components import Components, OffCpuLike
 from .options import RunOptions
+from .start import wait_for_start
 from .status import StatusWriter
 from .threadcpu import ThreadCpu
 from .write import last_interval_of
@@ -115,14 +116,16 @@ class Window:
         return self.stop_event.is_set()
 
     def run(self) -> None:
-        """Start the components, wait for --start-at, then the window: processes entered and left, intervals
-        ticked, checkpoints appended, until the duration or a stop request; then the sampling stops."""
+        """Start the components, wait for the common start (run/start.py), then the window: processes entered
+        and left, intervals ticked, checkpoints appended, until the duration or a stop request; then the sampling
+        stops."""
         components = self.components
         options, state = self.options, self.state
         self._start_components()
         if options.start_at is not None:
             self.status.update("waiting", force=True)
-            if self._wait(options.start_at - self.clock()):
+            stopped, _given = wait_for_start(options.start_at, options.start_file, self.clock, self._wait)
+            if stopped:
                 state.stopped_by = "signal"
                 state.start_time = state.end_time = self.clock()
                 return

@@ -68,9 +68,9 @@ def test_two_hosts_profiled_end_to_end(
     hosts, cluster, known_hosts = two.hosts, two.cluster_file, two.known_hosts
     out = tmp_path / "runs" / "two"
     # WHEN profiled for 3 s by the CLI (a child process: the analysis's Spark JVM ends with it), with
-    # a start delay that covers two BPF compilations on this shared 2-core machine
+    # a latest start far enough to cover two BPF compilations on this shared 2-core machine
     args = _profile_args(cluster, known_hosts, out, inputs, busy_process.pid)
-    child = CoordinatorChild([*args, "--duration", "3", "--label", "load=low", "--start-delay", "25"])
+    child = CoordinatorChild([*args, "--duration", "3", "--label", "load=low", "--start-delay", "60"])
     coordinators.append(child)
     code = child.finish(timeout=400)
     # THEN both hosts are ok, in sync, with their captures, and the summary holds both
@@ -86,6 +86,9 @@ def test_two_hosts_profiled_end_to_end(
         assert host.end_time - host.start_time == pytest.approx(3.0, abs=1.0)
     starts = [h.start_time - h.clock_offset for h in info.hosts]
     assert max(starts) - min(starts) < 1.0, "hosts must start sampling within one second of each other"
+    # as soon as both profilers were attached (the start file), not at the latest start
+    log = (out / "coordinator.log").read_text()
+    assert "every profiler attached; sampling starts at" in log, log
     assert (out / "application_profile.txt").read_text() == inputs[0].read_text()
     assert (out / "cluster.txt").read_text() == cluster.read_text()
     with open(out / "summary.csv", newline="") as handle:

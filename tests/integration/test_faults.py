@@ -396,7 +396,9 @@ def test_host_clock_30_s_ahead(
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start(env=clock_ahead_env(30))])
     out = tmp_path / "skewed"
     args = cli_args(cluster, out, inputs, busy_process.pid, 6)
-    args[args.index("--start-delay") + 1] = "15"  # both BPF compilations done (slow under load): a fair start
+    # the latest start beyond both BPF compilations (slow under load): they start together once both are
+    # attached, through the start file in each host's own clock
+    args[args.index("--start-delay") + 1] = "60"
     child = CoordinatorChild(args)
     coordinators.append(child)
     code = child.finish(timeout=180)
@@ -407,6 +409,7 @@ def test_host_clock_30_s_ahead(
     assert abs(node2.clock_offset - 30) < 0.5 and abs(node1.clock_offset) < 0.5
     starts = [h.start_time - h.clock_offset for h in info.hosts]
     assert max(starts) - min(starts) < 1.0
+    assert "every profiler attached; sampling starts at" in (out / "coordinator.log").read_text()
     assert all(sum(samples(out, h.host).values()) > 0 for h in info.hosts)
     cluster.assert_nothing_left()
     figure(

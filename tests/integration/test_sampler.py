@@ -40,22 +40,22 @@ def _sample_until(sampler: StackSampler, pid: int, samples: int, limit: float = 
         time.sleep(0.1)
 
 
-def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
+def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm_module):
     # GIVEN a JVM burning 50/30/20 in three named methods, sampled at the default 99 Hz for 15 s
     sampler = StackSampler()
     try:
         sampler.start()
-        sampler.add_pid(cpu_split_jvm.pid)
-        sampler.prepare_symbols(cpu_split_jvm.pid)
-        cpu_split_jvm.reset()
+        sampler.add_pid(cpu_split_jvm_module.pid)
+        sampler.prepare_symbols(cpu_split_jvm_module.pid)
+        cpu_split_jvm_module.reset()
         # 15 s at 99 Hz gives ~3000 samples on an idle 2-core machine (share error ~1 pp); on a
         # loaded one keep sampling (up to 45 s) until there are enough samples to judge +-3 pp.
         began = time.monotonic()
         time.sleep(15)
-        while sampler.sample_count(cpu_split_jvm.pid) < MIN_SAMPLES and time.monotonic() - began < 45:
+        while sampler.sample_count(cpu_split_jvm_module.pid) < MIN_SAMPLES and time.monotonic() - began < 45:
             time.sleep(1)
         sampler.stop()
-        truth = cpu_split_jvm.shares()
+        truth = cpu_split_jvm_module.shares()
         # WHEN the window is symbolized
         result = sampler.collect()
         ids = sampler.prog_ids
@@ -70,17 +70,17 @@ def test_shares_match_the_workloads_own_thread_cpu(cpu_split_jvm):
         time.sleep(0.2)
     assert not set(ids) & _loaded_prog_ids()
     assert sampler.prog_ids == []
-    folded, stats = folded_and_stats(result[cpu_split_jvm.pid])
+    folded, stats = folded_and_stats(result[cpu_split_jvm_module.pid])
     # THEN the methods resolve by name, under the thread names of the workload
     frames = {without_approximate(frame) for stack in folded for frame in stack.split(";")}  # leaf marks aside
-    for method in cpu_split_jvm.methods:
+    for method in cpu_split_jvm_module.methods:
         assert FRAME.format(method) in frames, sorted(frames)[:50]
     assert any(stack.startswith("burner-") for stack in folded)
-    counts = method_counts(folded, cpu_split_jvm.methods)
+    counts = method_counts(folded, cpu_split_jvm_module.methods)
     n = sum(counts.values())
     assert n >= 100, f"too few samples to judge accuracy: {counts}"
-    measured = method_shares(folded, cpu_split_jvm.methods)
-    for method in cpu_split_jvm.methods:
+    measured = method_shares(folded, cpu_split_jvm_module.methods)
+    for method in cpu_split_jvm_module.methods:
         # +-3 pp (the requirement; ~3.3 sigma at the ~3000 samples of an idle machine); when other load
         # starved the JVM of samples, the binomial 3.5-sigma bound, so chance alone does not fail the test.
         p = truth[method]
@@ -149,14 +149,14 @@ def test_jvm_without_preserve_frame_pointer_is_counted_unwalkable(cpu_split_jvm_
     assert any("PreserveFramePointer" in w and str(cpu_split_jvm_no_fp.pid) in w for w in sampler.warnings)
 
 
-def test_tiny_stack_map_counts_lost_stacks_and_names_the_option(cpu_split_jvm):
+def test_tiny_stack_map_counts_lost_stacks_and_names_the_option(cpu_split_jvm_module):
     sampler = StackSampler(stack_storage_size=2, collection="stackmap")
     try:
         sampler.start()
-        sampler.add_pid(cpu_split_jvm.pid)
-        _sample_until(sampler, cpu_split_jvm.pid, 300)  # two stack slots for the JVM's many stacks (was 4 s)
+        sampler.add_pid(cpu_split_jvm_module.pid)
+        _sample_until(sampler, cpu_split_jvm_module.pid, 300)  # two stack slots for the JVM's many stacks (was 4 s)
         sampler.stop()
-        folded, stats = folded_and_stats(sampler.collect()[cpu_split_jvm.pid])
+        folded, stats = folded_and_stats(sampler.collect()[cpu_split_jvm_module.pid])
     finally:
         sampler.close()
     assert stats.lost_user_stack > 0, stats
@@ -215,18 +215,18 @@ def test_failed_start_is_reported_and_close_unloads_everything():
     assert bpf_programs_held_by({os.getpid()}) == []
 
 
-def test_ring_buffer_keeps_every_sample_with_its_interval(cpu_split_jvm):
+def test_ring_buffer_keeps_every_sample_with_its_interval(cpu_split_jvm_module):
     # GIVEN the default collection (ring buffer) with 1 s intervals over a 5 s window
     sampler = StackSampler(interval=1.0)
     try:
         sampler.start()
         assert sampler.collection == "ringbuf"
         sampler.begin_window()
-        sampler.add_pid(cpu_split_jvm.pid)
-        sampler.prepare_symbols(cpu_split_jvm.pid)
+        sampler.add_pid(cpu_split_jvm_module.pid)
+        sampler.prepare_symbols(cpu_split_jvm_module.pid)
         time.sleep(5)
         sampler.stop()
-        collected = sampler.collect()[cpu_split_jvm.pid]
+        collected = sampler.collect()[cpu_split_jvm_module.pid]
     finally:
         sampler.close()
     stats = collected.stats
@@ -256,7 +256,7 @@ def test_native_frames_named_during_the_window_keep_their_names_after_the_jvm_ex
         sampler.begin_window()
         sampler.add_pid(jvm.pid)
         sampler.prepare_symbols(jvm.pid)
-        time.sleep(4)
+        _sample_until(sampler, jvm.pid, 200)  # stacks for the batch to name (it was a fixed 4 s)
         deadline = time.monotonic() + 120  # the symbol worker prepares its cache in the background (slow under load)
         while sampler._symbols.window_symbols(jvm.pid) is None and time.monotonic() < deadline:
             time.sleep(0.5)

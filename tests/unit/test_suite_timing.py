@@ -1,14 +1,16 @@
 """tests/fixtures/suite_timing.py on suites of their own: the slowest modules are listed with the sum of their
-tests' phases, a failing suite keeps pytest's exit status, and a run that collects nothing still fails (5)."""
+tests' phases, every module's seconds are written to the cache directory's JSON file, a failing suite keeps
+pytest's exit status, and a run that collects nothing still fails (5)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.fixtures.suite_timing import slowest_modules_lines
+from tests.fixtures.suite_timing import MODULE_SECONDS_FILE, module_seconds_payload, slowest_modules_lines
 
 SLOW = """
 import time
@@ -37,10 +39,12 @@ def test_fails():
 """
 
 
-def _pytest(tmp_path: Path, repo_root: Path, *paths: Path) -> subprocess.CompletedProcess[str]:
+def _pytest(
+    tmp_path: Path, repo_root: Path, *args: str | Path, cache: str = "no:cacheprovider"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.fixtures.suite_timing",
-         "-c", os.devnull, "--rootdir", str(tmp_path), *map(str, paths)],
+        [sys.executable, "-m", "pytest", "-q", "-p", cache, "-p", "tests.fixtures.suite_timing",
+         "-c", os.devnull, "--rootdir", str(tmp_path), *map(str, args)],
         cwd=repo_root, env={**os.environ, "PYTHONPATH": str(repo_root)}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -55,6 +59,34 @@ def test_slowest_module_first_with_its_phases_summed_and_the_exit_status_kept(tm
     assert slow[-1] == "test_slow.py" and slow[2] == "1" and 0.6 <= float(slow[0]) < 5, section
     assert fast[-1] == "test_fast.py" and fast[2] == "2" and float(fast[0]) < float(slow[0]), section
     assert "outside the modules" in section[3] and "of the 40-minute budget" in section[4]
+    assert "every module's seconds" not in done.stdout  # no cache directory: nothing written
+
+
+def test_every_module_s_seconds_go_to_the_cache_directory(tmp_path: Path, repo_root: Path) -> None:
+    # GIVEN two modules and a cache directory of the run's own; WHEN run with the cache on
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_slow.py").write_text(SLOW)
+    (suite / "test_fast.py").write_text(FAST_AND_FAILING)
+    cache_dir = tmp_path / "cache"
+    done = _pytest(tmp_path, repo_root, suite, "-o", f"cache_dir={cache_dir}", cache="cacheprovider")
+    # THEN the JSON file holds every module with its seconds and tests, slowest first, and the summary names it
+    written = cache_dir / MODULE_SECONDS_FILE
+    assert done.returncode == 1 and f"every module's seconds: {written}" in done.stdout, done.stdout + done.stderr
+    payload = json.loads(written.read_text())
+    slow, fast = payload["modules"]
+    assert (slow["module"], slow["tests"]) == ("suite/test_slow.py", 1) and 0.6 <= slow["seconds"] < 5
+    assert (fast["module"], fast["tests"]) == ("suite/test_fast.py", 2) and fast["seconds"] < slow["seconds"]
+    assert payload["wall_seconds"] >= slow["seconds"] + fast["seconds"] and payload["budget_seconds"] == 2400
+
+
+def test_the_payload_keeps_every_module_not_only_the_slowest_shown() -> None:
+    seconds = {f"tests/test_{i:02d}.py": float(i) for i in range(15)}
+    tests = {module: {module + "::a", module + "::b"} for module in seconds}
+    payload = module_seconds_payload(seconds, tests, wall_seconds=200.0)
+    assert [m["module"] for m in payload["modules"]] == [f"tests/test_{i:02d}.py" for i in reversed(range(15))]
+    assert payload["modules"][-1] == {"module": "tests/test_00.py", "seconds": 0.0, "tests": 2}
+    assert payload["wall_seconds"] == 200.0
 
 
 def test_a_run_that_collects_nothing_fails(tmp_path: Path, repo_root: Path) -> None:

@@ -49,6 +49,7 @@ SAMPLES: dict[str, Any] = {
     "exec_watch": False,
     "start_at": 1795929984.123,
     "status_file": Path("/tmp/status.json"),
+    "start_file": Path("/tmp/start.txt"),
 }
 
 
@@ -110,6 +111,7 @@ def test_the_coordinators_argv_gives_each_host_the_options_it_was_asked_with(tmp
         host="node-1",
         status_file=Path(layout.status),
         start_at=1795929984.5,
+        start_file=Path(layout.start),
         force=True,
     )
 

@@ -12,7 +12,7 @@ import pytest
 from coordinator import rundir
 from coordinator.errors import HostKeyError, HostUnreachable, PartialRunError
 from coordinator.remote.cluster import HostSpec, parse_cluster
-from coordinator.remote.hosts import ProfilerStatus, run_request
+from coordinator.remote.hosts import ProfilerStatus, TransportLost, run_request
 from coordinator.remote.session import RunOptions, profile_cluster
 from profiler.capture.format import EventCount
 from profiler.errors import ConfigError, OutputExistsError
@@ -440,3 +440,88 @@ def test_the_watch_is_not_called_once_the_window_started(tmp_path: Path, inputs:
     start_at = fakes["10.0.0.1_2200"]._request.start_at  # type: ignore[union-attr]
     assert outcome.complete and start_at is not None
     assert checks and max(checks) < start_at
+
+
+def test_hosts_start_together_as_soon_as_every_profiler_is_attached(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    # GIVEN three hosts whose BPF compiles in 0.2-0.6 s (one with its clock 40 s ahead) and a start delay of 8 s
+    scripts = {
+        "10.0.0.1_2200": FakeScript(compile_seconds=0.2),
+        "10.0.0.2_2201": FakeScript(compile_seconds=0.6, clock_offset=40.0),
+        "10.0.0.3_2202": FakeScript(compile_seconds=0.4),
+    }
+    began = time.time()
+    # WHEN profiled
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=8.0, duration=0.5)
+    # THEN the window began once the slowest was attached, not 8 s after the release: one start, confirmed
+    # to every host in its own clock, after each one's compile, and recorded as the run's start
+    latest = {fake._request.start_at for fake in fakes.values()}  # inspecting the fake
+    confirmed = {fake.confirmed_start for fake in fakes.values()}
+    assert len(latest) == 1 and len(confirmed) == 1 and None not in confirmed
+    (start,) = confirmed
+    assert start is not None and start < latest.pop() - 6.0  # the start file's time: to the millisecond
+    for fake in fakes.values():
+        assert fake._started is not None and start >= fake._started + fake.script.compile_seconds
+    assert time.time() - began < 5.0
+    assert outcome.complete and not outcome.warnings
+    assert outcome.info.start_time == pytest.approx(start, abs=1e-3)
+    assert [h.start_time - (h.clock_offset or 0.0) for h in outcome.info.hosts] == [pytest.approx(start, abs=1e-6)] * 3
+    log = (outcome.run_dir / "coordinator.log").read_text()
+    assert "every profiler attached; sampling starts at" in log
+
+
+def test_a_host_never_attached_keeps_the_others_only_until_the_latest_start(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN one host compiling for 3 s and a start delay of 1 s
+    scripts = {"10.0.0.1_2200": FakeScript(compile_seconds=3.0), "10.0.0.2_2201": FakeScript()}
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=1.0, duration=0.5, finish_grace=5.0)
+    # THEN no start was confirmed: the ready host sampled from the latest start, the slow one when attached,
+    # with the warning that names the fix
+    latest = fakes["10.0.0.2_2201"]._request.start_at  # type: ignore[union-attr]
+    assert all(fake.confirmed_start is None and "start file" not in fake.calls for fake in fakes.values())
+    slow, ready = outcome.info.hosts
+    assert ready.start_time == pytest.approx(latest, abs=1e-6) and slow.start_time > latest + 1.0
+    assert outcome.complete
+    assert [w.split(":")[0] for w in outcome.warnings] == ["10.0.0.1_2200"]
+    assert "raise --start-delay" in outcome.warnings[0]
+
+
+def test_a_host_failing_before_it_is_attached_does_not_hold_the_others(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    scripts = {"10.0.0.1_2200": FakeScript(deploy_error=HostUnreachable("cluster.txt:1: upload failed")),
+               "10.0.0.2_2201": FakeScript(compile_seconds=0.2)}  # fmt: skip
+    began = time.time()
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=8.0, duration=0.5)
+    failed, ok = outcome.info.hosts
+    assert failed.state == "failed" and ok.state == "ok"
+    assert fakes["10.0.0.2_2201"].confirmed_start is not None and time.time() - began < 5.0
+
+
+def test_a_start_file_not_written_leaves_that_host_at_the_latest_start_with_why(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN two hosts, the start file of one not writable (its link dropped at that moment)
+    lost = TransportLost("10.0.0.1_2200: writing the start file on 10.0.0.1:2200 failed (fake)")
+    scripts = {"10.0.0.1_2200": FakeScript(start_file_error=lost), "10.0.0.2_2201": FakeScript()}
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=2.0, duration=0.5)
+    # THEN the other started early, this one at the latest start, and the warning says why
+    missed, early = outcome.info.hosts
+    latest = fakes[missed.host]._request.start_at  # type: ignore[union-attr]
+    assert early.start_time == pytest.approx(outcome.info.start_time, abs=1e-3)  # the start file: to the ms
+    assert outcome.info.start_time < latest - 1.0
+    assert missed.start_time == pytest.approx(latest, abs=1e-6)
+    assert outcome.complete and len(outcome.warnings) == 1
+    assert "the start did not reach it: 10.0.0.1_2200: writing the start file" in outcome.warnings[0]
+
+
+def test_a_warm_up_longer_than_the_attachment_still_starts_at_its_end(
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
+    # GIVEN a warm-up ending 1.2 s from now, hosts attached in 0.2 s and a start delay of 5 s
+    warmed_at = time.time() + 1.2
+    scripts = {spec.label: FakeScript(compile_seconds=0.2) for spec in _specs(2)}
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=5.0, not_before=warmed_at)
+    # THEN the start was brought forward to the warm-up's end, not before it
+    assert [fake.confirmed_start for fake in fakes.values()] == [pytest.approx(warmed_at, abs=1e-3)] * 2
+    assert outcome.info.start_time == warmed_at and outcome.complete
