@@ -3,10 +3,12 @@ selection, the job's own event count from its Redis windows."""
 
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 
 import pytest
 
+from coordinator.workloads import flinkcluster
 from coordinator.workloads.flinkcluster import (
     JOBMANAGER_MAIN_CLASS,
     TASKMANAGER_MAIN_CLASS,
@@ -39,6 +41,26 @@ def test_config_has_frame_pointers_loopback_and_our_ports(tmp_path: Path) -> Non
         "127.0.0.1"}
     assert config["taskmanager.numberOfTaskSlots"] == "1" and config["parallelism.default"] == "2"
     assert config["env.log.dir"] == str(tmp_path)
+    assert config["cluster.registration.error-delay"] == "1 s"  # the TaskManagers start beside the JobManager
+
+
+def test_taskmanagers_are_spawned_before_the_jobmanager_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a cluster whose processes and waits are recorded instead of run
+    cluster = LocalFlinkCluster(taskmanagers=2, log_dir=tmp_path)
+    steps: list[str] = []
+    cluster._home = tmp_path
+    monkeypatch.setattr(cluster, "_write_conf", lambda home: tmp_path / "conf")
+    monkeypatch.setattr(cluster, "_spawn", lambda role, log: steps.append(role))
+    monkeypatch.setattr(cluster, "_wait_rest", lambda: steps.append("rest up"))
+    monkeypatch.setattr(cluster, "wait_for_taskmanagers", lambda count: steps.append(f"{count} registered"))
+    monkeypatch.setattr(flinkcluster, "java_home", lambda: tmp_path)
+    # WHEN it starts
+    cluster.start()
+    atexit.unregister(cluster.stop)
+    # THEN both TaskManagers start beside the JobManager, and the waits come after
+    assert steps == ["jobmanager", "taskmanager", "taskmanager", "rest up", "2 registered"]
 
 
 def test_shipped_java_opts_are_read_from_the_nested_config() -> None:
