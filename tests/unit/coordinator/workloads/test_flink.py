@@ -20,6 +20,7 @@ from coordinator.workloads.ysb.flink import (
     events_between,
     flink_known_spes,
     taskmanager_java_options,
+    windows_fired_at,
 )
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
@@ -111,3 +112,12 @@ def test_taskmanager_java_options_write_a_command_file(tmp_path: Path) -> None:
 def test_the_flink_engine_refuses_the_file_sink_before_starting_anything(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="Redis only"):
         FlinkYsbEngine(YsbOptions(sink="file"), tmp_path)
+
+
+def test_the_jobs_count_is_read_once_the_last_overlapping_window_has_fired() -> None:
+    # a window ending inside [100, 110) needs the window [100, 110): fired 1 s after 110, read 2 s later
+    assert windows_fired_at(100.5) == windows_fired_at(109.9) == 113.0
+    # ending on a window's boundary, no event of [100, 110) is in it
+    assert windows_fired_at(100.0) == 103.0
+    # 2 s after the last window fires (its end + 1 s): the old rule's (end + 13 s) least margin, an end just past 100
+    assert windows_fired_at(109.999) - (110.0 + 1.0) == 2.0 == 100.0 + 13.0 - (110.0 + 1.0)
