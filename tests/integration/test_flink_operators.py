@@ -4,23 +4,19 @@ inlined, and `coordinator analyze --by vertex` gives each vertex's samples to it
 most 10 % "chain, operator unknown". Two jobs: the YSB demo's job (its functions kept out of line with
 `dontinline ysb.*`, as the demo runs it), read from the session's `coordinator demo --spe flink
 --no-frame-pointers` (tests/fixtures/flink.py, which test_flink reads too), and ChainJob
-(tests/workloads/ChainJob.java) on a cluster of its own, whose map/filter/keyed functions the JIT is free
-to inline."""
+(tests/workloads/ChainJob.java) on the session's Flink cluster (its JVMs without frame pointers, shared
+with test_flink), whose map/filter/keyed functions the JIT is free to inline."""
 
 from __future__ import annotations
 
 import csv
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from coordinator.analysis.flinkdraft import MAILBOX_WAIT, OPERATOR_UNKNOWN
 from coordinator.cli import main as coordinator_main
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
-from coordinator.workloads.ysb.flink import taskmanager_java_options
 from coordinator.workloads.ysb.javabuild import compile_jar
 from profiler.capture.read import (
     read_flink_placement,
@@ -45,16 +41,6 @@ WARMUP_S = 25  # C2 compiles (and inlines) the hot paths in the first seconds
 # where the warm-up ends.
 WINDOW_S = FLINK_DEMO_WINDOW_S
 FREQUENCY = FLINK_DEMO_FREQUENCY
-
-
-@pytest.fixture(scope="module")
-def production_flink() -> Iterator[LocalFlinkCluster]:
-    """A LocalFlinkCluster (JobManager, 2 TaskManagers of 1 slot) whose JVMs run without
-    -XX:+PreserveFramePointer; the TaskManagers keep YSB's functions out of line as the demo does."""
-    with LocalFlinkCluster(
-        taskmanagers=2, slots=1, java_options="", taskmanager_java_options=taskmanager_java_options()
-    ) as cluster:
-        yield cluster
 
 
 def _operator_shares(run: Path, out: Path) -> dict[str, dict[str, tuple[int, float]]]:
@@ -133,20 +119,20 @@ def _inlined_user_frames(run: Path, pids: list[int]) -> Counter[str]:
     return found
 
 
-def test_inlined_operators_without_frame_pointers(production_flink: LocalFlinkCluster, tmp_path: Path) -> None:
+def test_inlined_operators_without_frame_pointers(flink_cluster: LocalFlinkCluster, tmp_path: Path) -> None:
     # GIVEN ChainJob (Orders -> ParseOrder -> ValidOrder -> PriceOrder, keyBy, RunningTotal -> Discard),
     # no dontinline for its classes, on TaskManagers without -XX:+PreserveFramePointer, warmed up
-    job_id = _chain_job(production_flink)
+    job_id = _chain_job(flink_cluster)
     try:
         # WHEN it is profiled (from WARMUP_S after RUNNING on) and cut by vertex and operator
-        profile_flink_cluster(production_flink, tmp_path / "run", WINDOW_S, FREQUENCY, start_at=time.time() + WARMUP_S)
-        assert production_flink.job(job_id).get("state") == "RUNNING"
+        profile_flink_cluster(flink_cluster, tmp_path / "run", WINDOW_S, FREQUENCY, start_at=time.time() + WARMUP_S)
+        assert flink_cluster.job(job_id).get("state") == "RUNNING"
     finally:
-        production_flink.cancel(job_id)
+        flink_cluster.cancel(job_id)
     run = tmp_path / "run"
-    _check_walked_without_frame_pointers(run, production_flink.taskmanager_pids())
+    _check_walked_without_frame_pointers(run, flink_cluster.taskmanager_pids())
     # THEN C2 inlined the job's functions and the walker expanded them from the nmethods' scopes
-    inlined = _inlined_user_frames(run, production_flink.taskmanager_pids())
+    inlined = _inlined_user_frames(run, flink_cluster.taskmanager_pids())
     print("issue 30 ChainJob functions seen as inlined frames (samples):", dict(inlined))
     assert {"ParseOrder", "PriceOrder", "RunningTotal"} <= set(inlined), inlined
     # AND every vertex has at most 10 % "chain, operator unknown", each function its operator's samples
