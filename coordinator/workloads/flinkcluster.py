@@ -55,6 +55,9 @@ JOBMANAGER_MAIN_CLASS = "org.apache.flink.runtime.entrypoint.StandaloneSessionCl
 _PACKAGES = (f"apache-flink=={FLINK_VERSION}", f"apache-flink-libraries=={FLINK_VERSION}")
 _START_TIMEOUT_S = 180.0  # a loaded 2-core machine took 90 s
 _STOP_GRACE_S = 10.0
+# How soon a TaskManager that could not reach the ResourceManager (not started yet) tries again: Flink's
+# default is 10 s, and the TaskManagers are started beside the JobManager (LocalFlinkCluster.start)
+REGISTRATION_RETRY = "1 s"
 
 
 class FlinkClusterError(ProfilerError):
@@ -199,10 +202,13 @@ class LocalFlinkCluster(ScratchLifecycle):
             self._env.pop(key, None)
         atexit.register(self.stop)
         try:
+            # The TaskManagers start beside the JobManager: one that finds no ResourceManager yet retries
+            # after cluster.registration.error-delay (REGISTRATION_RETRY, not Flink's 10 s), so their JVMs'
+            # start-up overlaps the JobManager's instead of following its REST API.
             self.jobmanager = self._spawn("jobmanager", self.tmp_dir / "jobmanager.out")
-            self._wait_rest()
             for index in range(self.taskmanagers):
                 self.workers.append(self._spawn("taskmanager", self.tmp_dir / f"taskmanager{index + 1}.out"))
+            self._wait_rest()
             self.wait_for_taskmanagers(self.taskmanagers)
         except BaseException:
             self._keep_logs = True
@@ -234,6 +240,7 @@ class LocalFlinkCluster(ScratchLifecycle):
             "web.tmpdir": str(self.tmp_dir / "web"),
             "web.upload.dir": str(self.tmp_dir / "web"),
             "blob.storage.directory": str(self.tmp_dir / "blobs"),
+            "cluster.registration.error-delay": REGISTRATION_RETRY,
         }
         settings.update(self.extra_config)
         return settings

@@ -1,5 +1,6 @@
 """Flink for real: the scope analyzer on a real Flink 2.3 standalone cluster, and `coordinator demo
---spe flink` end to end (real TaskManagers and JobManager, real eBPF, real Redis): roles, every YSB
+--spe flink` end to end (real TaskManagers and JobManager, real eBPF, real Redis; the session's demo,
+which test_flink_operators reads too, tests/fixtures/flink.py): roles, every YSB
 task sampled, events counted from the REST API and checked against the job's own count; and a job
 of our own with a known source rate, whose count the REST estimate must match in consecutive windows
 (one profiled window of it serves both of its tests)."""
@@ -9,8 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -29,9 +28,14 @@ from profiler.capture.read import read_flink_placement, read_flink_vertices
 from profiler.engines.events import EventCounter
 from profiler.scope.analyzer import ScopeAnalyzer
 from profiler.scope.spes import default_known_spes_path, load_known_spes
-from tests.fixtures.flink import RateWindowJob, profile_flink_cluster
+from tests.fixtures.flink import (
+    FLINK_DEMO_RATE,
+    FLINK_DEMO_WINDOW_S,
+    RateWindowJob,
+    TimedDemoRun,
+    profile_flink_cluster,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 YSB_TASKS = ("Kafka/Source", "Deserialize", "Filter+Projection", "Join", "Enrich", "Window", "Sink")
 # The job's cheapest steps, with their share of the workload samples in docs/demo.md's long Flink run
 # (Filter+Projection 0.7 %, Enrich under 1 %): a 30 s window at 10,000 events/s gives ~450 samples, so
@@ -42,23 +46,24 @@ MIN_EXPECTED = 8
 
 
 def test_scope_finds_the_jobmanager_managing_and_the_taskmanagers_workload(flink_cluster: LocalFlinkCluster) -> None:
-    # GIVEN a running Flink 2.3 cluster; WHEN the scope analyzer scans with the shipped known_spes
+    # GIVEN the session's Flink 2.3 cluster (its JVMs without -XX:+PreserveFramePointer, as production runs
+    # them); WHEN the scope analyzer scans with the shipped known_spes
     scope = ScopeAnalyzer(load_known_spes(default_known_spes_path()), exec_watch=False)
     try:
         scope.start()
         found = {p.pid: p for p in scope.processes()}
     finally:
         scope.close()
-    # THEN the JobManager is managing and both TaskManagers are workload, all JVMs with frame pointers
+    # THEN the JobManager is managing and both TaskManagers are workload, all JVMs seen without frame pointers
     jobmanager = found[flink_cluster.jobmanager_pid() or -1]
     assert (jobmanager.engine, jobmanager.role, jobmanager.kind) == ("flink", "managing", "jobmanager")
     taskmanagers = flink_cluster.taskmanager_pids()
     assert len(taskmanagers) == 2
     for pid in taskmanagers:
         assert (found[pid].engine, found[pid].role, found[pid].kind) == ("flink", "workload", "taskmanager")
-        assert found[pid].preserve_frame_pointer is True
+        assert found[pid].preserve_frame_pointer is False
         assert found[pid].jvm_version and found[pid].jvm_version.startswith("17")
-    assert jobmanager.preserve_frame_pointer is True
+    assert jobmanager.preserve_frame_pointer is False
 
 
 def test_scope_sees_a_taskmanager_that_starts_while_it_watches(flink_cluster: LocalFlinkCluster) -> None:
@@ -101,18 +106,15 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) -> None:
-    # GIVEN nothing; WHEN the Flink demo runs for a short window
-    out = tmp_path / "demo-flink"
-    duration = 30
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "coordinator", "demo", "--spe", "flink", "--duration", str(duration),
-         "--rate", "10000", "--warmup", "20", "--out", str(out), "--quiet"],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    assert time.monotonic() - started < 600
+def test_demo_flink_profiles_every_ysb_task_and_counts_events(
+    flink_production_demo: TimedDemoRun, tmp_path: Path
+) -> None:
+    # GIVEN nothing; WHEN the Flink demo runs for a short window (the session's, read by test_flink_operators
+    # too: its TaskManagers without frame pointers, at the demo's default rate; tests/fixtures/flink.py)
+    out, result = flink_production_demo.out, flink_production_demo.result
+    rate, duration = FLINK_DEMO_RATE, FLINK_DEMO_WINDOW_S
+    flink_production_demo.check_succeeded()
+    assert flink_production_demo.seconds < 600
 
     # THEN summary.csv has the two TaskManagers as workload and the JobManager as managing
     rows = _rows(out / "summary.csv")
@@ -143,7 +145,7 @@ def test_demo_flink_profiles_every_ysb_task_and_counts_events(tmp_path: Path) ->
     own, windows = (int(g) for g in done.groups())
     assert windows > 0
     assert abs(rest - own) <= 0.05 * own, (rest, own)
-    assert 0.5 * 10_000 * duration <= rest <= 1.1 * 10_000 * duration, rest
+    assert 0.5 * rate * duration <= rest <= 1.1 * rate * duration, rest
     assert {int(row["events"]) for row in whole.values()} == {rest}
     assert float(whole["Deserialize"]["cycles_per_event"]) > 0.0
 
@@ -183,7 +185,9 @@ def rate_window_run(
     flink_cluster: LocalFlinkCluster, rate_window_job: RateWindowJob, tmp_path_factory: pytest.TempPathFactory
 ) -> ProfiledWindow:
     run = tmp_path_factory.mktemp("rate-window-run") / "run0"
-    counted, start, end = profile_flink_cluster(flink_cluster, run, 30)
+    # the profiler starts while the job warms up, its window from rate_window_job.warm_at on
+    counted, start, end = profile_flink_cluster(flink_cluster, run, 30, start_at=rate_window_job.warm_at)
+    assert start >= rate_window_job.warm_at - 0.5, (start, rate_window_job.warm_at)
     return ProfiledWindow(run, counted, start, end)
 
 

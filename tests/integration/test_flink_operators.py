@@ -1,28 +1,32 @@
 """Flink operators inside a chain on TaskManagers started as in production, without
 -XX:+PreserveFramePointer (issue 30): the HotSpot unwinder walks their JIT code, expands the methods C2
 inlined, and `coordinator analyze --by vertex` gives each vertex's samples to its operators, leaving at
-most 10 % "chain, operator unknown". Two jobs on one cluster, one after the other: the YSB demo's job
-(its functions kept out of line with `dontinline ysb.*`, as the demo runs it) and ChainJob
-(tests/workloads/ChainJob.java), whose map/filter/keyed functions the JIT is free to inline."""
+most 10 % "chain, operator unknown". Two jobs: the YSB demo's job (its functions kept out of line with
+`dontinline ysb.*`, as the demo runs it), read from the session's `coordinator demo --spe flink
+--no-frame-pointers` (tests/fixtures/flink.py, which test_flink reads too), and ChainJob
+(tests/workloads/ChainJob.java) on the session's Flink cluster (its JVMs without frame pointers, shared
+with test_flink), whose map/filter/keyed functions the JIT is free to inline."""
 
 from __future__ import annotations
 
 import csv
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from coordinator.analysis.flinkdraft import MAILBOX_WAIT, OPERATOR_UNKNOWN
 from coordinator.cli import main as coordinator_main
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
-from coordinator.workloads.ysb.flink import YsbFlinkOptions, YsbFlinkRun, taskmanager_java_options
 from coordinator.workloads.ysb.javabuild import compile_jar
-from profiler.capture.read import read_flink_vertices, read_pid_table, read_sampler_stats, read_scope
+from profiler.capture.read import (
+    read_flink_placement,
+    read_flink_vertices,
+    read_pid_table,
+    read_sampler_stats,
+    read_scope,
+)
 from profiler.unwind.hotspot import INLINED_MARK
-from tests.fixtures.flink import profile_flink_cluster
+from tests.fixtures.flink import FLINK_DEMO_FREQUENCY, FLINK_DEMO_WINDOW_S, TimedDemoRun, profile_flink_cluster
 from tests.fixtures.jvm import without_approximate
 
 CHAIN_JOB = Path(__file__).resolve().parents[1] / "workloads" / "ChainJob.java"
@@ -30,17 +34,13 @@ PACER = CHAIN_JOB.with_name("RateWindowJob.java")  # ChainJob's source uses its 
 CHAIN_CLASS = "taskprof.test.ChainJob"
 MAX_UNKNOWN = 0.10  # issue 30: at most 10 % of a vertex's samples "chain, operator unknown"
 WARMUP_S = 25  # C2 compiles (and inlines) the hot paths in the first seconds
-WINDOW_S = 60
-
-
-@pytest.fixture(scope="module")
-def production_flink() -> Iterator[LocalFlinkCluster]:
-    """A LocalFlinkCluster (JobManager, 2 TaskManagers of 1 slot) whose JVMs run without
-    -XX:+PreserveFramePointer; the TaskManagers keep YSB's functions out of line as the demo does."""
-    with LocalFlinkCluster(
-        taskmanagers=2, slots=1, java_options="", taskmanager_java_options=taskmanager_java_options()
-    ) as cluster:
-        yield cluster
+# The checks below are on samples per vertex (at least 30, and the unknown share against 10 % plus its
+# sampling error): a vertex's samples are the frequency times its threads' CPU-seconds, so 30 s at 199 Hz
+# expect what 60 s at the default 99 Hz gave (the smallest vertex measured: 48 samples, at load 30-40), as
+# the YSB demo's window. ChainJob's profiler starts during its warm-up (--start-at), its window beginning
+# where the warm-up ends.
+WINDOW_S = FLINK_DEMO_WINDOW_S
+FREQUENCY = FLINK_DEMO_FREQUENCY
 
 
 def _operator_shares(run: Path, out: Path) -> dict[str, dict[str, tuple[int, float]]]:
@@ -54,10 +54,10 @@ def _operator_shares(run: Path, out: Path) -> dict[str, dict[str, tuple[int, flo
     return found
 
 
-def _check_walked_without_frame_pointers(run: Path, cluster: LocalFlinkCluster) -> None:
-    taskmanagers = set(cluster.taskmanager_pids())
+def _check_walked_without_frame_pointers(run: Path, taskmanager_pids: list[int]) -> None:
+    taskmanagers = set(taskmanager_pids)
     processes = {p.pid: p for p in read_scope(run)}
-    assert taskmanagers <= set(processes), processes
+    assert len(taskmanagers) == 2 and taskmanagers <= set(processes), (taskmanagers, processes)
     for pid in taskmanagers:
         assert processes[pid].preserve_frame_pointer is False, processes[pid]
         stats = read_sampler_stats(run, pid)
@@ -80,20 +80,17 @@ def _check_vertices(shares: dict[str, dict[str, tuple[int, float]]], vertices: s
         assert sum(operators.values()) >= 0.5 * total, by_operator
 
 
-def test_ysb_operators_without_frame_pointers(production_flink: LocalFlinkCluster, tmp_path: Path) -> None:
-    # GIVEN the YSB job (20,000 events/s) on TaskManagers without -XX:+PreserveFramePointer, warmed up
-    with YsbFlinkRun(production_flink, YsbFlinkOptions(rate=20_000, parallelism=2)) as ysb:
-        running = time.monotonic()
-        ysb.wait_ready()
-        # warmed up WARMUP_S from RUNNING as ChainJob is, the first window's 10-20 s included (they were added)
-        ysb.wait_processing(max(0.0, WARMUP_S - (time.monotonic() - running)))
-        # WHEN it is profiled and cut by vertex and operator
-        profile_flink_cluster(production_flink, tmp_path / "run", WINDOW_S)
-        ysb.check_running()
-    run = tmp_path / "run"
-    _check_walked_without_frame_pointers(run, production_flink)
+def test_ysb_operators_without_frame_pointers(flink_production_demo: TimedDemoRun, tmp_path: Path) -> None:
+    # GIVEN the YSB job (20,000 events/s) on TaskManagers without -XX:+PreserveFramePointer, warmed up 25 s
+    # or more from RUNNING; WHEN it is profiled and cut by vertex and operator: the session's Flink demo
+    # (tests/fixtures/flink.py: its window 30 s at 199 Hz, the samples of 60 s at 99 Hz), read only
+    flink_production_demo.check_succeeded()
+    run = flink_production_demo.out
+    (capture,) = (run / "hosts").glob("*")
+    _, managers = read_flink_placement(capture)
+    _check_walked_without_frame_pointers(capture, sorted(m.pid for m in managers))
     # THEN every vertex has at most 10 % of its samples "chain, operator unknown"
-    vertices = {v.name for v in read_flink_vertices(run)}
+    vertices = {v.name for v in read_flink_vertices(capture)}
     shares = _operator_shares(run, tmp_path / "by-vertex")
     _check_vertices(shares, vertices)
     # AND the source chain's steps after the generator are found too, not only the first ones
@@ -122,21 +119,20 @@ def _inlined_user_frames(run: Path, pids: list[int]) -> Counter[str]:
     return found
 
 
-def test_inlined_operators_without_frame_pointers(production_flink: LocalFlinkCluster, tmp_path: Path) -> None:
+def test_inlined_operators_without_frame_pointers(flink_cluster: LocalFlinkCluster, tmp_path: Path) -> None:
     # GIVEN ChainJob (Orders -> ParseOrder -> ValidOrder -> PriceOrder, keyBy, RunningTotal -> Discard),
     # no dontinline for its classes, on TaskManagers without -XX:+PreserveFramePointer, warmed up
-    job_id = _chain_job(production_flink)
+    job_id = _chain_job(flink_cluster)
     try:
-        time.sleep(WARMUP_S)
-        # WHEN it is profiled and cut by vertex and operator
-        profile_flink_cluster(production_flink, tmp_path / "run", WINDOW_S)
-        assert production_flink.job(job_id).get("state") == "RUNNING"
+        # WHEN it is profiled (from WARMUP_S after RUNNING on) and cut by vertex and operator
+        profile_flink_cluster(flink_cluster, tmp_path / "run", WINDOW_S, FREQUENCY, start_at=time.time() + WARMUP_S)
+        assert flink_cluster.job(job_id).get("state") == "RUNNING"
     finally:
-        production_flink.cancel(job_id)
+        flink_cluster.cancel(job_id)
     run = tmp_path / "run"
-    _check_walked_without_frame_pointers(run, production_flink)
+    _check_walked_without_frame_pointers(run, flink_cluster.taskmanager_pids())
     # THEN C2 inlined the job's functions and the walker expanded them from the nmethods' scopes
-    inlined = _inlined_user_frames(run, production_flink.taskmanager_pids())
+    inlined = _inlined_user_frames(run, flink_cluster.taskmanager_pids())
     print("issue 30 ChainJob functions seen as inlined frames (samples):", dict(inlined))
     assert {"ParseOrder", "PriceOrder", "RunningTotal"} <= set(inlined), inlined
     # AND every vertex has at most 10 % "chain, operator unknown", each function its operator's samples

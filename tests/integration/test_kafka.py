@@ -69,32 +69,33 @@ def _summary_rows(summary_csv: Path) -> dict[str, dict[str, str]]:
 
 
 # Per engine: its Kafka reader's package (under which Kafka's consumer runs), the generator's frames
-# that must not be there, a rate this 2-core machine, shared with other work, keeps up with, and the
-# window in seconds. spark-cp's is 20 s: its consumer frames held 185 of 201 and 192 of 208 Kafka-task
-# samples at 30 s (a 20 s window expects ~130, the bound is a quarter), and its read-vs-produced
-# tolerance is mostly two epochs of records (4,000) against measured gaps of 1,149 and 190 records,
-# end effects that do not shrink with the window. Flink's stays 30 s (-0.6 % measured against 1 %: the
+# that must not be there, a rate this 2-core machine, shared with other work, keeps up with, the
+# window in seconds and the sampling frequency. spark-cp's is 10 s at 199 Hz: its consumer frames held
+# 185 of 201 and 192 of 208 Kafka-task samples at 30 s and 99 Hz (10 s at 199 Hz expects ~130, as 20 s at
+# 99 Hz did; the bound is a quarter), and its read-vs-produced tolerance is mostly two epochs of records
+# (4,000) against measured gaps of 1,149 and 190 records, end effects that do not shrink with the window
+# (1 % of 20,000 records adds 200). Flink's stays 30 s (-0.6 % measured against 1 %: the
 # same gap over 20 s would be -0.9 %), spark-str's too (its consumer share, 20/44 to 30/65, is 2-3
 # standard errors above the quarter at 30 s). spark-rtm's is 20 s too (its consumer frames held 118 of
 # 127 Kafka-task samples in a 20 s window; read against produced +0.6 %).
 ENGINE_KAFKA = {
-    "spark-str": ("org.apache.spark.sql.kafka010", ("RateStreamMicroBatch", "RatePerMicroBatch"), 3000, 30),
-    "spark-cp": ("org.apache.spark.sql.kafka010.KafkaContinuous", ("RateStreamContinuous",), 2000, 20),
-    "spark-rtm": ("org.apache.spark.sql.kafka010.KafkaBatchPartitionReader", ("RateStream",), 2000, 20),
-    "flink": ("org.apache.flink.connector.kafka.source", ("DataGeneratorSource", "EventGenerator"), 3000, 30),
+    "spark-str": ("org.apache.spark.sql.kafka010", ("RateStreamMicroBatch", "RatePerMicroBatch"), 3000, 30, 99),
+    "spark-cp": ("org.apache.spark.sql.kafka010.KafkaContinuous", ("RateStreamContinuous",), 2000, 10, 199),
+    "spark-rtm": ("org.apache.spark.sql.kafka010.KafkaBatchPartitionReader", ("RateStream",), 2000, 20, 99),
+    "flink": ("org.apache.flink.connector.kafka.source", ("DataGeneratorSource", "EventGenerator"), 3000, 30, 99),
 }
 
 
 @pytest.mark.parametrize("spe", sorted(ENGINE_KAFKA))
 def test_demo_reads_kafka_and_profiles_the_consumer(broker: LocalKafkaBroker, tmp_path: Path, spe: str) -> None:
-    # GIVEN the module's broker; WHEN a 20-30 s profiled demo reads YSB from a topic of its own
-    reader, generator_frames, rate, window_s = ENGINE_KAFKA[spe]
+    # GIVEN the module's broker; WHEN a 10-30 s profiled demo reads YSB from a topic of its own
+    reader, generator_frames, rate, window_s, frequency = ENGINE_KAFKA[spe]
     topic = f"demo-{spe}-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "demo-kafka"
     result = subprocess.run(
         [sys.executable, "-m", "coordinator", "demo", "--spe", spe, "--source", "kafka",
          "--kafka-bootstrap", broker.bootstrap, "--kafka-topic", topic, "--duration", str(window_s), "--warmup", "10",
-         "--rate", str(rate), "--campaigns", "100", "--out", str(out), "--quiet",
+         "--rate", str(rate), "--frequency", str(frequency), "--campaigns", "100", "--out", str(out), "--quiet",
          "--roles", "workload,managing,broker"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )

@@ -203,8 +203,17 @@ class JobWindow:
     sink_rows: int  # window rows in Redis
 
 
-# Windows fire once the watermark (1 s behind the newest event) passes their end.
-WINDOW_FIRE_S = 13.0
+# Windows fire once the watermark (1 s behind the newest event) passes their end: the job's count of a
+# window is read this long after the end of the last 10 s window it overlaps (1 s and a 2 s margin).
+WINDOW_FIRE_S = 3.0
+
+
+def windows_fired_at(end: float) -> float:
+    """When the windows holding events of a window ending at ``end`` (epoch seconds) have fired: the end
+    of the last 10 s window that overlaps it, plus WINDOW_FIRE_S. (It was ``end`` + 13 s: the same margin
+    when ``end`` fell just after a window's start, up to 10 s more otherwise.)"""
+    last_window_end = -(-round(end * 1000) // WINDOW_MS) * WINDOW_MS / 1000.0
+    return last_window_end + WINDOW_FIRE_S
 
 
 class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
@@ -282,7 +291,7 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
 
     def job_window(self, start: float, end: float) -> JobWindow:
         """The job's own account of [start, end], once the windows covering its end have fired."""
-        time.sleep(max(0.0, end + WINDOW_FIRE_S - time.time()))
+        time.sleep(max(0.0, windows_fired_at(end) - time.time()))
         views = self._run().window_counts()
         first, last = int(start * 1000) // WINDOW_MS, int(end * 1000) // WINDOW_MS
         return JobWindow(last - first + 1, round(events_between(views, start, end)), len(views))

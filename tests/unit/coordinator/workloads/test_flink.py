@@ -3,10 +3,12 @@ selection, the job's own event count from its Redis windows."""
 
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 
 import pytest
 
+from coordinator.workloads import flinkcluster
 from coordinator.workloads.flinkcluster import (
     JOBMANAGER_MAIN_CLASS,
     TASKMANAGER_MAIN_CLASS,
@@ -18,6 +20,7 @@ from coordinator.workloads.ysb.flink import (
     events_between,
     flink_known_spes,
     taskmanager_java_options,
+    windows_fired_at,
 )
 from coordinator.workloads.ysb.spark import YsbOptions
 from profiler.errors import ConfigError
@@ -39,6 +42,26 @@ def test_config_has_frame_pointers_loopback_and_our_ports(tmp_path: Path) -> Non
         "127.0.0.1"}
     assert config["taskmanager.numberOfTaskSlots"] == "1" and config["parallelism.default"] == "2"
     assert config["env.log.dir"] == str(tmp_path)
+    assert config["cluster.registration.error-delay"] == "1 s"  # the TaskManagers start beside the JobManager
+
+
+def test_taskmanagers_are_spawned_before_the_jobmanager_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a cluster whose processes and waits are recorded instead of run
+    cluster = LocalFlinkCluster(taskmanagers=2, log_dir=tmp_path)
+    steps: list[str] = []
+    cluster._home = tmp_path
+    monkeypatch.setattr(cluster, "_write_conf", lambda home: tmp_path / "conf")
+    monkeypatch.setattr(cluster, "_spawn", lambda role, log: steps.append(role))
+    monkeypatch.setattr(cluster, "_wait_rest", lambda: steps.append("rest up"))
+    monkeypatch.setattr(cluster, "wait_for_taskmanagers", lambda count: steps.append(f"{count} registered"))
+    monkeypatch.setattr(flinkcluster, "java_home", lambda: tmp_path)
+    # WHEN it starts
+    cluster.start()
+    atexit.unregister(cluster.stop)
+    # THEN both TaskManagers start beside the JobManager, and the waits come after
+    assert steps == ["jobmanager", "taskmanager", "taskmanager", "rest up", "2 registered"]
 
 
 def test_shipped_java_opts_are_read_from_the_nested_config() -> None:
@@ -89,3 +112,12 @@ def test_taskmanager_java_options_write_a_command_file(tmp_path: Path) -> None:
 def test_the_flink_engine_refuses_the_file_sink_before_starting_anything(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="Redis only"):
         FlinkYsbEngine(YsbOptions(sink="file"), tmp_path)
+
+
+def test_the_jobs_count_is_read_once_the_last_overlapping_window_has_fired() -> None:
+    # a window ending inside [100, 110) needs the window [100, 110): fired 1 s after 110, read 2 s later
+    assert windows_fired_at(100.5) == windows_fired_at(109.9) == 113.0
+    # ending on a window's boundary, no event of [100, 110) is in it
+    assert windows_fired_at(100.0) == 103.0
+    # 2 s after the last window fires (its end + 1 s): the old rule's (end + 13 s) least margin, an end just past 100
+    assert windows_fired_at(109.999) - (110.0 + 1.0) == 2.0 == 100.0 + 13.0 - (110.0 + 1.0)
