@@ -3,12 +3,16 @@ time, and the events note with the count's uncertainty (rendered with this tree'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from coordinator.analysis.load import load_run_stacks
 from coordinator.report import render
+from profiler.capture.format import write_offcpu
+from profiler.capture.offcpu import OffCpuEntry
+from profiler.capture.read import read_pid_offcpu
 from tests.fixtures.flink_report import SOURCE, WINDOW, flink_run_dir, use_tree_templates
 from tests.fixtures.report import make_run_dir
 
@@ -16,6 +20,16 @@ from tests.fixtures.report import make_run_dir
 @pytest.fixture
 def tree_templates(monkeypatch: pytest.MonkeyPatch) -> None:
     use_tree_templates(monkeypatch)
+
+
+def off_cpu_flink_run_dir(root: Path) -> tuple[Path, Path]:
+    """A Flink run directory (tests/fixtures/flink_report.py) recorded with --off-cpu, and its one capture."""
+    run_dir = flink_run_dir(root)
+    capture_dir = run_dir / "hosts" / "node1"
+    meta = json.loads((capture_dir / "meta.json").read_text())
+    meta["off_cpu_min_block_ms"] = 1.0
+    (capture_dir / "meta.json").write_text(json.dumps(meta))
+    return run_dir, capture_dir
 
 
 def test_flink_vertices_show_flinks_times_beside_the_sampled_on_cpu_time(tmp_path: Path, tree_templates: None) -> None:
@@ -65,17 +79,7 @@ def test_with_off_cpu_each_vertex_gets_its_task_threads_blocked_time_by_cause(
     # GIVEN a Flink run with --off-cpu (30 s, parallelism 2): the source's task threads (kernel comm
     # "Source: GenSour") blocked 6 s parked and 3 s on the network, a GC thread 9 s; the window's threads
     # (comm "WindowSum -> Di") never blocked long enough, and a thread named like no vertex 5 s
-    import json
-
-    from profiler.capture.format import write_offcpu
-    from profiler.capture.offcpu import OffCpuEntry
-    from profiler.capture.read import read_pid_offcpu
-
-    run_dir = flink_run_dir(tmp_path / "runs")
-    capture_dir = run_dir / "hosts" / "node1"
-    meta = json.loads((capture_dir / "meta.json").read_text())
-    meta["off_cpu_min_block_ms"] = 1.0
-    (capture_dir / "meta.json").write_text(json.dumps(meta))
+    run_dir, capture_dir = off_cpu_flink_run_dir(tmp_path / "runs")
     write_offcpu(capture_dir, 2201, [
         OffCpuEntry("park", "Source: GenSour;jdk.internal.misc.Unsafe::park;futex_wait_[k]", 4_000_000_000, 40),
         OffCpuEntry("park", "Source: GenSour;[blocked all window];futex_wait_[k]", 2_000_000_000, 1),
@@ -108,17 +112,7 @@ def test_with_off_cpu_each_vertex_gets_its_blocked_time_by_profile_task_and_caus
     # GIVEN a Flink run with --off-cpu (30 s, parallelism 2) whose source threads waited 6 s in a Kafka
     # consumer's poll (parked above the JDK's wait frames), 3 s reading a socket in their JSON parser's
     # caller, and 1.5 s parked with no method of a task above the wait (the thread's own loop)
-    import json
-
-    from profiler.capture.format import write_offcpu
-    from profiler.capture.offcpu import OffCpuEntry
-    from profiler.capture.read import read_pid_offcpu
-
-    run_dir = flink_run_dir(tmp_path / "runs")
-    capture_dir = run_dir / "hosts" / "node1"
-    meta = json.loads((capture_dir / "meta.json").read_text())
-    meta["off_cpu_min_block_ms"] = 1.0
-    (capture_dir / "meta.json").write_text(json.dumps(meta))
+    run_dir, capture_dir = off_cpu_flink_run_dir(tmp_path / "runs")
     poll = "Source: GenSour;org/apache/kafka/Consumer.poll;jdk.internal.misc.Unsafe::park;futex_wait_[k]"
     parse = "Source: GenSour;JsonParser.next;sun.nio.ch.NioSocketImpl::read;tcp_recvmsg_[k]"
     loop = "Source: GenSour;java.lang.Thread::run;jdk.internal.misc.Unsafe::park;futex_wait_[k]"
