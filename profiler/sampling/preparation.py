@@ -5,8 +5,11 @@ target delays only itself.
 
 A target is sampled from the moment it is added; until its preparation is done its stacks are walked by
 frame pointers only (native frames without them cut the stack, JIT and interpreted frames unnamed). A
-preparation still running at its deadline is reported once (``pid N: ... late``), gives up its slot to the
-next target and, should it finish, still publishes what it built; one that fails is reported once too.
+preparation holds a worker's slot for a lease of a few seconds only while others wait: past it, it goes on
+beside the next target (up to ``workers + max_late`` preparations at once), so a slow or crafted target
+delays the ones queued behind it by its lease, not by its deadline. A preparation still running at its
+deadline is reported once (``pid N: ... late``) and, should it finish, still publishes what it built; one
+that fails is reported once too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..unwind.vmstructs import libjvm_mapping
 
 PREPARE_SECONDS = 20.0  # a target's preparation (unwind tables, vmStructs) past this is reported late
 PREPARE_WORKERS = 2  # targets prepared at once: the host's cores are the workload's
+PREPARE_LEASE = 2.0  # seconds a preparation keeps its slot while other targets wait (an honest JVM's takes ~1 s)
 MAX_LATE = 8  # preparations past their deadline and still running; beyond, new targets are refused theirs
 WHAT = "unwind preparation (CFI tables, JVM vmStructs)"
 
@@ -36,7 +40,9 @@ class TargetPreparation:
     at once, dispatched by a supervisor thread that also watches the deadlines.
 
     ``prepare`` raises to fail; what it publishes it publishes itself (under the BPF object's lock). The
-    warnings go to ``warnings`` (one line per target that was late, failed or refused).
+    warnings go to ``warnings`` (one line per target that was late, failed or refused). Past ``lease``
+    seconds a running preparation gives its slot to a waiting target and goes on beside it, as long as fewer
+    than ``workers + max_late`` run in all.
     """
 
     def __init__(
@@ -46,15 +52,18 @@ class TargetPreparation:
         deadline: float = PREPARE_SECONDS,
         workers: int = PREPARE_WORKERS,
         max_late: int = MAX_LATE,
+        lease: float = PREPARE_LEASE,
     ) -> None:
         self._prepare = prepare
         self._warnings = warnings
         self.deadline = deadline
         self.workers = workers
         self.max_late = max_late
+        self.lease = lease
         self._cond = threading.Condition()
         self._waiting: deque[int] = deque()
-        self._running: dict[int, float] = {}  # pid -> its deadline (time.monotonic())
+        self._running: dict[int, float] = {}  # pid -> its deadline (time.monotonic()), every one not late yet
+        self._holding: dict[int, float] = {}  # pid -> the end of its lease, the running ones holding a slot
         self._late: set[int] = set()  # past their deadline, still running
         self.outcomes: dict[int, str] = {}  # pid -> "queued", "running", "ready", "failed", "late", "refused"
         self._supervisor: threading.Thread | None = None
@@ -104,14 +113,17 @@ class TargetPreparation:
             while not self._stopped:
                 now = time.monotonic()
                 self._mark_late(now)
+                self._end_leases(now)
                 self._dispatch(now)
-                due = min(self._running.values(), default=None)
+                leases = self._holding.values() if self._waiting else ()
+                due = min((*self._running.values(), *leases), default=None)
                 self._cond.wait(None if due is None else max(0.0, due - now))
 
     def _mark_late(self, now: float) -> None:
         for pid, due in list(self._running.items()):
             if now >= due:
                 del self._running[pid]  # its slot goes to the next target
+                self._holding.pop(pid, None)
                 self._late.add(pid)
                 self.outcomes[pid] = "late"
                 self._warnings.append(
@@ -119,8 +131,16 @@ class TargetPreparation:
                     "unnamed where its tables are not ready (a slow or crafted target; the others go on)"
                 )
 
+    def _end_leases(self, now: float) -> None:
+        """Preparations past their lease go on without a slot while targets wait and room is left."""
+        for pid, lease_end in list(self._holding.items()):
+            room = len(self._running) + len(self._late) < self.workers + self.max_late
+            if self._waiting and room and now >= lease_end:
+                del self._holding[pid]
+                self._dispatch(now)
+
     def _dispatch(self, now: float) -> None:
-        while self._waiting and len(self._running) < self.workers:
+        while self._waiting and len(self._holding) < self.workers:
             pid = self._waiting.popleft()
             if len(self._late) >= self.max_late:
                 self.outcomes[pid] = "refused"
@@ -130,6 +150,7 @@ class TargetPreparation:
                 )
                 continue
             self._running[pid] = now + self.deadline
+            self._holding[pid] = now + self.lease
             self.outcomes[pid] = "running"
             worker = threading.Thread(target=self._work, args=(pid,), name=f"prepare-{pid}", daemon=True)
             worker.start()
@@ -145,6 +166,7 @@ class TargetPreparation:
             late = pid in self._late
             self._late.discard(pid)
             self._running.pop(pid, None)
+            self._holding.pop(pid, None)
             self.outcomes[pid] = "failed" if failure else "ready"
             if failure and not late:  # a late one had its line
                 self._warnings.append(

@@ -46,6 +46,52 @@ def test_a_hanging_target_does_not_delay_another_targets_publication() -> None:
         preparation.stop()
 
 
+def test_past_its_lease_a_slow_target_goes_on_beside_the_next_one_without_a_warning() -> None:
+    # GIVEN one worker and a target whose preparation hangs past its lease, long before its deadline
+    targets = HangingTargets(hang=frozenset({1}))
+    warnings: list[str] = []
+    preparation = TargetPreparation(targets.prepare, warnings, deadline=30, workers=1, lease=0.2)
+    preparation.start()
+    try:
+        preparation.submit(1)
+        preparation.submit(2)
+        # THEN the next target is prepared beside it after the lease, not after the deadline
+        began = time.monotonic()
+        assert preparation.wait([2], 10)
+        assert time.monotonic() - began < 5
+        assert targets.published == [2] and preparation.outcomes[1] == "running" and warnings == []
+        # AND the slow one still publishes when it finishes
+        targets.release.set()
+        assert preparation.wait([1], 10) and targets.published == [2, 1]
+    finally:
+        targets.release.set()
+        preparation.stop()
+
+
+def test_leases_never_run_more_than_workers_plus_the_late_cap_at_once() -> None:
+    # GIVEN one worker, at most one late preparation, and three targets that all hang past their leases
+    targets = HangingTargets(hang=frozenset({1, 2, 3}))
+    warnings: list[str] = []
+    preparation = TargetPreparation(targets.prepare, warnings, deadline=30, workers=1, max_late=1, lease=0.1)
+    preparation.start()
+    try:
+        for pid in (1, 2, 3):
+            preparation.submit(pid)
+        # THEN two run (the first past its lease, the second holding the slot) and the third waits its turn
+        waited = time.monotonic()
+        while preparation.outcomes[2] != "running" and time.monotonic() - waited < 10:
+            time.sleep(0.02)
+        assert not preparation.wait([3], 0.5)
+        assert preparation.outcomes == {1: "running", 2: "running", 3: "queued"} and warnings == []
+        # AND once they finish it is prepared too
+        targets.hang = frozenset()
+        targets.release.set()
+        assert preparation.wait([3], 10) and sorted(targets.published) == [1, 2, 3]
+    finally:
+        targets.release.set()
+        preparation.stop()
+
+
 def test_past_its_deadline_a_target_gives_up_its_slot_with_one_warning() -> None:
     # GIVEN one worker and a target that hangs past its deadline
     targets = HangingTargets(hang=frozenset({1}))
