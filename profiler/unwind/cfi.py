@@ -261,13 +261,17 @@ class CfiLoader:
         if self._signatures.get(pid) == signature:
             return True
         entries: list[tuple[ExecMapping, ElfTable, int]] = []
-        for mapping in mappings:
+        written: set[bytes] = set()
+        # smallest mappings first, each listed for the walker as soon as its table is there: glibc's table
+        # serves every thread's start while libjvm.so's (190 k rows, seconds of a contended core) is parsed
+        for mapping in sorted(mappings, key=lambda m: m.end - m.start):
             table = self._table_for(pid, mapping)
             bias = load_bias(table.segments, mapping) if table.segments else None
             if bias is not None:
                 entries.append((mapping, table, bias))
+                written |= self._write_mapping(pid, mapping, table, bias)
+        self._drop_stale_mappings(pid, written)
         entries.sort(key=lambda entry: entry[0].start)
-        self._write_mappings(pid, entries)
         with self._lock:
             self._mappings[pid] = entries
             self._signatures[pid] = signature
@@ -278,24 +282,28 @@ class CfiLoader:
         with self._lock:
             self._signatures.pop(pid, None)
 
-    def _write_mappings(self, pid: int, entries: list[tuple[ExecMapping, ElfTable, int]]) -> None:
-        """The process's mappings into the trie: new blocks first, then the blocks of gone mappings removed."""
+    def _write_mapping(self, pid: int, mapping: ExecMapping, table: ElfTable, bias: int) -> set[bytes]:
+        """One mapping's blocks into the trie; the keys written."""
         trie = self._bpf[b"cfi_mappings"]
         written: set[bytes] = set()
-        for mapping, table, bias in entries:
-            low = table.addresses[0] if table.pages else 0
-            value = MAPPING.pack(
-                mapping.start, mapping.end, bias & 0xFFFFFFFFFFFFFFFF, low, table.first_page, table.pages, 0
-            )
-            leaf = trie.Leaf.from_buffer_copy(value)
-            for address, bits in aligned_blocks(mapping.start, mapping.end):
-                key_bytes = MAPPING_KEY.pack(32 + bits, pid, address.to_bytes(8, "big"))
-                try:
-                    trie[trie.Key.from_buffer_copy(key_bytes)] = leaf
-                except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception: the trie is full
-                    self.warnings.append(f"pid {pid}: mapping {mapping.path} not listed for unwinding ({exc})")
-                    break
-                written.add(key_bytes)
+        low = table.addresses[0] if table.pages else 0
+        value = MAPPING.pack(
+            mapping.start, mapping.end, bias & 0xFFFFFFFFFFFFFFFF, low, table.first_page, table.pages, 0
+        )
+        leaf = trie.Leaf.from_buffer_copy(value)
+        for address, bits in aligned_blocks(mapping.start, mapping.end):
+            key_bytes = MAPPING_KEY.pack(32 + bits, pid, address.to_bytes(8, "big"))
+            try:
+                trie[trie.Key.from_buffer_copy(key_bytes)] = leaf
+            except Exception as exc:  # noqa: BLE001 - bcc raises plain Exception: the trie is full
+                self.warnings.append(f"pid {pid}: mapping {mapping.path} not listed for unwinding ({exc})")
+                break
+            written.add(key_bytes)
+        return written
+
+    def _drop_stale_mappings(self, pid: int, written: set[bytes]) -> None:
+        """The blocks of the process's gone mappings out of the trie, once its new ones are all in."""
+        trie = self._bpf[b"cfi_mappings"]
         for stale in self._keys.get(pid, set()) - written:
             try:
                 del trie[trie.Key.from_buffer_copy(stale)]
