@@ -108,10 +108,12 @@ def flink_vertex_lines(
     meta = capture.meta
     found = vertex_cpu(thread_samples(stacks), capture.flink_vertices, meta.frequency, meta.duration)
     vertex_names = sorted({v.name for v in capture.flink_vertices})
-    blocked = vertex_blocked_ns(offcpu or {}, vertex_names)
-    by_task = (
-        vertex_blocked_by_task(offcpu or {}, vertex_names, classifications) if classifications is not None else {}
-    )
+    if classifications is None:
+        by_task: dict[str, dict[str, Counter[str]]] = {}
+        blocked = vertex_blocked_ns(offcpu or {}, vertex_names)
+    else:  # the per-cause column is the per-task one summed: one pass over the entries
+        by_task = vertex_blocked_by_task(offcpu or {}, vertex_names, classifications)
+        blocked = {vertex: sum(tasks.values(), Counter()) for vertex, tasks in by_task.items()}
     off_cpu = _off_cpu_run(run)
     lines = []
     for vertex in sorted(found, key=lambda v: (not v.window.source, v.window.job_name, v.window.name)):
