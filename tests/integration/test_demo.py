@@ -220,7 +220,7 @@ def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_th
     # production clusters run (no -XX:+PreserveFramePointer), then with the flag (the demo's default: the
     # session's run); both SHARED_WINDOW (the same warm-up, window and rate): the comparison's n is the
     # smaller run's, so a longer window without the flag bought nothing, and samples > 500 needs 34 a second
-    # over the 15 s (two busy 1-core executors give up to 398 at 199 Hz)
+    # over the 15 s (two busy 1-core executors give up to 598 at 299 Hz)
     shares, counted = {}, {}
     for flag in ("--no-frame-pointers", "--frame-pointers"):
         if flag == "--frame-pointers":
