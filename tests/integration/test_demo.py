@@ -108,11 +108,12 @@ def test_demo_profiles_ysb_tasks(spark_str_demo: DemoRun) -> None:
 
 
 def test_demo_keeps_the_logs_of_a_workload_that_died(tmp_path: Path) -> None:
-    # GIVEN a demo whose query is processing (a long warm-up keeps it from profiling)
+    # GIVEN a demo whose query is processing (a long warm-up keeps it from profiling; one executor: its
+    # first batch's code is generated and JIT-compiled in one cold JVM, not two side by side on two cores)
     out = tmp_path / "demo-died"
     demo = subprocess.Popen(
         [sys.executable, "-m", "coordinator", "demo", "--duration", "20", "--warmup", "600", "--rate", "5000",
-         "--campaigns", "100", "--out", str(out), "--quiet"],
+         "--campaigns", "100", "--executors", "1", "--out", str(out), "--quiet"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -217,9 +218,9 @@ def test_spark_executors_without_frame_pointers_give_the_shares_of_a_run_with_th
 ) -> None:
     # GIVEN the YSB Structured Streaming query on a standalone cluster, run twice: its JVMs started as
     # production clusters run (no -XX:+PreserveFramePointer), then with the flag (the demo's default: the
-    # session's run); both SHARED_WINDOW (the same warm-up and window): the comparison's n is the smaller
-    # run's, so a longer window without the flag bought nothing, and samples > 500 needs 17 a second (two
-    # busy 1-core executors give up to 198)
+    # session's run); both SHARED_WINDOW (the same warm-up, window and rate): the comparison's n is the
+    # smaller run's, so a longer window without the flag bought nothing, and samples > 500 needs 34 a second
+    # over the 15 s (two busy 1-core executors give up to 598 at 299 Hz)
     shares, counted = {}, {}
     for flag in ("--no-frame-pointers", "--frame-pointers"):
         if flag == "--frame-pointers":
