@@ -77,7 +77,10 @@ class Window:
     warnings: tuple[str, ...] = ()
     programs: tuple[tuple[str, float, float], ...] = ()  # --per-program: (name, ns per run, runs per second)
     components: tuple[tuple[str, float], ...] = ()  # the agent's CPU seconds in the window by component, largest first
-    agent_cpu_late_s: float = 0.0  # of agent_cpu_s, the part in the window's second half (the steady state's)
+    agent_cpu_measured_s: float = 0.0  # of agent_cpu_s, the part in the measured window (after --settle)
+    # the agent's whole sampling window, --settle included (its start-up work: tables parsed, threads named)
+    whole_handoffs_per_s: float = 0.0
+    whole_handoffs_per_cpu_s: float = 0.0
 
 
 def read_jvm(jvm: Jvm) -> Reading:
@@ -180,13 +183,17 @@ def per_program(pid: int, first: dict[int, tuple[int, int]], seconds: float) -> 
     return tuple(rows)
 
 
-def with_agent(jvm: Jvm, pair: int, seconds: float, scratch: Path, extra: list[str], programs: bool = False) -> Window:
-    """A window of `profiler run --pid JVM --off-cpu *extra`: the JVM read when the agent starts sampling and
-    when it stops (its start-up and post-run outside). ``programs``: each of the agent's BPF programs' time per
-    run over the window too, the statistics on all window (kernel.bpf_stats_enabled, restored after)."""
+def with_agent(
+    jvm: Jvm, pair: int, seconds: float, scratch: Path, extra: list[str], settle: float = 0.0, programs: bool = False
+) -> Window:
+    """A window of `profiler run --pid JVM --off-cpu *extra`, the JVM read when the agent starts sampling,
+    ``settle`` seconds later (after the work it does once per process: the walker's tables parsed, ...) and when
+    it stops (its start-up and post-run outside): measured from the second reading to the last, and whole.
+    ``programs``: each of the agent's BPF programs' time per run over the measured part too, the statistics on
+    meanwhile (kernel.bpf_stats_enabled, restored after)."""
     out, status = scratch / f"cap-{pair}", scratch / f"status-{pair}.json"
     argv = [
-        sys.executable, "-m", "profiler", "run", "--duration", str(seconds), "--out", str(out),
+        sys.executable, "-m", "profiler", "run", "--duration", str(settle + seconds), "--out", str(out),
         "--pid", str(jvm.pid), "--known-spes", str(_no_spes(scratch)), "--status-file", str(status),
         "--checkpoint", "0", "--force", "--off-cpu", *extra,
     ]  # fmt: skip
@@ -195,6 +202,8 @@ def with_agent(jvm: Jvm, pair: int, seconds: float, scratch: Path, extra: list[s
     try:
         _wait_state(status, "sampling", agent)
         with stats_sysctl() if programs else nullcontext():
+            begin = read_jvm(jvm)
+            time.sleep(settle)
             first = agent_programs(agent.pid) if programs else {}
             start = read_jvm(jvm)
             _wait_state(status, "writing", agent)
@@ -210,8 +219,11 @@ def with_agent(jvm: Jvm, pair: int, seconds: float, scratch: Path, extra: list[s
     overhead, meta = read_overhead(out), read_meta(out)
     run_ns = (overhead.bpf_run_time_ns or 0) if overhead else 0
     runs = (overhead.bpf_run_count or 0) if overhead else 0
+    whole = window_of(True, pair, begin, end)
     return replace(
         window_of(True, pair, start, end),
+        whole_handoffs_per_s=whole.handoffs_per_s,
+        whole_handoffs_per_cpu_s=whole.handoffs_per_cpu_s,
         agent_cpu_s=overhead.profiler_cpu_seconds if overhead else 0.0,
         # per `seconds` of the agent's own window: a starved agent's window runs past --duration
         bpf_cpu_s=run_ns / 1e9 / max(meta.duration, 1e-3) * seconds,
@@ -222,17 +234,17 @@ def with_agent(jvm: Jvm, pair: int, seconds: float, scratch: Path, extra: list[s
         components=tuple(sorted(((c.component, c.cpu_seconds) for c in overhead.cpu_by_component), key=lambda c: -c[1]))
         if overhead
         else (),
-        agent_cpu_late_s=late_cpu(overhead.timeline) if overhead else 0.0,
+        agent_cpu_measured_s=cpu_since(overhead.timeline, settle) if overhead else 0.0,
     )
 
 
-def late_cpu(timeline: tuple[OverheadPoint, ...]) -> float:
-    """The agent's CPU seconds in the second half of its window, from overhead.json's timeline (0.0: none)."""
+def cpu_since(timeline: tuple[OverheadPoint, ...], since: float) -> float:
+    """The agent's CPU seconds from ``since`` seconds into its window to its end, from overhead.json's timeline
+    (the point nearest ``since``; 0.0: no timeline)."""
     if len(timeline) < 2:
         return 0.0
-    middle = timeline[-1].t / 2
-    half = min(timeline, key=lambda point: abs(point.t - middle))
-    return timeline[-1].cpu_seconds - half.cpu_seconds
+    first = min(timeline, key=lambda point: abs(point.t - since))
+    return timeline[-1].cpu_seconds - first.cpu_seconds if since > 0 else timeline[-1].cpu_seconds
 
 
 def spread(values: list[float]) -> str:
@@ -244,13 +256,13 @@ def spread(values: list[float]) -> str:
     return text
 
 
-def slowdowns(windows: list[Window], key: str) -> list[float]:
-    """Per pair, 1 - the agent window's ``key`` / the no-agent window's."""
+def slowdowns(windows: list[Window], key: str, agent_key: str = "") -> list[float]:
+    """Per pair, 1 - the agent window's ``agent_key`` (else ``key``) / the no-agent window's ``key``."""
     by_pair: dict[int, dict[bool, Window]] = {}
     for window in windows:
         by_pair.setdefault(window.pair, {})[window.agent] = window
     return [
-        1 - getattr(both[True], key) / getattr(both[False], key)
+        1 - getattr(both[True], agent_key or key) / getattr(both[False], key)
         for _, both in sorted(by_pair.items())
         if len(both) == 2 and getattr(both[False], key) > 0
     ]
@@ -262,13 +274,14 @@ def report(windows: list[Window], args: argparse.Namespace, uptimes: tuple[str, 
     extra = "".join(f" --profiler-arg={a}" for a in args.profiler_arg)
     lines = [
         f"Command: `.venv/bin/python bench/bench_offcpu_walker.py --pairs {args.pairs} --window {args.window:g} "
-        f"--work {args.work} --thread-pairs {args.thread_pairs}{' --frame-pointers' if args.frame_pointers else ''}"
+        f"--work {args.work} --thread-pairs {args.thread_pairs} --settle {args.settle:g}"
+        f"{' --frame-pointers' if args.frame_pointers else ''}"
         f"{' --per-program' if args.per_program else ''}"
         f"{extra}`",
         f"Load: `uptime` before: {uptimes[0]}; after: {uptimes[1]}",
         "",
         "| window | pair | hand-offs/s | hand-offs / JVM CPU-s | voluntary switches/s | all switches/s |"
-        " agent CPU s (2nd half) | BPF CPU s | BPF µs / run | walked | load |",
+        " agent CPU s (measured part) | BPF CPU s | BPF µs / run | walked | load |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for w in windows:
@@ -276,7 +289,7 @@ def report(windows: list[Window], args: argparse.Namespace, uptimes: tuple[str, 
             f"| {'--off-cpu' if w.agent else 'no agent'} | {w.pair} | {w.handoffs_per_s:,.0f} |"
             f" {w.handoffs_per_cpu_s:,.0f} | {w.voluntary_per_s:,.0f} | {w.switches_per_s:,.0f} |"
             + (
-                f" {w.agent_cpu_s:.2f} ({w.agent_cpu_late_s:.2f}) | {w.bpf_cpu_s:.3f} | {w.bpf_us_per_run:.3f} |"
+                f" {w.agent_cpu_s:.2f} ({w.agent_cpu_measured_s:.2f}) | {w.bpf_cpu_s:.3f} | {w.bpf_us_per_run:.3f} |"
                 f" {100 * w.walked_share:.0f} % |"
                 if w.agent
                 else " – | – | – | – |"
@@ -290,13 +303,22 @@ def report(windows: list[Window], args: argparse.Namespace, uptimes: tuple[str, 
         f" ({'every window' if min(rates) >= GOAL_SWITCHES else 'NOT every window'} ≥ {GOAL_SWITCHES:,})",
         f"Slowdown per pair (1 - with / without), min / median / max over {len(slowdowns(windows, 'handoffs_per_s'))}"
         f" pairs: hand-offs per second {spread(slowdowns(windows, 'handoffs_per_s'))};"
-        f" per JVM CPU-second {spread(slowdowns(windows, 'handoffs_per_cpu_s'))}",
+        f" per JVM CPU-second {spread(slowdowns(windows, 'handoffs_per_cpu_s'))}"
+        + (
+            f". The agent's whole window, its first {args.settle:g} s included: per second"
+            f" {spread(slowdowns(windows, 'handoffs_per_s', 'whole_handoffs_per_s'))}; per JVM CPU-second"
+            f" {spread(slowdowns(windows, 'handoffs_per_cpu_s', 'whole_handoffs_per_cpu_s'))}"
+            if args.settle > 0
+            else ""
+        ),
     ]
     if agent:
         lines.append(
             f"The agent: BPF {statistics.median(w.bpf_cpu_s for w in agent):.3f} CPU-s per {args.window:g} s window, "
             f"{statistics.median(w.bpf_us_per_run for w in agent):.3f} µs per run (medians); its own CPU "
-            f"{statistics.median(w.agent_cpu_s for w in agent):.2f} s per window; the walker's Java frames in "
+            f"{statistics.median(w.agent_cpu_s for w in agent):.2f} s in its whole window, "
+            f"{statistics.median(w.agent_cpu_measured_s for w in agent):.2f} s in the measured part;"
+            " the walker's Java frames in "
             f"{100 * min(w.walked_share for w in agent):.0f}–{100 * max(w.walked_share for w in agent):.0f} % of the"
             " ping-pong threads' blocked time"
         )
@@ -317,6 +339,11 @@ def main() -> int:
         "--work", type=int, default=20000, help="xorshift rounds per hand-off (20000: ~65,000 switches/s quiet)"
     )
     parser.add_argument("--thread-pairs", type=int, default=2, help="PingPongRate's thread pairs (2)")
+    parser.add_argument(
+        "--settle", type=float, default=10.0,
+        help="seconds of the agent's window before its measured --window (10): its once-per-process start-up work"
+        " (the walker's CFI tables of libjvm and glibc parsed, threads named) is reported apart, as the whole window",
+    )  # fmt: skip
     parser.add_argument("--frame-pointers", action="store_true", help="run the JVM with -XX:+PreserveFramePointer")
     parser.add_argument(
         "--profiler-arg", action="append", default=[], metavar="ARG",
@@ -327,8 +354,8 @@ def main() -> int:
         help="also each of the agent's BPF programs' ns per run (statistics on all window: a diagnosis only)",
     )  # fmt: skip
     args = parser.parse_args()
-    if args.pairs < 1 or args.window <= 0:
-        parser.error("--pairs must be at least 1 and --window positive")
+    if args.pairs < 1 or args.window <= 0 or args.settle < 0:
+        parser.error("--pairs must be at least 1, --window positive and --settle not negative")
     if os.geteuid() != 0:
         parser.error("run as root: `profiler run` loads eBPF")
     before = uptime()
@@ -340,7 +367,7 @@ def main() -> int:
             for pair in range(args.pairs):
                 for window in (
                     without_agent(jvm, pair, args.window),
-                    with_agent(jvm, pair, args.window, scratch, args.profiler_arg, args.per_program),
+                    with_agent(jvm, pair, args.window, scratch, args.profiler_arg, args.settle, args.per_program),
                 ):
                     windows.append(window)
                     print(
@@ -353,8 +380,8 @@ def main() -> int:
                     if window.agent:
                         parts = ", ".join(f"{name} {cpu:.2f}" for name, cpu in window.components[:5])
                         print(
-                            f"    agent CPU {window.agent_cpu_s:.2f} s ({window.agent_cpu_late_s:.2f} in the second"
-                            f" half): {parts}; BPF {window.bpf_cpu_s:.3f} s, {window.bpf_us_per_run:.3f} µs/run",
+                            f"    agent CPU {window.agent_cpu_s:.2f} s ({window.agent_cpu_measured_s:.2f} after"
+                            f" --settle): {parts}; BPF {window.bpf_cpu_s:.3f} s, {window.bpf_us_per_run:.3f} µs/run",
                             flush=True,
                         )
                     for name, ns, rate in window.programs:
