@@ -67,11 +67,11 @@ class Window:
 
 
 class Jvm:
-    def __init__(self, classes: Path, pairs: int, work: int = 0) -> None:
+    def __init__(self, classes: Path, pairs: int, work: int = 0, frame_pointers: bool = True) -> None:
         java = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "java"
         argv = [
             str(java),
-            "-XX:+PreserveFramePointer",
+            *(["-XX:+PreserveFramePointer"] if frame_pointers else []),
             "-Xmx64m",
             "-cp",
             str(classes),
@@ -115,12 +115,12 @@ class Jvm:
 
 
 @contextmanager
-def warm_jvm(scratch: Path, pairs: int, work: int = 0) -> Iterator[Jvm]:
+def warm_jvm(scratch: Path, pairs: int, work: int = 0, frame_pointers: bool = True) -> Iterator[Jvm]:
     """PingPongRate compiled into ``scratch``, started with ``pairs`` thread pairs doing ``work`` xorshift rounds
-    per hand-off, and warmed up; killed after."""
+    per hand-off (with -XX:+PreserveFramePointer unless ``frame_pointers`` is false), and warmed up; killed after."""
     javac = Path(os.environ.get("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")) / "bin" / "javac"
     subprocess.run([str(javac), "-d", str(scratch / "classes"), str(WORKLOAD)], check=True, timeout=180)
-    jvm = Jvm(scratch / "classes", pairs, work)
+    jvm = Jvm(scratch / "classes", pairs, work, frame_pointers)
     try:
         time.sleep(3)  # JIT warm-up
         yield jvm
