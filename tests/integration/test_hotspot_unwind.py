@@ -3,8 +3,9 @@ stepped by their CodeBlob's frame size in the BPF walker and named from the JVM'
 
 The CpuSplit cases run on JDK 17 and 25 at once: both JVMs sampled by one sampler in one window (a module
 fixture per case, read by its two tests), each until it has MIN_SAMPLES of its own (the statistics are per
-process). The code-churn case does not: two churning JVMs side by side took 89 s to reach MIN_SAMPLES each,
-where one after the other take 43 s (2026-11-29, load 1.5-9 on 2 cores)."""
+process). The code-churn case runs one JDK at a time: side by side the two churning JVMs took 89 s to reach
+MIN_SAMPLES each (load rising to 9), one after the other 43 s at load 1 and 121 s at load 9 (2026-11-29, 2 cores):
+not measured at equal load, so left as it was."""
 
 from __future__ import annotations
 
