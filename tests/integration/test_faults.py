@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -25,9 +26,10 @@ from coordinator import rundir
 from coordinator.cli import main as coordinator_main
 from coordinator.errors import PartialRunError
 from coordinator.remote import deploy
-from coordinator.remote.cluster import load_cluster
-from coordinator.remote.hosts import run_request
-from coordinator.remote.session import ProfileOutcome, RunOptions, profile_cluster
+from coordinator.remote.cluster import HostSpec, load_cluster
+from coordinator.remote.hosts import HostTransport, run_request
+from coordinator.remote.session import ProfileOutcome, RunOptions, TransportFactory, profile_cluster
+from coordinator.remote.ssh import SshHost, SshOptions
 from profiler.capture.journal import read_journal
 from profiler.capture.read import read_meta
 from tests.fixtures.captures import folded_text
@@ -324,6 +326,21 @@ def test_executor_killed_and_replaced_mid_run(
 
 # ------------------------------------------------------------------ SSH dropped beyond the reconnect window
 
+# The silent link is noticed by TCP_USER_TIMEOUT (SshOptions.dead_peer_timeout, 20 s in production), then
+# retried for the reconnect window: the same path with a 5 s timeout and keepalives every second (the
+# dead peer's bytes unacknowledged from the first keepalive after the drop) takes ~11 s less.
+QUICK_DEAD_PEER = SshOptions(connect_timeout=3.0, keepalive=1, dead_peer_timeout=5.0)
+
+
+def quick_dead_peer_transport(cluster: Cluster) -> TransportFactory:
+    options = replace(QUICK_DEAD_PEER, known_hosts=cluster.known_hosts)
+
+    def factory(spec: HostSpec) -> HostTransport:
+        return SshHost(spec, options)
+
+    return factory
+
+
 
 def test_ssh_dropped_longer_than_the_reconnect_window_then_fetched(
     sshd_factory: SshdFactory,
@@ -340,7 +357,8 @@ def test_ssh_dropped_longer_than_the_reconnect_window_then_fetched(
     runner = threading.Thread(
         target=lambda: result.append(
             in_process(
-                cluster, out, inputs, busy_process.pid, 8, finish_grace=5.0, reconnect_window=6.0, connect_timeout=3.0
+                cluster, out, inputs, busy_process.pid, 8, finish_grace=5.0, reconnect_window=3.0,
+                transport_factory=quick_dead_peer_transport(cluster),
             )
         )
     )
