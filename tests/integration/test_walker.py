@@ -147,7 +147,11 @@ def unloader_jvm(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     subprocess.run([str(java / "javac"), "-d", str(tmp_path), str(UNLOADER_SOURCE)], check=True, timeout=180)
     argv = [str(java / "java"), "-Xint", "-XX:+UseSerialGC", "-Xmx64m", "-cp", str(tmp_path)]
     process = subprocess.Popen(
-        [*argv, "com.example.Unloader", str(CHURN_SPIN_MS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        [*argv, "com.example.Unloader", str(CHURN_SPIN_MS)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
     )
     try:
         assert process.stdout is not None
