@@ -9,10 +9,13 @@ loaded, the scope's first listing) and the whole command's CPU (its rusage as a 
 Warm: one unmeasured run fills a fresh compile cache first; --cold: each run gets an empty cache directory
 (SPE_TASKPROF_BPF_CACHE), as after set-up or a kernel change. Python's bytecode is kept between the runs
 (PYTHONPYCACHEPREFIX in the scratch directory; an installed agent has it), unless --from-source: a fresh
-coordinator bundle on a host compiles every module at each run. Needs root and a JDK; on a shared machine
-run under the heavy lock:
+coordinator bundle on a host compiles every module at each run. --against DIR: a before/after comparison,
+each measured run of this tree's agent paired with one of DIR's (another checkout, e.g. `git worktree add`),
+in alternating order (each side its own cache and bytecode), so the machine's drift falls on both. Needs
+root and a JDK; on a shared machine run under the heavy lock:
 
 usage: flock /tmp/spe-heavy.lock .venv/bin/python bench/bench_first_sample.py [--repeat 3] [--cold] [--load 2]
+       [--against ../other-checkout]
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ TARGETS = {"warm": (2.0, 1.0), "cold": (10.0, None)}  # seconds to the first sam
 LOADED = 3.0  # with --load: within 3x of the idle targets
 
 
-def profiler_run(cache_dir: Path, pid: int, out: Path, duration: float, pycache: Path | None) -> dict[str, object]:
-    """One `profiler run --pid PID`: the run's start-up figures, its CPU as a child and its wall time.
-    ``pycache``: the bytecode kept there across runs (an installed agent); None: compiled from source."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SPE_TASKPROF_BPF_CACHE": str(cache_dir)}
+def profiler_run(
+    cache_dir: Path, pid: int, out: Path, duration: float, pycache: Path | None, repo: Path = REPO
+) -> dict[str, object]:
+    """One `profiler run --pid PID` of ``repo``'s agent: the run's start-up figures, its CPU as a child and its
+    wall time. ``pycache``: the bytecode kept there across runs (an installed agent); None: compiled from source."""
+    env = {**os.environ, "PYTHONPATH": str(repo), "SPE_TASKPROF_BPF_CACHE": str(cache_dir)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if pycache is None:  # an empty prefix per run, nothing written: every module compiled, as from a fresh bundle
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -48,7 +53,7 @@ def profiler_run(cache_dir: Path, pid: int, out: Path, duration: float, pycache:
     argv = [sys.executable, "-m", "profiler", "run", "--pid", str(pid), "--duration", f"{duration:g}",
             "--out", str(out), "--force"]  # fmt: skip
     before, launched = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-    completed = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    completed = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=600)
     after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - launched
     if completed.returncode != 0:
         raise SystemExit(f"bench_first_sample: profiler run exited {completed.returncode}: {completed.stderr[-400:]}")
@@ -74,6 +79,35 @@ def verdict(label: str, load: int, seconds: float, cpu: float) -> str:
     return f"target <= {target_s * scale:g} s{cpu_part}: {'met' if ok else 'MISSED'}"
 
 
+def measured_runs(args: argparse.Namespace, sides: dict[str, Path], pid: int, scratch: Path) -> dict[str, list]:
+    """``args.repeat`` runs of each side's agent (pairs in alternating order), after one unmeasured run each
+    that fills its compile cache and bytecode; the busy loops of --load beside the measured ones."""
+    pycache = {side: None if args.from_source else scratch / side / "pycache" for side in sides}
+    for side, repo in sides.items():
+        (scratch / side).mkdir()
+        if not args.cold or pycache[side] is not None:  # fills the BPF compile cache and the bytecode
+            cache = scratch / side / ("cache-prime" if args.cold else "cache")
+            profiler_run(cache, pid, scratch / side / "prime", args.duration, pycache[side], repo)
+    loops = busy_loops(args.load)
+    try:
+        time.sleep(1.0 if loops else 0.0)
+        print(f"loadavg {Path('/proc/loadavg').read_text().strip()}")
+        runs: dict[str, list] = {side: [] for side in sides}
+        for index in range(args.repeat):
+            for side in list(sides) if index % 2 == 0 else list(reversed(sides)):
+                cache = scratch / side / (f"cache-{index}" if args.cold else "cache")
+                out = scratch / side / f"run-{index}"
+                figures = profiler_run(cache, pid, out, args.duration, pycache[side], sides[side])
+                print(json.dumps({"agent": side, **figures}))
+                runs[side].append(figures)
+        print(f"loadavg {Path('/proc/loadavg').read_text().strip()}")
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="measured runs (default 3)")
@@ -84,51 +118,44 @@ def main(argv: list[str] | None = None) -> int:
         "--from-source", action="store_true",
         help="no bytecode kept between runs (a fresh coordinator bundle on a host compiles every module)",
     )  # fmt: skip
+    parser.add_argument("--against", type=Path, help="another checkout whose agent each run is paired with")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_first_sample: needs root (BPF); run with sudo", file=sys.stderr)
         return 2
+    sides = {"this": REPO}
+    if args.against is not None:
+        if not (args.against / "profiler" / "__main__.py").is_file():
+            print(f"bench_first_sample: {args.against}: no profiler/ agent there; give a checkout", file=sys.stderr)
+            return 2
+        sides["against"] = args.against.resolve()
     from tests.fixtures.jvm import compile_workloads, start_cpu_split
 
     label = "cold" if args.cold else "warm"
     python = "Python compiled from source each run" if args.from_source else "bytecode kept"
+    print(f"{label}, {python}, load {args.load} busy loop(s); agents {', '.join(map(str, sides.values()))}")
     with tempfile.TemporaryDirectory(prefix="first-sample-") as scratch_name:
         scratch = Path(scratch_name)
         jvm = start_cpu_split(compile_workloads(scratch / "classes"), threads=2)
-        loops: list[subprocess.Popen[bytes]] = []
         try:
-            shared_cache = scratch / "cache"
-            pycache = None if args.from_source else scratch / "pycache"
-            if not args.cold or pycache is not None:  # fills the BPF compile cache and the bytecode
-                profiler_run(scratch / "cache-prime" if args.cold else shared_cache, jvm.pid, scratch / "prime",
-                             args.duration, pycache)  # fmt: skip
-            loops = busy_loops(args.load)
-            time.sleep(1.0 if loops else 0.0)
-            loadavg = Path("/proc/loadavg").read_text().strip()
-            print(f"{label}, {python}, load {args.load} busy loop(s); loadavg {loadavg}")
-            runs = []
-            for index in range(args.repeat):
-                cache = scratch / f"cache-{index}" if args.cold else shared_cache
-                figures = profiler_run(cache, jvm.pid, scratch / f"run-{index}", args.duration, pycache)
-                print(json.dumps(figures))
-                runs.append(figures)
-            print(f"loadavg {Path('/proc/loadavg').read_text().strip()}")
+            runs = measured_runs(args, sides, jvm.pid, scratch)
         finally:
-            for loop in loops:
-                loop.kill()
-                loop.wait()
             jvm.kill()
-    firsts = [float(r["first_sample_s"]) for r in runs if r["first_sample_s"] is not None]  # type: ignore[arg-type]
-    cpus = [float(r["first_sample_cpu_s"]) for r in runs if r["first_sample_cpu_s"] is not None]  # type: ignore[arg-type]
-    if len(firsts) < len(runs) or not cpus:
-        print("bench_first_sample: a run recorded no first sample", file=sys.stderr)
-        return 1
-    first, cpu = statistics.median(firsts), statistics.median(cpus)
-    print(
-        f"{label}, load {args.load}: median first sample {first:.2f} s after the command, {cpu:.2f} CPU-s until "
-        f"then (max {max(firsts):.2f} s, {max(cpus):.2f} CPU-s); {verdict(label, args.load, first, cpu)}"
-    )
-    return 0
+    status = 0
+    for side, side_runs in runs.items():
+        firsts = [float(r["first_sample_s"]) for r in side_runs if r["first_sample_s"] is not None]
+        cpus = [float(r["first_sample_cpu_s"]) for r in side_runs if r["first_sample_cpu_s"] is not None]
+        if len(firsts) < len(side_runs) or not cpus:
+            print(f"bench_first_sample: a run of {sides[side]} recorded no first sample", file=sys.stderr)
+            status = 1
+            continue
+        first, cpu = statistics.median(firsts), statistics.median(cpus)
+        print(
+            f"{label}, load {args.load}, {sides[side]}: median first sample {first:.2f} s after the command, "
+            f"{cpu:.2f} CPU-s until then (max {max(firsts):.2f} s, {max(cpus):.2f} CPU-s); "
+            f"{verdict(label, args.load, first, cpu)}"
+        )
+    return status
 
 
 if __name__ == "__main__":

@@ -394,8 +394,10 @@ int offcpu_walk_more(struct bpf_raw_tracepoint_args *ctx) {
 }
 
 // prev's user stack by the walker, from the registers saved on its kernel entry (the top of its kernel
-// stack: bpf_task_pt_regs), then its record stored (offcpu_finish). Runs last in the tracepoint: the
-// tail calls do not come back. 0: no scratch, the caller stores `out` with bpf_get_stackid's stack.
+// stack: bpf_task_pt_regs), then its record stored (offcpu_finish, at the end of the chain). Runs last in
+// the tracepoint: the tail call does not come back. The walk itself is only in offcpu_walk_more, verified
+// once. 0: no scratch, or no offcpu_walk_more in offcpu_walk_progs yet (the tracepoint is attached as it
+// is loaded, before program.py sets it): the caller stores `out` with bpf_get_stackid's stack.
 static __always_inline int walk_switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tgid, u32 tid,
                                            struct switch_out *out, struct java_anchor *anchor) {
     u32 zero = 0;
@@ -423,10 +425,8 @@ static __always_inline int walk_switch_out(struct bpf_raw_tracepoint_args *ctx, 
             bpf_probe_read_user(&scratch->walk.jvm_unloads, sizeof(u64), (void *)jvm->unloads_at) != 0)
             scratch->walk.jvm_unloads = ~0ULL;
     }
-    if (!offcpu_walk_chunk(scratch))
-        offcpu_walk_progs.call(ctx, 0);
-    offcpu_finish(scratch);
-    return 1;
+    offcpu_walk_progs.call(ctx, 0);  // the walk and offcpu_finish: does not come back once it runs
+    return 0;
 }
 #endif
 

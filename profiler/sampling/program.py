@@ -23,13 +23,13 @@ COLLECTIONS = ("auto", "ringbuf", "stackmap")
 STACK_WALKS = ("auto", "bpf", "kernel")  # bpf: our walker (stack_walk.c); kernel: bpf_get_stack
 DEFAULT_DEPTH = {"bpf": 1024, "kernel": 127}  # frames kept per user stack when --max-stack-depth is not given
 CHUNK_FRAMES = 32  # frames per program of the walker's tail-call chain (the HotSpot step: dear to verify)
-WALK_LIMIT = CHUNK_FRAMES * 34  # the first program and 33 tail calls (the kernel's MAX_TAIL_CALL_CNT)
+WALK_LIMIT = CHUNK_FRAMES * 33  # 33 tail calls of walk_more (the kernel's MAX_TAIL_CALL_CNT): on_cpu_clock walks none
 KERNEL_STACK_DEPTH_MAX = 127  # kernel stacks are short; the user depth is the one users raise
 RINGBUF_SECONDS = 2.0  # the buffer holds this long of samples at full rate: ten drain periods
 RINGBUF_MIN_PAGES, RINGBUF_MAX_PAGES = 256, 65536  # 1 MiB .. 256 MiB with 4 KiB pages
 SOURCES = {"walker": "stack_walk.c", "ringbuf": "stack_ringbuf.c", "stackmap": "stack_sampler.c"}
 # A blocked thread's walk (offcpu_trace.c in the walker's program): the leaf-most and root-most frames kept
-# (a record of 1 KiB per distinct stack) and the frames walked at most (a walk's first program and 7 tail calls).
+# (a record of 1 KiB per distinct stack) and the frames walked at most (8 tail calls of offcpu_walk_more).
 OFFCPU_LEAF_SLOTS, OFFCPU_ROOT_SLOTS = 96, 32
 OFFCPU_WALK_LIMIT = CHUNK_FRAMES * 8
 

@@ -6,7 +6,8 @@
 // rest by the frame pointer: no frame pointers are needed in JIT code.
 // The kernel part of a sample stays with bpf_get_stack.
 //
-// Deep stacks: the walk goes on up to WALK_LIMIT frames (CHUNK_FRAMES per program of a tail-call chain); the first LEAF_SLOTS frames are kept, and the
+// Deep stacks: the walk goes on up to WALK_LIMIT frames (CHUNK_FRAMES per program of a tail-call chain: walk_more,
+// the one program holding the walk, so the kernel's verifier checks it once per load); the first LEAF_SLOTS frames are kept, and the
 // last ROOT_SLOTS frames in a ring (user space puts them in order), so a stack too deep to keep whole
 // keeps its leaf and its root, and user space marks the frames cut between them. A record is sent with
 // bpf_ringbuf_output at the size it uses, so the ring buffer does not grow with the depth allowed.
@@ -175,6 +176,9 @@ static __always_inline int walk_one(struct walk_state *state, u64 *frames, u32 l
 // row), and bcc 0.26 cannot relocate bpf_loop's callback, so longer walks go on in the next program of a
 // tail-call chain (walk_more here, offcpu_walk_more for a blocked thread's stack). The one walk of both:
 // on-CPU samples and off-CPU switch-outs differ only in where the registers come from and the record.
+// Only the chains' programs walk: the programs that start a walk (on_cpu_clock, sched_switch) set up its
+// state and tail-call the chain, so the verifier checks this, its costliest code, once per chain and load
+// (it was three times with the off-CPU program, four with its chain: most of a warm start's CPU).
 static __always_inline int walk_frames(struct walk_state *state, u64 *frames, u32 leaf, u32 root, u32 limit) {
     for (u32 i = 0; i < CHUNK_FRAMES; i++) {
         if (state->walked >= limit) {
@@ -267,7 +271,7 @@ static __always_inline int finish(struct bpf_perf_event_data *ctx, struct scratc
     return 0;
 }
 
-// The next CHUNK_FRAMES frames of a walk on_cpu_clock began (tail call; the kernel allows 33 in a row).
+// The next CHUNK_FRAMES frames of the walk on_cpu_clock set up (tail call; the kernel allows 33 in a row).
 int walk_more(struct bpf_perf_event_data *ctx) {
     u32 zero = 0;
     struct scratch_t *scratch_value = scratch.lookup(&zero);
@@ -320,9 +324,8 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
         if (py != NULL)
             state->py_count = py_walk(py, (u32)id, state->py, state->py_buffer, &state->py_status);
     }
-    if (!walk_chunk(scratch_value))
-        walk_progs.call(ctx, 0);
-    if (state->end == WALK_RUNNING)
-        state->end = WALK_LIMIT_HIT;  // no tail call possible: the walk is cut here
+    walk_progs.call(ctx, 0);  // the walk, and the record out: does not come back once walk_more runs
+    // No walk_more in walk_progs (only before the sampler set it or after it emptied it): no user stack.
+    sample->user_bytes = -ENOENT;
     return finish(ctx, scratch_value);
 }

@@ -1,6 +1,7 @@
 """After the compiles, LLVM's code pages are dropped from the profiler (real bcc, real LLVM): the RSS
 falls, and a compile after the drop still works (the pages come back from the file); and the compile cache:
-a second start loads the program without compiling and it works, a damaged or refused entry is compiled again."""
+a second start loads the program without compiling and it works, a damaged or refused entry is compiled again;
+and the walker's walk is verified once per tail-call chain, not again in the programs that start it."""
 
 from __future__ import annotations
 
@@ -69,16 +70,24 @@ program.cleanup()
 WALKER_SCRIPT = r"""
 import json, subprocess, sys, time
 sys.path.append("/usr/lib/python3/dist-packages")
+from profiler.sampling.offcpu import OffCpuTracer
 from profiler.sampling.sampler import StackSampler
+
+def verified_insns(function):
+    with open(f"/proc/self/fdinfo/{function.fd}") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("verified_insns:"))
 
 busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
 sampler = StackSampler()
+sampler.share_walker(OffCpuTracer().bpf_text())
 try:
     sampler.start()
     sampler.add_pid(busy.pid)
     time.sleep(3)
     sampler.stop()
+    verified = {name.decode(): verified_insns(fn) for name, fn in sampler._bpf.funcs.items()}
     print(json.dumps({"class": type(sampler._bpf).__name__, "walk": sampler.stack_walk,
+                      "offcpu_walker": sampler.program.offcpu_walker, "verified": verified,
                       "samples": sampler.sample_count(busy.pid)}))
 finally:
     sampler.close()
@@ -136,5 +145,10 @@ def test_the_walker_loaded_from_the_cache_samples(repo_root, tmp_path):
     warm = _run(WALKER_SCRIPT, repo_root, cache_dir)
     # THEN both walked a busy process's stacks with the walker and its tail call, the second without a compile
     assert cold["class"] == "RecordingBPF" and warm["class"] == "CachedBPF", (cold, warm)
-    assert cold["walk"] == warm["walk"] == "bpf"
+    assert cold["walk"] == warm["walk"] == "bpf" and cold["offcpu_walker"] and warm["offcpu_walker"]
     assert cold["samples"] > 20 and warm["samples"] > 20, (cold, warm)
+    # AND the kernel verified the walk once per chain: the programs that start a walk (the sample's, the
+    # switch-out's) only tail-call it, each checked in a few per cent of the instructions of the walk
+    verified = warm["verified"]
+    assert verified["on_cpu_clock"] * 10 < verified["walk_more"], verified
+    assert verified["raw_tracepoint__sched_switch"] * 10 < verified["offcpu_walk_more"], verified
