@@ -1,98 +1,28 @@
 """The HotSpot unwinder (issue 30) on real JVMs started WITHOUT -XX:+PreserveFramePointer: compiled frames
-stepped by their CodeBlob's frame size in the BPF walker and named from the JVM's own nmethods.
-
-The CpuSplit cases run on JDK 17 and 25 at once: both JVMs sampled by one sampler in one window (a module
-fixture per case, read by its two tests), each until it has MIN_SAMPLES of its own (the statistics are per
-process). The code-churn case runs one JDK at a time: side by side the two churning JVMs took 89 s to reach
-MIN_SAMPLES each (load rising to 9), one after the other 43 s at load 1 and 121 s at load 9 (2026-11-29, 2 cores):
-not measured at equal load, so left as it was."""
+stepped by their CodeBlob's frame size in the BPF walker and named from the JVM's own nmethods."""
 
 from __future__ import annotations
 
 import json
 import math
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from profiler.capture.stackstore import CUT_HOTSPOT, CollectedStacks
+from profiler.capture.stackstore import CUT_HOTSPOT
 from profiler.sampling.sampler import StackSampler
 from profiler.unwind import hotspot
-from tests.fixtures.jvm import CpuSplitJvm, java_home, start_cpu_split, temurin_25, without_approximate
+from tests.fixtures.jvm import java_home, temurin_25, without_approximate
 from tests.fixtures.sampling import assert_shares_match
 from tests.integration.test_perfmap_refresh import NAMES, _ask, _counts, start_churn
 from tests.integration.test_perfmap_refresh import churn_classes as churn_classes  # the fixture
-from tests.integration.test_walker import _sample, _wait_attached
+from tests.integration.test_walker import _sample
 
 MIN_SAMPLES = 1200
-JAVA_HOMES = {"17": java_home, "25": temurin_25}  # called in the fixtures: a missing JDK fails there
-
-
-def _sample_together(
-    pids: Mapping[str, int], seconds: float, on_begin: Callable[[], None] = lambda: None, limit: float = 90.0
-) -> dict[str, CollectedStacks]:
-    """One sampler (perf_map_mode "none": frames named from the JVMs' nmethods) over the JVMs of ``pids``
-    (by JDK) for ``seconds``, longer (up to ``limit``) until each has MIN_SAMPLES; ``on_begin`` runs when the
-    window starts. The JVMs share the CPUs, so the window may be extended: the samples each test reads are as
-    many as when its JVM ran alone."""
-    sampler = StackSampler(perf_map_mode="none")
-    try:
-        sampler.start()
-        assert sampler.stack_walk == "bpf", sampler.warnings
-        for pid in pids.values():
-            sampler.add_pid(pid)
-            sampler.prepare_symbols(pid)
-        for pid in pids.values():
-            _wait_attached(sampler, pid)
-        sampler.begin_window()
-        on_begin()
-        began = time.monotonic()
-        time.sleep(seconds)
-        while min(sampler.sample_count(p) for p in pids.values()) < MIN_SAMPLES and time.monotonic() - began < limit:
-            time.sleep(1)
-        sampler.stop()
-        collected = sampler.collect()
-        return {jdk: collected[pid] for jdk, pid in pids.items()}
-    finally:
-        sampler.close()
-
-
-@dataclass(frozen=True)
-class SampledJvm:
-    """One CpuSplit JVM's window: its samples and its own thread-CPU split of the burners."""
-
-    collected: CollectedStacks
-    truth: dict[str, float]
-    methods: list[str]
-
-
-def _cpu_split_on_both_jdks(classpath: Path, seconds: float, **options: object) -> Iterator[dict[str, SampledJvm]]:
-    """CpuSplit without frame pointers (``options``) on JDK 17 and 25, started side by side, sampled together."""
-    jvms: dict[str, CpuSplitJvm] = {}
-    try:
-        with ThreadPoolExecutor(max_workers=len(JAVA_HOMES)) as starting:
-            started = {
-                jdk: starting.submit(start_cpu_split, classpath, preserve_frame_pointer=False, java=home(), **options)
-                for jdk, home in JAVA_HOMES.items()
-            }
-            for jdk, future in started.items():
-                jvms[jdk] = future.result()
-
-        def reset() -> None:
-            for jvm in jvms.values():
-                jvm.reset()
-
-        collected = _sample_together({jdk: jvm.pid for jdk, jvm in jvms.items()}, seconds, reset)
-        yield {jdk: SampledJvm(collected[jdk], jvm.shares(), jvm.methods) for jdk, jvm in jvms.items()}
-    finally:
-        for jvm in jvms.values():
-            jvm.kill()
+JAVA_HOMES = {"17": java_home, "25": temurin_25}  # called in the test: a missing JDK fails there
 
 
 def _bare(frame: str) -> str:
@@ -124,31 +54,19 @@ def _unnamed_worker_stacks(folded: Counter[str], top: int = 8) -> list[tuple[str
     return unnamed.most_common(top)
 
 
-@pytest.fixture(scope="module")
-def no_fp_split(cpu_split_classpath: Path) -> Iterator[dict[str, SampledJvm]]:
-    """A JVM without frame pointers in JIT code, burning 50/30/20 in three compiled methods (kept out of
-    line), per JDK; sampled 15 s."""
-    yield from _cpu_split_on_both_jdks(cpu_split_classpath, 15, threads=2, warmup_ms=3000)
-
-
-@pytest.fixture(scope="module")
-def inlined_split(cpu_split_classpath: Path) -> Iterator[dict[str, SampledJvm]]:
-    """The JIT's defaults: C2 inlines the three burners into their caller's loop, no frame pointers; per JDK,
-    sampled 15 s."""
-    yield from _cpu_split_on_both_jdks(cpu_split_classpath, 15, dontinline=False, warmup_ms=5000)
-
-
 @pytest.mark.parametrize("jdk", ["17", "25"])
-def test_no_frame_pointer_jvm_shares_within_sampling_error(no_fp_split: dict[str, SampledJvm], jdk: str) -> None:
+def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, jdk):
+    home = JAVA_HOMES[jdk]()
     # GIVEN a JVM without frame pointers in JIT code, burning 50/30/20 in three compiled methods
+    jvm = start_cpu_split_jvm(preserve_frame_pointer=False, threads=2, warmup_ms=3000, java=home)
     # WHEN our walker samples it (no perf map needed: frames named from the JVM's nmethods)
-    sampled = no_fp_split[jdk]
-    collected, truth = sampled.collected, sampled.truth
+    collected = _sample(StackSampler(perf_map_mode="none"), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
+    truth = jvm.shares()
     stats = collected.stats
-    by_method = _burner_counts(collected.folded, sampled.methods)
+    by_method = _burner_counts(collected.folded, jvm.methods)
     worker = sum(by_method.values())
     # THEN the shares agree with the JVM's own thread-CPU measurement
-    assert_shares_match(by_method, {method: truth[method] for method in sampled.methods}, 500)
+    assert_shares_match(by_method, {method: truth[method] for method in jvm.methods}, 500)
     # and almost every worker sample was walked to the thread's start and named
     unnamed = _unnamed_worker_stacks(collected.folded)
     assert by_method[None] <= 0.02 * worker, (by_method, unnamed, stats.stacks_cut, stats.hotspot_steps)
@@ -161,22 +79,22 @@ def test_no_frame_pointer_jvm_shares_within_sampling_error(no_fp_split: dict[str
 
 
 @pytest.mark.parametrize("jdk", ["17", "25"])
-def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(
-    inlined_split: dict[str, SampledJvm], jdk: str
-) -> None:
+def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_cpu_split_jvm, jdk):
+    home = JAVA_HOMES[jdk]()
     # GIVEN the JIT's defaults: C2 inlines the three burners into their caller's loop, no frame pointers
+    jvm = start_cpu_split_jvm(preserve_frame_pointer=False, dontinline=False, warmup_ms=5000, java=home)
     # WHEN sampled by the walker, names from the nmethods' debug information only
-    sampled = inlined_split[jdk]
-    collected, truth = sampled.collected, sampled.truth
-    by_method = _burner_counts(collected.folded, sampled.methods)
-    inlined: Counter[str] = Counter()
+    collected = _sample(StackSampler(perf_map_mode="none"), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
+    truth = jvm.shares()
+    by_method = _burner_counts(collected.folded, jvm.methods)
+    inlined = Counter()
     for stack, count in collected.folded.items():
         for frame in stack.split(";"):
             if without_approximate(frame).endswith(hotspot.INLINED_MARK) and "CpuSplit::burn" in frame:
                 inlined[frame] += count
     # THEN the inlined burners appear as [inlined] frames, and their shares match the JVM's measurement
     assert inlined, collected.folded.most_common(5)
-    assert_shares_match(by_method, {method: truth[method] for method in sampled.methods}, 500)
+    assert_shares_match(by_method, {method: truth[method] for method in jvm.methods}, 500)
     worker = sum(by_method.values())
     unnamed, stats = _unnamed_worker_stacks(collected.folded), collected.stats
     assert by_method[None] <= 0.02 * worker, (by_method, unnamed, stats.stacks_cut, stats.hotspot_steps)
