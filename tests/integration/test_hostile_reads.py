@@ -32,9 +32,17 @@ def _nobody() -> tuple[int, int]:
 def tenant() -> Iterator[subprocess.Popen[bytes]]:
     """A process of ``nobody`` that sleeps (its cwd and root are the host's)."""
     uid, gid = _nobody()
-    process = subprocess.Popen(
-        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "sleep", "60"], stdin=subprocess.DEVNULL
-    )
+    # a child inherits ignored and blocked signals: the tenant starts with SIGQUIT's default whatever the
+    # suite's process did to its own before (the SIGQUIT test below needs sleep to die of it)
+    ignored = signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGQUIT})
+    try:
+        process = subprocess.Popen(
+            ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "sleep", "60"], stdin=subprocess.DEVNULL
+        )
+    finally:
+        signal.signal(signal.SIGQUIT, ignored)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     try:
         deadline = time.monotonic() + 10  # setpriv switches user, then execs sleep
         while not Path(f"/proc/{process.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
@@ -90,7 +98,11 @@ def test_sigquit_goes_to_the_process_the_pidfd_names(tenant: subprocess.Popen[by
     pidfd = os.pidfd_open(tenant.pid)
     try:
         attach._send_sigquit(tenant.pid, pidfd)
-        assert tenant.wait(10) == -signal.SIGQUIT  # sleep has no handler: SIGQUIT ends it
+        try:
+            assert tenant.wait(10) == -signal.SIGQUIT  # sleep has no handler: SIGQUIT ends it
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{tenant.pid}/status").read_text()
+            raise AssertionError([x for x in status.splitlines() if x.startswith(("State", "Sig", "Shd"))]) from None
         # the process is gone (its pid free for reuse): the same pidfd signals nobody
         with pytest.raises(attach.AttachError, match="exited before SIGQUIT"):
             attach._send_sigquit(tenant.pid, pidfd)
