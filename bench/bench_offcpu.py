@@ -95,16 +95,23 @@ class Jvm:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def switches(self) -> int:
-        total = 0
+    def context_switches(self) -> tuple[int, int]:
+        """Its threads' voluntary context switches and all of them (from /proc/PID/task/*/status)."""
+        voluntary = total = 0
         for task in Path(f"/proc/{self.pid}/task").iterdir():
             try:
-                for line in (task / "status").read_text().splitlines():
-                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                        total += int(line.split()[1])
+                lines = (task / "status").read_text().splitlines()
             except OSError:
-                continue
-        return total
+                continue  # a thread that ended
+            for line in lines:
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    count = int(line.split()[1])
+                    total += count
+                    voluntary += count if line.startswith("voluntary") else 0
+        return voluntary, total
+
+    def switches(self) -> int:
+        return self.context_switches()[1]
 
     def reading(self) -> Reading:
         return time.monotonic(), self.handoffs(), self.cpu_seconds(), self.switches()

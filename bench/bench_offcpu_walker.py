@@ -84,19 +84,8 @@ class Window:
 
 
 def read_jvm(jvm: Jvm) -> Reading:
-    """The JVM's hand-offs, CPU and its threads' context switches now (from /proc/PID/task/*/status)."""
-    voluntary = total = 0
-    for task in Path(f"/proc/{jvm.pid}/task").iterdir():
-        try:
-            lines = (task / "status").read_text().splitlines()
-        except OSError:
-            continue  # a thread that ended
-        for line in lines:
-            if line.startswith("voluntary_ctxt_switches"):
-                voluntary += int(line.split()[1])
-                total += int(line.split()[1])
-            elif line.startswith("nonvoluntary_ctxt_switches"):
-                total += int(line.split()[1])
+    """The JVM's hand-offs, CPU and its threads' context switches now."""
+    voluntary, total = jvm.context_switches()
     return Reading(time.monotonic(), jvm.handoffs(), jvm.cpu_seconds(), voluntary, total)
 
 
