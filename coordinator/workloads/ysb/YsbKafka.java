@@ -83,13 +83,15 @@ public final class YsbKafka {
         return String.format("%08x-%04x-4000-8000-%012x", campaign, ad, adIndex);
     }
 
-    static String event(List<String> adIds, long now) {
+    /** Event number ``index``: its type is index mod 3 (every third event a view, as YsbFlink's generator
+     * makes them), so a count of views times three is the count of events with no sampling error. */
+    static String event(List<String> adIds, long now, long index) {
         ThreadLocalRandom random = ThreadLocalRandom.current();
         String ip = random.nextInt(256) + "." + random.nextInt(256) + "." + random.nextInt(256) + "." + random.nextInt(256);
         return "{\"user_id\":\"" + java.util.UUID.randomUUID() + "\",\"page_id\":\"" + java.util.UUID.randomUUID()
                 + "\",\"ad_id\":\"" + adIds.get(random.nextInt(adIds.size()))
                 + "\",\"ad_type\":\"" + AD_TYPES[random.nextInt(AD_TYPES.length)]
-                + "\",\"event_type\":\"" + EVENT_TYPES[random.nextInt(EVENT_TYPES.length)]
+                + "\",\"event_type\":\"" + EVENT_TYPES[(int) Long.remainderUnsigned(index, EVENT_TYPES.length)]
                 + "\",\"event_time\":\"" + now + "\",\"ip_address\":\"" + ip + "\"}";
     }
 
@@ -124,7 +126,7 @@ public final class YsbKafka {
             long due = (System.nanoTime() - start) / 1000L * rate / 1_000_000L;
             long now = System.currentTimeMillis();
             for (; sent < due; sent++) {
-                producer.send(new ProducerRecord<>(topic, event(adIds, now)), (metadata, error) -> {
+                producer.send(new ProducerRecord<>(topic, event(adIds, now, sent)), (metadata, error) -> {
                     if (error == null) {
                         acknowledged.incrementAndGet();
                     } else {

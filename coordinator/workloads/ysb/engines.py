@@ -425,7 +425,7 @@ class FlinkYsb(FlinkYsbEngine):
         job = self._job_window(start, end)
         detail = (
             "the job's own count: the views in its Redis windows times three (every third generated event is a "
-            "view; the Kafka producer picks each event's type at random, a third of them views on average), the "
+            "view, in the Kafka producer's events as in the generator's), the "
             "windows at the ends by their overlap with the window"
         )
         return EventCount(job.events, "ysb-redis-windows", detail, start, end)
