@@ -8,11 +8,12 @@ import csv
 import json
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from coordinator.analysis.engines import analyze
+from coordinator.analysis.engines import analyze, spark_session
 from coordinator.analysis.flinkdraft import MAILBOX_WAIT, OPERATOR_UNKNOWN, operator_position
 from coordinator.analysis.rows import ALL, read_summary
 from coordinator.analysis.vertices import (
@@ -207,6 +208,14 @@ def _flink_run(tmp_path: Path) -> Path:
     return host
 
 
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    """One local SparkSession for the module's two Spark analyses (analyze's engine uses a session already
+    running, with the settings it would give its own): one JVM start-up instead of two."""
+    with spark_session() as session:
+        yield session
+
+
 def _by_vertex_on_both_engines(run: Path, tmp_path: Path) -> list[str]:
     """summary.csv of ``analyze --by vertex`` with each engine (tmp_path/<engine>/summary.csv)."""
     texts = []
@@ -217,7 +226,7 @@ def _by_vertex_on_both_engines(run: Path, tmp_path: Path) -> list[str]:
     return texts
 
 
-def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(tmp_path: Path) -> None:
+def test_analyze_by_vertex_gives_the_same_summary_on_both_engines(spark: object, tmp_path: Path) -> None:
     run = _flink_run(tmp_path)
     texts = _by_vertex_on_both_engines(run, tmp_path)
     assert texts[0] == texts[1]
@@ -332,7 +341,9 @@ def test_operators_of_the_same_name_in_one_chain_are_one_row() -> None:
 
 
 
-def test_analyze_by_vertex_cuts_the_subtasks_blocked_time_the_same_on_both_engines(tmp_path: Path) -> None:
+def test_analyze_by_vertex_cuts_the_subtasks_blocked_time_the_same_on_both_engines(
+    spark: object, tmp_path: Path
+) -> None:
     # GIVEN a Flink capture whose first TaskManager measured off-CPU time: its window subtask 1/2 parked,
     # a subtask of the source blocked without ever being sampled, and a thread of no subtask waited
     run = _flink_run(tmp_path)
