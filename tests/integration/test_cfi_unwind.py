@@ -87,10 +87,10 @@ def test_jvm_in_glibc_futex_reaches_its_thread_start(walker: CfiWalker, tmp_path
     # GIVEN a JVM (frame pointers in Java code, none in glibc) whose two threads hand a token back and
     # forth with park/unpark: their CPU is in glibc's futex paths and in the kernel below them
     from profiler.symbols.procsyms import ProcessSymbols
-    from tests.fixtures.jvm import java_home
+    from tests.fixtures.jvm import java_home, javac
 
-    javac, java = java_home() / "bin" / "javac", java_home() / "bin" / "java"
-    subprocess.run([str(javac), "-d", str(tmp_path), str(WORKLOADS / "FutexPingPong.java")], check=True, timeout=180)
+    java = java_home() / "bin" / "java"
+    javac(tmp_path, WORKLOADS / "FutexPingPong.java")
     process = subprocess.Popen(
         [str(java), "-XX:+PreserveFramePointer", "-cp", str(tmp_path), "com.example.FutexPingPong", "120"],
         stdin=subprocess.PIPE,

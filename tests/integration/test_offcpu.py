@@ -18,7 +18,7 @@ import pytest
 from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.read import read_meta, read_pid_offcpu, read_pid_offcpu_timeline
-from tests.fixtures.jvm import java_home, temurin_25
+from tests.fixtures.jvm import java_home, javac, temurin_25
 from tests.fixtures.window import profile_window, wait_for_state
 from tests.integration.test_profiler_run import result_rows
 
@@ -57,7 +57,7 @@ class BlockedJvm:
 def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlockedJvm]:
     home = java_home() if request.param == "default-jdk" else temurin_25()
     classes = tmp_path / "classes"
-    subprocess.run([str(home / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
+    javac(classes, SOURCE, java=home)
     argv = [
         str(home / "bin" / "java"), "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
         f"-XX:CompileCommand=dontinline,{MAIN}::*", "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), MAIN,

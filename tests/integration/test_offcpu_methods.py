@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture.read import read_meta, read_pid_offcpu
-from tests.fixtures.jvm import java_home
+from tests.fixtures.jvm import java_home, javac
 from tests.fixtures.window import profile_window
 from tests.integration.test_profiler_run import result_rows
 
@@ -50,7 +50,7 @@ class WaitingJvm:
 def waiting_jvm(tmp_path: Path) -> Iterator[WaitingJvm]:
     home = java_home()
     classes = tmp_path / "classes"
-    subprocess.run([str(home / "bin" / "javac"), "-d", str(classes), str(SOURCE)], check=True, timeout=180)
+    javac(classes, SOURCE, java=home)
     # no -XX:+PreserveFramePointer (JIT code without frame pointers), and no attach possible: no perf map, no
     # agent, no jcmd (the thread names' seeding asks Thread.print through the attach socket; it gets the kernel's)
     argv = [

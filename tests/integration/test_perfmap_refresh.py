@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from profiler.sampling.sampler import StackSampler
-from tests.fixtures.jvm import java_home
+from tests.fixtures.jvm import java_home, javac
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +30,9 @@ NAMES = ("ChurnAlpha", "ChurnBeta")
 @pytest.fixture(scope="module")
 def churn_classes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("churn")
-    javac = str(java_home() / "bin" / "javac")
     classpath, templates = root / "cp", root / "templates"
-    subprocess.run([javac, "-d", str(classpath), str(WORKLOADS / "CodeChurn.java")], check=True, timeout=180)
-    sources = [str(p) for p in sorted((WORKLOADS / "churn").glob("*.java"))]
-    subprocess.run([javac, "-d", str(templates), *sources], check=True, timeout=180)
+    javac(classpath, WORKLOADS / "CodeChurn.java")
+    javac(templates, *sorted((WORKLOADS / "churn").glob("*.java")))
     return classpath, templates
 
 

@@ -17,7 +17,7 @@ from profiler.sampling.sampler import StackSampler
 from profiler.symbols.perfmap import dump_perf_map, read_perf_map
 from profiler.symbols.symbolize import gap_frame
 from profiler.unwind import hotspot
-from tests.fixtures.jvm import java_home, without_approximate
+from tests.fixtures.jvm import java_home, javac, without_approximate
 from tests.fixtures.sampling import assert_shares_match
 
 FRAME = "com.example.CpuSplit::{}"
@@ -144,7 +144,7 @@ CHURN_SPIN_MS = 700
 def unloader_jvm(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """The Unloader workload under -Xint: ChurnA and ChurnB loaded, run and unloaded in turn."""
     java = java_home() / "bin"
-    subprocess.run([str(java / "javac"), "-d", str(tmp_path), str(UNLOADER_SOURCE)], check=True, timeout=180)
+    javac(tmp_path, UNLOADER_SOURCE)
     argv = [str(java / "java"), "-Xint", "-XX:+UseSerialGC", "-Xmx64m", "-cp", str(tmp_path)]
     process = subprocess.Popen(
         [*argv, "com.example.Unloader", str(CHURN_SPIN_MS)],
