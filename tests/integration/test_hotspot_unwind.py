@@ -22,6 +22,10 @@ from tests.integration.test_perfmap_refresh import churn_classes as churn_classe
 from tests.integration.test_walker import _sample
 
 MIN_SAMPLES = 1200
+# The CpuSplit windows: 8 s at 199 Hz, the samples of the 15 s at 99 Hz their bounds were set with (two
+# burner threads: ~3,180 expected against ~2,970, so |z| <= 4 is still about 3.6 pp at a 50 % share, n the
+# same), in about half the wall time; MIN_SAMPLES still extends a starved window
+CPU_SPLIT_WINDOW_S, CPU_SPLIT_FREQUENCY = 8, 199
 JAVA_HOMES = {"17": java_home, "25": temurin_25}  # called in the test: a missing JDK fails there
 
 
@@ -60,7 +64,10 @@ def test_no_frame_pointer_jvm_shares_within_sampling_error(start_cpu_split_jvm, 
     # GIVEN a JVM without frame pointers in JIT code, burning 50/30/20 in three compiled methods
     jvm = start_cpu_split_jvm(preserve_frame_pointer=False, threads=2, warmup_ms=3000, java=home)
     # WHEN our walker samples it (no perf map needed: frames named from the JVM's nmethods)
-    collected = _sample(StackSampler(perf_map_mode="none"), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
+    collected = _sample(
+        StackSampler(perf_map_mode="none", frequency=CPU_SPLIT_FREQUENCY), jvm.pid, CPU_SPLIT_WINDOW_S, MIN_SAMPLES,
+        on_begin=jvm.reset,
+    )
     truth = jvm.shares()
     stats = collected.stats
     by_method = _burner_counts(collected.folded, jvm.methods)
@@ -84,7 +91,10 @@ def test_methods_c2_inlines_are_named_as_inlined_frames_with_their_share(start_c
     # GIVEN the JIT's defaults: C2 inlines the three burners into their caller's loop, no frame pointers
     jvm = start_cpu_split_jvm(preserve_frame_pointer=False, dontinline=False, warmup_ms=5000, java=home)
     # WHEN sampled by the walker, names from the nmethods' debug information only
-    collected = _sample(StackSampler(perf_map_mode="none"), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
+    collected = _sample(
+        StackSampler(perf_map_mode="none", frequency=CPU_SPLIT_FREQUENCY), jvm.pid, CPU_SPLIT_WINDOW_S, MIN_SAMPLES,
+        on_begin=jvm.reset,
+    )
     truth = jvm.shares()
     by_method = _burner_counts(collected.folded, jvm.methods)
     inlined = Counter()
