@@ -73,6 +73,10 @@ echo "$(cd "$VENV/debian-bcc" && pwd)" > "$site/debian_bcc.pth"
 # installed pyspark's version, from Maven Central with mvn, cached under ~/.cache/spe-taskprof.
 "$VENV/bin/python" -c 'from coordinator.workloads.kafka import flink_kafka_jars, kafka_lib, spark_kafka_jars; say = lambda m: print("setup:", m); kafka_lib(say=say); spark_kafka_jars(say=say); flink_kafka_jars(say=say)'
 
+# `go tool pprof` (test_exports_tools): Go 1.24 and later build it from source on first use (about 30 s
+# here); built once into the cache the test uses, a second run finds it there.
+GOCACHE="$HOME/.cache/spe-taskprof/go-build" go tool pprof -h >/dev/null 2>&1 || true
+
 # The JVMTI perf-map agent for JDKs without Compiler.perfmap.
 if [ -f profiler/symbols/agent/Makefile ]; then
   make -s -C profiler/symbols/agent >/dev/null
