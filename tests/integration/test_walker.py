@@ -22,6 +22,9 @@ from tests.fixtures.sampling import assert_shares_match
 
 FRAME = "com.example.CpuSplit::{}"
 MIN_SAMPLES = 1500
+# The -Xint window: 8 s at 199 Hz, the samples its bounds were set with (one burner thread: 15 s at 99 Hz
+# gave ~1,485, so the window always ran on to MIN_SAMPLES, ~16 s; 8 s at 199 Hz gives ~1,590), in half the time
+XINT_WINDOW_S, XINT_FREQUENCY = 8, 199
 UNLOADER_SOURCE = Path(__file__).resolve().parent.parent / "workloads" / "Unloader.java"
 
 
@@ -90,8 +93,8 @@ def test_vmstructs_find_the_interpreter_the_perf_map_names(start_cpu_split_jvm):
 def test_xint_jvm_shares_within_sampling_error_and_worker_samples_matched(start_cpu_split_jvm):
     # GIVEN a JVM running every Java frame in the interpreter (-Xint), burning 50/30/20 in three methods
     jvm = start_cpu_split_jvm(threads=1, warmup_ms=1000, jvm_flags=("-Xint",))
-    # WHEN sampled at 99 Hz by our walker
-    collected = _sample(StackSampler(), jvm.pid, 15, MIN_SAMPLES, on_begin=jvm.reset)
+    # WHEN sampled at 199 Hz by our walker
+    collected = _sample(StackSampler(frequency=XINT_FREQUENCY), jvm.pid, XINT_WINDOW_S, MIN_SAMPLES, on_begin=jvm.reset)
     truth = jvm.shares()
     folded, stats = collected.folded, collected.stats
     # THEN the burners are named as interpreted frames
