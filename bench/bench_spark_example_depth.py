@@ -21,12 +21,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
 
 from coordinator.workloads.processes import free_port
 from coordinator.workloads.sparkcluster import LocalSparkCluster
+from profiler.capture import stacktable
+from profiler.capture.read import pid_stacks_file
 
 WORDS = ["spark", "flink", "stream", "window", "join", "filter", "sink", "kafka", "event", "task", "cycle"]
 EXAMPLE = "examples/src/main/python/sql/streaming/structured_network_wordcount_windowed.py"
@@ -46,15 +49,30 @@ def serve_lines(server: socket.socket, lines_per_tick: int = 50) -> None:
         time.sleep(0.01)
 
 
-def depth_figures(pid_dir: Path) -> dict[str, object]:
-    sampler = json.loads((pid_dir / "sampler.json").read_text())
-    total = deepest = beyond_old_limit = 0
-    for line in (pid_dir / "stacks.folded").read_text().splitlines():
+def folded_stacks(capture: Path, pid: int) -> Iterator[tuple[str, int]]:
+    """(folded stack, samples) of ``pid``: from its stack table (format 4 on), else its stacks.folded."""
+    path = pid_stacks_file(capture, pid)
+    if path is None:
+        return
+    if stacktable.is_table_file(path):
+        table = stacktable.read_table(path)
+        text = table.stack_text(table.frame_texts())
+        for stack_id, count in table.stack_counts().items():
+            yield text(stack_id), count
+        return
+    for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        yield stack, int(count)
+
+
+def depth_figures(capture: Path, pid: int) -> dict[str, object]:
+    sampler = json.loads((capture / "pids" / str(pid) / "sampler.json").read_text())
+    total = deepest = beyond_old_limit = 0
+    for stack, count in folded_stacks(capture, pid):
         depth = stack.count(";") + 1
-        total += int(count)
+        total += count
         deepest = max(deepest, depth)
-        beyond_old_limit += int(count) if depth > OLD_LIMIT else 0
+        beyond_old_limit += count if depth > OLD_LIMIT else 0
     return {
         "samples": total,
         "truncated": sampler.get("truncated"),
@@ -108,7 +126,7 @@ def main() -> int:
         cluster.stop_app(app)
     print(json.dumps({"agent": agent_cost(args.out)}))
     for pid in executors:
-        print(json.dumps({"executor": pid, **depth_figures(args.out / "pids" / str(pid))}))
+        print(json.dumps({"executor": pid, **depth_figures(args.out, pid)}))
     return 0
 
 
