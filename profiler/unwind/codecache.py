@@ -14,8 +14,10 @@ Method*) is told by which fields it exports. docs/unwinding.md lists what is sti
 
 from __future__ import annotations
 
+import sys
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Protocol
 
 from ..errors import VMStructsError
@@ -323,13 +325,18 @@ class CompiledNamer:
 
     def __post_init__(self) -> None:
         self.methods: dict[tuple[int, int], int] = {}  # (blob, compile id) -> Method*
-        self.blobs: dict[tuple[int, int], int] = {}  # (pc, compile id) -> blob
+        # compile id -> (blob, lowest and highest pc found in it): a pc between two of one nmethod's is in it
+        # too (a blob is contiguous, a compile id never reused), so the new pcs of a hot nmethod (a window's
+        # sampled pcs keep being new) skip the code cache's segment map
+        self.extents: dict[int, tuple[int, int, int]] = {}
         self.failures: dict[tuple[int, int], str] = {}  # (pc, compile id) -> why unnamed
         self.blob_names: dict[int, str | None] = {}  # blob -> its _name (stubs, adapters)
         self.scopes: dict[tuple[int, int], NmethodScopes | None] = {}  # (blob, compile id) -> debug info (LRU)
         self.scopes_bytes = 0  # held by ``scopes`` (at most SCOPES_KEPT_BYTES, but for the last one read)
         self.chains: dict[tuple[int, int], tuple[int, ...]] = {}  # (pc, compile id) -> Method*s, innermost first
         self.borrowed: dict[tuple[int, int], int] = {}  # (pc, compile id) -> bytes to the PcDesc it borrowed
+        self._chain_forms: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct chain
+        self.dense: dict[tuple[int, int], bool] = {}  # (blob, compile id) -> its scopes' density, once known
         self.log: list[tuple[int, int, tuple[int, ...]]] | None = None  # new chains, for the checkpoint journal
         self.borrowed_log: list[tuple[int, int, int]] | None = None  # and their ``borrowed`` entries
 
@@ -344,7 +351,7 @@ class CompiledNamer:
         method = self.method_of(pc, compile_id)
         if method is None:
             return ()
-        scopes = self._scopes_of(self.blobs[key], compile_id)
+        scopes = self._scopes_of(self.extents[compile_id][0], compile_id)
         inlined: tuple[int, ...] = ()
         if scopes is not None:
             try:
@@ -358,7 +365,8 @@ class CompiledNamer:
                     self.borrowed[key] = borrowed
                     if self.borrowed_log is not None:
                         self.borrowed_log.append((pc, compile_id, borrowed))
-        chain = self.chains[key] = (*inlined, method)
+        chain = (*inlined, method)
+        chain = self.chains[key] = self._chain_forms.setdefault(chain, chain)  # the pcs of a scope share it
         if self.log is not None:
             self.log.append((pc, compile_id, chain))
         return chain
@@ -377,10 +385,17 @@ class CompiledNamer:
                 scopes = read_nmethod_scopes(self.memory, self.layout, blob)
         except (OSError, ValueError):
             pass
+        known = self.dense.get(key)
+        if scopes is not None and known is not None and scopes.dense is None:
+            scopes = replace(scopes, dense=known)  # read again after its eviction: its density was found then
         kept[key] = scopes
         self.scopes_bytes += _scopes_bytes(scopes)
         while len(kept) > SCOPES_KEPT or self.scopes_bytes > SCOPES_KEPT_BYTES and len(kept) > 1:
-            self.scopes_bytes -= _scopes_bytes(kept.pop(next(iter(kept))))
+            evicted_key = next(iter(kept))
+            evicted = kept.pop(evicted_key)
+            self.scopes_bytes -= _scopes_bytes(evicted)
+            if evicted is not None and evicted.density_known():
+                self.dense[evicted_key] = evicted.is_dense
         return scopes
 
     def _compile_id_at(self, blob: int) -> int:
@@ -410,15 +425,16 @@ class CompiledNamer:
         if failed in self.failures:
             return None
         try:
-            blob = self.blobs.get(failed)
-            if blob is None:
-                blob = find_blob(self.memory, self.layout, pc)
+            extent = self.extents.get(compile_id)
+            if extent is not None and extent[1] <= pc <= extent[2]:
+                return self.methods[(extent[0], compile_id)]
+            blob = find_blob(self.memory, self.layout, pc)
             if blob is None:
                 self.failures[failed] = FREED
                 return None
             known = self.methods.get((blob, compile_id))
             if known is not None:
-                self.blobs[failed] = blob
+                self._extend(blob, compile_id, pc)
                 return known
             if blob_kind(self.memory, self.layout, blob) != KIND_NMETHOD:
                 self.failures[failed] = FREED
@@ -430,9 +446,17 @@ class CompiledNamer:
         except OSError:
             self.failures[failed] = UNREADABLE_BLOB
             return None
-        self.blobs[failed] = blob
         self.methods[(blob, compile_id)] = method
+        self._extend(blob, compile_id, pc)
         return method
+
+    def _extend(self, blob: int, compile_id: int, pc: int) -> None:
+        """``pc`` was found in ``blob``, which holds the nmethod ``compile_id``: its known extent grows to it."""
+        extent = self.extents.get(compile_id)
+        if extent is None or extent[0] != blob:
+            self.extents[compile_id] = (blob, pc, pc)
+        else:
+            self.extents[compile_id] = (blob, min(extent[1], pc), max(extent[2], pc))
 
 
 # ---------------------------------------------------------------- inlined scopes (nmethod debug information)
@@ -454,8 +478,20 @@ class NmethodScopes:
     pcs: array[int]
     excluded_bytes: int
     # it holds non-safepoint PcDescs: compiled while DebugNonSafepoints (or a JVMTI agent) made the JIT record
-    # one at the end of every run of instructions whose inlining differs from the next one's (has_non_safepoints)
-    dense: bool = False
+    # one at the end of every run of instructions whose inlining differs from the next one's (has_non_safepoints);
+    # None: not looked at yet (``is_dense`` finds it when a pc first needs it: decoding every scope costs more
+    # than reading the nmethod, and return addresses, most frames, never need it)
+    dense: bool | None = None
+
+    @cached_property
+    def is_dense(self) -> bool:
+        if self.dense is not None:
+            return self.dense
+        return has_non_safepoints(self.scopes_data, self.pcs, self.excluded_bytes)
+
+    def density_known(self) -> bool:
+        """Whether ``is_dense`` is known without decoding the scopes."""
+        return self.dense is not None or "is_dense" in self.__dict__
 
 
 def _scopes_bytes(scopes: NmethodScopes | None) -> int:
@@ -502,20 +538,36 @@ def read_nmethod_scopes(memory: Memory, layout: CodeCacheLayout, blob: int) -> N
     if scopes is None:
         raise ValueError(layout.scopes_error)
     metadata, data, pcs_raw = _debug_regions(memory, scopes, blob)
-    size = scopes.pc_desc_size
-    pairs = []
-    for at in range(0, len(pcs_raw) - size + 1, size):
-        pc_offset = int.from_bytes(pcs_raw[at + scopes.pc_offset : at + scopes.pc_offset + 4], "little", signed=True)
-        scope = int.from_bytes(pcs_raw[at + scopes.scope_offset : at + scopes.scope_offset + 4], "little", signed=True)
-        pairs.append((pc_offset, scope))
-    pairs.sort(key=lambda pair: pair[0])  # HotSpot writes them in order (then this costs one pass); stable
-    pcs = array("i", (number for pair in pairs for number in pair))
+    pcs = pc_desc_pairs(pcs_raw, scopes)
     if layout.code_is_offset:
         code_begin = blob + _blob_field(memory, blob, (layout.code, 4))
     else:
         code_begin = memory.u64(blob + layout.code)
-    dense = has_non_safepoints(data, pcs, scopes.excluded_bytes)
-    return NmethodScopes(code_begin, metadata, data, pcs, scopes.excluded_bytes, dense)
+    return NmethodScopes(code_begin, metadata, data, pcs, scopes.excluded_bytes)
+
+
+def pc_desc_pairs(pcs_raw: bytes, scopes: ScopesLayout) -> array[int]:
+    """The PcDescs' (pc offset, scope decode offset) as flat pairs in pc offset order (stable)."""
+    size = scopes.pc_desc_size
+    count = len(pcs_raw) // size
+    aligned = size % 4 == 0 and scopes.pc_offset % 4 == 0 and scopes.scope_offset % 4 == 0
+    if aligned and sys.byteorder == "little" and count:
+        # HotSpot writes them in pc order: then two strided views of the s32s are the answer, without a loop
+        ints = memoryview(pcs_raw[: count * size]).cast("i")
+        stride = size // 4
+        offsets = array("i", ints[scopes.pc_offset // 4 :: stride])
+        if offsets.tolist() == sorted(offsets):
+            pcs = array("i", bytes(8 * count))
+            pcs[0::2] = offsets
+            pcs[1::2] = array("i", ints[scopes.scope_offset // 4 :: stride])
+            return pcs
+    pairs = []
+    for at in range(0, count * size, size):
+        pc_offset = int.from_bytes(pcs_raw[at + scopes.pc_offset : at + scopes.pc_offset + 4], "little", signed=True)
+        scope = int.from_bytes(pcs_raw[at + scopes.scope_offset : at + scopes.scope_offset + 4], "little", signed=True)
+        pairs.append((pc_offset, scope))
+    pairs.sort(key=lambda pair: pair[0])  # stable
+    return array("i", (number for pair in pairs for number in pair))
 
 
 def unsigned5(data: bytes, at: int, excluded: int) -> tuple[int, int]:
@@ -579,9 +631,12 @@ def borrowed_bytes(scopes: NmethodScopes, pc: int) -> int:
     A pc after the last PcDesc (the nmethod's stubs) has no scope to borrow: 0."""
     delta = pc - scopes.code_begin
     index = _pc_desc_at_or_after(scopes, delta)
-    if scopes.dense or index >= len(scopes.pcs) // 2:
+    if index >= len(scopes.pcs) // 2:
         return 0
-    return min(scopes.pcs[2 * index] - delta, MAX_BORROWED)
+    gap = scopes.pcs[2 * index] - delta
+    if gap == 0 or scopes.is_dense:
+        return 0
+    return min(gap, MAX_BORROWED)
 
 
 def has_non_safepoints(scopes_data: bytes, pcs: array[int], excluded: int) -> bool:

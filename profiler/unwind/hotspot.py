@@ -408,10 +408,21 @@ class JvmNames(AttachedProcesses["MethodNamer"]):
                 namer.name(method)
         return list(itertools.islice(reversed(namer.names), len(namer.names) - known))
 
+    @staticmethod
+    def _anything_to_read(namer: MethodNamer, methods: Sequence[int], compiled: Sequence[int]) -> bool:
+        """Whether ``_read_names`` would read anything (a frame not named nor failed in this generation)."""
+        done = namer.compiled_read()
+        names, failures = namer.names, namer.failures
+        return any(value not in done for value in compiled) or any(
+            method not in names and method not in failures for method in methods
+        )
+
     def _note_exact(self, pid: int, namer: MethodNamer, methods: Sequence[int], compiled: Sequence[int]) -> None:
         """Read names only while the JVM's count is the current generation's, before and after the reads:
         an unload in between may have freed (and a load reused) what was read; those names are dropped."""
         assert namer.unloads is not None
+        if not self._anything_to_read(namer, methods, compiled):
+            return  # nothing is read, so no unload can spoil it: the two counter reads (syscalls) are saved
         count = namer.unloads.read()
         if count != self._count[pid]:
             if count is not None and count > self._count[pid]:

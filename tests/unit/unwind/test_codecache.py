@@ -323,3 +323,89 @@ def test_the_namer_marks_a_frame_named_from_a_borrowed_scope(monkeypatch: pytest
     assert namer.methods_of(code_begin + 40, 70) == (0x2000, 0x1000)  # a return address
     assert namer.methods_of(code_begin + 60, 70) == (0x1000,)  # in the loop
     assert namer.borrowed == {(code_begin + 60, 70): 40}
+
+
+class CountingMemory(FakeMemory):
+    """FakeMemory counting the reads of the segment map (one per back-link followed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.segmap_reads = 0
+
+    def read(self, address: int, size: int) -> bytes:
+        if SEGMAP <= address < SEGMAP + (1 << 20):
+            self.segmap_reads += 1
+        return super().read(address, size)
+
+
+def test_a_new_pc_between_two_known_pcs_of_an_nmethod_skips_the_segment_map_and_is_named_the_same() -> None:
+    # GIVEN an nmethod over 300 segments and a namer that found two of its pcs through the segment map
+    memory = CountingMemory()
+    blob = _blob(memory, 10, 300, 42, 0xABC0, b"nmethod")
+    other = _blob(memory, 400, 4, 43, 0xDEF0, b"nmethod")
+    namer = CompiledNamer(memory, _layout())
+    low, high = blob + 64, blob + (250 << SHIFT)
+    assert namer.method_of(low, 42) == 0xABC0 and namer.method_of(high, 42) == 0xABC0
+    found = memory.segmap_reads
+    # WHEN new pcs between them come (the leaf pcs of a hot method keep being new)
+    for pc in range(low + 1, high, 997):
+        assert namer.method_of(pc, 42) == 0xABC0
+    # THEN none reads the segment map, while a pc beyond them, or of another compile id, still does
+    assert memory.segmap_reads == found
+    assert namer.method_of(high + 8, 42) == 0xABC0 and memory.segmap_reads > found
+    before = memory.segmap_reads
+    assert namer.method_of(other + 64, 43) == 0xDEF0 and memory.segmap_reads > before
+    # AND a compile id the pc's blob does not hold is refused as before (the extent is the compile id's own)
+    assert namer.method_of(low + 3, 44) is None and namer.failures[(low + 3, 44)] == codecache.FREED
+    # AND a namer without the shortcut's memory names every one of those pcs alike
+    fresh = CompiledNamer(memory, _layout())
+    assert all(fresh.method_of(pc, 42) == 0xABC0 for pc in range(low + 1, high, 997))
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_pc_descs_parsed_at_once_equal_the_entry_by_entry_parse(shuffled: bool) -> None:
+    import random
+
+    layout = codecache.ScopesLayout(False, {}, pc_desc_size=16, pc_offset=0, scope_offset=4, excluded_bytes=1)
+    rng = random.Random(7)
+    entries = sorted((rng.randrange(-1, 5000), rng.randrange(0, 1 << 20)) for _ in range(300))
+    if shuffled:
+        rng.shuffle(entries)
+    raw = b"".join(struct.pack("<iiii", pc, scope, rng.randrange(1 << 20), rng.randrange(16)) for pc, scope in entries)
+    expected = [number for pair in sorted(entries, key=lambda pair: pair[0]) for number in pair]  # stable
+    assert codecache.pc_desc_pairs(raw + b"\x01\x02", layout).tolist() == expected  # a partial entry is no entry
+    assert codecache.pc_desc_pairs(b"", layout).tolist() == []
+
+
+def test_an_nmethods_density_is_decoded_only_when_a_pc_borrows_and_kept_when_its_scopes_are_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN two nmethods of the borrowed-scope test's layout and a namer that keeps one nmethod's scopes
+    memory = FakeMemory()
+    blobs = [_blob(memory, first, 4, 70 + n, 0x1000, b"nmethod") for n, first in enumerate((3, 10))]
+    sparse = _nmethod_scopes(locals_at_safepoints=5, with_non_safepoint=False)
+    decoded: list[bytes] = []
+    real = codecache.has_non_safepoints
+
+    def counting(data: bytes, pcs: array, excluded: int) -> bool:
+        decoded.append(data)
+        return real(data, pcs, excluded)
+
+    def read_scopes(_memory: object, _layout: object, blob: int) -> codecache.NmethodScopes:
+        return codecache.NmethodScopes(blob + 64, sparse.metadata, sparse.scopes_data, sparse.pcs, 1)
+
+    monkeypatch.setattr(codecache, "has_non_safepoints", counting)
+    monkeypatch.setattr(codecache, "read_nmethod_scopes", read_scopes)
+    monkeypatch.setattr(codecache, "SCOPES_KEPT", 1)
+    namer = CompiledNamer(memory, _layout())
+    first = blobs[0] + 64
+    # WHEN a return address (a PcDesc of its own) is named: exact, nothing decoded
+    assert namer.methods_of(first + 40, 70) == (0x2000, 0x1000) and decoded == []
+    # WHEN a pc in the loop borrows the poll's scope: decoded once, the borrowed bytes as before
+    assert namer.methods_of(first + 60, 70) == (0x1000,) and len(decoded) == 1
+    assert namer.borrowed[(first + 60, 70)] == 40
+    # WHEN the other nmethod's scopes push these out, and another borrowing pc reads them again
+    assert namer.methods_of(blobs[1] + 64 + 60, 71) == (0x1000,) and len(decoded) == 2
+    assert namer.methods_of(first + 61, 70) == (0x1000,)
+    # THEN the density found before is reused, not decoded again
+    assert len(decoded) == 2 and namer.borrowed[(first + 61, 70)] == 39

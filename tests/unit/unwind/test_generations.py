@@ -355,3 +355,31 @@ def test_the_borrowed_scopes_go_to_the_journal_with_their_chains() -> None:
     # THEN both go, once
     assert delta.chains == ((0x80, 17, (X,)),) and delta.borrowed == ((0x80, 17, 48),)
     assert jvms.take_names()[9].borrowed == ()
+
+
+def test_exact_mode_reads_the_count_only_for_a_stack_with_something_to_name() -> None:
+    # GIVEN a JVM counting unloads per sample, and a counter that counts its reads (each a pread of hsperfdata)
+    space = Metaspace()
+
+    class ReadCounter(Counter_):
+        reads = 0
+
+        def read(self) -> int | None:
+            ReadCounter.reads += 1
+            return self.value
+
+    counter = ReadCounter(5)
+    namer = FakeNamer(space, counter, exact=True)
+    jvms = jvm_names(namer)
+    jvms.generation_of(9, 100, 5)
+    jvms.note_stack(9, [X])
+    before = ReadCounter.reads
+    # WHEN new stacks hold only frames named (or failed) already in this generation
+    space.methods.pop(Y)
+    jvms.note_stack(9, [Y])  # Y fails (stale): a failure counts as read
+    after_failure = ReadCounter.reads
+    jvms.note_stack(9, [X, Y])
+    jvms.note_stack(9, [Y, X])
+    # THEN the counter is not read for them, and the names are as before
+    assert after_failure == before + 2 and ReadCounter.reads == after_failure
+    assert namer.name(X, 0) == "a.Alpha::spin" and namer.name(Y, 0) is None
