@@ -191,8 +191,9 @@ class RunOptions:
             "--off-cpu-sample-every",
             "with --off-cpu: beyond a thread's first 100 voluntary switch-outs a second, follow one in N at "
             "random and count it N times, more than N for a thread so busy that it would be followed over ~100 "
-            "more times a second (1: all, exactly); the stack walks are the cost on threads that switch "
-            "thousands of times a second ({default})",
+            "more times a second (such a thread's switch-outs are all sampled: ~100 followed a second; 1: all, "
+            "exactly); the stack walks are the cost on threads that switch thousands of times a second "
+            "({default})",
             parse=argtypes.positive_int,
             metavar="N",
         ),

@@ -35,6 +35,7 @@ BPF_SOURCE = Path(__file__).parent / "offcpu_trace.c"
 DEFAULT_MIN_BLOCK_MS = 1.0
 # A thread's voluntary switch-outs per second that are followed whatever --off-cpu-sample-every says
 # (offcpu_trace.c's EXACT_PER_EPOCH per 100 ms): threads that block rarely, for long, are measured exactly.
+# A thread sampled at more than 1 in N (below) has none in the next 100 ms: they would be half its walks.
 EXACT_SWITCH_OUTS_PER_S = 100
 # Beyond those, the sampled switch-outs per thread and second aimed at (WALK_BUDGET_PER_EPOCH per 100 ms):
 # a busier thread is sampled at more than 1 in --off-cpu-sample-every, so its stack walks stay bounded.
