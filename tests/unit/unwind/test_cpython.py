@@ -110,6 +110,7 @@ def test_reads_this_interpreter_and_names_a_live_code_object() -> None:
 
 def test_a_version_without_layout_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpython, "LAYOUTS", {(3, 99): next(iter(LAYOUTS.values()))})
+    monkeypatch.setattr(cpython, "DEBUG_OFFSETS", {})
     memory = ProcessMemory(os.getpid())
     try:
         with pytest.raises(cpython.PythonLayoutError, match=r"no frame layout for it \(named: 3.99\)"):
@@ -154,7 +155,8 @@ def test_the_311_table_is_what_the_debug_info_says() -> None:
 
 def _installed_cpythons() -> list[str]:
     found = [os.path.realpath(sys.executable)]
-    for path in ("/usr/bin/python3.11",):
+    # Debian's static 3.11 and pyenv's 3.13 (its layout read from its own _Py_DebugOffsets), where installed
+    for path in ("/usr/bin/python3.11", os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python3.13")):
         if os.path.exists(path) and os.path.realpath(path) not in found:
             found.append(os.path.realpath(path))
     return found
