@@ -74,7 +74,7 @@ struct walk_state {
     u32 py_count;  // CPython frames in py
     u32 py_status;
     u64 py[PY_SLOTS];
-    u8 py_buffer[PY_FRAME_BYTES];
+    u8 py_buffer[PY_BUFFER_BYTES];
 };
 
 // Per CPU: the walk in progress and the record it fills (too big for the 512-byte BPF stack).

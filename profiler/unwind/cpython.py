@@ -5,9 +5,10 @@ symbol, the structs' offsets by the interpreter's version), published to the BPF
 
 Nothing is written to the target, nothing is attached: the ELF is read through /proc/PID/map_files
 (safeio.open_mapped), memory through /proc/PID/mem with bounded reads (``ProcessMemory``). The offsets are a
-table per minor version checked against the binary's ``Py_Version`` and, at attach, against the live
-process (the main interpreter's first thread state must point back at the interpreter and name one of the
-process's threads); docs/python-frames.md says where each table comes from.
+table per minor version (3.11) or the target's own ``_Py_DebugOffsets`` (3.13: the head of ``_PyRuntime``,
+one bounded read, every offset checked against its struct's size), chosen by the binary's ``Py_Version``
+and checked at attach against the live process (the main interpreter's first thread state must point back
+at the interpreter and name one of the process's threads); docs/python-frames.md says where each comes from.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..capture.stackstore import PYTHON_MASK, PYTHON_TAG, TAG_MASK
 from ..files import procread, safeio
@@ -52,22 +53,25 @@ class PyLayout:
     """Byte offsets of the CPython structs the walker and the namer read (one minor version)."""
 
     interp_head: int  # _PyRuntimeState.interpreters.head
-    tstate_current: int  # _PyRuntimeState.gilstate.tstate_current
+    tstate_current: int  # _PyRuntimeState.gilstate.tstate_current; 0: none kept (3.13)
     threads_head: int  # PyInterpreterState.threads.head
     ts_next: int  # PyThreadState.next
     ts_interp: int  # PyThreadState.interp
     ts_native_tid: int  # PyThreadState.native_thread_id
-    ts_cframe: int  # PyThreadState.cframe
-    cframe_frame: int  # _PyCFrame.current_frame
-    fr_code: int  # _PyInterpreterFrame.f_code
+    ts_cframe: int  # PyThreadState.cframe; NO_CFRAME: current_frame is the thread state's own (3.13)
+    cframe_frame: int  # _PyCFrame.current_frame (3.13: PyThreadState.current_frame)
+    fr_code: int  # _PyInterpreterFrame.f_code (3.13: f_executable)
     fr_previous: int  # _PyInterpreterFrame.previous
-    fr_prev_instr: int  # _PyInterpreterFrame.prev_instr
-    fr_is_entry: int  # _PyInterpreterFrame.is_entry
+    fr_prev_instr: int  # _PyInterpreterFrame.prev_instr (3.13: instr_ptr, the same instruction)
+    fr_is_entry: int  # _PyInterpreterFrame.is_entry (3.13: owner)
     code_units: int  # PyCodeObject.co_code_adaptive
     co_firstlineno: int
     co_filename: int
     co_qualname: int
     co_linetable: int
+    entry_mask: int = 1  # the entry byte's bits that flag a frame, and their value (python_step.h)
+    entry_value: int = 1
+    entry_is_shim: bool = False  # the flagged frame is the eval call's shim, not its first frame (3.12+)
     ob_type: int = 8  # PyObject.ob_type
     str_length: int = 16  # PyASCIIObject.length
     str_state: int = 32  # PyASCIIObject.state (interned:2, kind:3, compact:1, ascii:1)
@@ -75,6 +79,11 @@ class PyLayout:
     str_compact_data: int = 72  # sizeof(PyCompactUnicodeObject): a compact non-ASCII string's
     bytes_size: int = 16  # PyVarObject.ob_size of a bytes object
     bytes_data: int = 32  # PyBytesObject.ob_sval
+    # the walker reads a frame's pointers at (offset & 63) of an 80-byte read, its entry byte below 80
+    WALKER_FRAME_BYTES: ClassVar[int] = 80
+
+
+NO_CFRAME = 0xFFFFFFFF  # PyLayout.ts_cframe of a CPython without _PyCFrame (python_step.h's PY_NO_CFRAME)
 
 
 # CPython 3.11: read from the DWARF of CPython 3.11.7's libpython3.11.so (gdb `ptype /o`, the test
@@ -103,9 +112,95 @@ LAYOUTS: dict[tuple[int, int], PyLayout] = {
 }
 
 
+# _Py_DebugOffsets (3.13's Include/internal/pycore_runtime.h), the head of _PyRuntime: the cookie, then
+# these u64 fields in this order. Its layout is stable within a minor version only: a version is added here
+# once its struct's order has been read from its header.
+_DEBUG_STRUCTS_313 = (
+    "version free_threaded",
+    "rt_size rt_finalizing rt_interpreters_head",
+    "is_size is_id is_next is_threads_head is_gc is_imports_modules is_sysdict is_builtins is_ceval_gil",
+    "is_gil_runtime_state is_gil_enabled is_gil_locked is_gil_holder",
+    "ts_size ts_prev ts_next ts_interp ts_current_frame ts_thread_id ts_native_thread_id ts_datastack_chunk",
+    "ts_status",
+    "fr_size fr_previous fr_executable fr_instr_ptr fr_localsplus fr_owner",
+    "co_size co_filename co_name co_qualname co_linetable co_firstlineno co_argcount co_localsplusnames",
+    "co_localspluskinds co_code_adaptive",
+    "po_size po_ob_type",
+    "ty_size ty_tp_name ty_tp_repr ty_tp_flags",
+    "tu_size tu_ob_item tu_ob_size",
+    "li_size li_ob_item li_ob_size",
+    "di_size di_ma_keys di_ma_values",
+    "fl_size fl_ob_fval",
+    "lo_size lo_lv_tag lo_ob_digit",
+    "by_size by_ob_size by_ob_sval",
+    "un_size un_state un_length un_asciiobject_size",
+    "gc_size gc_collecting",
+)
+DEBUG_OFFSETS: dict[tuple[int, int], tuple[str, ...]] = {(3, 13): tuple(" ".join(_DEBUG_STRUCTS_313).split())}
+DEBUG_COOKIE = b"xdebugpy"
+DEBUG_STRUCT_MAX = 1 << 20  # a struct size the offsets may claim (3.13's _PyRuntimeState: 283,320 bytes)
+_CHECKED_STRUCTS = ("rt", "is", "ts", "fr", "co", "po", "by", "un")  # the structs whose offsets are used
+FRAME_OWNED_BY_CSTACK = 3  # _PyInterpreterFrame.owner of the shim frame each eval call pushes (3.12+)
+
+
 def supported_versions() -> list[str]:
     """The CPython versions whose frames are named (``profiler doctor``)."""
-    return [f"{major}.{minor}" for major, minor in sorted(LAYOUTS)]
+    return [f"{major}.{minor}" for major, minor in sorted({*LAYOUTS, *DEBUG_OFFSETS})]
+
+
+def layout_from_debug_offsets(raw: bytes, fields: Sequence[str], hex_version: int) -> PyLayout:
+    """The layout a CPython 3.13+ states in its ``_Py_DebugOffsets`` (``raw``: the head of ``_PyRuntime``),
+    each offset checked to lie in its struct and where the walker reads it; PythonLayoutError otherwise."""
+    if len(raw) < len(DEBUG_COOKIE) + 8 * len(fields) or raw[: len(DEBUG_COOKIE)] != DEBUG_COOKIE:
+        raise PythonLayoutError("_PyRuntime does not start with _Py_DebugOffsets' cookie")
+    values = dict(zip(fields, struct.unpack_from(f"<{len(fields)}Q", raw, len(DEBUG_COOKIE)), strict=True))
+    if values["version"] != hex_version:
+        raise PythonLayoutError(f"_Py_DebugOffsets' version {values['version']:#x} is not Py_Version's")
+    if values["free_threaded"]:
+        raise PythonLayoutError("a free-threaded build (its frames are not read)")
+    for name, value in values.items():
+        prefix = name.split("_", 1)[0]
+        if prefix not in _CHECKED_STRUCTS:
+            continue
+        size = values[f"{prefix}_size"]
+        if not 0 < size <= DEBUG_STRUCT_MAX or not name.endswith("_size") and value >= size:
+            raise PythonLayoutError(f"_Py_DebugOffsets' {name} ({value}) is out of its struct ({size} bytes)")
+    frame_pointers = (values["fr_executable"], values["fr_previous"], values["fr_instr_ptr"])
+    if any(offset > 56 or offset % 8 for offset in frame_pointers) or values["fr_owner"] >= PyLayout.WALKER_FRAME_BYTES:
+        raise PythonLayoutError("_Py_DebugOffsets' frame fields lie beyond what the walker reads of a frame")
+    # PyCompactUnicodeObject is PyASCIIObject then utf8_length and utf8 (3.12+): not in the offsets
+    return PyLayout(
+        interp_head=values["rt_interpreters_head"], tstate_current=0, threads_head=values["is_threads_head"],
+        ts_next=values["ts_next"], ts_interp=values["ts_interp"], ts_native_tid=values["ts_native_thread_id"],
+        ts_cframe=NO_CFRAME, cframe_frame=values["ts_current_frame"], fr_code=values["fr_executable"],
+        fr_previous=values["fr_previous"], fr_prev_instr=values["fr_instr_ptr"], fr_is_entry=values["fr_owner"],
+        code_units=values["co_code_adaptive"], co_firstlineno=values["co_firstlineno"],
+        co_filename=values["co_filename"], co_qualname=values["co_qualname"], co_linetable=values["co_linetable"],
+        entry_mask=0xFF, entry_value=FRAME_OWNED_BY_CSTACK, entry_is_shim=True, ob_type=values["po_ob_type"],
+        str_length=values["un_length"], str_state=values["un_state"], str_ascii_data=values["un_asciiobject_size"],
+        str_compact_data=values["un_asciiobject_size"] + 16, bytes_size=values["by_ob_size"],
+        bytes_data=values["by_ob_sval"],
+    )  # fmt: skip
+
+
+def _layout(pid: int, memory: ProcessMemory, runtime: int, hex_version: int, version: str) -> PyLayout:
+    """``pid``'s layout: 3.11's table, or what its own _Py_DebugOffsets say (one bounded read)."""
+    minor = (hex_version >> 24, (hex_version >> 16) & 0xFF)
+    if minor in LAYOUTS:
+        return LAYOUTS[minor]
+    fields = DEBUG_OFFSETS.get(minor)
+    if fields is None:
+        raise PythonLayoutError(
+            f"pid {pid}: CPython {version}: no frame layout for it (named: {', '.join(supported_versions())})"
+        )
+    try:
+        raw = memory.read(runtime, len(DEBUG_COOKIE) + 8 * len(fields))
+    except OSError as exc:
+        raise PythonLayoutError(f"pid {pid}: CPython {version}: reading _Py_DebugOffsets failed ({exc})") from None
+    try:
+        return layout_from_debug_offsets(raw, fields, hex_version)
+    except PythonLayoutError as exc:
+        raise PythonLayoutError(f"pid {pid}: CPython {version}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -172,11 +267,7 @@ def open_target(pid: int, memory: ProcessMemory) -> PyTarget:
     except OSError as exc:
         raise PythonLayoutError(f"pid {pid}: reading Py_Version failed ({exc})") from None
     version = _version(hex_version)
-    layout = LAYOUTS.get((hex_version >> 24, (hex_version >> 16) & 0xFF))
-    if layout is None:
-        raise PythonLayoutError(
-            f"pid {pid}: CPython {version}: no frame layout for it (named: {', '.join(supported_versions())})"
-        )
+    layout = _layout(pid, memory, bias + values["_PyRuntime"], hex_version, version)
     ranges = tuple(
         (bias + values[name], bias + values[name] + max(sizes.get(name, 0), 1))
         for name in (EVAL, EVAL_COLD)
@@ -222,15 +313,27 @@ def fill_python(entry: Any, target: PyTarget) -> None:
     entry.runtime = target.runtime
     for field in (
         "interp_head", "tstate_current", "threads_head", "ts_next", "ts_native_tid", "ts_cframe", "cframe_frame",
-        "fr_code", "fr_previous", "fr_prev_instr", "fr_is_entry", "code_units",
+        "fr_code", "fr_previous", "fr_prev_instr", "fr_is_entry", "entry_mask", "entry_value", "code_units",
     ):  # fmt: skip
         setattr(entry, field, getattr(layout, field))
 
 
+def entries_from_shims(python: Sequence[int]) -> list[int]:
+    """3.12+'s walked frames as 3.11's: each eval call's shim frame (flagged by the walker) dropped and the
+    frame leafward of it, the call's first, flagged as its entry frame."""
+    out: list[int] = []
+    for frame in python:
+        if not frame & ENTRY_BIT:
+            out.append(frame)
+        elif out:
+            out[-1] |= ENTRY_BIT
+    return out
+
+
 def splice(user: bytes, python: Sequence[int], eval_ranges: Sequence[tuple[int, int]]) -> bytes:
-    """A walker's user stack with its CPython frames (python_step.h values, leaf first) put leafward of the
-    ``_PyEval_EvalFrameDefault`` frame that runs them: each eval frame gets the frames up to and including the
-    next entry frame. Frames left over (the native walk was cut) go to the root end."""
+    """A walker's user stack with its CPython frames (python_step.h values, leaf first, 3.11's entry flags)
+    put leafward of the ``_PyEval_EvalFrameDefault`` frame that runs them: each eval frame gets the frames up
+    to and including the next entry frame. Frames left over (the native walk was cut) go to the root end."""
     if not python:
         return user
     values = struct.unpack(f"<{len(user) // 8}Q", user)
@@ -413,7 +516,11 @@ class PythonTargets(AttachedProcesses["PyNamer"]):
     def splice(self, tgid: int, user: bytes, python: Sequence[int]) -> bytes:
         """``user`` with ``python``'s frames spliced in (the reader, per record)."""
         namer = self.namers.get(tgid)
-        return splice(user, python, namer.target.eval_ranges) if namer is not None else user
+        if namer is None:
+            return user
+        if namer.target.layout.entry_is_shim:
+            python = entries_from_shims(python)
+        return splice(user, python, namer.target.eval_ranges)
 
     def note(self, tgid: int, user: bytes) -> None:
         """Read the code objects of a filed stack's Python frames while the process runs."""

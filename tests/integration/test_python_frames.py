@@ -1,7 +1,8 @@
 """CPython's own frames in `profiler run --pid`: a python process burning CPU in three functions of measured
 work (tests/workloads/py_split.py) is sampled by our BPF walker, its frames named `module.qualname (file:line)`
 from its code objects (profiler/unwind/cpython.py), and an application profile naming the functions gets
-their shares right; on the venv's CPython and on the system's, when that is another build."""
+their shares right; on the venv's CPython, on the system's when that is another build, and on 3.13 (its
+layout from its own _Py_DebugOffsets) where pyenv installed it."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ pytestmark = requires("root")
 
 
 def _interpreters() -> list[str]:
-    """The venv's CPython, and the system's when it is another binary."""
+    """The venv's CPython, the system's when it is another binary, and pyenv's 3.13 where installed."""
     found = [os.path.realpath(sys.executable)]
-    system = "/usr/bin/python3.11"
-    if os.path.exists(system) and os.path.realpath(system) not in found:
-        found.append(os.path.realpath(system))
+    for other in ("/usr/bin/python3.11", os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python3.13")):
+        if os.path.exists(other) and os.path.realpath(other) not in found:
+            found.append(os.path.realpath(other))
     return found
 
 

@@ -118,5 +118,5 @@ def test_python_frames_row_names_the_cpython_versions() -> None:
     from profiler.unwind.cpython import supported_versions
 
     row = python_frames_check(supported_versions())
-    assert row.status == "ok" and "CPython 3.11 frames named" in row.detail
+    assert row.status == "ok" and "CPython 3.11, 3.13 frames named" in row.detail
     assert python_frames_check([]).status == "warn"

@@ -68,6 +68,65 @@ def test_splice_puts_each_eval_calls_frames_leafward_of_it() -> None:
     assert splice(user, [], evals) == user
 
 
+def test_313_shim_frames_become_311_entry_flags() -> None:
+    # GIVEN 3.13 frames leaf first: f2, f1, the inner eval's shim, f0, the outer eval's shim
+    walked = [0xA1, 0xA2 | 3 << INDEX_SHIFT, 0xF0 | ENTRY_BIT, 0xA3, 0xF1 | ENTRY_BIT]
+    # THEN the shims go and the frame leafward of each is its call's entry frame, as 3.11's is_entry says
+    assert cpython.entries_from_shims(walked) == [0xA1, 0xA2 | 3 << INDEX_SHIFT | ENTRY_BIT, 0xA3 | ENTRY_BIT]
+    assert cpython.entries_from_shims([0xF0 | ENTRY_BIT]) == []  # a call that has not pushed its frame yet
+
+
+# CPython 3.13.0's own _Py_DebugOffsets (pyenv's build, read from its _PyRuntime)
+_DEBUG_313 = dict(
+    zip(
+        cpython.DEBUG_OFFSETS[(3, 13)],
+        (
+            0x30D00F0, 0, 283320, 608, 632, 194968, 7272, 8, 7344, 7400, 7656, 7640, 7648, 16, 7752, 0, 7768, 7760,
+            304, 0, 8, 16, 72, 152, 160, 232, 32, 80, 8, 0, 56, 72, 70, 208, 112, 120, 128, 136, 68, 52, 96, 104,
+            200, 16, 8, 416, 24, 88, 168, 32, 24, 16, 40, 24, 16, 48, 32, 40, 24, 16, 32, 16, 24, 40, 16, 32, 64,
+            32, 16, 40, 240, 200,
+        ),
+        strict=True,
+    )
+)  # fmt: skip
+
+
+def _debug_offsets(**changed: int) -> bytes:
+    values = {**_DEBUG_313, **changed}
+    return cpython.DEBUG_COOKIE + struct.pack(f"<{len(values)}Q", *values.values())
+
+
+def test_313_layout_from_its_debug_offsets_and_what_is_refused() -> None:
+    fields = cpython.DEBUG_OFFSETS[(3, 13)]
+    # GIVEN 3.13.0's offsets WHEN read THEN the walker's and the namer's fields come from them
+    layout = cpython.layout_from_debug_offsets(_debug_offsets(), fields, 0x30D00F0)
+    assert (layout.interp_head, layout.threads_head, layout.ts_native_tid, layout.cframe_frame) == (632, 7344, 160, 72)
+    assert (layout.ts_cframe, layout.tstate_current, layout.fr_code, layout.fr_prev_instr) == (
+        cpython.NO_CFRAME,
+        0,
+        0,
+        56,
+    )
+    assert (layout.fr_is_entry, layout.entry_mask, layout.entry_value, layout.entry_is_shim) == (70, 0xFF, 3, True)
+    assert (layout.code_units, layout.co_firstlineno, layout.co_qualname) == (200, 68, 128)
+    assert (layout.str_ascii_data, layout.str_compact_data, layout.bytes_data) == (40, 56, 32)
+    # AND a wrong cookie, another version, a free-threaded build, an offset out of its struct or beyond what
+    # the walker reads of a frame are refused
+    refused = {
+        b"ydebugpy" + _debug_offsets()[8:]: "cookie",
+        _debug_offsets(version=0x30D01F0): "version",
+        _debug_offsets(free_threaded=1): "free-threaded",
+        _debug_offsets(ts_native_thread_id=304): "ts_native_thread_id",
+        _debug_offsets(co_size=0): "co_size",
+        _debug_offsets(fr_size=1 << 40): "fr_size",
+        _debug_offsets(fr_instr_ptr=64, fr_size=96): "frame fields",
+        _debug_offsets()[:100]: "cookie",
+    }
+    for raw, reason in refused.items():
+        with pytest.raises(cpython.PythonLayoutError, match=reason):
+            cpython.layout_from_debug_offsets(raw, fields, 0x30D00F0)
+
+
 def test_module_of_and_mappings() -> None:
     assert module_of("/app/jobs/py_split.py") == "py_split"
     assert module_of("/usr/lib/python3.11/json/__init__.py") == "json"
@@ -110,6 +169,7 @@ def test_reads_this_interpreter_and_names_a_live_code_object() -> None:
 
 def test_a_version_without_layout_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpython, "LAYOUTS", {(3, 99): next(iter(LAYOUTS.values()))})
+    monkeypatch.setattr(cpython, "DEBUG_OFFSETS", {})
     memory = ProcessMemory(os.getpid())
     try:
         with pytest.raises(cpython.PythonLayoutError, match=r"no frame layout for it \(named: 3.99\)"):
@@ -154,7 +214,8 @@ def test_the_311_table_is_what_the_debug_info_says() -> None:
 
 def _installed_cpythons() -> list[str]:
     found = [os.path.realpath(sys.executable)]
-    for path in ("/usr/bin/python3.11",):
+    # Debian's static 3.11 and pyenv's 3.13 (its layout read from its own _Py_DebugOffsets), where installed
+    for path in ("/usr/bin/python3.11", os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python3.13")):
         if os.path.exists(path) and os.path.realpath(path) not in found:
             found.append(os.path.realpath(path))
     return found
