@@ -36,6 +36,7 @@ from profiler.capture.read import read_meta
 from tests.fixtures.captures import folded_text
 from tests.fixtures.coordinator_child import CoordinatorChild
 from tests.fixtures.faults import (
+    DelayProxy,
     HostNetns,
     SshUser,
     clock_ahead_env,
@@ -475,6 +476,53 @@ def test_host_sshd_killed_mid_window_then_fetched(
         other_host_samples=sum(samples(out, "node1").values()),
         exit=outcome.exit_code,
         exit_fetch=code,
+    )
+
+
+# ------------------------------------------------------------------ a host 100 times slower to answer
+
+SLOW_DELAY_S = 0.05  # each way, per chunk: a 100 ms round trip where loopback answers in about 1 ms
+
+
+def test_host_100_times_slower_to_answer(
+    sshd_factory: SshdFactory,
+    delay_proxies: Callable[[int, float], DelayProxy],
+    busy_process: subprocess.Popen[bytes],
+    inputs: tuple[Path, Path],
+    tmp_path: Path,
+    coordinators: list[CoordinatorChild],
+) -> None:
+    # GIVEN node2 reached through a relay that holds every chunk 50 ms each way
+    node1, node2 = sshd_factory.start(), sshd_factory.start()
+    proxy = delay_proxies(node2.port, SLOW_DELAY_S)
+    cluster = make_cluster(sshd_factory, [node1, replace(node2, port=proxy.port)])
+    out = tmp_path / "slow"
+    args = cli_args(cluster, out, inputs, busy_process.pid, 6)
+    args[args.index("--start-delay") + 1] = "60"  # the latest start: they start together once both attached
+    began = time.monotonic()
+    child = CoordinatorChild(args)
+    coordinators.append(child)
+    code = child.finish(timeout=240)
+    elapsed = time.monotonic() - began
+    # THEN the run is whole: both hosts sample the same 6 s, node2's clock offset is measured within its
+    # round trip, and every chunk to and from node2 went through the relay
+    assert code == 0, "\n".join(child.lines)
+    info = rundir.read_run(out)
+    assert [h.state for h in info.hosts] == ["ok", "ok"]
+    starts = [h.start_time - h.clock_offset for h in info.hosts]
+    assert max(starts) - min(starts) < 1.0
+    assert abs(info.hosts[1].clock_offset) < 2 * SLOW_DELAY_S
+    assert all(sum(samples(out, h.host).values()) > 0 for h in info.hosts)
+    assert proxy.chunks > 20
+    cluster.assert_nothing_left()
+    figure(
+        "slow-host",
+        delay_each_way_s=SLOW_DELAY_S,
+        relayed_chunks=proxy.chunks,
+        measured_offset_s=round(info.hosts[1].clock_offset, 3),
+        start_skew_s=round(max(starts) - min(starts), 3),
+        elapsed_s=round(elapsed, 1),
+        exit=code,
     )
 
 
