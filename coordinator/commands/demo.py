@@ -490,7 +490,8 @@ class DemoCommand:
                 f"demo: {ready}; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s "
                 "while the profiler starts"
             )
-        say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
+        source = engine.events_source if cluster is None else "the query's own count (no host runs the driver)"
+        say(f"demo: profiling for {args.duration:.0f} s; events counted from {source}")
         known_spes = scratch / "known_spes.txt"
         known_spes.write_text(engine.known_spes())
         request = run_request(
