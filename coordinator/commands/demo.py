@@ -8,7 +8,6 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -217,9 +216,8 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     """Where the profiler could not count the window's events from the engine (Spark Continuous
     Processing runs no micro-batches for the REST count), or counted them less exactly than the query
     itself (a smaller stated uncertainty), write the count the query itself gives; the profiler's
-    count stays in the detail; and where the host has no count at all (its agent found no engine to ask:
-    coordinator demo --hosts, the driver on none of the hosts), the query's count alone, over the host's
-    window. Returns the events.json files written."""
+    count stays in the detail (coordinator demo --hosts: the driver is on none of the hosts, so no agent
+    counts). Returns the events.json files written."""
     from coordinator.rundir import host_capture_dir
     from profiler.capture.format import EventCount, write_events
     from profiler.capture.read import read_events
@@ -228,13 +226,7 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     for host in outcome.info.hosts:
         capture = host_capture_dir(outcome.run_dir, host.host)
         current = read_events(capture) if capture.is_dir() else None
-        if counted is None or not capture.is_dir():
-            continue
-        if current is None:
-            write_events(capture, replace(counted, window_start=host.start_time, window_end=host.end_time))
-            written.append(capture / "events.json")
-            continue
-        if not _closer(counted, current):
+        if counted is None or current is None or not _closer(counted, current):
             continue
         own = f"{current.count} ± {current.uncertainty or 0:.0f}, " if current.count is not None else ""
         detail = f"{counted.detail}; the profiler's own count: {own}{current.detail}"

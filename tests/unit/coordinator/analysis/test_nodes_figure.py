@@ -1,9 +1,11 @@
 """The nodes figure of `coordinator demo --hosts 1,2,4` without hosts or Spark: runs on 1..16 hosts analysed
-together (in-process engine) and drawn by the hosts label; and the demo's --hosts arguments."""
+together (in-process engine) and drawn by the hosts label; the demo's --hosts arguments; the window's
+events from the driver's progress."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from coordinator.analysis.campaign import campaign_rows, figure_data, summary_la
 from coordinator.analysis.engines import analyze
 from coordinator.analysis.rows import read_summary
 from coordinator.commands._demo_hosts import HOSTS_LABEL, check_hosts_options, host_counts
+from coordinator.workloads.ysb.engines import SparkStructuredYsb
+from coordinator.workloads.ysb.spark import BatchProgress, YsbOptions
 from profiler.errors import ConfigError
 from tests.fixtures.captures import GC_STACK, JSON_STACK, KAFKA_STACK, PidSpec, write_run_dir
 
@@ -85,3 +89,33 @@ def test_demo_hosts_arguments() -> None:
     ):
         with pytest.raises(ConfigError, match=option):
             check_hosts_options(_demo_args("--hosts", "1,2", *words))
+
+
+class _Progress:
+    """A query's run reduced to its micro-batches' progress."""
+
+    def __init__(self, batches: list[BatchProgress]) -> None:
+        self.batches = batches
+
+    def progress(self) -> list[BatchProgress]:
+        return self.batches
+
+
+def _batch(number: int, began: float, rows: int) -> BatchProgress:
+    stamp = datetime.fromtimestamp(began, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return BatchProgress(number, stamp, rows, 0.0, 0.0, 1500)
+
+
+def test_spark_str_counts_the_window_from_the_drivers_progress(tmp_path: Path) -> None:
+    # GIVEN micro-batches beginning every 2 s from t = 100, each 1.5 s long, reading 1000, 1100, ... rows
+    # (on --hosts no agent has the driver, so the demo writes this count into every host's events.json)
+    engine = SparkStructuredYsb(YsbOptions(), tmp_path)
+    engine.ysb = _Progress([_batch(b, 100.0 + 2 * b, 1000 + 100 * b) for b in range(5)])  # type: ignore[assignment]
+    # WHEN the window is [101, 106]: the batches that finished in it began at 100, 102 and 104
+    counted = engine.count_events(101.0, 106.0)
+    # THEN their rows, by the profiler's REST rule (finish time), with the window and the source
+    assert counted is not None and counted.count == 1000 + 1100 + 1200
+    assert (counted.source, counted.window_start, counted.window_end) == ("spark-progress", 101.0, 106.0)
+    assert "3 micro-batches" in counted.detail
+    assert engine.count_events(200.0, 210.0) is None  # no batch finished: the profiler's count stands
+    engine.ysb = None
