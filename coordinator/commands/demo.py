@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from coordinator.commands._demo_hosts import host_counts
 from coordinator.commands.profile import add_roles_option
 from profiler.argtypes import bounded, duration, positive_int
 from profiler.errors import ConfigError, ProfilerError
@@ -20,6 +21,7 @@ from profiler.run.options import add_run_arguments
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from coordinator.commands._demo_hosts import DemoCluster
     from coordinator.remote.session import ProfileOutcome
     from coordinator.workloads.ysb.engines import SourceCount, WindowResult, YsbEngine
     from profiler.capture.format import EventCount
@@ -61,6 +63,7 @@ examples:
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
+  $ coordinator demo --hosts 1,2,4 --duration 30   # on 1, 2 and 4 namespaced hosts: the nodes figure
   then:
   $ xdg-open runs/demo/report/index.html
   $ coordinator analyze runs/demo --profile my_edited_profile.txt
@@ -213,7 +216,8 @@ def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> li
     """Where the profiler could not count the window's events from the engine (Spark Continuous
     Processing runs no micro-batches for the REST count), or counted them less exactly than the query
     itself (a smaller stated uncertainty), write the count the query itself gives; the profiler's
-    count stays in the detail. Returns the events.json files written."""
+    count stays in the detail (coordinator demo --hosts: the driver is on none of the hosts, so no agent
+    counts). Returns the events.json files written."""
     from coordinator.rundir import host_capture_dir
     from profiler.capture.format import EventCount, write_events
     from profiler.capture.read import read_events
@@ -379,6 +383,13 @@ class DemoCommand:
         parser.add_argument(
             "--ready-timeout", type=duration, default=600.0, help="seconds to wait for the first events (600)"
         )
+        parser.add_argument(
+            "--hosts", type=host_counts, metavar="N[,N...]",
+            help="spread the query over N hosts made on this machine (own network, UTS, mount and PID namespaces, "
+            "each a real sshd and a Spark Worker with one 1-core executor), profiled over SSH: one run per N into "
+            "<out>/hosts-<N>/, then the campaign page of cycles per event per task against the hosts (the nodes "
+            "figure, docs/demo.md); spark-str, --source generator and the file sink only so far",
+        )
         parser.add_argument("--quiet", "-q", action="store_true", help="no per-host progress lines")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -391,6 +402,10 @@ class DemoCommand:
             check_spark_window(args.spark_window, spe, args.sink)
         if args.kafka_bootstrap and args.source != "kafka":
             raise ConfigError(f"--kafka-bootstrap {args.kafka_bootstrap}: only with --source kafka")
+        if args.hosts is not None:
+            from coordinator.commands._demo_hosts import run_hosts
+
+            return run_hosts(args)
         if args.rates is not None or len(args.spe) > 1:
             return run_campaign(args)
         out = args.out or Path("runs") / f"demo-{new_run_id()}"
@@ -439,11 +454,13 @@ class DemoCommand:
 
     @staticmethod
     def profile_running(
-        args: argparse.Namespace, out: Path, engine: YsbEngine, scratch: Path, rate: int
+        args: argparse.Namespace, out: Path, engine: YsbEngine, scratch: Path, rate: int,
+        cluster: DemoCluster | None = None,
     ) -> tuple[ProfileOutcome, WindowResult, float]:
         """On a started engine: wait for the query, warm up, profile into ``out`` (not analysed yet:
         remote.session.analyze_run); the query's own report of the window and its length. Also each
-        level of a campaign (coordinator/workloads/ysb/campaign.py)."""
+        level of a campaign (coordinator/workloads/ysb/campaign.py). ``cluster``: the hosts to profile
+        over SSH and the run's extra labels (coordinator demo --hosts); this machine by default."""
         from coordinator.remote.cluster import local_host
         from coordinator.remote.hosts import run_request
         from coordinator.remote.session import RunOptions, profile_cluster
@@ -465,7 +482,8 @@ class DemoCommand:
                 f"demo: {ready}; executors {engine.workload_pids()}; warming up for {args.warmup:.0f} s "
                 "while the profiler starts"
             )
-        say(f"demo: profiling for {args.duration:.0f} s; events counted from {engine.events_source}")
+        source = engine.events_source if cluster is None else "the query's own count (no host runs the driver)"
+        say(f"demo: profiling for {args.duration:.0f} s; events counted from {source}")
         known_spes = scratch / "known_spes.txt"
         known_spes.write_text(engine.known_spes())
         request = run_request(
@@ -477,12 +495,14 @@ class DemoCommand:
             labels["source"] = args.source
         if args.spark_window != "state":
             labels["spark_window"] = args.spark_window
+        labels |= dict(cluster.labels) if cluster is not None else {}
         options = RunOptions(
             labels=labels, progress=not args.quiet, analyze=False, force=args.force,
             not_before=warmed_at, watch=engine.check_running,
+            known_hosts=cluster.known_hosts if cluster is not None else None,
         )  # fmt: skip
         try:
-            outcome = profile_cluster([local_host()], request, out, options)
+            outcome = profile_cluster(list(cluster.hosts) if cluster else [local_host()], request, out, options)
         except ProfilerError:  # the query died before the window (RunOptions.watch): nothing worth keeping
             _clear_run(out)
             raise
@@ -547,7 +567,7 @@ def run_campaign(args: argparse.Namespace) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous_term)
-    return max(exit_code, _campaign_page(out / CAMPAIGN_DIR, run_dirs))
+    return max(exit_code, campaign_page(out / CAMPAIGN_DIR, run_dirs, "rate"))
 
 
 def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> tuple[list[Path], int]:
@@ -606,20 +626,21 @@ def _analysed(unanalysed: list[tuple[ProfileOutcome, WindowResult, float]]) -> i
     return exit_code
 
 
-def _campaign_page(target: Path, run_dirs: list[Path]) -> int:
-    """All levels analysed together (the same pipeline as coordinator analyze) and the campaign page."""
+def campaign_page(target: Path, run_dirs: list[Path], by: str) -> int:
+    """All levels analysed together (the same pipeline as coordinator analyze) and the campaign page
+    with label ``by`` on the x axis (rate; hosts for coordinator demo --hosts)."""
     from coordinator.analysis.engines import analyze
     from coordinator.commands.campaign import check_out, write_campaign
 
     check_out(target, True)
     output = analyze(run_dirs, out_dir=target)
-    csv_path, index, _ = write_campaign(target, "rate", None)
+    csv_path, index, _ = write_campaign(target, by, None)
     print(f"wrote {output.summary_csv}")
     print(f"wrote {csv_path}")
     print(f"wrote {index}")
     print(f"next: open {index}")
     runs = " ".join(map(str, run_dirs))
-    print(f"  the same figures again, or by another label: coordinator campaign {runs} --by rate --out {target}")
+    print(f"  the same figures again, or by another label: coordinator campaign {runs} --by {by} --out {target}")
     return 0
 
 

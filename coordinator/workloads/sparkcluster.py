@@ -140,9 +140,22 @@ class WorkerProcess:
     webui_port: int = 0
 
 
+@dataclass(frozen=True)
+class WorkerHost:
+    """Where a Worker runs when it is not beside the Master: the words that enter its host
+    (coordinator/workloads/nshosts.py's ``enter()``) and the address it binds there."""
+
+    address: str
+    prefix: tuple[str, ...]
+
+
 @dataclass
 class LocalSparkCluster(ScratchLifecycle):
     """Context manager: a standalone Master and one Worker on 127.0.0.1, on free ports.
+
+    With ``worker_hosts``, one Worker of ``worker_cores`` cores in each of those hosts instead (its
+    executors there too), the Master and the driver on ``bind_address``, an address the hosts reach
+    (the namespaced hosts' bridge); the scratch directory must then be one the hosts see (not /tmp).
 
     ``submit()`` runs spark-submit against it (frame pointers on in driver and executors);
     ``add_worker()`` starts another Worker later; ``stop()`` kills everything it started.
@@ -156,6 +169,8 @@ class LocalSparkCluster(ScratchLifecycle):
     log_dir: Path | None = None
     start_timeout: float = _START_TIMEOUT_S
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    bind_address: str = "127.0.0.1"
+    worker_hosts: Sequence[WorkerHost] = ()
 
     master_url: str = field(init=False, default="")
     master_port: int = field(init=False, default=0)
@@ -189,7 +204,9 @@ class LocalSparkCluster(ScratchLifecycle):
             # election: the two JVMs' start-up overlaps instead of adding up. (The Master elects itself in
             # its onStart, within a second of its URL line; a Worker's JVM takes longer to connect.)
             self._start_master()
-            self._spawn_worker(self.worker_cores, self.worker_memory)
+            hosts: Sequence[WorkerHost | None] = self.worker_hosts or [None]  # None: beside the Master
+            for host in hosts:
+                self._spawn_worker(self.worker_cores, self.worker_memory, host)
             self._wait_master_ready()
         except BaseException:
             self.stop()
@@ -199,10 +216,11 @@ class LocalSparkCluster(ScratchLifecycle):
         return self
 
     def wait_started(self) -> None:
-        """Until the Worker started by start() has its web UI and the Master lists it ALIVE."""
+        """Until the Workers started by start() have their web UI and the Master lists them ALIVE."""
         try:
-            self._wait_worker_ui(self.workers[0])
-            self.wait_for_workers(1)
+            for worker in self.workers:
+                self._wait_worker_ui(worker)
+            self.wait_for_workers(len(self.workers))
         except BaseException:
             self.stop()
             raise
@@ -219,8 +237,8 @@ class LocalSparkCluster(ScratchLifecycle):
                 "SPARK_CONF_DIR": str(conf_dir),
                 "SPARK_LOG_DIR": str(self.tmp_dir),
                 "SPARK_LOCAL_DIRS": str(self.tmp_dir / "local"),
-                "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_MASTER_HOST": "127.0.0.1",
+                "SPARK_LOCAL_IP": self.bind_address,
+                "SPARK_MASTER_HOST": self.bind_address,
                 "SPARK_DAEMON_MEMORY": self.daemon_memory,
                 "SPARK_DAEMON_JAVA_OPTS": f"{DEFAULT_JAVA_OPTIONS} -XX:+UseSerialGC",
                 "SPARK_NO_DAEMONIZE": "1",
@@ -245,7 +263,7 @@ class LocalSparkCluster(ScratchLifecycle):
                 spark_class,
                 "org.apache.spark.deploy.master.Master",
                 "--host",
-                "127.0.0.1",
+                self.bind_address,
                 "--port",
                 str(free_port()),
                 "--webui-port",
@@ -280,18 +298,21 @@ class LocalSparkCluster(ScratchLifecycle):
         self._wait_worker_ui(worker)
         return worker
 
-    def _spawn_worker(self, cores: int, memory: str) -> WorkerProcess:
+    def _spawn_worker(self, cores: int, memory: str, host: WorkerHost | None = None) -> WorkerProcess:
         index = len(self.workers) + 1
         work_dir = self.tmp_dir / f"worker{index}"
         work_dir.mkdir(exist_ok=True)
         log_path = self.tmp_dir / f"worker{index}.log"
-        process = self._spawn(
+        address = host.address if host is not None else self.bind_address
+        env = {**self._env, "SPARK_LOCAL_IP": address}  # its executors inherit it
+        process = spawn_logged(
             [
+                *(host.prefix if host is not None else ()),
                 str(self.spark_home / "bin" / "spark-class"),
                 "org.apache.spark.deploy.worker.Worker",
                 self.master_url,
                 "--host",
-                "127.0.0.1",
+                address,
                 "--cores",
                 str(cores),
                 "--memory",
@@ -302,6 +323,8 @@ class LocalSparkCluster(ScratchLifecycle):
                 str(work_dir),
             ],
             log_path,
+            env,
+            self.tmp_dir,
         )
         worker = WorkerProcess(process=process, log_path=log_path, work_dir=work_dir, cores=cores, memory=memory)
         self.workers.append(worker)
@@ -330,7 +353,7 @@ class LocalSparkCluster(ScratchLifecycle):
 
     def master_state(self) -> dict[str, object]:
         """The Master's JSON status (workers, active apps), from its web UI's ``/json/``."""
-        url = f"http://127.0.0.1:{self.master_webui_port}/json/"
+        url = f"http://{self.bind_address}:{self.master_webui_port}/json/"
         with urllib.request.urlopen(url, timeout=5) as response:
             state: dict[str, object] = json.loads(response.read().decode())
         return state
@@ -387,10 +410,10 @@ class LocalSparkCluster(ScratchLifecycle):
         merged: dict[str, str] = {
             "spark.executor.memory": "512m",
             "spark.executor.cores": "1",
-            "spark.cores.max": str(self.worker_cores),
+            "spark.cores.max": str(self.worker_cores * max(1, len(self.worker_hosts))),
             "spark.driver.memory": "512m",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": self.bind_address,
+            "spark.driver.bindAddress": self.bind_address,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "2",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -35,6 +36,7 @@ from profiler.capture.read import read_meta
 from tests.fixtures.captures import folded_text
 from tests.fixtures.coordinator_child import CoordinatorChild
 from tests.fixtures.faults import (
+    DelayProxy,
     HostNetns,
     SshUser,
     clock_ahead_env,
@@ -45,7 +47,7 @@ from tests.fixtures.faults import (
 from tests.fixtures.jvm import CpuSplitJvm
 from tests.fixtures.leaks import bpf_programs_held_by
 from tests.fixtures.sshcluster import Cluster, make_cluster, write_inputs
-from tests.fixtures.sshd import SshdFactory, SshdHost
+from tests.fixtures.sshd import SSHD, SshdFactory, SshdHost
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -397,6 +399,130 @@ def test_ssh_dropped_longer_than_the_reconnect_window_then_fetched(
         samples_kept_after_fetch=sum(samples(out, "far").values()),
         exit=outcome.exit_code,
         exit_fetch=code,
+    )
+
+
+# ------------------------------------------------------------------ a host's sshd killed mid-window
+
+
+def restart_sshd(host: SshdHost) -> None:
+    """The host's sshd again, on its port with its key and configuration (as its service manager would)."""
+    with open(host.log, "ab") as log:
+        config = str(host.directory / "sshd_config")
+        host.process = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stdout=log, stderr=log)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host.address, host.port), timeout=2) as sock:
+                if sock.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{host.name}: sshd not back on port {host.port}")
+
+
+def test_host_sshd_killed_mid_window_then_fetched(
+    sshd_factory: SshdFactory,
+    busy_process: subprocess.Popen[bytes],
+    inputs: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
+    node2 = cluster.host("node2")
+    out = tmp_path / "sshd-killed"
+    result: list[ProfileOutcome] = []
+    runner = threading.Thread(
+        target=lambda: result.append(
+            in_process(cluster, out, inputs, busy_process.pid, 8, finish_grace=5.0, reconnect_window=3.0)
+        )
+    )
+    runner.start()
+    # GIVEN both hosts sampling; WHEN node2's sshd (its listener and every session) is killed 2 s into the
+    # window: the host's profiler, started with setsid, keeps sampling, but nobody answers on port 22
+    cluster.wait_sampling(["node1", "node2"])
+    time.sleep(2)
+    assert node2.process is not None
+    victims = [node2.process.pid, *(p.pid for p in node2.session_processes())]
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    node2.process.wait(10)
+    killed_at = time.monotonic()
+    runner.join(180)
+    assert not runner.is_alive(), "the coordinator hangs on a host without sshd"
+    given_up = time.monotonic() - killed_at
+    (outcome,) = result
+    # THEN the run ends partial: node1 whole, node2 failed with its work directory and the fetch hint
+    assert outcome.exit_code == PartialRunError.exit_code
+    first, second = rundir.read_run(out).hosts
+    assert first.state == "ok" and sum(samples(out, "node1").values()) > 0
+    assert second.state == "failed" and second.workdir and "coordinator fetch" in second.reason, second
+    # WHEN its sshd is back and `coordinator fetch` runs
+    restart_sshd(node2)
+    code = coordinator_main(["fetch", str(out), "--known-hosts", str(cluster.known_hosts), "--quiet"])
+    # THEN node2's whole window is home (its profiler sampled to the end), nothing is left
+    assert code == 0
+    after = rundir.read_run(out).hosts[1]
+    assert after.state == "ok" and after.workdir == ""
+    meta = read_meta(rundir.host_capture_dir(out, "node2"))
+    assert meta.stopped_by == "duration" and meta.end_time - meta.start_time >= 7.5
+    kept = sum(samples(out, "node2").values())
+    assert kept > 0
+    cluster.assert_nothing_left()
+    figure(
+        "sshd-killed",
+        reason=repr(second.reason[:60]),
+        given_up_after_kill_s=round(given_up, 1),
+        samples_after_fetch=kept,
+        other_host_samples=sum(samples(out, "node1").values()),
+        exit=outcome.exit_code,
+        exit_fetch=code,
+    )
+
+
+# ------------------------------------------------------------------ a host 100 times slower to answer
+
+SLOW_DELAY_S = 0.05  # each way, per chunk: a 100 ms round trip where loopback answers in about 1 ms
+
+
+def test_host_100_times_slower_to_answer(
+    sshd_factory: SshdFactory,
+    delay_proxies: Callable[[int, float], DelayProxy],
+    busy_process: subprocess.Popen[bytes],
+    inputs: tuple[Path, Path],
+    tmp_path: Path,
+    coordinators: list[CoordinatorChild],
+) -> None:
+    # GIVEN node2 reached through a relay that holds every chunk 50 ms each way
+    node1, node2 = sshd_factory.start(), sshd_factory.start()
+    proxy = delay_proxies(node2.port, SLOW_DELAY_S)
+    cluster = make_cluster(sshd_factory, [node1, replace(node2, port=proxy.port)])
+    out = tmp_path / "slow"
+    args = cli_args(cluster, out, inputs, busy_process.pid, 6)
+    args[args.index("--start-delay") + 1] = "60"  # the latest start: they start together once both attached
+    began = time.monotonic()
+    child = CoordinatorChild(args)
+    coordinators.append(child)
+    code = child.finish(timeout=240)
+    elapsed = time.monotonic() - began
+    # THEN the run is whole: both hosts sample the same 6 s, node2's clock offset is measured within its
+    # round trip, and every chunk to and from node2 went through the relay
+    assert code == 0, "\n".join(child.lines)
+    info = rundir.read_run(out)
+    assert [h.state for h in info.hosts] == ["ok", "ok"]
+    starts = [h.start_time - h.clock_offset for h in info.hosts]
+    assert max(starts) - min(starts) < 1.0
+    assert abs(info.hosts[1].clock_offset) < 2 * SLOW_DELAY_S
+    assert all(sum(samples(out, h.host).values()) > 0 for h in info.hosts)
+    assert proxy.chunks > 20
+    cluster.assert_nothing_left()
+    figure(
+        "slow-host",
+        delay_each_way_s=SLOW_DELAY_S,
+        relayed_chunks=proxy.chunks,
+        measured_offset_s=round(info.hosts[1].clock_offset, 3),
+        start_skew_s=round(max(starts) - min(starts), 3),
+        elapsed_s=round(elapsed, 1),
+        exit=code,
     )
 
 

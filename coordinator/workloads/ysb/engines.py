@@ -100,16 +100,17 @@ class YsbEngine(Protocol):
     ) -> None: ...
 
 
-def spark_known_spes(master_port: int, driver_port: int) -> str:
-    """A known_spes file that selects only this demo's processes (the machine may run other Spark)."""
+def spark_known_spes(master_port: int, driver_port: int, address: str = "127.0.0.1") -> str:
+    """A known_spes file that selects only this demo's processes (the machine may run other Spark); ``address``
+    the one the Master and the driver bind."""
     return "\n".join(
         [
             "# coordinator demo: only the processes of this demo's local cluster",
             "spark  workload  executor  org.apache.spark.executor.CoarseGrainedExecutorBackend"
-            f"  arg=spark://CoarseGrainedScheduler@127.0.0.1:{driver_port}",
+            f"  arg=spark://CoarseGrainedScheduler@{address}:{driver_port}",
             f"spark  managing  driver   org.apache.spark.deploy.SparkSubmit  arg=spark.driver.port={driver_port}",
             f"spark  managing  master   org.apache.spark.deploy.master.Master  arg={master_port}",
-            f"spark  managing  worker   org.apache.spark.deploy.worker.Worker  arg=spark://127.0.0.1:{master_port}",
+            f"spark  managing  worker   org.apache.spark.deploy.worker.Worker  arg=spark://{address}:{master_port}",
             "",
         ]
     )
@@ -128,10 +129,11 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
         self.options = options
         self.log_dir = log_dir
         self.driver_port = free_port()
+        spread = bool(options.worker_hosts)  # one Worker, one executor per host
         self.cluster = LocalSparkCluster(
-            worker_cores=options.executors * options.executor_cores,
-            worker_memory=f"{options.executors}g",
-            log_dir=log_dir,
+            worker_cores=options.executor_cores if spread else options.executors * options.executor_cores,
+            worker_memory="1g" if spread else f"{options.executors}g",
+            log_dir=log_dir, bind_address=options.bind_address, worker_hosts=options.worker_hosts,
         )
         self.ysb: YsbRun | None = None
         self.kafka = KafkaFeed.for_options(options, log_dir)
@@ -185,7 +187,7 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
 
     def known_spes(self) -> str:
         broker = self.kafka.known_spes() if self.kafka is not None else ""
-        return spark_known_spes(self.cluster.master_port, self.driver_port) + broker
+        return spark_known_spes(self.cluster.master_port, self.driver_port, self.options.bind_address) + broker
 
     def workload_pids(self) -> list[int]:
         return self.cluster.executor_pids()
@@ -240,6 +242,17 @@ class SparkStructuredYsb(_SparkYsb):
             sink_rows=self.sink_rows(),
             produced=produced_over(self.kafka, kafka_read_span(progress, batches), how),
         )
+
+    def count_events(self, start: float, end: float) -> EventCount | None:
+        """The rows the micro-batches that finished in the window read, from the driver's progress: the
+        profiler's REST count by the same rule, for hosts where no driver runs (coordinator demo --hosts)."""
+        from profiler.capture.format import EventCount
+
+        batches = batches_finished_between(self._run().progress(), start, end)
+        if not batches:
+            return None
+        detail = f"rows read by the {len(batches)} micro-batches that finished in the window (the driver's progress)"
+        return EventCount(sum(b.input_rows for b in batches), "spark-progress", detail, start, end)
 
 
 # A continuous query reading Kafka has caught up when it is less than this many seconds of events behind.

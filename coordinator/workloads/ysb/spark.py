@@ -20,6 +20,7 @@ from coordinator.workloads.sparkcluster import (
     LocalSparkCluster,
     SparkClusterError,
     SparkSubmitProcess,
+    WorkerHost,
     first_error_line,
     free_port,
 )
@@ -63,6 +64,9 @@ class YsbOptions(YsbLoad):
     kafka_bootstrap: str = ""  # with source "kafka": a running broker to use ("": start a local one)
     kafka_topic: str = KAFKA_TOPIC  # made by the demo with ``partitions`` partitions
     spark_window: str = "state"  # spark-str: one of SPARK_WINDOWS
+    # coordinator demo --hosts: one 1-core Worker in each of these hosts, the Master and driver on bind_address
+    worker_hosts: tuple[WorkerHost, ...] = ()
+    bind_address: str = "127.0.0.1"
 
 
 # Spark's Real-time Mode reads only sources that support it (SupportsRealTimeMode: Kafka here; the rate

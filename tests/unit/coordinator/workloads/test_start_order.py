@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
 from coordinator.workloads import sparkcluster
-from coordinator.workloads.sparkcluster import LocalSparkCluster, SparkClusterError, WorkerProcess
+from coordinator.workloads.sparkcluster import LocalSparkCluster, SparkClusterError, WorkerHost, WorkerProcess
 from coordinator.workloads.ysb.engines import SparkStructuredYsb
 from coordinator.workloads.ysb.spark import YsbOptions
 
@@ -18,8 +18,8 @@ from coordinator.workloads.ysb.spark import YsbOptions
 class _Recording(LocalSparkCluster):
     """A cluster whose steps only say that they ran; ``fail`` names a step that raises."""
 
-    def __init__(self, steps: list[str], fail: str = "") -> None:
-        super().__init__()
+    def __init__(self, steps: list[str], fail: str = "", **fields: Any) -> None:
+        super().__init__(**fields)
         self.steps = steps
         self.fail = fail
 
@@ -38,8 +38,8 @@ class _Recording(LocalSparkCluster):
         self._master = cast("subprocess.Popen[bytes]", object())
         self._step("master url")
 
-    def _spawn_worker(self, cores: int, memory: str) -> WorkerProcess:
-        self._step("worker spawned")
+    def _spawn_worker(self, cores: int, memory: str, host: WorkerHost | None = None) -> WorkerProcess:
+        self._step("worker spawned" if host is None else f"worker spawned in {host.address}")
         process = cast("subprocess.Popen[bytes]", object())
         worker = WorkerProcess(process, Path("worker1.log"), Path("worker1"), cores, memory)
         self.workers.append(worker)
@@ -52,7 +52,7 @@ class _Recording(LocalSparkCluster):
         self._step("worker ui")
 
     def wait_for_workers(self, count: int, timeout: float | None = None) -> None:
-        self._step("worker registered")
+        self._step("worker registered" if count == 1 else f"{count} workers registered")
 
     def stop(self) -> None:
         self.steps.append("stopped")
@@ -152,3 +152,13 @@ def test_reading_kafka_the_producer_starts_beside_the_driver(tmp_path: Path) -> 
         "master url", "worker spawned", "master alive", "broker and topic", "app submitted", "producer",
         "worker ui", "worker registered",
     ]
+
+
+def test_one_worker_per_host_all_spawned_before_the_master_is_waited_on() -> None:
+    # GIVEN a cluster spread over three hosts (coordinator demo --hosts 3) WHEN started THEN a Worker
+    # starts in each host right after the Master's URL is known, and all three are waited on together
+    steps: list[str] = []
+    hosts = [WorkerHost(f"10.213.1.{i}", ("nsenter", "-t", str(i))) for i in (11, 12, 13)]
+    _Recording(steps, worker_hosts=hosts, bind_address="10.213.1.1").start()
+    spawned = [f"worker spawned in 10.213.1.{i}" for i in (11, 12, 13)]
+    assert steps == ["master url", *spawned, "master alive", *["worker ui"] * 3, "3 workers registered"]
