@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from coordinator.commands._demo_hosts import DemoCluster
     from coordinator.remote.session import ProfileOutcome
     from coordinator.workloads.ysb.engines import SourceCount, WindowResult, YsbEngine
+    from coordinator.workloads.ysb.latency import WindowLatency
     from profiler.capture.format import EventCount
 
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
@@ -273,6 +274,42 @@ def record_produced(outcome: ProfileOutcome, window: WindowResult) -> list[Path]
     return written
 
 
+def record_latency(outcome: ProfileOutcome, window: WindowResult) -> list[Path]:
+    """YSB's latency per window (WindowResult.latency) into each host's events.json (``latency_*``), beside
+    its events. Returns the files written."""
+    from dataclasses import replace
+
+    from coordinator.rundir import host_capture_dir
+    from profiler.capture.format import write_events
+    from profiler.capture.read import read_events
+
+    written = []
+    latency = window.latency
+    for host in outcome.info.hosts:
+        capture = host_capture_dir(outcome.run_dir, host.host)
+        current = read_events(capture) if capture.is_dir() else None
+        if latency is None or current is None:
+            continue
+        filled = replace(
+            current, latency_windows=latency.windows, latency_median_ms=latency.median_ms,
+            latency_p95_ms=latency.p95_ms, latency_max_ms=latency.max_ms, latency_min_ms=latency.min_ms,
+            latency_detail=latency.detail,
+        )
+        write_events(capture, filled)
+        written.append(capture / "events.json")
+    return written
+
+
+def latency_clause(latency: WindowLatency | None) -> str:
+    """``; latency per 10 s window median 2.41 s, p95 4.80 s, max 5.02 s (min 0.31 s, 200 windows)`` ('' without)."""
+    if latency is None:
+        return ""
+    return (
+        f"; latency per 10 s window median {latency.median_ms / 1000:.2f} s, p95 {latency.p95_ms / 1000:.2f} s, "
+        f"max {latency.max_ms / 1000:.2f} s (min {latency.min_ms / 1000:.2f} s, {latency.windows} windows)"
+    )
+
+
 def produced_clause(events: int | None, produced: SourceCount | None) -> str:
     """``; 299955 records produced into Kafka over the same span (+0.2 %)`` ('' without Kafka)."""
     if produced is None:
@@ -511,6 +548,7 @@ class DemoCommand:
         window = engine.window(started, ended)
         fill_event_counts(outcome, engine.count_events(started, ended))
         record_produced(outcome, window)
+        record_latency(outcome, window)
         return outcome, window, max(0.0, ended - started)
 
     @staticmethod
@@ -519,7 +557,7 @@ class DemoCommand:
         print(
             f"demo: {window.units} {window.unit_name}, {events} in the {elapsed:.0f} s window; "
             f"{window.throughput}; {window.sink_rows} window rows in the sink"
-            f"{produced_clause(window.events, window.produced)}"
+            f"{produced_clause(window.events, window.produced)}{latency_clause(window.latency)}"
         )
         from coordinator.commands.profile import print_hosts_and_files
 

@@ -122,5 +122,7 @@ class ReportView:
     subtask_lines: tuple[SubtaskLine, ...] = ()
     flink_run: bool = False  # a Flink run: the vertex section says how to get its rows when there are none
     offcpu: OffCpuTable = OffCpuTable((), (), "")  # blocked time per task and cause (runs with --off-cpu)
+    latency_note: str = ""  # YSB's latency per window (coordinator demo with Redis), or ""
+    latency_detail: str = ""  # how that latency was measured
 
 

@@ -19,6 +19,7 @@ from coordinator.report import flame
 from coordinator.report.flame import DEFAULT_MAX_STACKS
 from coordinator.report.flinkview import events_note, flink_note, flink_vertex_lines
 from coordinator.report.health import health_lines, warmup_health
+from coordinator.report.latencyview import latency_note
 from coordinator.report.model import HealthLine, HostSection, ProcessLine, ReportView, TaskLine
 from coordinator.report.offcpuview import offcpu_flamegraphs, offcpu_table, wait_sites
 from profiler.capture.format import ALL_TASKS, UNMATCHED, ProcessInfo
@@ -203,6 +204,7 @@ def build_view(
     payload = _payload(
         run, captures, frames, spark, tasks, graphs, max_stacks, {"unit": unit, "bars": bars}, time_chart
     )
+    latency = latency_note(h.capture.events for h in run.hosts if h.capture is not None)
     return ReportView(
         title=f"Task-level CPU profile {run.run_id}",
         run_id=run.run_id,
@@ -230,6 +232,8 @@ def build_view(
         subtask_lines=subtasks,
         flink_run=bool(flink_lines or vertices),
         offcpu=offcpu_table(rows, task_names, colors, wait_sites(offcpu or {}, blocked)),
+        latency_note=latency[0],
+        latency_detail=latency[1],
     )
 
 

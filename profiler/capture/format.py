@@ -269,6 +269,15 @@ class EventCount:
     produced: int | None = None
     produced_read: int | None = None
     produced_detail: str = ""
+    # YSB's latency per 10 s window (coordinator demo with the Redis sink; None otherwise), over the windows
+    # that closed inside the window: the wall-clock time of a window's last update in Redis minus its end
+    # (event time), in ms; how it was read, in latency_detail.
+    latency_windows: int | None = None
+    latency_median_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_max_ms: float | None = None
+    latency_min_ms: float | None = None
+    latency_detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -340,7 +340,8 @@ public final class YsbFlink {
      *   HGET   ysb:campaign:<campaign_id> <window_start_ms>
      *   HSET   ysb:campaign:<campaign_id> <window_start_ms> <window key>   (new windows only)
      *   LPUSH  ysb:windows:<campaign_id> <window_start_ms>                  (new windows only)
-     *   HSET   ysb:window:<campaign_id>:<window_start_ms> campaign_id .. events .. written_at_ms ..
+     *   HSET   ysb:window:<campaign_id>:<window_start_ms> campaign_id .. events .. written_at_ms .. time_updated <now>
+     * (time_updated: YSB's, the wall clock at this write, epoch ms; a window fires once, so it is its last update.)
      */
     public static final class RedisResultSink implements Sink<Tuple6<String, Long, Long, Long, Long, Long>> {
         private static final long serialVersionUID = 1L;
@@ -386,13 +387,15 @@ public final class YsbFlink {
                 call(List.of(utf8("HSET"), campaignKey, windowStart, windowKey));
                 call(List.of(utf8("LPUSH"), utf8(prefix + "windows:" + campaign), windowStart));
             }
-            List<byte[]> args = new ArrayList<>(2 + 2 * FIELDS.length);
+            List<byte[]> args = new ArrayList<>(4 + 2 * FIELDS.length);
             args.add(utf8("HSET"));
             args.add(windowKey);
             for (int i = 0; i < FIELDS.length; i++) {
                 args.add(utf8(FIELDS[i]));
                 args.add(utf8(String.valueOf((Object) row.getField(i))));
             }
+            args.add(utf8("time_updated"));
+            args.add(utf8(Long.toString(System.currentTimeMillis())));
             call(args);
         }
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 from coordinator.workloads.kafka import KafkaFeed
 from coordinator.workloads.processes import Lifecycle, free_port, stop_in_order
 from coordinator.workloads.sparkcluster import LocalSparkCluster, SparkClusterError
-from coordinator.workloads.ysb.flink import FlinkYsbEngine, JobWindow, YsbFlinkRun
+from coordinator.workloads.ysb.flink import WINDOW_MS, FlinkYsbEngine, JobWindow, YsbFlinkRun
+from coordinator.workloads.ysb.latency import WindowLatency, read_window_latency
 from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.spark import (
     BatchProgress,
@@ -46,6 +47,7 @@ class WindowResult:
     throughput: str  # one human-readable clause
     sink_rows: int
     produced: SourceCount | None = None  # reading Kafka: the records produced over the span ``events`` covers
+    latency: WindowLatency | None = None  # YSB's latency of the windows that closed in it (None: no Redis sink)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,12 @@ def spark_known_spes(master_port: int, driver_port: int, address: str = "127.0.0
             "",
         ]
     )
+
+
+# A window that closed in the profiled window is read back this long after the window's end, plus two
+# triggers (micro-batches, epochs, real-time batches): its last update comes at the end of the batch that
+# read its last events, or of the next one when they arrived while no task read (Real-time Mode's gaps).
+LATENCY_MARGIN_S = 5.0
 
 
 class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
@@ -203,6 +211,21 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
     def window(self, start: float, end: float) -> WindowResult:
         raise NotImplementedError
 
+    def window_latency(self, start: float, end: float) -> WindowLatency | None:
+        """YSB's latency of the windows that closed in [start, end], read from Redis once their last update
+        is likely written (None with the file sink)."""
+        ysb = self._run()
+        if ysb.redis is None:
+            return None
+        settle = 2 * self.options.trigger_seconds + LATENCY_MARGIN_S
+        time.sleep(max(0.0, end + settle - time.time()))
+        how = (
+            f"read {settle:g} s after the profiled window's end (two {self.options.trigger_seconds:g} s triggers "
+            f"and {LATENCY_MARGIN_S:g} s): a window's update after that is not seen"
+        )
+        with ysb.redis.client() as client:
+            return read_window_latency(client, WINDOW_MS, start, end, how)
+
     def count_events(self, start: float, end: float) -> EventCount | None:
         """The window's events from the query itself, for when the profiler cannot count them (None:
         the profiler's own count stands)."""
@@ -241,6 +264,7 @@ class SparkStructuredYsb(_SparkYsb):
             f"{median_processed_rate(batches):.0f} events/s",
             sink_rows=self.sink_rows(),
             produced=produced_over(self.kafka, kafka_read_span(progress, batches), how),
+            latency=self.window_latency(start, end),
         )
 
     def count_events(self, start: float, end: float) -> EventCount | None:
@@ -323,7 +347,8 @@ class _SparkOffsetsLogYsb(_SparkYsb):
         )
         produced = produced_over(self.kafka, epoch_span(all_epochs, start, end), how)
         throughput = f"throughput {rate}{self.throughput_note()}"
-        return WindowResult(epochs, self.unit_name, rows, throughput, self.sink_rows(), produced)
+        latency = self.window_latency(start, end)
+        return WindowResult(epochs, self.unit_name, rows, throughput, self.sink_rows(), produced, latency)
 
 
 class SparkContinuousYsb(_SparkOffsetsLogYsb):
@@ -429,7 +454,7 @@ class FlinkYsb(FlinkYsbEngine):
         how = "the window itself (the job reads the topic as records arrive; the profiler's count is the window's)"
         return WindowResult(
             job.windows, "10 s windows", job.events, f"throughput {rate:.0f} events/s by the job's own count",
-            job.sink_rows, produced_over(self.kafka, (start, end), how),
+            job.sink_rows, produced_over(self.kafka, (start, end), how), job.latency,
         )
 
     def count_events(self, start: float, end: float) -> EventCount | None:

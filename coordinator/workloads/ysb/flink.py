@@ -20,6 +20,7 @@ from coordinator.workloads.processes import Lifecycle, stop_in_order
 from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS as FLINK_JAVA_OPTIONS
 from coordinator.workloads.ysb.campaigns import YsbLoad, ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import RESP_SOURCE, cache_dir, compile_jar
+from coordinator.workloads.ysb.latency import WindowLatency, read_window_latency
 from coordinator.workloads.ysb.query import QueryEngine
 from coordinator.workloads.ysb.redis import RedisServer
 from coordinator.workloads.ysb.spark import YsbOptions
@@ -169,6 +170,13 @@ class YsbFlinkRun(Lifecycle):
                 counts[key] = int(client.hgetall(key).get("events", "0"))
         return counts
 
+    def window_latency(self, start: float, end: float, how: str) -> WindowLatency | None:
+        """YSB's latency of the windows in Redis that closed in [start, end] (read_window_latency)."""
+        if self.redis is None:
+            return None
+        with self.redis.client() as client:
+            return read_window_latency(client, WINDOW_MS, start, end, how)
+
     def stop(self) -> None:
         """Cancel the job, then stop redis-server; the second runs even when the first is interrupted."""
         try:
@@ -201,6 +209,7 @@ class JobWindow:
     windows: int  # 10 s event-time windows that lie in the profiling window, whole or in part
     events: int  # the job's own count of events generated in it (events_between)
     sink_rows: int  # window rows in Redis
+    latency: WindowLatency | None = None  # YSB's latency of the windows that closed in it
 
 
 # Windows fire once the watermark (1 s behind the newest event) passes their end: the job's count of a
@@ -292,6 +301,12 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
     def job_window(self, start: float, end: float) -> JobWindow:
         """The job's own account of [start, end], once the windows covering its end have fired."""
         time.sleep(max(0.0, windows_fired_at(end) - time.time()))
-        views = self._run().window_counts()
+        run = self._run()
+        views = run.window_counts()
         first, last = int(start * 1000) // WINDOW_MS, int(end * 1000) // WINDOW_MS
-        return JobWindow(last - first + 1, round(events_between(views, start, end)), len(views))
+        how = (
+            f"read {WINDOW_FIRE_S:g} s after the end of the last 10 s window the profiled window overlaps (a window "
+            "fires once, when the watermark, 1 s behind the newest event, passes its end)"
+        )
+        latency = run.window_latency(start, end, how)
+        return JobWindow(last - first + 1, round(events_between(views, start, end)), len(views), latency)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -59,6 +60,11 @@ class RespClient:
     def command(self, *args: str | bytes | int) -> RespValue:
         self._sock.sendall(encode_command(*args))
         return self._read()
+
+    def pipeline(self, commands: Sequence[Sequence[str | bytes | int]]) -> list[RespValue]:
+        """Several commands in one write, then their replies in order: one round trip, not one per command."""
+        self._sock.sendall(b"".join(encode_command(*args) for args in commands))
+        return [self._read() for _ in commands]
 
     def _read(self) -> RespValue:
         line = self._reader.readline()
