@@ -17,9 +17,7 @@ from profiler.unwind import debugflag, hotspot
 from tests.fixtures import inline_truth
 from tests.integration.test_walker import _sample
 
-# 4 s at 199 Hz: the samples of the 8 s at 99 Hz the bounds below were set with, in half the time (MIN_SAMPLES
-# still extends a starved window)
-SECONDS, FREQUENCY, MIN_SAMPLES = 4, 199, 600
+SECONDS, MIN_SAMPLES = 8, 600
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +44,7 @@ class Measured:
 
 
 def _measure(jvm: inline_truth.InlineTruthJvm) -> Measured:
-    sampler = StackSampler(perf_map_mode="none", frequency=FREQUENCY)
+    sampler = StackSampler(perf_map_mode="none")
     collected = _sample(sampler, jvm.pid, SECONDS, MIN_SAMPLES, on_begin=jvm.reset)
     counts = inline_truth.kernel_counts(collected.folded)
     _z, worst, unmatched = inline_truth.shares_vs_truth(counts, jvm.shares())
