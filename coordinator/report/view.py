@@ -204,7 +204,6 @@ def build_view(
     payload = _payload(
         run, captures, frames, spark, tasks, graphs, max_stacks, {"unit": unit, "bars": bars}, time_chart
     )
-    latency = latency_note(h.capture.events for h in run.hosts if h.capture is not None)
     return ReportView(
         title=f"Task-level CPU profile {run.run_id}",
         run_id=run.run_id,
@@ -232,7 +231,7 @@ def build_view(
         subtask_lines=subtasks,
         flink_run=bool(flink_lines or vertices),
         offcpu=offcpu_table(rows, task_names, colors, wait_sites(offcpu or {}, blocked)),
-        latency_note=latency[0],
+        latency_note=(latency := latency_note(h.capture.events for h in run.hosts if h.capture is not None))[0],
         latency_detail=latency[1],
     )
 
