@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,32 +74,16 @@ def run_hosts(args: argparse.Namespace) -> int:
     """One run per host count into ``<out>/hosts-<N>/``, each on its own N fresh hosts and its own
     Spark cluster (a Worker and executor per host, the Master and driver on the hosts' bridge), then all
     analysed together into ``<out>/campaign/`` by the ``hosts`` label."""
-    from coordinator.commands.campaign import check_out
-    from coordinator.commands.demo import CAMPAIGN_DIR, _raise_interrupt, campaign_page
+    from coordinator.commands.demo import run_levels
     from coordinator.rundir import new_run_id
-    from profiler.files.outputs import check_output_dir, mark_output_dir
 
     check_hosts_options(args)
     out = args.out or Path("runs") / f"demo-hosts-{new_run_id()}"
-    check_output_dir(out, "--out", force=args.force, own_kind=(CAMPAIGN_DIR,))
-    check_out(out / CAMPAIGN_DIR, args.force)
-    out.mkdir(parents=True, exist_ok=True)
-    mark_output_dir(out, "coordinator demo --hosts")
-
-    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
-    run_dirs: list[Path] = []
-    exit_code = 0
-    try:
-        for count in args.hosts:
-            code = _one_level(args, level_dir(out, count), count)
-            run_dirs.append(level_dir(out, count))
-            exit_code = max(exit_code, code)
-    except KeyboardInterrupt:
-        print("coordinator demo: interrupted; every host and process it started is stopped", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-    return max(exit_code, campaign_page(out / CAMPAIGN_DIR, run_dirs, HOSTS_LABEL))
+    levels = (([level_dir(out, count)], _one_level(args, level_dir(out, count), count)) for count in args.hosts)
+    return run_levels(
+        out, args.force, "coordinator demo --hosts", HOSTS_LABEL, levels,
+        "every host and process it started is stopped",
+    )  # fmt: skip
 
 
 def _one_level(args: argparse.Namespace, level: Path, count: int) -> int:

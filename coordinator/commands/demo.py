@@ -8,6 +8,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -578,34 +579,47 @@ def _level_dir(out: Path, spe: str, rate: int) -> Path:
     return out / f"{spe}-{rate}"
 
 
-def run_campaign(args: argparse.Namespace) -> int:
-    """``--rates`` / several ``--spe``: per engine one cluster, and on it one profile per rate (the
-    query restarted at each rate: YsbEngine.restart_query), each into ``<out>/<spe>-<rate>/``; then
-    all of them analysed together into ``<out>/campaign/`` with campaign.csv and the campaign page."""
+def run_levels(
+    out: Path, force: bool, made_by: str, label: str, levels: Iterable[tuple[list[Path], int]], stopped: str
+) -> int:
+    """A campaign's skeleton: ``out`` checked and marked as made by ``made_by``, ``levels`` run one after
+    another (each yields its run directories and exit code; a lazy iterable, so every level runs under
+    the SIGTERM-as-Ctrl-C handler), then all of them drawn together into ``<out>/campaign/`` by
+    ``label``. Exit 130 on an interrupt, saying what ``stopped``."""
     from coordinator.commands.campaign import check_out
-    from coordinator.rundir import new_run_id
     from profiler.files.outputs import check_output_dir, mark_output_dir
 
-    out = args.out or Path("runs") / f"demo-campaign-{new_run_id()}"
-    check_output_dir(out, "--out", force=args.force, own_kind=(CAMPAIGN_DIR,))
-    check_out(out / CAMPAIGN_DIR, args.force)
+    check_output_dir(out, "--out", force=force, own_kind=(CAMPAIGN_DIR,))
+    check_out(out / CAMPAIGN_DIR, force)
     out.mkdir(parents=True, exist_ok=True)
-    mark_output_dir(out, "coordinator demo --rates")
-    rates = args.rates or [args.rate]
+    mark_output_dir(out, made_by)
     run_dirs: list[Path] = []
     exit_code = 0
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
     try:
-        for spe in args.spe:
-            levels, level_code = _campaign_engine(args, out, spe, rates)
-            run_dirs += levels
-            exit_code = max(exit_code, level_code)
+        for dirs, code in levels:
+            run_dirs += dirs
+            exit_code = max(exit_code, code)
     except KeyboardInterrupt:
-        print("coordinator demo: interrupted; everything it started is stopped", file=sys.stderr)
+        print(f"coordinator demo: interrupted; {stopped}", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous_term)
-    return max(exit_code, campaign_page(out / CAMPAIGN_DIR, run_dirs, "rate"))
+    return max(exit_code, campaign_page(out / CAMPAIGN_DIR, run_dirs, label))
+
+
+def run_campaign(args: argparse.Namespace) -> int:
+    """``--rates`` / several ``--spe``: per engine one cluster, and on it one profile per rate (the
+    query restarted at each rate: YsbEngine.restart_query), each into ``<out>/<spe>-<rate>/``; then
+    all of them analysed together into ``<out>/campaign/`` with campaign.csv and the campaign page."""
+    from coordinator.rundir import new_run_id
+
+    out = args.out or Path("runs") / f"demo-campaign-{new_run_id()}"
+    rates = args.rates or [args.rate]
+    levels = (_campaign_engine(args, out, spe, rates) for spe in args.spe)
+    return run_levels(
+        out, args.force, "coordinator demo --rates", "rate", levels, "everything it started is stopped"
+    )
 
 
 def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[int]) -> tuple[list[Path], int]:
