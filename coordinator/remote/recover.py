@@ -8,7 +8,6 @@ grace: then it is stopped), its capture fetched, and its work directory removed;
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,7 +60,7 @@ class RecoveryWorker(HostWorker):
             self._phase("cleaning up")
             return
         self._phase("waiting", "for the profiler to finish its window")
-        status = self._watch(self.start_at or time.time())  # TransportLost: the host stays "failed"
+        status = self._watch(self.start_at or self.clock.time())  # TransportLost: the host stays "failed"
         self._collect(status)
 
 

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from coordinator import rundir
 from coordinator.errors import PartialRunError
+from coordinator.remote.clock import SYSTEM_CLOCK, Clock
 from coordinator.remote.cluster import HostSpec, load_cluster
 from coordinator.remote.hosts import (
     HostTransport,
@@ -181,6 +182,8 @@ class RunOptions:
     # Called by the main thread about once a second until the window starts (the demo: is the query
     # alive?); its ProfilerError stops every host, as Ctrl-C does, and profile_cluster raises it.
     watch: Callable[[], None] | None = None
+    # What the run reads the time from and waits on (tests: a virtual clock, tests/fixtures/virtual_clock.py).
+    clock: Clock = SYSTEM_CLOCK
 
 
 def profile_cluster(
@@ -208,13 +211,14 @@ def profile_cluster(
     factory = options.transport_factory or make_transport(
         options.known_hosts, options.accept_new_hosts, options.connect_timeout
     )
-    info = _first_run_info(out_dir, hosts, request, options.labels, options.cluster_file)
+    clock = options.clock
+    info = _first_run_info(out_dir, hosts, request, options.labels, options.cluster_file, clock.time())
     rundir.write_run(out_dir, info)
 
     board = ProgressBoard([h.label for h in hosts])
     renderer = make_renderer(options.progress, options.stream)
-    log = RunLog(out_dir / LOG_FILE)
-    control = RunControl()
+    log = RunLog(out_dir / LOG_FILE, clock)
+    control = RunControl(clock)
     finish_grace = max(60.0, 0.25 * request.duration) if options.finish_grace is None else options.finish_grace
     workers = [
         HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace, options.reconnect_window)
@@ -245,7 +249,7 @@ def profile_cluster(
         finally:
             renderer.stop(board)
 
-        info = replace(info, end_time=time.time()).with_hosts(tuple(w.outcome for w in workers))
+        info = replace(info, end_time=clock.time()).with_hosts(tuple(w.outcome for w in workers))
         rundir.write_run(out_dir, info)
         warnings = tuple(w for worker in workers for w in worker.warnings)
         exit_code = 0 if info.complete else PartialRunError.exit_code
@@ -260,6 +264,7 @@ def profile_cluster(
             if warmup is not None:
                 warmup.close()
             for worker in workers:
+                clock.wait(worker.finished)  # through the run's clock: a clean-up may be retrying a lost host
                 worker.join()
             log.close()
 
@@ -276,6 +281,7 @@ def _first_run_info(
     request: RunRequest,
     labels: Mapping[str, str],
     cluster_file: Path | None,
+    start_time: float,
 ) -> RunInfo:
     """run.json as written before any host starts (complete: false until every host is ok)."""
     return RunInfo(
@@ -286,7 +292,7 @@ def _first_run_info(
         frequency=request.frequency,
         labels=dict(labels),
         versions=_versions(),
-        start_time=time.time(),
+        start_time=start_time,
         complete=False,
         hosts=tuple(HostOutcome(h.label, h.address, h.roles) for h in hosts),
     )
@@ -337,16 +343,17 @@ def _start_together(
     or None when a stop came first. ``start``: the start delay after that moment, and the earliest
     start (RunOptions.not_before), whichever is later."""
     delay, not_before = start
-    ready_deadline = time.monotonic() + READY_TIMEOUT
+    clock = control.clock
+    ready_deadline = clock.monotonic() + READY_TIMEOUT
     while not control.go.is_set():
         progress.refresh(workers)
         watch.poll()
         if control.stop.is_set():
-            control.release(time.time())
+            control.release(clock.time())
             return None
-        hosts_in = all(w.ready.is_set() for w in workers) or time.monotonic() > ready_deadline
-        if hosts_in and time.time() >= (not_before or 0.0) - START_LEAD:
-            start_at = max(time.time() + delay, not_before or 0.0)
+        hosts_in = all(w.ready.is_set() for w in workers) or clock.monotonic() > ready_deadline
+        if hosts_in and clock.time() >= (not_before or 0.0) - START_LEAD:
+            start_at = max(clock.time() + delay, not_before or 0.0)
             log.write(
                 "*",
                 f"all hosts ready; sampling starts at {start_at:.3f} at the latest, earlier once every profiler "
@@ -357,7 +364,7 @@ def _start_together(
             control.release(start_at)
             return start_at
         renderer.refresh(board)
-        time.sleep(0.1)
+        clock.sleep(0.1)
     return None
 
 
@@ -378,7 +385,7 @@ def _start_when_attached(
     assert latest is not None
     lead = START_CONFIRM_LEAD + START_ROUND_TRIPS * max((w.transport.round_trip for w in workers), default=0.0)
     while not control.stop.is_set():
-        now = time.time()
+        now = control.clock.time()
         start_at = max(now + lead, not_before or 0.0)
         if start_at >= latest:
             return latest
@@ -394,7 +401,7 @@ def _start_when_attached(
         progress.refresh(workers)
         watch.poll()
         renderer.refresh(board)
-        time.sleep(0.05)
+        control.clock.sleep(0.05)
     return latest
 
 
@@ -411,20 +418,21 @@ def _wait_collected(
     """Until every host's capture is home; clean-ups continue beside the analysis. A Spark session for
     a large analysis is warmed up once the window is over."""
     warmup: SparkWarmup | None = None
-    window_end = (control.start_at or time.time()) + duration
+    clock = control.clock
+    window_end = (control.start_at or clock.time()) + duration
     while not all(w.collected.is_set() for w in workers):
         watch.poll()
         if (
             analyze
             and warmup is None
             and len(workers) * duration >= SPARK_WARMUP_HOST_SECONDS
-            and (time.time() >= window_end or control.stop.is_set())
+            and (clock.time() >= window_end or control.stop.is_set())
         ):
             warmup = SparkWarmup.start_if_available()
         renderer.refresh(board)
         progress.refresh(workers)
         for worker in workers:
-            worker.collected.wait(0.2 / len(workers))
+            clock.wait(worker.collected, 0.2 / len(workers))
     return warmup
 
 
@@ -446,11 +454,11 @@ class _Watch:
         control = self.control
         if self.check is None or self.error is not None or control.stop.is_set():
             return
-        if control.start_at is not None and time.time() >= control.start_at:
+        if control.start_at is not None and control.clock.time() >= control.start_at:
             return  # the window has started: the caller checks its own things after it
-        if time.monotonic() < self._next:
+        if control.clock.monotonic() < self._next:
             return
-        self._next = time.monotonic() + WATCH_INTERVAL
+        self._next = control.clock.monotonic() + WATCH_INTERVAL
         try:
             self.check()
         except ProfilerError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from coordinator import rundir
 from coordinator.errors import HostKeyError
+from coordinator.remote.clock import SYSTEM_CLOCK, Clock
 from coordinator.remote.hosts import HostTransport, ProfilerStatus, RunRequest, TransportLost, one_line
 from coordinator.remote.progress import ProgressBoard
 from coordinator.rundir import HOST_FAILED, HOST_OK, HOST_PARTIAL, HostOutcome
@@ -33,14 +34,16 @@ RECOVER_TIMEOUT = 300.0  # seconds `profiler recover` may take on a host (symbol
 
 
 class RunLog:
-    """coordinator.log in the run directory: one timestamped line per host event."""
+    """coordinator.log in the run directory: one line per host event, stamped by the run's clock."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Clock = SYSTEM_CLOCK) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
 
     def write(self, host: str, text: str) -> None:
-        stamp = time.strftime("%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}"
+        now = self._clock.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
         with self._lock:
             if not self._handle.closed:
                 self._handle.write(f"{stamp} {host}: {text}\n")
@@ -56,9 +59,11 @@ class RunControl:
 
     The hosts are released with the latest start (``release``: every host deployed, plus the start delay);
     once every profiler waits with its programs attached, the main thread brings the start forward
-    (``confirm``) and each worker writes it to its host's start file (profiler/run/start.py)."""
+    (``confirm``) and each worker writes it to its host's start file (profiler/run/start.py). Every thread of
+    the run reads the time and waits through ``clock`` (coordinator/remote/clock.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self.stop = threading.Event()
         self.go = threading.Event()
         self.confirmed = threading.Event()
@@ -105,6 +110,8 @@ class HostWorker(threading.Thread):
         self.start_sent = False
         self.start_missed = ""  # why the confirmed start did not reach the host
         self.collected = threading.Event()  # the outcome is known; only the clean-up may still run
+        self.finished = threading.Event()  # cleaned up (or given up) and closed: the thread ends
+        self.clock = control.clock
         self.outcome = HostOutcome(
             host=self.spec.label,
             address=transport.address,
@@ -130,7 +137,7 @@ class HostWorker(threading.Thread):
         """Reconnect until ``deadline`` (coordinator monotonic clock); the remote profiler keeps running."""
         attempt = 0
         # At least one attempt: a command that blocked on a silent link may have outlasted the deadline.
-        while attempt == 0 or time.monotonic() < deadline:
+        while attempt == 0 or self.clock.monotonic() < deadline:
             attempt += 1
             self._phase("reconnecting", f"attempt {attempt}")
             try:
@@ -142,7 +149,7 @@ class HostWorker(threading.Thread):
             except ProfilerError as exc:
                 self.log.write(self.spec.label, f"reconnect failed: {exc}")
             # Not interruptible by a stop request: stopping needs the host too.
-            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+            self.clock.sleep(min(2.0, max(0.0, deadline - self.clock.monotonic())))
         return False
 
     def _with_reconnect(self, action: Callable[[], Any], deadline: float) -> Any:
@@ -172,7 +179,7 @@ class HostWorker(threading.Thread):
 
     def _cleanup(self) -> None:
         try:
-            deadline = time.monotonic() + self.reconnect_window
+            deadline = self.clock.monotonic() + self.reconnect_window
             self._with_reconnect(self.transport.cleanup, deadline)
             self.log.write(self.spec.label, "cleaned up")
             self.outcome = replace(self.outcome, workdir="")
@@ -191,6 +198,7 @@ class HostWorker(threading.Thread):
                 self.transport.close()
             except Exception:  # noqa: BLE001
                 pass
+            self.finished.set()
 
     def _run(self) -> None:
         transport = self.transport
@@ -209,7 +217,7 @@ class HostWorker(threading.Thread):
         self._preflight()
         self._phase("ready")
         self.ready.set()
-        while not self.control.go.wait(0.2):
+        while not self.clock.wait(self.control.go, 0.2):
             if self.control.stop.is_set():
                 break
         if self.control.stop.is_set():
@@ -220,7 +228,7 @@ class HostWorker(threading.Thread):
         self._phase("starting")
         transport.start_profiler(request)
         try:
-            status = self._watch(start_at or time.time())
+            status = self._watch(start_at or self.clock.time())
         except TransportLost as exc:
             self._fail(f"connection lost and not re-established: {exc}")
             return
@@ -255,9 +263,9 @@ class HostWorker(threading.Thread):
         polls = 0
         kill_at: float | None = None
         while True:
-            now = time.time()
+            now = self.clock.time()
             retry = max(self.reconnect_window / 2, stop_deadline + self.reconnect_window - now)
-            reconnect_until = time.monotonic() + retry
+            reconnect_until = self.clock.monotonic() + retry
             if self.control.stop.is_set() and not self.stop_sent:
                 self.stop_sent = True
                 self._phase("stopping", "asked the profiler to stop (SIGINT)")
@@ -266,10 +274,10 @@ class HostWorker(threading.Thread):
                 self.stop_sent = True
                 self._phase("stopping", f"not finished {self.finish_grace:.0f} s after the window; sent SIGINT")
                 self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
-                kill_at = time.time() + 30
+                kill_at = self.clock.time() + 30
             if self.control.confirmed.is_set() and not self.start_sent:
                 self._send_start()
-            if kill_at is not None and time.time() > kill_at:
+            if kill_at is not None and self.clock.time() > kill_at:
                 self._with_reconnect(lambda: transport.signal_profiler("KILL"), reconnect_until)
                 self.outcome = replace(self.outcome, reason="profiler did not stop; killed")
                 return last
@@ -317,12 +325,12 @@ class HostWorker(threading.Thread):
                 else min(1.0, max(0.2, (last.remaining or 1.0) / 2))
             )
             if self.stop_sent:
-                time.sleep(interval)
+                self.clock.sleep(interval)
             elif not self.control.confirmed.is_set() and (last is None or last.state in ("starting", "waiting")):
                 # before the window: wake as soon as the common start is confirmed (a stop waits this long)
-                self.control.confirmed.wait(READY_POLL_INTERVAL)
+                self.clock.wait(self.control.confirmed, READY_POLL_INTERVAL)
             else:
-                self.control.stop.wait(interval)
+                self.clock.wait(self.control.stop, interval)
 
     def _send_start(self) -> None:
         """The confirmed common start to the host's start file; one try: without it the host starts at the
@@ -339,7 +347,7 @@ class HostWorker(threading.Thread):
     def _collect(self, status: ProfilerStatus | None) -> None:
         self._phase("fetching")
         dest = rundir.host_capture_dir(self.run_dir, self.spec.label)
-        deadline = time.monotonic() + 2 * self.reconnect_window
+        deadline = self.clock.monotonic() + 2 * self.reconnect_window
         try:
             self._with_reconnect(lambda: self.transport.fetch_capture(dest, self.request.fetch_all), deadline)
         except TransportLost as exc:
