@@ -1,10 +1,13 @@
-"""Orchestration of a cluster run over scripted fake hosts: no processes, no network."""
+"""Orchestration of a cluster run over scripted fake hosts: no processes, no network, and no real time:
+each run reads and waits on a virtual clock (tests/fixtures/virtual_clock.py), so every timing below (start
+delays, windows, grace, reconnect windows, warm-ups) is kept and checked in virtual seconds."""
 
 from __future__ import annotations
 
 import io
+import os
+import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from profiler.capture.format import EventCount
 from profiler.errors import ConfigError, OutputExistsError
 from tests.fixtures.fake_host import FakeHost, FakeScript
 from tests.fixtures.sshcluster import write_inputs
+from tests.fixtures.virtual_clock import ThreadedVirtualClock
 
 
 def _specs(n: int) -> list[HostSpec]:
@@ -32,10 +36,12 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
 
 def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScript], **kwargs: object):
     specs = kwargs.pop("specs", None) or _specs(len(scripts))
+    clock = kwargs.pop("clock", None) or ThreadedVirtualClock()
+    assert isinstance(clock, ThreadedVirtualClock)
     fakes: dict[str, FakeHost] = {}
 
     def factory(spec: HostSpec) -> FakeHost:
-        fakes[spec.label] = FakeHost(spec, scripts.get(spec.label, FakeScript()))
+        fakes[spec.label] = FakeHost(spec, scripts.get(spec.label, FakeScript()), clock=clock.time)
         return fakes[spec.label]
 
     out = kwargs.pop("out", tmp_path / "run")
@@ -45,6 +51,7 @@ def _run(tmp_path: Path, inputs: tuple[Path, Path], scripts: dict[str, FakeScrip
         transport_factory=factory,
         start_delay=kwargs.pop("start_delay", 0.2),
         stream=io.StringIO(),
+        clock=clock,
         **kwargs,
     )
     outcome = profile_cluster(specs, request, out, options)
@@ -78,9 +85,10 @@ def test_all_hosts_ok_gives_complete_run_and_exit_0(tmp_path: Path, inputs: tupl
 def test_hosts_start_together_and_run_in_parallel(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
     # GIVEN 6 hosts of a 1-second run; WHEN profiled; THEN wall time is about one duration, not six
     scripts = {spec.label: FakeScript() for spec in _specs(6)}
-    began = time.monotonic()
-    outcome, fakes = _run(tmp_path, inputs, scripts, duration=1.0)
-    assert time.monotonic() - began < 4.0
+    clock = ThreadedVirtualClock()
+    began = clock.monotonic()
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=1.0, clock=clock)
+    assert clock.monotonic() - began < 4.0
     starts = {fake._request.start_at for fake in fakes.values()}  # inspecting the fake
     assert len(starts) == 1 and None not in starts
     assert outcome.complete
@@ -124,20 +132,14 @@ def test_profiler_crash_marks_host_failed(tmp_path: Path, inputs: tuple[Path, Pa
 
 
 def test_stop_request_stops_every_host_and_keeps_partial_results(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
-    # GIVEN a 30-second run; WHEN SIGINT arrives after 1 s (we set the run's stop from a timer via signal)
-    import os
-    import signal
-
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    # GIVEN a 30-second run; WHEN SIGINT arrives after 1 s (a timer of the run's clock sends it)
+    clock = ThreadedVirtualClock()
+    clock.after(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     scripts = {spec.label: FakeScript() for spec in _specs(2)}
-    began = time.monotonic()
-    try:
-        outcome, fakes = _run(tmp_path, inputs, scripts, duration=30.0)
-    finally:
-        timer.cancel()
+    began = clock.monotonic()
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=30.0, clock=clock)
     # THEN every profiler got SIGINT, results were fetched, and the run is partial
-    assert time.monotonic() - began < 10
+    assert 1.0 <= clock.monotonic() - began < 10
     for fake in fakes.values():
         assert "signal INT" in fake.calls and "fetch" in fake.calls and fake.cleaned
     assert [h.state for h in outcome.info.hosts] == ["partial", "partial"]
@@ -268,22 +270,24 @@ def test_run_json_names_each_work_directory_while_the_run_is_under_way(
     # GIVEN a run whose run.json is read while the hosts sample (what a killed coordinator leaves)
     seen: list[rundir.RunInfo] = []
     out = tmp_path / "run"
+    clock = ThreadedVirtualClock()
 
     def watch() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not seen:
+        deadline = clock.monotonic() + 10
+        while clock.monotonic() < deadline and not seen:
             try:
                 info = rundir.read_run(out)
             except Exception:  # noqa: BLE001 - not written yet
                 info = None
             if info is not None and all(h.workdir for h in info.hosts):
                 seen.append(info)
-            time.sleep(0.02)
+            clock.sleep(0.02)
 
     watcher = threading.Thread(target=watch)
+    clock.adopt(watcher)
     watcher.start()
-    outcome, _fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, duration=1.0, out=out)
-    watcher.join()
+    outcome, _fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, duration=1.0, out=out, clock=clock)
+    clock.join(watcher)
     # THEN it named the work directory and the recovery command, and the final one names none
     (host,) = seen[0].hosts
     assert host.workdir == "/tmp/taskprof.fake-10.0.0.1_2200" and "coordinator fetch" in host.reason
@@ -296,9 +300,10 @@ def test_host_lost_beyond_the_reconnect_window_keeps_its_work_directory_for_fetc
 ) -> None:
     lost_script = FakeScript(lose_connection_at=0.2, reconnect_failures=10**6)
     scripts = {"10.0.0.1_2200": lost_script, "10.0.0.2_2201": FakeScript()}
-    began = time.monotonic()
-    outcome, fakes = _run(tmp_path, inputs, scripts, duration=0.6, finish_grace=0.2, reconnect_window=0.5)
-    assert time.monotonic() - began < 10, "the reconnect window bounds the wait"
+    clock = ThreadedVirtualClock()
+    began = clock.monotonic()
+    outcome, fakes = _run(tmp_path, inputs, scripts, duration=0.6, finish_grace=0.2, reconnect_window=0.5, clock=clock)
+    assert clock.monotonic() - began < 10, "the reconnect window bounds the wait"
     assert outcome.exit_code == PartialRunError.exit_code
     lost, other = rundir.read_run(outcome.run_dir).hosts
     assert lost.state == "failed" and lost.reason.startswith("connection lost and not re-established")
@@ -359,9 +364,10 @@ def test_hosts_start_during_the_callers_warm_up_and_sample_from_its_end(
 ) -> None:
     # GIVEN a warm-up ending 1.5 s from now (RunOptions.not_before) and hosts whose BPF takes 0.5 s
     scripts = {spec.label: FakeScript(compile_seconds=0.5) for spec in _specs(2)}
-    warmed_at = time.time() + 1.5
+    clock = ThreadedVirtualClock()
+    warmed_at = clock.time() + 1.5
     # WHEN profiled with a start delay shorter than the warm-up
-    outcome, fakes = _run(tmp_path, inputs, scripts, not_before=warmed_at)
+    outcome, fakes = _run(tmp_path, inputs, scripts, not_before=warmed_at, clock=clock)
     # THEN every profiler was started (deploy, compile) during the warm-up, and the window began at its end
     for fake in fakes.values():
         assert fake._started is not None and fake._started < warmed_at - 1.0  # inspecting the fake
@@ -372,8 +378,11 @@ def test_hosts_start_during_the_callers_warm_up_and_sample_from_its_end(
 
 
 def test_a_warm_up_shorter_than_the_start_delay_keeps_the_delay(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
-    began = time.time()
-    outcome, fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, start_delay=0.5, not_before=began)
+    clock = ThreadedVirtualClock()
+    began = clock.time()
+    outcome, fakes = _run(
+        tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, start_delay=0.5, not_before=began, clock=clock
+    )
     start_at = fakes["10.0.0.1_2200"]._request.start_at  # type: ignore[union-attr]
     assert start_at is not None and start_at >= began + 0.5
     assert outcome.complete
@@ -386,8 +395,9 @@ def test_a_long_warm_up_releases_the_hosts_only_the_lead_before_its_end(
     from coordinator.remote import session
 
     monkeypatch.setattr(session, "START_LEAD", 0.5)
-    warmed_at = time.time() + 1.5
-    outcome, fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, not_before=warmed_at)
+    clock = ThreadedVirtualClock()
+    warmed_at = clock.time() + 1.5
+    outcome, fakes = _run(tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, not_before=warmed_at, clock=clock)
     # THEN the profiler was started no sooner than the lead before the warm-up's end, and sampled from its end
     started = fakes["10.0.0.1_2200"]._started
     assert started is not None and warmed_at - 0.5 <= started < warmed_at
@@ -398,31 +408,32 @@ def test_a_failed_watch_before_the_window_stops_every_host_and_is_raised(
     tmp_path: Path, inputs: tuple[Path, Path]
 ) -> None:
     # GIVEN a caller's check (the demo: is the query alive?) that fails 0.6 s into a 2 s warm-up
-    began = time.time()
+    clock = ThreadedVirtualClock()
+    began = clock.time()
     checks: list[float] = []
 
     def query_alive() -> None:
-        checks.append(time.time())
-        if time.time() - began > 0.6:
+        checks.append(clock.time())
+        if clock.time() - began > 0.6:
             raise ConfigError("app.err: the YSB app exited with code 137")
 
     scripts = {spec.label: FakeScript() for spec in _specs(2)}
     fakes: dict[str, FakeHost] = {}
 
     def factory(spec: HostSpec) -> FakeHost:
-        fakes[spec.label] = FakeHost(spec, scripts[spec.label])
+        fakes[spec.label] = FakeHost(spec, scripts[spec.label], clock=clock.time)
         return fakes[spec.label]
 
     request = run_request(5.0, inputs[0], inputs[1])
     options = RunOptions(
         analyze=False, transport_factory=factory, start_delay=0.2, stream=io.StringIO(), not_before=began + 2.0,
-        watch=query_alive,
+        watch=query_alive, clock=clock,
     )
     # WHEN profiled; THEN its error is raised, well before the window would have ended, once every host is
     # stopped and cleaned up, and no host sampled
     with pytest.raises(ConfigError, match="YSB app exited"):
         profile_cluster(_specs(2), request, tmp_path / "run", options)
-    assert time.time() - began < 4.0
+    assert clock.time() - began < 4.0
     assert len(checks) >= 2
     for fake in fakes.values():
         assert fake.cleaned
@@ -433,9 +444,10 @@ def test_a_failed_watch_before_the_window_stops_every_host_and_is_raised(
 
 def test_the_watch_is_not_called_once_the_window_started(tmp_path: Path, inputs: tuple[Path, Path]) -> None:
     checks: list[float] = []
+    clock = ThreadedVirtualClock()
     outcome, fakes = _run(
-        tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, duration=1.0, not_before=time.time() + 1.0,
-        watch=lambda: checks.append(time.time()),
+        tmp_path, inputs, {"10.0.0.1_2200": FakeScript()}, duration=1.0, not_before=clock.time() + 1.0,
+        watch=lambda: checks.append(clock.time()), clock=clock,
     )  # fmt: skip
     start_at = fakes["10.0.0.1_2200"]._request.start_at  # type: ignore[union-attr]
     assert outcome.complete and start_at is not None
@@ -449,9 +461,10 @@ def test_hosts_start_together_as_soon_as_every_profiler_is_attached(tmp_path: Pa
         "10.0.0.2_2201": FakeScript(compile_seconds=0.6, clock_offset=40.0),
         "10.0.0.3_2202": FakeScript(compile_seconds=0.4),
     }
-    began = time.time()
+    clock = ThreadedVirtualClock()
+    began = clock.time()
     # WHEN profiled
-    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=8.0, duration=0.5)
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=8.0, duration=0.5, clock=clock)
     # THEN the window began once the slowest was attached, not 8 s after the release: one start, confirmed
     # to every host in its own clock, after each one's compile, and recorded as the run's start
     latest = {fake._request.start_at for fake in fakes.values()}  # inspecting the fake
@@ -461,7 +474,7 @@ def test_hosts_start_together_as_soon_as_every_profiler_is_attached(tmp_path: Pa
     assert start is not None and start < latest.pop() - 6.0  # the start file's time: to the millisecond
     for fake in fakes.values():
         assert fake._started is not None and start >= fake._started + fake.script.compile_seconds
-    assert time.time() - began < 5.0
+    assert clock.time() - began < 5.0
     assert outcome.complete and not outcome.warnings
     assert outcome.info.start_time == pytest.approx(start, abs=1e-3)
     assert [h.start_time - (h.clock_offset or 0.0) for h in outcome.info.hosts] == [pytest.approx(start, abs=1e-6)] * 3
@@ -491,11 +504,12 @@ def test_a_host_failing_before_it_is_attached_does_not_hold_the_others(
 ) -> None:
     scripts = {"10.0.0.1_2200": FakeScript(deploy_error=HostUnreachable("cluster.txt:1: upload failed")),
                "10.0.0.2_2201": FakeScript(compile_seconds=0.2)}  # fmt: skip
-    began = time.time()
-    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=8.0, duration=0.5)
+    clock = ThreadedVirtualClock()
+    began = clock.time()
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=8.0, duration=0.5, clock=clock)
     failed, ok = outcome.info.hosts
     assert failed.state == "failed" and ok.state == "ok"
-    assert fakes["10.0.0.2_2201"].confirmed_start is not None and time.time() - began < 5.0
+    assert fakes["10.0.0.2_2201"].confirmed_start is not None and clock.time() - began < 5.0
 
 
 def test_a_start_file_not_written_leaves_that_host_at_the_latest_start_with_why(
@@ -519,9 +533,10 @@ def test_a_warm_up_longer_than_the_attachment_still_starts_at_its_end(
     tmp_path: Path, inputs: tuple[Path, Path]
 ) -> None:
     # GIVEN a warm-up ending 1.2 s from now, hosts attached in 0.2 s and a start delay of 5 s
-    warmed_at = time.time() + 1.2
+    clock = ThreadedVirtualClock()
+    warmed_at = clock.time() + 1.2
     scripts = {spec.label: FakeScript(compile_seconds=0.2) for spec in _specs(2)}
-    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=5.0, not_before=warmed_at)
+    outcome, fakes = _run(tmp_path, inputs, scripts, start_delay=5.0, not_before=warmed_at, clock=clock)
     # THEN the start was brought forward to the warm-up's end, not before it
     assert [fake.confirmed_start for fake in fakes.values()] == [pytest.approx(warmed_at, abs=1e-3)] * 2
     assert outcome.info.start_time == warmed_at and outcome.complete
