@@ -66,11 +66,15 @@ def test_a_working_member_holds_virtual_time_still() -> None:
     assert clock.monotonic() - began == pytest.approx(0.5)
 
 
-def test_timers_run_at_their_virtual_time_and_a_wait_for_ever_raises() -> None:
+def test_timers_run_at_their_virtual_time_and_hangs_raise() -> None:
     clock = ThreadedVirtualClock()
     began = clock.monotonic()
     fired = threading.Event()
     clock.after(3.0, fired.set)
     assert clock.wait(fired) is True and clock.monotonic() - began == 3.0
-    with pytest.raises(VirtualDeadlock):
+    with pytest.raises(VirtualDeadlock, match="waits forever"):
         clock.wait(threading.Event())
+    # a busy wait for a deadline would spin for ever in virtual time: it raises instead
+    with pytest.raises(VirtualDeadlock, match="without waiting"):
+        while clock.monotonic() < began + 10:
+            clock.wait(fired, 1.0)  # already set: returns at once
