@@ -26,6 +26,7 @@ from ..unwind.codecache import CodeCacheLayout
 from ..unwind.cpython import PyTarget, PythonTargets, fill_python
 from ..unwind.debugflag import ExactInlining
 from ..unwind.hotspot import JvmNames, VMLayout
+from ..unwind.tablecache import TableCache
 from ..unwind.vmstructs import libjvm_mapping
 
 PREPARE_SECONDS = 20.0  # a target's preparation (unwind tables, vmStructs) past this is reported late
@@ -244,7 +245,7 @@ class WalkerTargets:
     def start_tables(self, bpf: Any) -> None:
         """The program is loaded: the unwind tables' loader starts, refreshing them in its own thread."""
         if self.walking():
-            self.cfi = CfiLoader(bpf)
+            self.cfi = CfiLoader(bpf, table_cache=TableCache.configured())
             self.cfi.start()
 
     def start(self) -> None:
