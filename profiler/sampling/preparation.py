@@ -259,7 +259,8 @@ class WalkerTargets:
 
     def prepare(self, pid: int) -> None:
         """A target's preparation (a worker): its JVM's vmStructs first (milliseconds; the walker then steps
-        its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
+        its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1.7 CPU-s parsed, ~0.06
+        from the table cache)."""
         is_jvm = self.attach_jvm(pid)  # False for a process that is no JVM (reason kept in jvms.errors)
         if not is_jvm and self.walking():
             self.pythons.attach(pid)  # False for a process that is no CPython (reason kept in pythons.errors)

@@ -3,9 +3,10 @@
 
 One table per ELF file (device, inode, size, mtime), shared by every process that maps it; each process
 gets a sorted list of its mappings with their load bias. Processes found mid-run are loaded by a worker
-thread (parsing libjvm.so takes about a second of CPU, once), and every process's mappings are re-read
-every ``refresh`` seconds so a library loaded later (dlopen, a JNI library unpacked at run time) gets its
-table too. Health per process: which steps fell back or failed, and why (``CfiHealth``).
+thread (parsing libjvm.so takes 1.6-1.9 CPU-s, once per .eh_frame and parser version on a host: the prepared
+tables are kept in profiler/unwind/tablecache.py's disk cache, loaded in ~0.06 CPU-s after), and every
+process's mappings are re-read every ``refresh`` seconds so a library loaded later (dlopen, a JNI library
+unpacked at run time) gets its table too. Health per process: which steps fell back or failed, and why (``CfiHealth``).
 """
 
 from __future__ import annotations
