@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 TARGETS = {"warm": (2.0, 1.0), "cold": (10.0, None)}  # seconds to the first sample, CPU-s until then
 LOADED = 3.0  # with --load: within 3x of the idle targets
+PRIME_SECONDS = 8.0  # the unmeasured first run's window
 
 
 def profiler_run(
@@ -97,7 +98,10 @@ def measured_runs(args: argparse.Namespace, sides: dict[str, Path], pid: int, sc
         (scratch / side).mkdir()
         if not args.cold or pycache[side] is not None:  # fills the BPF compile cache and the bytecode
             cache = scratch / side / ("cache-prime" if args.cold else "cache")
-            profiler_run(cache, pid, scratch / side / "prime", args.duration, pycache[side], repo)
+            # a window long enough for the preparation to store every unwind table (libjvm.so's parse ends
+            # after a 3 s window beside load: the measured runs were not all warm)
+            prime_duration = max(args.duration, PRIME_SECONDS)
+            profiler_run(cache, pid, scratch / side / "prime", prime_duration, pycache[side], repo)
     loops = busy_loops(args.load)
     try:
         time.sleep(1.0 if loops else 0.0)
