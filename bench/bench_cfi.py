@@ -12,6 +12,9 @@ folded stacks instead: per workload PID, the share of samples whose stack reache
 (one of the three outermost user frames, as the sampler's java_unwalkable rule), and sampler.json's
 stacks_cut counts (the causes of docs/unwinding.md).
 
+The tables come from the product's table cache (profiler/unwind/tablecache.py; SPE_TASKPROF_CFI_CACHE=<empty
+dir> for a cold load, =off to parse every time).
+
 usage: .venv/bin/python bench/bench_cfi.py --match TaskManagerRunner [--seconds 30] [--no-cfi]
        .venv/bin/python bench/bench_cfi.py --pid 1234 --pid 5678
        .venv/bin/python bench/bench_cfi.py --capture runs/<id>/hosts/localhost
@@ -131,10 +134,14 @@ def report(walker: CfiWalker, pids: list[int], seconds: float, load_seconds: flo
         for table in sorted(loader.tables.values(), key=lambda t: -t.rows):
             print(
                 f"    {table.path}: {table.rows} rows ({table.rows * 8 / 1024:.0f} KiB), {table.pages} pages "
-                f"({table.pages * 8 / 1024:.0f} KiB), parse {table.parse_seconds * 1000:.0f} ms CPU"
+                f"({table.pages * 8 / 1024:.0f} KiB), "
+                f"{'from the table cache' if table.from_cache else 'parse'} {table.parse_seconds * 1000:.0f} ms CPU"
                 + (f" [{table.cause}]" if table.cause else "")
             )
         print(f"    map memory preallocated: {loader.memory_bytes() / 2**20:.1f} MiB")
+        cache = loader.table_cache
+        if cache is not None:
+            print(f"    table cache {cache.directory}: {cache.hits} hits, {cache.misses} misses {cache.problems[:2]}")
 
 
 def capture_report(capture_dir: Path) -> None:

@@ -5,14 +5,15 @@ two busy processes on the 2 cores).
 The figures are the run's own (overhead.json): `first_sample_at`, seconds from the command's exec to the
 first sample's kernel time, and `first_sample_cpu_seconds`, the agent's CPU (every thread) when its reader
 filed that sample (at most 0.2 s later, so an upper bound). Beside them `window_start_at` (every program
-loaded, the scope's first listing) and the whole command's CPU (its rusage as a child) and wall time.
-Warm: one unmeasured run fills a fresh compile cache first; --cold: each run gets an empty cache directory
-(SPE_TASKPROF_BPF_CACHE), as after set-up or a kernel change. Python's bytecode is kept between the runs
-(PYTHONPYCACHEPREFIX in the scratch directory; an installed agent has it), unless --from-source: a fresh
-coordinator bundle on a host compiles every module at each run. --against DIR: a before/after comparison,
-each measured run of this tree's agent paired with one of DIR's (another checkout, e.g. `git worktree add`),
-in alternating order (each side its own cache and bytecode), so the machine's drift falls on both. Needs
-root and a JDK; on a shared machine run under the heavy lock:
+loaded, the scope's first listing), the whole command's CPU (its rusage as a child) and wall time, and the
+window's CPU of the targets' preparation (unwind tables, vmStructs: overhead.json's cpu_by_component).
+Warm: one unmeasured run fills a fresh compile cache and unwind-table cache first; --cold: each run gets
+empty ones (SPE_TASKPROF_BPF_CACHE, SPE_TASKPROF_CFI_CACHE), as after set-up or a kernel change. Python's
+bytecode is kept between the runs (PYTHONPYCACHEPREFIX in the scratch directory; an installed agent has
+it), unless --from-source: a fresh coordinator bundle on a host compiles every module at each run.
+--against DIR: a before/after comparison, each measured run of this tree's agent paired with one of DIR's
+(another checkout, e.g. `git worktree add`), in alternating order (each side its own caches and bytecode),
+so the machine's drift falls on both. Needs root and a JDK; on a shared machine run under the heavy lock:
 
 usage: flock /tmp/spe-heavy.lock .venv/bin/python bench/bench_first_sample.py [--repeat 3] [--cold] [--load 2]
        [--against ../other-checkout]
@@ -36,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 TARGETS = {"warm": (2.0, 1.0), "cold": (10.0, None)}  # seconds to the first sample, CPU-s until then
 LOADED = 3.0  # with --load: within 3x of the idle targets
+PRIME_SECONDS = 8.0  # the unmeasured first run's window
 
 
 def profiler_run(
@@ -43,7 +45,14 @@ def profiler_run(
 ) -> dict[str, object]:
     """One `profiler run --pid PID` of ``repo``'s agent: the run's start-up figures, its CPU as a child and its
     wall time. ``pycache``: the bytecode kept there across runs (an installed agent); None: compiled from source."""
-    env = {**os.environ, "PYTHONPATH": str(repo), "SPE_TASKPROF_BPF_CACHE": str(cache_dir)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(repo),
+        "SPE_TASKPROF_BPF_CACHE": str(cache_dir),
+        "SPE_TASKPROF_CFI_CACHE": str(
+            cache_dir / "cfi"
+        ),  # the unwind tables' cache (a checkout without one ignores it)
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if pycache is None:  # an empty prefix per run, nothing written: every module compiled, as from a fresh bundle
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -58,12 +67,14 @@ def profiler_run(
     if completed.returncode != 0:
         raise SystemExit(f"bench_first_sample: profiler run exited {completed.returncode}: {completed.stderr[-400:]}")
     overhead = json.loads((out / "overhead.json").read_text())
+    components = {entry["component"]: entry["cpu_seconds"] for entry in overhead.get("cpu_by_component") or ()}
     return {
         "first_sample_s": overhead.get("first_sample_at"),
         "first_sample_cpu_s": overhead.get("first_sample_cpu_seconds"),
         "window_start_s": overhead.get("window_start_at"),
         "command_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
         "command_wall_s": round(wall, 2),
+        "preparation_cpu_s": components.get("preparation"),
     }
 
 
@@ -87,7 +98,10 @@ def measured_runs(args: argparse.Namespace, sides: dict[str, Path], pid: int, sc
         (scratch / side).mkdir()
         if not args.cold or pycache[side] is not None:  # fills the BPF compile cache and the bytecode
             cache = scratch / side / ("cache-prime" if args.cold else "cache")
-            profiler_run(cache, pid, scratch / side / "prime", args.duration, pycache[side], repo)
+            # a window long enough for the preparation to store every unwind table (libjvm.so's parse ends
+            # after a 3 s window beside load: the measured runs were not all warm)
+            prime_duration = max(args.duration, PRIME_SECONDS)
+            profiler_run(cache, pid, scratch / side / "prime", prime_duration, pycache[side], repo)
     loops = busy_loops(args.load)
     try:
         time.sleep(1.0 if loops else 0.0)

@@ -18,11 +18,12 @@ import base64
 import hashlib
 import json
 import os
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..files import privatecache
 
 FORMAT_VERSION = 1
 CACHE_DIR = Path("/var/cache/spe-taskprof/bpf")
@@ -263,38 +264,16 @@ def decode(content: bytes, key: dict[str, str]) -> ProgramImage:
 
 def cache_dir() -> Path | None:
     """The cache's directory, or None when the cache is off (``SPE_TASKPROF_BPF_CACHE=off``)."""
-    configured = os.environ.get(CACHE_ENV, "")
-    if configured == "off":
-        return None
-    return Path(configured) if configured else CACHE_DIR
-
-
-def _check_private_dir(directory: Path) -> None:
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-        raise CacheError(f"{directory}: not a directory private to uid {os.geteuid()} (mode 0700); remove it")
+    return privatecache.configured_dir(CACHE_ENV, CACHE_DIR)
 
 
 def read_entry(directory: Path, key: dict[str, str]) -> ProgramImage:
     """The validated entry for ``key``; CacheError when absent or unusable."""
     path = directory / entry_name(key)
     try:
-        _check_private_dir(directory)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise CacheError("no entry") from None
-    except OSError as exc:
-        raise CacheError(f"{path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_size > MAX_ENTRY_BYTES:
-            raise CacheError(f"{path}: not a regular file of uid {os.geteuid()} under {MAX_ENTRY_BYTES} bytes")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            content = handle.read(MAX_ENTRY_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(content) > MAX_ENTRY_BYTES:
-        raise CacheError(f"{path}: larger than {MAX_ENTRY_BYTES} bytes")
+        content = privatecache.read_entry_bytes(path, MAX_ENTRY_BYTES)
+    except privatecache.PrivateCacheError as exc:
+        raise CacheError(str(exc)) from None
     try:
         return decode(content, key)
     except CacheError as exc:
@@ -304,12 +283,10 @@ def read_entry(directory: Path, key: dict[str, str]) -> ProgramImage:
 def write_entry(directory: Path, key: dict[str, str], image: ProgramImage) -> None:
     """Store the entry atomically (a reader sees the old or the new one) in the private directory,
     created 0700 when absent."""
-    from ..files.atomic import atomic_write_bytes
-
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _check_private_dir(directory)
-        atomic_write_bytes(directory / entry_name(key), encode(key, image), mode=0o600)
+        privatecache.write_entry_bytes(directory, entry_name(key), encode(key, image))
+    except privatecache.PrivateCacheError as exc:
+        raise CacheError(str(exc)) from None
     except OSError as exc:
         raise CacheError(f"{directory}: {exc.strerror or exc}") from None
 

@@ -6,7 +6,9 @@ reads per-process counters, then symbolizes, matches stacks to the tasks of the 
 <out>/<host>_result.csv. Needs root (or CAP_BPF and CAP_PERFMON), bcc and kernel headers or BTF.
 Overhead: the BPF programs are compiled (seconds of CPU each) on the first run after set-up, a kernel or
 a bcc change, and loaded from /var/cache/spe-taskprof/bpf without compiling on later runs
-(SPE_TASKPROF_BPF_CACHE=off: always compile); sampling at 99 Hz costs well under 1 % of a core.
+(SPE_TASKPROF_BPF_CACHE=off: always compile); each library's unwind table is parsed once (libjvm.so's: ~1.7
+CPU-s) and loaded from /var/cache/spe-taskprof/cfi after (SPE_TASKPROF_CFI_CACHE=off: always parse);
+sampling at 99 Hz costs well under 1 % of a core.
 SIGINT/SIGTERM end the window early; everything collected is still written.
 Every --checkpoint seconds (30) the samples so far are appended to OUT/checkpoint/journal.tpj: a run
 killed outright (SIGKILL, the OOM killer) is rebuilt up to its last checkpoint by `profiler recover OUT`.

@@ -26,6 +26,7 @@ from ..unwind.codecache import CodeCacheLayout
 from ..unwind.cpython import PyTarget, PythonTargets, fill_python
 from ..unwind.debugflag import ExactInlining
 from ..unwind.hotspot import JvmNames, VMLayout
+from ..unwind.tablecache import TableCache
 from ..unwind.vmstructs import libjvm_mapping
 
 PREPARE_SECONDS = 20.0  # a target's preparation (unwind tables, vmStructs) past this is reported late
@@ -244,7 +245,7 @@ class WalkerTargets:
     def start_tables(self, bpf: Any) -> None:
         """The program is loaded: the unwind tables' loader starts, refreshing them in its own thread."""
         if self.walking():
-            self.cfi = CfiLoader(bpf)
+            self.cfi = CfiLoader(bpf, table_cache=TableCache.configured())
             self.cfi.start()
 
     def start(self) -> None:
@@ -258,7 +259,8 @@ class WalkerTargets:
 
     def prepare(self, pid: int) -> None:
         """A target's preparation (a worker): its JVM's vmStructs first (milliseconds; the walker then steps
-        its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1 CPU-s)."""
+        its JIT frames, most of a JVM's stack), then its unwind tables (libjvm.so's: ~1.7 CPU-s parsed, ~0.06
+        from the table cache)."""
         is_jvm = self.attach_jvm(pid)  # False for a process that is no JVM (reason kept in jvms.errors)
         if not is_jvm and self.walking():
             self.pythons.attach(pid)  # False for a process that is no CPython (reason kept in pythons.errors)

@@ -3,9 +3,10 @@
 
 One table per ELF file (device, inode, size, mtime), shared by every process that maps it; each process
 gets a sorted list of its mappings with their load bias. Processes found mid-run are loaded by a worker
-thread (parsing libjvm.so takes about a second of CPU, once), and every process's mappings are re-read
-every ``refresh`` seconds so a library loaded later (dlopen, a JNI library unpacked at run time) gets its
-table too. Health per process: which steps fell back or failed, and why (``CfiHealth``).
+thread (parsing libjvm.so takes 1.6-1.9 CPU-s, once per .eh_frame and parser version on a host: the prepared
+tables are kept in profiler/unwind/tablecache.py's disk cache, loaded in ~0.06 CPU-s after), and every
+process's mappings are re-read every ``refresh`` seconds so a library loaded later (dlopen, a JNI library
+unpacked at run time) gets its table too. Health per process: which steps fell back or failed, and why (``CfiHealth``).
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..capture.stackstore import CUT_CFI, CUT_CFI_MISS, CUT_NO_CFI
 from ..files import procread, safeio
 from . import ehframe
 from .ehframe import CFA_GAP, CFA_UNSUPPORTED, Rule
 from .keylocks import KeyLocks
+
+if TYPE_CHECKING:
+    from .tablecache import TableCache
 
 PAGE_SHIFT = 8  # CFI_PAGE_SHIFT
 MAX_ROWS_PER_PAGE = 1 << 7  # what CFI_PAGE_STEPS halvings can search
@@ -98,6 +102,61 @@ def aligned_blocks(start: int, end: int) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
+class PreparedTable:
+    """One ELF's table as the BPF maps take it: ``rows`` (struct cfi_row each, sorted by address), ``kinds``
+    (each row's rule kind before the BPF layout's narrowing, for the health causes) and ``pages`` (struct
+    cfi_page each, rows numbered from the table's first)."""
+
+    rows: bytes
+    kinds: bytes
+    pages: bytes
+
+    @property
+    def row_count(self) -> int:
+        return len(self.kinds)
+
+    def addresses(self) -> array[int]:
+        """Each row's first address (ELF virtual address), as 64-bit unsigned integers."""
+        return array("Q", array("I", self.rows)[0::2])
+
+
+class TableRefused(Exception):
+    """An ELF gets no table: ``cause`` for its health, ``warning`` when the run should say it once."""
+
+    def __init__(self, cause: str, warning: str | None = None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.warning = warning
+
+
+def prepare_table(path: str, info: ehframe.ElfInfo, page_room: int, max_pages: int) -> PreparedTable:
+    """An ELF's table in the BPF layout (rows numbered from 0), a pure function of its ``.eh_frame`` and the
+    section's address (what profiler/unwind/tablecache.py keys on); TableRefused when it has none or does not
+    fit ``page_room`` pages (checked before the pages are listed: two FDEs 4 GiB apart would be 16 M pages)."""
+    try:
+        addresses, rules = ehframe.build_table(ehframe.iter_fde_refs(info))
+    except ehframe.EhFrameBudgetError as exc:  # a crafted or runaway section: said once, this ELF only
+        raise TableRefused(f"{CAUSE_NO_CFI}: {exc}", f"{path}: unwind table refused: {exc}") from None
+    except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
+        raise TableRefused(f"{CAUSE_NO_CFI}: {exc}") from None
+    if not addresses:
+        raise TableRefused(f"{CAUSE_NO_CFI}: no .eh_frame")
+    if addresses[-1] > 0xFFFFFFFF:
+        raise TableRefused(f"{CAUSE_NO_CFI}: code above 4 GiB in the ELF")
+    page_count = ((addresses[-1] - addresses[0]) >> PAGE_SHIFT) + 1
+    if page_count > page_room:
+        raise TableRefused(
+            f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages",
+            f"{path}: unwind table spanning {page_count} pages does not fit ({max_pages} pages in all)",
+        )
+    try:
+        pages = page_index(addresses, 0)  # rows numbered from this table's first: its place is not known yet
+    except ValueError as exc:
+        raise TableRefused(f"{CAUSE_NO_CFI}: {exc} (at most {MAX_ROWS_PER_PAGE})") from None
+    return PreparedTable(pack_rows(addresses, rules), bytes(rule.kind for rule in rules), pages)
+
+
+@dataclass(frozen=True)
 class ExecMapping:
     """One executable file mapping of /proc/PID/maps."""
 
@@ -147,6 +206,7 @@ class ElfTable:
     segments: tuple[tuple[int, int, int], ...] = ()
     cause: str | None = None
     parse_seconds: float = 0.0
+    from_cache: bool = False  # prepared from the table cache, not parsed
     addresses: array = field(default_factory=lambda: array("Q"))
     kinds: bytes = b""
 
@@ -170,8 +230,10 @@ class CfiLoader:
         max_rows: int = DEFAULT_MAX_ROWS,
         max_pages: int = DEFAULT_MAX_PAGES,
         refresh: float = REFRESH_SECONDS,
+        table_cache: TableCache | None = None,
     ) -> None:
         self._bpf = bpf
+        self.table_cache = table_cache  # prepared tables kept across runs (profiler/unwind/tablecache.py)
         self.max_rows = max_rows
         self.max_pages = max_pages
         self.refresh = refresh
@@ -347,53 +409,47 @@ class CfiLoader:
             return ElfTable(("unparsable", mapping.path), mapping.path, cause=f"{CAUSE_NO_CFI}: {exc}")
 
     def _parse(self, key: tuple[Any, ...], path: str, info: ehframe.ElfInfo) -> ElfTable:
-        """The ELF's table built and written into cfi_rows / cfi_pages (when there is room)."""
-        try:
-            addresses, rules = ehframe.build_table(ehframe.iter_fde_refs(info))
-        except ehframe.EhFrameBudgetError as exc:  # a crafted or runaway section: said once, this ELF only
-            self.warnings.append(f"{path}: unwind table refused: {exc}")
-            return ElfTable(key, path, segments=info.exec_segments, cause=f"{CAUSE_NO_CFI}: {exc}")
-        except (ehframe.EhFrameError, struct.error, IndexError, ValueError) as exc:
-            return ElfTable(key, path, segments=info.exec_segments, cause=f"{CAUSE_NO_CFI}: {exc}")
-        # The vDSO is mapped from its first byte: its segment is found by offset 0.
+        """The ELF's table, from the cache or built, written into cfi_rows / cfi_pages (when there is room)."""
         table = ElfTable(key, path, segments=info.exec_segments)
-        if not addresses:
-            table.cause = f"{CAUSE_NO_CFI}: no .eh_frame"
-            return table
-        if addresses[-1] > 0xFFFFFFFF:
-            table.cause = f"{CAUSE_NO_CFI}: code above 4 GiB in the ELF"
-            return table
-        # pages follow the address span, not the rows: two FDEs 4 GiB apart would be 16 M pages
-        page_count = ((addresses[-1] - addresses[0]) >> PAGE_SHIFT) + 1
-        if self.pages_used + page_count > self.max_pages:  # refused before listing them (checked again below)
-            table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
-            self.warnings.append(
-                f"{path}: unwind table spanning {page_count} pages does not fit ({self.max_pages} pages in all)"
-            )
-            return table
         try:
-            pages = page_index(addresses, 0)  # rows numbered from this table's first: its place is not known yet
-        except ValueError as exc:
-            table.cause = f"{CAUSE_NO_CFI}: {exc} (at most {MAX_ROWS_PER_PAGE})"
+            prepared = self._prepared(path, info, table)
+        except TableRefused as refused:
+            if refused.warning:
+                self.warnings.append(refused.warning)
+            table.cause = refused.cause
             return table
-        page_count = len(pages) // PAGE.size
+        page_count = len(prepared.pages) // PAGE.size
         with self._space_lock:  # only the reservation: tables of other files are built and written beside
-            if self.rows_used + len(addresses) > self.max_rows or self.pages_used + page_count > self.max_pages:
+            if self.rows_used + prepared.row_count > self.max_rows or self.pages_used + page_count > self.max_pages:
                 table.cause = f"{CAUSE_NO_CFI}: no room left in cfi_rows/cfi_pages"
                 self.warnings.append(
-                    f"{path}: unwind table of {len(addresses)} rows and {page_count} pages does not fit "
+                    f"{path}: unwind table of {prepared.row_count} rows and {page_count} pages does not fit "
                     f"({self.max_rows} rows, {self.max_pages} pages in all)"
                 )
                 return table
             table.first_row, table.first_page = self.rows_used, self.pages_used
-            self.rows_used += len(addresses)
+            self.rows_used += prepared.row_count
             self.pages_used += page_count
-        self._write_array(b"cfi_rows", table.first_row, pack_rows(addresses, rules), ROW.size)
-        self._write_array(b"cfi_pages", table.first_page, rebased(pages, table.first_row), PAGE.size)
-        table.rows, table.pages = len(addresses), page_count
-        table.addresses = addresses
-        table.kinds = bytes(rule.kind for rule in rules)
+        self._write_array(b"cfi_rows", table.first_row, prepared.rows, ROW.size)
+        self._write_array(b"cfi_pages", table.first_page, rebased(prepared.pages, table.first_row), PAGE.size)
+        table.rows, table.pages = prepared.row_count, page_count
+        table.addresses = prepared.addresses()
+        table.kinds = prepared.kinds
         return table
+
+    def _prepared(self, path: str, info: ehframe.ElfInfo, table: ElfTable) -> PreparedTable:
+        """The table from the cache when an entry for these exact .eh_frame bytes is valid, else built (and
+        stored); TableRefused when there is none to use (refusals are not cached: they cost their bounds)."""
+        if self.table_cache is None:
+            return prepare_table(path, info, self.max_pages - self.pages_used, self.max_pages)
+        key = self.table_cache.key(info)
+        cached = self.table_cache.lookup(key)
+        if cached is not None:
+            table.from_cache = True
+            return cached
+        prepared = prepare_table(path, info, self.max_pages - self.pages_used, self.max_pages)
+        self.table_cache.store(key, prepared)
+        return prepared
 
     def _write_array(self, name: bytes, first: int, packed: bytes, size: int) -> None:
         """Entries [first, first + n) of a BPF array from packed bytes, in one syscall where possible."""

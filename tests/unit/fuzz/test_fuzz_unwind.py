@@ -1,8 +1,9 @@
 """Fuzzing the parsers of a target's ELF files and memory files: .eh_frame/CFI, libjvm.so's symbols,
-hsperfdata, /proc/PID/maps (profiler/unwind/)."""
+hsperfdata, /proc/PID/maps (profiler/unwind/), and the unwind-table cache's entries."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from profiler.errors import VMStructsError
 from profiler.files import safeio
-from profiler.unwind import cfi, ehframe
+from profiler.unwind import cfi, ehframe, tablecache
 from profiler.unwind.hsperf import UNLOADED_CLASSES, _counter_offset
 from profiler.unwind.vmstructs import TABLE_SYMBOLS, elf_symbols, libjvm_in_maps
 from tests.unit.fuzz import crafted
@@ -122,3 +123,29 @@ def test_proc_maps(raw: bytes) -> None:
 def test_the_maps_seed_holds_libjvm_and_code() -> None:
     text = MAPS_SEEDS[0].decode()
     assert libjvm_in_maps(text.splitlines(keepends=True)) is not None and cfi.parse_maps(text)
+
+
+def _table_cache_seed() -> tuple[str, bytes]:
+    info = ehframe.read_elf_info(crafted.elf_with_eh_frame(EH_FRAME_SEEDS[0], LIBC_EH_FRAME_ADDR))
+    key = tablecache.table_key(info)
+    return key, tablecache.encode(key, cfi.prepare_table("libc", info, 1 << 20, 1 << 20))
+
+
+TABLE_CACHE_KEY, TABLE_CACHE_ENTRY = _table_cache_seed()
+
+
+@fuzz_settings()
+@given(corpus([TABLE_CACHE_ENTRY]), st.booleans())
+def test_table_cache_entry(entry: bytes, checksum_fixed: bool) -> None:
+    # an entry of root's own cache is still read back as input: damaged, it is a miss (TableCacheError), and
+    # with a damaged payload whose checksum was made to match, only a table of the parser's shape is served
+    if checksum_fixed and len(entry) > tablecache.HEADER.size:
+        fields = list(tablecache.HEADER.unpack_from(entry))
+        fields[-1] = hashlib.sha256(entry[tablecache.HEADER.size :]).digest()
+        entry = tablecache.HEADER.pack(*fields) + entry[tablecache.HEADER.size :]
+    try:
+        table = tablecache.decode(entry, TABLE_CACHE_KEY)
+    except tablecache.TableCacheError:
+        return
+    tablecache.check_shape(table)
+    _check_table(table.addresses(), [ehframe.GAP] * table.row_count)
