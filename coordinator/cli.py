@@ -12,16 +12,11 @@ COMMAND_ORDER: tuple[str, ...] = (
     "profile", "fetch", "analyze", "summary", "campaign", "draft_profile", "compare", "report", "export", "serve",
     "doctor", "demo",
 )
+DESCRIPTION = "Profile every host of a stream-processing cluster and report CPU cycles per streaming task."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(
-        "coordinator",
-        COMMAND_ORDER,
-        "coordinator",
-        "Profile every host of a stream-processing cluster and report CPU cycles per streaming task.",
-    )
-    return dispatch(parser, argv)
+    return dispatch(build_parser("coordinator", COMMAND_ORDER, DESCRIPTION), argv)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from .errors import ProfilerError
 # Preferred order in --help; any other module in the commands package is listed after these.
 # Command modules import heavy dependencies (bcc, pyspark) inside run(), never at import time.
 COMMAND_ORDER: tuple[str, ...] = ("run", "recover", "doctor", "match")
+DESCRIPTION = "Task-level CPU profiler host agent: samples stream-engine processes with eBPF."
 
 
 def discover_commands(package: str, order: Sequence[str]) -> list[str]:
@@ -23,9 +24,10 @@ def discover_commands(package: str, order: Sequence[str]) -> list[str]:
     return [name for name in order if name in found] + sorted(found - set(order))
 
 
-def build_parser(prog: str, order: Sequence[str], package: str, description: str) -> argparse.ArgumentParser:
-    """Shared by both CLIs: one subparser per command class, its docstring as help."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+def build_parser(package: str, order: Sequence[str], description: str) -> argparse.ArgumentParser:
+    """Shared by both CLIs, each named after its package: one subparser per command class, its docstring
+    as help."""
+    parser = argparse.ArgumentParser(prog=package, description=description)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in discover_commands(package, order):
@@ -60,13 +62,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(
-        "profiler",
-        COMMAND_ORDER,
-        "profiler",
-        "Task-level CPU profiler host agent: samples stream-engine processes with eBPF.",
-    )
-    return dispatch(parser, argv)
+    return dispatch(build_parser("profiler", COMMAND_ORDER, DESCRIPTION), argv)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,13 @@ from .cache import CacheError, cache_dir, entry_key, entry_name, read_entry, rem
 from .pidns import with_own_ids, write_own_namespace
 
 
+def bcc_error(exc: BaseException) -> str:
+    """One line for a failed compile or attach: bcc raises a bare Exception for both, the compiler's or
+    the kernel's output first and the cause last; an exception with no text, its repr."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else repr(exc)
+
+
 def release_freed_memory() -> None:
     """Give the heap glibc keeps after large frees back to the kernel (``malloc_trim(0)``); a no-op
     where libc is not glibc."""

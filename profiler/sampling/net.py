@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from ..bpf.compiler import compile_program
+from ..bpf.compiler import bcc_error, compile_program
 from ..bpf.defines import with_defines
 from ..capture.format import NetStats
 from ..errors import CapabilityError, PrivilegeError
@@ -438,7 +438,7 @@ class NetTracer:
                     bpf.attach_kretprobe(event=b"tcp_sendmsg", fn_name=b"net_send_return")
                     bpf.attach_kprobe(event=b"tcp_cleanup_rbuf", fn_name=b"net_recv_copied")
             except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
-                errors.append(f"{mechanism}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}")
+                errors.append(f"{mechanism}: {bcc_error(exc)}")
                 if bpf is not None:
                     bpf.cleanup()
                 continue
@@ -573,16 +573,9 @@ class NetTracer:
     @property
     def prog_ids(self) -> list[int]:
         """Kernel ids of the loaded BPF programs (for bpf_stats run time)."""
-        if self._bpf is None:
-            return []
-        ids: list[int] = []
-        for function in self._bpf.funcs.values():
-            try:
-                with open(f"/proc/self/fdinfo/{function.fd}", encoding="ascii") as handle:
-                    ids += [int(line.split()[1]) for line in handle if line.startswith("prog_id:")]
-            except (OSError, ValueError, IndexError):
-                continue
-        return ids
+        from .program import bpf_prog_ids
+
+        return bpf_prog_ids(self._bpf)
 
     def close(self) -> None:
         """Detach and unload everything; safe to call more than once."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..bpf.compiler import compile_program
+from ..bpf.compiler import bcc_error, compile_program
 from ..bpf.defines import with_defines
 from ..bpf.pidns import own_pid_namespace
 from ..capture.offcpu import JAVA_NONE, OffCpuEntry, classify_cause, merge_entries
@@ -406,7 +406,7 @@ class OffCpuTracer:
         try:
             return compile_program(bpf_class, self.bpf_text())
         except Exception as exc:  # noqa: BLE001 - bcc raises Exception for compile and attach failures alike
-            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+            detail = bcc_error(exc)
         raise CapabilityError(
             f"profiler run --off-cpu: cannot attach to the sched_switch raw tracepoint ({detail}); "
             "run without --off-cpu"

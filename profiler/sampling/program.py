@@ -141,7 +141,7 @@ def bpf_prog_ids(bpf: Any) -> list[int]:
                 for line in handle:
                     if line.startswith("prog_id:"):
                         ids.append(int(line.split()[1]))
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
     return ids
 

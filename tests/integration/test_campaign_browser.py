@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.analysis.engines import analyze
 from coordinator.cli import main as coordinator_main
 from tests.fixtures.browser import Chromium
-from tests.fixtures.captures import GC_STACK, JSON_STACK, KAFKA_STACK, PidSpec, multi_run_hosts, write_run_dir
+from tests.fixtures.captures import gc_grown_runs, multi_run_hosts, write_run_dir
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -61,10 +60,7 @@ def test_campaign_page_in_headless_chromium(tmp_path: Path, chromium: Chromium) 
 
 def test_differential_flamegraph_in_headless_chromium(tmp_path: Path, chromium: Chromium) -> None:
     # GIVEN two analysed runs: GC's share doubles, Deserialize's falls, Kafka's stays
-    run_a = write_run_dir(tmp_path / "a", "a", {"h1": [PidSpec(1, {KAFKA_STACK: 500, JSON_STACK: 300, GC_STACK: 200})]})
-    run_b = write_run_dir(tmp_path / "b", "b", {"h1": [PidSpec(1, {KAFKA_STACK: 500, JSON_STACK: 100, GC_STACK: 400})]})
-    for run in (run_a, run_b):
-        analyze([run], engine="in-process")
+    run_a, run_b = gc_grown_runs(tmp_path)
     out = tmp_path / "cmp"
     assert coordinator_main(["compare", str(run_a), str(run_b), "--out", str(out)]) == 0
 

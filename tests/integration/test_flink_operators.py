@@ -17,6 +17,7 @@ from pathlib import Path
 from coordinator.analysis.flinkdraft import MAILBOX_WAIT, OPERATOR_UNKNOWN
 from coordinator.cli import main as coordinator_main
 from coordinator.workloads.flinkcluster import LocalFlinkCluster
+from coordinator.workloads.ysb.flink import PACER_SOURCE
 from coordinator.workloads.ysb.javabuild import compile_jar
 from profiler.capture.read import (
     read_flink_placement,
@@ -30,7 +31,7 @@ from tests.fixtures.flink import FLINK_DEMO_FREQUENCY, FLINK_DEMO_WINDOW_S, Time
 from tests.fixtures.jvm import without_approximate
 
 CHAIN_JOB = Path(__file__).resolve().parents[1] / "workloads" / "ChainJob.java"
-PACER = CHAIN_JOB.with_name("RateWindowJob.java")  # ChainJob's source uses its PacedStrategy
+CHAIN_SOURCES = (CHAIN_JOB, PACER_SOURCE)  # its source is paced by the YSB demo's pacer, compiled in
 CHAIN_CLASS = "taskprof.test.ChainJob"
 MAX_UNKNOWN = 0.10  # issue 30: at most 10 % of a vertex's samples "chain, operator unknown"
 WARMUP_S = 25  # C2 compiles (and inlines) the hot paths in the first seconds
@@ -99,7 +100,7 @@ def test_ysb_operators_without_frame_pointers(flink_production_demo: TimedDemoRu
 
 
 def _chain_job(cluster: LocalFlinkCluster) -> str:
-    jar = compile_jar([CHAIN_JOB, PACER], str(cluster.home / "lib" / "*"), "chain-job",
+    jar = compile_jar(CHAIN_SOURCES, str(cluster.home / "lib" / "*"), "chain-job",
                       sorted(p.name for p in (cluster.home / "lib").glob("flink-dist-*.jar")))
     job_id = cluster.submit_jar(jar, CHAIN_CLASS, ["--rate", "10000", "--parallelism", "2"])
     cluster.wait_for_job_running(job_id)

@@ -18,7 +18,7 @@ import pytest
 from profiler.capture import format as capture
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.read import read_meta, read_pid_offcpu, read_pid_offcpu_timeline
-from tests.fixtures.jvm import java_home, javac, temurin_25
+from tests.fixtures.jvm import java_home, javac, ready_jvm, temurin_25
 from tests.fixtures.window import profile_window, wait_for_state
 from tests.integration.test_profiler_run import result_rows
 
@@ -62,14 +62,8 @@ def blocked_jvm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bloc
         str(home / "bin" / "java"), "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
         f"-XX:CompileCommand=dontinline,{MAIN}::*", "-Xmx64m", "-XX:+UseSerialGC", "-cp", str(classes), MAIN,
     ]  # fmt: skip
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", bufsize=1)
-    try:
-        assert process.stdout is not None and process.stdout.readline().strip() == "READY"
+    with ready_jvm(argv) as process:
         yield BlockedJvm(process)
-    finally:
-        process.kill()
-        process.wait(30)
-        Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
 
 
 def off_cpu_argv(tmp_path: Path, out: Path, status: Path, duration: int, checkpoint: int) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture.read import read_meta, read_pid_offcpu
-from tests.fixtures.jvm import java_home, javac
+from tests.fixtures.jvm import java_home, javac, ready_jvm
 from tests.fixtures.window import profile_window
 from tests.integration.test_profiler_run import result_rows
 
@@ -57,13 +57,8 @@ def waiting_jvm(tmp_path: Path) -> Iterator[WaitingJvm]:
         str(home / "bin" / "java"), "-XX:+DisableAttachMechanism", "-Xmx64m", "-XX:+UseSerialGC",
         "-cp", str(classes), MAIN,
     ]  # fmt: skip
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/", bufsize=1)
-    try:
-        assert process.stdout is not None and process.stdout.readline().strip() == "READY"
+    with ready_jvm(argv) as process:
         yield WaitingJvm(process)
-    finally:
-        process.kill()
-        process.wait(30)
 
 
 def test_blocked_time_splits_by_the_methods_that_waited(tmp_path: Path, waiting_jvm: WaitingJvm) -> None:

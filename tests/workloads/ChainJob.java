@@ -16,6 +16,8 @@ import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.util.Collector;
 
+import ysb.PacedRateLimiterStrategy;
+
 /**
  * A Flink job whose operators the JIT is free to inline (no -XX:CompileCommand=dontinline, unlike the
  * YSB demo): small user functions that C2 folds into Flink's chaining code, each doing a known amount
@@ -24,7 +26,7 @@ import org.apache.flink.util.Collector;
  *   Source: Orders -> ParseOrder (map) -> ValidOrder (filter) -> PriceOrder (map)
  *     -> keyBy -> RunningTotal (keyed process, value state) -> Discard (sink)
  *
- * The source is paced by RateWindowJob.PacedStrategy (compiled into the same jar).
+ * The source is paced by the YSB demo's PacedRateLimiterStrategy (compiled into the same jar).
  *
  * usage: ChainJob [--rate N] [--parallelism 2] [--work N]
  */
@@ -47,7 +49,7 @@ public final class ChainJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(parallelism);
         DataGeneratorSource<Long> source = new DataGeneratorSource<>(
-            index -> index, Long.MAX_VALUE, new RateWindowJob.PacedStrategy<>(rate), Types.LONG);
+            index -> index, Long.MAX_VALUE, new PacedRateLimiterStrategy<>(rate), Types.LONG);
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "Orders")
             .map(new ParseOrder(work)).name("ParseOrder")
             .filter(new ValidOrder(work)).name("ValidOrder")

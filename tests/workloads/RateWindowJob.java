@@ -4,18 +4,12 @@ import java.io.FileWriter;
 import java.io.IOException;
 import java.io.Writer;
 import java.time.Duration;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionStage;
-import java.util.concurrent.TimeUnit;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.functions.ReduceFunction;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.source.SourceReaderContext;
-import org.apache.flink.api.connector.source.SourceSplit;
-import org.apache.flink.api.connector.source.util.ratelimit.RateLimiter;
-import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
@@ -24,8 +18,11 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.streaming.api.windowing.assigners.TumblingProcessingTimeWindows;
 
+import ysb.PacedRateLimiterStrategy;
+
 /**
- * A Flink job with a known source rate for the event-count tests (not the YSB demo):
+ * A Flink job with a known source rate for the event-count tests (not the YSB demo; its source is paced
+ * by the demo's coordinator/workloads/ysb/PacedRateLimiterStrategy.java, compiled into the same jar):
  *
  *   GenSource (rate-limited generator of longs) -> ToKeyed -> keyBy -> 1 s window sum -> Discard
  *
@@ -54,7 +51,7 @@ public final class RateWindowJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(parallelism);
         DataGeneratorSource<Long> source = new DataGeneratorSource<>(
-            new LedgerGenerator(ledger), Long.MAX_VALUE, new PacedStrategy<>(rate), Types.LONG);
+            new LedgerGenerator(ledger), Long.MAX_VALUE, new PacedRateLimiterStrategy<>(rate), Types.LONG);
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "GenSource")
             .map(new ToKeyed()).name("ToKeyed")
             .keyBy(new ByKey())
@@ -62,33 +59,6 @@ public final class RateWindowJob {
             .reduce(new WindowSum()).name("WindowSum")
             .sinkTo(new DiscardingSink<>()).name("Discard");
         env.execute("rate-window");
-    }
-
-    /** ``perSecond`` records over all subtasks; a subtask 10 ms ahead of schedule pauses once. */
-    public static final class PacedStrategy<S extends SourceSplit> implements RateLimiterStrategy<S> {
-        private static final long serialVersionUID = 1L;
-        private final double perSecond;
-
-        PacedStrategy(double perSecond) {
-            this.perSecond = perSecond;
-        }
-
-        @Override
-        public RateLimiter<S> createRateLimiter(int parallelism) {
-            double nanosPerPermit = 1e9 * Math.max(1, parallelism) / perSecond;
-            long[] due = {Long.MIN_VALUE};
-            return permits -> {
-                long now = System.nanoTime();
-                if (due[0] == Long.MIN_VALUE || now - due[0] > 1_000_000_000L) {
-                    due[0] = now;
-                }
-                due[0] += (long) (permits * nanosPerPermit);
-                long ahead = due[0] - now;
-                CompletionStage<Void> go = CompletableFuture.completedFuture(null);
-                return ahead < 10_000_000L ? go : CompletableFuture.runAsync(
-                    () -> { }, CompletableFuture.delayedExecutor(ahead, TimeUnit.NANOSECONDS, Runnable::run));
-            };
-        }
     }
 
     /** The record is its index; every 50 ms the subtask's count so far goes to its ledger file. */

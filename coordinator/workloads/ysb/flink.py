@@ -35,6 +35,8 @@ JOB_SOURCE = YSB_DIR / "YsbFlink.java"
 JOB_CLASS = "ysb.YsbFlink"
 KAFKA_JOB_SOURCE = YSB_DIR / "YsbFlinkKafka.java"
 KAFKA_JOB_CLASS = "ysb.YsbFlinkKafka"
+PACER_SOURCE = YSB_DIR / "PacedRateLimiterStrategy.java"  # the generator's pace, also in the tests' own jobs
+JOB_SOURCES = (JOB_SOURCE, PACER_SOURCE, RESP_SOURCE)  # what the job jar is compiled from
 WINDOW_MS = 10_000
 # The generator makes every third event a view (event_type = index mod 3), so a window's view count
 # times three is the number of events generated in its 10 s of event time (= generation wall time).
@@ -57,7 +59,7 @@ def taskmanager_java_options(cache: Path | None = None) -> str:
 def build_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
     """Compile YsbFlink.java against the distribution's lib/ jars, cached by source and Flink version."""
     jars = sorted(p.name for p in (flink_home / "lib").glob("flink-dist-*.jar"))
-    return compile_jar([JOB_SOURCE, RESP_SOURCE], str(flink_home / "lib" / "*"), "ysb-flink-job", jars, cache)
+    return compile_jar(JOB_SOURCES, str(flink_home / "lib" / "*"), "ysb-flink-job", jars, cache)
 
 
 def build_kafka_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
@@ -67,7 +69,7 @@ def build_kafka_job_jar(flink_home: Path, cache: Path | None = None) -> Path:
 
     jars = sorted(p.name for p in (flink_home / "lib").glob("flink-dist-*.jar"))
     return compile_jar(
-        [JOB_SOURCE, RESP_SOURCE, KAFKA_JOB_SOURCE], str(flink_home / "lib" / "*"), "ysb-flink-kafka-job", jars,
+        [*JOB_SOURCES, KAFKA_JOB_SOURCE], str(flink_home / "lib" / "*"), "ysb-flink-kafka-job", jars,
         cache, bundle=flink_kafka_jars(),
     )
 

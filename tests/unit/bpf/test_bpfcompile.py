@@ -1,9 +1,9 @@
-"""Which mappings may be dropped after the BPF compiles (pure); tests/integration/test_bpfcompile.py
-drops them in a real process."""
+"""Which mappings may be dropped after the BPF compiles (pure), and the one line a failed compile is told by;
+tests/integration/test_bpfcompile.py drops them in a real process."""
 
 from __future__ import annotations
 
-from profiler.bpf.compiler import compiler_mappings
+from profiler.bpf.compiler import bcc_error, compiler_mappings
 
 SMAPS = """\
 7f0000000000-7f0000100000 r--p 00000000 fe:01 1001 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1
@@ -58,3 +58,11 @@ def test_compile_program_drops_compiler_pages_before_and_heap_after(monkeypatch)
     monkeypatch.setattr(compiler, "with_own_ids", lambda text: f"/* ids */ {text}")
     assert compiler.compile_program(fake_bpf, "int x;") == "loaded"
     assert calls == ["pages", "compile /* ids */ int x;", "heap"]
+
+
+def test_a_bcc_failure_is_told_by_its_last_line_or_its_repr() -> None:
+    # bcc's compile errors carry the compiler's output first and the cause last
+    failure = Exception("/virtual/main.c:12:3: error: use of undeclared identifier 'x'\n1 error generated.\n"
+                        "Failed to compile BPF module <text>\n")
+    assert bcc_error(failure) == "Failed to compile BPF module <text>"
+    assert bcc_error(Exception("  ")) == "Exception('  ')" and bcc_error(OSError()) == "OSError()"

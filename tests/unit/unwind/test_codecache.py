@@ -21,34 +21,12 @@ from profiler.unwind.codecache import (
     find_blob,
     read_code_cache,
 )
+from tests.fixtures.memory import FakeMemory
 
 HEAP_LOW = 0x7F00_0000_0000
 SEGMAP = 0x7E00_0000_0000
 SHIFT = 7  # 128-byte segments
 HEAPBLOCK = 16
-
-
-class FakeMemory:
-    """Sparse little-endian memory: reads of unwritten bytes fail like /proc/PID/mem's."""
-
-    def __init__(self) -> None:
-        self.bytes: dict[int, int] = {}
-
-    def write(self, address: int, data: bytes) -> None:
-        for index, value in enumerate(data):
-            self.bytes[address + index] = value
-
-    def read(self, address: int, size: int) -> bytes:
-        try:
-            return bytes(self.bytes[address + index] for index in range(size))
-        except KeyError:
-            raise OSError(f"unmapped {address:#x}") from None
-
-    def u64(self, address: int) -> int:
-        return int.from_bytes(self.read(address, 8), "little")
-
-    def s32(self, address: int) -> int:
-        return int.from_bytes(self.read(address, 4), "little", signed=True)
 
 
 def _layout(kind: int = -1) -> CodeCacheLayout:

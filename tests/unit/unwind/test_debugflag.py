@@ -11,35 +11,10 @@ import pytest
 
 from profiler.errors import VMStructsError
 from profiler.unwind import debugflag
+from tests.fixtures.memory import FakeMemory
 
 STRIDE, NAME_AT, ADDR_AT, TYPE_AT = 48, 8, 16, 0
 TABLE, COUNT_AT, FLAGS_AT, STRINGS = 0x10000, 0x9000, 0x9008, 0x20000
-
-
-class FakeMemory:
-    """A sparse address space: bytes written at addresses, reads anywhere else fail like /proc/PID/mem."""
-
-    def __init__(self) -> None:
-        self.bytes: dict[int, int] = {}
-
-    def put(self, address: int, data: bytes) -> None:
-        for index, byte in enumerate(data):
-            self.bytes[address + index] = byte
-
-    def read(self, address: int, size: int) -> bytes:
-        try:
-            return bytes(self.bytes[address + i] for i in range(size))
-        except KeyError:
-            raise OSError(f"unreadable {address:#x}") from None
-
-    def u64(self, address: int) -> int:
-        return int.from_bytes(self.read(address, 8), "little")
-
-    def c_string(self, address: int) -> str:
-        out = bytearray()
-        while (byte := self.read(address + len(out), 1)) != b"\0":
-            out += byte
-        return out.decode()
 
 
 def jvm_memory(flags: list[tuple[str, int, int]], count: int | None = None) -> FakeMemory:
@@ -48,14 +23,14 @@ def jvm_memory(flags: list[tuple[str, int, int]], count: int | None = None) -> F
     at = STRINGS
     for index, (name, kind, value_address) in enumerate(flags):
         entry = TABLE + index * STRIDE
-        memory.put(at, name.encode() + b"\0")
-        memory.put(entry + NAME_AT, struct.pack("<Q", at))
-        memory.put(entry + ADDR_AT, struct.pack("<Q", value_address))
-        memory.put(entry + TYPE_AT, struct.pack("<i", kind))
+        memory.write(at, name.encode() + b"\0")
+        memory.write(entry + NAME_AT, struct.pack("<Q", at))
+        memory.write(entry + ADDR_AT, struct.pack("<Q", value_address))
+        memory.write(entry + TYPE_AT, struct.pack("<i", kind))
         at += len(name) + 1
-    memory.put(TABLE + len(flags) * STRIDE + NAME_AT, struct.pack("<Q", 0))
-    memory.put(FLAGS_AT, struct.pack("<Q", TABLE))
-    memory.put(COUNT_AT, struct.pack("<Q", len(flags) + 1 if count is None else count))
+    memory.write(TABLE + len(flags) * STRIDE + NAME_AT, struct.pack("<Q", 0))
+    memory.write(FLAGS_AT, struct.pack("<Q", TABLE))
+    memory.write(COUNT_AT, struct.pack("<Q", len(flags) + 1 if count is None else count))
     return memory
 
 

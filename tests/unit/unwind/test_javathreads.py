@@ -18,7 +18,7 @@ from profiler.unwind.javathreads import (
     thread_layout,
 )
 from profiler.unwind.vmstructs import VMLayout
-from tests.unit.unwind.test_codecache import FakeMemory
+from tests.fixtures.memory import FakeMemory
 
 LIST_POINTER = 0x7F00_0000_1000  # ThreadsSMRSupport::_java_thread_list (a static)
 LIST = 0x7F00_0000_2000

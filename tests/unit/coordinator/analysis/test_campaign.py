@@ -28,7 +28,7 @@ from coordinator.cli import main as coordinator_main
 from coordinator.commands.campaign import varying_label
 from profiler.errors import ConfigError
 from profiler.matching.stats import share_ci95
-from tests.fixtures.captures import multi_run_hosts, write_run_dir
+from tests.fixtures.captures import gc_grown_runs, multi_run_hosts, write_run_dir
 
 HOSTILE = "</script><img src=x onerror=alert(1)>"
 
@@ -200,13 +200,8 @@ def test_diff_flamegraph_known_answer() -> None:
 
 
 def test_compare_out_writes_table_and_differential_flamegraph(tmp_path: Path) -> None:
-    from tests.fixtures.captures import GC_STACK, JSON_STACK, KAFKA_STACK, PidSpec
-
     # GIVEN two analysed runs whose GC share doubled
-    run_a = write_run_dir(tmp_path / "a", "a", {"h1": [PidSpec(1, {KAFKA_STACK: 500, JSON_STACK: 300, GC_STACK: 200})]})
-    run_b = write_run_dir(tmp_path / "b", "b", {"h1": [PidSpec(1, {KAFKA_STACK: 500, JSON_STACK: 100, GC_STACK: 400})]})
-    for run in (run_a, run_b):
-        analyze([run], engine="in-process")
+    run_a, run_b = gc_grown_runs(tmp_path)
     # WHEN compare writes its page
     out = tmp_path / "cmp"
     assert coordinator_main(["compare", str(run_a), str(run_b), "--out", str(out)]) == 0
