@@ -15,25 +15,12 @@ from pathlib import Path
 from coordinator import rundir
 from coordinator.remote import deploy
 from coordinator.remote.cluster import HostSpec, load_cluster
-from coordinator.remote.hosts import HostTransport, RunRequest, run_request
+from coordinator.remote.hosts import HostTransport, run_request
 from coordinator.remote.progress import ProgressBoard, make_renderer
 from coordinator.remote.session import LOG_FILE, TransportFactory
-from coordinator.remote.worker import HostWorker, RunControl, RunLog
+from coordinator.remote.worker import HostWorker, RunContext, RunControl, RunLog
 from coordinator.rundir import HostOutcome, RunInfo
 from profiler.errors import CaptureFormatError, OutputExistsError
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What every recovery worker shares."""
-
-    run_dir: Path
-    request: RunRequest
-    control: RunControl
-    board: ProgressBoard
-    log: RunLog
-    finish_grace: float
-    start_at: float | None
 
 
 @dataclass(frozen=True)
@@ -45,10 +32,12 @@ class FetchOutcome:
 class RecoveryWorker(HostWorker):
     """A HostWorker that takes over a work directory instead of deploying: wait, fetch, clean up."""
 
-    def __init__(self, transport: HostTransport, run: RunContext, previous: HostOutcome) -> None:
-        super().__init__(transport, run.request, run.run_dir, run.control, run.board, run.log, run.finish_grace)
+    def __init__(
+        self, transport: HostTransport, context: RunContext, previous: HostOutcome, start_at: float | None
+    ) -> None:
+        super().__init__(transport, context)
         self.outcome = replace(previous, address=transport.address)
-        self.start_at = run.start_at
+        self.start_at = start_at
 
     def _run(self) -> None:
         transport = self.transport
@@ -113,8 +102,8 @@ def fetch_run(
     log = RunLog(run_dir / LOG_FILE)
     control = RunControl()
     control.go.set()
-    context = RunContext(run_dir, request, control, board, log, grace, info.start_time)
-    workers = [RecoveryWorker(factory(specs[h.host]), context, h) for h in pending]
+    context = RunContext(request, run_dir, control, board, log, grace)
+    workers = [RecoveryWorker(factory(specs[h.host]), context, h, info.start_time) for h in pending]
     renderer.start()
     # Ctrl-C here leaves everything as it was: the profilers run on, run.json still names their
     # work directories, and the next `coordinator fetch` takes over.

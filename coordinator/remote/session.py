@@ -29,7 +29,7 @@ from coordinator.remote.hosts import (
     one_line,
 )
 from coordinator.remote.progress import ProgressBoard, Renderer, make_renderer
-from coordinator.remote.worker import READY_TIMEOUT, HostWorker, RunControl, RunLog
+from coordinator.remote.worker import READY_TIMEOUT, HostWorker, RunContext, RunControl, RunLog
 from coordinator.rundir import HostOutcome, RunInfo
 from profiler import __version__
 from profiler.errors import ProfilerError, config_error
@@ -220,10 +220,8 @@ def profile_cluster(
     log = RunLog(out_dir / LOG_FILE, clock)
     control = RunControl(clock)
     finish_grace = max(60.0, 0.25 * request.duration) if options.finish_grace is None else options.finish_grace
-    workers = [
-        HostWorker(factory(spec), request, out_dir, control, board, log, finish_grace, options.reconnect_window)
-        for spec in hosts
-    ]
+    context = RunContext(request, out_dir, control, board, log, finish_grace, options.reconnect_window)
+    workers = [HostWorker(factory(spec), context) for spec in hosts]
     progress = RunJsonWriter(out_dir, info)
     delay = DEFAULT_START_DELAY if options.start_delay is None else options.start_delay
     warmup: SparkWarmup | None = None

@@ -11,7 +11,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,30 +79,28 @@ class RunControl:
         self.confirmed.set()
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What the workers of one run share: the request every host runs, the run's directory, control, board and
+    log, and how long a host is waited for past its window."""
+
+    request: RunRequest
+    run_dir: Path
+    control: RunControl
+    board: ProgressBoard
+    log: RunLog
+    finish_grace: float
+    reconnect_window: float = 60.0  # seconds a lost host is retried beyond the profiler's end
+
+
 class HostWorker(threading.Thread):
     """Drives one host through connect → deploy → start → watch → fetch → clean up."""
 
-    def __init__(
-        self,
-        transport: HostTransport,
-        request: RunRequest,
-        run_dir: Path,
-        control: RunControl,
-        board: ProgressBoard,
-        log: RunLog,
-        finish_grace: float,
-        reconnect_window: float = 60.0,
-    ) -> None:
+    def __init__(self, transport: HostTransport, context: RunContext) -> None:
         super().__init__(name=f"host-{transport.spec.label}", daemon=True)
         self.transport = transport
         self.spec = transport.spec
-        self.request = request
-        self.run_dir = run_dir
-        self.control = control
-        self.board = board
-        self.log = log
-        self.finish_grace = finish_grace
-        self.reconnect_window = reconnect_window  # seconds a lost host is retried beyond the profiler's end
+        self.context = context
         self.ready = threading.Event()
         # its profiler waits with every program attached, or is past that (sampling, finished, failed): the
         # common start need not wait for it any longer
@@ -111,7 +109,7 @@ class HostWorker(threading.Thread):
         self.start_missed = ""  # why the confirmed start did not reach the host
         self.collected = threading.Event()  # the outcome is known; only the clean-up may still run
         self.finished = threading.Event()  # cleaned up (or given up) and closed: the thread ends
-        self.clock = control.clock
+        self.clock = context.control.clock
         self.outcome = HostOutcome(
             host=self.spec.label,
             address=transport.address,
@@ -125,8 +123,8 @@ class HostWorker(threading.Thread):
     # --------------------------------------------------------------- helpers
 
     def _phase(self, phase: str, message: str = "", **extra: Any) -> None:
-        self.board.update(self.spec.label, phase=phase, message=message, **extra)
-        self.log.write(self.spec.label, phase + (f": {message}" if message else ""))
+        self.context.board.update(self.spec.label, phase=phase, message=message, **extra)
+        self.context.log.write(self.spec.label, phase + (f": {message}" if message else ""))
 
     def _fail(self, reason: str) -> None:
         reason = one_line(reason, 500)
@@ -142,12 +140,12 @@ class HostWorker(threading.Thread):
             self._phase("reconnecting", f"attempt {attempt}")
             try:
                 self.transport.reconnect()
-                self.log.write(self.spec.label, "reconnected")
+                self.context.log.write(self.spec.label, "reconnected")
                 return True
             except HostKeyError:
                 raise
             except ProfilerError as exc:
-                self.log.write(self.spec.label, f"reconnect failed: {exc}")
+                self.context.log.write(self.spec.label, f"reconnect failed: {exc}")
             # Not interruptible by a stop request: stopping needs the host too.
             self.clock.sleep(min(2.0, max(0.0, deadline - self.clock.monotonic())))
         return False
@@ -157,7 +155,7 @@ class HostWorker(threading.Thread):
             try:
                 return action()
             except TransportLost as exc:
-                self.log.write(self.spec.label, f"connection lost: {exc}")
+                self.context.log.write(self.spec.label, f"connection lost: {exc}")
                 if not self._reconnect(deadline):
                     raise
 
@@ -169,7 +167,7 @@ class HostWorker(threading.Thread):
         except ProfilerError as exc:
             self._fail(str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug must fail one host, not hang the run
-            self.log.write(self.spec.label, traceback.format_exc())
+            self.context.log.write(self.spec.label, traceback.format_exc())
             self._fail(f"internal error: {exc.__class__.__name__}: {exc}")
         finally:
             self.ready.set()
@@ -179,17 +177,17 @@ class HostWorker(threading.Thread):
 
     def _cleanup(self) -> None:
         try:
-            deadline = self.clock.monotonic() + self.reconnect_window
+            deadline = self.clock.monotonic() + self.context.reconnect_window
             self._with_reconnect(self.transport.cleanup, deadline)
-            self.log.write(self.spec.label, "cleaned up")
+            self.context.log.write(self.spec.label, "cleaned up")
             self.outcome = replace(self.outcome, workdir="")
         except Exception as exc:  # noqa: BLE001 - report, never mask the outcome
-            self.log.write(self.spec.label, f"cleanup failed: {exc}")
+            self.context.log.write(self.spec.label, f"cleanup failed: {exc}")
             note = f"cleanup failed, check the host for leftovers: {exc}"
             if self.outcome.workdir:
                 note = (
                     f"not cleaned up ({exc}): {self.outcome.workdir} stays on the host; "
-                    f"`coordinator fetch {self.run_dir}` fetches what it holds and removes it"
+                    f"`coordinator fetch {self.context.run_dir}` fetches what it holds and removes it"
                 )
             reason = f"{self.outcome.reason}; {note}" if self.outcome.reason else note
             self.outcome = replace(self.outcome, reason=reason)
@@ -207,24 +205,24 @@ class HostWorker(threading.Thread):
         self._phase("deploying")
         offset = transport.measure_clock_offset()
         self.outcome = replace(self.outcome, clock_offset=round(offset, 6))
-        self.log.write(self.spec.label, f"clock offset {offset:+.6f} s")
-        transport.deploy(self.request.profile, self.request.known_spes)
+        self.context.log.write(self.spec.label, f"clock offset {offset:+.6f} s")
+        transport.deploy(self.context.request.profile, self.context.request.known_spes)
         self.outcome = replace(
             self.outcome,
             workdir=transport.work_directory or "",
-            reason=f"{NOT_COLLECTED}: the coordinator stopped first; try `coordinator fetch {self.run_dir}`",
+            reason=f"{NOT_COLLECTED}: the coordinator stopped first; try `coordinator fetch {self.context.run_dir}`",
         )
         self._preflight()
         self._phase("ready")
         self.ready.set()
-        while not self.clock.wait(self.control.go, 0.2):
-            if self.control.stop.is_set():
+        while not self.clock.wait(self.context.control.go, 0.2):
+            if self.context.control.stop.is_set():
                 break
-        if self.control.stop.is_set():
+        if self.context.control.stop.is_set():
             self._fail("interrupted before sampling started")
             return
-        start_at = self.control.start_at
-        request = replace(self.request, start_at=start_at)
+        start_at = self.context.control.start_at
+        request = replace(self.context.request, start_at=start_at)
         self._phase("starting")
         transport.start_profiler(request)
         try:
@@ -257,25 +255,25 @@ class HostWorker(threading.Thread):
         """Poll the status file until the profiler finishes; forward a stop; survive connection drops
         (TransportLost once the host stayed unreachable beyond the reconnect window)."""
         transport = self.transport
-        window_end = start_at + self.request.duration
-        stop_deadline = window_end + self.finish_grace  # coordinator wall clock
+        window_end = start_at + self.context.request.duration
+        stop_deadline = window_end + self.context.finish_grace  # coordinator wall clock
         last: ProfilerStatus | None = None
         polls = 0
         kill_at: float | None = None
         while True:
             now = self.clock.time()
-            retry = max(self.reconnect_window / 2, stop_deadline + self.reconnect_window - now)
+            retry = max(self.context.reconnect_window / 2, stop_deadline + self.context.reconnect_window - now)
             reconnect_until = self.clock.monotonic() + retry
-            if self.control.stop.is_set() and not self.stop_sent:
+            if self.context.control.stop.is_set() and not self.stop_sent:
                 self.stop_sent = True
                 self._phase("stopping", "asked the profiler to stop (SIGINT)")
                 self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
             if now > stop_deadline and not self.stop_sent:
                 self.stop_sent = True
-                self._phase("stopping", f"not finished {self.finish_grace:.0f} s after the window; sent SIGINT")
+                self._phase("stopping", f"not finished {self.context.finish_grace:.0f} s after the window; sent SIGINT")
                 self._with_reconnect(lambda: transport.signal_profiler("INT"), reconnect_until)
                 kill_at = self.clock.time() + 30
-            if self.control.confirmed.is_set() and not self.start_sent:
+            if self.context.control.confirmed.is_set() and not self.start_sent:
                 self._send_start()
             if kill_at is not None and self.clock.time() > kill_at:
                 self._with_reconnect(lambda: transport.signal_profiler("KILL"), reconnect_until)
@@ -288,12 +286,13 @@ class HostWorker(threading.Thread):
                     self.armed.set()
                 # A host that starts late (BPF compilation slower than the start delay) gets its whole
                 # window before the grace; one stuck compiling is waited for READY_TIMEOUT at most.
+                window = self.context.request.duration + self.context.finish_grace
                 if status.state == "sampling":
-                    stop_deadline = max(stop_deadline, now - status.elapsed + self.request.duration + self.finish_grace)
+                    stop_deadline = max(stop_deadline, now - status.elapsed + window)
                 elif status.state == "starting" and now < start_at + READY_TIMEOUT:
-                    stop_deadline = max(stop_deadline, now + self.request.duration + self.finish_grace)
+                    stop_deadline = max(stop_deadline, now + window)
                 phase = "stopping" if self.stop_sent and not status.finished else status.state
-                self.board.update(
+                self.context.board.update(
                     self.spec.label,
                     phase=phase,
                     elapsed=status.elapsed,
@@ -304,7 +303,7 @@ class HostWorker(threading.Thread):
                 )
                 if status.finished:
                     detail = f": {status.error}" if status.error else ""
-                    self.log.write(self.spec.label, f"profiler {status.state}{detail}")
+                    self.context.log.write(self.spec.label, f"profiler {status.state}{detail}")
                     return status
             # A profiler that died before writing "done" leaves a stale or no status file: check the process.
             polls += 1
@@ -315,7 +314,7 @@ class HostWorker(threading.Thread):
                     if final is not None and final.finished:
                         return final
                     tail = self._with_reconnect(lambda: transport.log_tail(5), reconnect_until).strip()
-                    self.log.write(self.spec.label, f"profiler exited without finishing; log:\n{tail}")
+                    self.context.log.write(self.spec.label, f"profiler exited without finishing; log:\n{tail}")
                     last_line = _error_line(tail) if _has_error(tail) else _vanished(final or last)
                     self.outcome = replace(self.outcome, reason=f"profiler exited early: {last_line}")
                     return final or ProfilerStatus("failed", error=last_line)
@@ -326,30 +325,33 @@ class HostWorker(threading.Thread):
             )
             if self.stop_sent:
                 self.clock.sleep(interval)
-            elif not self.control.confirmed.is_set() and (last is None or last.state in ("starting", "waiting")):
+            elif not (confirmed := self.context.control.confirmed).is_set() and (
+                last is None or last.state in ("starting", "waiting")
+            ):
                 # before the window: wake as soon as the common start is confirmed (a stop waits this long)
-                self.clock.wait(self.control.confirmed, READY_POLL_INTERVAL)
+                self.clock.wait(confirmed, READY_POLL_INTERVAL)
             else:
-                self.clock.wait(self.control.stop, interval)
+                self.clock.wait(self.context.control.stop, interval)
 
     def _send_start(self) -> None:
         """The confirmed common start to the host's start file; one try: without it the host starts at the
         latest start it was given, and _check_start says why it was late."""
         self.start_sent = True
-        start_at = self.control.start_at
+        start_at = self.context.control.start_at
         assert start_at is not None
         try:
             self.transport.confirm_start(start_at)
         except (TransportLost, OSError) as exc:
             self.start_missed = one_line(str(exc))
-            self.log.write(self.spec.label, f"start not sent ({self.start_missed}); it starts at the latest start")
+            message = f"start not sent ({self.start_missed}); it starts at the latest start"
+            self.context.log.write(self.spec.label, message)
 
     def _collect(self, status: ProfilerStatus | None) -> None:
         self._phase("fetching")
-        dest = rundir.host_capture_dir(self.run_dir, self.spec.label)
-        deadline = self.clock.monotonic() + 2 * self.reconnect_window
+        dest = rundir.host_capture_dir(self.context.run_dir, self.spec.label)
+        deadline = self.clock.monotonic() + 2 * self.context.reconnect_window
         try:
-            self._with_reconnect(lambda: self.transport.fetch_capture(dest, self.request.fetch_all), deadline)
+            self._with_reconnect(lambda: self.transport.fetch_capture(dest, self.context.request.fetch_all), deadline)
         except TransportLost as exc:
             self._fail(f"could not fetch the capture: {exc}")
             return
@@ -378,7 +380,7 @@ class HostWorker(threading.Thread):
         if meta.stopped_by not in ("duration", "recovered"):
             reasons.append(
                 "stopped early by Ctrl-C on the coordinator"
-                if self.control.stop.is_set()
+                if self.context.control.stop.is_set()
                 else f"stopped early ({meta.stopped_by})"
             )
         state = HOST_OK if not reasons else HOST_PARTIAL
@@ -412,11 +414,11 @@ class HostWorker(threading.Thread):
             result = self._with_reconnect(lambda: transport.recover_capture(RECOVER_TIMEOUT), deadline)
             if result.returncode != 0:
                 why = _error_line(result.stderr or result.stdout)
-                self.log.write(self.spec.label, f"recovery failed: {why}")
+                self.context.log.write(self.spec.label, f"recovery failed: {why}")
                 return f"nothing recovered: {why}"
-            self.log.write(self.spec.label, f"recovery: {one_line(result.stdout)}")
+            self.context.log.write(self.spec.label, f"recovery: {one_line(result.stdout)}")
             self._phase("fetching", "the recovered capture")
-            self._with_reconnect(lambda: transport.fetch_capture(dest, self.request.fetch_all), deadline)
+            self._with_reconnect(lambda: transport.fetch_capture(dest, self.context.request.fetch_all), deadline)
         except TransportLost as exc:
             return f"not recovered: {exc}"
         return ""
@@ -429,7 +431,7 @@ class HostWorker(threading.Thread):
                 stats = read_sampler_stats(dest, process.pid) if process.sampled else None
                 samples += stats.samples if stats is not None else 0
         except ProfilerError as exc:  # the analysis will say what is wrong with the capture
-            self.log.write(self.spec.label, f"recovered capture unreadable: {exc}")
+            self.context.log.write(self.spec.label, f"recovered capture unreadable: {exc}")
         until = meta.end_time - (self.outcome.clock_offset or 0.0)
         stamp = time.strftime("%H:%M:%S", time.localtime(until))
         return (
@@ -439,8 +441,8 @@ class HostWorker(threading.Thread):
 
     def _check_start(self, host_start: float) -> None:
         """All hosts should begin within a second: say which host missed the common start and the fix."""
-        planned = self.control.start_at
-        if planned is None or self.control.stop.is_set():
+        planned = self.context.control.start_at
+        if planned is None or self.context.control.stop.is_set():
             return
         late = host_start - (self.outcome.clock_offset or 0.0) - planned
         if late > LATE_START_TOLERANCE:
@@ -450,7 +452,7 @@ class HostWorker(threading.Thread):
                 else "(BPF compilation took longer than the start delay); raise --start-delay"
             )
             self.warnings.append(f"{self.spec.label}: started sampling {late:.1f} s after the common start {why}")
-            self.log.write(self.spec.label, self.warnings[-1])
+            self.context.log.write(self.spec.label, self.warnings[-1])
 
 
 def _has_error(log_tail: str) -> bool:
