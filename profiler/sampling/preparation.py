@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..bpf.compiler import release_freed_memory
@@ -36,6 +37,16 @@ MAX_LATE = 8  # preparations past their deadline and still running; beyond, new 
 WHAT = "unwind preparation (CFI tables, JVM vmStructs)"
 
 
+@dataclass(frozen=True)
+class PreparationLimits:
+    """How long a target's preparation may take and how many run at once (the module's docstring)."""
+
+    deadline: float = PREPARE_SECONDS
+    workers: int = PREPARE_WORKERS
+    max_late: int = MAX_LATE
+    lease: float = PREPARE_LEASE
+
+
 class TargetPreparation:
     """Runs ``prepare(pid)`` once for every submitted pid, each in its own worker thread, at most ``workers``
     at once, dispatched by a supervisor thread that also watches the deadlines.
@@ -47,20 +58,11 @@ class TargetPreparation:
     """
 
     def __init__(
-        self,
-        prepare: Callable[[int], None],
-        warnings: list[str],
-        deadline: float = PREPARE_SECONDS,
-        workers: int = PREPARE_WORKERS,
-        max_late: int = MAX_LATE,
-        lease: float = PREPARE_LEASE,
+        self, prepare: Callable[[int], None], warnings: list[str], limits: PreparationLimits = PreparationLimits()
     ) -> None:
         self._prepare = prepare
         self._warnings = warnings
-        self.deadline = deadline
-        self.workers = workers
-        self.max_late = max_late
-        self.lease = lease
+        self.limits = limits
         self._cond = threading.Condition()
         self._waiting: deque[int] = deque()
         self._running: dict[int, float] = {}  # pid -> its deadline (time.monotonic()), every one not late yet
@@ -128,30 +130,30 @@ class TargetPreparation:
                 self._late.add(pid)
                 self.outcomes[pid] = "late"
                 self._warnings.append(
-                    f"pid {pid}: {WHAT} not done after {self.deadline:g} s; sampled meanwhile, its frames "
+                    f"pid {pid}: {WHAT} not done after {self.limits.deadline:g} s; sampled meanwhile, its frames "
                     "unnamed where its tables are not ready (a slow or crafted target; the others go on)"
                 )
 
     def _end_leases(self, now: float) -> None:
         """Preparations past their lease go on without a slot while targets wait and room is left."""
         for pid, lease_end in list(self._holding.items()):
-            room = len(self._running) + len(self._late) < self.workers + self.max_late
+            room = len(self._running) + len(self._late) < self.limits.workers + self.limits.max_late
             if self._waiting and room and now >= lease_end:
                 del self._holding[pid]
                 self._dispatch(now)
 
     def _dispatch(self, now: float) -> None:
-        while self._waiting and len(self._holding) < self.workers:
+        while self._waiting and len(self._holding) < self.limits.workers:
             pid = self._waiting.popleft()
-            if len(self._late) >= self.max_late:
+            if len(self._late) >= self.limits.max_late:
                 self.outcomes[pid] = "refused"
                 self._warnings.append(
                     f"pid {pid}: {WHAT} refused: {len(self._late)} preparations still run past their deadline; "
                     "its samples kept, walked by frame pointers only"
                 )
                 continue
-            self._running[pid] = now + self.deadline
-            self._holding[pid] = now + self.lease
+            self._running[pid] = now + self.limits.deadline
+            self._holding[pid] = now + self.limits.lease
             self.outcomes[pid] = "running"
             worker = threading.Thread(target=self._work, args=(pid,), name=f"prepare-{pid}", daemon=True)
             worker.start()

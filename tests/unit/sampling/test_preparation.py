@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from profiler.sampling.preparation import TargetPreparation
+from profiler.sampling.preparation import PreparationLimits, TargetPreparation
 from profiler.sampling.sampler import StackSampler
 
 
@@ -32,7 +32,7 @@ def test_a_hanging_target_does_not_delay_another_targets_publication() -> None:
     # GIVEN two workers and a target whose preparation hangs (long before its deadline)
     targets = HangingTargets(hang=frozenset({1}))
     warnings: list[str] = []
-    preparation = TargetPreparation(targets.prepare, warnings, deadline=30, workers=2)
+    preparation = TargetPreparation(targets.prepare, warnings, PreparationLimits(deadline=30, workers=2))
     preparation.start()
     try:
         # WHEN both are submitted, the hanging one first
@@ -50,7 +50,7 @@ def test_past_its_lease_a_slow_target_goes_on_beside_the_next_one_without_a_warn
     # GIVEN one worker and a target whose preparation hangs past its lease, long before its deadline
     targets = HangingTargets(hang=frozenset({1}))
     warnings: list[str] = []
-    preparation = TargetPreparation(targets.prepare, warnings, deadline=30, workers=1, lease=0.2)
+    preparation = TargetPreparation(targets.prepare, warnings, PreparationLimits(deadline=30, workers=1, lease=0.2))
     preparation.start()
     try:
         preparation.submit(1)
@@ -72,7 +72,8 @@ def test_leases_never_run_more_than_workers_plus_the_late_cap_at_once() -> None:
     # GIVEN one worker, at most one late preparation, and three targets that all hang past their leases
     targets = HangingTargets(hang=frozenset({1, 2, 3}))
     warnings: list[str] = []
-    preparation = TargetPreparation(targets.prepare, warnings, deadline=30, workers=1, max_late=1, lease=0.1)
+    limits = PreparationLimits(deadline=30, workers=1, max_late=1, lease=0.1)
+    preparation = TargetPreparation(targets.prepare, warnings, limits)
     preparation.start()
     try:
         for pid in (1, 2, 3):
@@ -96,7 +97,7 @@ def test_past_its_deadline_a_target_gives_up_its_slot_with_one_warning() -> None
     # GIVEN one worker and a target that hangs past its deadline
     targets = HangingTargets(hang=frozenset({1}))
     warnings: list[str] = []
-    preparation = TargetPreparation(targets.prepare, warnings, deadline=0.3, workers=1)
+    preparation = TargetPreparation(targets.prepare, warnings, PreparationLimits(deadline=0.3, workers=1))
     preparation.start()
     try:
         preparation.submit(1)
@@ -119,7 +120,7 @@ def test_past_its_deadline_a_target_gives_up_its_slot_with_one_warning() -> None
 def test_a_failing_target_is_one_warning_and_the_others_are_prepared() -> None:
     targets = HangingTargets(fail=frozenset({3}))
     warnings: list[str] = []
-    preparation = TargetPreparation(targets.prepare, warnings, deadline=30, workers=1)
+    preparation = TargetPreparation(targets.prepare, warnings, PreparationLimits(deadline=30, workers=1))
     preparation.start()
     try:
         for pid in (3, 4, 3):  # submitted twice: prepared once
@@ -138,7 +139,7 @@ def test_targets_past_the_late_cap_are_refused_by_name() -> None:
     # GIVEN at most one late preparation tolerated; WHEN one hangs past its deadline
     targets = HangingTargets(hang=frozenset({1}))
     warnings: list[str] = []
-    preparation = TargetPreparation(targets.prepare, warnings, deadline=0.2, workers=1, max_late=1)
+    preparation = TargetPreparation(targets.prepare, warnings, PreparationLimits(deadline=0.2, workers=1, max_late=1))
     preparation.start()
     try:
         preparation.submit(1)
