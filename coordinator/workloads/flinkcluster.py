@@ -25,16 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
-from coordinator.workloads.processes import (
-    ScratchLifecycle,
-    free_port,
-    live_process_tree,
-    log_tail,
-    poll_until,
-    spawn_logged,
-    stop_all,
-    terminate_group,
-)
+from coordinator.workloads import processes
 from coordinator.workloads.sparkcluster import DEFAULT_JAVA_OPTIONS, java_home
 from coordinator.workloads.ysb.javabuild import cache_dir
 from profiler.errors import CapabilityError, ProfilerError
@@ -137,7 +128,7 @@ class FlinkProcess:
 # poll_until, stopping with stop_all, releasing the scratch directory); what stays here apart from
 # sparkcluster.py is engine-specific and only looks alike: Flink is configured by config.yaml and asked
 # over its REST API, Spark by environment variables and its Master's web UI and log lines.
-class LocalFlinkCluster(ScratchLifecycle):
+class LocalFlinkCluster(processes.ScratchLifecycle):
     """Context manager: a standalone JobManager and ``taskmanagers`` TaskManagers on 127.0.0.1.
 
     Each TaskManager has ``slots`` slots; every JVM runs with -XX:+PreserveFramePointer
@@ -193,8 +184,8 @@ class LocalFlinkCluster(ScratchLifecycle):
             return self
         home = self.home
         self.make_scratch(self.log_dir, "flink-local-")
-        self.rest_port = free_port()
-        self.rpc_port = free_port()
+        self.rest_port = processes.free_port()
+        self.rpc_port = processes.free_port()
         conf_dir = self._write_conf(home)
         self._env = dict(os.environ)
         self._env.update({"FLINK_CONF_DIR": str(conf_dir), "JAVA_HOME": str(java_home()), "FLINK_HOME": str(home)})
@@ -265,7 +256,7 @@ class LocalFlinkCluster(ScratchLifecycle):
         # start-foreground: the script execs flink-console.sh, which execs the JVM, so the child we
         # hold is the JVM itself (its own process group, SIGTERM when we die).
         argv = [str(self.home / "bin" / f"{role}.sh"), "start-foreground"]
-        process = spawn_logged(argv, log_path, self._env, self.tmp_dir)
+        process = processes.spawn_logged(argv, log_path, self._env, self.tmp_dir)
         return FlinkProcess(process, log_path, role)
 
     def rest(self, path: str, method: str = "GET", body: bytes | None = None, content_type: str = "") -> Any:
@@ -283,7 +274,7 @@ class LocalFlinkCluster(ScratchLifecycle):
             if proc.process.poll() is not None:
                 raise FlinkClusterError(
                     f"{proc.log_path}: Flink {proc.role} exited with code {proc.process.returncode}; "
-                    f"its log ends: {log_tail(proc.log_path)}"
+                    f"its log ends: {processes.log_tail(proc.log_path)}"
                 )
 
     def _wait_rest(self) -> None:
@@ -293,7 +284,7 @@ class LocalFlinkCluster(ScratchLifecycle):
                     return True
             return None
 
-        poll_until(
+        processes.poll_until(
             up,
             self.start_timeout,
             lambda: FlinkClusterError(
@@ -311,7 +302,7 @@ class LocalFlinkCluster(ScratchLifecycle):
         return len(listing.get("taskmanagers", [])) if isinstance(listing, dict) else 0
 
     def wait_for_taskmanagers(self, count: int, timeout: float | None = None) -> None:
-        poll_until(
+        processes.poll_until(
             lambda: True if self.registered_taskmanagers() >= count else None,
             timeout or self.start_timeout,
             lambda: FlinkClusterError(
@@ -333,7 +324,7 @@ class LocalFlinkCluster(ScratchLifecycle):
 
     def remove_taskmanager(self, worker: FlinkProcess) -> None:
         """Stop one TaskManager (its process group); the JobManager notices after its heartbeat timeout."""
-        terminate_group(worker.process, _STOP_GRACE_S)
+        processes.terminate_group(worker.process, _STOP_GRACE_S)
         self.workers.remove(worker)
 
     # --- jobs ------------------------------------------------------------------------------------
@@ -381,7 +372,7 @@ class LocalFlinkCluster(ScratchLifecycle):
                     return state
             return None
 
-        return poll_until(
+        return processes.poll_until(
             running,
             timeout,
             lambda: FlinkClusterError(f"Flink job {job_id} not running after {timeout:.0f} s; read {self.tmp_dir}"),
@@ -413,12 +404,12 @@ class LocalFlinkCluster(ScratchLifecycle):
     def all_pids(self) -> list[int]:
         """Every live process this cluster started and their descendants."""
         roots = ([self.jobmanager.process.pid] if self.jobmanager else []) + [w.process.pid for w in self.workers]
-        return live_process_tree(roots)
+        return processes.live_process_tree(roots)
 
     def stop(self) -> None:
         """Kill the TaskManagers, then the JobManager, and wait for every one. Idempotent."""
         jobmanager = [self.jobmanager.process] if self.jobmanager is not None else []
-        stop_all([*(w.process for w in reversed(self.workers)), *jobmanager], self.all_pids(), _STOP_GRACE_S)
+        processes.stop_all([*(w.process for w in reversed(self.workers)), *jobmanager], self.all_pids(), _STOP_GRACE_S)
         self.jobmanager = None
         self.workers.clear()
         self.jobs.clear()
