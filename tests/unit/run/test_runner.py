@@ -19,17 +19,6 @@ import pytest
 import profiler.engines.events as events_module
 from profiler.capture import format as capture
 from profiler.capture.folded import format_folded
-from profiler.capture.format import (
-    CounterValue,
-    EventCount,
-    FlinkSubtask,
-    FlinkTaskManager,
-    NetStats,
-    PidCounters,
-    ProcessInfo,
-    SamplerStats,
-    VertexWindow,
-)
 from profiler.capture.offcpu import OffCpuEntry
 from profiler.capture.read import (
     read_contexts,
@@ -56,14 +45,14 @@ from profiler.run.window import command_started_ns, seconds_since
 PROFILE_TEXT = "Alpha: burnAlpha\nBeta: burnBeta\nGC: GC Thread\n"
 
 
-def proc(pid: int, role: str = "workload", kind: str = "executor") -> ProcessInfo:
-    return ProcessInfo(pid, role, "spark", kind, "root", f"java {kind}", 0.0, 0.0, preserve_frame_pointer=True)
+def proc(pid: int, role: str = "workload", kind: str = "executor") -> capture.ProcessInfo:
+    return capture.ProcessInfo(pid, role, "spark", kind, "root", f"java {kind}", 0.0, 0.0, preserve_frame_pointer=True)
 
 
 class FakeScope:
     exec_watch_mode = "tracepoint"
 
-    def __init__(self, initial: list[ProcessInfo], later: list[ProcessInfo], exits: list[int]) -> None:
+    def __init__(self, initial: list[capture.ProcessInfo], later: list[capture.ProcessInfo], exits: list[int]) -> None:
         self.initial, self.later, self.exits = initial, later, exits
         self.polls = 0
         self.closed = False
@@ -71,11 +60,11 @@ class FakeScope:
     def start(self) -> None:
         pass
 
-    def processes(self) -> list[ProcessInfo]:
+    def processes(self) -> list[capture.ProcessInfo]:
         """Every process found so far, as the real analyzer answers."""
         return list(self.initial) + (list(self.later) if self.polls >= 2 else [])
 
-    def poll(self) -> tuple[list[ProcessInfo], list[int]]:
+    def poll(self) -> tuple[list[capture.ProcessInfo], list[int]]:
         self.polls += 1
         if self.polls == 2:
             return list(self.later), []
@@ -83,7 +72,7 @@ class FakeScope:
             return [], list(self.exits)
         return [], []
 
-    def finish(self, end_time: float) -> list[ProcessInfo]:
+    def finish(self, end_time: float) -> list[capture.ProcessInfo]:
         return self.initial + self.later
 
     def close(self) -> None:
@@ -143,7 +132,7 @@ class FakeSampler:
             pid: CollectedStacks.of_folded(
                 counts,
                 Counter({(0, stack): count for stack, count in counts.items()}),
-                SamplerStats(pid, samples=sum(counts.values())),
+                capture.SamplerStats(pid, samples=sum(counts.values())),
             )
             for pid, counts in self.stacks.items()
             if pid in self.added
@@ -173,13 +162,14 @@ class FakeCounters:
     def pid_exited(self, pid: int) -> None:
         pass
 
-    def read(self, pid: int) -> PidCounters:
+    def read(self, pid: int) -> capture.PidCounters:
         self.reads[pid] += 1
-        clock = CounterValue(2e9, True, 10, 10)
-        if not self.growing:
-            return PidCounters(pid, {"task-clock": clock}, cycles=1000.0, cycles_estimated=True, cpu_seconds=2.0)
+        clock = capture.CounterValue(2e9, True, 10, 10)
         n = self.reads[pid]
-        return PidCounters(pid, {"task-clock": clock}, cycles=1000.0 * n, cycles_estimated=True, cpu_seconds=0.5 * n)
+        cycles, cpu_seconds = (1000.0 * n, 0.5 * n) if self.growing else (1000.0, 2.0)
+        return capture.PidCounters(
+            pid, {"task-clock": clock}, cycles=cycles, cycles_estimated=True, cpu_seconds=cpu_seconds
+        )
 
     def close(self) -> None:
         self.closed = True
@@ -191,17 +181,17 @@ class FakeEvents:
     def start(self, processes: object, window_start: float | None = None) -> None:
         pass
 
-    def vertex_windows(self) -> list[VertexWindow]:
+    def vertex_windows(self) -> list[capture.VertexWindow]:
         return []
 
-    def flink_placement(self) -> tuple[list[FlinkSubtask], list[FlinkTaskManager]]:
+    def flink_placement(self) -> tuple[list[capture.FlinkSubtask], list[capture.FlinkTaskManager]]:
         return [], []
 
-    def add_process(self, process: ProcessInfo) -> None:
+    def add_process(self, process: capture.ProcessInfo) -> None:
         pass
 
-    def finish(self, end_time: float) -> EventCount:
-        return EventCount(500, "--events")
+    def finish(self, end_time: float) -> capture.EventCount:
+        return capture.EventCount(500, "--events")
 
 
 class FakeNet:
@@ -216,8 +206,8 @@ class FakeNet:
     def stop(self) -> None:
         pass
 
-    def collect(self) -> dict[int, NetStats]:
-        return {101: NetStats(101, bytes_sent=10, bytes_received=20)}
+    def collect(self) -> dict[int, capture.NetStats]:
+        return {101: capture.NetStats(101, bytes_sent=10, bytes_received=20)}
 
     def close(self) -> None:
         pass
@@ -365,7 +355,7 @@ def test_failure_after_window_still_writes_partial_capture(tmp_path: Path) -> No
 def test_failure_inside_window_is_reraised_after_writing(tmp_path: Path) -> None:
     runner, components, out = make(tmp_path, duration=5)
 
-    def boom() -> tuple[list[ProcessInfo], list[int]]:
+    def boom() -> tuple[list[capture.ProcessInfo], list[int]]:
         raise RuntimeError("scope broke")
 
     components.scope.poll = boom  # type: ignore[method-assign]
@@ -417,7 +407,7 @@ class FakeSparkPlans:
     def start(self, processes: object) -> None:
         self.started = [p.pid for p in processes]  # type: ignore[attr-defined]
 
-    def add_process(self, process: ProcessInfo) -> None:
+    def add_process(self, process: capture.ProcessInfo) -> None:
         self.added.append(process.pid)
 
     def finish(self) -> dict[str, object]:
@@ -454,7 +444,7 @@ def test_flink_rest_api_that_does_not_answer_gives_a_health_line_and_a_complete_
     # GIVEN a JobManager in the scope whose REST API answers nothing (issue 22, item 6)
     monkeypatch.setattr(events_module, "discover_flink", lambda process, fetch, *rest: None)
     runner, components, out = make(tmp_path, duration=0.6)
-    jobmanager = ProcessInfo(300, "managing", "flink", "jobmanager", "root",
+    jobmanager = capture.ProcessInfo(300, "managing", "flink", "jobmanager", "root",
                              "java org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint", 0.0, 0.0)
     components.scope.initial.append(jobmanager)  # type: ignore[attr-defined]
     components.events = EventCounter(fetch=lambda url: {}, poll_seconds=0.1)
@@ -577,11 +567,11 @@ def test_without_off_cpu_the_columns_are_empty_and_no_file_is_written(tmp_path: 
 class LeavingScope(FakeScope):
     """The real analyzer's finish(): a process found gone keeps ``exited`` and the time it was found gone."""
 
-    def __init__(self, initial: list[ProcessInfo], exits: list[int], gone_at: float) -> None:
+    def __init__(self, initial: list[capture.ProcessInfo], exits: list[int], gone_at: float) -> None:
         super().__init__(initial, [], exits)
         self.gone_at = gone_at
 
-    def finish(self, end_time: float) -> list[ProcessInfo]:
+    def finish(self, end_time: float) -> list[capture.ProcessInfo]:
         return [replace(p, exited=True, last_seen=self.gone_at) if p.pid in self.exits else p for p in self.initial]
 
 
@@ -674,7 +664,7 @@ def test_overhead_splits_the_windows_cpu_by_component(tmp_path: Path) -> None:
     runner, components, out = make(tmp_path, duration=1.6, real_time=True)
     poll = components.scope.poll
 
-    def costly_poll() -> tuple[list[ProcessInfo], list[int]]:
+    def costly_poll() -> tuple[list[capture.ProcessInfo], list[int]]:
         began = time.thread_time()
         while time.thread_time() - began < 0.06:
             pass
