@@ -46,8 +46,8 @@ YSB_TASKS = ("Kafka/Source", "Deserialize", "Filter+Projection", "Join", "Enrich
 # required only when the window holds enough samples to expect at least 8 (a miss then has p < 0.04 %).
 CHEAP_TASKS = {"Filter+Projection": 0.007, "Enrich": 0.009}
 MIN_EXPECTED = 8
-# RateWindowJob's windows: 15 s each (the count's 3 % bound, below), the profiled one at 199 Hz, as many
-# samples per vertex subtask as the 30 s at 99 Hz its checks were written with
+# RateWindowJob's profiled window: 15 s (the count's 3 % bound, below) at 199 Hz, as many samples per vertex
+# subtask as the 30 s at 99 Hz its checks were written with (the windows after it: FOLLOWING_WINDOW_S)
 RATE_WINDOW_S = 15
 RATE_WINDOW_FREQUENCY = 199
 
