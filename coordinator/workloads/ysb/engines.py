@@ -11,7 +11,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -150,14 +149,12 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
     def start(self) -> None:
         try:
             # The Worker's, the broker's, the driver's and the producer's JVMs start side by side: the app is
-            # submitted once the Master is ALIVE and the topic exists (made beside the Master's start), and its
-            # executors start when the Worker registers. The query reads the topic from its latest offsets when
-            # it starts, so the order of the producer and the query changes no record it reads.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-feed") as beside:
-                feed = beside.submit(self.kafka.start, produce=False) if self.kafka is not None else None
-                self.cluster.start(wait=False)
-            if feed is not None:
-                feed.result()  # its error, if any (the feed has stopped what it started)
+            # submitted once the Master is ALIVE and the topic exists, and its executors start when the Worker
+            # registers. The query reads the topic from its latest offsets when it starts, so the order of
+            # the producer and the query changes no record it reads.
+            self.cluster.start(wait=False)
+            if self.kafka is not None:
+                self.kafka.start(produce=False)
             self.ysb = self._new_run()
             self.ysb.start()
             if self.kafka is not None:
