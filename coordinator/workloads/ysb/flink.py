@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -267,14 +266,9 @@ class FlinkYsbEngine(QueryEngine[YsbFlinkRun]):
     def start(self) -> None:
         try:
             flink_home(say=print)  # installs Flink into the cache on first use
-            # The topic and the producer start beside the cluster's JVMs (the broker's tools and the producer are
-            # JVMs of their own): the job, submitted once both are up, reads the topic from its latest offsets,
-            # so the order changes no record it reads.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-feed") as beside:
-                feed = beside.submit(self.kafka.start) if self.kafka is not None else None
-                self.cluster.start()
-            if feed is not None and self.kafka is not None:
-                feed.result()  # its error, if any (the feed has stopped what it started)
+            self.cluster.start()
+            if self.kafka is not None:
+                self.kafka.start()
                 self.options = replace(self.options, kafka_bootstrap=self.kafka.bootstrap, kafka_topic=self.kafka.topic)
             self.ysb = YsbFlinkRun(self.cluster, self.options).start()
         except BaseException:

@@ -4,7 +4,6 @@ selection, the job's own event count from its Redis windows."""
 from __future__ import annotations
 
 import atexit
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from coordinator.workloads.flinkcluster import (
     LocalFlinkCluster,
     _shipped_java_opts,
 )
-from coordinator.workloads.ysb import flink as ysb_flink
 from coordinator.workloads.ysb.flink import (
     FlinkYsbEngine,
     events_between,
@@ -123,94 +121,3 @@ def test_the_jobs_count_is_read_once_the_last_overlapping_window_has_fired() -> 
     assert windows_fired_at(100.0) == 103.0
     # 2 s after the last window fires (its end + 1 s): the old rule's (end + 13 s) least margin, an end just past 100
     assert windows_fired_at(109.999) - (110.0 + 1.0) == 2.0 == 100.0 + 13.0 - (110.0 + 1.0)
-
-
-class _StartingCluster:
-    """A Flink cluster whose start waits (at most 5 s) for the feed's start beside it; ``fail`` raises at once."""
-
-    def __init__(self, steps: list[str], feed_started: threading.Event, fail: bool = False) -> None:
-        self.steps, self.feed_started, self.fail = steps, feed_started, fail
-
-    def start(self) -> None:
-        self.steps.append("cluster starting")
-        if self.fail:
-            raise flinkcluster.FlinkClusterError("no JobManager")
-        beside = self.feed_started.wait(5.0)
-        self.steps.append("cluster started" + (" after the feed" if beside else " alone"))
-
-    def __exit__(self, *exc: object) -> None:
-        self.steps.append("cluster stopped")
-
-
-class _Feed:
-    """A Kafka feed that says when its topic and producer started (``fail``: it stops itself and raises)."""
-
-    bootstrap, topic = "127.0.0.1:9092", "ysb"
-
-    def __init__(self, steps: list[str], started: threading.Event, fail: bool = False) -> None:
-        self.steps, self.started, self.fail = steps, started, fail
-
-    def start(self) -> None:
-        if self.fail:
-            self.steps.append("feed failed")
-            self.started.set()
-            raise flinkcluster.FlinkClusterError("no broker")
-        self.steps.append("topic and producer")
-        self.started.set()
-
-    def stop(self) -> None:
-        self.steps.append("feed stopped")
-
-    def check_running(self) -> None:
-        pass
-
-
-def _engine_reading_kafka(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: list[str], cluster_fails: bool = False,
-    feed_fails: bool = False,
-) -> FlinkYsbEngine:
-    engine = FlinkYsbEngine(YsbOptions(), tmp_path)
-    started = threading.Event()
-    engine.cluster = _StartingCluster(steps, started, cluster_fails)  # type: ignore[assignment]
-    engine.kafka = _Feed(steps, started, feed_fails)  # type: ignore[assignment]
-    monkeypatch.setattr(ysb_flink, "flink_home", lambda say=None: tmp_path)
-
-    class _Job:
-        def __init__(self, cluster: object, options: ysb_flink.YsbFlinkOptions) -> None:
-            self.options = options
-
-        def start(self) -> _Job:
-            steps.append(f"job submitted reading {self.options.kafka_topic} at {self.options.kafka_bootstrap}")
-            return self
-
-        def stop(self) -> None:
-            steps.append("job stopped")
-
-    monkeypatch.setattr(ysb_flink, "YsbFlinkRun", _Job)
-    return engine
-
-
-def test_reading_kafka_the_topic_and_producer_start_beside_the_cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN the Flink YSB engine reading Kafka WHEN started THEN the feed starts while the cluster starts, and the
-    # job is submitted once both are up, reading the feed's topic
-    steps: list[str] = []
-    engine = _engine_reading_kafka(tmp_path, monkeypatch, steps)
-    engine.start()
-    assert steps[-1] == "job submitted reading ysb at 127.0.0.1:9092", steps
-    assert steps.index("cluster starting") < steps.index("cluster started after the feed"), steps
-
-
-@pytest.mark.parametrize("failing", ["cluster", "feed"])
-def test_a_failed_cluster_or_feed_stops_both_and_submits_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
-) -> None:
-    steps: list[str] = []
-    engine = _engine_reading_kafka(
-        tmp_path, monkeypatch, steps, cluster_fails=failing == "cluster", feed_fails=failing == "feed"
-    )
-    with pytest.raises(flinkcluster.FlinkClusterError):
-        engine.start()
-    assert not any(step.startswith("job submitted") for step in steps), steps
-    assert steps[-2:] == ["feed stopped", "cluster stopped"], steps
