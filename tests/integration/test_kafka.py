@@ -27,7 +27,6 @@ import psutil
 import pytest
 
 from coordinator.workloads.kafka import BROKER_MAIN_CLASS, LocalKafkaBroker, YsbProducer
-from coordinator.workloads.processes import die_with_parent
 from tests.fixtures.leaks import done_beside_tests, run_beside_tests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,10 +126,7 @@ class KafkaDemo:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
         with open(self.out.parent / "stdout.txt", "wb") as stdout, open(self.out.parent / "stderr.txt", "wb") as stderr:
-            # SIGTERM'd (stopping everything it started, as on Ctrl-C) if this test process dies
-            self.process = subprocess.Popen(
-                self.argv, cwd=REPO, stdout=stdout, stderr=stderr, preexec_fn=die_with_parent  # noqa: PLW1509
-            )
+            self.process = subprocess.Popen(self.argv, cwd=REPO, stdout=stdout, stderr=stderr)
         run_beside_tests(self.process.pid)  # it runs on across tests (no_leaks); its own test checks what it left
 
     def running(self) -> bool:
