@@ -27,7 +27,6 @@ import psutil
 import pytest
 
 from coordinator.workloads.kafka import BROKER_MAIN_CLASS, LocalKafkaBroker, YsbProducer
-from tests.fixtures.leaks import done_beside_tests, run_beside_tests
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -126,7 +125,6 @@ class KafkaDemo:
         self.started_at = time.time()
         with open(self.out.parent / "stdout.txt", "wb") as stdout, open(self.out.parent / "stderr.txt", "wb") as stderr:
             self.process = subprocess.Popen(self.argv, cwd=REPO, stdout=stdout, stderr=stderr)
-        run_beside_tests(self.process.pid)  # it runs on across tests (no_leaks); its own test checks what it left
 
     def running(self) -> bool:
         if self.process is None or self.exited_at is not None:
@@ -134,7 +132,6 @@ class KafkaDemo:
         if self.process.poll() is None:
             return True
         self.exited_at = time.time()
-        done_beside_tests(self.process.pid)
         return False
 
     def window_over(self) -> bool:
@@ -158,8 +155,6 @@ class KafkaDemo:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process is not None:
-            done_beside_tests(self.process.pid)
 
     def result(self) -> subprocess.CompletedProcess[str]:
         assert self.process is not None and self.process.returncode is not None
