@@ -48,10 +48,7 @@ def _processes_mentioning(text: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_producer_count_is_the_topics_end_offsets(
-    broker: LocalKafkaBroker, kafka_demos: KafkaDemos, tmp_path: Path
-) -> None:
-    # (kafka_demos: the first demo's start-up, no window yet, runs beside this test; its checks are counts)
+def test_producer_count_is_the_topics_end_offsets(broker: LocalKafkaBroker, tmp_path: Path) -> None:
     # GIVEN a new topic of three partitions
     topic = f"count-{uuid.uuid4().hex[:8]}"
     tools = broker.tools()
@@ -215,8 +212,7 @@ def _demo_argv(spe: str, bootstrap: str, topic: str, out: Path) -> list[str]:
 def kafka_demos(
     broker: LocalKafkaBroker, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[KafkaDemos]:
-    """The demos of the engines this run selected (-k), in the order their tests run, the first started at
-    once; stopped at the end."""
+    """The demos of the engines this run selected (-k), in the order their tests run; stopped at the end."""
     selected = [
         item.callspec.params["spe"] for item in request.session.items
         if item.module is request.module and item.originalname == "test_demo_reads_kafka_and_profiles_the_consumer"
@@ -228,8 +224,6 @@ def kafka_demos(
         demos.append(KafkaDemo(spe, _demo_argv(spe, broker.bootstrap, topic, out), out, topic, ENGINE_KAFKA[spe][3]))
     pipeline = KafkaDemos(demos)
     try:
-        if demos:  # its start-up beside the tests before the demos' (the producer's count)
-            demos[0].start()
         yield pipeline
     finally:
         pipeline.stop()
