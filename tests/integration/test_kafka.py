@@ -3,23 +3,19 @@ what the topic's end offsets say, a profiled `coordinator demo --source kafka` o
 Structured Streaming, Spark Continuous Processing, Spark Real-time Mode, Flink) reads the topic, its
 Kafka task holds Kafka consumer frames and it read what was produced, the broker counted as role broker
 (--roles), and the broker stops leaving nothing behind. One broker serves every test (the demo uses it
-with --kafka-bootstrap). The demos run one after another, each started once the one before has ended its
-profiled window (KafkaDemos): a demo's analysis, report and teardown run beside the next one's start-up,
-never beside a window."""
+with --kafka-bootstrap)."""
 
 from __future__ import annotations
 
 import csv
 import json
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,149 +91,19 @@ ENGINE_KAFKA = {
 OFF_CPU_ENGINES = ("flink", "spark-str")
 
 
-DEMO_TIMEOUT_S = 900.0  # one demo, from its start to its exit
-# The next demo starts once the running one's profiler is done (its coordinator.log says so), or this long
-# after its window's planned end (Flink's profiler then still waits some 11 s for the JobManager's metric
-# refresh that closes the window; nothing samples any more).
-NEXT_AFTER_WINDOW_S = 5.0
-_SAMPLING_STARTS = re.compile(r"sampling starts at (\d+\.\d+)")
-
-
-@dataclass
-class KafkaDemo:
-    """One engine's `coordinator demo --source kafka` against the module's broker, run as a child process."""
-
-    spe: str
-    argv: list[str]
-    out: Path
-    topic: str
-    window_s: int
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0  # unix seconds
-    exited_at: float | None = None
-    next_started_at: float | None = None  # when the demo after it was started (unix seconds)
-
-    def start(self) -> None:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.started_at = time.time()
-        with open(self.out.parent / "stdout.txt", "wb") as stdout, open(self.out.parent / "stderr.txt", "wb") as stderr:
-            self.process = subprocess.Popen(self.argv, cwd=REPO, stdout=stdout, stderr=stderr)
-
-    def running(self) -> bool:
-        if self.process is None or self.exited_at is not None:
-            return False
-        if self.process.poll() is None:
-            return True
-        self.exited_at = time.time()
-        return False
-
-    def window_over(self) -> bool:
-        """The profiler is done, or its window's planned end (its coordinator.log's last start, the actual one
-        once every profiler attached) is NEXT_AFTER_WINDOW_S past; or the demo has exited."""
-        if not self.running():
-            return True
-        log = self.out / "coordinator.log"
-        text = log.read_text(errors="replace") if log.is_file() else ""
-        if "profiler done" in text:
-            return True
-        starts = _SAMPLING_STARTS.findall(text)
-        return bool(starts) and time.time() >= float(starts[-1]) + self.window_s + NEXT_AFTER_WINDOW_S
-
-    def stop(self) -> None:
-        """SIGTERM (the demo stops everything it started, as on Ctrl-C), then SIGKILL after two minutes."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def result(self) -> subprocess.CompletedProcess[str]:
-        assert self.process is not None and self.process.returncode is not None
-        return subprocess.CompletedProcess(
-            self.argv, self.process.returncode, (self.out.parent / "stdout.txt").read_text(errors="replace"),
-            (self.out.parent / "stderr.txt").read_text(errors="replace"),
-        )
-
-
-@dataclass
-class KafkaDemos:
-    """The selected engines' demos in order, one at a time with their profiled windows: while a test waits for
-    its demo, the next demo starts once this one's window is over (KafkaDemo.window_over)."""
-
-    demos: list[KafkaDemo]
-    finished: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
-
-    def _next_after(self, index: int) -> KafkaDemo | None:
-        return self.demos[index + 1] if index + 1 < len(self.demos) else None
-
-    def run(self, spe: str) -> KafkaDemo:
-        """The finished demo of ``spe`` (those before it are finished or started first)."""
-        index = next(i for i, demo in enumerate(self.demos) if demo.spe == spe)
-        for earlier in self.demos[:index]:
-            if earlier.spe not in self.finished:
-                self.run(earlier.spe)
-        demo = self.demos[index]
-        if demo.process is None:
-            demo.start()
-        after = self._next_after(index)
-        while demo.running():
-            if after is not None and after.process is None and demo.window_over():
-                after.start()
-                demo.next_started_at = after.started_at
-            if time.time() > demo.started_at + DEMO_TIMEOUT_S:
-                demo.stop()
-                raise AssertionError(f"demo {spe} still running after {DEMO_TIMEOUT_S:.0f} s; stopped")
-            time.sleep(0.5)
-        self.finished[spe] = demo.result()
-        return demo
-
-    def stop(self) -> None:
-        for demo in self.demos:
-            demo.stop()
-
-
-def _demo_argv(spe: str, bootstrap: str, topic: str, out: Path) -> list[str]:
-    _reader, _generator_frames, rate, window_s, frequency = ENGINE_KAFKA[spe]
-    return [
-        sys.executable, "-m", "coordinator", "demo", "--spe", spe, "--source", "kafka",
-        "--kafka-bootstrap", bootstrap, "--kafka-topic", topic, "--duration", str(window_s), "--warmup", "10",
-        "--rate", str(rate), "--frequency", str(frequency), "--campaigns", "100", "--out", str(out), "--quiet",
-        "--roles", "workload,managing,broker", *(["--off-cpu"] if spe in OFF_CPU_ENGINES else []),
-    ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def kafka_demos(
-    broker: LocalKafkaBroker, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[KafkaDemos]:
-    """The demos of the engines this run selected (-k), in the order their tests run; stopped at the end."""
-    selected = [
-        item.callspec.params["spe"] for item in request.session.items
-        if item.module is request.module and item.originalname == "test_demo_reads_kafka_and_profiles_the_consumer"
-    ]  # fmt: skip
-    demos = []
-    for spe in selected:
-        topic = f"demo-{spe}-{uuid.uuid4().hex[:8]}"
-        out = tmp_path_factory.mktemp(f"demo-{spe}") / "demo-kafka"
-        demos.append(KafkaDemo(spe, _demo_argv(spe, broker.bootstrap, topic, out), out, topic, ENGINE_KAFKA[spe][3]))
-    pipeline = KafkaDemos(demos)
-    try:
-        yield pipeline
-    finally:
-        pipeline.stop()
-
-
 @pytest.mark.parametrize("spe", sorted(ENGINE_KAFKA))
-def test_demo_reads_kafka_and_profiles_the_consumer(
-    broker: LocalKafkaBroker, kafka_demos: KafkaDemos, spe: str
-) -> None:
-    # GIVEN the module's broker; WHEN a 10-30 s profiled demo reads YSB from a topic of its own (the demo before
-    # it in this module had ended its window when it started, and the one after starts once its window ends)
-    reader, generator_frames, rate, window_s, _frequency = ENGINE_KAFKA[spe]
-    demo = kafka_demos.run(spe)
-    topic, out, result = demo.topic, demo.out, kafka_demos.finished[spe]
+def test_demo_reads_kafka_and_profiles_the_consumer(broker: LocalKafkaBroker, tmp_path: Path, spe: str) -> None:
+    # GIVEN the module's broker; WHEN a 10-30 s profiled demo reads YSB from a topic of its own
+    reader, generator_frames, rate, window_s, frequency = ENGINE_KAFKA[spe]
+    topic = f"demo-{spe}-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "demo-kafka"
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", "demo", "--spe", spe, "--source", "kafka",
+         "--kafka-bootstrap", broker.bootstrap, "--kafka-topic", topic, "--duration", str(window_s), "--warmup", "10",
+         "--rate", str(rate), "--frequency", str(frequency), "--campaigns", "100", "--out", str(out), "--quiet",
+         "--roles", "workload,managing,broker", *(["--off-cpu"] if spe in OFF_CPU_ENGINES else [])],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
     assert result.returncode == 0, f"demo failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
     # THEN the Kafka task got samples, and little is unmatched
@@ -296,9 +162,6 @@ def test_demo_reads_kafka_and_profiles_the_consumer(
     # AND the demo stopped its producer and engine, but not the broker it was given
     assert _processes_mentioning(topic) == []
     assert broker.pid() is not None
-    # AND the next demo started only after this one's window had ended
-    if demo.next_started_at is not None:
-        assert json.loads((events_json.parent / "meta.json").read_text())["end_time"] <= demo.next_started_at
 
 
 # The engines whose demo must report a latency per window here: their windows (15 s, 20 s) hold at least one
