@@ -109,12 +109,10 @@ def test_demo_profiles_ysb_tasks(spark_str_demo: DemoRun) -> None:
 
 def test_demo_keeps_the_logs_of_a_workload_that_died(tmp_path: Path) -> None:
     # GIVEN a demo whose query is processing (a long warm-up keeps it from profiling; one executor: its
-    # first batch's code is generated and JIT-compiled in one cold JVM, not two side by side on two cores;
-    # 500 events/s: a cold executor reads its first batch at 260-430 rows/s, so the first batch, which the
-    # demo waits for, takes seconds instead of the 19 s of 5,000 rows)
+    # first batch's code is generated and JIT-compiled in one cold JVM, not two side by side on two cores)
     out = tmp_path / "demo-died"
     demo = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "demo", "--duration", "20", "--warmup", "600", "--rate", "500",
+        [sys.executable, "-m", "coordinator", "demo", "--duration", "20", "--warmup", "600", "--rate", "5000",
          "--campaigns", "100", "--executors", "1", "--out", str(out), "--quiet"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
