@@ -128,10 +128,10 @@ def test_host_profiler_killed_mid_window(
 ) -> None:
     cluster = make_cluster(sshd_factory, [sshd_factory.start(), sshd_factory.start()])
     out = tmp_path / "killed-profiler"
-    child = CoordinatorChild([*cli_args(cluster, out, inputs, busy_process.pid, 12), "--checkpoint", "2"])
+    child = CoordinatorChild([*cli_args(cluster, out, inputs, busy_process.pid, 9), "--checkpoint", "2"])
     coordinators.append(child)
     # GIVEN both hosts sampling, checkpoints every 2 s; WHEN node2's profiler is killed with SIGKILL once
-    # its journal holds two checkpoints (about 4 s into the 12 s window)
+    # its journal holds two checkpoints (about 4 s into the 9 s window: node1 samples 5 s more)
     cluster.wait_sampling(["node1", "node2"])
     node2_host = cluster.host("node2")
     deadline = time.monotonic() + 60
@@ -285,7 +285,8 @@ def test_executor_killed_and_replaced_mid_run(
     inputs[1].write_text("testengine workload executor com.example.CpuSplit\n")  # CpuSplit JVMs are executors
     first = start_cpu_split_jvm(threads=1, warmup_ms=500)
     out = tmp_path / "replaced-executor"
-    args = cli_args(cluster, out, inputs, first.pid, 12)
+    # an 8 s window: the new JVM (up in about 1 s) is sampled for its last 4 s
+    args = cli_args(cluster, out, inputs, first.pid, 8)
     args[args.index("--pid") : args.index("--pid") + 2] = []  # found by known_spes, not given
     child = CoordinatorChild(args)
     coordinators.append(child)
@@ -382,8 +383,8 @@ def test_ssh_dropped_longer_than_the_reconnect_window_then_fetched(
     node1, far_outcome = rundir.read_run(out).hosts
     assert node1.state == "ok"
     assert far_outcome.state == "failed" and far_outcome.workdir and "coordinator fetch" in far_outcome.reason
-    # WHEN the link is back and `coordinator fetch` runs
-    time.sleep(1)
+    # WHEN the link is back (far's sshd answers through it) and `coordinator fetch` runs
+    wait_ssh_banner(far, timeout=20)
     code = coordinator_main(["fetch", str(out), "--known-hosts", str(cluster.known_hosts), "--quiet"])
     # THEN far's whole window is home (its profiler never noticed), nothing is left
     assert code == 0
@@ -405,12 +406,9 @@ def test_ssh_dropped_longer_than_the_reconnect_window_then_fetched(
 # ------------------------------------------------------------------ a host's sshd killed mid-window
 
 
-def restart_sshd(host: SshdHost) -> None:
-    """The host's sshd again, on its port with its key and configuration (as its service manager would)."""
-    with open(host.log, "ab") as log:
-        config = str(host.directory / "sshd_config")
-        host.process = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stdout=log, stderr=log)
-    deadline = time.monotonic() + 20
+def wait_ssh_banner(host: SshdHost, timeout: float) -> None:
+    """Until the host's sshd answers a connection with its banner (its link up, its listener there)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with socket.create_connection((host.address, host.port), timeout=2) as sock:
@@ -418,7 +416,15 @@ def restart_sshd(host: SshdHost) -> None:
                     return
         except OSError:
             time.sleep(0.05)
-    raise AssertionError(f"{host.name}: sshd not back on port {host.port}")
+    raise AssertionError(f"{host.name}: sshd not answering on {host.address}:{host.port}")
+
+
+def restart_sshd(host: SshdHost) -> None:
+    """The host's sshd again, on its port with its key and configuration (as its service manager would)."""
+    with open(host.log, "ab") as log:
+        config = str(host.directory / "sshd_config")
+        host.process = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stdout=log, stderr=log)
+    wait_ssh_banner(host, timeout=20)
 
 
 def test_host_sshd_killed_mid_window_then_fetched(

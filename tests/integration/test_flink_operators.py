@@ -27,7 +27,7 @@ from profiler.capture.read import (
     read_scope,
 )
 from profiler.unwind.hotspot import INLINED_MARK
-from tests.fixtures.flink import FLINK_DEMO_FREQUENCY, FLINK_DEMO_WINDOW_S, TimedDemoRun, profile_flink_cluster
+from tests.fixtures.flink import TimedDemoRun, profile_flink_cluster
 from tests.fixtures.jvm import without_approximate
 
 CHAIN_JOB = Path(__file__).resolve().parents[1] / "workloads" / "ChainJob.java"
@@ -36,12 +36,14 @@ CHAIN_CLASS = "taskprof.test.ChainJob"
 MAX_UNKNOWN = 0.10  # issue 30: at most 10 % of a vertex's samples "chain, operator unknown"
 WARMUP_S = 25  # C2 compiles (and inlines) the hot paths in the first seconds
 # The checks below are on samples per vertex (at least 30, and the unknown share against 10 % plus its
-# sampling error): a vertex's samples are the frequency times its threads' CPU-seconds, so 30 s at 199 Hz
-# expect what 60 s at the default 99 Hz gave (the smallest vertex measured: 48 samples, at load 30-40), as
-# the YSB demo's window. ChainJob's profiler starts during its warm-up (--start-at), its window beginning
-# where the warm-up ends.
-WINDOW_S = FLINK_DEMO_WINDOW_S
-FREQUENCY = FLINK_DEMO_FREQUENCY
+# sampling error): a vertex's samples are the frequency times its threads' CPU-seconds, so the YSB demo's
+# 30 s at 199 Hz expect what 60 s at the default 99 Hz gave (the smallest vertex measured: 48 samples, at
+# load 30-40). ChainJob's source is paced (10,000 orders/s), its vertices' CPU-seconds per second steady
+# once warmed up, so its 15 s at 397 Hz expect the same counts again (5,955 sample slots per CPU-second
+# against 5,970) in half the window. Its profiler starts during its warm-up (--start-at), its window
+# beginning where the warm-up ends.
+CHAIN_WINDOW_S = 15
+CHAIN_FREQUENCY = 397
 
 
 def _operator_shares(run: Path, out: Path) -> dict[str, dict[str, tuple[int, float]]]:
@@ -126,7 +128,9 @@ def test_inlined_operators_without_frame_pointers(flink_cluster: LocalFlinkClust
     job_id = _chain_job(flink_cluster)
     try:
         # WHEN it is profiled (from WARMUP_S after RUNNING on) and cut by vertex and operator
-        profile_flink_cluster(flink_cluster, tmp_path / "run", WINDOW_S, FREQUENCY, start_at=time.time() + WARMUP_S)
+        profile_flink_cluster(
+            flink_cluster, tmp_path / "run", CHAIN_WINDOW_S, CHAIN_FREQUENCY, start_at=time.time() + WARMUP_S
+        )
         assert flink_cluster.job(job_id).get("state") == "RUNNING"
     finally:
         flink_cluster.cancel(job_id)

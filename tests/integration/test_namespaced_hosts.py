@@ -27,7 +27,7 @@ from coordinator import rundir
 from coordinator.cli import main as coordinator_main
 from profiler.capture.read import read_meta, read_net, read_scope
 from tests.fixtures import netns
-from tests.fixtures.jvm import CpuSplitJvm, start_cpu_split
+from tests.fixtures.jvm import CpuSplitJvm, start_cpu_split, wait_cpu_splits_ready
 from tests.fixtures.netns import Worker
 from tests.fixtures.nshosts import NamespacedHost, NamespacedHosts, ns_pid
 from tests.fixtures.privileges import requires
@@ -82,11 +82,12 @@ def host_jvms(namespaced_hosts: NamespacedHosts, classpath: Path) -> Iterator[di
     hosts = namespaced_hosts.start(HOSTS)
     jvms: dict[str, CpuSplitJvm] = {}
     try:
-        for host in hosts:
+        for host in hosts:  # side by side: their start-ups and warm-ups overlap
             burner = BURNERS[host.name]
             jvms[host.name] = start_cpu_split(
-                classpath, weights={burner: 100}, threads=1, warmup_ms=1500, prefix=host.enter()
+                classpath, weights={burner: 100}, threads=1, warmup_ms=1500, prefix=host.enter(), wait=False
             )  # fmt: skip
+        wait_cpu_splits_ready(list(jvms.values()))
         yield jvms
     finally:
         for jvm in jvms.values():
