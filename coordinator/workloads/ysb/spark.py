@@ -102,7 +102,8 @@ def check_spark_window(window: str, spe: str, sink: str) -> str:
 
 def check_udf(udf: str, spe: str) -> str:
     """``udf`` when ``spe`` runs it, else a ConfigError: Python UDFs only on Structured Streaming's
-    micro-batches (Continuous Processing and Real-time Mode refuse Python UDFs)."""
+    micro-batches, the one engine they were run and checked on (Continuous Processing's and Real-time
+    Mode's operator lists were not tried with Python's evaluation operators; Flink's query is Java)."""
     if udf not in UDFS:
         raise ConfigError(f"--udf {udf}: unknown; use one of {', '.join(UDFS)}")
     if udf != "sql" and spe != "spark-str":
