@@ -62,6 +62,7 @@ examples:
   $ coordinator demo --source kafka --spe spark-rtm --duration 60   # Spark's Real-time Mode
   $ coordinator demo --source kafka --roles workload,managing,broker   # the broker's cycles per event too
   $ coordinator demo --source kafka --spark-window sink --warmup 300   # spark-str, the window in the sink
+  $ coordinator demo --udf python --rate 5000   # deserialize/filter/projection as a Python UDF
   $ coordinator demo --warmup 900 --duration 900      # the paper's experiment: 15 min warm-up, 15 min window
   $ coordinator demo --sink file --executors 1
   $ coordinator demo --rates 5000,10000,20000 --duration 60   # one profile per rate, then the campaign page
@@ -346,6 +347,7 @@ class DemoCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         from coordinator.workloads.ysb.engines import DEFAULT_ENGINE, ENGINES
+        from coordinator.workloads.ysb.pyudfs import UDFS
         from coordinator.workloads.ysb.spark import SPARK_WINDOWS
 
         parser.add_argument(
@@ -408,6 +410,12 @@ class DemoCommand:
             "counts each micro-batch's windows and adds them up in Redis, as Spark CP's sink and YSB's own Spark "
             "code do (no shuffle, and no code Spark generates anew for each window's watermark)",
         )
+        parser.add_argument(
+            "--udf", choices=UDFS, default=UDFS[0],
+            help="spark-str: YSB's deserialize, filter and projection as SQL expressions (sql, default) or as one "
+            "Python UDF run by PySpark's Python workers (python: coordinator/workloads/ysb/pyudfs.py); the report "
+            "then shows the UDF's functions and the JVM-Python serialization as tasks beside the JVM's",
+        )
         add_roles_option(parser)
         add_run_arguments(parser, ["frequency"])
         parser.add_argument(
@@ -433,13 +441,16 @@ class DemoCommand:
     def run(self, args: argparse.Namespace) -> int:
         from coordinator.rundir import new_run_id
         from coordinator.workloads.ysb.engines import ENGINES
-        from coordinator.workloads.ysb.spark import YsbOptions, check_source, check_spark_window
+        from coordinator.workloads.ysb.spark import YsbOptions, check_source, check_spark_window, check_udf
 
         for spe in args.spe:
             check_source(args.source, spe)  # before anything starts
             check_spark_window(args.spark_window, spe, args.sink)
+            check_udf(args.udf, spe)
         if args.kafka_bootstrap and args.source != "kafka":
             raise ConfigError(f"--kafka-bootstrap {args.kafka_bootstrap}: only with --source kafka")
+        if args.hosts is not None and args.udf != "sql":
+            raise ConfigError(f"--udf {args.udf}: not with --hosts yet (the hosts' Python workers are not set up)")
         if args.hosts is not None:
             from coordinator.commands._demo_hosts import run_hosts
 
@@ -453,7 +464,7 @@ class DemoCommand:
             rate=args.rate, campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
             frame_pointers=args.frame_pointers,
             source=args.source, kafka_bootstrap=args.kafka_bootstrap or "", kafka_topic=args.kafka_topic,
-            spark_window=args.spark_window,
+            spark_window=args.spark_window, udf=args.udf,
         )
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # stop everything, as on Ctrl-C
         try:
@@ -533,6 +544,8 @@ class DemoCommand:
             labels["source"] = args.source
         if args.spark_window != "state":
             labels["spark_window"] = args.spark_window
+        if args.udf != "sql":
+            labels["udf"] = args.udf
         labels |= dict(cluster.labels) if cluster is not None else {}
         options = RunOptions(
             labels=labels, progress=not args.quiet, analyze=False, force=args.force,
@@ -634,7 +647,7 @@ def _campaign_engine(args: argparse.Namespace, out: Path, spe: str, rates: list[
         rate=rates[0], campaigns=args.campaigns, sink=args.sink, executors=args.executors, executor_cores=1,
         frame_pointers=args.frame_pointers,
         source=args.source, kafka_bootstrap=args.kafka_bootstrap or "", kafka_topic=args.kafka_topic,
-        spark_window=args.spark_window,
+        spark_window=args.spark_window, udf=args.udf,
     )
     done: list[Path] = []
     exit_code = 0

@@ -3,7 +3,7 @@ micro-batch (from StreamingQueryProgress), then DONE.
 
 usage: spark-submit [--jars ysb-redis-sink.jar] app.py --rate N --duration S --checkpoint DIR
                     (--redis-port P | --file-sink DIR) [--campaigns 100] [--partitions 2]
-                    [--kafka-bootstrap HOST:PORT --kafka-topic T] [--window state|sink]
+                    [--kafka-bootstrap HOST:PORT --kafka-topic T] [--window state|sink] [--udf sql|python]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from coordinator.workloads.ysb.pipeline import (
     start_query,
     start_realtime_query,
 )
+from coordinator.workloads.ysb.pyudfs import UDFS
 from profiler.argtypes import positive_int
 
 
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         "--window", choices=("state", "sink"), default="state",
         help="micro-batches: the 10 s window in Spark's stateful operator (state) or in the Redis sink (sink)",
     )
+    parser.add_argument(
+        "--udf", choices=UDFS, default="sql",
+        help="micro-batches: deserialize, filter and projection as SQL expressions or as a Python UDF (python)",
+    )
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT", help="read the events from Kafka, not the generator")
     parser.add_argument("--kafka-topic", default="ysb", help="the topic of --kafka-bootstrap (ysb)")
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows = build_ysb(
             spark, args.rate, args.campaigns, args.ads_per_campaign, args.partitions, batch_seconds, kafka=kafka,
-            window=args.window,
+            window=args.window, udf=args.udf,
         )
         query = start_query(rows, spec, args.checkpoint, args.trigger, window=args.window)
 

@@ -118,6 +118,15 @@ def spark_known_spes(master_port: int, driver_port: int, address: str = "127.0.0
     )
 
 
+# coordinator demo --udf python: the executors' Python workers (the daemon and the workers it forks) run the
+# UDF and their half of the serialization. Their command line names no driver port: any PySpark worker of the
+# machine matches; each is tied to the executor JVM it serves (scope.json's "serves").
+PYTHON_WORKER_SPES = (
+    "spark  workload  python-worker  pyspark.daemon\n"
+    "spark  workload  python-worker  pyspark.worker\n"
+)
+
+
 # A window that closed in the profiled window is read back this long after the window's end, plus two
 # triggers (micro-batches, epochs, real-time batches): its last update comes at the end of the batch that
 # read its last events, or of the next one when they arrived while no task read (Real-time Mode's gaps).
@@ -195,7 +204,8 @@ class _SparkYsb(QueryEngine[YsbRun], Lifecycle):
 
     def known_spes(self) -> str:
         broker = self.kafka.known_spes() if self.kafka is not None else ""
-        return spark_known_spes(self.cluster.master_port, self.driver_port, self.options.bind_address) + broker
+        python = PYTHON_WORKER_SPES if self.options.udf != "sql" else ""
+        return spark_known_spes(self.cluster.master_port, self.driver_port, self.options.bind_address) + python + broker
 
     def workload_pids(self) -> list[int]:
         return self.cluster.executor_pids()

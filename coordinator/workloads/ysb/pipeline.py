@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
@@ -29,6 +29,9 @@ EVENT_SCHEMA = StructType(
     ]
 )
 
+
+# What the Python UDF (pyudfs.view_of) returns per view event: the projection's columns.
+VIEW_SCHEMA = StructType([StructField("ad_id", StringType()), StructField("event_time", LongType())])
 
 WINDOW_MS = 10_000
 CAMPAIGN_JOIN_CLASS = "ysb.RedisSink$CampaignJoin"
@@ -167,6 +170,27 @@ def filter_views(events: DataFrame) -> DataFrame:
 
 def project(events: DataFrame) -> DataFrame:
     return events.select("ad_id", F.col("event_time").cast("long").alias("event_time"))
+
+
+def python_views(raw: DataFrame) -> DataFrame:
+    """Deserialize, filter and projection as one Python UDF (pyudfs.view_of, run by PySpark's Python
+    workers: each row pickled to the worker and its answer back), the rows it returns None for dropped.
+
+    Nondeterministic, as random_uuid: a deterministic UDF lets the optimizer push the null filter below
+    the projection, and each row then ran through the UDF twice (once for the filter, once for the columns).
+    """
+    from coordinator.workloads.ysb.pyudfs import view_of
+
+    view = F.udf(view_of, VIEW_SCHEMA).asNondeterministic()
+    return raw.select(view("value").alias("view")).where(F.col("view").isNotNull()).select("view.*")
+
+
+def views_of(raw: DataFrame, udf: str) -> DataFrame:
+    """The view events' ad_id and event_time: SQL expressions (from_json, where, select) or ``udf``
+    "python" (python_views)."""
+    if udf == "python":
+        return python_views(raw)
+    return project(filter_views(deserialize(raw)))
 
 
 def campaigns_frame(spark: SparkSession, campaigns: int, ads_per_campaign: int) -> DataFrame:
@@ -321,17 +345,18 @@ def sink_window_rows(events: DataFrame) -> DataFrame:
 
 def build_ysb(
     spark: SparkSession, rate: int, campaigns: int, ads_per_campaign: int, partitions: int, batch_seconds: float = 1.0,
-    kafka: tuple[str, str] | None = None, window: str = "state",
+    kafka: tuple[str, str] | None = None, window: str = "state", udf: str = "sql",
 ) -> DataFrame:
     """The whole YSB transformation from the source to the sink rows: the generator, or with ``kafka``
     (bootstrap servers, topic) the records of a Kafka topic. ``window`` "state": Spark's stateful
     window (window_counts) makes the sink rows; "sink": no stateful operator, the sink keeps the
-    window (sink_window_rows), as YSB's own Spark code keeps it in Redis."""
+    window (sink_window_rows), as YSB's own Spark code keeps it in Redis. ``udf`` "python": deserialize,
+    filter and projection in a Python UDF (views_of)."""
     if kafka is not None:
         raw = read_kafka(spark, *kafka)
     else:
         raw = generate_events(spark, rate, campaigns * ads_per_campaign, ads_per_campaign, partitions, batch_seconds)
-    views = project(filter_views(deserialize(raw)))
+    views = views_of(raw, udf)
     joined = join_campaigns(views, campaigns_frame(spark, campaigns, ads_per_campaign))
     if window == "sink":
         return sink_window_rows(joined)

@@ -26,6 +26,7 @@ from coordinator.workloads.sparkcluster import (
 )
 from coordinator.workloads.ysb.campaigns import ADS_KEY, AdCampaign, YsbLoad, ad_campaign_mapping
 from coordinator.workloads.ysb.javabuild import RESP_SOURCE, compile_jar
+from coordinator.workloads.ysb.pyudfs import UDFS
 from coordinator.workloads.ysb.redis import RedisServer, redis_server_binary
 from profiler.errors import ConfigError
 
@@ -64,6 +65,7 @@ class YsbOptions(YsbLoad):
     kafka_bootstrap: str = ""  # with source "kafka": a running broker to use ("": start a local one)
     kafka_topic: str = KAFKA_TOPIC  # made by the demo with ``partitions`` partitions
     spark_window: str = "state"  # spark-str: one of SPARK_WINDOWS
+    udf: str = "sql"  # spark-str: deserialize, filter and projection as SQL ("sql") or a Python UDF ("python")
     # coordinator demo --hosts: one 1-core Worker in each of these hosts, the Master and driver on bind_address
     worker_hosts: tuple[WorkerHost, ...] = ()
     bind_address: str = "127.0.0.1"
@@ -96,6 +98,30 @@ def check_spark_window(window: str, spe: str, sink: str) -> str:
     if window == "sink" and sink == "file":
         raise ConfigError("--spark-window sink keeps the windows in Redis: use --sink auto or redis, not file")
     return window
+
+
+def check_udf(udf: str, spe: str) -> str:
+    """``udf`` when ``spe`` runs it, else a ConfigError: Python UDFs only on Structured Streaming's
+    micro-batches, the one engine they were run and checked on (Continuous Processing's and Real-time
+    Mode's operator lists were not tried with Python's evaluation operators; Flink's query is Java)."""
+    if udf not in UDFS:
+        raise ConfigError(f"--udf {udf}: unknown; use one of {', '.join(UDFS)}")
+    if udf != "sql" and spe != "spark-str":
+        raise ConfigError(f"--udf {udf}: only with --spe spark-str, not {spe}")
+    return udf
+
+
+def python_udf_conf(options: YsbOptions) -> dict[str, str]:
+    """With a Python UDF: its workers import coordinator.workloads.ysb.pyudfs from the same tree as the
+    driver (the UDF is pickled by reference), and rows go to them pickled, not as Arrow batches (no
+    pyarrow in the venv). Nothing for SQL."""
+    if options.udf == "sql":
+        return {}
+    return {
+        "spark.executorEnv.PYTHONPATH": _app_env()["PYTHONPATH"],
+        "spark.sql.execution.pythonUDF.arrow.enabled": "false",
+        "spark.python.worker.reuse": "true",
+    }
 
 
 def parse_progress(stdout: str) -> list[BatchProgress]:
@@ -327,7 +353,7 @@ def store_ad_campaigns(redis: RedisServer, mapping: list[AdCampaign]) -> None:
 def _app_env() -> dict[str, str]:
     """The app imports ``coordinator`` from the same tree as this process: a worktree or checkout
     other than the installed one must not run the installed copy's pipeline."""
-    root = str(YSB_DIR.parent.parent)
+    root = str(YSB_DIR.parents[2])  # the tree holding the coordinator package (ysb -> workloads -> coordinator)
     inherited = os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": root + (os.pathsep + inherited if inherited else "")}
 
@@ -400,7 +426,9 @@ class YsbRun(Lifecycle):
                 args.append("--continuous" if self.continuous else "--realtime")
             elif self.options.spark_window != "state":
                 args += ["--window", self.options.spark_window]
-            conf = _spark_conf(self.options) | redis_conf
+            if self.options.udf != "sql":
+                args += ["--udf", self.options.udf]
+            conf = _spark_conf(self.options) | redis_conf | python_udf_conf(self.options)
             if self.continuous or self.realtime:
                 conf |= continuous_checkpoint_conf(self.options.trigger_seconds)
             if (self.continuous or self.realtime) and self.kafka_bootstrap:

@@ -25,7 +25,7 @@ from profiler.matching.matcher import Matcher, match_stacks
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 PROFILES = sorted((Path(__file__).resolve().parents[3] / "application_profiles").glob("*.txt"))
-RECORDED = ["spark_executor_real.folded", "spark_executor_synthetic.folded"]
+RECORDED = ["spark_executor_real.folded", "spark_executor_synthetic.folded", "pyspark_udf_real.folded"]
 
 
 def straightforward_frame_task(profile: ApplicationProfile, frame: str) -> str | None:
@@ -106,7 +106,10 @@ def test_synthetic_capture_known_answer() -> None:
         "Kafka/Source": 260 + 55,
         "Deserialize": 410 + 37,  # 37: page-fault kernel frames below JacksonParser
         "Filter+Projection+Join": 198 + 74 + 66,  # 66: Stage2.processNext below the aggregation
-        "Enrich": 57,
+        "Enrich": 0,
+        "Deserialize (Python UDF)": 0,
+        "Filter+Projection (Python UDF)": 0,
+        "Python Serialization": 57,  # the JVM reading a Python UDF's answer from its worker: the hand-off
         "Window": 91 + 23,
         "Sink": 31 + 12,  # 12: snappy below the Parquet writer is Sink, not ClusterCommunication
         "ClusterCommunication": 45 + 28 + 17,
@@ -216,3 +219,55 @@ def test_report_colours_as_the_summary_classifies(profile_path: Path, recorded: 
         task, decider = matcher.decide(stack.split(";"))
         assert task == matcher.match(stack), stack
         assert decider == matcher.explain(stack).frame_index, stack
+
+
+PYTHON_FRAME = re.compile(r"^\S+ \(\S+:\d+\)$")  # module.qualname (file:line), docs/python-frames.md
+UDF_TASKS = {"parse_event": "Deserialize (Python UDF)", "is_view": "Filter+Projection (Python UDF)",
+             "project": "Filter+Projection (Python UDF)", "view_of": "Filter+Projection (Python UDF)"}  # fmt: skip
+
+
+def _innermost_udf(stack: str) -> str | None:
+    """The task of the innermost pyudfs function on a stack (coordinator/workloads/ysb/pyudfs.py), if any."""
+    for frame in reversed(stack.split(";")):
+        for function, task in UDF_TASKS.items():
+            if frame.startswith(f"pyudfs.{function} (pyudfs.py:"):
+                return task
+    return None
+
+
+def test_pyspark_udf_capture_names_the_python_tasks() -> None:
+    # GIVEN coordinator demo --udf python's capture (tests/data/pyspark_udf_real.folded: PySpark 4.2, the venv's
+    # CPython 3.11.7; every sample of the executors' four Python workers, and the executors' JVM samples that
+    # hold a frame of Spark's Python runner, EvaluatePython or the pickler)
+    profile = load_profile(next(p for p in PROFILES if p.stem == "spark_structured_streaming"))
+    matcher = Matcher(profile)
+    counts = dict(read_folded(DATA / "pyspark_udf_real.folded"))
+    workers = {stack: n for stack, n in counts.items() if stack.split(";")[0].startswith("python")}
+    jvm = {stack: n for stack, n in counts.items() if stack not in workers}
+    assert sum(workers.values()) == 42 and sum(jvm.values()) == 27
+    # WHEN the shipped Spark profile matches them
+    tasks = {stack: matcher.match(stack) for stack in counts}
+    # THEN a sample under the UDF is the task of its innermost pyudfs function, whatever lies leafward (json,
+    # the allocator)
+    by_udf = Counter({task: 0 for task in set(UDF_TASKS.values())})
+    for stack, n in workers.items():
+        if (task := _innermost_udf(stack)) is not None:
+            assert tasks[stack] == task, stack
+            by_udf[task] += n
+    assert by_udf == {"Deserialize (Python UDF)": 5, "Filter+Projection (Python UDF)": 3}  # the run's summary.csv
+    # AND the worker's side of the hand-off (PySpark's serializers, its per-row loop) is Python Serialization
+    handoff = [s for s in workers if _innermost_udf(s) is None and "serializers.BatchedSerializer" in s]
+    assert handoff and all(tasks[s] == "Python Serialization" for s in handoff)
+    # AND every worker sample is named: the daemon's and CPython's cyclic GC by their frames, the samples
+    # the walker took before the worker's preparation (the process name only) Other
+    assert all(tasks[s] != "unmatched" for s in workers), [s for s in workers if tasks[s] == "unmatched"]
+    assert all(tasks[s] == "Other" for s in workers if not any(PYTHON_FRAME.match(f) for f in s.split(";"))
+               and "gc_collect_main" not in s)  # fmt: skip
+    # AND on the JVM side the pickler and EvaluatePython are the hand-off too, unless a more specific frame
+    # lies leafward (the generated projection of the UDF's answer is Filter+Projection+Join)
+    pickled = [s for s in jvm if "net.razorvine.pickle" in s or "EvaluatePython" in s]
+    assert pickled and all(tasks[s] == "Python Serialization" for s in pickled)
+    jvm_tasks: Counter[str] = Counter()
+    for stack, n in jvm.items():
+        jvm_tasks[tasks[stack]] += n
+    assert jvm_tasks["Python Serialization"] >= 0.5 * sum(jvm.values()), jvm_tasks
