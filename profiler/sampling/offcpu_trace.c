@@ -63,7 +63,7 @@
 #define ID_WORDS 65536
 // Counters of followed threads awaiting their switch-in, by a hash of their task_struct's address (256 KiB).
 #define PENDING_SLOTS 65536
-// The scoped threads' switch rates, by thread id modulo RATE_SLOTS (1.5 MiB).
+// The scoped threads' switch rates, by thread id modulo RATE_SLOTS (1.5 MiB; rate_slot spreads them).
 #define RATE_SLOTS 65536
 
 // The kernel's view of why prev left the CPU (user space refines it by the kernel frames).
@@ -271,10 +271,18 @@ static __always_inline bool draw(struct switch_rate *rate, u32 every) {
     return (((u64)x * every) >> 32) == 0;
 }
 
+// A thread's slot: its id modulo RATE_SLOTS, the low 14 bits times 4 plus the next 2, so that threads whose ids
+// are near one another (one process's) sit 4 slots (96 bytes) apart: every switch-out writes its thread's slot,
+// and two threads on two CPUs writing one cache line moved it between the CPUs at each of their switch-outs.
+// Two threads share a slot only when their ids are equal modulo RATE_SLOTS, as before.
+static __always_inline u32 rate_slot(u32 tid) {
+    return ((tid & (RATE_SLOTS / 4 - 1)) << 2) | ((tid / (RATE_SLOTS / 4)) & 3);
+}
+
 static __always_inline u32 sample_weight(u32 tid, u32 reason) {
     if (SAMPLE_EVERY <= 1)
         return 1;
-    u32 index = tid & (RATE_SLOTS - 1);
+    u32 index = rate_slot(tid);
     struct switch_rate *rate = switch_rates.lookup(&index);
     if (rate == 0)
         return 1;
