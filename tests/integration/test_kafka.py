@@ -139,11 +139,14 @@ def test_demo_reads_kafka_and_profiles_the_consumer(broker: LocalKafkaBroker, tm
     # micro-batch's trigger start, the driver's write of an epoch's offsets), not by when the end offsets
     # were taken: spark-cp is allowed its stated resolution, one epoch at each end (-1.9 % in one run at
     # load average 36), spark-str 5 % (-3.1 % in one run at load 36, with 50 s micro-batches).
-    # spark-rtm places its span's ends by its batches' commits, after which no task reads until the next
-    # batch starts: the records read up to a commit are those produced up to it (+0.6 % in one run).
+    # spark-rtm places its span's ends by its batches' commits; a batch's tasks stop reading before the
+    # driver writes its commit, so the records produced in between are counted at the one end and read at
+    # the other: read - produced = rate x (the first end's lag - the last end's), which the demo states as its
+    # count's uncertainty (the rate times the median no-read time of a batch cycle, x sqrt 2): +0.6 % in one
+    # run, +0.99 % (391 records at 2,000/s, 0.2 s) in another.
     tolerance = {
         "flink": 0.01 * produced, "spark-cp": 0.01 * produced + 2 * rate * 1.0, "spark-str": 0.05 * produced,
-        "spark-rtm": 0.01 * produced,
+        "spark-rtm": 0.01 * produced + (counted.get("uncertainty") or 0.0),
     }
     assert abs(read - produced) <= tolerance[spe], (done.group(0), counted["produced_detail"])
     assert counted["count"] is not None
