@@ -13,6 +13,14 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from coordinator.commands._demo_counts import (
+    fill_event_counts,
+    latency_clause,
+    produced_clause,
+    record_latency,
+    record_produced,
+    sampling_window,
+)
 from coordinator.commands._demo_hosts import host_counts
 from coordinator.commands.profile import add_roles_option
 from profiler.argtypes import bounded, duration, positive_int
@@ -24,9 +32,7 @@ if TYPE_CHECKING:
 
     from coordinator.commands._demo_hosts import DemoCluster
     from coordinator.remote.session import ProfileOutcome
-    from coordinator.workloads.ysb.engines import SourceCount, WindowResult, YsbEngine
-    from coordinator.workloads.ysb.latency import WindowLatency
-    from profiler.capture.format import EventCount
+    from coordinator.workloads.ysb.engines import WindowResult, YsbEngine
 
 _HELP = """Run the Yahoo Streaming Benchmark on a local Spark cluster and profile it: the first result.
 
@@ -203,121 +209,6 @@ def with_kept_logs(exc: ProfilerError, log_dir: Path, kept: Path) -> ProfilerErr
     kept_error = type(exc)(message)
     kept_error.exit_code = exc.exit_code
     return kept_error
-
-
-def _closer(counted: EventCount, current: EventCount) -> bool:
-    """Whether the query's own count replaces the profiler's: the profiler has none, or the query's
-    states a smaller uncertainty (Spark Real-time Mode: the REST count is off by a 5 s batch)."""
-    if current.count is None:
-        return True
-    return counted.uncertainty is not None and current.uncertainty is not None and (
-        counted.uncertainty < current.uncertainty
-    )
-
-
-def fill_event_counts(outcome: ProfileOutcome, counted: EventCount | None) -> list[Path]:
-    """Where the profiler could not count the window's events from the engine (Spark Continuous
-    Processing runs no micro-batches for the REST count), or counted them less exactly than the query
-    itself (a smaller stated uncertainty), write the count the query itself gives; the profiler's
-    count stays in the detail (coordinator demo --hosts: the driver is on none of the hosts, so no agent
-    counts). Returns the events.json files written."""
-    from coordinator.rundir import host_capture_dir
-    from profiler.capture.format import EventCount, write_events
-    from profiler.capture.read import read_events
-
-    written = []
-    for host in outcome.info.hosts:
-        capture = host_capture_dir(outcome.run_dir, host.host)
-        current = read_events(capture) if capture.is_dir() else None
-        if counted is None or current is None or not _closer(counted, current):
-            continue
-        own = f"{current.count} ± {current.uncertainty or 0:.0f}, " if current.count is not None else ""
-        detail = f"{counted.detail}; the profiler's own count: {own}{current.detail}"
-        filled = EventCount(
-            counted.count, counted.source, detail, current.window_start, current.window_end, counted.method,
-            counted.uncertainty,
-        )
-        write_events(capture, filled)
-        written.append(capture / "events.json")
-    return written
-
-
-def sampling_window(outcome: ProfileOutcome, duration: float) -> tuple[float, float]:
-    """The window the host sampled (shorter when Ctrl-C stopped it early): the demo's one local host
-    says when it began and ended; the run's planned start can be tens of seconds earlier when the
-    host agent was slow to attach (a loaded machine). Without a host's times, the run's."""
-    hosts = [h for h in outcome.info.hosts if h.start_time is not None and h.end_time is not None]
-    if hosts:
-        return max(h.start_time for h in hosts if h.start_time), min(h.end_time for h in hosts if h.end_time)
-    started = outcome.info.start_time or 0.0
-    return started, min(outcome.info.end_time or started + duration, started + duration)
-
-
-def record_produced(outcome: ProfileOutcome, window: WindowResult) -> list[Path]:
-    """Reading Kafka: the records produced over a span of the window and the records the engine read
-    over the same span by its own count, beside the profiler's count in each host's events.json
-    (``produced``, ``produced_read``, ``produced_detail``). Returns the files written."""
-    from dataclasses import replace
-
-    from coordinator.rundir import host_capture_dir
-    from profiler.capture.format import write_events
-    from profiler.capture.read import read_events
-
-    written = []
-    for host in outcome.info.hosts:
-        capture = host_capture_dir(outcome.run_dir, host.host)
-        current = read_events(capture) if capture.is_dir() else None
-        if window.produced is None or current is None:
-            continue
-        produced = window.produced
-        filled = replace(current, produced=produced.records, produced_read=window.events)
-        write_events(capture, replace(filled, produced_detail=produced.detail))
-        written.append(capture / "events.json")
-    return written
-
-
-def record_latency(outcome: ProfileOutcome, window: WindowResult) -> list[Path]:
-    """YSB's latency per window (WindowResult.latency) into each host's events.json (``latency_*``), beside
-    its events. Returns the files written."""
-    from dataclasses import replace
-
-    from coordinator.rundir import host_capture_dir
-    from profiler.capture.format import write_events
-    from profiler.capture.read import read_events
-
-    written = []
-    latency = window.latency
-    for host in outcome.info.hosts:
-        capture = host_capture_dir(outcome.run_dir, host.host)
-        current = read_events(capture) if capture.is_dir() else None
-        if latency is None or current is None:
-            continue
-        filled = replace(
-            current, latency_windows=latency.windows, latency_median_ms=latency.median_ms,
-            latency_p95_ms=latency.p95_ms, latency_max_ms=latency.max_ms, latency_min_ms=latency.min_ms,
-            latency_detail=latency.detail,
-        )
-        write_events(capture, filled)
-        written.append(capture / "events.json")
-    return written
-
-
-def latency_clause(latency: WindowLatency | None) -> str:
-    """``; latency per 10 s window median 2.41 s, p95 4.80 s, max 5.02 s (min 0.31 s, 200 windows)`` ('' without)."""
-    if latency is None:
-        return ""
-    return (
-        f"; latency per 10 s window median {latency.median_ms / 1000:.2f} s, p95 {latency.p95_ms / 1000:.2f} s, "
-        f"max {latency.max_ms / 1000:.2f} s (min {latency.min_ms / 1000:.2f} s, {latency.windows} windows)"
-    )
-
-
-def produced_clause(events: int | None, produced: SourceCount | None) -> str:
-    """``; 299955 records produced into Kafka over the same span (+0.2 %)`` ('' without Kafka)."""
-    if produced is None:
-        return ""
-    share = f" ({100.0 * (events - produced.records) / produced.records:+.1f} %)" if events and produced.records else ""
-    return f"; {produced.records} records produced into Kafka over the same span{share}"
 
 
 def warm_up_cpu(engine: YsbEngine, seconds: float, say: Callable[[str], None], every: float = 5.0) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main
-from coordinator.commands.demo import bootstrap_servers, produced_clause
+from coordinator.commands._demo_counts import produced_clause
+from coordinator.commands.demo import bootstrap_servers
 from coordinator.workloads.kafka import (
     KafkaFeed,
     KafkaTools,

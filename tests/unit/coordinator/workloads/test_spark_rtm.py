@@ -191,7 +191,7 @@ def test_the_windows_events_are_the_kafka_records_of_its_batches_prorated(tmp_pa
 
 
 def test_a_closer_count_from_the_query_replaces_the_profilers() -> None:
-    from coordinator.commands.demo import _closer
+    from coordinator.commands._demo_counts import _closer
     from profiler.capture.format import EventCount
 
     rest = EventCount(52_812, "spark-rest:x", uncertainty=13_203.0)

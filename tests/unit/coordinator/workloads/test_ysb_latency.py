@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.commands.demo import latency_clause
+from coordinator.commands._demo_counts import latency_clause
 from coordinator.workloads.ysb.latency import (
     WindowLatency,
     closing_inside,
