@@ -104,7 +104,9 @@ def test_refreshed_perf_maps_name_churning_code_within_sampling_error(churn_jvm)
             sampler.add_pid(churn_jvm.pid)
             sampler.prepare_symbols(churn_jvm.pid)
         assert _ask(churn_jvm, "reset") == "RESET"
-        time.sleep(20)
+        # 10 s: one churner thread at 99 Hz gives ~990 samples (n >= 300 below), ~20 map versions at 0.5 s
+        # (>= 10) and 5 generations more than the 2 before READY (>= 4); 20 s gave twice each (issue 48)
+        time.sleep(10)
         truth = json.loads(_ask(churn_jvm, "report"))
         for sampler in (refreshing, end_only):
             sampler.stop()
