@@ -111,7 +111,8 @@ def test_spark_rows_from_rest_api_match_query_progress(tmp_path: Path) -> None:
         counter = EventCounter(poll_seconds=2.0)
         # WHEN the counter reads the driver's metrics over a window of several micro-batches
         counter.start([driver])
-        time.sleep(10)
+        # 6 s: ~6 one-second micro-batches inside the window for the test's >= 2 (10 s gave ~10; issue 48)
+        time.sleep(6)
         events = counter.finish(time.time())
         # the progress of every batch that finished inside the window has arrived once one from after it has
         # (the driver prints them in order)

@@ -91,7 +91,7 @@ def test_sampler_with_the_agent_resolves_the_workload(start_cpu_split_jvm, agent
         sampler.start()
         sampler.add_pid(workload.pid)
         sampler.prepare_symbols(workload.pid)
-        time.sleep(6)
+        time.sleep(3)  # ~300 samples of the one burner at 99 Hz (~180 alpha, ~120 gamma) for > 0 each (issue 48)
         sampler.stop()
         folded, stats = folded_and_stats(sampler.collect()[workload.pid])
     finally:

@@ -104,7 +104,10 @@ def test_refreshed_perf_maps_name_churning_code_within_sampling_error(churn_jvm)
             sampler.add_pid(churn_jvm.pid)
             sampler.prepare_symbols(churn_jvm.pid)
         assert _ask(churn_jvm, "reset") == "RESET"
-        time.sleep(20)
+        # 14 s: one churner thread at 99 Hz gives ~1,450 samples (n >= 300 below), ~16 map versions (>= 10; a
+        # version when the map changed: 10 s gave 13, too near) and 7 generations more than the 2 before READY
+        # (>= 4); 20 s (issue 48) gave ~2,100 samples and ~26 versions
+        time.sleep(14)
         truth = json.loads(_ask(churn_jvm, "report"))
         for sampler in (refreshing, end_only):
             sampler.stop()
