@@ -7,7 +7,8 @@ is a futex wait and wake, a voluntary context switch), each player computing --w
 its hand-off. The JVM runs without -XX:+PreserveFramePointer (as issue 50 has it), so a blocked thread's Java
 frames come only from the walker (HotSpot's code cache and interpreter, CFI for glibc and libjvm).
 
-Windows are interleaved in pairs, A B A B ...: A, no agent (the JVM alone for --window seconds); B,
+Windows are interleaved in pairs, A B, B A, A B ... (the JVM's rate drifts through a run): A, no agent (the JVM
+alone for --window seconds); B,
 `profiler run --pid JVM --off-cpu` (plus --profiler-arg's), its sampling window of --window seconds (the
 agent's start-up and post-run are outside it). A pair's slowdown is 1 - B's hand-offs per second / A's; the
 result is the min / median / max over the pairs (and the mean ± standard error). Also per JVM CPU-second
@@ -30,6 +31,7 @@ Run as root (the agent loads eBPF), alone on the host for a figure that means an
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -335,7 +337,9 @@ def uptime() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs of windows: no agent, then --off-cpu (5)")
+    parser.add_argument(
+        "--pairs", type=int, default=5, help="pairs of windows, no agent and --off-cpu, order alternating (5)"
+    )
     parser.add_argument("--window", type=float, default=20.0, help="seconds per window (20)")
     parser.add_argument(
         "--work",
@@ -371,10 +375,14 @@ def main() -> int:
         scratch = Path(name)
         with warm_jvm(scratch, args.thread_pairs, args.work, args.frame_pointers) as jvm:
             for pair in range(args.pairs):
-                for window in (
-                    without_agent(jvm, pair, args.window),
-                    with_agent(jvm, pair, args.window, scratch, args.profiler_arg, args.settle, args.per_program),
-                ):
+                alone = functools.partial(without_agent, jvm, pair, args.window)
+                profiled = functools.partial(
+                    with_agent, jvm, pair, args.window, scratch, args.profiler_arg, args.settle, args.per_program
+                )
+                # A B, B A, A B, ...: the JVM's rate drifts through a run (it rose ~0.8 % a window at stop 61),
+                # which a fixed order would charge to one side
+                for run in (alone, profiled) if pair % 2 == 0 else (profiled, alone):
+                    window = run()
                     windows.append(window)
                     print(
                         f"pair {pair} {'--off-cpu' if window.agent else 'no agent'}: {window.handoffs_per_s:,.0f}"
