@@ -135,18 +135,42 @@ def warm_jvm(scratch: Path, pairs: int, work: int = 0, frame_pointers: bool = Tr
         jvm.close()
 
 
-def _wait_state(status: Path, state: str, profiler: subprocess.Popen[str], timeout: float = 300) -> None:
+def _wait_state(
+    status: Path, state: str, profiler: subprocess.Popen[str], timeout: float = 300, or_after: tuple[str, ...] = ()
+) -> None:
+    """Until the status file says ``state`` (or one of ``or_after``, the states that follow it). The file is read
+    before the exit is checked: a short capture's profiler may write, say "done" and exit between two polls."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if profiler.poll() is not None:
-            raise RuntimeError(f"profiler exited early: {profiler.stderr.read() if profiler.stderr else ''}")
+        exited = profiler.poll() is not None
         try:
-            if json.loads(status.read_text())["state"] == state:
+            if json.loads(status.read_text())["state"] in (state, *or_after):
                 return
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             pass
+        if exited:
+            raise RuntimeError(f"profiler exited early: {profiler.stderr.read() if profiler.stderr else ''}")
         time.sleep(0.05)
     raise RuntimeError(f"profiler never reached {state!r}")
+
+
+WINDOW_ENDED = ("done",)  # or_after for "writing": the window has ended either way
+
+
+@contextmanager
+def profiler_run(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """`profiler run` (``argv``) started from the tree for the block; then waited for (killed if the block
+    failed), and a failed exit raised with its last line."""
+    agent = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield agent
+        _, stderr = agent.communicate(timeout=600)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(30)
+    if agent.returncode != 0:
+        raise RuntimeError(f"profiler run failed: {stderr.strip().splitlines()[-1:]}")
 
 
 def _no_spes(scratch: Path) -> Path:
@@ -185,14 +209,11 @@ def measure(jvm: Jvm, condition: str, round_no: int, window: float, scratch: Pat
         "--force",
         *extra,
     ]
-    profiler = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_state(status, "sampling", profiler)
-    start = jvm.reading()
-    _wait_state(status, "writing", profiler)
-    end = jvm.reading()
-    _, stderr = profiler.communicate(timeout=600)
-    if profiler.returncode != 0:
-        raise RuntimeError(f"profiler failed: {stderr.strip().splitlines()[-1:]}")
+    with profiler_run(argv) as profiler:
+        _wait_state(status, "sampling", profiler)
+        start = jvm.reading()
+        _wait_state(status, "writing", profiler, or_after=WINDOW_ENDED)
+        end = jvm.reading()
     overhead = read_overhead(out)
     assert overhead is not None
     # per second of the profiler's own window: a starved profiler's window runs past --duration

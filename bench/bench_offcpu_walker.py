@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_offcpu import Jvm, _no_spes, _wait_state, warm_jvm  # noqa: E402
+from bench_offcpu import WINDOW_ENDED, Jvm, _no_spes, _wait_state, profiler_run, warm_jvm  # noqa: E402
 
 from profiler.bpf.stats import STATS_SYSCTL  # noqa: E402
 from profiler.capture.format import OverheadPoint  # noqa: E402
@@ -194,25 +194,17 @@ def with_agent(
         "--pid", str(jvm.pid), "--known-spes", str(_no_spes(scratch)), "--status-file", str(status),
         "--checkpoint", "0", "--force", "--off-cpu", *extra,
     ]  # fmt: skip
-    agent = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rows: tuple[tuple[str, float, float], ...] = ()
-    try:
+    with profiler_run(argv) as agent:
         _wait_state(status, "sampling", agent)
         with stats_sysctl() if programs else nullcontext():
             begin = read_jvm(jvm)
             time.sleep(settle)
             first = agent_programs(agent.pid) if programs else {}
             start = read_jvm(jvm)
-            _wait_state(status, "writing", agent)
+            _wait_state(status, "writing", agent, or_after=WINDOW_ENDED)
             end = read_jvm(jvm)
             rows = per_program(agent.pid, first, end.at - start.at) if programs else ()
-        _, stderr = agent.communicate(timeout=600)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(30)
-    if agent.returncode != 0:
-        raise RuntimeError(f"profiler run failed: {stderr.strip().splitlines()[-1:]}")
     overhead, meta = read_overhead(out), read_meta(out)
     run_ns = (overhead.bpf_run_time_ns or 0) if overhead else 0
     runs = (overhead.bpf_run_count or 0) if overhead else 0

@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_offcpu import _no_spes, _wait_state  # noqa: E402
+from bench_offcpu import WINDOW_ENDED, _no_spes, _wait_state, profiler_run  # noqa: E402
 from bench_offcpu_walker import cpu_since, uptime  # noqa: E402
 from bench_overhead import command_line, publish  # noqa: E402
 
@@ -129,17 +129,9 @@ def measure(condition: str, round_no: int, pids: list[int], args: argparse.Names
         "--frequency", str(args.frequency), "--known-spes", str(_no_spes(scratch)), "--status-file", str(status),
         "--checkpoint", "0", "--force", *(f"--pid={pid}" for pid in pids), *CONDITIONS[condition],
     ]  # fmt: skip
-    agent = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with profiler_run(argv) as agent:
         _wait_state(status, "sampling", agent)
-        _wait_state(status, "writing", agent)
-        _, stderr = agent.communicate(timeout=600)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(30)
-    if agent.returncode != 0:
-        raise RuntimeError(f"profiler run failed: {stderr.strip().splitlines()[-1:]}")
+        _wait_state(status, "writing", agent, or_after=WINDOW_ENDED)
     overhead, meta = read_overhead(out), read_meta(out)
     samples = sum(s.samples for pid in pids if (s := read_sampler_stats(out, pid)) is not None)
     measured = max(meta.duration - args.settle, 1e-3)
